@@ -1,1 +1,6 @@
-fn main(){}
+//! The `peer` binary: all the work is in the library's `cli` module.
+
+fn main() {
+    let status = peerwire::cli::main(std::env::args_os().collect());
+    std::process::exit(status);
+}
