@@ -4,7 +4,11 @@
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod directory;
 pub mod error;
 pub mod fsutil;
 pub mod identity;
+pub mod paths;
+pub mod presence;
+pub mod runtime;
 pub mod sanitize;

@@ -1,6 +1,10 @@
 //! The `peer` command line: global options, subcommand dispatch, and the one place that turns
 //! an `Error` into `peer: CODE: message` (or a JSON object) and an exit status.
 
+pub mod args;
+pub mod dir;
+pub mod host;
+
 use crate::error::{Code, Error, Result};
 use std::ffi::OsString;
 use std::io::Write;
@@ -29,7 +33,47 @@ pub type Command = fn(&Ctx, Vec<OsString>) -> Result<i32>;
 
 /// The subcommand table: name, one-line summary, implementation.
 fn commands() -> Vec<(&'static str, &'static str, Command)> {
-    vec![]
+    vec![
+        ("host", "run a root for this session (optionally around a command)", host::cmd as Command),
+        ("dir", "list live peers in scope (same as peer-dir)", dir::cmd),
+    ]
+}
+
+/// Prints one JSON value as one line on stdout.
+pub fn print_json(v: &serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{v}");
+    let _ = out.flush();
+}
+
+/// Entry point of the small tool binaries: global options, one command, the same reporting
+/// with the tool's name as prefix.
+pub fn tool_main(name: &str, cmd: Command) -> i32 {
+    let mut ctx = Ctx::default();
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let rest = match split_tool_globals(&mut ctx, args) {
+        Ok(r) => r,
+        Err(e) => return report_as(name, &ctx, &e),
+    };
+    match cmd(&ctx, rest) {
+        Ok(status) => status,
+        Err(e) => report_as(name, &ctx, &e),
+    }
+}
+
+fn split_tool_globals(ctx: &mut Ctx, args: Vec<OsString>) -> Result<Vec<OsString>> {
+    // Tools have no subcommand: every non-global argument belongs to the command.
+    let mut rest = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("--json") => ctx.json = true,
+            Some("--home") => ctx.home = Some(PathBuf::from(value_of(&mut it, "--home")?)),
+            Some(s) if s.starts_with("--home=") => ctx.home = Some(PathBuf::from(&s[7..])),
+            _ => rest.push(a),
+        }
+    }
+    Ok(rest)
 }
 
 /// Entry point of the `peer` binary; returns the process exit status.
@@ -98,11 +142,15 @@ fn value_of(it: &mut impl Iterator<Item = OsString>, flag: &str) -> Result<OsStr
 
 /// Prints an error the documented way and returns its exit status.
 pub fn report(ctx: &Ctx, e: &Error) -> i32 {
+    report_as("peer", ctx, e)
+}
+
+fn report_as(name: &str, ctx: &Ctx, e: &Error) -> i32 {
     if ctx.json {
         let v = serde_json::json!({"ok": false, "error": {"code": e.code.name(), "message": e.message}});
         println!("{v}");
     } else {
-        let _ = writeln!(std::io::stderr(), "peer: {}: {}", e.code.name(), crate::sanitize::line(&e.message, 2000));
+        let _ = writeln!(std::io::stderr(), "{name}: {}: {}", e.code.name(), crate::sanitize::line(&e.message, 2000));
     }
     e.code.exit_status()
 }

@@ -1,0 +1,107 @@
+//! `peer-dir` (and `peer dir`): lists live peers in scope as a table or one JSON object per
+//! peer, without starting a root or touching anyone's files.
+
+use super::{Ctx, args};
+use crate::config::{Config, Scope};
+use crate::directory::{self, ListOptions, Viewer};
+use crate::error::{Code, Error, Result};
+use crate::paths::Namespace;
+use serde_json::Value;
+use std::ffi::OsString;
+
+pub const HELP: &str = "usage: peer-dir [--home DIR] [--scope workspace|repository|machine] [--query TEXT]
+               [--workspace DIR] [--cursor C] [--all] [--json]
+
+Lists live peers in scope. --all adds stale, invalid and out-of-scope records with the reason.
+See peer-dir(1).
+";
+
+pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+    use lexopt::prelude::*;
+    let mut p = args::parser(argv);
+    let mut opts = ListOptions::default();
+    let mut scope = None;
+    let mut workspace = None;
+    while let Some(arg) = p.next().map_err(args::usage)? {
+        match arg {
+            Long("scope") => {
+                let s = args::string(&mut p, "--scope")?;
+                scope = Some(Scope::parse(&s).ok_or_else(|| Error::new(Code::Usage, "--scope must be workspace, repository or machine"))?);
+            }
+            Long("query") => opts.query = Some(args::string(&mut p, "--query")?),
+            Long("cursor") => opts.cursor = Some(args::string(&mut p, "--cursor")?),
+            Long("workspace") => workspace = Some(std::path::PathBuf::from(args::string(&mut p, "--workspace")?)),
+            Long("all") => opts.all = true,
+            Long("help") | Short('h') => {
+                print!("{HELP}");
+                return Ok(0);
+            }
+            other => return Err(args::unexpected(other)),
+        }
+    }
+    let home = ctx.home()?;
+    let config = Config::load(&home)?;
+    let ns = Namespace::new(home, &config);
+    let cwd = match workspace {
+        Some(w) => w,
+        None => std::env::current_dir().map_err(|e| Error::new(Code::Io, format!("cannot read the current directory: {e}")))?,
+    };
+    let viewer = Viewer {
+        ws: directory::canonical_workspace(&cwd)?,
+        scope: scope.unwrap_or(config.scope),
+        self_instance: std::env::var("PEER_INSTANCE_ID").ok(),
+    };
+    let page = directory::list(&ns, &config.limits, &viewer, &opts)?;
+    if ctx.json {
+        for peer in &page.peers {
+            super::print_json(peer);
+        }
+        if let Some(c) = &page.cursor {
+            super::print_json(&serde_json::json!({"cursor": c}));
+        }
+    } else {
+        print_table(&page.peers, page.cursor.as_deref());
+    }
+    Ok(0)
+}
+
+fn cell(v: &Value, key: &str) -> String {
+    match v.get(key) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(Value::Bool(b)) => b.to_string(),
+        _ => "-".into(),
+    }
+}
+
+fn print_table(peers: &[Value], cursor: Option<&str>) {
+    println!("{:<20} {:<28} {:<8} {:<8} {:<7} {:<9} WORKSPACE", "ALIAS", "PEER-ID", "PID", "AGE", "STATUS", "MESSAGING");
+    for p in peers {
+        let age = p.get("ageMs").and_then(Value::as_u64).map_or("-".to_string(), |ms| format!("{:.1}s", ms as f64 / 1000.0));
+        let mut alias = cell(p, "alias");
+        if p.get("self").and_then(Value::as_bool) == Some(true) {
+            alias.push_str(" (you)");
+        }
+        let messaging = if p.get("messaging").and_then(Value::as_bool) == Some(true) { "yes" } else { "no" };
+        let mut status = cell(p, "status");
+        if cell(p, "state") != "live" {
+            status = cell(p, "state");
+        }
+        println!(
+            "{:<20} {:<28} {:<8} {:<8} {:<7} {:<9} {}",
+            alias,
+            cell(p, "peerId"),
+            cell(p, "pid"),
+            age,
+            status,
+            messaging,
+            cell(p, "workspace")
+        );
+        if let Some(reason) = p.get("reason").and_then(Value::as_str) {
+            println!("    {}: {}", cell(p, "state"), reason);
+        }
+    }
+    if let Some(c) = cursor {
+        println!("more: peer-dir --cursor {c}");
+    }
+}

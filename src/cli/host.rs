@@ -1,0 +1,110 @@
+//! `peer host [-- CMD…]`: runs a root for a session until it is told to stop (or until CMD
+//! exits), printing the ready line and events, and cleaning up exactly its own records.
+
+use super::{Ctx, args};
+use crate::error::{Code, Error, Result};
+use crate::runtime::{Root, RootOptions};
+use std::ffi::OsString;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+pub const HELP: &str = "usage: peer host [--alias A] [--session-id S] [--workspace DIR] [--json] [-- CMD [ARG…]]
+
+Starts a root for this session: an endpoint, a durable inbox and a presence record. With CMD,
+runs it as a child whose peer commands act for this session, and exits with its status.
+Without CMD, runs until SIGINT or SIGTERM. See peer(1).
+";
+
+struct HostArgs {
+    opts: RootOptions,
+    command: Vec<OsString>,
+}
+
+fn parse(ctx: &Ctx, argv: Vec<OsString>) -> Result<Option<HostArgs>> {
+    use lexopt::prelude::*;
+    let mut p = args::parser(argv);
+    let mut opts = RootOptions { home: ctx.home.clone(), alias: ctx.as_alias.clone(), mode: "command", ..Default::default() };
+    let mut command = Vec::new();
+    while let Some(arg) = p.next().map_err(args::usage)? {
+        match arg {
+            Long("alias") => opts.alias = Some(args::string(&mut p, "--alias")?),
+            Long("session-id") => opts.session_id = Some(args::string(&mut p, "--session-id")?),
+            Long("workspace") => opts.workspace = Some(args::string(&mut p, "--workspace")?.into()),
+            Long("help") | Short('h') => return Ok(None),
+            Value(v) => {
+                command.push(v);
+                command.extend(p.raw_args().map_err(args::usage)?);
+            }
+            other => return Err(args::unexpected(other)),
+        }
+    }
+    Ok(Some(HostArgs { opts, command }))
+}
+
+pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+    let Some(a) = parse(ctx, argv)? else {
+        print!("{HELP}");
+        return Ok(0);
+    };
+    let signal = Arc::new(AtomicUsize::new(0));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+        signal_hook::flag::register_usize(sig, signal.clone(), sig as usize)
+            .map_err(|e| Error::new(Code::Io, format!("cannot install signal handler: {e}")))?;
+    }
+    let root = Root::start(&a.opts)?;
+    if ctx.json {
+        super::print_json(&root.ready_event());
+    } else {
+        println!(
+            "peer host: ready as {} ({}) in {}",
+            root.alias,
+            root.peer_id,
+            crate::sanitize::line(&root.workspace.workspace.to_string_lossy(), 200)
+        );
+    }
+    let status = if a.command.is_empty() { wait_for_signal(&signal) } else { run_child(&root, &a.command, &signal)? };
+    root.shutdown();
+    Ok(status)
+}
+
+fn wait_for_signal(signal: &AtomicUsize) -> i32 {
+    while signal.load(Ordering::SeqCst) == 0 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    0
+}
+
+fn run_child(root: &Root, command: &[OsString], signal: &AtomicUsize) -> Result<i32> {
+    let mut child = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .env("PEER_HOME", &root.ns.home)
+        .env("PEER_INSTANCE_ID", &root.instance_id)
+        .env("PEER_PEER_ID", &root.peer_id)
+        .env("PEER_SESSION_ID", &root.session_id)
+        .env("PEER_ALIAS", &root.alias)
+        .spawn()
+        .map_err(|e| Error::new(Code::Io, format!("cannot start {}: {e}", command[0].to_string_lossy())))?;
+    let mut forwarded = false;
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| Error::new(Code::Io, format!("cannot wait for child: {e}")))? {
+            return Ok(exit_code(status));
+        }
+        let sig = signal.load(Ordering::SeqCst);
+        if sig != 0 && !forwarded {
+            // Pass the stop request on; the child decides how fast it ends.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::try_from(sig as i32).unwrap_or(nix::sys::signal::Signal::SIGTERM),
+            );
+            forwarded = true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The shell convention: the exit code, or 128 + signal number.
+pub fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}

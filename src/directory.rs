@@ -1,0 +1,250 @@
+//! Scoped discovery over presence: canonical workspace identity, the viewer's scope, bounded
+//! pages of safe descriptors with a continuation cursor, and alias → exact target resolution.
+
+use crate::config::{Limits, Scope};
+use crate::error::{Code, Error, Result};
+use crate::paths::Namespace;
+use crate::presence::{self, Advertisement, Entry, Liveness};
+use crate::{clock, identity, sanitize};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+/// Where a session works, canonically: realpath, and the enclosing git work tree if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkspaceId {
+    pub workspace: PathBuf,
+    pub repository: Option<PathBuf>,
+}
+
+/// Resolves symlinks and finds the repository root (the nearest ancestor holding `.git`).
+pub fn canonical_workspace(dir: &Path) -> Result<WorkspaceId> {
+    let workspace = std::fs::canonicalize(dir).map_err(|e| Error::io("cannot resolve workspace", dir, &e))?;
+    let repository = workspace.ancestors().take(64).find(|a| a.join(".git").exists()).map(Path::to_path_buf);
+    Ok(WorkspaceId { workspace, repository })
+}
+
+/// Who is looking, and how far they may see.
+#[derive(Clone, Debug)]
+pub struct Viewer {
+    pub ws: WorkspaceId,
+    pub scope: Scope,
+    pub self_instance: Option<String>,
+}
+
+impl Viewer {
+    /// Whether an entry falls inside the viewer's scope.
+    pub fn sees(&self, e: &Entry) -> bool {
+        let (their_ws, their_repo) = match &e.advert {
+            Some(ad) => (PathBuf::from(&ad.workspace), ad.repository.as_ref().map(PathBuf::from)),
+            None => {
+                // Autohand compares path.resolve strings; we also resolve links when we can.
+                let raw = PathBuf::from(&e.workspace_root);
+                match canonical_workspace(&raw) {
+                    Ok(id) => (id.workspace, id.repository),
+                    Err(_) => (raw, None),
+                }
+            }
+        };
+        match self.scope {
+            Scope::Machine => true,
+            Scope::Workspace => their_ws == self.ws.workspace,
+            Scope::Repository => match (&self.ws.repository, &their_repo) {
+                (Some(a), Some(b)) => a == b,
+                _ => their_ws == self.ws.workspace,
+            },
+        }
+    }
+}
+
+/// A resolved, exact messaging target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub peer_id: String,
+    pub instance_id: String,
+    pub run_id: Option<String>,
+    pub alias: String,
+    pub endpoint: String,
+    pub public_key: [u8; 32],
+}
+
+/// One listed peer, with display metadata only (sanitized, no transcripts or secrets).
+#[derive(Clone, Debug)]
+pub struct Descriptor {
+    pub key: String,
+    pub value: Value,
+}
+
+/// A page of descriptors and the cursor for the next one.
+#[derive(Clone, Debug)]
+pub struct Page {
+    pub peers: Vec<Value>,
+    pub cursor: Option<String>,
+}
+
+/// Options of a listing.
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    pub query: Option<String>,
+    pub cursor: Option<String>,
+    /// Include stale, invalid and out-of-scope records with their reasons.
+    pub all: bool,
+    pub page_size: Option<u64>,
+}
+
+fn descriptors(entry: &Entry, viewer: &Viewer, now_ms: u64) -> Vec<Descriptor> {
+    let age_ms = entry.updated_at_ms.map(|u| now_ms.saturating_sub(u));
+    let (state, reason) = match &entry.liveness {
+        Liveness::Live => ("live", None),
+        Liveness::Stale(r) => ("stale", Some(r.clone())),
+        Liveness::Invalid(r) => ("invalid", Some(r.clone())),
+    };
+    let common = |peer_id: Option<&str>, alias: Option<&str>, run_of: Option<&str>| {
+        json!({
+            "peerId": peer_id,
+            "alias": alias.map(|a| sanitize::line(a, 60)),
+            "runOf": run_of,
+            "sessionId": sanitize::line(&entry.session_id, 80),
+            "project": sanitize::line(&entry.project_name, 80),
+            "workspace": sanitize::line(&entry.workspace_root, 300),
+            "pid": entry.pid,
+            "mode": sanitize::line(&entry.mode, 20),
+            "status": if entry.status == "working" { "working" } else { "idle" },
+            "ageMs": age_ms,
+            "state": state,
+            "reason": reason.as_deref().map(|r| sanitize::line(r, 200)),
+            "messaging": entry.advert.is_some() && entry.is_live(),
+            "messagingError": entry.advert_error.as_deref().map(|r| sanitize::line(r, 200)),
+            "self": entry.advert.as_ref().is_some_and(|a| Some(&a.instance_id) == viewer.self_instance.as_ref()),
+            "inScope": viewer.sees(entry),
+        })
+    };
+    match &entry.advert {
+        Some(ad) => {
+            let mut out = vec![Descriptor {
+                key: ad.peer_id.clone(),
+                value: {
+                    let mut v = common(Some(&ad.peer_id), Some(&ad.alias), None);
+                    v["capabilities"] = json!(ad.capabilities);
+                    v["scope"] = json!(ad.scope);
+                    v
+                },
+            }];
+            for run in &ad.runs {
+                out.push(Descriptor {
+                    key: run.peer_id.clone(),
+                    value: common(Some(&run.peer_id), Some(&run.alias), Some(&ad.peer_id)),
+                });
+            }
+            out
+        }
+        None => vec![Descriptor { key: format!("legacy:{}", entry.file), value: common(None, None, None) }],
+    }
+}
+
+fn matches_query(v: &Value, q: &str) -> bool {
+    let q = q.to_lowercase();
+    ["alias", "peerId", "project", "sessionId", "workspace"]
+        .iter()
+        .any(|k| v.get(*k).and_then(Value::as_str).is_some_and(|s| s.to_lowercase().contains(&q)))
+}
+
+/// Lists peers visible to `viewer`, sorted by key, one bounded page after `cursor`.
+pub fn list(ns: &Namespace, limits: &Limits, viewer: &Viewer, opts: &ListOptions) -> Result<Page> {
+    let now = clock::now_ms();
+    let entries = presence::read_all(&ns.active_agents(), limits, now)?;
+    let after = match &opts.cursor {
+        Some(c) => Some(decode_cursor(c)?),
+        None => None,
+    };
+    let mut all: Vec<Descriptor> = entries
+        .iter()
+        .filter(|e| opts.all || (e.is_live() && viewer.sees(e)))
+        .flat_map(|e| descriptors(e, viewer, now))
+        .filter(|d| opts.query.as_deref().is_none_or(|q| matches_query(&d.value, q)))
+        .filter(|d| after.as_deref().is_none_or(|a| d.key.as_str() > a))
+        .collect();
+    all.sort_by(|a, b| a.key.cmp(&b.key));
+    let page = opts.page_size.unwrap_or(limits.directory_page_size).min(limits.directory_page_size).max(1) as usize;
+    let cursor = if all.len() > page { all.get(page - 1).map(|d| identity::b64(d.key.as_bytes())) } else { None };
+    all.truncate(page);
+    Ok(Page { peers: all.into_iter().map(|d| d.value).collect(), cursor })
+}
+
+fn decode_cursor(c: &str) -> Result<String> {
+    identity::unb64(c)
+        .and_then(|b| String::from_utf8(b).ok())
+        .filter(|s| s.len() <= 512)
+        .ok_or_else(|| Error::new(Code::Usage, "cursor is not one this directory issued"))
+}
+
+fn target_of(ad: &Advertisement, run: Option<&presence::RunAd>) -> Result<Target> {
+    let public_key = identity::parse_spki_b64(&ad.public_key)
+        .ok_or_else(|| Error::new(Code::AuthFailed, "advertised public key is malformed"))?;
+    Ok(Target {
+        peer_id: run.map_or(ad.peer_id.clone(), |r| r.peer_id.clone()),
+        instance_id: ad.instance_id.clone(),
+        run_id: run.map(|r| r.run_id.clone()),
+        alias: run.map_or(ad.alias.clone(), |r| r.alias.clone()),
+        endpoint: ad.endpoint.clone(),
+        public_key,
+    })
+}
+
+/// Every (advertisement, run) pair of an entry that answers to `name` as alias or peerId.
+fn candidates<'a>(e: &'a Entry, name: &str) -> Vec<(&'a Advertisement, Option<&'a presence::RunAd>)> {
+    let Some(ad) = &e.advert else { return Vec::new() };
+    let mut out = Vec::new();
+    if ad.peer_id == name || ad.alias == name {
+        out.push((ad, None));
+    }
+    for run in &ad.runs {
+        if run.peer_id == name || run.alias == name {
+            out.push((ad, Some(run)));
+        }
+    }
+    out
+}
+
+/// Resolves `@alias`, `alias` or an exact peerId to one live target in scope.
+/// None → `PEER_OFFLINE` (or `TARGET_ENDED` for a peerId whose record is stale, `SCOPE_DENIED`
+/// when only out-of-scope peers match); several → `AMBIGUOUS_TARGET`.
+pub fn resolve(ns: &Namespace, limits: &Limits, viewer: &Viewer, target: &str) -> Result<Target> {
+    let name = target.strip_prefix('@').unwrap_or(target);
+    if name.is_empty() || name.len() > 100 {
+        return Err(Error::new(Code::Usage, "target must be an alias or a peerId"));
+    }
+    let entries = presence::read_all(&ns.active_agents(), limits, clock::now_ms())?;
+    let shown = sanitize::line(name, 60);
+    let mut live = Vec::new();
+    let (mut stale, mut out_of_scope) = (false, false);
+    for e in &entries {
+        for c in candidates(e, name) {
+            if !e.is_live() {
+                stale = true;
+            } else if !viewer.sees(e) {
+                out_of_scope = true;
+            } else {
+                live.push(c);
+            }
+        }
+    }
+    match live.len() {
+        1 => target_of(live[0].0, live[0].1),
+        0 if out_of_scope => Err(Error::new(
+            Code::ScopeDenied,
+            format!("{shown} is outside your {} scope", viewer.scope.name()),
+        )),
+        0 if stale && name.starts_with("p-") => Err(Error::new(
+            Code::TargetEnded,
+            format!("{shown} has ended; refresh discovery and pick the current incarnation"),
+        )),
+        0 => Err(Error::new(Code::PeerOffline, format!("no live peer {shown} in {} scope", viewer.scope.name()))),
+        n => {
+            let ids: Vec<String> = live.iter().map(|(a, r)| r.map_or(a.peer_id.clone(), |r| r.peer_id.clone())).collect();
+            Err(Error::new(
+                Code::AmbiguousTarget,
+                format!("{shown} matches {n} live peers ({}); use a peerId", ids.join(", ")),
+            ))
+        }
+    }
+}

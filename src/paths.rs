@@ -1,0 +1,122 @@
+//! The namespace layout: where presence, endpoints, message stores and resources live, and the
+//! choice of a short private runtime directory when a socket path would exceed `sun_path`.
+
+use crate::config::Config;
+use crate::error::{Code, Error, Result};
+use crate::fsutil;
+use std::path::{Path, PathBuf};
+
+/// `sun_path` holds 108 bytes including the terminating NUL.
+pub const SOCKET_PATH_BYTES_MAX: usize = 107;
+
+/// The two roots of a namespace: `home` holds config and private inboxes; `coord` (the
+/// configured coordination directory, else `home`) holds what sessions share.
+#[derive(Clone, Debug)]
+pub struct Namespace {
+    pub home: PathBuf,
+    pub coord: PathBuf,
+}
+
+impl Namespace {
+    pub fn new(home: PathBuf, config: &Config) -> Namespace {
+        let coord = config.coordination_directory.clone().unwrap_or_else(|| home.clone());
+        Namespace { home, coord }
+    }
+
+    pub fn active_agents(&self) -> PathBuf {
+        self.coord.join("active-agents")
+    }
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.coord.join("peer-runtime")
+    }
+    pub fn messages_dir(&self, instance_id: &str) -> PathBuf {
+        self.home.join("peer-messages").join(instance_id)
+    }
+    pub fn resources_dir(&self) -> PathBuf {
+        self.coord.join("peer-resources")
+    }
+
+    /// Checks (and creates when missing) the namespace roots and the shared directories.
+    pub fn prepare(&self) -> Result<()> {
+        fsutil::ensure_private_dir(&self.home)?;
+        fsutil::ensure_private_dir(&self.coord)?;
+        fsutil::ensure_private_dir(&self.active_agents())?;
+        fsutil::ensure_private_dir(&self.runtime_dir())
+    }
+
+    /// Turns an advertised endpoint (relative to `coord`, or absolute) into a path, refusing
+    /// anything that climbs out with `..`.
+    pub fn endpoint_path(&self, advertised: &str) -> Result<PathBuf> {
+        let p = Path::new(advertised);
+        if p.components().any(|c| matches!(c, std::path::Component::ParentDir)) || advertised.is_empty() {
+            return Err(Error::new(Code::InvalidRequest, "advertised endpoint is not a plain path"));
+        }
+        Ok(if p.is_absolute() { p.to_path_buf() } else { self.coord.join(p) })
+    }
+}
+
+/// Where a root binds its socket, and how the presence record advertises it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SocketPlace {
+    pub path: PathBuf,
+    pub advertised: String,
+}
+
+/// `<coord>/peer-runtime/<instance>.sock` when it fits in `sun_path`; otherwise a verified
+/// private directory under `$XDG_RUNTIME_DIR` or `/tmp/peerwire-<uid>`, named by a hash of the
+/// namespace so that two namespaces never share one.
+pub fn socket_place(ns: &Namespace, instance_id: &str) -> Result<SocketPlace> {
+    let name = format!("{instance_id}.sock");
+    let primary = ns.runtime_dir().join(&name);
+    if primary.as_os_str().len() <= SOCKET_PATH_BYTES_MAX {
+        return Ok(SocketPlace { path: primary, advertised: format!("peer-runtime/{name}") });
+    }
+    let tag = &crate::identity::sha256_hex(&[ns.coord.as_os_str().as_encoded_bytes()])[..12];
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut bases = Vec::new();
+    if let Some(xdg) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        bases.push(PathBuf::from(xdg).join("peerwire"));
+    }
+    bases.push(PathBuf::from(format!("/tmp/peerwire-{uid}")));
+    let mut last_err = None;
+    for base in bases {
+        let dir = base.join(tag);
+        let path = dir.join(&name);
+        if path.as_os_str().len() > SOCKET_PATH_BYTES_MAX {
+            continue;
+        }
+        // Both levels must be ours, 0700, and not links: /tmp is shared with other users.
+        match fsutil::ensure_private_dir(&base).and_then(|_| fsutil::ensure_private_dir(&dir)) {
+            Ok(()) => {
+                let advertised = path.to_string_lossy().into_owned();
+                return Ok(SocketPlace { path, advertised });
+            }
+            Err(e) => last_err = Some(e),
+        }
+    }
+    Err(last_err.unwrap_or_else(|| {
+        Error::new(
+            Code::UnsafePath,
+            format!("{} is too long for a Unix socket and no short private runtime directory is usable", primary.display()),
+        )
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_namespaces_get_a_short_private_socket_dir() {
+        let home = std::env::temp_dir().join(format!("pw-paths-{}-{}", std::process::id(), "x".repeat(120)));
+        let ns = Namespace { home: home.clone(), coord: home.clone() };
+        let place = socket_place(&ns, "i-0123456789abcdef").unwrap();
+        assert!(place.path.as_os_str().len() <= SOCKET_PATH_BYTES_MAX);
+        assert!(Path::new(&place.advertised).is_absolute());
+        assert_eq!(ns.endpoint_path(&place.advertised).unwrap(), place.path);
+        let short = Namespace { home: PathBuf::from("/tmp/a"), coord: PathBuf::from("/tmp/a") };
+        let p = socket_place(&short, "i-1").unwrap();
+        assert_eq!(p.advertised, "peer-runtime/i-1.sock");
+        assert!(ns.endpoint_path("../x").is_err());
+    }
+}
