@@ -3,7 +3,10 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// `2026-12-03T09:15:02.481Z` for an epoch-millisecond time.
@@ -23,11 +26,24 @@ pub fn iso8601(ms: u64) -> String {
 /// Parses the ISO-8601 UTC forms JavaScript's `toISOString` and we write; `None` otherwise.
 pub fn parse_iso8601(s: &str) -> Option<u64> {
     let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return None;
     }
     let num = |r: std::ops::Range<usize>| -> Option<i64> { s.get(r)?.parse().ok() };
-    let (y, mo, d, h, mi, se) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
+    let (y, mo, d, h, mi, se) = (
+        num(0..4)?,
+        num(5..7)?,
+        num(8..10)?,
+        num(11..13)?,
+        num(14..16)?,
+        num(17..19)?,
+    );
     if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
         return None;
     }
@@ -88,7 +104,10 @@ mod tests {
             assert_eq!(parse_iso8601(&iso8601(ms)), Some(ms), "{}", iso8601(ms));
         }
         assert_eq!(iso8601(1_796_288_102_481), "2026-12-03T08:55:02.481Z");
-        assert_eq!(parse_iso8601("2026-12-03T09:15:02Z"), Some(1_796_289_302_000));
+        assert_eq!(
+            parse_iso8601("2026-12-03T09:15:02Z"),
+            Some(1_796_289_302_000)
+        );
         assert_eq!(parse_iso8601("garbage"), None);
         assert_eq!(parse_iso8601("2026-12-03T09:15:02+01:00"), None);
     }

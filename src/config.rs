@@ -210,7 +210,9 @@ impl Limits {
         let slot = self.slot(name).ok_or_else(|| {
             Error::new(
                 Code::ConfigInvalid,
-                format!("sessions.communication.limits.{name} is not a known limit (see peer-config(5))"),
+                format!(
+                    "sessions.communication.limits.{name} is not a known limit (see peer-config(5))"
+                ),
             )
         })?;
         *slot = positive_integer(&format!("sessions.communication.limits.{name}"), value)?;
@@ -298,7 +300,8 @@ impl Config {
             Err(e) if e.code == Code::NotFound => return Ok(Config::default()),
             Err(e) => return Err(e),
         };
-        Config::parse(&bytes).map_err(|e| Error::new(e.code, format!("{}: {}", path.display(), e.message)))
+        Config::parse(&bytes)
+            .map_err(|e| Error::new(e.code, format!("{}: {}", path.display(), e.message)))
     }
 
     /// Parses the whole config file's bytes.
@@ -306,7 +309,10 @@ impl Config {
         let root: Value = serde_json::from_slice(bytes)
             .map_err(|e| Error::new(Code::ConfigInvalid, format!("not valid JSON ({e})")))?;
         let Some(root) = root.as_object() else {
-            return Err(Error::new(Code::ConfigInvalid, "the top level must be a JSON object"));
+            return Err(Error::new(
+                Code::ConfigInvalid,
+                "the top level must be a JSON object",
+            ));
         };
         let comm = match root.get("sessions") {
             None => return Ok(Config::default()),
@@ -314,14 +320,22 @@ impl Config {
                 None => return Ok(Config::default()),
                 Some(c) => c,
             },
-            Some(_) => return Err(Error::new(Code::ConfigInvalid, "sessions must be an object")),
+            Some(_) => {
+                return Err(Error::new(
+                    Code::ConfigInvalid,
+                    "sessions must be an object",
+                ));
+            }
         };
         Config::from_communication(comm)
     }
 
     fn from_communication(comm: &Value) -> Result<Config> {
         let Some(obj) = comm.as_object() else {
-            return Err(Error::new(Code::ConfigInvalid, "sessions.communication must be an object"));
+            return Err(Error::new(
+                Code::ConfigInvalid,
+                "sessions.communication must be an object",
+            ));
         };
         let mut cfg = Config::default();
         for (key, value) in obj {
@@ -329,8 +343,10 @@ impl Config {
             match key.as_str() {
                 "enabled" => cfg.enabled = Some(boolean(&field, value)?),
                 "scope" => {
-                    cfg.scope = string(&field, value)
-                        .and_then(|s| Scope::parse(s).ok_or_else(|| bad(&field, "workspace, repository or machine")))?
+                    cfg.scope = string(&field, value).and_then(|s| {
+                        Scope::parse(s)
+                            .ok_or_else(|| bad(&field, "workspace, repository or machine"))
+                    })?
                 }
                 "idleBehavior" => {
                     cfg.idle_behavior = match string(&field, value)? {
@@ -341,8 +357,9 @@ impl Config {
                 }
                 "alias" => {
                     let alias = string(&field, value)?;
-                    crate::identity::validate_alias(alias)
-                        .map_err(|e| Error::new(Code::ConfigInvalid, format!("{field}: {}", e.message)))?;
+                    crate::identity::validate_alias(alias).map_err(|e| {
+                        Error::new(Code::ConfigInvalid, format!("{field}: {}", e.message))
+                    })?;
                     cfg.alias = Some(alias.to_string());
                 }
                 "coordinationDirectory" => {
@@ -353,7 +370,9 @@ impl Config {
                     cfg.coordination_directory = Some(PathBuf::from(dir));
                 }
                 "allowResourceControl" => cfg.allow_resource_control = boolean(&field, value)?,
-                "resourceWaitTimeoutMs" => cfg.resource_wait_timeout_ms = positive_integer(&field, value)?,
+                "resourceWaitTimeoutMs" => {
+                    cfg.resource_wait_timeout_ms = positive_integer(&field, value)?
+                }
                 "autoCommand" => {
                     let Some(items) = value.as_array().filter(|a| !a.is_empty()) else {
                         return Err(bad(&field, "a non-empty array of strings"));
@@ -403,7 +422,10 @@ pub fn positive_integer(field: &str, value: &Value) -> Result<u64> {
         Some(n) if n > 0 => Ok(n),
         _ => Err(Error::new(
             Code::ConfigInvalid,
-            format!("{field} must be a positive integer, got {}", crate::sanitize::line(&value.to_string(), 40)),
+            format!(
+                "{field} must be a positive integer, got {}",
+                crate::sanitize::line(&value.to_string(), 40)
+            ),
         )),
     }
 }
@@ -452,11 +474,31 @@ mod tests {
         assert_eq!(c.scope, Scope::Workspace);
         assert_eq!(c.resource_wait_timeout_ms, 300_000);
         let l = &c.limits;
-        assert_eq!((l.frame_bytes, l.message_bytes, l.inbox_messages), (65_536, 8_000, 32));
-        assert_eq!((l.pending_requests, l.connections, l.storage_bytes), (32, 16, 10 << 20));
-        assert_eq!((l.rate_per_second, l.rate_burst, l.handshake_ms, l.acknowledgement_ms), (10, 20, 2000, 2000));
-        assert_eq!((l.expiry_ms, l.max_expiry_ms, l.retention_ms), (600_000, 3_600_000, 86_400_000));
-        assert_eq!((l.automatic_replies, l.directory_page_size, l.published_runs), (8, 50, 64));
+        assert_eq!(
+            (l.frame_bytes, l.message_bytes, l.inbox_messages),
+            (65_536, 8_000, 32)
+        );
+        assert_eq!(
+            (l.pending_requests, l.connections, l.storage_bytes),
+            (32, 16, 10 << 20)
+        );
+        assert_eq!(
+            (
+                l.rate_per_second,
+                l.rate_burst,
+                l.handshake_ms,
+                l.acknowledgement_ms
+            ),
+            (10, 20, 2000, 2000)
+        );
+        assert_eq!(
+            (l.expiry_ms, l.max_expiry_ms, l.retention_ms),
+            (600_000, 3_600_000, 86_400_000)
+        );
+        assert_eq!(
+            (l.automatic_replies, l.directory_page_size, l.published_runs),
+            (8, 50, 64)
+        );
         assert_eq!((l.heartbeat_ms, l.stale_ms), (5_000, 15_000));
     }
 
@@ -471,22 +513,51 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_field() {
-        let e = parse(r#"{"sessions":{"communication":{"limits":{"inboxMessages":-1}}}}"#).unwrap_err();
+        let e =
+            parse(r#"{"sessions":{"communication":{"limits":{"inboxMessages":-1}}}}"#).unwrap_err();
         assert_eq!(e.code, Code::ConfigInvalid);
-        assert!(e.message.contains("limits.inboxMessages must be a positive integer"), "{}", e.message);
+        assert!(
+            e.message
+                .contains("limits.inboxMessages must be a positive integer"),
+            "{}",
+            e.message
+        );
         for bad in ["0", "1.5", "\"3\"", "null"] {
-            let e = parse(&format!(r#"{{"sessions":{{"communication":{{"limits":{{"frameBytes":{bad}}}}}}}}}"#)).unwrap_err();
+            let e = parse(&format!(
+                r#"{{"sessions":{{"communication":{{"limits":{{"frameBytes":{bad}}}}}}}}}"#
+            ))
+            .unwrap_err();
             assert!(e.message.contains("frameBytes"), "{}", e.message);
         }
-        let e = parse(r#"{"sessions":{"communication":{"limits":{"messageBytes":70000}}}}"#).unwrap_err();
-        assert!(e.message.contains("messageBytes (70000) must not exceed frameBytes"), "{}", e.message);
-        let e = parse(r#"{"sessions":{"communication":{"limits":{"expiryMs":4000000}}}}"#).unwrap_err();
+        let e = parse(r#"{"sessions":{"communication":{"limits":{"messageBytes":70000}}}}"#)
+            .unwrap_err();
+        assert!(
+            e.message
+                .contains("messageBytes (70000) must not exceed frameBytes"),
+            "{}",
+            e.message
+        );
+        let e =
+            parse(r#"{"sessions":{"communication":{"limits":{"expiryMs":4000000}}}}"#).unwrap_err();
         assert!(e.message.contains("expiryMs"), "{}", e.message);
         let e = parse(r#"{"sessions":{"communication":{"scope":"galaxy"}}}"#).unwrap_err();
-        assert!(e.message.contains("sessions.communication.scope"), "{}", e.message);
+        assert!(
+            e.message.contains("sessions.communication.scope"),
+            "{}",
+            e.message
+        );
         let e = parse(r#"{"sessions":{"communication":{"limits":{"frameByte":1}}}}"#).unwrap_err();
-        assert!(e.message.contains("frameByte is not a known limit"), "{}", e.message);
-        assert!(parse("{not json").unwrap_err().message.contains("not valid JSON"));
+        assert!(
+            e.message.contains("frameByte is not a known limit"),
+            "{}",
+            e.message
+        );
+        assert!(
+            parse("{not json")
+                .unwrap_err()
+                .message
+                .contains("not valid JSON")
+        );
     }
 
     #[test]

@@ -18,9 +18,17 @@ pub struct WorkspaceId {
 
 /// Resolves symlinks and finds the repository root (the nearest ancestor holding `.git`).
 pub fn canonical_workspace(dir: &Path) -> Result<WorkspaceId> {
-    let workspace = std::fs::canonicalize(dir).map_err(|e| Error::io("cannot resolve workspace", dir, &e))?;
-    let repository = workspace.ancestors().take(64).find(|a| a.join(".git").exists()).map(Path::to_path_buf);
-    Ok(WorkspaceId { workspace, repository })
+    let workspace =
+        std::fs::canonicalize(dir).map_err(|e| Error::io("cannot resolve workspace", dir, &e))?;
+    let repository = workspace
+        .ancestors()
+        .take(64)
+        .find(|a| a.join(".git").exists())
+        .map(Path::to_path_buf);
+    Ok(WorkspaceId {
+        workspace,
+        repository,
+    })
 }
 
 /// Who is looking, and how far they may see.
@@ -35,7 +43,10 @@ impl Viewer {
     /// Whether an entry falls inside the viewer's scope.
     pub fn sees(&self, e: &Entry) -> bool {
         let (their_ws, their_repo) = match &e.advert {
-            Some(ad) => (PathBuf::from(&ad.workspace), ad.repository.as_ref().map(PathBuf::from)),
+            Some(ad) => (
+                PathBuf::from(&ad.workspace),
+                ad.repository.as_ref().map(PathBuf::from),
+            ),
             None => {
                 // Autohand compares path.resolve strings; we also resolve links when we can.
                 let raw = PathBuf::from(&e.workspace_root);
@@ -137,7 +148,10 @@ fn descriptors(entry: &Entry, viewer: &Viewer, now_ms: u64) -> Vec<Descriptor> {
             }
             out
         }
-        None => vec![Descriptor { key: format!("legacy:{}", entry.file), value: common(None, None, None) }],
+        None => vec![Descriptor {
+            key: format!("legacy:{}", entry.file),
+            value: common(None, None, None),
+        }],
     }
 }
 
@@ -145,7 +159,11 @@ fn matches_query(v: &Value, q: &str) -> bool {
     let q = q.to_lowercase();
     ["alias", "peerId", "project", "sessionId", "workspace"]
         .iter()
-        .any(|k| v.get(*k).and_then(Value::as_str).is_some_and(|s| s.to_lowercase().contains(&q)))
+        .any(|k| {
+            v.get(*k)
+                .and_then(Value::as_str)
+                .is_some_and(|s| s.to_lowercase().contains(&q))
+        })
 }
 
 /// Lists peers visible to `viewer`, sorted by key, one bounded page after `cursor`.
@@ -160,14 +178,29 @@ pub fn list(ns: &Namespace, limits: &Limits, viewer: &Viewer, opts: &ListOptions
         .iter()
         .filter(|e| opts.all || (e.is_live() && viewer.sees(e)))
         .flat_map(|e| descriptors(e, viewer, now))
-        .filter(|d| opts.query.as_deref().is_none_or(|q| matches_query(&d.value, q)))
+        .filter(|d| {
+            opts.query
+                .as_deref()
+                .is_none_or(|q| matches_query(&d.value, q))
+        })
         .filter(|d| after.as_deref().is_none_or(|a| d.key.as_str() > a))
         .collect();
     all.sort_by(|a, b| a.key.cmp(&b.key));
-    let page = opts.page_size.unwrap_or(limits.directory_page_size).min(limits.directory_page_size).max(1) as usize;
-    let cursor = if all.len() > page { all.get(page - 1).map(|d| identity::b64(d.key.as_bytes())) } else { None };
+    let page = opts
+        .page_size
+        .unwrap_or(limits.directory_page_size)
+        .min(limits.directory_page_size)
+        .max(1) as usize;
+    let cursor = if all.len() > page {
+        all.get(page - 1).map(|d| identity::b64(d.key.as_bytes()))
+    } else {
+        None
+    };
     all.truncate(page);
-    Ok(Page { peers: all.into_iter().map(|d| d.value).collect(), cursor })
+    Ok(Page {
+        peers: all.into_iter().map(|d| d.value).collect(),
+        cursor,
+    })
 }
 
 fn decode_cursor(c: &str) -> Result<String> {
@@ -191,8 +224,13 @@ fn target_of(ad: &Advertisement, run: Option<&presence::RunAd>) -> Result<Target
 }
 
 /// Every (advertisement, run) pair of an entry that answers to `name` as alias or peerId.
-fn candidates<'a>(e: &'a Entry, name: &str) -> Vec<(&'a Advertisement, Option<&'a presence::RunAd>)> {
-    let Some(ad) = &e.advert else { return Vec::new() };
+fn candidates<'a>(
+    e: &'a Entry,
+    name: &str,
+) -> Vec<(&'a Advertisement, Option<&'a presence::RunAd>)> {
+    let Some(ad) = &e.advert else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     if ad.peer_id == name || ad.alias == name {
         out.push((ad, None));
@@ -211,7 +249,10 @@ fn candidates<'a>(e: &'a Entry, name: &str) -> Vec<(&'a Advertisement, Option<&'
 pub fn resolve(ns: &Namespace, limits: &Limits, viewer: &Viewer, target: &str) -> Result<Target> {
     let name = target.strip_prefix('@').unwrap_or(target);
     if name.is_empty() || name.len() > 100 {
-        return Err(Error::new(Code::Usage, "target must be an alias or a peerId"));
+        return Err(Error::new(
+            Code::Usage,
+            "target must be an alias or a peerId",
+        ));
     }
     let entries = presence::read_all(&ns.active_agents(), limits, clock::now_ms())?;
     let shown = sanitize::line(name, 60);
@@ -238,12 +279,21 @@ pub fn resolve(ns: &Namespace, limits: &Limits, viewer: &Viewer, target: &str) -
             Code::TargetEnded,
             format!("{shown} has ended; refresh discovery and pick the current incarnation"),
         )),
-        0 => Err(Error::new(Code::PeerOffline, format!("no live peer {shown} in {} scope", viewer.scope.name()))),
+        0 => Err(Error::new(
+            Code::PeerOffline,
+            format!("no live peer {shown} in {} scope", viewer.scope.name()),
+        )),
         n => {
-            let ids: Vec<String> = live.iter().map(|(a, r)| r.map_or(a.peer_id.clone(), |r| r.peer_id.clone())).collect();
+            let ids: Vec<String> = live
+                .iter()
+                .map(|(a, r)| r.map_or(a.peer_id.clone(), |r| r.peer_id.clone()))
+                .collect();
             Err(Error::new(
                 Code::AmbiguousTarget,
-                format!("{shown} matches {n} live peers ({}); use a peerId", ids.join(", ")),
+                format!(
+                    "{shown} matches {n} live peers ({}); use a peerId",
+                    ids.join(", ")
+                ),
             ))
         }
     }

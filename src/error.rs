@@ -206,12 +206,13 @@ impl Error {
             .get("message")
             .and_then(|m| m.as_str())
             .unwrap_or("peer returned an error without a message");
-        let code = Code::from_name(name).unwrap_or(match value.get("code").and_then(|c| c.as_i64()) {
-            Some(-32600) | Some(-32700) => Code::InvalidRequest,
-            Some(-32601) => Code::MethodNotFound,
-            Some(-32602) => Code::Usage,
-            _ => Code::Io,
-        });
+        let code =
+            Code::from_name(name).unwrap_or(match value.get("code").and_then(|c| c.as_i64()) {
+                Some(-32600) | Some(-32700) => Code::InvalidRequest,
+                Some(-32601) => Code::MethodNotFound,
+                Some(-32602) => Code::Usage,
+                _ => Code::Io,
+            });
         Error::new(code, crate::sanitize::line(message, 400))
     }
 }
@@ -235,8 +236,14 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for code in Code::ALL {
             assert_eq!(Code::from_name(code.name()), Some(code));
-            assert!(seen.insert(code.exit_status()), "duplicate exit status for {code}");
-            assert!(code.exit_status() < 126, "exit status must stay below shell-reserved range");
+            assert!(
+                seen.insert(code.exit_status()),
+                "duplicate exit status for {code}"
+            );
+            assert!(
+                code.exit_status() < 126,
+                "exit status must stay below shell-reserved range"
+            );
         }
     }
 

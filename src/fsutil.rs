@@ -23,7 +23,11 @@ fn unsafe_path(path: &Path, why: &str, fix: &str) -> Error {
 /// Checks metadata taken with `lstat`/`fstat` against our rules for a private object.
 fn check_meta(path: &Path, meta: &std::fs::Metadata, want_dir: bool) -> Result<()> {
     if meta.file_type().is_symlink() {
-        return Err(unsafe_path(path, "is a symbolic link", "replace it with a real directory or file you own"));
+        return Err(unsafe_path(
+            path,
+            "is a symbolic link",
+            "replace it with a real directory or file you own",
+        ));
     }
     if want_dir && !meta.is_dir() {
         return Err(unsafe_path(path, "is not a directory", "move it away"));
@@ -34,14 +38,21 @@ fn check_meta(path: &Path, meta: &std::fs::Metadata, want_dir: bool) -> Result<(
     if meta.uid() != euid() {
         return Err(unsafe_path(
             path,
-            &format!("is owned by uid {}, not by you (uid {})", meta.uid(), euid()),
+            &format!(
+                "is owned by uid {}, not by you (uid {})",
+                meta.uid(),
+                euid()
+            ),
             "use a namespace you own (--home or PEER_HOME)",
         ));
     }
     if meta.mode() & 0o022 != 0 {
         return Err(unsafe_path(
             path,
-            &format!("is group- or world-writable (mode {:o})", meta.mode() & 0o7777),
+            &format!(
+                "is group- or world-writable (mode {:o})",
+                meta.mode() & 0o7777
+            ),
             &format!("run: chmod go-w '{}'", path.display()),
         ));
     }
@@ -62,17 +73,19 @@ pub fn ensure_private_dir(path: &Path) -> Result<()> {
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                if !parent.exists() {
-                    ensure_private_dir(parent)?;
-                }
+            if let Some(parent) = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty() && !p.exists())
+            {
+                ensure_private_dir(parent)?;
             }
             match std::fs::DirBuilder::new().mode(0o700).create(path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(Error::io("cannot create directory", path, &e)),
             }
-            let meta = std::fs::symlink_metadata(path).map_err(|e| Error::io("cannot stat", path, &e))?;
+            let meta =
+                std::fs::symlink_metadata(path).map_err(|e| Error::io("cannot stat", path, &e))?;
             check_meta(path, &meta, true)
         }
         Err(e) => Err(Error::io("cannot stat", path, &e)),
@@ -98,14 +111,20 @@ pub fn open_private(path: &Path) -> Result<File> {
         .custom_flags(O_NOFOLLOW | O_CLOEXEC)
         .open(path)
         .map_err(|e| open_error(path, &e))?;
-    let meta = file.metadata().map_err(|e| Error::io("cannot stat", path, &e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io("cannot stat", path, &e))?;
     check_meta(path, &meta, false)?;
     Ok(file)
 }
 
 fn open_error(path: &Path, e: &std::io::Error) -> Error {
     match e.raw_os_error() {
-        Some(nix::libc::ELOOP) => unsafe_path(path, "is a symbolic link", "replace it with a real file you own"),
+        Some(nix::libc::ELOOP) => unsafe_path(
+            path,
+            "is a symbolic link",
+            "replace it with a real file you own",
+        ),
         _ if e.kind() == std::io::ErrorKind::NotFound => {
             Error::new(Code::NotFound, format!("{} does not exist", path.display()))
         }
@@ -124,16 +143,24 @@ fn read_bounded_file(path: &Path, file: File, max_bytes: u64) -> Result<Vec<u8>>
     if len > max_bytes {
         return Err(Error::new(
             Code::RecoveryRequired,
-            format!("{} is {len} bytes, over the {max_bytes}-byte bound", path.display()),
+            format!(
+                "{} is {len} bytes, over the {max_bytes}-byte bound",
+                path.display()
+            ),
         ));
     }
     let mut buf = Vec::with_capacity(len as usize);
     // A file growing under us is still cut at the bound (+1 to detect it).
-    file.take(max_bytes + 1).read_to_end(&mut buf).map_err(|e| Error::io("cannot read", path, &e))?;
+    file.take(max_bytes + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::io("cannot read", path, &e))?;
     if buf.len() as u64 > max_bytes {
         return Err(Error::new(
             Code::RecoveryRequired,
-            format!("{} grew over the {max_bytes}-byte bound while being read", path.display()),
+            format!(
+                "{} grew over the {max_bytes}-byte bound while being read",
+                path.display()
+            ),
         ));
     }
     Ok(buf)
@@ -162,7 +189,9 @@ pub fn open_private_rw(path: &Path) -> Result<File> {
         .custom_flags(O_NOFOLLOW | O_CLOEXEC)
         .open(path)
         .map_err(|e| open_error(path, &e))?;
-    let meta = file.metadata().map_err(|e| Error::io("cannot stat", path, &e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io("cannot stat", path, &e))?;
     check_meta(path, &meta, false)?;
     Ok(file)
 }
@@ -170,7 +199,8 @@ pub fn open_private_rw(path: &Path) -> Result<File> {
 /// Flushes a directory entry change (create, rename, unlink) to disk.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
     let d = File::open(dir).map_err(|e| Error::io("cannot open directory", dir, &e))?;
-    d.sync_all().map_err(|e| Error::io("cannot fsync directory", dir, &e))
+    d.sync_all()
+        .map_err(|e| Error::io("cannot fsync directory", dir, &e))
 }
 
 /// Whether an atomic replace must reach the disk before it returns.
@@ -186,13 +216,22 @@ pub enum Durability {
 /// not end in `.json`, written with mode 0600 and `O_EXCL`, then renamed over the target.
 pub fn atomic_write(path: &Path, bytes: &[u8], durability: Durability) -> Result<()> {
     let dir = parent_of(path)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.{:016x}.tmp", std::process::id(), crate::identity::random_u64()));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.{}.{:016x}.tmp",
+        std::process::id(),
+        crate::identity::random_u64()
+    ));
     let result = (|| {
         let mut f = create_private_new(&tmp)?;
-        f.write_all(bytes).map_err(|e| Error::io("cannot write", &tmp, &e))?;
+        f.write_all(bytes)
+            .map_err(|e| Error::io("cannot write", &tmp, &e))?;
         if durability == Durability::Durable {
-            f.sync_data().map_err(|e| Error::io("cannot fsync", &tmp, &e))?;
+            f.sync_data()
+                .map_err(|e| Error::io("cannot fsync", &tmp, &e))?;
         }
         std::fs::rename(&tmp, path).map_err(|e| Error::io("cannot rename onto", path, &e))?;
         if durability == Durability::Durable {
@@ -209,7 +248,10 @@ pub fn atomic_write(path: &Path, bytes: &[u8], durability: Durability) -> Result
 fn parent_of(path: &Path) -> Result<PathBuf> {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => Ok(p.to_path_buf()),
-        _ => Err(Error::new(Code::Io, format!("{} has no parent directory", path.display()))),
+        _ => Err(Error::new(
+            Code::Io,
+            format!("{} has no parent directory", path.display()),
+        )),
     }
 }
 
@@ -247,7 +289,9 @@ impl FileLock {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(20));
                 }
-                Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("cannot lock", path, &e)),
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(Error::io("cannot lock", path, &e));
+                }
             }
         }
         let _ = file.set_len(0);
@@ -267,7 +311,11 @@ mod tests {
     use super::*;
 
     fn tmpdir(tag: &str) -> PathBuf {
-        let p = std::env::temp_dir().join(format!("pw-fsutil-{tag}-{}-{:x}", std::process::id(), crate::identity::random_u64()));
+        let p = std::env::temp_dir().join(format!(
+            "pw-fsutil-{tag}-{}-{:x}",
+            std::process::id(),
+            crate::identity::random_u64()
+        ));
         ensure_private_dir(&p).unwrap();
         p
     }
@@ -296,10 +344,16 @@ mod tests {
         atomic_write(&f, b"hello", Durability::Durable).unwrap();
         assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o777, 0o600);
         assert_eq!(read_private_bounded(&f, 5).unwrap(), b"hello");
-        assert_eq!(read_private_bounded(&f, 4).unwrap_err().code, Code::RecoveryRequired);
+        assert_eq!(
+            read_private_bounded(&f, 4).unwrap_err().code,
+            Code::RecoveryRequired
+        );
         let link = base.join("l.json");
         std::os::unix::fs::symlink(&f, &link).unwrap();
-        assert_eq!(read_private_bounded(&link, 10).unwrap_err().code, Code::UnsafePath);
+        assert_eq!(
+            read_private_bounded(&link, 10).unwrap_err().code,
+            Code::UnsafePath
+        );
         std::fs::remove_dir_all(&base).unwrap();
     }
 

@@ -7,7 +7,9 @@ use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
 
 /// The fixed DER prefix of an Ed25519 SubjectPublicKeyInfo (RFC 8410); 32 key bytes follow.
-pub const SPKI_PREFIX: [u8; 12] = [0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00];
+pub const SPKI_PREFIX: [u8; 12] = [
+    0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+];
 
 /// Longest alias accepted anywhere.
 pub const ALIAS_CHARS_MAX: usize = 48;
@@ -70,7 +72,10 @@ pub fn peer_id(instance_id: &str, run_id: Option<&str>) -> String {
 
 /// True for ids we generate and accept on the wire: short, printable, `[A-Za-z0-9_.-]`.
 pub fn is_valid_id(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 96 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    !s.is_empty()
+        && s.len() <= 96
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
 /// Aliases are readable names: 1–48 chars of letters, digits, `-`, `_`, `.`, starting with a
@@ -78,8 +83,13 @@ pub fn is_valid_id(s: &str) -> bool {
 pub fn validate_alias(alias: &str) -> Result<()> {
     let ok = !alias.is_empty()
         && alias.chars().count() <= ALIAS_CHARS_MAX
-        && alias.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && alias.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        && alias
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && alias
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
     if ok {
         Ok(())
     } else {

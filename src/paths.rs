@@ -19,7 +19,10 @@ pub struct Namespace {
 
 impl Namespace {
     pub fn new(home: PathBuf, config: &Config) -> Namespace {
-        let coord = config.coordination_directory.clone().unwrap_or_else(|| home.clone());
+        let coord = config
+            .coordination_directory
+            .clone()
+            .unwrap_or_else(|| home.clone());
         Namespace { home, coord }
     }
 
@@ -48,10 +51,20 @@ impl Namespace {
     /// anything that climbs out with `..`.
     pub fn endpoint_path(&self, advertised: &str) -> Result<PathBuf> {
         let p = Path::new(advertised);
-        if p.components().any(|c| matches!(c, std::path::Component::ParentDir)) || advertised.is_empty() {
-            return Err(Error::new(Code::InvalidRequest, "advertised endpoint is not a plain path"));
+        if p.components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+            || advertised.is_empty()
+        {
+            return Err(Error::new(
+                Code::InvalidRequest,
+                "advertised endpoint is not a plain path",
+            ));
         }
-        Ok(if p.is_absolute() { p.to_path_buf() } else { self.coord.join(p) })
+        Ok(if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.coord.join(p)
+        })
     }
 }
 
@@ -69,7 +82,10 @@ pub fn socket_place(ns: &Namespace, instance_id: &str) -> Result<SocketPlace> {
     let name = format!("{instance_id}.sock");
     let primary = ns.runtime_dir().join(&name);
     if primary.as_os_str().len() <= SOCKET_PATH_BYTES_MAX {
-        return Ok(SocketPlace { path: primary, advertised: format!("peer-runtime/{name}") });
+        return Ok(SocketPlace {
+            path: primary,
+            advertised: format!("peer-runtime/{name}"),
+        });
     }
     let tag = &crate::identity::sha256_hex(&[ns.coord.as_os_str().as_encoded_bytes()])[..12];
     let uid = nix::unistd::geteuid().as_raw();
@@ -97,7 +113,10 @@ pub fn socket_place(ns: &Namespace, instance_id: &str) -> Result<SocketPlace> {
     Err(last_err.unwrap_or_else(|| {
         Error::new(
             Code::UnsafePath,
-            format!("{} is too long for a Unix socket and no short private runtime directory is usable", primary.display()),
+            format!(
+                "{} is too long for a Unix socket and no short private runtime directory is usable",
+                primary.display()
+            ),
         )
     }))
 }
@@ -108,13 +127,23 @@ mod tests {
 
     #[test]
     fn long_namespaces_get_a_short_private_socket_dir() {
-        let home = std::env::temp_dir().join(format!("pw-paths-{}-{}", std::process::id(), "x".repeat(120)));
-        let ns = Namespace { home: home.clone(), coord: home.clone() };
+        let home = std::env::temp_dir().join(format!(
+            "pw-paths-{}-{}",
+            std::process::id(),
+            "x".repeat(120)
+        ));
+        let ns = Namespace {
+            home: home.clone(),
+            coord: home.clone(),
+        };
         let place = socket_place(&ns, "i-0123456789abcdef").unwrap();
         assert!(place.path.as_os_str().len() <= SOCKET_PATH_BYTES_MAX);
         assert!(Path::new(&place.advertised).is_absolute());
         assert_eq!(ns.endpoint_path(&place.advertised).unwrap(), place.path);
-        let short = Namespace { home: PathBuf::from("/tmp/a"), coord: PathBuf::from("/tmp/a") };
+        let short = Namespace {
+            home: PathBuf::from("/tmp/a"),
+            coord: PathBuf::from("/tmp/a"),
+        };
         let p = socket_place(&short, "i-1").unwrap();
         assert_eq!(p.advertised, "peer-runtime/i-1.sock");
         assert!(ns.endpoint_path("../x").is_err());

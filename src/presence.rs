@@ -52,7 +52,10 @@ impl Advertisement {
     /// Checks the extension on its own; a failure disables messaging for the record only.
     pub fn validate(&self, limits: &Limits) -> std::result::Result<(), String> {
         if self.protocol_version != PROTOCOL_VERSION {
-            return Err(format!("unsupported protocol version {}", self.protocol_version));
+            return Err(format!(
+                "unsupported protocol version {}",
+                self.protocol_version
+            ));
         }
         if !identity::is_valid_id(&self.instance_id) {
             return Err("instanceId is malformed".into());
@@ -67,7 +70,10 @@ impl Advertisement {
             return Err("endpoint is empty or too long".into());
         }
         if crate::config::Scope::parse(&self.scope).is_none() {
-            return Err(format!("scope {:?} is unknown", sanitize::line(&self.scope, 20)));
+            return Err(format!(
+                "scope {:?} is unknown",
+                sanitize::line(&self.scope, 20)
+            ));
         }
         if identity::validate_alias(&self.alias).is_err() {
             return Err("alias is invalid".into());
@@ -145,7 +151,11 @@ impl Entry {
     }
     /// Live and reachable for messaging.
     pub fn messaging(&self) -> Option<&Advertisement> {
-        if self.is_live() { self.advert.as_ref() } else { None }
+        if self.is_live() {
+            self.advert.as_ref()
+        } else {
+            None
+        }
     }
 }
 
@@ -153,7 +163,13 @@ impl Entry {
 pub fn file_name(session_id: &str, instance_id: &str) -> String {
     let clean: String = session_id
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "_.-".contains(c) { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     format!("{clean}.{instance_id}.json")
 }
@@ -172,7 +188,10 @@ pub fn read_all(dir: &Path, limits: &Limits, now_ms: u64) -> Result<Vec<Entry>> 
         .collect();
     names.sort();
     names.truncate(limits.presence_files as usize);
-    Ok(names.into_iter().map(|n| read_one(dir, &n, limits, now_ms)).collect())
+    Ok(names
+        .into_iter()
+        .map(|n| read_one(dir, &n, limits, now_ms))
+        .collect())
 }
 
 fn invalid(file: &str, why: String) -> Entry {
@@ -212,7 +231,11 @@ pub fn read_one(dir: &Path, file: &str, limits: &Limits, now_ms: u64) -> Entry {
     }
 }
 
-fn field_str(obj: &Map<String, Value>, key: &str, checked: bool) -> std::result::Result<String, String> {
+fn field_str(
+    obj: &Map<String, Value>,
+    key: &str,
+    checked: bool,
+) -> std::result::Result<String, String> {
     match obj.get(key) {
         Some(Value::String(s)) => Ok(sanitize::clamp(s, FIELD_CHARS_MAX)),
         None | Some(Value::Null) if !checked => Ok(String::new()),
@@ -220,7 +243,12 @@ fn field_str(obj: &Map<String, Value>, key: &str, checked: bool) -> std::result:
     }
 }
 
-fn classify(file: &str, obj: &Map<String, Value>, limits: &Limits, now_ms: u64) -> std::result::Result<Entry, String> {
+fn classify(
+    file: &str,
+    obj: &Map<String, Value>,
+    limits: &Limits,
+    now_ms: u64,
+) -> std::result::Result<Entry, String> {
     if obj.get("version").and_then(Value::as_f64) != Some(1.0) {
         return Err("not presence version 1".into());
     }
@@ -258,7 +286,12 @@ fn classify(file: &str, obj: &Map<String, Value>, limits: &Limits, now_ms: u64) 
                 Ok(()) => entry.advert = Some(ad),
                 Err(why) => entry.advert_error = Some(why),
             },
-            Err(e) => entry.advert_error = Some(format!("communication block is malformed: {}", sanitize::line(&e.to_string(), 120))),
+            Err(e) => {
+                entry.advert_error = Some(format!(
+                    "communication block is malformed: {}",
+                    sanitize::line(&e.to_string(), 120)
+                ))
+            }
         }
     }
     Ok(entry)
@@ -273,7 +306,10 @@ fn liveness(pid: i64, updated: Option<u64>, limits: &Limits, now_ms: u64) -> Liv
     }
     let age = now_ms.saturating_sub(updated);
     if age > limits.stale_ms {
-        return Liveness::Stale(format!("no heartbeat for {} ms (stale after {} ms)", age, limits.stale_ms));
+        return Liveness::Stale(format!(
+            "no heartbeat for {} ms (stale after {} ms)",
+            age, limits.stale_ms
+        ));
     }
     if !pid_alive(pid) {
         return Liveness::Stale(format!("process {pid} is not running"));
@@ -303,9 +339,15 @@ pub struct Publisher {
 impl Publisher {
     /// Writes the first version of our record.
     pub fn publish(dir: &Path, mut record: Record) -> Result<Publisher> {
-        let path = dir.join(file_name(&record.session_id, &record.communication.instance_id));
+        let path = dir.join(file_name(
+            &record.session_id,
+            &record.communication.instance_id,
+        ));
         record.updated_at = clock::iso8601(clock::now_ms());
-        let publisher = Publisher { path, record: parking_lot::Mutex::new(record) };
+        let publisher = Publisher {
+            path,
+            record: parking_lot::Mutex::new(record),
+        };
         publisher.write()?;
         Ok(publisher)
     }
@@ -329,7 +371,8 @@ impl Publisher {
         let bytes = {
             let mut r = self.record.lock();
             r.updated_at = clock::iso8601(clock::now_ms());
-            let mut b = serde_json::to_vec_pretty(&*r).map_err(|e| Error::new(Code::Io, e.to_string()))?;
+            let mut b =
+                serde_json::to_vec_pretty(&*r).map_err(|e| Error::new(Code::Io, e.to_string()))?;
             b.push(b'\n');
             b
         };
@@ -346,7 +389,10 @@ impl Publisher {
             Err(e) => return Err(e),
         };
         let on_disk: Option<String> = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| {
-            v.get("communication")?.get("instanceId")?.as_str().map(str::to_string)
+            v.get("communication")?
+                .get("instanceId")?
+                .as_str()
+                .map(str::to_string)
         });
         if on_disk.as_deref() != Some(ours.as_str()) {
             return Ok(false);
@@ -374,7 +420,11 @@ mod tests {
     }
 
     fn tmp() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("pw-presence-{}-{:x}", std::process::id(), identity::random_u64()));
+        let d = std::env::temp_dir().join(format!(
+            "pw-presence-{}-{:x}",
+            std::process::id(),
+            identity::random_u64()
+        ));
         fsutil::ensure_private_dir(&d).unwrap();
         d
     }
@@ -389,7 +439,11 @@ mod tests {
         let now = clock::now_ms();
         let me = std::process::id();
         write(&d, "live.json", legacy(me, &clock::iso8601(now)).as_bytes());
-        write(&d, "old.json", legacy(me, &clock::iso8601(now - 60_000)).as_bytes());
+        write(
+            &d,
+            "old.json",
+            legacy(me, &clock::iso8601(now - 60_000)).as_bytes(),
+        );
         write(&d, "dead.json", legacy(0, &clock::iso8601(now)).as_bytes());
         write(&d, "garbage.json", &[0xff, 0x00, 0x13]);
         write(&d, "big.json", &vec![b' '; 70 * 1024]);
@@ -403,8 +457,12 @@ mod tests {
         let by = |f: &str| all.iter().find(|e| e.file == f).unwrap().clone();
         assert_eq!(all.len(), 7);
         assert!(by("live.json").is_live());
-        assert!(matches!(by("old.json").liveness, Liveness::Stale(ref r) if r.contains("no heartbeat")));
-        assert!(matches!(by("dead.json").liveness, Liveness::Stale(ref r) if r.contains("not running")));
+        assert!(
+            matches!(by("old.json").liveness, Liveness::Stale(ref r) if r.contains("no heartbeat"))
+        );
+        assert!(
+            matches!(by("dead.json").liveness, Liveness::Stale(ref r) if r.contains("not running"))
+        );
         assert!(matches!(by("garbage.json").liveness, Liveness::Invalid(_)));
         assert!(matches!(by("big.json").liveness, Liveness::Invalid(ref r) if r.contains("bound")));
         assert!(matches!(by("v2.json").liveness, Liveness::Invalid(_)));

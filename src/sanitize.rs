@@ -98,7 +98,10 @@ mod tests {
     fn strips_csi_osc_and_invisibles() {
         assert_eq!(text("a\u{1b}[31mred\u{1b}[0m b"), "ared b");
         assert_eq!(text("x\u{1b}]0;title\u{7}y"), "xy");
-        assert_eq!(text("x\u{1b}]8;;http://e\u{1b}\\link\u{1b}]8;;\u{1b}\\y"), "xlinky");
+        assert_eq!(
+            text("x\u{1b}]8;;http://e\u{1b}\\link\u{1b}]8;;\u{1b}\\y"),
+            "xlinky"
+        );
         assert_eq!(text("ab\u{202e}cd\u{200b}e\r\u{0}f"), "abcdef");
         assert_eq!(text("line1\nline2\tx"), "line1\nline2\tx");
         assert_eq!(text("\u{9b}2Jz"), "z");

@@ -14,17 +14,34 @@ pub fn usage(e: lexopt::Error) -> Error {
 
 pub fn string(p: &mut lexopt::Parser, flag: &str) -> Result<String> {
     let v = p.value().map_err(usage)?;
-    v.into_string().map_err(|_| Error::new(Code::Usage, format!("{flag} must be valid UTF-8")))
+    v.into_string()
+        .map_err(|_| Error::new(Code::Usage, format!("{flag} must be valid UTF-8")))
 }
 
 pub fn millis(p: &mut lexopt::Parser, flag: &str) -> Result<u64> {
     let s = string(p, flag)?;
-    s.parse::<u64>().map_err(|_| Error::new(Code::Usage, format!("{flag} takes a whole number of milliseconds, got {:?}", crate::sanitize::line(&s, 20))))
+    s.parse::<u64>().map_err(|_| {
+        Error::new(
+            Code::Usage,
+            format!(
+                "{flag} takes a whole number of milliseconds, got {:?}",
+                crate::sanitize::line(&s, 20)
+            ),
+        )
+    })
 }
 
 pub fn number(p: &mut lexopt::Parser, flag: &str) -> Result<u64> {
     let s = string(p, flag)?;
-    s.parse::<u64>().map_err(|_| Error::new(Code::Usage, format!("{flag} takes a whole number, got {:?}", crate::sanitize::line(&s, 20))))
+    s.parse::<u64>().map_err(|_| {
+        Error::new(
+            Code::Usage,
+            format!(
+                "{flag} takes a whole number, got {:?}",
+                crate::sanitize::line(&s, 20)
+            ),
+        )
+    })
 }
 
 pub fn unexpected(arg: lexopt::Arg<'_>) -> Error {

@@ -9,7 +9,8 @@ use crate::paths::Namespace;
 use serde_json::Value;
 use std::ffi::OsString;
 
-pub const HELP: &str = "usage: peer-dir [--home DIR] [--scope workspace|repository|machine] [--query TEXT]
+pub const HELP: &str =
+    "usage: peer-dir [--home DIR] [--scope workspace|repository|machine] [--query TEXT]
                [--workspace DIR] [--cursor C] [--all] [--json]
 
 Lists live peers in scope. --all adds stale, invalid and out-of-scope records with the reason.
@@ -26,11 +27,21 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         match arg {
             Long("scope") => {
                 let s = args::string(&mut p, "--scope")?;
-                scope = Some(Scope::parse(&s).ok_or_else(|| Error::new(Code::Usage, "--scope must be workspace, repository or machine"))?);
+                scope = Some(Scope::parse(&s).ok_or_else(|| {
+                    Error::new(
+                        Code::Usage,
+                        "--scope must be workspace, repository or machine",
+                    )
+                })?);
             }
             Long("query") => opts.query = Some(args::string(&mut p, "--query")?),
             Long("cursor") => opts.cursor = Some(args::string(&mut p, "--cursor")?),
-            Long("workspace") => workspace = Some(std::path::PathBuf::from(args::string(&mut p, "--workspace")?)),
+            Long("workspace") => {
+                workspace = Some(std::path::PathBuf::from(args::string(
+                    &mut p,
+                    "--workspace",
+                )?))
+            }
             Long("all") => opts.all = true,
             Long("help") | Short('h') => {
                 print!("{HELP}");
@@ -44,7 +55,8 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let ns = Namespace::new(home, &config);
     let cwd = match workspace {
         Some(w) => w,
-        None => std::env::current_dir().map_err(|e| Error::new(Code::Io, format!("cannot read the current directory: {e}")))?,
+        None => std::env::current_dir()
+            .map_err(|e| Error::new(Code::Io, format!("cannot read the current directory: {e}")))?,
     };
     let viewer = Viewer {
         ws: directory::canonical_workspace(&cwd)?,
@@ -75,14 +87,24 @@ fn cell(v: &Value, key: &str) -> String {
 }
 
 fn print_table(peers: &[Value], cursor: Option<&str>) {
-    println!("{:<20} {:<28} {:<8} {:<8} {:<7} {:<9} WORKSPACE", "ALIAS", "PEER-ID", "PID", "AGE", "STATUS", "MESSAGING");
+    println!(
+        "{:<20} {:<28} {:<8} {:<8} {:<7} {:<9} WORKSPACE",
+        "ALIAS", "PEER-ID", "PID", "AGE", "STATUS", "MESSAGING"
+    );
     for p in peers {
-        let age = p.get("ageMs").and_then(Value::as_u64).map_or("-".to_string(), |ms| format!("{:.1}s", ms as f64 / 1000.0));
+        let age = p
+            .get("ageMs")
+            .and_then(Value::as_u64)
+            .map_or("-".to_string(), |ms| format!("{:.1}s", ms as f64 / 1000.0));
         let mut alias = cell(p, "alias");
         if p.get("self").and_then(Value::as_bool) == Some(true) {
             alias.push_str(" (you)");
         }
-        let messaging = if p.get("messaging").and_then(Value::as_bool) == Some(true) { "yes" } else { "no" };
+        let messaging = if p.get("messaging").and_then(Value::as_bool) == Some(true) {
+            "yes"
+        } else {
+            "no"
+        };
         let mut status = cell(p, "status");
         if cell(p, "state") != "live" {
             status = cell(p, "state");

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-pub const HELP: &str = "usage: peer host [--alias A] [--session-id S] [--workspace DIR] [--json] [-- CMD [ARG…]]
+pub const HELP: &str =
+    "usage: peer host [--alias A] [--session-id S] [--workspace DIR] [--json] [-- CMD [ARG…]]
 
 Starts a root for this session: an endpoint, a durable inbox and a presence record. With CMD,
 runs it as a child whose peer commands act for this session, and exits with its status.
@@ -24,7 +25,12 @@ struct HostArgs {
 fn parse(ctx: &Ctx, argv: Vec<OsString>) -> Result<Option<HostArgs>> {
     use lexopt::prelude::*;
     let mut p = args::parser(argv);
-    let mut opts = RootOptions { home: ctx.home.clone(), alias: ctx.as_alias.clone(), mode: "command", ..Default::default() };
+    let mut opts = RootOptions {
+        home: ctx.home.clone(),
+        alias: ctx.as_alias.clone(),
+        mode: "command",
+        ..Default::default()
+    };
     let mut command = Vec::new();
     while let Some(arg) = p.next().map_err(args::usage)? {
         match arg {
@@ -48,7 +54,11 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         return Ok(0);
     };
     let signal = Arc::new(AtomicUsize::new(0));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         signal_hook::flag::register_usize(sig, signal.clone(), sig as usize)
             .map_err(|e| Error::new(Code::Io, format!("cannot install signal handler: {e}")))?;
     }
@@ -63,7 +73,11 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             crate::sanitize::line(&root.workspace.workspace.to_string_lossy(), 200)
         );
     }
-    let status = if a.command.is_empty() { wait_for_signal(&signal) } else { run_child(&root, &a.command, &signal)? };
+    let status = if a.command.is_empty() {
+        wait_for_signal(&signal)
+    } else {
+        run_child(&root, &a.command, &signal)?
+    };
     root.shutdown();
     Ok(status)
 }
@@ -84,10 +98,18 @@ fn run_child(root: &Root, command: &[OsString], signal: &AtomicUsize) -> Result<
         .env("PEER_SESSION_ID", &root.session_id)
         .env("PEER_ALIAS", &root.alias)
         .spawn()
-        .map_err(|e| Error::new(Code::Io, format!("cannot start {}: {e}", command[0].to_string_lossy())))?;
+        .map_err(|e| {
+            Error::new(
+                Code::Io,
+                format!("cannot start {}: {e}", command[0].to_string_lossy()),
+            )
+        })?;
     let mut forwarded = false;
     loop {
-        if let Some(status) = child.try_wait().map_err(|e| Error::new(Code::Io, format!("cannot wait for child: {e}")))? {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(|e| Error::new(Code::Io, format!("cannot wait for child: {e}")))?
+        {
             return Ok(exit_code(status));
         }
         let sig = signal.load(Ordering::SeqCst);
@@ -95,7 +117,8 @@ fn run_child(root: &Root, command: &[OsString], signal: &AtomicUsize) -> Result<
             // Pass the stop request on; the child decides how fast it ends.
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::try_from(sig as i32).unwrap_or(nix::sys::signal::Signal::SIGTERM),
+                nix::sys::signal::Signal::try_from(sig as i32)
+                    .unwrap_or(nix::sys::signal::Signal::SIGTERM),
             );
             forwarded = true;
         }
@@ -106,5 +129,7 @@ fn run_child(root: &Root, command: &[OsString], signal: &AtomicUsize) -> Result<
 /// The shell convention: the exit code, or 128 + signal number.
 pub fn exit_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
-    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }

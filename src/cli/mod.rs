@@ -34,9 +34,22 @@ pub type Command = fn(&Ctx, Vec<OsString>) -> Result<i32>;
 /// The subcommand table: name, one-line summary, implementation.
 fn commands() -> Vec<(&'static str, &'static str, Command)> {
     vec![
-        ("host", "run a root for this session (optionally around a command)", host::cmd as Command),
-        ("dir", "list live peers in scope (same as peer-dir)", dir::cmd),
+        (
+            "host",
+            "run a root for this session (optionally around a command)",
+            host::cmd as Command,
+        ),
+        (
+            "dir",
+            "list live peers in scope (same as peer-dir)",
+            dir::cmd,
+        ),
     ]
+}
+
+/// The subcommand names, for the documentation tests.
+pub fn command_names() -> Vec<&'static str> {
+    commands().into_iter().map(|(n, _, _)| n).collect()
 }
 
 /// Prints one JSON value as one line on stdout.
@@ -96,7 +109,13 @@ pub fn main(args: Vec<OsString>) -> i32 {
         return 0;
     }
     let Some((_, _, cmd)) = commands().into_iter().find(|(n, _, _)| *n == sub) else {
-        let e = Error::new(Code::Usage, format!("unknown command {:?}; run 'peer --help'", crate::sanitize::line(&sub, 40)));
+        let e = Error::new(
+            Code::Usage,
+            format!(
+                "unknown command {:?}; run 'peer --help'",
+                crate::sanitize::line(&sub, 40)
+            ),
+        );
         return report(&ctx, &e);
     };
     match cmd(&ctx, rest) {
@@ -107,7 +126,10 @@ pub fn main(args: Vec<OsString>) -> i32 {
 
 /// Pulls `--home`, `--json` and `--as` out of the argument list (anywhere before `--`), and
 /// returns the subcommand name and the arguments left for it.
-pub fn split_globals(ctx: &mut Ctx, args: Vec<OsString>) -> Result<(Option<String>, Vec<OsString>)> {
+pub fn split_globals(
+    ctx: &mut Ctx,
+    args: Vec<OsString>,
+) -> Result<(Option<String>, Vec<OsString>)> {
     let mut sub = None;
     let mut rest = Vec::new();
     let mut it = args.into_iter();
@@ -125,11 +147,15 @@ pub fn split_globals(ctx: &mut Ctx, args: Vec<OsString>) -> Result<(Option<Strin
             }
             "--json" => ctx.json = true,
             "--home" => ctx.home = Some(PathBuf::from(value_of(&mut it, "--home")?)),
-            "--as" => ctx.as_alias = Some(value_of(&mut it, "--as")?.to_string_lossy().into_owned()),
+            "--as" => {
+                ctx.as_alias = Some(value_of(&mut it, "--as")?.to_string_lossy().into_owned())
+            }
             _ if s.starts_with("--home=") => ctx.home = Some(PathBuf::from(&s[7..])),
             _ if s.starts_with("--as=") => ctx.as_alias = Some(s[5..].to_string()),
             _ if sub.is_none() && !s.starts_with('-') => sub = Some(s),
-            _ if sub.is_none() && (s == "--help" || s == "-h" || s == "--version" || s == "-V") => sub = Some(s),
+            _ if sub.is_none() && (s == "--help" || s == "-h" || s == "--version" || s == "-V") => {
+                sub = Some(s)
+            }
             _ => rest.push(a),
         }
     }
@@ -137,7 +163,8 @@ pub fn split_globals(ctx: &mut Ctx, args: Vec<OsString>) -> Result<(Option<Strin
 }
 
 fn value_of(it: &mut impl Iterator<Item = OsString>, flag: &str) -> Result<OsString> {
-    it.next().ok_or_else(|| Error::new(Code::Usage, format!("{flag} needs a value")))
+    it.next()
+        .ok_or_else(|| Error::new(Code::Usage, format!("{flag} needs a value")))
 }
 
 /// Prints an error the documented way and returns its exit status.
@@ -150,7 +177,12 @@ fn report_as(name: &str, ctx: &Ctx, e: &Error) -> i32 {
         let v = serde_json::json!({"ok": false, "error": {"code": e.code.name(), "message": e.message}});
         println!("{v}");
     } else {
-        let _ = writeln!(std::io::stderr(), "{name}: {}: {}", e.code.name(), crate::sanitize::line(&e.message, 2000));
+        let _ = writeln!(
+            std::io::stderr(),
+            "{name}: {}: {}",
+            e.code.name(),
+            crate::sanitize::line(&e.message, 2000)
+        );
     }
     e.code.exit_status()
 }

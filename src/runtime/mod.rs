@@ -2,13 +2,13 @@
 //! (as later modules arrive) its endpoint, store and tool implementations. A root lives for a
 //! `peer host`, a `peer mcp`, or one `peer --as ALIAS` command.
 
+use crate::clock;
 use crate::config::{Config, Limits};
 use crate::directory::{self, Viewer, WorkspaceId};
 use crate::error::{Code, Error, Result};
 use crate::identity::{self, KeyPair};
 use crate::paths::{self, Namespace, SocketPlace};
 use crate::presence::{self, Advertisement, Publisher, Record};
-use crate::clock;
 use crossbeam_channel::{Sender, bounded};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -29,8 +29,15 @@ pub struct RootOptions {
 
 /// The capabilities a root grants itself from its configuration.
 pub fn root_capabilities(config: &Config) -> Vec<String> {
-    let mut caps: Vec<String> =
-        ["message.send", "message.receive", "message.wait", "resource.request"].iter().map(|s| s.to_string()).collect();
+    let mut caps: Vec<String> = [
+        "message.send",
+        "message.receive",
+        "message.wait",
+        "resource.request",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     if config.allow_resource_control {
         caps.push("resource.control".into());
     }
@@ -59,13 +66,16 @@ impl Root {
     pub fn start(opts: &RootOptions) -> Result<Root> {
         let home = crate::config::resolve_home(opts.home.as_deref())?;
         // Refuse an unsafe namespace before reading anything inside it.
-        if let Ok(meta) = std::fs::symlink_metadata(&home) {
-            if meta.file_type().is_symlink() {
-                return Err(Error::new(
-                    Code::UnsafePath,
-                    format!("{} is a symbolic link; use the real directory as --home", home.display()),
-                ));
-            }
+        if let Ok(meta) = std::fs::symlink_metadata(&home)
+            && meta.file_type().is_symlink()
+        {
+            return Err(Error::new(
+                Code::UnsafePath,
+                format!(
+                    "{} is a symbolic link; use the real directory as --home",
+                    home.display()
+                ),
+            ));
         }
         let config = Config::load(&home)?;
         if config.enabled == Some(false) {
@@ -81,12 +91,19 @@ impl Root {
         ns.prepare()?;
         let cwd = match &opts.workspace {
             Some(w) => w.clone(),
-            None => std::env::current_dir().map_err(|e| Error::new(Code::Io, format!("cannot read the current directory: {e}")))?,
+            None => std::env::current_dir().map_err(|e| {
+                Error::new(Code::Io, format!("cannot read the current directory: {e}"))
+            })?,
         };
         let workspace = directory::canonical_workspace(&cwd)?;
         let session_id = match &opts.session_id {
             Some(s) if identity::is_valid_id(s) => s.clone(),
-            Some(_) => return Err(Error::new(Code::Usage, "--session-id must be 1-96 chars of [A-Za-z0-9_.-]")),
+            Some(_) => {
+                return Err(Error::new(
+                    Code::Usage,
+                    "--session-id must be 1-96 chars of [A-Za-z0-9_.-]",
+                ));
+            }
             None => identity::new_session_id(),
         };
         let alias = match opts.alias.clone().or_else(|| config.alias.clone()) {
@@ -106,10 +123,19 @@ impl Root {
             pid: std::process::id(),
             session_id: session_id.clone(),
             workspace_root: workspace.workspace.to_string_lossy().into_owned(),
-            project_name: workspace.workspace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            project_name: workspace
+                .workspace
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             provider: "peerwire".into(),
             model: "none".into(),
-            mode: if opts.mode.is_empty() { "command" } else { opts.mode }.into(),
+            mode: if opts.mode.is_empty() {
+                "command"
+            } else {
+                opts.mode
+            }
+            .into(),
             status: "idle".into(),
             started_at: clock::iso8601(clock::now_ms()),
             updated_at: String::new(),
@@ -125,7 +151,10 @@ impl Root {
                 capabilities: capabilities.clone(),
                 scope: config.scope.name().into(),
                 workspace: workspace.workspace.to_string_lossy().into_owned(),
-                repository: workspace.repository.as_ref().map(|r| r.to_string_lossy().into_owned()),
+                repository: workspace
+                    .repository
+                    .as_ref()
+                    .map(|r| r.to_string_lossy().into_owned()),
                 alias: alias.clone(),
                 runs: Vec::new(),
             },
@@ -145,7 +174,10 @@ impl Root {
             publisher,
             heartbeat: None,
         };
-        root.heartbeat = Some(spawn_heartbeat(root.publisher.clone(), root.config.limits.heartbeat_ms)?);
+        root.heartbeat = Some(spawn_heartbeat(
+            root.publisher.clone(),
+            root.config.limits.heartbeat_ms,
+        )?);
         Ok(root)
     }
 
@@ -164,10 +196,18 @@ impl Root {
         if scope > max {
             return Err(Error::new(
                 Code::ScopeDenied,
-                format!("scope {} exceeds the configured maximum {}", scope.name(), max.name()),
+                format!(
+                    "scope {} exceeds the configured maximum {}",
+                    scope.name(),
+                    max.name()
+                ),
             ));
         }
-        Ok(Viewer { ws: self.workspace.clone(), scope, self_instance: Some(self.instance_id.clone()) })
+        Ok(Viewer {
+            ws: self.workspace.clone(),
+            scope,
+            self_instance: Some(self.instance_id.clone()),
+        })
     }
 
     /// The `ready` event printed by `peer host --json` once the root accepts connections.
@@ -209,13 +249,18 @@ impl Drop for Root {
 }
 
 /// Refreshes the record every `interval_ms` until the sender is dropped.
-fn spawn_heartbeat(publisher: Arc<Publisher>, interval_ms: u64) -> Result<(Sender<()>, JoinHandle<()>)> {
+fn spawn_heartbeat(
+    publisher: Arc<Publisher>,
+    interval_ms: u64,
+) -> Result<(Sender<()>, JoinHandle<()>)> {
     let (tx, rx) = bounded::<()>(1);
     let handle = std::thread::Builder::new()
         .name("heartbeat".into())
         .spawn(move || {
             // recv_timeout returns Err(Disconnected) when the root drops the sender: stop.
-            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_millis(interval_ms)) {
+            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                rx.recv_timeout(Duration::from_millis(interval_ms))
+            {
                 // A failed refresh is retried at the next beat; readers see us stale meanwhile.
                 let _ = publisher.refresh();
             }

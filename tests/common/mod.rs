@@ -1,0 +1,207 @@
+//! Shared harness for the integration tests: a private temporary namespace per test, the real
+//! binaries started as separate processes, and bounded polling helpers.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const PEER: &str = env!("CARGO_BIN_EXE_peer");
+pub const PEER_DIR: &str = env!("CARGO_BIN_EXE_peer-dir");
+
+/// A temporary namespace and workspace, removed on drop.
+pub struct Ns {
+    pub root: PathBuf,
+    pub home: PathBuf,
+    pub work: PathBuf,
+}
+
+impl Ns {
+    pub fn new(tag: &str) -> Ns {
+        let mut rnd = [0u8; 6];
+        getrandom::fill(&mut rnd).unwrap();
+        let hex: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
+        let root = std::env::temp_dir().join(format!("pwt-{tag}-{}-{hex}", std::process::id()));
+        let home = root.join("ns");
+        let work = root.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        Ns { root, home, work }
+    }
+
+    /// Writes `<home>/config.json` with `sessions.communication` = `comm`.
+    pub fn config(&self, comm: Value) {
+        peerwire::fsutil::ensure_private_dir(&self.home).unwrap();
+        let v = serde_json::json!({"sessions": {"communication": comm}});
+        peerwire::fsutil::atomic_write(
+            &self.home.join("config.json"),
+            v.to_string().as_bytes(),
+            peerwire::fsutil::Durability::Durable,
+        )
+        .unwrap();
+    }
+
+    pub fn cmd(&self, bin: &str) -> Command {
+        let mut c = Command::new(bin);
+        c.arg("--home")
+            .arg(&self.home)
+            .current_dir(&self.work)
+            .env_remove("PEER_HOME")
+            .env_remove("PEER_CONTROL");
+        c
+    }
+
+    /// Runs `peer ARGS…` to completion.
+    pub fn peer(&self, args: &[&str]) -> Output {
+        self.cmd(PEER)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    pub fn peer_dir(&self, args: &[&str]) -> Output {
+        self.cmd(PEER_DIR)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// `peer-dir --json ARGS` parsed into its objects.
+    pub fn listing(&self, args: &[&str]) -> Vec<Value> {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        let out = self.peer_dir(&a);
+        assert!(
+            out.status.success(),
+            "peer-dir failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|v: &Value| v.get("cursor").is_none())
+            .collect()
+    }
+
+    /// Starts `peer host --json ARGS` and waits for its ready line.
+    pub fn host(&self, args: &[&str]) -> Host {
+        let mut child = self
+            .cmd(PEER)
+            .arg("--json")
+            .arg("host")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next();
+        let ready: Value = match first {
+            Some(Ok(l)) => serde_json::from_str(&l).unwrap_or(Value::Null),
+            _ => Value::Null,
+        };
+        if ready.get("event").and_then(Value::as_str) != Some("ready") {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "host did not get ready: {ready} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Host {
+            child: Some(child),
+            ready,
+            lines: Some(lines),
+        }
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// A running `peer host`; killed on drop if still running.
+pub struct Host {
+    pub child: Option<Child>,
+    pub ready: Value,
+    pub lines: Option<std::io::Lines<BufReader<std::process::ChildStdout>>>,
+}
+
+impl Host {
+    pub fn field(&self, k: &str) -> String {
+        self.ready
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    }
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), sig).unwrap();
+    }
+    /// Waits (bounded) for the process to exit and returns its status code.
+    pub fn wait(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                use std::os::unix::process::ExitStatusExt;
+                return Some(st.code().unwrap_or(128 + st.signal().unwrap_or(0)));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("host did not exit in time");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Polls `f` every 20 ms until it returns true or `secs` pass.
+pub fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn exit_of(code: peerwire::error::Code) -> i32 {
+    code.exit_status()
+}
+
+pub fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
