@@ -3,6 +3,10 @@
 //! `peer host`, a `peer mcp`, or one `peer --as ALIAS` command.
 
 use crate::clock;
+pub mod auto;
+pub mod control;
+pub mod events;
+
 use crate::config::{Config, Limits};
 use crate::directory::{self, Viewer, WorkspaceId};
 use crate::error::{Code, Error, Result};

@@ -1,0 +1,257 @@
+//! `peer lab`: the two-session demonstration. It starts real `peer host` processes in a fresh
+//! temporary namespace, drives them only through the public CLI, prints each step, and exits 0
+//! when every step held (non-zero with the failing step otherwise). Nothing outside the
+//! temporary namespace is touched.
+
+use super::{Ctx, args};
+use crate::error::{Code, Error, Result};
+use serde_json::Value;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const HELP: &str = "usage: peer lab [--keep]
+
+Runs the two-session lab in a temporary namespace: discovery, a message whose receipt goes
+accepted -> consumed -> replied, and two commands sharing port:3000 through the resource
+gate. --keep leaves the namespace for inspection. Exits 0 when every step holds.
+";
+
+/// A host started by the lab, stopped on drop.
+struct LabHost {
+    child: Child,
+    ready: Value,
+}
+
+impl Drop for LabHost {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Lab {
+    exe: PathBuf,
+    home: PathBuf,
+    work: PathBuf,
+    step: usize,
+}
+
+impl Lab {
+    fn say(&mut self, title: &str) {
+        self.step += 1;
+        println!("\n[{}] {title}", self.step);
+    }
+
+    fn host(&self, alias: &str) -> Result<LabHost> {
+        let mut child = Command::new(&self.exe)
+            .args(["--home"])
+            .arg(&self.home)
+            .args(["--json", "host", "--alias", alias])
+            .current_dir(&self.work)
+            .env_remove("PEER_CONTROL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| Error::new(Code::Io, format!("cannot start peer host: {e}")))?;
+        let stdout = child.stdout.take().ok_or_else(|| Error::new(Code::Io, "no stdout from peer host"))?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map_err(|e| Error::new(Code::Io, e.to_string()))?;
+        let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        if ready.get("event").and_then(Value::as_str) != Some("ready") {
+            let _ = child.kill();
+            return Err(Error::new(Code::Io, format!("peer host {alias} did not report ready")));
+        }
+        Ok(LabHost { child, ready })
+    }
+
+    /// Runs `peer ARGS` acting for `host`, returns parsed JSON stdout (last line).
+    fn peer_as(&self, host: &LabHost, args: &[&str]) -> Result<Value> {
+        let control = host.ready.get("control").and_then(Value::as_str).unwrap_or_default();
+        let out = Command::new(&self.exe)
+            .arg("--home")
+            .arg(&self.home)
+            .arg("--json")
+            .args(args)
+            .current_dir(&self.work)
+            .env("PEER_CONTROL", control)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| Error::new(Code::Io, format!("cannot run peer: {e}")))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let last = text.lines().last().unwrap_or("null");
+        let v: Value = serde_json::from_str(last).unwrap_or(Value::Null);
+        if !out.status.success() {
+            return Err(Error::new(Code::Io, format!("peer {} failed: {}", args.join(" "), crate::sanitize::line(last, 300))));
+        }
+        Ok(v)
+    }
+
+    fn show(&self, args: &[&str]) {
+        let _ = Command::new(&self.exe).arg("--home").arg(&self.home).args(args).current_dir(&self.work).status();
+    }
+}
+
+fn check(cond: bool, what: &str) -> Result<()> {
+    if cond {
+        println!("    ok: {what}");
+        Ok(())
+    } else {
+        Err(Error::new(Code::Io, format!("lab step failed: {what}")))
+    }
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+pub fn cmd(_ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+    use lexopt::prelude::*;
+    let mut p = args::parser(argv);
+    let mut keep = false;
+    while let Some(arg) = p.next().map_err(args::usage)? {
+        match arg {
+            Long("keep") => keep = true,
+            Long("help") | Short('h') => {
+                print!("{HELP}");
+                return Ok(0);
+            }
+            other => return Err(args::unexpected(other)),
+        }
+    }
+    let exe = std::env::current_exe().map_err(|e| Error::new(Code::Io, format!("cannot find the peer binary: {e}")))?;
+    let root = std::env::temp_dir().join(format!("peer-lab-{}-{:08x}", std::process::id(), crate::identity::random_u64() as u32));
+    let home = root.join("ns");
+    let work = root.join("shop-api");
+    crate::fsutil::ensure_private_dir(&work)?;
+    println!("peer lab: namespace {}", home.display());
+    let mut lab = Lab { exe, home, work, step: 0 };
+    let started = Instant::now();
+    let result = run(&mut lab);
+    if !keep {
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    match result {
+        Ok(()) => {
+            println!("\npeer lab: all {} steps passed in {} ms", lab.step, started.elapsed().as_millis());
+            Ok(0)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn run(lab: &mut Lab) -> Result<()> {
+    lab.say("two sessions start and discover each other");
+    let alice = lab.host("alice")?;
+    let bob = lab.host("bob")?;
+    lab.show(&["dir"]);
+    let listed = list_aliases(lab)?;
+    check(listed.contains(&"alice".to_string()) && listed.contains(&"bob".to_string()), "alice and bob see each other")?;
+
+    lab.say("alice sends bob a message; bob's root takes custody on disk");
+    let receipt = lab.peer_as(&alice, &["send", "@bob", "The build is ready for review."])?;
+    println!("    receipt: {} #{} {}", s(&receipt, "state"), receipt.get("sequence").unwrap_or(&Value::Null), s(&receipt, "messageId"));
+    check(s(&receipt, "state") == "accepted", "receipt is accepted")?;
+    let id = s(&receipt, "messageId").to_string();
+
+    lab.say("bob reads and consumes it; alice sees the receipt move to consumed");
+    let page = lab.peer_as(&bob, &["inbox"])?;
+    let got = page.get("messages").and_then(Value::as_array).and_then(|m| m.first()).cloned().unwrap_or(Value::Null);
+    println!("    bob got: {}", crate::sanitize::line(s(&got, "content"), 80));
+    check(s(&got, "messageId") == id, "bob's inbox holds alice's message")?;
+    lab.peer_as(&bob, &["consume", &id])?;
+    check(wait_state(lab, &alice, &id, "consumed")?, "alice sees consumed")?;
+
+    lab.say("bob replies; alice sees replied and reads the reply");
+    lab.peer_as(&bob, &["reply", &id, "Reviewed: looks good."])?;
+    check(wait_state(lab, &alice, &id, "replied")?, "alice sees replied")?;
+    let page = lab.peer_as(&alice, &["inbox"])?;
+    let reply = page.get("messages").and_then(Value::as_array).and_then(|m| m.first()).cloned().unwrap_or(Value::Null);
+    check(s(&reply, "replyTo") == id, "the reply names the original message")?;
+    check(s(&reply, "correlationId") == s(&receipt, "correlationId"), "the reply keeps the correlation")?;
+
+    lab.say("alice and bob both start a dev server on port:3000; the gate runs them one at a time");
+    let log = lab.work.join("port-3000.log");
+    let script = format!("echo \"enter $(date +%s%N) $PEER_FENCING_TOKEN\" >> '{0}'; sleep 0.3; echo \"exit $(date +%s%N)\" >> '{0}'", log.display());
+    let spawn = |host: &LabHost| -> Result<Child> {
+        let control = host.ready.get("control").and_then(Value::as_str).unwrap_or_default().to_string();
+        Command::new(&lab.exe)
+            .arg("--home")
+            .arg(&lab.home)
+            .args(["run", "--resource", "port:3000", "--", "sh", "-c", &script])
+            .current_dir(&lab.work)
+            .env("PEER_CONTROL", control)
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| Error::new(Code::Io, e.to_string()))
+    };
+    let mut a = spawn(&alice)?;
+    let mut b = spawn(&bob)?;
+    let (sa, sb) = (a.wait(), b.wait());
+    check(sa.is_ok_and(|s| s.success()) && sb.is_ok_and(|s| s.success()), "both commands ran and exited 0")?;
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    print!("{}", text.lines().map(|l| format!("    {l}\n")).collect::<String>());
+    check(no_overlap(&text), "never two holders at once")?;
+    lab.show(&["res", "status", "port:3000"]);
+    drop(bob);
+    drop(alice);
+    Ok(())
+}
+
+fn list_aliases(lab: &Lab) -> Result<Vec<String>> {
+    let out = Command::new(&lab.exe)
+        .arg("--home")
+        .arg(&lab.home)
+        .args(["--json", "dir"])
+        .current_dir(&lab.work)
+        .output()
+        .map_err(|e| Error::new(Code::Io, e.to_string()))?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v.get("alias").and_then(Value::as_str).map(str::to_string))
+        .collect())
+}
+
+/// Polls `peer status` (bounded) until the receipt reaches `state`; receipts travel back to
+/// the sender asynchronously.
+fn wait_state(lab: &Lab, host: &LabHost, id: &str, state: &str) -> Result<bool> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let r = lab.peer_as(host, &["status", id])?;
+        if s(&r, "state") == state {
+            return Ok(true);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(false)
+}
+
+/// True when the enter/exit lines never interleave two holders.
+fn no_overlap(log: &str) -> bool {
+    let mut inside = false;
+    let mut entries = 0;
+    for l in log.lines() {
+        if l.starts_with("enter") {
+            if inside {
+                return false;
+            }
+            inside = true;
+            entries += 1;
+        } else if l.starts_with("exit") {
+            inside = false;
+        }
+    }
+    entries == 2 && !inside
+}
