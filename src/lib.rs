@@ -7,4 +7,7 @@ pub mod config;
 pub mod error;
 pub mod fsutil;
 pub mod identity;
+pub mod mcp;
+pub mod mention;
 pub mod sanitize;
+pub mod tools;
