@@ -86,7 +86,7 @@ struct Shell<'a> {
 pub fn serve(
     host: Arc<dyn ToolHost>,
     events: Receiver<Value>,
-    mut input: impl BufRead + Send,
+    mut input: impl BufRead,
     output: impl Write + Send,
     limits: &Limits,
 ) -> Result<()> {
