@@ -258,3 +258,70 @@ impl Session {
 pub fn call_response(id: Value, result: Value) -> Value {
     result_response(id, result)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn session() -> Session {
+        Session::new(&Limits::default(), Arc::new(AtomicU8::new(0)))
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            "\\PC{0,12}".prop_map(Value::from),
+            prop::sample::select(vec![
+                "to", "content", "waitMs", "op", "resource", "ticket", "status", "@bob"
+            ])
+            .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop::sample::select(vec![
+                        "to", "content", "waitMs", "after", "op", "resource", "ticket", "token",
+                        "capacity", "x"
+                    ]),
+                    inner,
+                    0..5
+                )
+                .prop_map(|m| Value::Object(
+                    m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+            let _ = session().handle(&bytes);
+        }
+
+        #[test]
+        fn arbitrary_requests_never_panic(
+            method in prop::sample::select(vec!["initialize", "ping", "tools/list", "tools/call", "logging/setLevel",
+                "notifications/cancelled", "notifications/initialized", "x"]),
+            name in prop::sample::select(vec!["list_peers", "send_peer_message", "peer_messages", "coordinate_resource", "nope"]),
+            args in json_value(),
+            id in json_value(),
+        ) {
+            let msg = json!({"jsonrpc": "2.0", "id": id, "method": method,
+                "params": {"name": name, "arguments": args, "requestId": 1, "level": "info"}});
+            let mut s = session();
+            match s.handle(msg.to_string().as_bytes()) {
+                // Every reply is a JSON-RPC response or error for a valid (or null) id.
+                Action::Reply(r) => prop_assert!(r.get("result").is_some() || r["error"]["code"].is_i64()),
+                Action::Call { call, .. } => prop_assert!(crate::tools::TOOL_NAMES.contains(&call.tool_name())),
+                Action::Cancel(_) | Action::Initialized | Action::Nothing => {}
+            }
+        }
+    }
+}
