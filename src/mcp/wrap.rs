@@ -94,8 +94,9 @@ fn mark_messages(messages: &mut [Value]) {
 }
 
 /// The MCP `tools/call` result for a host outcome. Success: `structuredContent` is the host's
-/// object (non-objects under `result`) with `ok: true`; peer messages under `messages` are
-/// marked with their authority, and the text block renders them wrapped. Failure:
+/// object (non-objects under `result`) with `ok: true`; peer messages under `messages` (array)
+/// or `message` (object) are sanitized and marked with their authority, and the text block
+/// renders them wrapped. Failure:
 /// `isError: true` and `{"ok":false,"error":{"code","message"}}`.
 pub fn tool_result(outcome: Result<Value>) -> Value {
     match outcome {
@@ -111,18 +112,23 @@ fn success(value: Value) -> Value {
     };
     map.entry("ok").or_insert(json!(true));
     let mut blocks = Vec::new();
+    let mut rest = map.clone();
     if let Some(Value::Array(messages)) = map.get_mut("messages") {
         mark_messages(messages);
-        blocks = messages.iter().map(wrap_peer_message).collect();
+        blocks.extend(messages.iter().map(wrap_peer_message));
+        rest.insert(
+            "messages".into(),
+            json!(format!("{} message(s) below", messages.len())),
+        );
+    }
+    if let Some(message @ Value::Object(_)) = map.get_mut("message") {
+        mark_messages(std::slice::from_mut(message));
+        blocks.push(wrap_peer_message(message));
+        rest.insert("message".into(), json!("1 message below"));
     }
     let text = if blocks.is_empty() {
         Value::Object(map.clone()).to_string()
     } else {
-        let mut rest = map.clone();
-        rest.insert(
-            "messages".into(),
-            json!(format!("{} message(s) below", blocks.len())),
-        );
         format!("{}\n{}", Value::Object(rest), blocks.join("\n"))
     };
     json!({
@@ -184,6 +190,18 @@ mod tests {
         assert_eq!(r["structuredContent"]["messages"][0]["content"], "x");
         let text = r["content"][0]["text"].as_str().unwrap();
         assert!(text.contains("\"cursor\":3") && text.contains("<peer-message from=\"p-1\""));
+        let r = tool_result(Ok(
+            json!({"message": {"from": "p-2", "content": "<b>"}, "state": "consumed"}),
+        ));
+        let text = r["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("\"message\":\"1 message below\"") && text.contains("&lt;b&gt;"),
+            "{text}"
+        );
+        assert_eq!(
+            r["structuredContent"]["message"]["authority"],
+            PEER_AUTHORITY
+        );
         let r = tool_result(Ok(json!(5)));
         assert_eq!(r["structuredContent"], json!({"ok": true, "result": 5}));
         let r = tool_result(Err(Error::new(Code::QueueFull, "inbox full")));
