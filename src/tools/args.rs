@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 /// Largest integer a JSON number can carry exactly (2^53 - 1); larger values are refused
 /// because JavaScript clients would already have rounded them.
-const JSON_SAFE_INTEGER_MAX: u64 = (1 << 53) - 1;
+pub const JSON_SAFE_INTEGER_MAX: u64 = (1 << 53) - 1;
 
 /// The argument object of one call, with the tool (and op) name for messages.
 pub struct Args<'a> {

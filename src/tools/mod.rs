@@ -234,7 +234,7 @@ fn parse_messages(a: &Args, limits: &Limits) -> Result<MessagesArgs> {
     a.only(&["after", "from", "replyTo", "messageId", "waitMs"])?;
     let from = a.opt_str("from", TARGET_CHARS_MAX)?;
     Ok(MessagesArgs {
-        after: a.opt_int("after", 0, u64::MAX)?,
+        after: a.opt_int("after", 0, args::JSON_SAFE_INTEGER_MAX)?,
         from: target(a, "from", from)?,
         reply_to: a.opt_str("replyTo", ID_CHARS_MAX)?,
         message_id: a.opt_str("messageId", ID_CHARS_MAX)?,

@@ -166,6 +166,11 @@ fn bad_arguments_name_the_argument_and_type() {
         &["`after`", "integer"],
     );
     usage_err("peer_messages", json!({"after": 1.5}), &["`after`"]);
+    usage_err(
+        "peer_messages",
+        json!({"after": 1u64 << 53}),
+        &["`after`", "0..=9007199254740991"],
+    );
     usage_err("coordinate_resource", json!({}), &["`op`", "required"]);
     usage_err(
         "coordinate_resource",
