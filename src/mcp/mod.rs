@@ -1,0 +1,313 @@
+//! `peer mcp`: the Model Context Protocol front end over stdio. JSON-RPC 2.0, one message per
+//! line, lifecycle of MCP revision 2025-11-25 (older handshake revisions negotiated), the four
+//! peer tools, cancellation, and `peer_update` events as `notifications/message`.
+//!
+//! Threads (all scoped, joined before [`serve`] returns): the caller's thread reads stdin with
+//! a bounded line reader and runs the sans-IO [`session::Session`]; [`WORKERS`] workers run
+//! tool calls so a 30-second `peer_messages` wait never blocks `ping`; one writer owns stdout;
+//! one forwarder turns host events into notifications once the client is initialized.
+
+mod lines;
+mod session;
+mod wrap;
+
+pub use session::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
+pub use wrap::{PEER_AUTHORITY, tool_result, wrap_peer_message};
+
+use crate::config::Limits;
+use crate::error::{Code, Error, Result};
+use crate::tools::{ToolCall, ToolHost};
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use session::{Action, Session, error_response};
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+/// Tool calls that run at once; further calls queue (up to `limits.pending_requests`).
+pub const WORKERS: usize = 4;
+
+/// Severity of `peer_update` notifications (index into the RFC 5424 levels: "notice").
+const EVENT_LEVEL: u8 = 2;
+
+/// One queued tool call.
+struct Job {
+    id: Value,
+    key: String,
+    call: ToolCall,
+    cancel: Arc<AtomicBool>,
+}
+
+/// Cancel flags of calls queued or running, by serialized JSON-RPC id.
+#[derive(Default)]
+struct InFlight {
+    map: Mutex<HashMap<String, Arc<AtomicBool>>>,
+}
+
+impl InFlight {
+    /// Registers a call; `None` when the id is already in flight.
+    fn insert(&self, key: &str) -> Option<Arc<AtomicBool>> {
+        let mut map = self.map.lock();
+        if map.contains_key(key) {
+            return None;
+        }
+        let flag = Arc::new(AtomicBool::new(false));
+        map.insert(key.to_string(), flag.clone());
+        Some(flag)
+    }
+    fn remove(&self, key: &str) {
+        self.map.lock().remove(key);
+    }
+    fn cancel(&self, key: &str) {
+        if let Some(flag) = self.map.lock().get(key) {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+    fn cancel_all(&self) {
+        for flag in self.map.lock().values() {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The channels and shared state the reader uses to act on [`Action`]s.
+struct Shell<'a> {
+    out: Sender<Value>,
+    jobs: Sender<Job>,
+    inflight: &'a InFlight,
+    initialized: Option<Sender<()>>,
+}
+
+/// Serves MCP on `input`/`output` until `input` ends, then cancels every call, joins all
+/// threads and returns. Only a read error on `input` is an error; a closed `output` ends
+/// writing and the server keeps draining `input` until EOF.
+pub fn serve(
+    host: Arc<dyn ToolHost>,
+    events: Receiver<Value>,
+    mut input: impl BufRead,
+    output: impl Write + Send,
+    limits: &Limits,
+) -> Result<()> {
+    let bound = |n: u64| usize::try_from(n).unwrap_or(usize::MAX).max(1);
+    let (out_tx, out_rx) = bounded::<Value>(bound(limits.outgoing_frames));
+    let (job_tx, job_rx) = bounded::<Job>(bound(limits.pending_requests));
+    let (init_tx, init_rx) = bounded::<()>(1);
+    let (stop_tx, stop_rx) = bounded::<()>(0);
+    let log_level = Arc::new(AtomicU8::new(0));
+    let inflight = InFlight::default();
+    let mut session = Session::new(limits, log_level.clone());
+    std::thread::scope(|s| {
+        s.spawn(move || write_all(output, out_rx));
+        for _ in 0..WORKERS {
+            let (host, jobs, out, inflight) =
+                (host.clone(), job_rx.clone(), out_tx.clone(), &inflight);
+            s.spawn(move || work(&*host, jobs, out, inflight));
+        }
+        let out = out_tx.clone();
+        s.spawn(move || forward_events(events, init_rx, stop_rx, out, &log_level));
+        let mut shell = Shell {
+            out: out_tx,
+            jobs: job_tx,
+            inflight: &inflight,
+            initialized: Some(init_tx),
+        };
+        let result = read_all(&mut input, limits, &mut session, &mut shell);
+        // Shutdown: cancel everything, then close every channel so each thread ends.
+        inflight.cancel_all();
+        drop(shell);
+        drop(stop_tx);
+        result
+    })
+}
+
+fn read_all(
+    input: &mut impl BufRead,
+    limits: &Limits,
+    session: &mut Session,
+    shell: &mut Shell,
+) -> Result<()> {
+    let max = usize::try_from(limits.frame_bytes).unwrap_or(usize::MAX);
+    let mut buf = Vec::new();
+    loop {
+        let line = lines::read_line(input, max, &mut buf).map_err(|e| {
+            Error::new(
+                Code::Io,
+                format!("reading MCP input from stdin failed: {e}"),
+            )
+        })?;
+        match line {
+            lines::Line::Eof => return Ok(()),
+            lines::Line::TooLong => {
+                let text = format!(
+                    "line longer than frameBytes ({max} bytes) was discarded; send smaller messages"
+                );
+                shell.send(error_response(
+                    Value::Null,
+                    session::INVALID_REQUEST,
+                    Code::FrameTooLarge,
+                    &text,
+                ));
+            }
+            lines::Line::Complete => shell.act(session.handle(&buf)),
+        }
+    }
+}
+
+impl Shell<'_> {
+    fn send(&self, msg: Value) {
+        // A closed writer means stdout is gone; keep reading so EOF still shuts down cleanly.
+        let _ = self.out.send(msg);
+    }
+
+    fn act(&mut self, action: Action) {
+        match action {
+            Action::Reply(msg) => self.send(msg),
+            Action::Call { id, call } => self.enqueue(id, call),
+            Action::Cancel(id) => self.inflight.cancel(&id.to_string()),
+            Action::Initialized => {
+                if let Some(tx) = self.initialized.take() {
+                    let _ = tx.send(());
+                }
+            }
+            Action::Nothing => {}
+        }
+    }
+
+    fn enqueue(&self, id: Value, call: ToolCall) {
+        let key = id.to_string();
+        let Some(cancel) = self.inflight.insert(&key) else {
+            let text = "a request with this id is still in progress; use a new id";
+            return self.send(error_response(
+                id,
+                session::INVALID_REQUEST,
+                Code::InvalidRequest,
+                text,
+            ));
+        };
+        let job = Job {
+            id,
+            key,
+            call,
+            cancel,
+        };
+        match self.jobs.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
+                self.inflight.remove(&job.key);
+                let e = Error::new(
+                    Code::QueueFull,
+                    "too many tool calls are in progress; retry when one finishes",
+                );
+                self.send(session::call_response(job.id, tool_result(Err(e))));
+            }
+        }
+    }
+}
+
+fn work(host: &dyn ToolHost, jobs: Receiver<Job>, out: Sender<Value>, inflight: &InFlight) {
+    for job in jobs.iter() {
+        let call_id = match &job.id {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let outcome = if job.cancel.load(Ordering::SeqCst) {
+            None
+        } else {
+            // A panicking host must not take the server down; the caller gets an error result.
+            let run = std::panic::AssertUnwindSafe(|| host.call(job.call, &call_id, &job.cancel));
+            Some(std::panic::catch_unwind(run).unwrap_or_else(|_| {
+                Err(Error::new(
+                    Code::Io,
+                    "the tool failed unexpectedly (internal panic); see the server log",
+                ))
+            }))
+        };
+        inflight.remove(&job.key);
+        // Cancelled calls get no response (MCP cancellation: the client ignores it anyway).
+        if job.cancel.load(Ordering::SeqCst) {
+            continue;
+        }
+        if let Some(outcome) = outcome
+            && out
+                .send(session::call_response(job.id, tool_result(outcome)))
+                .is_err()
+        {
+            return;
+        }
+    }
+}
+
+fn write_all(mut output: impl Write, messages: Receiver<Value>) {
+    for msg in messages.iter() {
+        // serde_json escapes every control character, so one message is exactly one line.
+        let mut line = msg.to_string();
+        line.push('\n');
+        if output
+            .write_all(line.as_bytes())
+            .and_then(|()| output.flush())
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+fn forward_events(
+    events: Receiver<Value>,
+    init: Receiver<()>,
+    stop: Receiver<()>,
+    out: Sender<Value>,
+    level: &AtomicU8,
+) {
+    // Hold events until the client said initialized; they wait in the host's bounded channel.
+    select! {
+        recv(init) -> got => if got.is_err() { return },
+        recv(stop) -> _ => return,
+    }
+    loop {
+        select! {
+            recv(events) -> event => match event {
+                Ok(event) if level.load(Ordering::Relaxed) <= EVENT_LEVEL => {
+                    if out.send(event_notification(event)).is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => return,
+            },
+            recv(stop) -> _ => return,
+        }
+    }
+}
+
+/// A host event as an MCP logging notification; `event: "peer_update"` is added when the host
+/// did not name the event, and every string is sanitized for display.
+fn event_notification(event: Value) -> Value {
+    let mut data = sanitize_strings(event);
+    if let Value::Object(map) = &mut data {
+        map.entry("event").or_insert(json!("peer_update"));
+    }
+    json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/message",
+        "params": { "level": "notice", "logger": "peerwire", "data": data },
+    })
+}
+
+fn sanitize_strings(v: Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(crate::sanitize::text(&s)),
+        Value::Array(a) => Value::Array(a.into_iter().map(sanitize_strings).collect()),
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| (k, sanitize_strings(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests;
