@@ -7,4 +7,6 @@ pub mod config;
 pub mod error;
 pub mod fsutil;
 pub mod identity;
+pub mod protocol;
 pub mod sanitize;
+pub mod transport;
