@@ -76,7 +76,9 @@ impl OutConn {
             }
             map.insert(id, tx);
         }
-        if let Err(e) = self.out.try_send(frame) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let write_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+        if let Err(e) = self.out.send_request(frame, write_ms) {
             self.forget(id);
             return Err(e);
         }

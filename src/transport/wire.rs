@@ -5,12 +5,13 @@
 use crate::error::{Code, Error, Result};
 use crate::protocol::frame::{FrameDecoder, FrameError};
 use crate::protocol::rpc;
-use crossbeam_channel::{Sender, TrySendError, bounded};
+use crossbeam_channel::{Sender, bounded};
+use parking_lot::Mutex;
 use serde_json::Value;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bytes asked of the kernel per read; the decoder bounds what accumulates.
@@ -24,80 +25,139 @@ pub(crate) enum Out {
 }
 
 /// The sending half of one connection: bounded queue, writer thread, closed flag.
+///
+/// A frame may also be written directly by the thread that produced it when nothing is
+/// queued, which saves two thread hand-offs per round trip. `write_lock` serialises the
+/// writer thread and direct writers; `queued` counts frames enqueued but not yet written, so
+/// a direct write never overtakes a queued frame.
 #[derive(Clone)]
 pub(crate) struct Outgoing {
     tx: Sender<Out>,
     closed: Arc<AtomicBool>,
     stream: Arc<UnixStream>,
+    write_lock: Arc<Mutex<UnixStream>>,
+    queued: Arc<AtomicUsize>,
     write_ms: u64,
 }
 
 impl Outgoing {
     /// Starts the writer thread for `stream` with a queue of `capacity` frames.
     pub(crate) fn spawn(stream: &UnixStream, capacity: u64, write_ms: u64) -> Result<Outgoing> {
-        let writer = stream
-            .try_clone()
-            .map_err(|e| io_err("cannot clone a socket", &e))?;
-        let handle = Arc::new(
+        let clone = || {
             stream
                 .try_clone()
-                .map_err(|e| io_err("cannot clone a socket", &e))?,
-        );
+                .map_err(|e| io_err("cannot clone a socket", &e))
+        };
+        let write_lock = Arc::new(Mutex::new(clone()?));
+        let handle = Arc::new(clone()?);
         let (tx, rx) = bounded::<Out>(usize::try_from(capacity).unwrap_or(usize::MAX).max(1));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (lock, count) = (write_lock.clone(), queued.clone());
         std::thread::Builder::new()
             .name("peer-writer".into())
             .spawn(move || {
-                let mut writer = writer;
                 while let Ok(Out::Frame(bytes)) = rx.recv() {
-                    if write_with_deadline(&mut writer, &bytes, write_ms).is_err() {
+                    let mut writer = lock.lock();
+                    let written = write_with_deadline(&mut writer, &bytes, write_ms);
+                    count.fetch_sub(1, Ordering::AcqRel);
+                    if written.is_err() {
                         break;
                     }
                 }
-                let _ = writer.shutdown(std::net::Shutdown::Both);
+                let _ = lock.lock().shutdown(std::net::Shutdown::Both);
             })
             .map_err(|e| io_err("cannot start a writer thread", &e))?;
+        let closed = Arc::new(AtomicBool::new(false));
         Ok(Outgoing {
             tx,
-            closed: Arc::new(AtomicBool::new(false)),
+            closed,
             stream: handle,
+            write_lock,
+            queued,
             write_ms,
         })
     }
 
-    /// Queues a frame, waiting at most `write_ms` for room: a peer that does not read gets
-    /// its connection closed instead of wedging the caller.
+    /// Writes `frame` at once from this thread when no queued frame is waiting; `None` when
+    /// it must be queued instead. A failed direct write closes the connection.
+    fn write_direct(&self, frame: &[u8], write_ms: u64) -> Option<Result<()>> {
+        let mut writer = self.write_lock.lock();
+        if self.queued.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let written = write_with_deadline(&mut writer, frame, write_ms);
+        drop(writer);
+        Some(written.map_err(|e| {
+            self.abort();
+            Error::new(
+                Code::Disconnected,
+                format!("writing to the peer failed or exceeded writeMs ({e}); connection closed"),
+            )
+        }))
+    }
+
+    /// Enqueues for the writer thread, waiting at most `wait` for room (`None`: no wait).
+    fn enqueue(&self, frame: Vec<u8>, wait: Option<Duration>) -> Result<()> {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        let sent = match wait {
+            Some(wait) => self
+                .tx
+                .send_timeout(Out::Frame(frame), wait)
+                .map_err(|e| e.is_timeout()),
+            None => self.tx.try_send(Out::Frame(frame)).map_err(|e| e.is_full()),
+        };
+        let Err(full) = sent else { return Ok(()) };
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+        if !full {
+            return Err(disconnected());
+        }
+        Err(Error::new(
+            Code::QueueFull,
+            "the connection's outgoing queue is full (outgoingFrames); retry later",
+        ))
+    }
+
+    /// Sends a frame, waiting at most `write_ms`: a peer that does not read gets its
+    /// connection closed instead of wedging the caller.
     pub(crate) fn send(&self, frame: Vec<u8>) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(disconnected());
         }
-        match self
-            .tx
-            .send_timeout(Out::Frame(frame), Duration::from_millis(self.write_ms))
-        {
-            Ok(()) => Ok(()),
-            Err(_) => {
+        if let Some(result) = self.write_direct(&frame, self.write_ms) {
+            return result;
+        }
+        self.enqueue(frame, Some(Duration::from_millis(self.write_ms)))
+            .map_err(|e| {
                 self.close();
-                Err(Error::new(
-                    Code::Timeout,
-                    "the peer did not read its answers within writeMs; connection closed",
-                ))
-            }
+                match e.code {
+                    Code::QueueFull => Error::new(
+                        Code::Timeout,
+                        "the peer did not read its answers within writeMs; connection closed",
+                    ),
+                    _ => e,
+                }
+            })
+    }
+
+    /// For requests: writes directly when possible (within `write_ms`, capped by the
+    /// connection's writeMs), else queues without waiting (`QUEUE_FULL` when full).
+    pub(crate) fn send_request(&self, frame: Vec<u8>, write_ms: u64) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(disconnected());
+        }
+        match self.write_direct(&frame, write_ms.clamp(1, self.write_ms)) {
+            Some(result) => result,
+            None => self.enqueue(frame, None),
         }
     }
 
-    /// Queues a frame without waiting: `QUEUE_FULL` when the queue is full.
+    /// Queues a frame without waiting: `QUEUE_FULL` when the queue is full. Used for
+    /// notifications, which must never block the thread that emits them.
     pub(crate) fn try_send(&self, frame: Vec<u8>) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(disconnected());
         }
-        match self.tx.try_send(Out::Frame(frame)) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(_)) => Err(Error::new(
-                Code::QueueFull,
-                "the connection's outgoing queue is full (outgoingFrames); retry later",
-            )),
-            Err(TrySendError::Disconnected(_)) => Err(disconnected()),
-        }
+        self.enqueue(frame, None)
     }
 
     /// Flushes queued frames, then closes. Idempotent; never blocks longer than `write_ms`.
