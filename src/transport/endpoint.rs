@@ -376,7 +376,8 @@ fn dispatch(
     params: Map<String, Value>,
     notifier: &Notifier,
 ) -> Vec<u8> {
-    let result = access::authorize(channel, method).and_then(|()| match peer {
+    let checked = rpc::check_version(&params).and_then(|()| access::authorize(channel, method));
+    let result = checked.and_then(|()| match peer {
         Some(from) => shared.handler.peer_request(from, method, params, notifier),
         None => shared.handler.local_request(method, params, notifier),
     });

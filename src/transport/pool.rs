@@ -37,8 +37,13 @@ struct OutConn {
 }
 
 impl OutConn {
+    /// Dead as far as we already know, without a system call.
+    fn is_known_dead(&self) -> bool {
+        self.out.is_closed() || self.pending.lock().is_none()
+    }
+
     fn is_alive(&self) -> bool {
-        !self.out.is_closed() && self.pending.lock().is_some() && !self.out.peer_closed()
+        !self.is_known_dead() && !self.out.peer_closed()
     }
 
     /// Marks the connection dead and settles every waiter with `DISCONNECTED`.
@@ -215,8 +220,12 @@ impl Pool {
     fn cached(&self, target: &Target, tick: u64) -> Option<Arc<OutConn>> {
         let mut conns = self.inner.conns.lock();
         conns.retain(|c| {
-            let keep =
-                c.is_alive() && (c.target.instance_id != target.instance_id || c.target == *target);
+            // Only the connection about to be used pays for the liveness probe.
+            let keep = if c.target.instance_id == target.instance_id {
+                c.target == *target && c.is_alive()
+            } else {
+                !c.is_known_dead()
+            };
             if !keep {
                 c.die();
             }

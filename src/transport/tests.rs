@@ -302,6 +302,10 @@ fn local_only_methods_are_refused_over_the_peer_channel() {
         .request(&b.target, "peer.hello", json!({}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::InvalidRequest);
+    let e = pool
+        .request(&b.target, "test.echo", json!({"version": 2}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidRequest, "protocol version 1 only");
     assert!(
         pool.request(&b.target, "test.echo", json!({}), 0).is_ok(),
         "connection still serves"
@@ -783,4 +787,48 @@ fn incoming_parse_is_used_for_handshake_answers() {
             ..
         })
     ));
+}
+
+#[test]
+fn idle_authenticated_connections_are_closed() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = Limits {
+        idle_ms: 200,
+        ..limits()
+    };
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let mut raw = Raw::connect(&b.target.endpoint);
+    raw.authenticate(&a.me, &b.target, [10; 32]);
+    raw.expect_error(Code::Timeout);
+    raw.expect_closed();
+}
+
+#[test]
+fn notifications_are_bounded_by_the_outgoing_queue() {
+    // The far end never reads: the kernel buffer fills, the writer blocks, the queue fills.
+    let (near, far) = UnixStream::pair().unwrap();
+    let out = super::wire::Outgoing::spawn(&near, 1, 60_000).unwrap();
+    let notifier = Notifier::new(out.clone(), 4096);
+    let payload = json!({"pad": "x".repeat(1000)});
+    let mut first_error = None;
+    for _ in 0..1_000_000 {
+        if let Err(e) = notifier.notify("peer.receipt", payload.clone()) {
+            first_error = Some(e.code);
+            break;
+        }
+    }
+    assert_eq!(first_error, Some(Code::QueueFull));
+    let e = notifier
+        .notify("peer.receipt", json!({"pad": "x".repeat(5000)}))
+        .unwrap_err();
+    assert_eq!(e.code, Code::FrameTooLarge);
+    drop(far);
+    out.abort();
+    assert!(notifier.is_closed());
+    assert_eq!(
+        notifier.notify("peer.receipt", json!({})).unwrap_err().code,
+        Code::Disconnected
+    );
 }

@@ -6,9 +6,11 @@ use crate::error::{Code, Error, Result};
 use crate::protocol::frame::{FrameDecoder, FrameError};
 use crate::protocol::rpc;
 use crossbeam_channel::{Sender, bounded};
+use nix::sys::socket::{MsgFlags, send};
 use parking_lot::Mutex;
 use serde_json::Value;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -189,8 +191,7 @@ impl Outgoing {
     /// stream (or an error). Lets a cached connection be replaced before a request is risked
     /// on it, even if its reader thread has not yet noticed.
     pub(crate) fn peer_closed(&self) -> bool {
-        use nix::sys::socket::{MsgFlags, recv};
-        use std::os::fd::AsRawFd;
+        use nix::sys::socket::recv;
         let mut probe = [0u8; 1];
         match recv(
             self.stream.as_raw_fd(),
@@ -230,11 +231,13 @@ pub(crate) fn write_with_deadline(
             return Err(io::Error::from(io::ErrorKind::TimedOut));
         }
         stream.set_write_timeout(Some(left))?;
-        match stream.write(rest) {
+        // MSG_NOSIGNAL: a vanished peer is an EPIPE error here, whatever the process's
+        // SIGPIPE disposition (a CLI may restore the default to exit quietly on a closed pipe).
+        match send(stream.as_raw_fd(), rest, MsgFlags::MSG_NOSIGNAL) {
             Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
             Ok(n) => rest = rest.get(n..).unwrap_or_default(),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(io::Error::from(e)),
         }
     }
     Ok(())
