@@ -12,6 +12,8 @@ pub mod mcp;
 pub mod mention;
 pub mod paths;
 pub mod presence;
+pub mod protocol;
 pub mod runtime;
 pub mod sanitize;
 pub mod tools;
+pub mod transport;

@@ -1,0 +1,219 @@
+//! Transport benchmarks: frame decode + dispatch per message, the in-memory handshake (both
+//! roles: 2 signs + 2 verifies is the floor), and a warm request round trip through Pool →
+//! Endpoint next to a plain UnixStream echo round trip measured in the same run.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use peerwire::config::Limits;
+use peerwire::error::Result;
+use peerwire::identity::{self, KeyPair};
+use peerwire::protocol::access;
+use peerwire::protocol::frame::FrameDecoder;
+use peerwire::protocol::handshake::{
+    Channel, Expected, Initiator, RecentNonces, Responder, ResponderCtx, Step,
+};
+use peerwire::protocol::rpc::{self, Id, Incoming};
+use peerwire::transport::{
+    Endpoint, Handler, LocalIdentity, Notifier, PeerInfo, Pool, Target, Verifier,
+};
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn send_frame() -> Vec<u8> {
+    let params = json!({"version": 1, "messageId": "message-stable-across-retry", "to": "p-5d0c8e1f2a3b4c5d6e7f8091",
+        "content": "The build is ready for review. Please look at the failing integration test first."});
+    rpc::encode_request(&Id::Str("rpc-attempt-1".into()), "peer.send", &params)
+}
+
+fn decode_dispatch(c: &mut Criterion) {
+    let frame = send_frame();
+    let channel = Channel::Peer {
+        instance_id: "i-1".into(),
+        run_id: None,
+    };
+    let mut decoder = FrameDecoder::new(65_536);
+    c.bench_function("frame decode + parse + authorize + encode answer", |b| {
+        b.iter(|| {
+            decoder.push(black_box(&frame));
+            let Some(Ok(line)) = decoder.next_frame() else {
+                unreachable!()
+            };
+            let Ok(Incoming::Request { id, method, params }) = rpc::parse(&line) else {
+                unreachable!()
+            };
+            access::authorize(&channel, &method).ok();
+            black_box(rpc::encode_result(
+                &id,
+                &json!({"messageId": params.get("messageId"), "state": "accepted"}),
+            ))
+        })
+    });
+}
+
+fn handshake(c: &mut Criterion) {
+    let ikeys = KeyPair::generate();
+    let rkeys = KeyPair::generate();
+    let adverts: HashMap<String, [u8; 32]> = [("i-a".to_string(), ikeys.public())].into();
+    let lookup = move |id: &str| adverts.get(id).copied();
+    let mut nonces = RecentNonces::new(4096);
+    let secret = [0u8; 32];
+    let parse = |f: &[u8]| rpc::parse(&f[..f.len() - 1]).unwrap_or_else(|_| unreachable!());
+    c.bench_function("handshake both roles in memory", |b| {
+        b.iter(|| {
+            let (mut ni, mut nr) = ([0u8; 32], [0u8; 32]);
+            identity::random_bytes(&mut ni);
+            identity::random_bytes(&mut nr);
+            let expected = Expected {
+                instance_id: "i-b".into(),
+                public_key: rkeys.public(),
+            };
+            let (mut init, hello) = Initiator::start("i-a", None, &ikeys, expected, ni);
+            let mut remember = |n: &[u8; 32]| nonces.insert(n);
+            let mut ctx = ResponderCtx {
+                instance_id: "i-b",
+                keys: &rkeys,
+                local_secret: &secret,
+                advertised_key: &lookup,
+                remember_nonce: &mut remember,
+            };
+            let mut resp = Responder::new(nr);
+            let Step::Continue(answer) = resp.on_message(parse(&hello), &mut ctx) else {
+                unreachable!()
+            };
+            let Ok(Some(auth)) = init.on_message(parse(&answer), &ikeys) else {
+                unreachable!()
+            };
+            let Step::Established { reply, .. } = resp.on_message(parse(&auth), &mut ctx) else {
+                unreachable!()
+            };
+            black_box(init.on_message(parse(&reply), &ikeys).is_ok())
+        })
+    });
+}
+
+/// The handshake's cryptographic floor measured in the same run: 2 signs + 2 verify_strict
+/// over a transcript-sized message.
+fn crypto_floor(c: &mut Criterion) {
+    let (ka, kb) = (KeyPair::generate(), KeyPair::generate());
+    let msg = [7u8; 268];
+    c.bench_function("floor: 2 sign + 2 verify_strict", |b| {
+        b.iter(|| {
+            let (sa, sb) = (ka.sign(black_box(&msg)), kb.sign(black_box(&msg)));
+            black_box(
+                identity::verify(&ka.public(), &msg, &sa)
+                    && identity::verify(&kb.public(), &msg, &sb),
+            )
+        })
+    });
+}
+
+struct Echo;
+impl Handler for Echo {
+    fn peer_request(
+        &self,
+        _: &PeerInfo,
+        _: &str,
+        params: Map<String, Value>,
+        _: &Notifier,
+    ) -> Result<Value> {
+        Ok(Value::Object(params))
+    }
+    fn local_request(&self, _: &str, params: Map<String, Value>, _: &Notifier) -> Result<Value> {
+        Ok(Value::Object(params))
+    }
+}
+
+struct Adverts(HashMap<String, [u8; 32]>);
+impl Verifier for Adverts {
+    fn advertised_key(&self, id: &str) -> Option<[u8; 32]> {
+        self.0.get(id).copied()
+    }
+}
+
+fn round_trips(c: &mut Criterion) {
+    let dir = std::env::temp_dir().join(format!(
+        "pw-bench-{}-{:x}",
+        std::process::id(),
+        identity::random_u64()
+    ));
+    let limits = Limits::default();
+    let a = LocalIdentity {
+        instance_id: identity::new_instance_id(),
+        keys: Arc::new(KeyPair::generate()),
+    };
+    let b = LocalIdentity {
+        instance_id: identity::new_instance_id(),
+        keys: Arc::new(KeyPair::generate()),
+    };
+    let adverts = Arc::new(Adverts(
+        [
+            (a.instance_id.clone(), a.keys.public()),
+            (b.instance_id.clone(), b.keys.public()),
+        ]
+        .into(),
+    ));
+    let path = dir.join("b.sock");
+    let endpoint = Endpoint::bind(&path, b.clone(), &limits, [1; 32], Arc::new(Echo), adverts)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pool = Pool::new(a, &limits, Arc::new(|_: &PeerInfo, _: &str, _| {}));
+    let target = Target {
+        instance_id: b.instance_id.clone(),
+        endpoint: path,
+        public_key: b.keys.public(),
+    };
+    let params = json!({"version": 1, "messageId": "m-1", "content": "x".repeat(200)});
+    pool.request(&target, "peer.send", params.clone(), 0)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut group = c.benchmark_group("round trip");
+    group.bench_function("Pool -> Endpoint echo (authenticated, warm)", |bch| {
+        bch.iter(|| {
+            black_box(
+                pool.request(&target, "peer.send", params.clone(), 0)
+                    .is_ok(),
+            )
+        })
+    });
+    let (mut client, server) = UnixStream::pair().unwrap_or_else(|e| panic!("{e}"));
+    let echo = std::thread::spawn(move || {
+        let mut reader = BufReader::new(server.try_clone().unwrap_or_else(|e| panic!("{e}")));
+        let mut writer = server;
+        let mut line = Vec::new();
+        while reader
+            .read_until(b'\n', &mut line)
+            .map(|n| n > 0)
+            .unwrap_or(false)
+        {
+            if writer.write_all(&line).is_err() {
+                break;
+            }
+            line.clear();
+        }
+    });
+    let line = rpc::encode_request(&Id::Num(3), "peer.send", &params);
+    let mut reader = BufReader::new(client.try_clone().unwrap_or_else(|e| panic!("{e}")));
+    let mut buf = Vec::new();
+    group.bench_function("plain UnixStream line echo (same payload)", |bch| {
+        bch.iter(|| {
+            client.write_all(&line).ok();
+            buf.clear();
+            black_box(reader.read_until(b'\n', &mut buf).ok())
+        })
+    });
+    group.finish();
+    drop(client);
+    drop(reader);
+    let _ = echo.join();
+    endpoint.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500)).sample_size(30);
+    targets = decode_dispatch, crypto_floor, handshake, round_trips
+}
+criterion_main!(benches);

@@ -1,0 +1,109 @@
+//! Keeps `man/peer-protocol.7` honest: its example exchange parses with the real parser as
+//! the documented kinds, and its error table matches `Code`.
+
+use super::rpc::{self, Incoming};
+use crate::error::Code;
+
+const PAGE: &str = include_str!("../../man/peer-protocol.7");
+
+/// Undoes the groff escapes the page uses inside examples.
+fn unescape(line: &str) -> String {
+    line.replace("\\-", "-")
+        .replace("\\(dq", "\"")
+        .replace("\\e", "\\")
+        .replace("\\&", "")
+}
+
+/// The lines of each `.EX`/`.EE` block after the `.SH` heading `section`.
+fn example_lines(section: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let (mut in_section, mut in_example) = (false, false);
+    for line in PAGE.lines() {
+        if let Some(heading) = line.strip_prefix(".SH ") {
+            in_section = heading.trim_matches('"') == section;
+        } else if line == ".EX" {
+            in_example = true;
+        } else if line == ".EE" {
+            in_example = false;
+        } else if in_section && in_example {
+            out.push(unescape(line));
+        }
+    }
+    out
+}
+
+#[derive(Debug, PartialEq)]
+enum Kind {
+    Request(&'static str),
+    Notification(&'static str),
+    Result,
+}
+
+fn kind_of(line: &str) -> (String, bool) {
+    match rpc::parse(line.as_bytes()) {
+        Ok(Incoming::Request { method, .. }) => (format!("request {method}"), true),
+        Ok(Incoming::Notification { method, .. }) => (format!("notification {method}"), true),
+        Ok(Incoming::Response { result, .. }) => ("result".into(), result.is_ok()),
+        Err(r) => panic!("example line does not parse: {} ({line})", r.error),
+    }
+}
+
+#[test]
+fn the_example_exchange_parses_as_documented() {
+    let lines = example_lines("EXAMPLE");
+    let expected = [
+        Kind::Request("peer.hello"),
+        Kind::Result,
+        Kind::Request("peer.auth"),
+        Kind::Result,
+        Kind::Request("peer.send"),
+        Kind::Result,
+        Kind::Notification("peer.receipt"),
+    ];
+    assert_eq!(lines.len(), expected.len(), "{lines:#?}");
+    for (line, want) in lines.iter().zip(expected) {
+        let (got, ok) = kind_of(line);
+        let want = match want {
+            Kind::Request(m) => format!("request {m}"),
+            Kind::Notification(m) => format!("notification {m}"),
+            Kind::Result => "result".into(),
+        };
+        assert_eq!(got, want);
+        assert!(ok, "{line}");
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+        if let Some(params) = v.get("params").filter(|_| got != "request peer.auth") {
+            assert_eq!(params["version"], serde_json::json!(1), "{line}");
+        }
+    }
+    // The hello carries a real SPKI key and a 32-byte nonce.
+    let hello: serde_json::Value = serde_json::from_str(&lines[0]).unwrap_or_default();
+    let key = hello["params"]["publicKey"].as_str().unwrap_or("");
+    assert!(crate::identity::parse_spki_b64(key).is_some());
+    let nonce = crate::identity::unb64(hello["params"]["nonce"].as_str().unwrap_or(""));
+    assert_eq!(nonce.map(|n| n.len()), Some(32));
+}
+
+#[test]
+fn the_error_table_matches_the_codes() {
+    let mut rows = std::collections::HashMap::new();
+    for line in PAGE.lines() {
+        let Some(rest) = line.strip_prefix(".BR ") else {
+            continue;
+        };
+        let Some((name, number)) = rest.split_once(" \" (\\-") else {
+            continue;
+        };
+        let Some(number) = number.strip_suffix(")\"") else {
+            continue;
+        };
+        rows.insert(name.to_string(), number.parse::<i64>().map(|n| -n));
+    }
+    for code in Code::ALL {
+        assert_eq!(
+            rows.get(code.name()),
+            Some(&Ok(code.rpc_number())),
+            "{code} in peer-protocol(7)"
+        );
+    }
+    assert_eq!(rows.len(), Code::ALL.len());
+}

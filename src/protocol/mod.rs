@@ -1,0 +1,18 @@
+//! The peer wire protocol without any I/O: newline-delimited frame decoding with bounds checked
+//! before parsing, JSON-RPC 2.0 message shapes, the mutual Ed25519 handshake and the rules for
+//! which methods each channel may call. `transport` drives these over sockets; `peer-protocol(7)`
+//! is the byte-exact specification.
+
+pub mod access;
+pub mod frame;
+pub mod handshake;
+pub mod rpc;
+
+#[cfg(test)]
+mod manpage_tests;
+
+/// The application protocol version carried in `params.version` (not JSON-RPC's "2.0").
+pub const PROTOCOL_VERSION: u64 = 1;
+
+/// The protocol name carried in `peer.hello` and in the handshake transcript.
+pub const PROTOCOL_NAME: &str = "peerwire";

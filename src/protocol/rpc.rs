@@ -1,0 +1,371 @@
+//! JSON-RPC 2.0 message shapes on the peer wire: one frame parses into a typed [`Incoming`] or
+//! into a [`Reject`] that already knows the error response to send. Also the encoders that turn
+//! outgoing messages into one line plus `\n`. serde_json's 128-level recursion limit turns deeply
+//! nested input into an ordinary parse error, never a stack overflow.
+
+use crate::error::{Code, Error};
+use serde_json::{Map, Value, json};
+
+/// Longest string id accepted; ids identify transport attempts and stay short.
+pub const ID_BYTES_MAX: usize = 128;
+
+/// Longest method name accepted.
+pub const METHOD_BYTES_MAX: usize = 64;
+
+/// JSON-RPC's number for "not valid JSON".
+pub const PARSE_ERROR: i64 = -32700;
+
+/// A JSON-RPC id: a string (≤ [`ID_BYTES_MAX`] bytes) or an integer.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Id {
+    Num(i64),
+    Str(String),
+}
+
+impl Id {
+    pub fn to_value(&self) -> Value {
+        match self {
+            Id::Num(n) => json!(n),
+            Id::Str(s) => json!(s),
+        }
+    }
+
+    fn from_value(v: &Value) -> Option<Id> {
+        match v {
+            Value::Number(n) => n.as_i64().map(Id::Num),
+            Value::String(s) if s.len() <= ID_BYTES_MAX => Some(Id::Str(s.clone())),
+            _ => None,
+        }
+    }
+}
+
+/// One validated incoming message.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Incoming {
+    Request {
+        id: Id,
+        method: String,
+        params: Map<String, Value>,
+    },
+    Notification {
+        method: String,
+        params: Map<String, Value>,
+    },
+    /// `Ok(result)` or `Err(error object)`. `id` is `None` only for an error answering a
+    /// frame whose id could not be read (`"id":null`).
+    Response {
+        id: Option<Id>,
+        result: Result<Value, Value>,
+    },
+}
+
+/// A frame that is not a valid message, with what to answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reject {
+    /// The request id when it could be read, so the sender can match the error.
+    pub id: Option<Id>,
+    /// `PARSE_ERROR` for bytes that are not JSON, else the error's own number.
+    pub number: i64,
+    pub error: Error,
+}
+
+impl Reject {
+    fn invalid(id: Option<Id>, message: &str) -> Reject {
+        let error = Error::new(Code::InvalidRequest, message);
+        Reject {
+            id,
+            number: error.code.rpc_number(),
+            error,
+        }
+    }
+
+    /// The error response line for this reject.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut obj = self.error.to_rpc();
+        obj["code"] = json!(self.number);
+        line(&json!({"jsonrpc": "2.0", "id": self.id.as_ref().map(Id::to_value), "error": obj}))
+    }
+}
+
+/// Parses one frame (without its newline). Never panics, whatever the bytes.
+pub fn parse(frame: &[u8]) -> Result<Incoming, Reject> {
+    let value: Value = match serde_json::from_slice(frame) {
+        Ok(v) => v,
+        Err(e) => {
+            let error = Error::new(
+                Code::InvalidRequest,
+                format!("frame is not valid JSON ({e})"),
+            );
+            return Err(Reject {
+                id: None,
+                number: PARSE_ERROR,
+                error,
+            });
+        }
+    };
+    let Value::Object(mut obj) = value else {
+        return Err(Reject::invalid(None, "frame must be a JSON object"));
+    };
+    let id = match obj.get("id") {
+        None => None,
+        Some(Value::Null) if !obj.contains_key("method") => return parse_null_id_error(&mut obj),
+        Some(v) => match Id::from_value(v) {
+            Some(id) => Some(id),
+            None => {
+                let why =
+                    format!("id must be a string of at most {ID_BYTES_MAX} bytes or an integer");
+                return Err(Reject::invalid(None, &why));
+            }
+        },
+    };
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(Reject::invalid(id, "jsonrpc must be \"2.0\""));
+    }
+    if obj.contains_key("method") {
+        return parse_call(id, &mut obj);
+    }
+    parse_response(id, &mut obj)
+}
+
+fn parse_call(id: Option<Id>, obj: &mut Map<String, Value>) -> Result<Incoming, Reject> {
+    let method = match obj.remove("method") {
+        Some(Value::String(m)) if !m.is_empty() && m.len() <= METHOD_BYTES_MAX => m,
+        _ => {
+            let why =
+                format!("method must be a non-empty string of at most {METHOD_BYTES_MAX} bytes");
+            return Err(Reject::invalid(id, &why));
+        }
+    };
+    let params = match obj.remove("params") {
+        None => Map::new(),
+        Some(Value::Object(p)) => p,
+        Some(_) => return Err(Reject::invalid(id, "params must be an object when present")),
+    };
+    Ok(match id {
+        Some(id) => Incoming::Request { id, method, params },
+        None => Incoming::Notification { method, params },
+    })
+}
+
+/// `"id":null` is only meaningful on an error answering an unreadable frame.
+fn parse_null_id_error(obj: &mut Map<String, Value>) -> Result<Incoming, Reject> {
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(Reject::invalid(None, "jsonrpc must be \"2.0\""));
+    }
+    match (obj.remove("result"), obj.remove("error")) {
+        (None, Some(error @ Value::Object(_))) => Ok(Incoming::Response {
+            id: None,
+            result: Err(error),
+        }),
+        _ => Err(Reject::invalid(
+            None,
+            "a null id is only allowed on an error response",
+        )),
+    }
+}
+
+fn parse_response(id: Option<Id>, obj: &mut Map<String, Value>) -> Result<Incoming, Reject> {
+    let Some(id) = id else {
+        return Err(Reject::invalid(
+            None,
+            "a response needs an id; a call needs a method",
+        ));
+    };
+    let id = Some(id);
+    match (obj.remove("result"), obj.remove("error")) {
+        (Some(result), None) => Ok(Incoming::Response {
+            id,
+            result: Ok(result),
+        }),
+        (None, Some(error @ Value::Object(_))) => Ok(Incoming::Response {
+            id,
+            result: Err(error),
+        }),
+        _ => Err(Reject::invalid(
+            id,
+            "a response needs exactly one of result or error (an object)",
+        )),
+    }
+}
+
+/// Serialises one message as a frame: compact JSON plus `\n`. Serialising a `Value` cannot
+/// fail (all keys are strings), so an impossible failure yields an empty frame.
+pub fn line(value: &Value) -> Vec<u8> {
+    let mut out = serde_json::to_vec(value).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+pub fn encode_request(id: &Id, method: &str, params: &Value) -> Vec<u8> {
+    line(&json!({"jsonrpc": "2.0", "id": id.to_value(), "method": method, "params": params}))
+}
+
+pub fn encode_notification(method: &str, params: &Value) -> Vec<u8> {
+    line(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+}
+
+pub fn encode_result(id: &Id, result: &Value) -> Vec<u8> {
+    line(&json!({"jsonrpc": "2.0", "id": id.to_value(), "result": result}))
+}
+
+/// An error response: `{"code":N,"message":…,"data":{"code":NAME}}`; `id` null when unknown.
+pub fn encode_error(id: Option<&Id>, error: &Error) -> Vec<u8> {
+    line(&json!({"jsonrpc": "2.0", "id": id.map(Id::to_value), "error": error.to_rpc()}))
+}
+
+/// An error response carrying a prepared error object (used when `data` holds more than the
+/// code name, e.g. `data.reason`).
+pub fn encode_error_object(id: Option<&Id>, error: &Value) -> Vec<u8> {
+    line(&json!({"jsonrpc": "2.0", "id": id.map(Id::to_value), "error": error}))
+}
+
+/// Reads an optional `version` param: absent is accepted, anything but 1 is refused.
+pub fn check_version(params: &Map<String, Value>) -> Result<(), Error> {
+    match params.get("version") {
+        None => Ok(()),
+        Some(v) if v.as_u64() == Some(super::PROTOCOL_VERSION) => Ok(()),
+        Some(_) => Err(Error::new(
+            Code::InvalidRequest,
+            "params.version must be 1; upgrade the older peer",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reject(frame: &[u8]) -> Reject {
+        match parse(frame) {
+            Err(r) => r,
+            Ok(m) => panic!("accepted {m:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_the_three_kinds() {
+        let r = parse(br#"{"jsonrpc":"2.0","id":"a","method":"peer.send","params":{"version":1}}"#);
+        assert!(
+            matches!(r, Ok(Incoming::Request { id: Id::Str(ref s), ref method, .. }) if s == "a" && method == "peer.send")
+        );
+        let n = parse(br#"{"jsonrpc":"2.0","method":"peer.receipt"}"#);
+        assert!(matches!(n, Ok(Incoming::Notification { ref params, .. }) if params.is_empty()));
+        let ok = parse(br#"{"jsonrpc":"2.0","id":7,"result":{"ok":true}}"#);
+        assert_eq!(
+            ok,
+            Ok(Incoming::Response {
+                id: Some(Id::Num(7)),
+                result: Ok(json!({"ok": true}))
+            })
+        );
+        let null = parse(br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700}}"#);
+        assert!(matches!(
+            null,
+            Ok(Incoming::Response {
+                id: None,
+                result: Err(_)
+            })
+        ));
+        let err = parse(br#"{"jsonrpc":"2.0","id":7,"error":{"code":-32600}}"#);
+        assert!(matches!(err, Ok(Incoming::Response { result: Err(_), .. })));
+    }
+
+    #[test]
+    fn bad_shapes_are_invalid_requests() {
+        let long_id = format!(
+            r#"{{"jsonrpc":"2.0","id":"{}","method":"m"}}"#,
+            "x".repeat(ID_BYTES_MAX + 1)
+        );
+        let cases: [&[u8]; 12] = [
+            b"[]",
+            b"1",
+            br#"{"id":1,"method":"m"}"#,
+            br#"{"jsonrpc":"1.0","id":1,"method":"m"}"#,
+            br#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#,
+            br#"{"jsonrpc":"2.0","id":null,"method":"m"}"#,
+            br#"{"jsonrpc":"2.0","id":null,"result":1}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":7}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#,
+            br#"{"jsonrpc":"2.0","id":1}"#,
+            br#"{"jsonrpc":"2.0","id":1,"result":1,"error":{}}"#,
+            long_id.as_bytes(),
+        ];
+        for frame in cases {
+            let r = reject(frame);
+            assert_eq!(r.number, -32600, "{}", String::from_utf8_lossy(frame));
+            assert_eq!(r.error.code, Code::InvalidRequest);
+        }
+        assert_eq!(
+            reject(br#"{"jsonrpc":"2.0","id":3,"method":""}"#).id,
+            Some(Id::Num(3))
+        );
+    }
+
+    #[test]
+    fn not_json_is_a_parse_error_with_data_code() {
+        let r = reject(b"{nope");
+        assert_eq!(r.number, PARSE_ERROR);
+        let line = r.to_line();
+        assert_eq!(line.last(), Some(&b'\n'));
+        let v: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["error"]["code"], json!(-32700));
+        assert_eq!(v["error"]["data"]["code"], json!("INVALID_REQUEST"));
+        assert_eq!(v["id"], Value::Null);
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let deep = "[".repeat(100_000);
+        assert_eq!(reject(deep.as_bytes()).number, PARSE_ERROR);
+        let nested = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"a":{}1{}}}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert_eq!(reject(nested.as_bytes()).number, PARSE_ERROR);
+    }
+
+    #[test]
+    fn encoders_round_trip() {
+        let id = Id::Str("rpc-1".into());
+        let req = encode_request(&id, "peer.status", &json!({"messageId": "m"}));
+        assert!(!req[..req.len() - 1].contains(&b'\n'));
+        let parsed = parse(&req[..req.len() - 1]).unwrap();
+        assert!(matches!(parsed, Incoming::Request { ref method, .. } if method == "peer.status"));
+        let e = Error::new(Code::QueueFull, "full");
+        let resp = encode_error(Some(&id), &e);
+        match parse(&resp[..resp.len() - 1]).unwrap() {
+            Incoming::Response {
+                id: got,
+                result: Err(obj),
+            } => {
+                assert_eq!(got, Some(id));
+                assert_eq!(Error::from_rpc(&obj), e);
+            }
+            other => panic!("{other:?}"),
+        }
+        let n = encode_notification("peer.receipt", &json!({}));
+        assert!(matches!(
+            parse(&n[..n.len() - 1]),
+            Ok(Incoming::Notification { .. })
+        ));
+        let r = encode_result(&Id::Num(-4), &json!(null));
+        assert!(matches!(
+            parse(&r[..r.len() - 1]),
+            Ok(Incoming::Response {
+                result: Ok(Value::Null),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn version_is_separate_from_jsonrpc() {
+        let mut p = Map::new();
+        assert!(check_version(&p).is_ok());
+        p.insert("version".into(), json!(1));
+        assert!(check_version(&p).is_ok());
+        p.insert("version".into(), json!("2.0"));
+        assert!(check_version(&p).is_err());
+    }
+}

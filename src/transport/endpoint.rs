@@ -1,0 +1,392 @@
+//! The root's listening endpoint: binds the private socket, checks each caller's uid, bounds
+//! the number of connection threads, runs the handshake within `handshakeMs`, then serves
+//! authenticated calls until the peer leaves, idles past `idleMs`, or breaks the framing.
+//! Shutdown removes the socket only if it is still the inode this endpoint created.
+
+use super::wire::{self, FrameReader, Notifier, Outgoing, ReadEvent};
+use super::{Handler, LocalIdentity, PeerInfo, Verifier};
+use crate::config::Limits;
+use crate::error::{Code, Error, Result};
+use crate::protocol::access;
+use crate::protocol::handshake::{Channel, RecentNonces, Responder, ResponderCtx, Step};
+use crate::protocol::rpc::{self, Id, Incoming};
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// `sun_path` holds 108 bytes including the terminating NUL.
+const SOCKET_PATH_BYTES_MAX: usize = 107;
+
+struct Shared {
+    me: LocalIdentity,
+    limits: Limits,
+    local_secret: [u8; 32],
+    handler: Arc<dyn Handler>,
+    verifier: Arc<dyn Verifier>,
+    nonces: Mutex<RecentNonces>,
+    stopping: AtomicBool,
+    /// Live connections, so shutdown can cut them; the map's size is the thread count.
+    conns: Mutex<HashMap<u64, Arc<UnixStream>>>,
+    next_conn: AtomicU64,
+}
+
+/// A listening endpoint. Dropping it (or [`Endpoint::shutdown`]) stops accepting, closes
+/// live connections and removes the socket if it is still ours.
+pub struct Endpoint {
+    shared: Arc<Shared>,
+    listener: Arc<UnixListener>,
+    acceptor: Option<JoinHandle<()>>,
+    path: PathBuf,
+    dev_ino: (u64, u64),
+}
+
+impl Endpoint {
+    /// Binds `path` (its directory is created or checked private, 0700) and starts accepting.
+    /// An existing file at `path` is never removed: binding fails instead.
+    pub fn bind(
+        path: &Path,
+        me: LocalIdentity,
+        limits: &Limits,
+        local_secret: [u8; 32],
+        handler: Arc<dyn Handler>,
+        verifier: Arc<dyn Verifier>,
+    ) -> Result<Endpoint> {
+        let listener = Arc::new(bind_private(path)?);
+        let meta =
+            std::fs::symlink_metadata(path).map_err(|e| Error::io("cannot stat", path, &e))?;
+        let shared = Arc::new(Shared {
+            me,
+            limits: limits.clone(),
+            local_secret,
+            handler,
+            verifier,
+            nonces: Mutex::new(RecentNonces::new(
+                usize::try_from(limits.recent_nonces).unwrap_or(usize::MAX),
+            )),
+            stopping: AtomicBool::new(false),
+            conns: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(0),
+        });
+        let (s, l) = (shared.clone(), listener.clone());
+        let acceptor = std::thread::Builder::new()
+            .name("peer-acceptor".into())
+            .spawn(move || accept_loop(&s, &l))
+            .map_err(|e| wire::io_err("cannot start the acceptor thread", &e))?;
+        Ok(Endpoint {
+            shared,
+            listener,
+            acceptor: Some(acceptor),
+            path: path.to_path_buf(),
+            dev_ino: (meta.dev(), meta.ino()),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Connections currently being served (handshaking or authenticated).
+    pub fn active_connections(&self) -> usize {
+        self.shared.conns.lock().len()
+    }
+
+    /// Stops accepting, closes live connections, removes our own socket file.
+    pub fn shutdown(self) {
+        drop(self);
+    }
+
+    fn stop(&mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        // Linux wakes a blocked accept() on shutdown(2) of the listener; the connect covers
+        // systems that do not.
+        let _ =
+            nix::sys::socket::shutdown(self.listener.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        let _ = UnixStream::connect(&self.path);
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+        for stream in self.shared.conns.lock().values() {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        // Only our own inode: a successor's socket at the same path is left alone.
+        if let Ok(meta) = std::fs::symlink_metadata(&self.path)
+            && (meta.dev(), meta.ino()) == self.dev_ino
+        {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn bind_private(path: &Path) -> Result<UnixListener> {
+    if path.as_os_str().len() > SOCKET_PATH_BYTES_MAX {
+        return Err(Error::new(
+            Code::Io,
+            format!(
+                "socket path {} is {} bytes; Unix sockets allow {SOCKET_PATH_BYTES_MAX}: use a shorter runtime directory",
+                path.display(),
+                path.as_os_str().len()
+            ),
+        ));
+    }
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    crate::fsutil::ensure_private_dir(dir)?;
+    if std::fs::symlink_metadata(path).is_ok() {
+        return Err(Error::new(
+            Code::Io,
+            format!(
+                "{} already exists; another root may own it, so it is never removed automatically",
+                path.display()
+            ),
+        ));
+    }
+    let listener = UnixListener::bind(path).map_err(|e| Error::io("cannot bind", path, &e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::io("cannot chmod", path, &e))?;
+    Ok(listener)
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
+    loop {
+        let accepted = listener.accept();
+        if shared.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(_) => {
+                // EMFILE and friends: back off briefly instead of spinning.
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        if wire::check_same_user(&stream).is_err() {
+            continue; // dropped unread
+        }
+        admit(shared, stream);
+    }
+}
+
+/// Starts a connection thread, or refuses with one error line when the bound is reached.
+fn admit(shared: &Arc<Shared>, stream: UnixStream) {
+    let Ok(handle) = stream.try_clone() else {
+        return;
+    };
+    let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+    {
+        let mut conns = shared.conns.lock();
+        if conns.len() as u64 >= shared.limits.inbound_connections {
+            drop(conns);
+            refuse_busy(stream, shared.limits.write_ms);
+            return;
+        }
+        conns.insert(id, Arc::new(handle));
+    }
+    let s = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("peer-conn".into())
+        .spawn(move || {
+            serve(&s, stream);
+            s.conns.lock().remove(&id);
+        });
+    if spawned.is_err() {
+        shared.conns.lock().remove(&id);
+    }
+}
+
+fn refuse_busy(mut stream: UnixStream, write_ms: u64) {
+    let err = Error::new(
+        Code::QueueFull,
+        "too many connections (inboundConnections); retry later",
+    );
+    let _ = wire::write_with_deadline(&mut stream, &rpc::encode_error(None, &err), write_ms);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+fn serve(shared: &Shared, stream: UnixStream) {
+    let Ok(out) = Outgoing::spawn(
+        &stream,
+        shared.limits.outgoing_frames,
+        shared.limits.write_ms,
+    ) else {
+        return;
+    };
+    let mut reader = FrameReader::new(stream, shared.limits.frame_bytes);
+    if let Some(channel) = handshake(shared, &mut reader, &out) {
+        let notifier = Notifier::new(out.clone(), shared.limits.frame_bytes);
+        serve_authenticated(shared, &mut reader, &out, &channel, &notifier);
+    }
+    out.close();
+}
+
+/// Runs the responder until the channel is established; `None` means refused (answer queued).
+fn handshake(shared: &Shared, reader: &mut FrameReader, out: &Outgoing) -> Option<Channel> {
+    let deadline = Instant::now() + Duration::from_millis(shared.limits.handshake_ms);
+    let mut nonce = [0u8; 32];
+    crate::identity::random_bytes(&mut nonce);
+    let mut responder = Responder::new(nonce);
+    let verifier = shared.verifier.clone();
+    let lookup = move |id: &str| verifier.advertised_key(id);
+    let mut remember = |n: &[u8; 32]| shared.nonces.lock().insert(n);
+    let mut ctx = ResponderCtx {
+        instance_id: &shared.me.instance_id,
+        keys: &shared.me.keys,
+        local_secret: &shared.local_secret,
+        advertised_key: &lookup,
+        remember_nonce: &mut remember,
+    };
+    loop {
+        let frame = match reader.next(Some(deadline)) {
+            ReadEvent::Frame(frame) => frame,
+            other => {
+                let _ = answer_read_failure(out, &other, Code::AuthFailed);
+                return None;
+            }
+        };
+        let msg = match rpc::parse(&frame) {
+            Ok(msg) => msg,
+            Err(reject) => {
+                let _ = out.send(reject.to_line());
+                return None;
+            }
+        };
+        match responder.on_message(msg, &mut ctx) {
+            Step::Continue(reply) => out.send(reply).ok()?,
+            Step::Established { reply, channel } => {
+                out.send(reply).ok()?;
+                return Some(channel);
+            }
+            Step::Refuse { reply, .. } => {
+                let _ = out.send(reply);
+                return None;
+            }
+        }
+    }
+}
+
+/// Queues the answer a non-frame read deserves. `Err` means: close the connection.
+fn answer_read_failure(out: &Outgoing, event: &ReadEvent, timeout_code: Code) -> Result<()> {
+    let err = match event {
+        ReadEvent::Frame(_) => return Ok(()),
+        ReadEvent::InvalidUtf8 => {
+            let e = Error::new(Code::InvalidRequest, "frame is not valid UTF-8");
+            let reject = rpc::Reject {
+                id: None,
+                number: rpc::PARSE_ERROR,
+                error: e,
+            };
+            return out.send(reject.to_line());
+        }
+        ReadEvent::TooLarge => Error::new(Code::FrameTooLarge, "frame exceeds frameBytes; closing"),
+        ReadEvent::TimedOut if timeout_code == Code::AuthFailed => Error::new(
+            Code::AuthFailed,
+            "handshake did not finish within handshakeMs; closing",
+        ),
+        ReadEvent::TimedOut => Error::new(Code::Timeout, "connection idle for idleMs; closing"),
+        ReadEvent::Closed => return Err(wire::disconnected()),
+    };
+    let _ = out.send(rpc::encode_error(None, &err));
+    Err(err)
+}
+
+fn serve_authenticated(
+    shared: &Shared,
+    reader: &mut FrameReader,
+    out: &Outgoing,
+    channel: &Channel,
+    notifier: &Notifier,
+) {
+    let peer = match channel {
+        Channel::Peer {
+            instance_id,
+            run_id,
+        } => Some(PeerInfo {
+            instance_id: instance_id.clone(),
+            run_id: run_id.clone(),
+        }),
+        Channel::Local => None,
+    };
+    loop {
+        let deadline = Instant::now() + Duration::from_millis(shared.limits.idle_ms);
+        let frame = match reader.next(Some(deadline)) {
+            ReadEvent::Frame(frame) => frame,
+            ReadEvent::InvalidUtf8 => {
+                match answer_read_failure(out, &ReadEvent::InvalidUtf8, Code::Timeout) {
+                    Ok(()) => continue,
+                    Err(_) => return,
+                }
+            }
+            other => {
+                let _ = answer_read_failure(out, &other, Code::Timeout);
+                return;
+            }
+        };
+        let reply = match rpc::parse(&frame) {
+            Err(reject) => Some(reject.to_line()),
+            Ok(Incoming::Request { id, method, params }) => Some(dispatch(
+                shared,
+                channel,
+                peer.as_ref(),
+                &id,
+                &method,
+                params,
+                notifier,
+            )),
+            Ok(Incoming::Notification { method, params }) => {
+                if let Some(from) = &peer
+                    && access::authorize(channel, &method).is_ok()
+                {
+                    shared.handler.peer_notification(from, &method, params);
+                }
+                None
+            }
+            // Inbound connections never carry our requests, so stray responses are dropped.
+            Ok(Incoming::Response { .. }) => None,
+        };
+        if let Some(reply) = reply
+            && out.send(reply).is_err()
+        {
+            return;
+        }
+    }
+}
+
+fn dispatch(
+    shared: &Shared,
+    channel: &Channel,
+    peer: Option<&PeerInfo>,
+    id: &Id,
+    method: &str,
+    params: Map<String, Value>,
+    notifier: &Notifier,
+) -> Vec<u8> {
+    let checked = rpc::check_version(&params).and_then(|()| access::authorize(channel, method));
+    let result = checked.and_then(|()| match peer {
+        Some(from) => shared.handler.peer_request(from, method, params, notifier),
+        None => shared.handler.local_request(method, params, notifier),
+    });
+    let frame = match result {
+        Ok(value) => rpc::encode_result(id, &value),
+        Err(e) => return rpc::encode_error(Some(id), &e),
+    };
+    match wire::check_frame_len(&frame, shared.limits.frame_bytes) {
+        Ok(()) => frame,
+        Err(e) => rpc::encode_error(Some(id), &e),
+    }
+}

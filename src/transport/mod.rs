@@ -1,0 +1,75 @@
+//! The blocking socket shell around `protocol`: a private Unix-socket [`Endpoint`] with one
+//! thread per connection, an outbound [`Pool`] of authenticated connections, and the
+//! [`LocalClient`] trusted adapters use to reach their own root. Every read, write, queue and
+//! connection count is bounded by `Limits`; the sender of a request is always the authenticated
+//! connection, never a field of the request.
+
+mod endpoint;
+mod local;
+mod pool;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use endpoint::Endpoint;
+pub use local::LocalClient;
+pub use pool::{NotificationSink, Pool};
+pub use wire::Notifier;
+
+use crate::error::Result;
+use serde_json::{Map, Value};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// This root as the transport presents it.
+#[derive(Clone)]
+pub struct LocalIdentity {
+    pub instance_id: String,
+    pub keys: Arc<crate::identity::KeyPair>,
+}
+
+/// Presence lookup done by the integrator: the key an instance's own live advertisement
+/// publishes, or `None` when it has none.
+pub trait Verifier: Send + Sync {
+    fn advertised_key(&self, instance_id: &str) -> Option<[u8; 32]>;
+}
+
+/// The authenticated remote root of a connection. `run_id` is that root's own claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerInfo {
+    pub instance_id: String,
+    pub run_id: Option<String>,
+}
+
+/// What the root does with authenticated calls. Calls on one connection are handled one at a
+/// time, in order, on that connection's thread.
+pub trait Handler: Send + Sync {
+    /// A request from an authenticated peer (local-only methods were already refused).
+    fn peer_request(
+        &self,
+        from: &PeerInfo,
+        method: &str,
+        params: Map<String, Value>,
+        notify: &Notifier,
+    ) -> Result<Value>;
+    /// A request from a trusted local adapter (the root's CLI/MCP or a hosted child).
+    fn local_request(
+        &self,
+        method: &str,
+        params: Map<String, Value>,
+        notify: &Notifier,
+    ) -> Result<Value>;
+    /// A notification from an authenticated peer; the default ignores it.
+    fn peer_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
+        let _ = (from, method, params);
+    }
+}
+
+/// An exact destination: the advertisement the caller resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub instance_id: String,
+    pub endpoint: PathBuf,
+    pub public_key: [u8; 32],
+}

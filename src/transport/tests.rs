@@ -1,0 +1,834 @@
+//! Socket-level tests: real Unix sockets in unique temporary directories, in-process
+//! endpoints with a small echo handler, and a raw client for every malformed input.
+
+use super::*;
+use crate::config::Limits;
+use crate::error::{Code, Error};
+use crate::identity::{self, KeyPair};
+use crate::protocol::handshake::{self, Expected, Initiator, Party, Role};
+use crate::protocol::rpc::{self, Id, Incoming};
+use crossbeam_channel::{Receiver, Sender, unbounded};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Generous bound for "eventually": never a performance assertion.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "pw-t-{}-{:x}",
+            std::process::id(),
+            identity::random_u64()
+        ));
+        crate::fsutil::ensure_private_dir(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[derive(Default)]
+struct Adverts(Mutex<HashMap<String, [u8; 32]>>);
+
+impl Verifier for Adverts {
+    fn advertised_key(&self, instance_id: &str) -> Option<[u8; 32]> {
+        self.0.lock().get(instance_id).copied()
+    }
+}
+
+/// Echoes calls; `test.wait` blocks until released (or 10 s) to hold a request in flight.
+struct Echo {
+    entered: Sender<()>,
+    release: Receiver<()>,
+}
+
+impl Handler for Echo {
+    fn peer_request(
+        &self,
+        from: &PeerInfo,
+        method: &str,
+        params: Map<String, Value>,
+        notify: &Notifier,
+    ) -> Result<Value> {
+        match method {
+            "test.echo" | "resource.request" => {
+                Ok(json!({"from": from.instance_id, "method": method, "params": params}))
+            }
+            "test.notify" => {
+                notify.notify("test.note", Value::Object(params))?;
+                Ok(json!({"ok": true}))
+            }
+            "test.big" => Ok(json!("x".repeat(800))),
+            "test.wait" => {
+                let _ = self.entered.send(());
+                let _ = self.release.recv_timeout(Duration::from_secs(10));
+                Ok(json!({"waited": true}))
+            }
+            _ => Err(Error::new(
+                Code::MethodNotFound,
+                format!("no method {method}"),
+            )),
+        }
+    }
+
+    fn local_request(
+        &self,
+        method: &str,
+        params: Map<String, Value>,
+        _notify: &Notifier,
+    ) -> Result<Value> {
+        Ok(json!({"local": true, "method": method, "params": params}))
+    }
+}
+
+fn limits() -> Limits {
+    Limits {
+        frame_bytes: 1024,
+        handshake_ms: 5_000,
+        write_ms: 2_000,
+        idle_ms: 30_000,
+        inbound_connections: 8,
+        outgoing_frames: 16,
+        ..Limits::default()
+    }
+}
+
+struct Node {
+    me: LocalIdentity,
+    endpoint: Option<Endpoint>,
+    target: Target,
+    entered: Receiver<()>,
+    release: Sender<()>,
+}
+
+const SECRET: [u8; 32] = [42; 32];
+
+fn node(dir: &Path, name: &str, adverts: &Arc<Adverts>, limits: &Limits) -> Node {
+    let keys = Arc::new(KeyPair::generate());
+    let me = LocalIdentity {
+        instance_id: identity::new_instance_id(),
+        keys: keys.clone(),
+    };
+    adverts
+        .0
+        .lock()
+        .insert(me.instance_id.clone(), keys.public());
+    let path = dir.join(format!("{name}.sock"));
+    let (entered_tx, entered) = unbounded();
+    let (release, release_rx) = unbounded();
+    let handler = Arc::new(Echo {
+        entered: entered_tx,
+        release: release_rx,
+    });
+    let endpoint =
+        Endpoint::bind(&path, me.clone(), limits, SECRET, handler, adverts.clone()).unwrap();
+    let target = Target {
+        instance_id: me.instance_id.clone(),
+        endpoint: path,
+        public_key: keys.public(),
+    };
+    Node {
+        me,
+        endpoint: Some(endpoint),
+        target,
+        entered,
+        release,
+    }
+}
+
+/// (sender instance, method, params) of a notification the pool's sink received.
+type Note = (String, String, Map<String, Value>);
+
+fn pool_for(node: &Node, limits: &Limits) -> (Pool, Receiver<Note>) {
+    let (tx, rx) = unbounded();
+    let sink: NotificationSink = Arc::new(move |from: &PeerInfo, method: &str, params| {
+        let _ = tx.send((from.instance_id.clone(), method.to_string(), params));
+    });
+    (Pool::new(node.me.clone(), limits, sink), rx)
+}
+
+/// A raw line-level client for malformed input.
+struct Raw {
+    stream: UnixStream,
+    lines: BufReader<UnixStream>,
+}
+
+impl Raw {
+    fn connect(path: &Path) -> Raw {
+        let stream = UnixStream::connect(path).unwrap();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        let lines = BufReader::new(stream.try_clone().unwrap());
+        Raw { stream, lines }
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    /// The next line as JSON; `None` at end of stream.
+    fn recv(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.lines.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(serde_json::from_str(&line).unwrap()),
+        }
+    }
+
+    fn expect_error(&mut self, code: Code) -> Value {
+        let v = self
+            .recv()
+            .unwrap_or_else(|| panic!("closed before the {code} error"));
+        assert_eq!(v["error"]["data"]["code"], json!(code.name()), "{v}");
+        v
+    }
+
+    fn expect_closed(&mut self) {
+        assert_eq!(self.recv(), None, "connection should be closed");
+    }
+
+    /// Performs the initiator side by hand; returns the initiator nonce used.
+    fn authenticate(&mut self, me: &LocalIdentity, target: &Target, nonce: [u8; 32]) {
+        let expected = Expected {
+            instance_id: target.instance_id.clone(),
+            public_key: target.public_key,
+        };
+        let (mut init, hello) = Initiator::start(&me.instance_id, None, &me.keys, expected, nonce);
+        self.send(&hello);
+        let mut frame = Some(hello);
+        while frame.is_some() {
+            let v = self.recv().unwrap();
+            let msg = rpc::parse(v.to_string().as_bytes()).unwrap();
+            frame = init.on_message(msg, &me.keys).unwrap();
+            if let Some(f) = &frame {
+                self.send(f);
+            }
+        }
+    }
+
+    fn request(&mut self, id: i64, method: &str, params: Value) -> Value {
+        self.send(&rpc::encode_request(&Id::Num(id), method, &params));
+        let v = self.recv().unwrap();
+        assert_eq!(v["id"], json!(id), "{v}");
+        v
+    }
+}
+
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < PATIENCE, "{what} did not happen");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn endpoint_and_pool_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Endpoint>();
+    check::<Pool>();
+    check::<Notifier>();
+}
+
+#[test]
+fn two_endpoints_authenticate_mutually_and_exchange_requests() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let (pool_a, notes_a) = pool_for(&a, &l);
+    let (pool_b, _) = pool_for(&b, &l);
+    for i in 0..3 {
+        let v = pool_a
+            .request(&b.target, "test.echo", json!({"n": i, "from": "forged"}), 0)
+            .unwrap();
+        assert_eq!(
+            v["from"],
+            json!(a.me.instance_id),
+            "sender comes from the connection"
+        );
+        assert_eq!(v["params"]["n"], json!(i));
+    }
+    assert_eq!(pool_a.cached_connections(), 1);
+    let v = pool_b
+        .request(&a.target, "test.echo", json!({}), 0)
+        .unwrap();
+    assert_eq!(v["from"], json!(b.me.instance_id));
+    // A notification pushed by B's handler reaches A's sink on the same connection.
+    pool_a
+        .request(&b.target, "test.notify", json!({"x": 1}), 0)
+        .unwrap();
+    let (from, method, params) = notes_a.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(
+        (from.as_str(), method.as_str(), &params["x"]),
+        (b.me.instance_id.as_str(), "test.note", &json!(1))
+    );
+    let e = pool_a
+        .request(&b.target, "no.such", json!({}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::MethodNotFound);
+}
+
+#[test]
+fn local_only_methods_are_refused_over_the_peer_channel() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let (pool, _) = pool_for(&a, &l);
+    for m in [
+        "peer.read",
+        "local.status",
+        "resource.request",
+        "resource.grant",
+    ] {
+        let e = pool.request(&b.target, m, json!({}), 0).unwrap_err();
+        assert_eq!(e.code, Code::CapabilityDenied, "{m}");
+    }
+    let e = pool
+        .request(&b.target, "peer.hello", json!({}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidRequest);
+    let e = pool
+        .request(&b.target, "test.echo", json!({"version": 2}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidRequest, "protocol version 1 only");
+    assert!(
+        pool.request(&b.target, "test.echo", json!({}), 0).is_ok(),
+        "connection still serves"
+    );
+}
+
+#[test]
+fn local_channel_needs_the_secret() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let mut client = LocalClient::connect(&a.target.endpoint, SECRET, &l).unwrap();
+    let v = client.call("resource.request", json!({"r": 1}), 0).unwrap();
+    assert_eq!(v["local"], json!(true));
+    assert_eq!(
+        client.call("peer.read", json!({}), 0).unwrap()["method"],
+        json!("peer.read")
+    );
+    let e = LocalClient::connect(&a.target.endpoint, [0; 32], &l)
+        .err()
+        .unwrap();
+    assert_eq!(e.code, Code::AuthFailed);
+    let e = LocalClient::connect(&dir.0.join("missing.sock"), SECRET, &l)
+        .err()
+        .unwrap();
+    assert_eq!(e.code, Code::PeerOffline);
+}
+
+#[test]
+fn oversize_frames_are_answered_then_closed() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    // Without a newline, before the handshake.
+    let mut raw = Raw::connect(&b.target.endpoint);
+    raw.send(&vec![b'x'; 2048]);
+    raw.expect_error(Code::FrameTooLarge);
+    raw.expect_closed();
+    // With a newline, after the handshake.
+    let mut raw = Raw::connect(&b.target.endpoint);
+    raw.authenticate(&a.me, &b.target, [1; 32]);
+    let mut big = vec![b'x'; 2048];
+    big.push(b'\n');
+    raw.send(&big);
+    raw.expect_error(Code::FrameTooLarge);
+    raw.expect_closed();
+}
+
+#[test]
+fn byte_at_a_time_delivery_works() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let mut raw = Raw::connect(&b.target.endpoint);
+    raw.authenticate(&a.me, &b.target, [2; 32]);
+    let frame = rpc::encode_request(&Id::Num(9), "test.echo", &json!({"text": "snow ☃ é"}));
+    for byte in &frame {
+        raw.send(std::slice::from_ref(byte));
+    }
+    let v = raw.recv().unwrap();
+    assert_eq!(v["result"]["params"]["text"], json!("snow ☃ é"));
+}
+
+#[test]
+fn a_thousand_coalesced_frames_are_all_answered_in_order() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let mut raw = Raw::connect(&b.target.endpoint);
+    raw.authenticate(&a.me, &b.target, [3; 32]);
+    let mut batch = Vec::new();
+    for i in 0..1000 {
+        batch.extend(rpc::encode_request(
+            &Id::Num(i),
+            "test.echo",
+            &json!({"i": i}),
+        ));
+    }
+    // Written from another thread so our reading keeps the server's answers flowing.
+    let mut writer = raw.stream.try_clone().unwrap();
+    let t = std::thread::spawn(move || writer.write_all(&batch).is_ok());
+    for i in 0..1000 {
+        let v = raw.recv().unwrap();
+        assert_eq!(v["id"], json!(i));
+        assert_eq!(v["result"]["params"]["i"], json!(i));
+    }
+    assert!(t.join().unwrap());
+}
+
+#[test]
+fn invalid_utf8_and_bad_json_lose_only_that_frame() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let mut raw = Raw::connect(&b.target.endpoint);
+    raw.authenticate(&a.me, &b.target, [4; 32]);
+    raw.send(b"{\"a\":\"\xff\xfe\"}\n");
+    let v = raw.expect_error(Code::InvalidRequest);
+    assert_eq!(v["error"]["code"], json!(-32700));
+    assert_eq!(v["id"], Value::Null);
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"m\",\"params\":[]}\n");
+    let v = raw.expect_error(Code::InvalidRequest);
+    assert_eq!(
+        (v["id"].clone(), v["error"]["code"].clone()),
+        (json!(5), json!(-32600))
+    );
+    assert_eq!(
+        raw.request(6, "test.echo", json!({}))["result"]["method"],
+        json!("test.echo")
+    );
+}
+
+#[test]
+fn deeply_nested_json_is_an_error_not_a_crash() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = Limits {
+        frame_bytes: 256 * 1024,
+        ..limits()
+    };
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let mut raw = Raw::connect(&b.target.endpoint);
+    raw.authenticate(&a.me, &b.target, [5; 32]);
+    let mut deep = vec![b'['; 100_000];
+    deep.push(b'\n');
+    raw.send(&deep);
+    assert_eq!(
+        raw.expect_error(Code::InvalidRequest)["error"]["code"],
+        json!(-32700)
+    );
+    assert_eq!(
+        raw.request(7, "test.echo", json!({}))["result"]["method"],
+        json!("test.echo")
+    );
+}
+
+#[test]
+fn a_method_before_the_handshake_is_refused_and_closed() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let b = node(&dir.0, "b", &adverts, &limits());
+    let mut raw = Raw::connect(&b.target.endpoint);
+    raw.send(&rpc::encode_request(
+        &Id::Num(1),
+        "peer.send",
+        &json!({"version": 1}),
+    ));
+    raw.expect_error(Code::AuthFailed);
+    raw.expect_closed();
+}
+
+#[test]
+fn a_proof_over_a_different_transcript_is_refused() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let mut raw = Raw::connect(&b.target.endpoint);
+    let expected = Expected {
+        instance_id: b.me.instance_id.clone(),
+        public_key: b.target.public_key,
+    };
+    let (_, hello) = Initiator::start(&a.me.instance_id, None, &a.me.keys, expected, [6; 32]);
+    raw.send(&hello);
+    let answer = raw.recv().unwrap();
+    let nr: [u8; 32] = identity::unb64(answer["result"]["nonce"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let i = Party {
+        instance_id: a.me.instance_id.clone(),
+        public_key: a.me.keys.public(),
+    };
+    let r = Party {
+        instance_id: b.me.instance_id.clone(),
+        public_key: b.target.public_key,
+    };
+    // Right key, right role, but the responder nonce of another session.
+    let other = handshake::transcript(Role::Initiator, &i, &r, &[6; 32], &[0; 32]);
+    assert_ne!(nr, [0; 32]);
+    let proof = identity::b64(&a.me.keys.sign(&other));
+    raw.send(&rpc::encode_request(
+        &Id::Num(2),
+        "peer.auth",
+        &json!({"proof": proof}),
+    ));
+    raw.expect_error(Code::AuthFailed);
+    raw.expect_closed();
+}
+
+#[test]
+fn a_replayed_nonce_is_refused() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let mut first = Raw::connect(&b.target.endpoint);
+    first.authenticate(&a.me, &b.target, [7; 32]);
+    let mut replay = Raw::connect(&b.target.endpoint);
+    let expected = Expected {
+        instance_id: b.me.instance_id.clone(),
+        public_key: b.target.public_key,
+    };
+    let (_, hello) = Initiator::start(&a.me.instance_id, None, &a.me.keys, expected, [7; 32]);
+    replay.send(&hello);
+    let v = replay.expect_error(Code::AuthFailed);
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("replayed"),
+        "{v}"
+    );
+    replay.expect_closed();
+}
+
+#[test]
+fn a_valid_key_with_the_wrong_instance_id_is_refused() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let c = node(&dir.0, "c", &adverts, &l);
+    // A holds its own valid key but claims to be C.
+    let mut raw = Raw::connect(&b.target.endpoint);
+    let expected = Expected {
+        instance_id: b.me.instance_id.clone(),
+        public_key: b.target.public_key,
+    };
+    let (_, hello) = Initiator::start(&c.me.instance_id, None, &a.me.keys, expected, [8; 32]);
+    raw.send(&hello);
+    raw.expect_error(Code::AuthFailed);
+    raw.expect_closed();
+}
+
+#[test]
+fn a_silent_client_is_released_at_the_handshake_deadline() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = Limits {
+        handshake_ms: 200,
+        ..limits()
+    };
+    let b = node(&dir.0, "b", &adverts, &l);
+    let endpoint = b.endpoint.as_ref().unwrap();
+    let mut raw = Raw::connect(&b.target.endpoint);
+    eventually("the connection is admitted", || {
+        endpoint.active_connections() == 1
+    });
+    raw.expect_error(Code::AuthFailed);
+    raw.expect_closed();
+    eventually("the thread is released", || {
+        endpoint.active_connections() == 0
+    });
+}
+
+#[test]
+fn two_hundred_connections_at_once_are_bounded_and_refused_cleanly() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let endpoint = b.endpoint.as_ref().unwrap();
+    let mut conns: Vec<Raw> = (0..200).map(|_| Raw::connect(&b.target.endpoint)).collect();
+    eventually("the bound is reached", || {
+        endpoint.active_connections() == 8
+    });
+    let mut refused = 0;
+    for raw in conns.iter_mut().skip(8) {
+        raw.expect_error(Code::QueueFull);
+        raw.expect_closed();
+        refused += 1;
+    }
+    assert_eq!(refused, 192);
+    assert!(endpoint.active_connections() <= 8);
+    drop(conns);
+    eventually("admitted connections end", || {
+        endpoint.active_connections() == 0
+    });
+    let (pool, _) = pool_for(&a, &l);
+    assert!(pool.request(&b.target, "test.echo", json!({}), 0).is_ok());
+}
+
+#[test]
+fn stale_incarnation_offline_and_reconnect() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let mut b = node(&dir.0, "b", &adverts, &l);
+    let (pool, _) = pool_for(&a, &l);
+    pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
+    // B restarts as a new incarnation on the same path.
+    b.endpoint.take().unwrap().shutdown();
+    let e = pool
+        .request(&b.target, "test.echo", json!({}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::PeerOffline, "{e}");
+    let b2 = node(&dir.0, "b", &adverts, &l);
+    let e = pool
+        .request(&b.target, "test.echo", json!({}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::TargetEnded, "{e}");
+    let v = pool.request(&b2.target, "test.echo", json!({}), 0).unwrap();
+    assert_eq!(v["from"], json!(a.me.instance_id));
+}
+
+#[test]
+fn deadlines_bounds_and_disconnects_settle_requests() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = Limits {
+        pending_requests: 1,
+        ..limits()
+    };
+    let a = node(&dir.0, "a", &adverts, &l);
+    let mut b = node(&dir.0, "b", &adverts, &l);
+    let (pool, _) = pool_for(&a, &l);
+    let pool = Arc::new(pool);
+    // A request past its deadline: TIMEOUT.
+    let e = pool
+        .request(&b.target, "test.wait", json!({}), 100)
+        .unwrap_err();
+    assert_eq!(e.code, Code::Timeout);
+    b.entered.recv_timeout(PATIENCE).unwrap();
+    b.release.send(()).unwrap();
+    // One in flight fills pendingRequests = 1.
+    let (p, t) = (pool.clone(), b.target.clone());
+    let waiter = std::thread::spawn(move || p.request(&t, "test.wait", json!({}), 15_000));
+    b.entered.recv_timeout(PATIENCE).unwrap();
+    let e = pool
+        .request(&b.target, "test.echo", json!({}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::QueueFull);
+    // The endpoint goes away: the pending request settles with DISCONNECTED.
+    let endpoint = b.endpoint.take().unwrap();
+    endpoint.shutdown();
+    assert_eq!(waiter.join().unwrap().unwrap_err().code, Code::Disconnected);
+    let _ = b.release.send(());
+}
+
+#[test]
+fn the_pool_keeps_at_most_its_connection_bound() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = Limits {
+        connections: 1,
+        ..limits()
+    };
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let c = node(&dir.0, "c", &adverts, &l);
+    let (pool, _) = pool_for(&a, &l);
+    pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
+    pool.request(&c.target, "test.echo", json!({}), 0).unwrap();
+    assert_eq!(pool.cached_connections(), 1);
+    pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
+    assert_eq!(pool.cached_connections(), 1);
+}
+
+#[test]
+fn a_peer_that_never_reads_cannot_wedge_the_endpoint() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = Limits {
+        write_ms: 200,
+        outgoing_frames: 2,
+        frame_bytes: 4096,
+        ..limits()
+    };
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let endpoint = b.endpoint.as_ref().unwrap();
+    let mut raw = Raw::connect(&b.target.endpoint);
+    raw.authenticate(&a.me, &b.target, [9; 32]);
+    let mut writer = raw.stream.try_clone().unwrap();
+    // Thousands of requests whose answers are never read.
+    let t = std::thread::spawn(move || {
+        for i in 10..20_000 {
+            if writer
+                .write_all(&rpc::encode_request(&Id::Num(i), "test.big", &json!({})))
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    eventually("the stuck connection is closed", || {
+        endpoint.active_connections() == 0
+    });
+    let (pool, _) = pool_for(&a, &l);
+    assert!(pool.request(&b.target, "test.echo", json!({}), 0).is_ok());
+    drop(raw);
+    let _ = t.join();
+}
+
+#[test]
+fn shutdown_removes_only_its_own_socket() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let mut a = node(&dir.0, "a", &adverts, &l);
+    let path = a.target.endpoint.clone();
+    let e = Endpoint::bind(
+        &path,
+        a.me.clone(),
+        &l,
+        SECRET,
+        Arc::new(Echo {
+            entered: unbounded().0,
+            release: unbounded().1,
+        }),
+        adverts.clone(),
+    );
+    assert_eq!(
+        e.err().unwrap().code,
+        Code::Io,
+        "an existing path is never taken over"
+    );
+    a.endpoint.take().unwrap().shutdown();
+    assert!(
+        std::fs::symlink_metadata(&path).is_err(),
+        "our socket is removed"
+    );
+    // Someone else's file at the path survives our shutdown.
+    let mut b = node(&dir.0, "b", &adverts, &l);
+    let bpath = b.target.endpoint.clone();
+    std::fs::remove_file(&bpath).unwrap();
+    std::fs::write(&bpath, b"not ours").unwrap();
+    b.endpoint.take().unwrap().shutdown();
+    assert_eq!(std::fs::read(&bpath).unwrap(), b"not ours");
+}
+
+#[test]
+fn socket_file_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let a = node(&dir.0, "a", &adverts, &limits());
+    let mode = std::fs::symlink_metadata(&a.target.endpoint)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let long = dir.0.join("x".repeat(120));
+    let e = Endpoint::bind(
+        &long,
+        a.me.clone(),
+        &limits(),
+        SECRET,
+        Arc::new(Echo {
+            entered: unbounded().0,
+            release: unbounded().1,
+        }),
+        adverts.clone(),
+    );
+    assert!(e.err().unwrap().message.contains("Unix sockets allow"));
+}
+
+#[test]
+fn incoming_parse_is_used_for_handshake_answers() {
+    // Guards the raw helper: a parsed answer to hello is a response with id 1.
+    let v = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
+    assert!(matches!(
+        rpc::parse(v.to_string().as_bytes()),
+        Ok(Incoming::Response {
+            id: Some(Id::Num(1)),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn idle_authenticated_connections_are_closed() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = Limits {
+        idle_ms: 200,
+        ..limits()
+    };
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let mut raw = Raw::connect(&b.target.endpoint);
+    raw.authenticate(&a.me, &b.target, [10; 32]);
+    raw.expect_error(Code::Timeout);
+    raw.expect_closed();
+}
+
+#[test]
+fn notifications_are_bounded_by_the_outgoing_queue() {
+    // The far end never reads: the kernel buffer fills, the writer blocks, the queue fills.
+    let (near, far) = UnixStream::pair().unwrap();
+    let out = super::wire::Outgoing::spawn(&near, 1, 60_000).unwrap();
+    let notifier = Notifier::new(out.clone(), 4096);
+    let payload = json!({"pad": "x".repeat(1000)});
+    let mut first_error = None;
+    for _ in 0..1_000_000 {
+        if let Err(e) = notifier.notify("peer.receipt", payload.clone()) {
+            first_error = Some(e.code);
+            break;
+        }
+    }
+    assert_eq!(first_error, Some(Code::QueueFull));
+    let e = notifier
+        .notify("peer.receipt", json!({"pad": "x".repeat(5000)}))
+        .unwrap_err();
+    assert_eq!(e.code, Code::FrameTooLarge);
+    drop(far);
+    out.abort();
+    assert!(notifier.is_closed());
+    assert_eq!(
+        notifier.notify("peer.receipt", json!({})).unwrap_err().code,
+        Code::Disconnected
+    );
+}

@@ -1,0 +1,379 @@
+//! Per-connection plumbing shared by both directions: the bounded outgoing queue drained by a
+//! writer thread with a write deadline, the frame reader with read deadlines, the
+//! [`Notifier`] handle, and the SO_PEERCRED same-user check.
+
+use crate::error::{Code, Error, Result};
+use crate::protocol::frame::{FrameDecoder, FrameError};
+use crate::protocol::rpc;
+use crossbeam_channel::{Sender, bounded};
+use nix::sys::socket::{MsgFlags, send};
+use parking_lot::Mutex;
+use serde_json::Value;
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Bytes asked of the kernel per read; the decoder bounds what accumulates.
+pub(crate) const READ_CHUNK_BYTES: usize = 16 * 1024;
+
+/// An item of the outgoing queue.
+pub(crate) enum Out {
+    Frame(Vec<u8>),
+    /// Flush what is queued, then shut the socket down.
+    Close,
+}
+
+/// The sending half of one connection: bounded queue, writer thread, closed flag.
+///
+/// A frame may also be written directly by the thread that produced it when nothing is
+/// queued, which saves two thread hand-offs per round trip. `write_lock` serialises the
+/// writer thread and direct writers; `queued` counts frames enqueued but not yet written, so
+/// a direct write never overtakes a queued frame.
+#[derive(Clone)]
+pub(crate) struct Outgoing {
+    tx: Sender<Out>,
+    closed: Arc<AtomicBool>,
+    stream: Arc<UnixStream>,
+    write_lock: Arc<Mutex<UnixStream>>,
+    queued: Arc<AtomicUsize>,
+    write_ms: u64,
+}
+
+impl Outgoing {
+    /// Starts the writer thread for `stream` with a queue of `capacity` frames.
+    pub(crate) fn spawn(stream: &UnixStream, capacity: u64, write_ms: u64) -> Result<Outgoing> {
+        let clone = || {
+            stream
+                .try_clone()
+                .map_err(|e| io_err("cannot clone a socket", &e))
+        };
+        let write_lock = Arc::new(Mutex::new(clone()?));
+        let handle = Arc::new(clone()?);
+        let (tx, rx) = bounded::<Out>(usize::try_from(capacity).unwrap_or(usize::MAX).max(1));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (lock, count) = (write_lock.clone(), queued.clone());
+        std::thread::Builder::new()
+            .name("peer-writer".into())
+            .spawn(move || {
+                while let Ok(Out::Frame(bytes)) = rx.recv() {
+                    let mut writer = lock.lock();
+                    let written = write_with_deadline(&mut writer, &bytes, write_ms);
+                    count.fetch_sub(1, Ordering::AcqRel);
+                    if written.is_err() {
+                        break;
+                    }
+                }
+                let _ = lock.lock().shutdown(std::net::Shutdown::Both);
+            })
+            .map_err(|e| io_err("cannot start a writer thread", &e))?;
+        let closed = Arc::new(AtomicBool::new(false));
+        Ok(Outgoing {
+            tx,
+            closed,
+            stream: handle,
+            write_lock,
+            queued,
+            write_ms,
+        })
+    }
+
+    /// Writes `frame` at once from this thread when no queued frame is waiting; `None` when
+    /// it must be queued instead. A failed direct write closes the connection.
+    fn write_direct(&self, frame: &[u8], write_ms: u64) -> Option<Result<()>> {
+        let mut writer = self.write_lock.lock();
+        if self.queued.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let written = write_with_deadline(&mut writer, frame, write_ms);
+        drop(writer);
+        Some(written.map_err(|e| {
+            self.abort();
+            Error::new(
+                Code::Disconnected,
+                format!("writing to the peer failed or exceeded writeMs ({e}); connection closed"),
+            )
+        }))
+    }
+
+    /// Enqueues for the writer thread, waiting at most `wait` for room (`None`: no wait).
+    fn enqueue(&self, frame: Vec<u8>, wait: Option<Duration>) -> Result<()> {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        let sent = match wait {
+            Some(wait) => self
+                .tx
+                .send_timeout(Out::Frame(frame), wait)
+                .map_err(|e| e.is_timeout()),
+            None => self.tx.try_send(Out::Frame(frame)).map_err(|e| e.is_full()),
+        };
+        let Err(full) = sent else { return Ok(()) };
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+        if !full {
+            return Err(disconnected());
+        }
+        Err(Error::new(
+            Code::QueueFull,
+            "the connection's outgoing queue is full (outgoingFrames); retry later",
+        ))
+    }
+
+    /// Sends a frame, waiting at most `write_ms`: a peer that does not read gets its
+    /// connection closed instead of wedging the caller.
+    pub(crate) fn send(&self, frame: Vec<u8>) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(disconnected());
+        }
+        if let Some(result) = self.write_direct(&frame, self.write_ms) {
+            return result;
+        }
+        self.enqueue(frame, Some(Duration::from_millis(self.write_ms)))
+            .map_err(|e| {
+                self.close();
+                match e.code {
+                    Code::QueueFull => Error::new(
+                        Code::Timeout,
+                        "the peer did not read its answers within writeMs; connection closed",
+                    ),
+                    _ => e,
+                }
+            })
+    }
+
+    /// For requests: writes directly when possible (within `write_ms`, capped by the
+    /// connection's writeMs), else queues without waiting (`QUEUE_FULL` when full).
+    pub(crate) fn send_request(&self, frame: Vec<u8>, write_ms: u64) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(disconnected());
+        }
+        match self.write_direct(&frame, write_ms.clamp(1, self.write_ms)) {
+            Some(result) => result,
+            None => self.enqueue(frame, None),
+        }
+    }
+
+    /// Queues a frame without waiting: `QUEUE_FULL` when the queue is full. Used for
+    /// notifications, which must never block the thread that emits them.
+    pub(crate) fn try_send(&self, frame: Vec<u8>) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(disconnected());
+        }
+        self.enqueue(frame, None)
+    }
+
+    /// Flushes queued frames, then closes. Idempotent; never blocks longer than `write_ms`.
+    pub(crate) fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if self
+            .tx
+            .send_timeout(Out::Close, Duration::from_millis(self.write_ms))
+            .is_err()
+        {
+            // The writer is stuck or gone: cutting the socket releases it.
+            let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Closes at once without flushing (shutdown, eviction).
+    pub(crate) fn abort(&self) {
+        self.closed.store(true, Ordering::Release);
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// True when the peer has already closed: a non-consuming, non-blocking peek sees end of
+    /// stream (or an error). Lets a cached connection be replaced before a request is risked
+    /// on it, even if its reader thread has not yet noticed.
+    pub(crate) fn peer_closed(&self) -> bool {
+        use nix::sys::socket::recv;
+        let mut probe = [0u8; 1];
+        match recv(
+            self.stream.as_raw_fd(),
+            &mut probe,
+            MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+        ) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => false,
+            Err(_) => true,
+        }
+    }
+}
+
+pub(crate) fn disconnected() -> Error {
+    Error::new(
+        Code::Disconnected,
+        "the connection closed; retry to reconnect",
+    )
+}
+
+pub(crate) fn io_err(what: &str, e: &io::Error) -> Error {
+    Error::new(Code::Io, format!("{what}: {e}"))
+}
+
+/// Writes all of `bytes` within `write_ms` in total.
+pub(crate) fn write_with_deadline(
+    stream: &mut UnixStream,
+    bytes: &[u8],
+    write_ms: u64,
+) -> io::Result<()> {
+    let deadline = Instant::now() + Duration::from_millis(write_ms);
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::from(io::ErrorKind::TimedOut));
+        }
+        stream.set_write_timeout(Some(left))?;
+        // MSG_NOSIGNAL: a vanished peer is an EPIPE error here, whatever the process's
+        // SIGPIPE disposition (a CLI may restore the default to exit quietly on a closed pipe).
+        match send(stream.as_raw_fd(), rest, MsgFlags::MSG_NOSIGNAL) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => rest = rest.get(n..).unwrap_or_default(),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(io::Error::from(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Pushes notifications onto one connection's bounded outgoing queue, e.g. `peer.receipt`
+/// after `peer.subscribe`. Cheap to clone; keep it as long as the subscription lives.
+#[derive(Clone)]
+pub struct Notifier {
+    out: Outgoing,
+    frame_bytes: u64,
+}
+
+impl Notifier {
+    pub(crate) fn new(out: Outgoing, frame_bytes: u64) -> Notifier {
+        Notifier { out, frame_bytes }
+    }
+
+    /// Queues one notification without blocking: `QUEUE_FULL` when the queue is full,
+    /// `DISCONNECTED` once the connection closed, `FRAME_TOO_LARGE` past `frameBytes`.
+    pub fn notify(&self, method: &str, params: Value) -> Result<()> {
+        let frame = rpc::encode_notification(method, &params);
+        check_frame_len(&frame, self.frame_bytes)?;
+        self.out.try_send(frame)
+    }
+
+    /// True once the connection is closed; subscriptions holding this can be dropped.
+    pub fn is_closed(&self) -> bool {
+        self.out.is_closed()
+    }
+}
+
+/// An encoded frame (with its `\n`) must fit `frameBytes`.
+pub(crate) fn check_frame_len(frame: &[u8], frame_bytes: u64) -> Result<()> {
+    if frame.len() as u64 > frame_bytes.saturating_add(1) {
+        return Err(Error::new(
+            Code::FrameTooLarge,
+            format!(
+                "a {}-byte frame exceeds frameBytes ({frame_bytes})",
+                frame.len() - 1
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// What one read produced.
+pub(crate) enum ReadEvent {
+    Frame(Vec<u8>),
+    InvalidUtf8,
+    TooLarge,
+    TimedOut,
+    Closed,
+}
+
+/// Reads frames from a stream through the bounded decoder.
+pub(crate) struct FrameReader {
+    stream: UnixStream,
+    decoder: FrameDecoder,
+    chunk: Vec<u8>,
+    timeout: Option<Duration>,
+}
+
+impl FrameReader {
+    pub(crate) fn new(stream: UnixStream, frame_bytes: u64) -> FrameReader {
+        let max = usize::try_from(frame_bytes).unwrap_or(usize::MAX);
+        FrameReader {
+            stream,
+            decoder: FrameDecoder::new(max),
+            chunk: vec![0; READ_CHUNK_BYTES],
+            timeout: None,
+        }
+    }
+
+    /// The next frame, waiting until `deadline` (forever when `None`).
+    pub(crate) fn next(&mut self, deadline: Option<Instant>) -> ReadEvent {
+        loop {
+            match self.decoder.next_frame() {
+                Some(Ok(frame)) => return ReadEvent::Frame(frame),
+                Some(Err(FrameError::InvalidUtf8)) => return ReadEvent::InvalidUtf8,
+                Some(Err(FrameError::TooLarge)) => return ReadEvent::TooLarge,
+                None if self.decoder.is_failed() => return ReadEvent::Closed,
+                None => {}
+            }
+            let timeout = match deadline {
+                None => None,
+                Some(d) => match d
+                    .checked_duration_since(Instant::now())
+                    .filter(|t| !t.is_zero())
+                {
+                    Some(left) => Some(left),
+                    None => return ReadEvent::TimedOut,
+                },
+            };
+            if timeout != self.timeout {
+                if self.stream.set_read_timeout(timeout).is_err() {
+                    return ReadEvent::Closed;
+                }
+                self.timeout = timeout;
+            }
+            match self.stream.read(&mut self.chunk) {
+                Ok(0) => return ReadEvent::Closed,
+                Ok(n) => self.decoder.push(self.chunk.get(..n).unwrap_or_default()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return ReadEvent::TimedOut;
+                }
+                Err(_) => return ReadEvent::Closed,
+            }
+        }
+    }
+}
+
+/// Refuses a connection from another OS user; runs before any byte is read.
+pub(crate) fn check_same_user(stream: &UnixStream) -> Result<()> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let cred = getsockopt(stream, PeerCredentials).map_err(|e| {
+        Error::new(
+            Code::Io,
+            format!("cannot read the peer's credentials (SO_PEERCRED): {e}"),
+        )
+    })?;
+    let me = nix::unistd::geteuid().as_raw();
+    if cred.uid() != me {
+        return Err(Error::new(
+            Code::AuthFailed,
+            format!(
+                "connection from uid {} refused; only uid {me} may connect",
+                cred.uid()
+            ),
+        ));
+    }
+    Ok(())
+}
