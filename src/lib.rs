@@ -9,3 +9,4 @@ pub mod fsutil;
 pub mod identity;
 pub mod messaging;
 pub mod sanitize;
+pub mod store;
