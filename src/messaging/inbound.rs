@@ -1,0 +1,334 @@
+//! Receiver-side custody: acceptance with dedup, validation, rate and capacity checks;
+//! recipient transitions (prepared, consumed, replied) with the context journal; receipt
+//! pushes to original senders; `peer.status`.
+
+use super::machine::{Machine, Outcome};
+use super::state::{RECEIPT_RESERVE_BYTES, Record, dedup_key, inbox_cost};
+use super::types::{
+    ContextEntry, InboundSend, InboxEntry, MessageRef, Principal, PushEntry, Receipt, ReceiptState,
+    Recipients,
+};
+use crate::error::{Code, Error, Result};
+
+impl Machine {
+    /// Takes custody of `send` from the authenticated `from` for one of our `recipients`.
+    /// Dedup comes first, so a retry after success always gets the original receipt (in its
+    /// current state), whatever the rate or capacity now. Errors: MESSAGE_ID_CONFLICT,
+    /// INVALID_REQUEST (bad id), TARGET_ENDED, PEER_OFFLINE, MESSAGE_TOO_LARGE, EXPIRED,
+    /// INVALID_REPLY, RATE_LIMITED, QUEUE_FULL.
+    pub fn accept(
+        &mut self,
+        from: &Principal,
+        send: &InboundSend,
+        recipients: &Recipients,
+        now_ms: u64,
+    ) -> Outcome<Receipt> {
+        let key = (
+            from.instance_id.clone(),
+            from.run_id.clone(),
+            send.message_id.clone(),
+            send.to_peer_id.clone(),
+        );
+        if let Some(at) = self.state.dedup.get(&key) {
+            let e = self.state.inbox.get(at).ok_or_else(|| {
+                Error::new(
+                    Code::RecoveryRequired,
+                    "dedup index names a missing message",
+                )
+            })?;
+            if e.content != send.content || e.topic != send.topic || e.reply_to != send.reply_to {
+                return Err(Error::new(
+                    Code::MessageIdConflict,
+                    format!(
+                        "message {} was already accepted with different content; use a new message id",
+                        send.message_id
+                    ),
+                ));
+            }
+            return Ok((e.receipt(), Vec::new()));
+        }
+        Self::check_id("messageId", &send.message_id)?;
+        if recipients.ended.contains(&send.to_peer_id) {
+            return Err(Error::new(
+                Code::TargetEnded,
+                format!("run {} has ended; select the current run", send.to_peer_id),
+            ));
+        }
+        if !recipients.live.contains(&send.to_peer_id) {
+            return Err(Error::new(
+                Code::PeerOffline,
+                format!(
+                    "{} is not a live peer of this root; refresh discovery",
+                    send.to_peer_id
+                ),
+            ));
+        }
+        self.check_content(&send.content, &send.topic)?;
+        let expires_at_ms = self.expiry(send.expires_at_ms, now_ms)?;
+        let correlation_id = self.inbound_correlation(from, send)?;
+        if !self.rate.allows(&self.limits, &from.instance_id, now_ms) {
+            return Err(Error::new(
+                Code::RateLimited,
+                format!(
+                    "sender exceeded ratePerSecond ({}) / rateBurst ({}); retry later with the same message id",
+                    self.limits.rate_per_second, self.limits.rate_burst
+                ),
+            ));
+        }
+        let sequence = self
+            .state
+            .next_sequence
+            .get(&send.to_peer_id)
+            .copied()
+            .unwrap_or(1);
+        let entry = InboxEntry {
+            recipient_peer_id: send.to_peer_id.clone(),
+            sequence,
+            from: from.clone(),
+            message_id: send.message_id.clone(),
+            content: send.content.clone(),
+            topic: send.topic.clone(),
+            reply_to: send.reply_to.clone(),
+            correlation_id,
+            expires_at_ms,
+            accepted_at_ms: now_ms,
+            state: ReceiptState::Accepted,
+            state_at_ms: now_ms,
+            reply_message_id: None,
+            context_marked: false,
+        };
+        self.check_capacity(&entry)?;
+        self.rate.take(&self.limits, &from.instance_id, now_ms);
+        debug_assert_eq!(dedup_key(&entry), key);
+        let receipt = entry.receipt();
+        Ok((receipt, self.commit(vec![Record::InboxAdded { entry }])))
+    }
+
+    fn check_capacity(&self, entry: &InboxEntry) -> Result<()> {
+        let held = self.state.unconsumed(&entry.recipient_peer_id);
+        if held >= self.limits.inbox_messages {
+            return Err(Error::new(
+                Code::QueueFull,
+                format!(
+                    "{} holds {held} unconsumed messages (inboxMessages); retry after some are consumed",
+                    entry.recipient_peer_id
+                ),
+            ));
+        }
+        self.check_space(
+            inbox_cost(entry) + RECEIPT_RESERVE_BYTES,
+            "cannot accept the message",
+        )
+    }
+
+    /// A reply must answer a message our recipient sent to exactly this sender incarnation,
+    /// and keeps that message's correlation id.
+    fn inbound_correlation(&self, from: &Principal, send: &InboundSend) -> Result<String> {
+        let Some(reply_to) = &send.reply_to else {
+            return Ok(send
+                .correlation_id
+                .clone()
+                .unwrap_or_else(|| send.message_id.clone()));
+        };
+        let invalid = |why: &str| {
+            Error::new(
+                Code::InvalidReply,
+                format!(
+                    "replyTo {reply_to}: {why}; reply to a message this peer received from the exact target"
+                ),
+            )
+        };
+        let original = self
+            .state
+            .outbox
+            .get(&(from.peer_id.clone(), reply_to.clone()))
+            .filter(|o| o.from_peer_id == send.to_peer_id)
+            .ok_or_else(|| invalid("no such message was sent from this recipient to the sender"))?;
+        if !original.to.is(from) {
+            return Err(invalid(
+                "the original went to a different incarnation of the sender",
+            ));
+        }
+        match &send.correlation_id {
+            Some(c) if *c != original.correlation_id => {
+                Err(invalid("the correlation id differs from the original's"))
+            }
+            _ => Ok(original.correlation_id.clone()),
+        }
+    }
+
+    /// `peer.status`: the current receipt of `from`'s message `message_id` to `to_peer_id`.
+    pub fn status(&self, from: &Principal, message_id: &str, to_peer_id: &str) -> Result<Receipt> {
+        let key = (
+            from.instance_id.clone(),
+            from.run_id.clone(),
+            message_id.to_string(),
+            to_peer_id.to_string(),
+        );
+        self.state
+            .dedup
+            .get(&key)
+            .and_then(|at| self.state.inbox.get(at))
+            .map(|e| e.receipt())
+            .ok_or_else(|| {
+                Error::new(
+                    Code::NotFound,
+                    format!("no message {message_id} from you to {to_peer_id} is held here"),
+                )
+            })
+    }
+
+    /// Marks a message prepared or consumed. Consuming without a context marker records an
+    /// implicit one first. A request that would not move the state forward changes nothing
+    /// and returns the current receipt. Errors: NOT_FOUND, AMBIGUOUS_TARGET, USAGE.
+    pub fn mark(
+        &mut self,
+        recipient: &str,
+        r: &MessageRef,
+        state: ReceiptState,
+        now_ms: u64,
+    ) -> Outcome<Receipt> {
+        match state {
+            ReceiptState::Prepared => self.record_context(recipient, r, "", now_ms),
+            ReceiptState::Consumed => {
+                self.transition(recipient, r, ReceiptState::Consumed, None, now_ms)
+            }
+            other => Err(Error::new(
+                Code::Usage,
+                format!(
+                    "a recipient can mark prepared or consumed, not {}",
+                    other.name()
+                ),
+            )),
+        }
+    }
+
+    /// Records the context-journal entry for a message (before consumption) and moves it to
+    /// prepared. A second call keeps the first marker. Errors: NOT_FOUND, MESSAGE_TOO_LARGE.
+    pub fn record_context(
+        &mut self,
+        recipient: &str,
+        r: &MessageRef,
+        note: &str,
+        now_ms: u64,
+    ) -> Outcome<Receipt> {
+        self.check_content(note, &None)?;
+        let e = self.find_inbox(recipient, r)?;
+        if e.context_marked || !e.state.may_become(ReceiptState::Prepared) {
+            return Ok((e.receipt(), Vec::new()));
+        }
+        let mut records = vec![context_record(e, note, false, now_ms)];
+        records.extend(state_records(
+            e,
+            ReceiptState::Prepared,
+            None,
+            now_ms,
+            self.state.next_push.max(1),
+        ));
+        let records = self.commit(records);
+        Ok((self.find_inbox(recipient, r)?.receipt(), records))
+    }
+
+    /// Marks a message replied with the reply's message id (implicit context if none).
+    pub fn mark_replied(
+        &mut self,
+        recipient: &str,
+        r: &MessageRef,
+        reply_message_id: &str,
+        now_ms: u64,
+    ) -> Outcome<Receipt> {
+        self.transition(
+            recipient,
+            r,
+            ReceiptState::Replied,
+            Some(reply_message_id.to_string()),
+            now_ms,
+        )
+    }
+
+    pub(crate) fn transition(
+        &mut self,
+        recipient: &str,
+        r: &MessageRef,
+        to: ReceiptState,
+        reply: Option<String>,
+        now_ms: u64,
+    ) -> Outcome<Receipt> {
+        let e = self.find_inbox(recipient, r)?;
+        if !e.state.may_become(to) {
+            return Ok((e.receipt(), Vec::new()));
+        }
+        let mut records = Vec::new();
+        if !e.context_marked && !to.is_failure() {
+            records.push(context_record(e, "", true, now_ms));
+        }
+        records.extend(state_records(
+            e,
+            to,
+            reply,
+            now_ms,
+            self.state.next_push.max(1),
+        ));
+        let records = self.commit(records);
+        Ok((self.find_inbox(recipient, r)?.receipt(), records))
+    }
+
+    /// Receipts waiting to be pushed to original senders, oldest first, at most `limit`.
+    pub fn pending_pushes(&self, limit: usize) -> Vec<PushEntry> {
+        self.state.pushes.values().take(limit).cloned().collect()
+    }
+
+    /// The sender acknowledged a pushed receipt; unknown cursors are a no-op.
+    pub fn receipt_delivered(&mut self, cursor: u64) -> Outcome<()> {
+        if !self.state.pushes.contains_key(&cursor) {
+            return Ok(((), Vec::new()));
+        }
+        Ok(((), self.commit(vec![Record::PushDone { cursor }])))
+    }
+}
+
+pub(crate) fn context_record(e: &InboxEntry, note: &str, implicit: bool, now_ms: u64) -> Record {
+    Record::Context {
+        entry: ContextEntry {
+            recipient_peer_id: e.recipient_peer_id.clone(),
+            sequence: e.sequence,
+            message_id: e.message_id.clone(),
+            note: note.to_string(),
+            implicit,
+            at_ms: now_ms,
+        },
+    }
+}
+
+/// The state change of an inbox entry plus the receipt push to its original sender.
+pub(crate) fn state_records(
+    e: &InboxEntry,
+    to: ReceiptState,
+    reply: Option<String>,
+    now_ms: u64,
+    cursor: u64,
+) -> Vec<Record> {
+    let mut receipt = e.receipt();
+    receipt.state = to;
+    receipt.at_ms = now_ms;
+    if reply.is_some() {
+        receipt.reply_message_id = reply.clone();
+    }
+    vec![
+        Record::InboxState {
+            recipient: e.recipient_peer_id.clone(),
+            sequence: e.sequence,
+            state: to,
+            at_ms: now_ms,
+            reply_message_id: reply,
+        },
+        Record::PushQueued {
+            push: PushEntry {
+                cursor,
+                to: e.from.clone(),
+                receipt,
+                queued_at_ms: now_ms,
+            },
+        },
+    ]
+}

@@ -1,0 +1,34 @@
+//! Custody rules of peer messaging as a pure state machine (no files, sockets or clock):
+//! acceptance and deduplication, outbox intent, receipts that only move forward, reply and
+//! correlation validation, per-route ordering, expiry and retention. `crate::store` makes
+//! its records durable; the transport and runtime drive it.
+//!
+//! - `types`: principals, sends, receipts, entries, queries.
+//! - `state`: the durable state and the journal records applied to it.
+//! - `machine`: shared checks and local reads.
+//! - `inbound`: receiver custody, recipient transitions, receipt pushes, status.
+//! - `outbound`: outbox intent, custody answers, receipts from targets, route queues.
+//! - `route`: which outbox entry of a route may go next.
+//! - `retention`: expiry and retention sweeps.
+//! - `rate`: per-sender token buckets.
+//! - `ids`: retry-stable and fresh message ids.
+
+pub mod ids;
+pub mod inbound;
+pub mod machine;
+pub mod outbound;
+pub mod rate;
+pub mod retention;
+pub mod route;
+pub mod state;
+pub mod types;
+
+#[cfg(test)]
+mod tests;
+
+pub use ids::{derive_message_id, new_message_id};
+pub use machine::{Machine, Outcome};
+pub use outbound::is_retryable;
+pub use route::{RouteDecision, RouteQueue};
+pub use state::{Record, State, StateImage};
+pub use types::*;

@@ -1,0 +1,305 @@
+//! Sender-side custody: the outbox intent written before the first byte leaves, the custody
+//! answer, recipient receipts applied only from the exact target incarnation, and the
+//! unresolved entries of one route in send order.
+
+use super::machine::{Machine, Outcome};
+use super::state::{RECEIPT_RESERVE_BYTES, Record, outbox_cost};
+use super::types::{OutboundSend, OutboxEntry, Principal, Receipt, ReceiptEvent, ReceiptState};
+use crate::error::{Code, Error, Result};
+
+/// Failures after which the same message may be sent again: the entry stays unresolved.
+pub fn is_retryable(code: Code) -> bool {
+    matches!(
+        code,
+        Code::PeerOffline
+            | Code::Timeout
+            | Code::Disconnected
+            | Code::QueueFull
+            | Code::RateLimited
+    )
+}
+
+impl Machine {
+    /// Records the intent to send before transmission. The same id, target and content returns
+    /// the existing entry. Errors: MESSAGE_ID_CONFLICT, INVALID_REQUEST, MESSAGE_TOO_LARGE,
+    /// EXPIRED, INVALID_REPLY, QUEUE_FULL (route or storage full).
+    pub fn outbox_intent(&mut self, send: &OutboundSend, now_ms: u64) -> Outcome<OutboxEntry> {
+        if let Some(e) = self
+            .state
+            .outbox
+            .get(&(send.to.peer_id.clone(), send.message_id.clone()))
+        {
+            let same = e.content == send.content
+                && e.topic == send.topic
+                && e.reply_to == send.reply_to
+                && e.to == send.to
+                && e.from_peer_id == send.from_peer_id;
+            if !same {
+                return Err(Error::new(
+                    Code::MessageIdConflict,
+                    format!(
+                        "message {} to {} already exists with different content; use a new message id",
+                        send.message_id, send.to.peer_id
+                    ),
+                ));
+            }
+            return Ok((e.clone(), Vec::new()));
+        }
+        Self::check_id("messageId", &send.message_id)?;
+        self.check_content(&send.content, &send.topic)?;
+        let expires_at_ms = self.expiry(send.expires_at_ms, now_ms)?;
+        let correlation_id = self.outbound_correlation(send)?;
+        let entry = OutboxEntry {
+            order: self.state.next_order.max(1),
+            from_peer_id: send.from_peer_id.clone(),
+            to: send.to.clone(),
+            message_id: send.message_id.clone(),
+            content: send.content.clone(),
+            topic: send.topic.clone(),
+            reply_to: send.reply_to.clone(),
+            correlation_id,
+            expires_at_ms,
+            created_at_ms: now_ms,
+            receipt: None,
+            updated_at_ms: now_ms,
+        };
+        let queued = self
+            .route_pending(&send.from_peer_id, &send.to.peer_id)
+            .len() as u64;
+        if queued >= self.limits.inbox_messages {
+            return Err(Error::new(
+                Code::QueueFull,
+                format!(
+                    "{queued} messages to {} are still unresolved (inboxMessages); wait for their receipts",
+                    send.to.peer_id
+                ),
+            ));
+        }
+        self.check_space(
+            outbox_cost(&entry) + RECEIPT_RESERVE_BYTES,
+            "cannot record the outgoing message",
+        )?;
+        let records = self.commit(vec![Record::OutboxAdded {
+            entry: entry.clone(),
+        }]);
+        Ok((entry, records))
+    }
+
+    /// A reply must answer a message our local sender received from exactly the target
+    /// incarnation, and carries that message's correlation id.
+    fn outbound_correlation(&self, send: &OutboundSend) -> Result<String> {
+        let Some(reply_to) = &send.reply_to else {
+            return Ok(send
+                .correlation_id
+                .clone()
+                .unwrap_or_else(|| send.message_id.clone()));
+        };
+        let key = (
+            send.to.instance_id.clone(),
+            send.to.run_id.clone(),
+            reply_to.clone(),
+            send.from_peer_id.clone(),
+        );
+        let original = self
+            .state
+            .dedup
+            .get(&key)
+            .and_then(|at| self.state.inbox.get(at))
+            .filter(|e| send.to.is(&e.from))
+            .ok_or_else(|| {
+                Error::new(
+                    Code::InvalidReply,
+                    format!("replyTo {reply_to} is not a message {} received from that exact target incarnation", send.from_peer_id),
+                )
+            })?;
+        match &send.correlation_id {
+            Some(c) if *c != original.correlation_id => Err(Error::new(
+                Code::InvalidReply,
+                format!("correlationId must stay {}", original.correlation_id),
+            )),
+            _ => Ok(original.correlation_id.clone()),
+        }
+    }
+
+    /// Records the custody answer of one send attempt. `Ok(receipt)` resolves the entry (and,
+    /// for a reply, marks the answered inbox message replied); a retryable code leaves it
+    /// unresolved; any other code resolves it as `refused` with that code. Never regresses.
+    pub fn outbox_result(
+        &mut self,
+        to_peer_id: &str,
+        message_id: &str,
+        answer: std::result::Result<Receipt, Code>,
+        now_ms: u64,
+    ) -> Outcome<OutboxEntry> {
+        let entry = self.outbox_entry(to_peer_id, message_id)?.clone();
+        let receipt = match answer {
+            Ok(r) => {
+                if r.message_id != entry.message_id
+                    || r.to_peer_id != entry.to.peer_id
+                    || r.from_peer_id != entry.from_peer_id
+                {
+                    return Err(Error::new(
+                        Code::InvalidRequest,
+                        "the custody receipt names another message, sender or target",
+                    ));
+                }
+                r
+            }
+            Err(code) if is_retryable(code) => return Ok((entry, Vec::new())),
+            Err(code) => Receipt {
+                message_id: entry.message_id.clone(),
+                from_peer_id: entry.from_peer_id.clone(),
+                to_peer_id: entry.to.peer_id.clone(),
+                state: ReceiptState::Refused,
+                sequence: 0,
+                correlation_id: entry.correlation_id.clone(),
+                at_ms: now_ms,
+                reply_message_id: None,
+                code: Some(code.name().to_string()),
+            },
+        };
+        let in_custody = !receipt.state.is_failure();
+        let mut records = self.receipt_records(&entry, receipt, now_ms);
+        if !records.is_empty() && in_custody {
+            records.extend(self.replied_records(&entry, now_ms));
+        }
+        let records = self.commit(records);
+        Ok((self.outbox_entry(to_peer_id, message_id)?.clone(), records))
+    }
+
+    /// Once a reply is in the target's custody, the message it answers is replied.
+    fn replied_records(&self, reply: &OutboxEntry, now_ms: u64) -> Vec<Record> {
+        let Some(orig_id) = &reply.reply_to else {
+            return Vec::new();
+        };
+        let key = (
+            reply.to.instance_id.clone(),
+            reply.to.run_id.clone(),
+            orig_id.clone(),
+            reply.from_peer_id.clone(),
+        );
+        let Some(at) = self.state.dedup.get(&key) else {
+            return Vec::new();
+        };
+        let Some(orig) = self.state.inbox.get(at) else {
+            return Vec::new();
+        };
+        if !orig.state.may_become(ReceiptState::Replied) {
+            return Vec::new();
+        }
+        let mut records = Vec::new();
+        if !orig.context_marked {
+            records.push(super::inbound::context_record(orig, "", true, now_ms));
+        }
+        let cursor = self.state.next_push.max(1);
+        records.extend(super::inbound::state_records(
+            orig,
+            ReceiptState::Replied,
+            Some(reply.message_id.clone()),
+            now_ms,
+            cursor,
+        ));
+        records
+    }
+
+    /// `peer.receipt`: applies a recipient's receipt to our outbox entry, only when `from` is
+    /// exactly the entry's target incarnation; stale or regressing receipts change nothing.
+    /// Errors: NOT_FOUND, INVALID_REQUEST (wrong incarnation or mismatched receipt).
+    pub fn record_receipt(
+        &mut self,
+        from: &Principal,
+        r: &Receipt,
+        now_ms: u64,
+    ) -> Outcome<OutboxEntry> {
+        let entry = self.outbox_entry(&from.peer_id, &r.message_id)?.clone();
+        if !entry.to.is(from)
+            || r.to_peer_id != entry.to.peer_id
+            || r.from_peer_id != entry.from_peer_id
+        {
+            return Err(Error::new(
+                Code::InvalidRequest,
+                format!(
+                    "receipt for {} does not come from the message's exact target incarnation",
+                    r.message_id
+                ),
+            ));
+        }
+        let records = self.receipt_records(&entry, r.clone(), now_ms);
+        let records = self.commit(records);
+        Ok((
+            self.outbox_entry(&from.peer_id, &r.message_id)?.clone(),
+            records,
+        ))
+    }
+
+    /// Records for moving an outbox entry to `receipt` (none when it would regress).
+    fn receipt_records(
+        &self,
+        entry: &OutboxEntry,
+        mut receipt: Receipt,
+        now_ms: u64,
+    ) -> Vec<Record> {
+        if let Some(cur) = &entry.receipt
+            && !cur.state.may_become(receipt.state)
+        {
+            return Vec::new();
+        }
+        receipt.correlation_id = entry.correlation_id.clone();
+        let event = ReceiptEvent {
+            cursor: self.state.next_event.max(1),
+            local_peer_id: entry.from_peer_id.clone(),
+            receipt: receipt.clone(),
+            at_ms: now_ms,
+        };
+        vec![
+            Record::OutboxReceipt {
+                to_peer_id: entry.to.peer_id.clone(),
+                message_id: entry.message_id.clone(),
+                receipt,
+                at_ms: now_ms,
+            },
+            Record::Event { event },
+        ]
+    }
+
+    pub(crate) fn outbox_entry(&self, to_peer_id: &str, message_id: &str) -> Result<&OutboxEntry> {
+        self.state
+            .outbox
+            .get(&(to_peer_id.to_string(), message_id.to_string()))
+            .ok_or_else(|| {
+                Error::new(
+                    Code::NotFound,
+                    format!("no outgoing message {message_id} to {to_peer_id}"),
+                )
+            })
+    }
+
+    /// Unresolved entries of the route `from_peer_id` → `to_peer_id`, in send order.
+    pub fn route_pending(&self, from_peer_id: &str, to_peer_id: &str) -> Vec<OutboxEntry> {
+        let mut v: Vec<OutboxEntry> = self
+            .state
+            .outbox
+            .range((to_peer_id.to_string(), String::new())..)
+            .take_while(|((to, _), _)| to == to_peer_id)
+            .map(|(_, e)| e)
+            .filter(|e| e.receipt.is_none() && e.from_peer_id == from_peer_id)
+            .cloned()
+            .collect();
+        v.sort_by_key(|e| e.order);
+        v
+    }
+
+    /// Every route with unresolved entries, as (from, to) pairs (for resending after restart).
+    pub fn pending_routes(&self) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = self
+            .state
+            .outbox
+            .values()
+            .filter(|e| e.receipt.is_none())
+            .map(|e| (e.from_peer_id.clone(), e.to.peer_id.clone()))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+}

@@ -1,0 +1,153 @@
+//! Expiry and retention: unconsumed messages past their expiry become `expired` (with a
+//! receipt push); only final records older than `retentionMs` are removed. Nothing accepted or
+//! unresolved is ever dropped to make room.
+
+use super::machine::{Machine, Outcome};
+use super::state::Record;
+use super::types::{Receipt, ReceiptEvent, ReceiptState, SweepReport};
+
+impl Machine {
+    /// One bounded sweep pass: at most `commitBatch` changes, `more` says call again.
+    pub fn sweep(&mut self, now_ms: u64) -> Outcome<SweepReport> {
+        let budget = self.limits.commit_batch.max(1) as usize;
+        let mut rep = SweepReport::default();
+        let mut records = Vec::new();
+        self.expire_inbox(now_ms, budget, &mut rep, &mut records);
+        self.expire_outbox(now_ms, budget, &mut rep, &mut records);
+        self.remove_old(now_ms, budget, &mut rep, &mut records);
+        rep.more = records.len() >= budget;
+        Ok((rep, records))
+    }
+
+    fn expire_inbox(
+        &mut self,
+        now_ms: u64,
+        budget: usize,
+        rep: &mut SweepReport,
+        records: &mut Vec<Record>,
+    ) {
+        let due: Vec<(String, u64)> = self
+            .state
+            .inbox
+            .values()
+            .filter(|e| e.expires_at_ms <= now_ms && e.state.may_become(ReceiptState::Expired))
+            .map(|e| (e.recipient_peer_id.clone(), e.sequence))
+            .take(budget.saturating_sub(records.len()) / 2)
+            .collect();
+        for key in due {
+            let Some(e) = self.state.inbox.get(&key) else {
+                continue;
+            };
+            let recs = super::inbound::state_records(
+                e,
+                ReceiptState::Expired,
+                None,
+                now_ms,
+                self.state.next_push.max(1),
+            );
+            records.extend(self.commit(recs));
+            rep.expired_inbox += 1;
+        }
+    }
+
+    fn expire_outbox(
+        &mut self,
+        now_ms: u64,
+        budget: usize,
+        rep: &mut SweepReport,
+        records: &mut Vec<Record>,
+    ) {
+        let due: Vec<(String, String)> = self
+            .state
+            .outbox
+            .iter()
+            .filter(|(_, e)| e.receipt.is_none() && e.expires_at_ms <= now_ms)
+            .map(|(k, _)| k.clone())
+            .take(budget.saturating_sub(records.len()) / 2)
+            .collect();
+        for (to, id) in due {
+            let Some(e) = self.state.outbox.get(&(to.clone(), id.clone())) else {
+                continue;
+            };
+            let receipt = Receipt {
+                message_id: id.clone(),
+                from_peer_id: e.from_peer_id.clone(),
+                to_peer_id: to.clone(),
+                state: ReceiptState::Expired,
+                sequence: 0,
+                correlation_id: e.correlation_id.clone(),
+                at_ms: now_ms,
+                reply_message_id: None,
+                code: Some(crate::error::Code::Expired.name().to_string()),
+            };
+            let event = ReceiptEvent {
+                cursor: self.state.next_event.max(1),
+                local_peer_id: e.from_peer_id.clone(),
+                receipt: receipt.clone(),
+                at_ms: now_ms,
+            };
+            let recs = vec![
+                Record::OutboxReceipt {
+                    to_peer_id: to,
+                    message_id: id,
+                    receipt,
+                    at_ms: now_ms,
+                },
+                Record::Event { event },
+            ];
+            records.extend(self.commit(recs));
+            rep.expired_outbox += 1;
+        }
+    }
+
+    /// Removes final inbox entries (consumed, replied, expired), resolved outbox entries, events
+    /// and undeliverable pushes once they are older than `retentionMs`.
+    fn remove_old(
+        &mut self,
+        now_ms: u64,
+        budget: usize,
+        rep: &mut SweepReport,
+        records: &mut Vec<Record>,
+    ) {
+        let keep = self.limits.retention_ms;
+        let old = |at: u64| at.saturating_add(keep) <= now_ms;
+        let mut recs = Vec::new();
+        for e in self.state.inbox.values() {
+            let removable = matches!(
+                e.state,
+                ReceiptState::Consumed | ReceiptState::Replied | ReceiptState::Expired
+            );
+            if removable && old(e.state_at_ms) && old(e.accepted_at_ms) {
+                recs.push(Record::InboxRemoved {
+                    recipient: e.recipient_peer_id.clone(),
+                    sequence: e.sequence,
+                });
+                rep.removed_inbox += 1;
+            }
+        }
+        for e in self.state.outbox.values() {
+            // A resolved entry is the recipient's custody; after expiry + retention nothing
+            // will update it any more.
+            let resolved = e.receipt.as_ref().is_some_and(|r| {
+                r.state.is_final() || r.state == ReceiptState::Consumed || old(e.expires_at_ms)
+            });
+            if resolved && old(e.updated_at_ms) {
+                recs.push(Record::OutboxRemoved {
+                    to_peer_id: e.to.peer_id.clone(),
+                    message_id: e.message_id.clone(),
+                });
+                rep.removed_outbox += 1;
+            }
+        }
+        for ev in self.state.events.values().filter(|ev| old(ev.at_ms)) {
+            recs.push(Record::EventRemoved { cursor: ev.cursor });
+            rep.removed_events += 1;
+        }
+        for p in self.state.pushes.values().filter(|p| old(p.queued_at_ms)) {
+            recs.push(Record::PushDone { cursor: p.cursor });
+            rep.dropped_pushes += 1;
+        }
+        recs.truncate(budget.saturating_sub(records.len()));
+        records.extend(self.commit(recs));
+    }
+}

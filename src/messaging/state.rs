@@ -1,0 +1,366 @@
+//! The durable custody state and the journal records that change it. `State::apply` is the
+//! only mutator: live operations and crash recovery replay the same records through it, so
+//! the recovered state is the acknowledged state by construction.
+
+use super::types::{
+    ContextEntry, InboxEntry, OutboxEntry, PushEntry, Receipt, ReceiptEvent, ReceiptState,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// Estimated bytes of bookkeeping per stored object beyond its strings (JSON keys, numbers).
+pub const ENTRY_OVERHEAD_BYTES: u64 = 384;
+/// Bytes reserved at admission for the receipt transitions, pushes and events a message
+/// will still produce (four transitions of about one overhead each).
+pub const RECEIPT_RESERVE_BYTES: u64 = 4 * ENTRY_OVERHEAD_BYTES;
+
+/// One journal record. Serialised with a short tag; the frame checksum covers it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "camelCase")]
+pub enum Record {
+    InboxAdded {
+        entry: InboxEntry,
+    },
+    InboxState {
+        recipient: String,
+        sequence: u64,
+        state: ReceiptState,
+        at_ms: u64,
+        reply_message_id: Option<String>,
+    },
+    Context {
+        entry: ContextEntry,
+    },
+    PushQueued {
+        push: PushEntry,
+    },
+    PushDone {
+        cursor: u64,
+    },
+    OutboxAdded {
+        entry: OutboxEntry,
+    },
+    OutboxReceipt {
+        to_peer_id: String,
+        message_id: String,
+        receipt: Receipt,
+        at_ms: u64,
+    },
+    Event {
+        event: ReceiptEvent,
+    },
+    InboxRemoved {
+        recipient: String,
+        sequence: u64,
+    },
+    OutboxRemoved {
+        to_peer_id: String,
+        message_id: String,
+    },
+    EventRemoved {
+        cursor: u64,
+    },
+}
+
+/// Dedup identity of an inbound message: sender instance, sender run, message id, recipient.
+pub type DedupKey = (String, Option<String>, String, String);
+
+/// The whole custody state of one instance store, with derived indexes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct State {
+    /// (recipient peerId, sequence) → entry.
+    pub(crate) inbox: BTreeMap<(String, u64), InboxEntry>,
+    pub(crate) dedup: HashMap<DedupKey, (String, u64)>,
+    /// Unconsumed (accepted or prepared) count per recipient.
+    pub(crate) unconsumed: HashMap<String, u64>,
+    pub(crate) next_sequence: BTreeMap<String, u64>,
+    /// (to peerId, message id) → entry.
+    pub(crate) outbox: BTreeMap<(String, String), OutboxEntry>,
+    pub(crate) context: BTreeMap<(String, u64), ContextEntry>,
+    pub(crate) pushes: BTreeMap<u64, PushEntry>,
+    pub(crate) events: BTreeMap<u64, ReceiptEvent>,
+    pub(crate) next_order: u64,
+    pub(crate) next_push: u64,
+    pub(crate) next_event: u64,
+    /// Estimated stored bytes of everything above (see [`ENTRY_OVERHEAD_BYTES`]).
+    pub(crate) live_bytes: u64,
+}
+
+/// The serialisable form of [`State`] (`messages.json`'s `state`): plain lists, indexes dropped.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StateImage {
+    pub inbox: Vec<InboxEntry>,
+    pub outbox: Vec<OutboxEntry>,
+    pub context: Vec<ContextEntry>,
+    pub pushes: Vec<PushEntry>,
+    pub events: Vec<ReceiptEvent>,
+    pub next_sequence: Vec<(String, u64)>,
+    pub next_order: u64,
+    pub next_push: u64,
+    pub next_event: u64,
+}
+
+fn opt_len(s: &Option<String>) -> u64 {
+    s.as_ref().map_or(0, |s| s.len() as u64)
+}
+
+pub(crate) fn inbox_cost(e: &InboxEntry) -> u64 {
+    ENTRY_OVERHEAD_BYTES
+        + (e.content.len()
+            + e.message_id.len()
+            + e.recipient_peer_id.len()
+            + e.correlation_id.len()) as u64
+        + (e.from.instance_id.len() + e.from.peer_id.len()) as u64
+        + opt_len(&e.from.run_id)
+        + opt_len(&e.topic)
+        + opt_len(&e.reply_to)
+}
+
+pub(crate) fn outbox_cost(e: &OutboxEntry) -> u64 {
+    ENTRY_OVERHEAD_BYTES
+        + (e.content.len() + e.message_id.len() + e.from_peer_id.len() + e.correlation_id.len())
+            as u64
+        + (e.to.instance_id.len() + e.to.peer_id.len()) as u64
+        + opt_len(&e.to.run_id)
+        + opt_len(&e.topic)
+        + opt_len(&e.reply_to)
+}
+
+fn small_cost(note: &str) -> u64 {
+    ENTRY_OVERHEAD_BYTES + note.len() as u64
+}
+
+pub(crate) fn dedup_key(e: &InboxEntry) -> DedupKey {
+    (
+        e.from.instance_id.clone(),
+        e.from.run_id.clone(),
+        e.message_id.clone(),
+        e.recipient_peer_id.clone(),
+    )
+}
+
+fn is_unconsumed(s: ReceiptState) -> bool {
+    matches!(s, ReceiptState::Accepted | ReceiptState::Prepared)
+}
+
+impl State {
+    /// Applies one record. Records come from our own operations or from a checksummed journal;
+    /// a record naming something absent is skipped rather than trusted to panic.
+    pub fn apply(&mut self, record: &Record) {
+        match record {
+            Record::InboxAdded { entry } => self.add_inbox(entry.clone()),
+            Record::InboxState {
+                recipient,
+                sequence,
+                state,
+                at_ms,
+                reply_message_id,
+            } => self.set_inbox_state(recipient, *sequence, *state, *at_ms, reply_message_id),
+            Record::Context { entry } => {
+                self.live_bytes += small_cost(&entry.note);
+                if let Some(e) = self
+                    .inbox
+                    .get_mut(&(entry.recipient_peer_id.clone(), entry.sequence))
+                {
+                    e.context_marked = true;
+                }
+                self.context.insert(
+                    (entry.recipient_peer_id.clone(), entry.sequence),
+                    entry.clone(),
+                );
+            }
+            Record::PushQueued { push } => {
+                self.live_bytes += ENTRY_OVERHEAD_BYTES;
+                self.next_push = self.next_push.max(push.cursor + 1);
+                self.pushes.insert(push.cursor, push.clone());
+            }
+            Record::PushDone { cursor } => {
+                if self.pushes.remove(cursor).is_some() {
+                    self.live_bytes = self.live_bytes.saturating_sub(ENTRY_OVERHEAD_BYTES);
+                }
+            }
+            Record::OutboxAdded { entry } => {
+                self.live_bytes += outbox_cost(entry);
+                self.next_order = self.next_order.max(entry.order + 1);
+                self.outbox.insert(
+                    (entry.to.peer_id.clone(), entry.message_id.clone()),
+                    entry.clone(),
+                );
+            }
+            Record::OutboxReceipt {
+                to_peer_id,
+                message_id,
+                receipt,
+                at_ms,
+            } => {
+                if let Some(e) = self
+                    .outbox
+                    .get_mut(&(to_peer_id.clone(), message_id.clone()))
+                {
+                    e.receipt = Some(receipt.clone());
+                    e.updated_at_ms = *at_ms;
+                }
+            }
+            Record::Event { event } => {
+                self.live_bytes += ENTRY_OVERHEAD_BYTES;
+                self.next_event = self.next_event.max(event.cursor + 1);
+                self.events.insert(event.cursor, event.clone());
+            }
+            Record::InboxRemoved {
+                recipient,
+                sequence,
+            } => self.remove_inbox(recipient, *sequence),
+            Record::OutboxRemoved {
+                to_peer_id,
+                message_id,
+            } => {
+                if let Some(e) = self
+                    .outbox
+                    .remove(&(to_peer_id.clone(), message_id.clone()))
+                {
+                    self.live_bytes = self.live_bytes.saturating_sub(outbox_cost(&e));
+                }
+            }
+            Record::EventRemoved { cursor } => {
+                if self.events.remove(cursor).is_some() {
+                    self.live_bytes = self.live_bytes.saturating_sub(ENTRY_OVERHEAD_BYTES);
+                }
+            }
+        }
+    }
+
+    fn add_inbox(&mut self, entry: InboxEntry) {
+        let key = (entry.recipient_peer_id.clone(), entry.sequence);
+        let next = self
+            .next_sequence
+            .entry(entry.recipient_peer_id.clone())
+            .or_insert(1);
+        *next = (*next).max(entry.sequence + 1);
+        if is_unconsumed(entry.state) {
+            *self
+                .unconsumed
+                .entry(entry.recipient_peer_id.clone())
+                .or_insert(0) += 1;
+        }
+        self.live_bytes += inbox_cost(&entry) + RECEIPT_RESERVE_BYTES;
+        self.dedup.insert(dedup_key(&entry), key.clone());
+        self.inbox.insert(key, entry);
+    }
+
+    fn set_inbox_state(
+        &mut self,
+        recipient: &str,
+        seq: u64,
+        state: ReceiptState,
+        at: u64,
+        reply: &Option<String>,
+    ) {
+        let Some(e) = self.inbox.get_mut(&(recipient.to_string(), seq)) else {
+            return;
+        };
+        let was = is_unconsumed(e.state);
+        e.state = state;
+        e.state_at_ms = at;
+        if reply.is_some() {
+            e.reply_message_id = reply.clone();
+        }
+        if was
+            && !is_unconsumed(state)
+            && let Some(n) = self.unconsumed.get_mut(recipient)
+        {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    fn remove_inbox(&mut self, recipient: &str, seq: u64) {
+        let key = (recipient.to_string(), seq);
+        let Some(e) = self.inbox.remove(&key) else {
+            return;
+        };
+        if is_unconsumed(e.state)
+            && let Some(n) = self.unconsumed.get_mut(recipient)
+        {
+            *n = n.saturating_sub(1);
+        }
+        self.live_bytes = self
+            .live_bytes
+            .saturating_sub(inbox_cost(&e) + RECEIPT_RESERVE_BYTES);
+        self.dedup.remove(&dedup_key(&e));
+        if let Some(c) = self.context.remove(&key) {
+            self.live_bytes = self.live_bytes.saturating_sub(small_cost(&c.note));
+        }
+    }
+
+    /// The serialisable image for a snapshot.
+    pub fn image(&self) -> StateImage {
+        StateImage {
+            inbox: self.inbox.values().cloned().collect(),
+            outbox: self.outbox.values().cloned().collect(),
+            context: self.context.values().cloned().collect(),
+            pushes: self.pushes.values().cloned().collect(),
+            events: self.events.values().cloned().collect(),
+            next_sequence: self
+                .next_sequence
+                .iter()
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+            next_order: self.next_order,
+            next_push: self.next_push,
+            next_event: self.next_event,
+        }
+    }
+
+    /// Rebuilds the state and its indexes from a snapshot image.
+    pub fn from_image(image: StateImage) -> State {
+        let mut s = State::default();
+        for entry in image.inbox {
+            s.add_inbox(entry);
+        }
+        for entry in image.outbox {
+            s.apply(&Record::OutboxAdded { entry });
+        }
+        for entry in image.context {
+            s.apply(&Record::Context { entry });
+        }
+        for push in image.pushes {
+            s.apply(&Record::PushQueued { push });
+        }
+        for event in image.events {
+            s.apply(&Record::Event { event });
+        }
+        for (peer, next) in image.next_sequence {
+            let n = s.next_sequence.entry(peer).or_insert(1);
+            *n = (*n).max(next);
+        }
+        s.next_order = s.next_order.max(image.next_order);
+        s.next_push = s.next_push.max(image.next_push);
+        s.next_event = s.next_event.max(image.next_event);
+        s
+    }
+
+    /// All inbox entries in (recipient, sequence) order.
+    pub fn inbox(&self) -> impl Iterator<Item = &InboxEntry> {
+        self.inbox.values()
+    }
+
+    /// All outbox entries.
+    pub fn outbox(&self) -> impl Iterator<Item = &OutboxEntry> {
+        self.outbox.values()
+    }
+
+    /// The context-journal entry of one message, if any.
+    pub fn context_of(&self, recipient: &str, sequence: u64) -> Option<&ContextEntry> {
+        self.context.get(&(recipient.to_string(), sequence))
+    }
+
+    /// Estimated stored bytes (what admission compares with the storage budget).
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+
+    /// Unconsumed messages held for `recipient`.
+    pub fn unconsumed(&self, recipient: &str) -> u64 {
+        self.unconsumed.get(recipient).copied().unwrap_or(0)
+    }
+}

@@ -1,0 +1,716 @@
+//! State-machine tests: one per custody rule, driven without files or clocks.
+#![allow(clippy::field_reassign_with_default)]
+
+use super::*;
+use crate::config::Limits;
+use crate::error::Code;
+
+const ME: &str = "p-me";
+const CHILD: &str = "p-child";
+const NOW: u64 = 1_000_000;
+
+fn alice() -> Principal {
+    Principal {
+        instance_id: "i-alice".into(),
+        run_id: None,
+        peer_id: "p-alice".into(),
+    }
+}
+
+fn alice_restarted() -> Principal {
+    Principal {
+        instance_id: "i-alice2".into(),
+        run_id: None,
+        peer_id: "p-alice2".into(),
+    }
+}
+
+fn bob() -> Principal {
+    Principal {
+        instance_id: "i-bob".into(),
+        run_id: None,
+        peer_id: "p-bob".into(),
+    }
+}
+
+fn target(p: &Principal) -> TargetRef {
+    TargetRef {
+        peer_id: p.peer_id.clone(),
+        instance_id: p.instance_id.clone(),
+        run_id: p.run_id.clone(),
+    }
+}
+
+fn recipients() -> Recipients {
+    Recipients::with_live(&[ME, CHILD])
+}
+
+fn send(id: &str, content: &str) -> InboundSend {
+    InboundSend {
+        to_peer_id: ME.into(),
+        message_id: id.into(),
+        content: content.into(),
+        topic: None,
+        reply_to: None,
+        correlation_id: None,
+        expires_at_ms: None,
+    }
+}
+
+fn out(id: &str, to: &Principal) -> OutboundSend {
+    OutboundSend {
+        from_peer_id: ME.into(),
+        to: target(to),
+        message_id: id.into(),
+        content: format!("hello {id}"),
+        topic: None,
+        reply_to: None,
+        correlation_id: None,
+        expires_at_ms: None,
+    }
+}
+
+fn machine() -> Machine {
+    Machine::new(Limits::default())
+}
+
+fn code<T: std::fmt::Debug>(r: crate::error::Result<T>) -> Code {
+    r.expect_err("expected an error").code
+}
+
+#[test]
+fn accept_assigns_per_recipient_sequences_and_default_correlation() {
+    let mut m = machine();
+    let (r1, recs) = m
+        .accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+        .unwrap();
+    assert_eq!(
+        (r1.sequence, r1.state, r1.correlation_id.as_str()),
+        (1, ReceiptState::Accepted, "m1")
+    );
+    assert_eq!(recs.len(), 1);
+    let mut s = send("m2", "b");
+    s.to_peer_id = CHILD.into();
+    s.correlation_id = Some("c-9".into());
+    let (r2, _) = m.accept(&bob(), &s, &recipients(), NOW).unwrap();
+    assert_eq!(
+        (
+            r2.sequence,
+            r2.correlation_id.as_str(),
+            r2.to_peer_id.as_str()
+        ),
+        (1, "c-9", CHILD)
+    );
+    let (r3, _) = m
+        .accept(&bob(), &send("m3", "c"), &recipients(), NOW)
+        .unwrap();
+    assert_eq!(r3.sequence, 2);
+    let e = m.state().inbox().next().unwrap();
+    assert_eq!(e.expires_at_ms, NOW + Limits::default().expiry_ms);
+}
+
+#[test]
+fn retry_returns_original_receipt_without_second_entry() {
+    let mut m = machine();
+    let (r1, _) = m
+        .accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+        .unwrap();
+    let (r2, recs) = m
+        .accept(&alice(), &send("m1", "a"), &recipients(), NOW + 5)
+        .unwrap();
+    assert_eq!(r1, r2);
+    assert!(recs.is_empty());
+    assert_eq!(m.state().inbox().count(), 1);
+    // The same id from another sender, or to another recipient, is a different message.
+    let (r3, _) = m
+        .accept(&bob(), &send("m1", "a"), &recipients(), NOW)
+        .unwrap();
+    assert_eq!(r3.sequence, 2);
+}
+
+#[test]
+fn dedup_precedes_rate_and_capacity() {
+    let mut limits = Limits::default();
+    limits.inbox_messages = 1;
+    limits.rate_burst = 1;
+    let mut m = Machine::new(limits);
+    let (r1, _) = m
+        .accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+        .unwrap();
+    assert_eq!(
+        code(m.accept(&alice(), &send("m2", "b"), &recipients(), NOW)),
+        Code::RateLimited
+    );
+    let (again, _) = m
+        .accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+        .unwrap();
+    assert_eq!(again, r1);
+}
+
+#[test]
+fn changed_content_topic_or_reply_conflicts() {
+    let mut m = machine();
+    m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+        .unwrap();
+    assert_eq!(
+        code(m.accept(&alice(), &send("m1", "b"), &recipients(), NOW)),
+        Code::MessageIdConflict
+    );
+    let mut s = send("m1", "a");
+    s.topic = Some("t".into());
+    assert_eq!(
+        code(m.accept(&alice(), &s, &recipients(), NOW)),
+        Code::MessageIdConflict
+    );
+    let mut m2 = machine();
+    m2.outbox_intent(&out("x1", &alice()), NOW).unwrap();
+    let mut o = out("x1", &alice());
+    o.content = "changed".into();
+    assert_eq!(code(m2.outbox_intent(&o, NOW)), Code::MessageIdConflict);
+    let (same, recs) = m2.outbox_intent(&out("x1", &alice()), NOW).unwrap();
+    assert!(recs.is_empty());
+    assert_eq!(same.message_id, "x1");
+}
+
+#[test]
+fn liveness_size_and_ids_are_checked() {
+    let mut m = machine();
+    let mut rec = recipients();
+    rec.ended.insert("p-gone".into());
+    let mut s = send("m1", "a");
+    s.to_peer_id = "p-gone".into();
+    assert_eq!(code(m.accept(&alice(), &s, &rec, NOW)), Code::TargetEnded);
+    s.to_peer_id = "p-unknown".into();
+    assert_eq!(code(m.accept(&alice(), &s, &rec, NOW)), Code::PeerOffline);
+    let big = "é".repeat(4_001); // 8,002 UTF-8 bytes, 4,001 chars
+    assert_eq!(
+        code(m.accept(&alice(), &send("m2", &big), &rec, NOW)),
+        Code::MessageTooLarge
+    );
+    let edge = "x".repeat(8_000);
+    m.accept(&alice(), &send("m3", &edge), &rec, NOW).unwrap();
+    assert_eq!(
+        code(m.accept(&alice(), &send("bad id", "a"), &rec, NOW)),
+        Code::InvalidRequest
+    );
+}
+
+#[test]
+fn expiry_rules() {
+    let mut m = machine();
+    let lim = Limits::default();
+    let mut s = send("m1", "a");
+    s.expires_at_ms = Some(NOW);
+    assert_eq!(
+        code(m.accept(&alice(), &s, &recipients(), NOW)),
+        Code::Expired
+    );
+    s.expires_at_ms = Some(NOW + lim.max_expiry_ms + 1);
+    assert_eq!(
+        code(m.accept(&alice(), &s, &recipients(), NOW)),
+        Code::Expired
+    );
+    s.expires_at_ms = Some(NOW + lim.max_expiry_ms);
+    m.accept(&alice(), &s, &recipients(), NOW).unwrap();
+    // Sweep expires the unconsumed message and queues a receipt for its sender.
+    let (rep, recs) = m.sweep(NOW + lim.max_expiry_ms).unwrap();
+    assert_eq!(rep.expired_inbox, 1);
+    assert!(!recs.is_empty());
+    assert_eq!(
+        m.status(&alice(), "m1", ME).unwrap().state,
+        ReceiptState::Expired
+    );
+    let pushes = m.pending_pushes(10);
+    assert_eq!(pushes.len(), 1);
+    assert_eq!(
+        (pushes[0].receipt.state, &pushes[0].to),
+        (ReceiptState::Expired, &alice())
+    );
+}
+
+#[test]
+fn queue_full_at_inbox_limit_and_retry_after_consumption() {
+    let mut limits = Limits::default();
+    limits.rate_burst = 1_000;
+    let mut m = Machine::new(limits.clone());
+    for i in 0..limits.inbox_messages {
+        m.accept(&alice(), &send(&format!("m{i}"), "x"), &recipients(), NOW)
+            .unwrap();
+    }
+    let thirty_third = send("m-33", "x");
+    assert_eq!(
+        code(m.accept(&alice(), &thirty_third, &recipients(), NOW)),
+        Code::QueueFull
+    );
+    // Another recipient of the same root has its own queue.
+    let mut s = send("m-child", "x");
+    s.to_peer_id = CHILD.into();
+    m.accept(&alice(), &s, &recipients(), NOW).unwrap();
+    m.mark(ME, &MessageRef::Sequence(1), ReceiptState::Consumed, NOW)
+        .unwrap();
+    let (r, _) = m
+        .accept(&alice(), &thirty_third, &recipients(), NOW)
+        .unwrap();
+    assert_eq!(r.sequence, limits.inbox_messages + 1);
+}
+
+#[test]
+fn storage_budget_refuses_before_dropping_anything() {
+    let mut limits = Limits::default();
+    limits.rate_burst = 1_000;
+    limits.inbox_messages = 1_000;
+    limits.storage_bytes = 64 * 1024;
+    limits.journal_bytes = 16 * 1024;
+    let mut m = Machine::new(limits);
+    let mut accepted = 0;
+    let err = loop {
+        match m.accept(
+            &alice(),
+            &send(&format!("m{accepted}"), &"y".repeat(2_000)),
+            &recipients(),
+            NOW,
+        ) {
+            Ok(_) => accepted += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.code, Code::QueueFull);
+    assert!(accepted > 0);
+    assert_eq!(m.state().inbox().count(), accepted);
+    assert!(m.state().live_bytes() <= m.storage_budget());
+    // Transitions of admitted messages are never refused for space.
+    for seq in 1..=accepted as u64 {
+        m.mark(ME, &MessageRef::Sequence(seq), ReceiptState::Consumed, NOW)
+            .unwrap();
+    }
+}
+
+#[test]
+fn rate_limit_refills_over_time() {
+    let mut limits = Limits::default();
+    limits.rate_burst = 2;
+    limits.rate_per_second = 10;
+    let mut m = Machine::new(limits);
+    m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+        .unwrap();
+    m.accept(&alice(), &send("m2", "a"), &recipients(), NOW)
+        .unwrap();
+    assert_eq!(
+        code(m.accept(&alice(), &send("m3", "a"), &recipients(), NOW)),
+        Code::RateLimited
+    );
+    // Another sender instance has its own bucket.
+    m.accept(&bob(), &send("m3", "a"), &recipients(), NOW)
+        .unwrap();
+    assert_eq!(
+        code(m.accept(&alice(), &send("m3", "a"), &recipients(), NOW + 99)),
+        Code::RateLimited
+    );
+    m.accept(&alice(), &send("m3", "a"), &recipients(), NOW + 100)
+        .unwrap();
+}
+
+#[test]
+fn receipts_never_regress_at_the_recipient() {
+    let mut m = machine();
+    m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+        .unwrap();
+    let seq = MessageRef::Sequence(1);
+    let (r, _) = m
+        .record_context(ME, &seq, "shown in turn 4", NOW + 1)
+        .unwrap();
+    assert_eq!(r.state, ReceiptState::Prepared);
+    let (r, _) = m.mark(ME, &seq, ReceiptState::Consumed, NOW + 2).unwrap();
+    assert_eq!(r.state, ReceiptState::Consumed);
+    let (r, recs) = m.mark(ME, &seq, ReceiptState::Prepared, NOW + 3).unwrap();
+    assert_eq!((r.state, recs.len()), (ReceiptState::Consumed, 0));
+    // Expiry after consumption changes nothing.
+    m.sweep(NOW + 10 * 3_600_000).unwrap();
+    assert_eq!(
+        m.status(&alice(), "m1", ME).unwrap().state,
+        ReceiptState::Consumed
+    );
+    let ctx = m.state().context_of(ME, 1).unwrap();
+    assert_eq!(
+        (ctx.note.as_str(), ctx.implicit),
+        ("shown in turn 4", false)
+    );
+    // A push per transition, in order.
+    let states: Vec<ReceiptState> = m
+        .pending_pushes(10)
+        .iter()
+        .map(|p| p.receipt.state)
+        .collect();
+    assert_eq!(states, vec![ReceiptState::Prepared, ReceiptState::Consumed]);
+    let cursor = m.pending_pushes(1)[0].cursor;
+    m.receipt_delivered(cursor).unwrap();
+    assert_eq!(m.pending_pushes(10).len(), 1);
+}
+
+#[test]
+fn consuming_without_prepare_records_implicit_context() {
+    let mut m = machine();
+    m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+        .unwrap();
+    let (_, recs) = m
+        .mark(
+            ME,
+            &MessageRef::Id("m1".into()),
+            ReceiptState::Consumed,
+            NOW,
+        )
+        .unwrap();
+    assert!(
+        matches!(recs[0], Record::Context { .. }),
+        "context must precede consumption: {recs:?}"
+    );
+    assert!(m.state().context_of(ME, 1).unwrap().implicit);
+    assert_eq!(
+        code(m.mark(ME, &MessageRef::Sequence(9), ReceiptState::Consumed, NOW)),
+        Code::NotFound
+    );
+    assert_eq!(
+        code(m.mark(ME, &MessageRef::Sequence(1), ReceiptState::Replied, NOW)),
+        Code::Usage
+    );
+}
+
+#[test]
+fn sender_receipts_never_regress_and_need_the_exact_target() {
+    let mut m = machine();
+    m.outbox_intent(&out("x1", &alice()), NOW).unwrap();
+    assert_eq!(m.route_pending(ME, "p-alice").len(), 1);
+    let mut r = Receipt {
+        message_id: "x1".into(),
+        from_peer_id: ME.into(),
+        to_peer_id: "p-alice".into(),
+        state: ReceiptState::Accepted,
+        sequence: 7,
+        correlation_id: "x1".into(),
+        at_ms: NOW,
+        reply_message_id: None,
+        code: None,
+    };
+    m.outbox_result("p-alice", "x1", Ok(r.clone()), NOW)
+        .unwrap();
+    assert!(m.route_pending(ME, "p-alice").is_empty());
+    r.state = ReceiptState::Consumed;
+    // A receipt from another incarnation is refused.
+    let mut impostor = alice();
+    impostor.instance_id = "i-other".into();
+    assert_eq!(
+        code(m.record_receipt(&impostor, &r, NOW)),
+        Code::InvalidRequest
+    );
+    let (e, _) = m.record_receipt(&alice(), &r, NOW).unwrap();
+    assert_eq!(e.receipt.as_ref().unwrap().state, ReceiptState::Consumed);
+    // Late refusal / expiry / older receipts do not overwrite consumption.
+    let (e, recs) = m
+        .outbox_result("p-alice", "x1", Err(Code::ScopeDenied), NOW)
+        .unwrap();
+    assert!(recs.is_empty());
+    assert_eq!(e.receipt.as_ref().unwrap().state, ReceiptState::Consumed);
+    r.state = ReceiptState::Prepared;
+    let (e, _) = m.record_receipt(&alice(), &r, NOW).unwrap();
+    assert_eq!(e.receipt.as_ref().unwrap().state, ReceiptState::Consumed);
+    // Events: accepted then consumed, readable by the sending local peer.
+    let q = ReadQuery {
+        recipient_peer_id: ME.into(),
+        events_after: Some(0),
+        ..Default::default()
+    };
+    let states: Vec<ReceiptState> = m.read(&q).events.iter().map(|e| e.receipt.state).collect();
+    assert_eq!(states, vec![ReceiptState::Accepted, ReceiptState::Consumed]);
+}
+
+#[test]
+fn retryable_failures_leave_the_entry_unresolved_refusals_end_it() {
+    let mut m = machine();
+    m.outbox_intent(&out("x1", &alice()), NOW).unwrap();
+    m.outbox_intent(&out("x2", &alice()), NOW).unwrap();
+    for c in [
+        Code::PeerOffline,
+        Code::Timeout,
+        Code::Disconnected,
+        Code::QueueFull,
+        Code::RateLimited,
+    ] {
+        let (e, recs) = m.outbox_result("p-alice", "x1", Err(c), NOW).unwrap();
+        assert!(e.receipt.is_none() && recs.is_empty(), "{c}");
+    }
+    let (e, _) = m
+        .outbox_result("p-alice", "x1", Err(Code::MessageTooLarge), NOW)
+        .unwrap();
+    let r = e.receipt.unwrap();
+    assert_eq!(
+        (r.state, r.code.as_deref()),
+        (ReceiptState::Refused, Some("MESSAGE_TOO_LARGE"))
+    );
+    let ids: Vec<String> = m
+        .route_pending(ME, "p-alice")
+        .into_iter()
+        .map(|e| e.message_id)
+        .collect();
+    assert_eq!(ids, vec!["x2".to_string()]);
+}
+
+#[test]
+fn replies_are_validated_on_both_sides() {
+    // Our side sent x1 to alice; alice's reply is accepted and keeps our correlation.
+    let mut m = machine();
+    let mut o = out("x1", &alice());
+    o.correlation_id = Some("c-1".into());
+    m.outbox_intent(&o, NOW).unwrap();
+    let mut reply = send("r1", "answer");
+    reply.reply_to = Some("x1".into());
+    let (r, _) = m.accept(&alice(), &reply, &recipients(), NOW).unwrap();
+    assert_eq!(r.correlation_id, "c-1");
+    // Another peer cannot reply to it; nor can a restarted alice; nor a reply to an unknown id.
+    let mut r2 = reply.clone();
+    r2.message_id = "r2".into();
+    assert_eq!(
+        code(m.accept(&bob(), &r2, &recipients(), NOW)),
+        Code::InvalidReply
+    );
+    assert_eq!(
+        code(m.accept(&alice_restarted(), &r2, &recipients(), NOW)),
+        Code::InvalidReply
+    );
+    r2.reply_to = Some("nope".into());
+    assert_eq!(
+        code(m.accept(&alice(), &r2, &recipients(), NOW)),
+        Code::InvalidReply
+    );
+    // A different correlation id under the same conversation is refused.
+    let mut r3 = reply.clone();
+    r3.message_id = "r3".into();
+    r3.correlation_id = Some("c-other".into());
+    assert_eq!(
+        code(m.accept(&alice(), &r3, &recipients(), NOW)),
+        Code::InvalidReply
+    );
+    // The reply went to ME; the child cannot claim it as a reply to its own message.
+    let mut r4 = reply.clone();
+    r4.message_id = "r4".into();
+    r4.to_peer_id = CHILD.into();
+    assert_eq!(
+        code(m.accept(&alice(), &r4, &recipients(), NOW)),
+        Code::InvalidReply
+    );
+}
+
+#[test]
+fn sender_side_reply_needs_a_message_from_that_exact_incarnation() {
+    let mut m = machine();
+    let mut s = send("m1", "question");
+    s.correlation_id = Some("c-7".into());
+    m.accept(&alice(), &s, &recipients(), NOW).unwrap();
+    let mut o = out("x1", &alice());
+    o.reply_to = Some("m1".into());
+    let (e, _) = m.outbox_intent(&o, NOW).unwrap();
+    assert_eq!(e.correlation_id, "c-7");
+    let mut o2 = out("x2", &alice_restarted());
+    o2.reply_to = Some("m1".into());
+    assert_eq!(code(m.outbox_intent(&o2, NOW)), Code::InvalidReply);
+    let mut o3 = out("x3", &bob());
+    o3.reply_to = Some("m1".into());
+    assert_eq!(code(m.outbox_intent(&o3, NOW)), Code::InvalidReply);
+    // Custody of the reply marks the question replied (with an implicit context marker).
+    let r = Receipt {
+        message_id: "x1".into(),
+        from_peer_id: ME.into(),
+        to_peer_id: "p-alice".into(),
+        state: ReceiptState::Accepted,
+        sequence: 3,
+        correlation_id: "c-7".into(),
+        at_ms: NOW,
+        reply_message_id: None,
+        code: None,
+    };
+    m.outbox_result("p-alice", "x1", Ok(r), NOW + 1).unwrap();
+    let st = m.status(&alice(), "m1", ME).unwrap();
+    assert_eq!(
+        (st.state, st.reply_message_id.as_deref()),
+        (ReceiptState::Replied, Some("x1"))
+    );
+    assert!(m.state().context_of(ME, 1).unwrap().implicit);
+}
+
+#[test]
+fn status_only_for_the_original_sender() {
+    let mut m = machine();
+    m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+        .unwrap();
+    assert_eq!(
+        m.status(&alice(), "m1", ME).unwrap().state,
+        ReceiptState::Accepted
+    );
+    assert_eq!(code(m.status(&bob(), "m1", ME)), Code::NotFound);
+    assert_eq!(code(m.status(&alice_restarted(), "m1", ME)), Code::NotFound);
+}
+
+#[test]
+fn retention_removes_only_final_records() {
+    let mut limits = Limits::default();
+    limits.retention_ms = 1_000;
+    limits.max_expiry_ms = 1_000_000_000;
+    let mut m = Machine::new(limits);
+    let long = |id: &str| {
+        let mut s = send(id, "a");
+        s.expires_at_ms = Some(NOW + 500_000_000);
+        s
+    };
+    m.accept(&alice(), &long("keep-accepted"), &recipients(), NOW)
+        .unwrap();
+    m.accept(&alice(), &long("keep-prepared"), &recipients(), NOW)
+        .unwrap();
+    m.accept(&alice(), &long("drop-consumed"), &recipients(), NOW)
+        .unwrap();
+    m.mark(ME, &MessageRef::Sequence(2), ReceiptState::Prepared, NOW)
+        .unwrap();
+    m.mark(ME, &MessageRef::Sequence(3), ReceiptState::Consumed, NOW)
+        .unwrap();
+    m.outbox_intent(&out("unresolved", &alice()), NOW).unwrap();
+    let (rep, _) = m.sweep(NOW + 5_000).unwrap();
+    assert_eq!(rep.removed_inbox, 1);
+    let left: Vec<&str> = m.state().inbox().map(|e| e.message_id.as_str()).collect();
+    assert_eq!(left, vec!["keep-accepted", "keep-prepared"]);
+    assert_eq!(m.state().outbox().count(), 1);
+    assert!(m.state().context_of(ME, 3).is_none());
+    // The removed message's dedup identity is gone with it; the held ones still dedup.
+    let (r, recs) = m
+        .accept(&alice(), &long("keep-accepted"), &recipients(), NOW + 5_000)
+        .unwrap();
+    assert_eq!((r.sequence, recs.len()), (1, 0));
+}
+
+#[test]
+fn read_filters_pages_and_cursors() {
+    let mut limits = Limits::default();
+    limits.directory_page_size = 2;
+    let mut m = Machine::new(limits);
+    for (i, p) in [alice(), bob(), alice(), alice()].iter().enumerate() {
+        m.accept(p, &send(&format!("m{i}"), "a"), &recipients(), NOW)
+            .unwrap();
+    }
+    let q = ReadQuery {
+        recipient_peer_id: ME.into(),
+        limit: 10,
+        ..Default::default()
+    };
+    let page = m.read(&q);
+    assert_eq!(
+        (page.messages.len(), page.more, page.next_after),
+        (2, true, 2)
+    );
+    let page2 = m.read(&ReadQuery {
+        after: Some(page.next_after),
+        ..q.clone()
+    });
+    assert_eq!((page2.messages.len(), page2.more), (2, false));
+    let from_bob = m.read(&ReadQuery {
+        from: Some("p-bob".into()),
+        ..q.clone()
+    });
+    assert_eq!(from_bob.messages.len(), 1);
+    let by_id = m.read(&ReadQuery {
+        message_id: Some("m3".into()),
+        ..q.clone()
+    });
+    assert_eq!(by_id.messages[0].sequence, 4);
+    assert!(
+        m.read(&ReadQuery {
+            recipient_peer_id: CHILD.into(),
+            ..q
+        })
+        .messages
+        .is_empty()
+    );
+}
+
+#[test]
+fn route_queue_serializes_and_backs_off() {
+    let limits = Limits::default();
+    let mut m = machine();
+    m.outbox_intent(&out("x1", &alice()), NOW).unwrap();
+    m.outbox_intent(&out("x2", &alice()), NOW).unwrap();
+    let pending = m.route_pending(ME, "p-alice");
+    let mut q = RouteQueue::new();
+    assert_eq!(
+        q.next(&pending, &limits, NOW),
+        RouteDecision::Send("x1".into())
+    );
+    assert!(q.may_send(&pending, "x1"));
+    assert!(
+        !q.may_send(&pending, "x2"),
+        "a later message never overtakes the head"
+    );
+    let mut t = NOW;
+    for failure in 1..=limits.route_retries {
+        q.failed("x1", &limits, t);
+        let wait = RouteQueue::backoff_ms(&limits, failure);
+        assert_eq!(
+            q.next(&pending, &limits, t),
+            RouteDecision::WaitUntil(t + wait)
+        );
+        t += wait;
+        assert_eq!(
+            q.next(&pending, &limits, t),
+            RouteDecision::Send("x1".into())
+        );
+    }
+    assert_eq!(
+        RouteQueue::backoff_ms(&limits, limits.route_retries),
+        limits.acknowledgement_ms
+    );
+    q.failed("x1", &limits, t);
+    assert_eq!(
+        q.next(&pending, &limits, t + limits.acknowledgement_ms),
+        RouteDecision::GaveUp("x1".into())
+    );
+    q.reset();
+    assert_eq!(
+        q.next(&pending, &limits, t),
+        RouteDecision::Send("x1".into())
+    );
+    m.outbox_result("p-alice", "x1", Err(Code::ScopeDenied), t)
+        .unwrap();
+    q.resolved("x1");
+    let pending = m.route_pending(ME, "p-alice");
+    assert_eq!(
+        q.next(&pending, &limits, t),
+        RouteDecision::Send("x2".into())
+    );
+    assert_eq!(q.next(&[], &limits, t), RouteDecision::Idle);
+}
+
+#[test]
+fn replaying_records_rebuilds_the_same_state() {
+    let mut m = machine();
+    let mut log = Vec::new();
+    log.extend(
+        m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+            .unwrap()
+            .1,
+    );
+    log.extend(m.outbox_intent(&out("x1", &bob()), NOW).unwrap().1);
+    log.extend(
+        m.mark(ME, &MessageRef::Sequence(1), ReceiptState::Consumed, NOW)
+            .unwrap()
+            .1,
+    );
+    log.extend(m.sweep(NOW + 100_000_000).unwrap().1);
+    let mut replay = State::default();
+    for r in &log {
+        replay.apply(r);
+    }
+    assert_eq!(replay.image(), m.state().image());
+    assert_eq!(
+        State::from_image(m.state().image()).image(),
+        m.state().image()
+    );
+    assert_eq!(
+        State::from_image(m.state().image()).live_bytes(),
+        m.state().live_bytes()
+    );
+}

@@ -1,0 +1,300 @@
+//! The custody vocabulary shared by the state machine, the store and the integrator:
+//! principals, sends, receipts, inbox/outbox entries, events, pushes and read queries.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+
+/// An authenticated sender as the transport established it; never taken from a message body.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Principal {
+    pub instance_id: String,
+    pub run_id: Option<String>,
+    pub peer_id: String,
+}
+
+/// The exact incarnation a local sender addresses: a root (`run_id` None) or one child run.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetRef {
+    pub peer_id: String,
+    pub instance_id: String,
+    pub run_id: Option<String>,
+}
+
+impl TargetRef {
+    /// True when `p` is exactly this incarnation (instance, run and peer id all equal).
+    pub fn is(&self, p: &Principal) -> bool {
+        self.peer_id == p.peer_id && self.instance_id == p.instance_id && self.run_id == p.run_id
+    }
+}
+
+/// What a remote sender asks us to take custody of (`peer.send` params after validation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InboundSend {
+    pub to_peer_id: String,
+    pub message_id: String,
+    pub content: String,
+    pub topic: Option<String>,
+    pub reply_to: Option<String>,
+    pub correlation_id: Option<String>,
+    pub expires_at_ms: Option<u64>,
+}
+
+/// What one of our local peers (root or child run) wants to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboundSend {
+    /// The local sender: our root's peerId or one of our published runs' peerIds.
+    pub from_peer_id: String,
+    pub to: TargetRef,
+    pub message_id: String,
+    pub content: String,
+    pub topic: Option<String>,
+    pub reply_to: Option<String>,
+    pub correlation_id: Option<String>,
+    pub expires_at_ms: Option<u64>,
+}
+
+/// Receipt states. Order of progress: accepted → prepared → consumed → replied; refused and
+/// expired are terminal failures reachable only before consumption.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReceiptState {
+    Accepted,
+    Prepared,
+    Consumed,
+    Replied,
+    Refused,
+    Expired,
+}
+
+impl ReceiptState {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReceiptState::Accepted => "accepted",
+            ReceiptState::Prepared => "prepared",
+            ReceiptState::Consumed => "consumed",
+            ReceiptState::Replied => "replied",
+            ReceiptState::Refused => "refused",
+            ReceiptState::Expired => "expired",
+        }
+    }
+
+    fn rank(self) -> u8 {
+        match self {
+            ReceiptState::Accepted => 0,
+            ReceiptState::Prepared => 1,
+            ReceiptState::Consumed => 2,
+            ReceiptState::Replied => 3,
+            ReceiptState::Refused | ReceiptState::Expired => 4,
+        }
+    }
+
+    /// Refused or expired: the message will never be consumed.
+    pub fn is_failure(self) -> bool {
+        matches!(self, ReceiptState::Refused | ReceiptState::Expired)
+    }
+
+    /// Nothing further can happen to the message except retention removal.
+    pub fn is_final(self) -> bool {
+        self.is_failure() || self == ReceiptState::Replied
+    }
+
+    /// The forward-only rule: progress moves up; a failure may only replace a state before
+    /// consumption; nothing leaves a failure.
+    pub fn may_become(self, next: ReceiptState) -> bool {
+        if self.is_failure() {
+            return false;
+        }
+        if next.is_failure() {
+            return matches!(self, ReceiptState::Accepted | ReceiptState::Prepared);
+        }
+        next.rank() > self.rank()
+    }
+}
+
+/// A custody receipt: the actual state of one message at its recipient, with the original
+/// target and correlation. Crosses the wire in `peer.send` answers, `peer.status` and
+/// `peer.receipt`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Receipt {
+    pub message_id: String,
+    /// The original sender's peerId.
+    pub from_peer_id: String,
+    /// The original target's peerId.
+    pub to_peer_id: String,
+    pub state: ReceiptState,
+    /// The recipient's own sequence (0 when the recipient never accepted the message).
+    pub sequence: u64,
+    pub correlation_id: String,
+    pub at_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_message_id: Option<String>,
+    /// The refusal code name (e.g. `QUEUE_FULL`) for a `refused` receipt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+}
+
+/// A message in custody at one of our recipients.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InboxEntry {
+    pub recipient_peer_id: String,
+    pub sequence: u64,
+    pub from: Principal,
+    pub message_id: String,
+    pub content: String,
+    pub topic: Option<String>,
+    pub reply_to: Option<String>,
+    pub correlation_id: String,
+    pub expires_at_ms: u64,
+    pub accepted_at_ms: u64,
+    pub state: ReceiptState,
+    pub state_at_ms: u64,
+    pub reply_message_id: Option<String>,
+    /// A context marker (explicit or implicit) exists for this message.
+    pub context_marked: bool,
+}
+
+impl InboxEntry {
+    /// The receipt the original sender sees for this entry now.
+    pub fn receipt(&self) -> Receipt {
+        Receipt {
+            message_id: self.message_id.clone(),
+            from_peer_id: self.from.peer_id.clone(),
+            to_peer_id: self.recipient_peer_id.clone(),
+            state: self.state,
+            sequence: self.sequence,
+            correlation_id: self.correlation_id.clone(),
+            at_ms: self.state_at_ms,
+            reply_message_id: self.reply_message_id.clone(),
+            code: None,
+        }
+    }
+}
+
+/// A message one of our local peers sent (or is about to send).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboxEntry {
+    /// Durable send order across the whole outbox; routes are served in this order.
+    pub order: u64,
+    pub from_peer_id: String,
+    pub to: TargetRef,
+    pub message_id: String,
+    pub content: String,
+    pub topic: Option<String>,
+    pub reply_to: Option<String>,
+    pub correlation_id: String,
+    pub expires_at_ms: u64,
+    pub created_at_ms: u64,
+    /// None while unresolved (no custody answer yet); then the latest receipt, never regressing.
+    pub receipt: Option<Receipt>,
+    pub updated_at_ms: u64,
+}
+
+/// A receipt change on our outbox, for the local sender's `peer_messages` event stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReceiptEvent {
+    /// Durable, strictly increasing across the store.
+    pub cursor: u64,
+    /// The local peer that sent the message.
+    pub local_peer_id: String,
+    pub receipt: Receipt,
+    pub at_ms: u64,
+}
+
+/// A recipient-side receipt waiting to be pushed to the original sender with `peer.receipt`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushEntry {
+    /// Durable, strictly increasing; acknowledge with `receipt_delivered(cursor)`.
+    pub cursor: u64,
+    /// The original sender incarnation (the push goes to its instance's endpoint).
+    pub to: Principal,
+    pub receipt: Receipt,
+    pub queued_at_ms: u64,
+}
+
+/// One context-journal record: what the runtime put into a model context for a message,
+/// written before consumption advances.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextEntry {
+    pub recipient_peer_id: String,
+    pub sequence: u64,
+    pub message_id: String,
+    pub note: String,
+    /// True when consumption or reply came without an explicit preparation.
+    pub implicit: bool,
+    pub at_ms: u64,
+}
+
+/// How a recipient-side call names one message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MessageRef {
+    Sequence(u64),
+    /// A message id; ambiguous when two senders used the same id (then use the sequence).
+    Id(String),
+}
+
+/// The peers this root answers for right now; the runtime keeps it current.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recipients {
+    pub live: HashSet<String>,
+    pub ended: HashSet<String>,
+}
+
+impl Recipients {
+    pub fn with_live(ids: &[&str]) -> Recipients {
+        Recipients {
+            live: ids.iter().map(|s| s.to_string()).collect(),
+            ended: HashSet::new(),
+        }
+    }
+}
+
+/// A trusted local read of one recipient's mailbox and its receipt events.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadQuery {
+    pub recipient_peer_id: String,
+    /// Only messages with a sequence above this.
+    pub after: Option<u64>,
+    /// Only messages from this sender peerId.
+    pub from: Option<String>,
+    pub reply_to: Option<String>,
+    pub message_id: Option<String>,
+    /// At most this many messages and this many events; 0 or above `directoryPageSize` is
+    /// clamped to `directoryPageSize`.
+    pub limit: u64,
+    /// Only receipt events with a cursor above this; None skips events.
+    pub events_after: Option<u64>,
+}
+
+/// The answer to a [`ReadQuery`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadResult {
+    pub messages: Vec<InboxEntry>,
+    pub events: Vec<ReceiptEvent>,
+    /// Pass back as `after` to continue (the last returned sequence, or the query's `after`).
+    pub next_after: u64,
+    /// Pass back as `events_after` to continue.
+    pub next_event_cursor: u64,
+    /// More matching messages or events exist beyond this page.
+    pub more: bool,
+}
+
+/// What one `sweep` did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    pub expired_inbox: u64,
+    pub expired_outbox: u64,
+    pub removed_inbox: u64,
+    pub removed_outbox: u64,
+    pub removed_events: u64,
+    pub dropped_pushes: u64,
+    /// The sweep stopped at its per-call bound; call again.
+    pub more: bool,
+}

@@ -1,0 +1,282 @@
+//! `StoreHandle`: the cloneable front of the store-writer thread. Every mutating call returns
+//! only after its record is durable (or fails); reads see only durable state. Includes the
+//! change notification readers block on (bounded by `waitMsMax`, abortable).
+
+use super::writer::{Job, ReadFn, WriteFn};
+use crate::config::Limits;
+use crate::error::{Code, Error, Result};
+use crate::messaging::{
+    InboundSend, InboxEntry, Machine, MessageRef, OutboundSend, OutboxEntry, Outcome, Principal,
+    PushEntry, ReadQuery, ReadResult, Receipt, ReceiptState, Recipients, SweepReport,
+};
+use crossbeam_channel::{Sender, bounded};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Counters of the writer, for tests, benchmarks and `peer bench`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Jobs (reads and writes) taken from the queue.
+    pub jobs: u64,
+    /// Batches that wrote a frame.
+    pub batches: u64,
+    /// fdatasync calls on the journal (one per written batch).
+    pub syncs: u64,
+    pub records: u64,
+    /// Most jobs taken in one batch.
+    pub max_batch: u64,
+    pub compactions: u64,
+    pub journal_bytes: u64,
+    pub snapshot_bytes: u64,
+    pub generation: u64,
+    /// A write failed; nothing is acknowledged any more.
+    pub poisoned: bool,
+}
+
+pub(crate) struct Shared {
+    pub stats: Mutex<StoreStats>,
+    changes: Mutex<u64>,
+    changed: Condvar,
+}
+
+impl Shared {
+    pub fn new(stats: StoreStats) -> Shared {
+        Shared {
+            stats: Mutex::new(stats),
+            changes: Mutex::new(0),
+            changed: Condvar::new(),
+        }
+    }
+
+    pub fn bump_changes(&self) {
+        *self.changes.lock() += 1;
+        self.changed.notify_all();
+    }
+}
+
+/// Longest slice a waiter sleeps before re-checking its cancellation flag.
+const CANCEL_POLL_MS: u64 = 50;
+
+/// A cloneable, thread-safe handle on one instance store.
+#[derive(Clone)]
+pub struct StoreHandle {
+    pub(crate) tx: Sender<Job>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) recipients: Arc<RwLock<Recipients>>,
+    pub(crate) limits: Arc<Limits>,
+}
+
+impl StoreHandle {
+    fn gone() -> Error {
+        Error::new(Code::Disconnected, "the message store has shut down")
+    }
+
+    fn submit(&self, job: Job) -> Result<()> {
+        let wait = Duration::from_millis(self.limits.acknowledgement_ms);
+        self.tx.send_timeout(job, wait).map_err(|e| match e {
+            crossbeam_channel::SendTimeoutError::Timeout(_) => Error::new(
+                Code::Timeout,
+                format!(
+                    "the message store queue stayed full for acknowledgementMs ({} ms); retry",
+                    self.limits.acknowledgement_ms
+                ),
+            ),
+            crossbeam_channel::SendTimeoutError::Disconnected(_) => Self::gone(),
+        })
+    }
+
+    fn answer<T>(&self, rx: crossbeam_channel::Receiver<Result<T>>) -> Result<T> {
+        // The writer always answers; the bound only guards against a wedged disk.
+        let wait = Duration::from_millis(self.limits.acknowledgement_ms.saturating_mul(4));
+        match rx.recv_timeout(wait) {
+            Ok(r) => r,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(Error::new(
+                Code::Timeout,
+                "the message store did not commit in time; retry with the same message id (retries are deduplicated)",
+            )),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(Self::gone()),
+        }
+    }
+
+    /// Runs a mutating operation in the writer and waits until its records are durable.
+    pub(crate) fn write<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
+    ) -> Result<T> {
+        let (tx, rx) = bounded::<Result<T>>(1);
+        let job: WriteFn = Box::new(move |ctx| {
+            let out = match ctx {
+                Ok((m, r, now)) => op(m, r, now),
+                Err(e) => Err(e.clone()),
+            };
+            match out {
+                Ok((value, records)) => (
+                    records,
+                    Box::new(move |failed: Option<&Error>| {
+                        let _ = tx.send(failed.map_or(Ok(value), |e| Err(e.clone())));
+                    }),
+                ),
+                Err(e) => (
+                    Vec::new(),
+                    Box::new(move |failed: Option<&Error>| {
+                        let _ = tx.send(Err(failed.cloned().unwrap_or(e)));
+                    }),
+                ),
+            }
+        });
+        self.submit(Job::Write(job))?;
+        self.answer(rx)
+    }
+
+    /// Runs a query against the durable state in the writer thread.
+    pub fn query<T: Send + 'static>(
+        &self,
+        q: impl FnOnce(&Machine) -> T + Send + 'static,
+    ) -> Result<T> {
+        let (tx, rx) = bounded::<Result<T>>(1);
+        let job: ReadFn = Box::new(move |m| {
+            let _ = tx.send(m.map(q).map_err(|e| e.clone()));
+        });
+        self.submit(Job::Read(job))?;
+        self.answer(rx)
+    }
+
+    /// `peer.send` custody: durable before it returns. See `Machine::accept` for the codes.
+    pub fn accept(&self, from: Principal, send: InboundSend) -> Result<Receipt> {
+        self.write(move |m, r, now| m.accept(&from, &send, r, now))
+    }
+
+    /// Outbox intent, durable before the first byte is sent.
+    pub fn outbox_intent(&self, send: OutboundSend) -> Result<OutboxEntry> {
+        self.write(move |m, _, now| m.outbox_intent(&send, now))
+    }
+
+    /// The custody answer of one send attempt (`Err(code)` for a typed failure).
+    pub fn outbox_result(
+        &self,
+        to_peer_id: &str,
+        message_id: &str,
+        answer: std::result::Result<Receipt, Code>,
+    ) -> Result<OutboxEntry> {
+        let (to, id) = (to_peer_id.to_string(), message_id.to_string());
+        self.write(move |m, _, now| m.outbox_result(&to, &id, answer, now))
+    }
+
+    /// `peer.receipt` from the authenticated target.
+    pub fn record_receipt(&self, from: Principal, receipt: Receipt) -> Result<OutboxEntry> {
+        self.write(move |m, _, now| m.record_receipt(&from, &receipt, now))
+    }
+
+    pub fn mark(
+        &self,
+        recipient: &str,
+        message: MessageRef,
+        state: ReceiptState,
+    ) -> Result<Receipt> {
+        let recipient = recipient.to_string();
+        self.write(move |m, _, now| m.mark(&recipient, &message, state, now))
+    }
+
+    pub fn record_context(
+        &self,
+        recipient: &str,
+        message: MessageRef,
+        note: &str,
+    ) -> Result<Receipt> {
+        let (recipient, note) = (recipient.to_string(), note.to_string());
+        self.write(move |m, _, now| m.record_context(&recipient, &message, &note, now))
+    }
+
+    pub fn mark_replied(
+        &self,
+        recipient: &str,
+        message: MessageRef,
+        reply_message_id: &str,
+    ) -> Result<Receipt> {
+        let (recipient, reply) = (recipient.to_string(), reply_message_id.to_string());
+        self.write(move |m, _, now| m.mark_replied(&recipient, &message, &reply, now))
+    }
+
+    pub fn receipt_delivered(&self, cursor: u64) -> Result<()> {
+        self.write(move |m, _, _| m.receipt_delivered(cursor))
+    }
+
+    /// One bounded expiry/retention pass at the current time.
+    pub fn sweep(&self) -> Result<SweepReport> {
+        self.write(|m, _, now| m.sweep(now))
+    }
+
+    pub fn status(&self, from: Principal, message_id: &str, to_peer_id: &str) -> Result<Receipt> {
+        let (id, to) = (message_id.to_string(), to_peer_id.to_string());
+        self.query(move |m| m.status(&from, &id, &to))?
+    }
+
+    pub fn read(&self, q: ReadQuery) -> Result<ReadResult> {
+        self.query(move |m| m.read(&q))
+    }
+
+    pub fn pending_pushes(&self, limit: usize) -> Result<Vec<PushEntry>> {
+        self.query(move |m| m.pending_pushes(limit))
+    }
+
+    pub fn route_pending(&self, from_peer_id: &str, to_peer_id: &str) -> Result<Vec<OutboxEntry>> {
+        let (from, to) = (from_peer_id.to_string(), to_peer_id.to_string());
+        self.query(move |m| m.route_pending(&from, &to))
+    }
+
+    pub fn pending_routes(&self) -> Result<Vec<(String, String)>> {
+        self.query(|m| m.pending_routes())
+    }
+
+    pub fn unread(&self) -> Result<Vec<InboxEntry>> {
+        self.query(|m| m.unread())
+    }
+
+    /// Marks a recipient (our root or a published run) live: it can receive messages.
+    pub fn set_live(&self, peer_id: &str) {
+        let mut r = self.recipients.write();
+        r.ended.remove(peer_id);
+        r.live.insert(peer_id.to_string());
+    }
+
+    /// Marks a run ended: later sends get TARGET_ENDED; its held messages stay.
+    pub fn set_ended(&self, peer_id: &str) {
+        let mut r = self.recipients.write();
+        r.live.remove(peer_id);
+        r.ended.insert(peer_id.to_string());
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        *self.shared.stats.lock()
+    }
+
+    /// A counter that grows with every durable batch.
+    pub fn change_generation(&self) -> u64 {
+        *self.shared.changes.lock()
+    }
+
+    /// Blocks until the change counter passes `seen`, `wait_ms` (clamped to `waitMsMax`)
+    /// passes, or `cancel` is set; returns the counter. Cancellation is noticed within
+    /// 50 ms, or at once after `wake_waiters`.
+    pub fn wait_for_change(&self, seen: u64, wait_ms: u64, cancel: &AtomicBool) -> u64 {
+        let deadline = Instant::now() + Duration::from_millis(wait_ms.min(self.limits.wait_ms_max));
+        let mut changes = self.shared.changes.lock();
+        while *changes <= seen && !cancel.load(Ordering::Acquire) {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let slice = (deadline - now).min(Duration::from_millis(CANCEL_POLL_MS));
+            self.shared.changed.wait_for(&mut changes, slice);
+        }
+        *changes
+    }
+
+    /// Wakes every waiter so it re-checks its cancellation flag now.
+    pub fn wake_waiters(&self) {
+        let _guard = self.shared.changes.lock();
+        self.shared.changed.notify_all();
+    }
+}

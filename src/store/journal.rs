@@ -1,0 +1,345 @@
+//! `messages.journal`: byte layout, frame encoding and the recovery scan (pure over bytes).
+//!
+//! ```text
+//! header (32 bytes, written once by temp file + fsync + rename, never torn)
+//!   0   magic       8  89 50 57 4A 0D 0A 1A 0A   ("\x89PWJ\r\n\x1a\n", PNG-style)
+//!   8   version     u32 LE = 1
+//!   12  flags       u32 LE = 0
+//!   16  generation  u64 LE   (≥ 1; the snapshot says which generation it covers)
+//!   24  header_crc  u32 LE   crc32(bytes 0..24)
+//!   28  reserved    u32 LE = 0
+//! frame (one per group commit, appended with one write, then fdatasync)
+//!   0   len         u32 LE   payload bytes, 1 ..= frame_bytes_max
+//!   4   len_crc     u32 LE   crc32("pwjf" ‖ len LE): a torn or flipped length is detected
+//!   8   crc         u32 LE   crc32(payload)
+//!   12  payload     len bytes: JSON {"batch":n,"records":[Record…]}, n = 1, 2, 3 … per generation
+//! ```
+//!
+//! Recovery classifies the first defective frame at offset `o`. Let `z` be where the run of
+//! 0x00 bytes that ends the file starts (JSON payloads never end in 0x00, so `z` is the end of
+//! everything the disk really wrote). The defect is a torn tail — the unacknowledged last
+//! batch, discarded by truncating to `o` — exactly when:
+//!   1. fewer than 12 header bytes remain after `o`; or
+//!   2. `len_crc` fails and the header reaches into the zero suffix (`z < o + 12`); or
+//!   3. the header is valid but the payload runs past end of file; or
+//!   4. the payload crc fails and the payload reaches into the zero suffix (`z < end`).
+//!
+//! Every other defect — a bad header crc or bad payload crc with written bytes after it, a
+//! valid crc over unparsable JSON, an out-of-order batch number, a bad file header — is
+//! corruption of acknowledged data: `RECOVERY_REQUIRED`, and the files are left untouched.
+//! Cases 1–4 can only arise from the last write because every earlier frame was completely
+//! written and fdatasynced before the next write began, and a bit flip cannot produce a
+//! zero suffix reaching back into a complete frame (its last byte is `}`, not 0x00).
+
+use crate::error::{Code, Error, Result};
+use crate::messaging::Record;
+use serde::{Deserialize, Serialize};
+
+pub const MAGIC: [u8; 8] = [0x89, b'P', b'W', b'J', b'\r', b'\n', 0x1a, b'\n'];
+pub const FORMAT_VERSION: u32 = 1;
+const MAGIC_OFFSET: usize = 0;
+const VERSION_OFFSET: usize = MAGIC_OFFSET + MAGIC.len();
+const FLAGS_OFFSET: usize = VERSION_OFFSET + 4;
+const GENERATION_OFFSET: usize = FLAGS_OFFSET + 4;
+const HEADER_CRC_OFFSET: usize = GENERATION_OFFSET + 8;
+const RESERVED_OFFSET: usize = HEADER_CRC_OFFSET + 4;
+pub const HEADER_BYTES: usize = RESERVED_OFFSET + 4;
+
+const FRAME_LEN_OFFSET: usize = 0;
+const FRAME_LEN_CRC_OFFSET: usize = FRAME_LEN_OFFSET + 4;
+const FRAME_CRC_OFFSET: usize = FRAME_LEN_CRC_OFFSET + 4;
+pub const FRAME_HEADER_BYTES: usize = FRAME_CRC_OFFSET + 4;
+const LEN_CRC_DOMAIN: &[u8; 4] = b"pwjf";
+
+const _: () = assert!(HEADER_BYTES == 32);
+const _: () = assert!(FRAME_HEADER_BYTES == 12);
+
+/// The payload of one frame: one group commit.
+#[derive(Debug, Serialize, Deserialize)]
+struct BatchBody<R> {
+    batch: u64,
+    records: R,
+}
+
+/// The 32-byte file header for `generation`.
+pub fn encode_header(generation: u64) -> [u8; HEADER_BYTES] {
+    let mut h = [0u8; HEADER_BYTES];
+    h[MAGIC_OFFSET..VERSION_OFFSET].copy_from_slice(&MAGIC);
+    h[VERSION_OFFSET..FLAGS_OFFSET].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h[GENERATION_OFFSET..HEADER_CRC_OFFSET].copy_from_slice(&generation.to_le_bytes());
+    let crc = crc32fast::hash(&h[..HEADER_CRC_OFFSET]);
+    h[HEADER_CRC_OFFSET..RESERVED_OFFSET].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(w)
+}
+
+fn corrupt(what: String) -> Error {
+    Error::new(
+        Code::RecoveryRequired,
+        format!(
+            "messages.journal {what}; the store was left untouched: preserve it and inspect before recovering"
+        ),
+    )
+}
+
+/// Validates the file header and returns its generation.
+pub fn decode_header(bytes: &[u8]) -> Result<u64> {
+    if bytes.len() < HEADER_BYTES {
+        return Err(corrupt(format!(
+            "is {} bytes, shorter than its header",
+            bytes.len()
+        )));
+    }
+    if bytes[MAGIC_OFFSET..VERSION_OFFSET] != MAGIC {
+        return Err(corrupt("does not start with the journal magic".into()));
+    }
+    let crc = u32_at(bytes, HEADER_CRC_OFFSET);
+    if crc != crc32fast::hash(&bytes[..HEADER_CRC_OFFSET]) {
+        return Err(corrupt("header checksum mismatch".into()));
+    }
+    let version = u32_at(bytes, VERSION_OFFSET);
+    if version != FORMAT_VERSION {
+        return Err(corrupt(format!(
+            "has format version {version}, this build reads {FORMAT_VERSION}"
+        )));
+    }
+    let mut g = [0u8; 8];
+    g.copy_from_slice(&bytes[GENERATION_OFFSET..HEADER_CRC_OFFSET]);
+    let generation = u64::from_le_bytes(g);
+    if generation == 0 {
+        return Err(corrupt("has generation 0".into()));
+    }
+    Ok(generation)
+}
+
+fn len_crc(len: u32) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(LEN_CRC_DOMAIN);
+    h.update(&len.to_le_bytes());
+    h.finalize()
+}
+
+/// One frame holding batch number `batch` and its records.
+pub fn encode_frame(batch: u64, records: &[Record]) -> Result<Vec<u8>> {
+    let payload = serde_json::to_vec(&BatchBody { batch, records })
+        .map_err(|e| Error::new(Code::Io, format!("cannot encode a journal batch: {e}")))?;
+    let len = u32::try_from(payload.len())
+        .map_err(|_| Error::new(Code::Io, "journal batch exceeds 4 GiB"))?;
+    debug_assert!(payload.last() != Some(&0), "a payload never ends in 0x00");
+    let mut f = Vec::with_capacity(FRAME_HEADER_BYTES + payload.len());
+    f.extend_from_slice(&len.to_le_bytes());
+    f.extend_from_slice(&len_crc(len).to_le_bytes());
+    f.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    f.extend_from_slice(&payload);
+    Ok(f)
+}
+
+/// The result of scanning a journal file.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub generation: u64,
+    /// Records of every complete batch, in order.
+    pub batches: Vec<Vec<Record>>,
+    /// Bytes that hold the header and complete batches; a torn tail starts here.
+    pub valid_len: u64,
+    /// Bytes after `valid_len` (a torn, never acknowledged tail) to discard.
+    pub torn_bytes: u64,
+}
+
+/// Scans a whole journal file. A torn tail is reported (not an error); corruption is
+/// `RECOVERY_REQUIRED`. `frame_bytes_max` bounds one frame's payload.
+pub fn scan(bytes: &[u8], frame_bytes_max: u64) -> Result<Scan> {
+    let generation = decode_header(bytes)?;
+    let end = bytes.len();
+    let zero_from = end - bytes.iter().rev().take_while(|b| **b == 0).count();
+    let mut scan = Scan {
+        generation,
+        ..Scan::default()
+    };
+    let mut o = HEADER_BYTES;
+    while o < end {
+        match frame_at(bytes, o, zero_from, frame_bytes_max)? {
+            Frame::Torn => {
+                scan.torn_bytes = (end - o) as u64;
+                break;
+            }
+            Frame::Complete {
+                next,
+                batch,
+                records,
+            } => {
+                let want = scan.batches.len() as u64 + 1;
+                if batch != want {
+                    return Err(corrupt(format!(
+                        "batch at byte {o} is number {batch}, expected {want}"
+                    )));
+                }
+                scan.batches.push(records);
+                o = next;
+            }
+        }
+    }
+    scan.valid_len = o.min(end) as u64;
+    Ok(scan)
+}
+
+enum Frame {
+    Torn,
+    Complete {
+        next: usize,
+        batch: u64,
+        records: Vec<Record>,
+    },
+}
+
+fn frame_at(bytes: &[u8], o: usize, zero_from: usize, frame_bytes_max: u64) -> Result<Frame> {
+    let end = bytes.len();
+    if end - o < FRAME_HEADER_BYTES {
+        return Ok(Frame::Torn);
+    }
+    let len = u32_at(bytes, o + FRAME_LEN_OFFSET);
+    if u32_at(bytes, o + FRAME_LEN_CRC_OFFSET) != len_crc(len) {
+        if zero_from < o + FRAME_HEADER_BYTES {
+            return Ok(Frame::Torn);
+        }
+        return Err(corrupt(format!(
+            "frame header checksum mismatch at byte {o}"
+        )));
+    }
+    if len == 0 || u64::from(len) > frame_bytes_max {
+        return Err(corrupt(format!(
+            "frame at byte {o} claims {len} bytes (bound {frame_bytes_max})"
+        )));
+    }
+    let body_at = o + FRAME_HEADER_BYTES;
+    let next = body_at + len as usize;
+    if next > end {
+        return Ok(Frame::Torn);
+    }
+    let payload = &bytes[body_at..next];
+    if crc32fast::hash(payload) != u32_at(bytes, o + FRAME_CRC_OFFSET) {
+        if zero_from < next {
+            return Ok(Frame::Torn);
+        }
+        return Err(corrupt(format!("frame checksum mismatch at byte {o}")));
+    }
+    let body: BatchBody<Vec<Record>> = serde_json::from_slice(payload).map_err(|e| {
+        corrupt(format!(
+            "frame at byte {o} has a valid checksum but cannot be parsed ({e})"
+        ))
+    })?;
+    Ok(Frame::Complete {
+        next,
+        batch: body.batch,
+        records: body.records,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messaging::Record;
+
+    fn rec(n: u64) -> Record {
+        Record::PushDone { cursor: n }
+    }
+
+    fn file(batches: &[&[Record]]) -> (Vec<u8>, Vec<usize>) {
+        let mut f = encode_header(3).to_vec();
+        let mut ends = vec![f.len()];
+        for (i, b) in batches.iter().enumerate() {
+            f.extend(encode_frame(i as u64 + 1, b).unwrap());
+            ends.push(f.len());
+        }
+        (f, ends)
+    }
+
+    #[test]
+    fn round_trip_and_header_checks() {
+        let (f, ends) = file(&[&[rec(1), rec(2)], &[rec(3)]]);
+        let s = scan(&f, 1 << 20).unwrap();
+        assert_eq!(
+            (s.generation, s.batches.len(), s.valid_len, s.torn_bytes),
+            (3, 2, *ends.last().unwrap() as u64, 0)
+        );
+        assert_eq!(s.batches[1], vec![rec(3)]);
+        assert_ne!(len_crc(0), 0, "an all-zero frame header must never verify");
+        let mut bad = f.clone();
+        bad[9] ^= 1;
+        assert_eq!(
+            scan(&bad, 1 << 20).unwrap_err().code,
+            Code::RecoveryRequired
+        );
+        assert_eq!(
+            scan(&f[..20], 1 << 20).unwrap_err().code,
+            Code::RecoveryRequired
+        );
+    }
+
+    #[test]
+    fn every_truncation_inside_the_last_batch_is_a_torn_tail() {
+        let (f, ends) = file(&[&[rec(1)], &[rec(2), rec(3)]]);
+        for cut in ends[1]..ends[2] {
+            let s = scan(&f[..cut], 1 << 20).unwrap();
+            assert_eq!(
+                (s.batches.len(), s.valid_len as usize),
+                (1, ends[1]),
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn zero_filled_tails_are_torn() {
+        let (f, ends) = file(&[&[rec(1)], &[rec(2), rec(3)]]);
+        for from in ends[1]..ends[2] {
+            let mut z = f.clone();
+            z[from..].iter_mut().for_each(|b| *b = 0);
+            z.extend([0u8; 4096]);
+            let s = scan(&z, 1 << 20).unwrap();
+            assert_eq!(
+                (s.batches.len(), s.valid_len as usize),
+                (1, ends[1]),
+                "zeros from {from}"
+            );
+        }
+        let mut pre = f.clone();
+        pre.extend([0u8; 100]);
+        assert_eq!(scan(&pre, 1 << 20).unwrap().batches.len(), 2);
+    }
+
+    #[test]
+    fn any_bit_flip_in_an_earlier_batch_is_corruption() {
+        let (f, ends) = file(&[&[rec(1)], &[rec(2)], &[rec(3)]]);
+        for at in ends[0]..ends[2] {
+            for bit in [0, 3, 7] {
+                let mut x = f.clone();
+                x[at] ^= 1 << bit;
+                let e = scan(&x, 1 << 20).unwrap_err();
+                assert_eq!(e.code, Code::RecoveryRequired, "flip at {at} bit {bit}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_complete_last_frame_with_a_bad_checksum_is_corruption() {
+        let (f, ends) = file(&[&[rec(1)], &[rec(2)]]);
+        let mut x = f.clone();
+        x[ends[1] + FRAME_HEADER_BYTES + 2] ^= 0x10;
+        assert_eq!(scan(&x, 1 << 20).unwrap_err().code, Code::RecoveryRequired);
+        // Oversized frames and repeated batch numbers too.
+        assert_eq!(scan(&f, 8).unwrap_err().code, Code::RecoveryRequired);
+        let mut dup = encode_header(1).to_vec();
+        dup.extend(encode_frame(1, &[rec(1)]).unwrap());
+        dup.extend(encode_frame(1, &[rec(2)]).unwrap());
+        assert_eq!(
+            scan(&dup, 1 << 20).unwrap_err().code,
+            Code::RecoveryRequired
+        );
+    }
+}

@@ -1,0 +1,235 @@
+//! The durable message store of one root instance, `<home>/peer-messages/<instanceId>/`:
+//! `identity.json` (session ↔ instance association), `messages.journal` (append-only,
+//! checksummed group-commit frames; byte layout in [`journal`]) and `messages.json` (the
+//! compacted snapshot; see [`snapshot`]). One writer thread ([`writer`]) owns the files;
+//! [`StoreHandle`] is its cloneable front. Directory 0700, files 0600.
+//!
+//! Durability rules:
+//! - A write is acknowledged only after the frame holding its records is fdatasynced.
+//! - Recovery opens read-only first; a torn, never-acknowledged tail is truncated, any other
+//!   checksum or parse failure is `RECOVERY_REQUIRED` with every file left as it was.
+//! - Compaction writes the snapshot atomically and durably, then starts a new journal
+//!   generation by temp file + rename + dir fsync; recovery ignores covered generations.
+//! - Admission keeps snapshot + journal within `storageBytes` (see `Machine::storage_budget`).
+
+pub mod handle;
+pub mod journal;
+pub mod recovery;
+pub mod snapshot;
+pub(crate) mod writer;
+
+#[cfg(test)]
+mod tests;
+
+pub use handle::{StoreHandle, StoreStats};
+pub use recovery::{StoreIdentity, recover_unread};
+
+use crate::config::Limits;
+use crate::error::{Code, Error, Result};
+use crate::fsutil::{self, Durability, FileLock};
+use crate::messaging::{Machine, Recipients};
+use handle::Shared;
+use parking_lot::RwLock;
+use recovery::JournalFile;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use writer::{Faults, Job, Writer};
+
+/// File names inside a store directory.
+pub mod paths {
+    use std::path::{Path, PathBuf};
+    pub const IDENTITY: &str = "identity.json";
+    pub const SNAPSHOT: &str = "messages.json";
+    pub const JOURNAL: &str = "messages.journal";
+    pub const JOURNAL_TMP: &str = "messages.journal.tmp";
+    pub const LOCK: &str = "messages.lock";
+
+    /// `<home>/peer-messages/<instance_id>`.
+    pub fn store_dir(home: &Path, instance_id: &str) -> PathBuf {
+        home.join("peer-messages").join(instance_id)
+    }
+}
+
+/// An open store: the writer thread and a handle on it.
+pub struct Store {
+    handle: StoreHandle,
+    thread: Option<std::thread::JoinHandle<()>>,
+    dir: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store of `instance_id`, bound to `session_id`, recovers
+    /// it and starts its writer. Errors: RECOVERY_REQUIRED (corrupt or foreign store, nothing
+    /// changed), SCOPE_DENIED (another session's inbox), UNSAFE_PATH, TIMEOUT (locked), IO.
+    pub fn open(
+        home: &Path,
+        instance_id: &str,
+        session_id: &str,
+        limits: &Limits,
+    ) -> Result<Store> {
+        Store::open_with(home, instance_id, session_id, limits, Faults::default())
+    }
+
+    pub(crate) fn open_with(
+        home: &Path,
+        instance_id: &str,
+        session_id: &str,
+        limits: &Limits,
+        faults: Faults,
+    ) -> Result<Store> {
+        if !crate::identity::is_valid_id(instance_id) || !crate::identity::is_valid_id(session_id) {
+            return Err(Error::new(
+                Code::Usage,
+                "instanceId and sessionId must be ids such as i-0123456789abcdef",
+            ));
+        }
+        let dir = paths::store_dir(home, instance_id);
+        fsutil::ensure_private_dir(&dir)?;
+        let lock = FileLock::acquire(&dir.join(paths::LOCK), limits.lock_ms)?;
+        match recovery::read_identity(&dir)? {
+            Some(id) => recovery::check_identity(&id, instance_id, session_id)?,
+            None => write_identity(&dir, instance_id, session_id)?,
+        }
+        // Read-only first: nothing is touched unless the whole store verified.
+        let loaded = recovery::load(&dir, limits)?;
+        let (file, len, generation, batch_no) =
+            prepare_journal(&dir, &loaded.journal, loaded.covered)?;
+        remove_stale_temps(&dir);
+        let stats = StoreStats {
+            journal_bytes: len,
+            generation,
+            snapshot_bytes: loaded.snapshot_bytes,
+            ..StoreStats::default()
+        };
+        let shared = Arc::new(Shared::new(stats));
+        let recipients = Arc::new(RwLock::new(Recipients::default()));
+        let (tx, rx) = crossbeam_channel::bounded(limits.commit_batch.max(1) as usize);
+        let writer = Writer {
+            dir: dir.clone(),
+            file,
+            len,
+            generation,
+            batch_no,
+            machine: Machine::from_state(loaded.state, limits.clone()),
+            recipients: recipients.clone(),
+            shared: shared.clone(),
+            poisoned: None,
+            faults,
+            _lock: lock,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("store-writer-{instance_id}"))
+            .spawn(move || writer.run(rx))
+            .map_err(|e| {
+                Error::new(
+                    Code::Io,
+                    format!("cannot start the store writer thread: {e}"),
+                )
+            })?;
+        let handle = StoreHandle {
+            tx,
+            shared,
+            recipients,
+            limits: Arc::new(limits.clone()),
+        };
+        Ok(Store {
+            handle,
+            thread: Some(thread),
+            dir,
+        })
+    }
+
+    pub fn handle(&self) -> StoreHandle {
+        self.handle.clone()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Stops the writer after the jobs queued before this call, and waits for it. Later calls
+    /// on remaining handles fail with DISCONNECTED.
+    pub fn close(mut self) -> Result<()> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> Result<()> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self.handle.tx.send(Job::Shutdown(tx)).is_ok() {
+            let _ = rx.recv();
+        }
+        thread
+            .join()
+            .map_err(|_| Error::new(Code::Io, "the store writer thread panicked"))
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+fn write_identity(dir: &Path, instance_id: &str, session_id: &str) -> Result<()> {
+    let id = StoreIdentity {
+        format: 1,
+        instance_id: instance_id.to_string(),
+        session_id: session_id.to_string(),
+        created_at_ms: crate::clock::now_ms(),
+    };
+    let bytes = serde_json::to_vec_pretty(&id)
+        .map_err(|e| Error::new(Code::Io, format!("cannot encode identity.json: {e}")))?;
+    fsutil::atomic_write(&dir.join(paths::IDENTITY), &bytes, Durability::Durable)
+}
+
+/// Makes the journal ready for appending: (file, length, generation, last batch number).
+fn prepare_journal(
+    dir: &Path,
+    journal: &JournalFile,
+    covered: u64,
+) -> Result<(std::fs::File, u64, u64, u64)> {
+    let header = journal::HEADER_BYTES as u64;
+    match journal {
+        JournalFile::Fresh | JournalFile::Covered { .. } => {
+            // Fresh store, or a crash between snapshot and journal swap: start generation
+            // covered + 1 (the covered journal's records are all in the snapshot).
+            let g = covered + 1;
+            Ok((writer::create_journal(dir, g)?, header, g, 0))
+        }
+        JournalFile::Live {
+            generation,
+            valid_len,
+            torn_bytes,
+            batches,
+        } => {
+            let path = dir.join(paths::JOURNAL);
+            let file = fsutil::open_private_rw(&path)?;
+            if *torn_bytes > 0 {
+                // The torn tail was never acknowledged (see journal.rs); cut it before appending.
+                file.set_len(*valid_len)
+                    .map_err(|e| Error::io("cannot truncate the torn tail of", &path, &e))?;
+                file.sync_all()
+                    .map_err(|e| Error::io("cannot fsync", &path, &e))?;
+            }
+            Ok((file, *valid_len, *generation, *batches))
+        }
+    }
+}
+
+/// Removes temp files a crash left behind (`messages.journal.tmp`, `.messages.json.*.tmp`).
+fn remove_stale_temps(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let ours = name == paths::JOURNAL_TMP
+            || (name.starts_with(".messages.json.") && name.ends_with(".tmp"));
+        if ours {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}

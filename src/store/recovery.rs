@@ -1,0 +1,214 @@
+//! Reading a store without changing it: identity association, snapshot + journal replay with
+//! torn-tail classification, and `recover_unread` for operator review of an old instance.
+
+use super::{journal, paths, snapshot};
+use crate::config::Limits;
+use crate::error::{Code, Error, Result};
+use crate::fsutil;
+use crate::messaging::{InboxEntry, Machine, State};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// `identity.json`: which saved session this inbox incarnation belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreIdentity {
+    pub format: u32,
+    pub instance_id: String,
+    pub session_id: String,
+    pub created_at_ms: u64,
+}
+
+/// Largest identity file read.
+const IDENTITY_FILE_BYTES_MAX: u64 = 64 * 1024;
+
+/// Largest snapshot or journal file read: the storage bound with room for JSON escaping
+/// (≤ 6× per content byte) and one commit batch past the compaction threshold.
+pub fn file_bytes_max(limits: &Limits) -> u64 {
+    limits
+        .storage_bytes
+        .saturating_mul(8)
+        .saturating_add(frame_bytes_max(limits))
+        .max(1 << 20)
+}
+
+/// Bound of one journal frame: `commitBatch` operations of at most four records, each at most
+/// one escaped frame.
+pub fn frame_bytes_max(limits: &Limits) -> u64 {
+    limits
+        .commit_batch
+        .saturating_mul(4)
+        .saturating_mul(limits.frame_bytes.saturating_mul(6).saturating_add(4096))
+}
+
+pub fn read_identity(dir: &Path) -> Result<Option<StoreIdentity>> {
+    let path = dir.join(paths::IDENTITY);
+    let bytes = match fsutil::read_private_bounded(&path, IDENTITY_FILE_BYTES_MAX) {
+        Ok(b) => b,
+        Err(e) if e.code == Code::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        Error::new(
+            Code::RecoveryRequired,
+            format!(
+                "{} cannot be parsed ({e}); preserve it and inspect",
+                path.display()
+            ),
+        )
+    })
+}
+
+/// Checks that `id` is the association of `instance_id` with `session_id`.
+pub fn check_identity(id: &StoreIdentity, instance_id: &str, session_id: &str) -> Result<()> {
+    if id.instance_id != instance_id {
+        return Err(Error::new(
+            Code::RecoveryRequired,
+            format!(
+                "identity.json names instance {}, not {instance_id}; the directory was moved or copied",
+                id.instance_id
+            ),
+        ));
+    }
+    if id.session_id != session_id {
+        return Err(Error::new(
+            Code::ScopeDenied,
+            format!(
+                "inbox {instance_id} belongs to another saved session; pass that session's id to review it"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// What the journal file on disk means relative to the snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JournalFile {
+    /// No journal and no snapshot: a fresh store.
+    Fresh,
+    /// The snapshot already covers this journal (crash between snapshot and journal swap).
+    Covered { generation: u64 },
+    /// Replayed; `torn_bytes` past `valid_len` were never acknowledged.
+    Live {
+        generation: u64,
+        valid_len: u64,
+        torn_bytes: u64,
+        batches: u64,
+    },
+}
+
+/// A store's state as recovered from disk, read-only.
+#[derive(Debug)]
+pub struct Loaded {
+    pub state: State,
+    /// The journal generation the snapshot covers (0 without a snapshot).
+    pub covered: u64,
+    pub journal: JournalFile,
+    pub snapshot_bytes: u64,
+}
+
+fn read_optional(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
+    match fsutil::read_private_bounded(path, max) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.code == Code::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Loads snapshot + journal without modifying anything. Corruption is `RECOVERY_REQUIRED`.
+pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded> {
+    let max = file_bytes_max(limits);
+    let snap = read_optional(&dir.join(paths::SNAPSHOT), max)?;
+    let snapshot_bytes = snap.as_ref().map_or(0, |b| b.len() as u64);
+    let (covered, mut state) = match &snap {
+        Some(bytes) => {
+            let (g, image) = snapshot::decode(bytes)?;
+            (g, State::from_image(image))
+        }
+        None => (0, State::default()),
+    };
+    let Some(bytes) = read_optional(&dir.join(paths::JOURNAL), max)? else {
+        if snap.is_some() {
+            return Err(Error::new(
+                Code::RecoveryRequired,
+                format!(
+                    "{} has a snapshot but no messages.journal; records may be missing, inspect before recovering",
+                    dir.display()
+                ),
+            ));
+        }
+        return Ok(Loaded {
+            state,
+            covered,
+            journal: JournalFile::Fresh,
+            snapshot_bytes,
+        });
+    };
+    let generation = journal::decode_header(&bytes)?;
+    if generation <= covered {
+        return Ok(Loaded {
+            state,
+            covered,
+            journal: JournalFile::Covered { generation },
+            snapshot_bytes,
+        });
+    }
+    if generation != covered + 1 {
+        return Err(Error::new(
+            Code::RecoveryRequired,
+            format!(
+                "messages.journal is generation {generation} but the snapshot covers only {covered}; a snapshot is missing"
+            ),
+        ));
+    }
+    let scan = journal::scan(&bytes, frame_bytes_max(limits))?;
+    for batch in &scan.batches {
+        for r in batch {
+            state.apply(r);
+        }
+    }
+    let journal = JournalFile::Live {
+        generation,
+        valid_len: scan.valid_len,
+        torn_bytes: scan.torn_bytes,
+        batches: scan.batches.len() as u64,
+    };
+    Ok(Loaded {
+        state,
+        covered,
+        journal,
+        snapshot_bytes,
+    })
+}
+
+/// Opens an old instance's store read-only, checks that it belongs to `expected_session_id`,
+/// and returns its unconsumed messages for explicit operator review. Nothing is moved,
+/// truncated or rewritten (a torn tail is ignored in memory only). Errors: NOT_FOUND (no such
+/// store), SCOPE_DENIED (another session's inbox), RECOVERY_REQUIRED (corrupt or foreign).
+pub fn recover_unread(
+    home: &Path,
+    instance_id: &str,
+    expected_session_id: &str,
+    limits: &Limits,
+) -> Result<Vec<InboxEntry>> {
+    if !crate::identity::is_valid_id(instance_id) {
+        return Err(Error::new(
+            Code::Usage,
+            "instanceId must be an id such as i-0123456789abcdef",
+        ));
+    }
+    let dir = paths::store_dir(home, instance_id);
+    fsutil::check_private_dir(&dir)?;
+    let id = read_identity(&dir)?.ok_or_else(|| {
+        Error::new(
+            Code::RecoveryRequired,
+            format!(
+                "{} has no identity.json; its session cannot be verified",
+                dir.display()
+            ),
+        )
+    })?;
+    check_identity(&id, instance_id, expected_session_id)?;
+    let loaded = load(&dir, limits)?;
+    Ok(Machine::from_state(loaded.state, limits.clone()).unread())
+}

@@ -1,0 +1,539 @@
+//! Store tests on real temp files: reopen, torn tails at every offset, bit flips, compaction
+//! crash points, group commit, poisoning, recover_unread, and a crash-at-sync-N model test.
+#![allow(clippy::field_reassign_with_default)]
+
+use super::*;
+use crate::messaging::*;
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+
+const INSTANCE: &str = "i-00000000000000aa";
+const SESSION: &str = "s-1";
+const ME: &str = "p-me";
+
+struct TempHome(PathBuf);
+
+impl TempHome {
+    fn new(tag: &str) -> TempHome {
+        let p = std::env::temp_dir().join(format!(
+            "pw-store-{tag}-{}-{:x}",
+            std::process::id(),
+            crate::identity::random_u64()
+        ));
+        fsutil::ensure_private_dir(&p).unwrap();
+        TempHome(p)
+    }
+    fn dir(&self) -> PathBuf {
+        paths::store_dir(&self.0, INSTANCE)
+    }
+}
+
+impl Drop for TempHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn limits() -> Limits {
+    let mut l = Limits::default();
+    l.rate_burst = 1_000_000;
+    l.inbox_messages = 100_000;
+    l
+}
+
+fn open(home: &TempHome, l: &Limits) -> Result<Store> {
+    let s = Store::open(&home.0, INSTANCE, SESSION, l)?;
+    s.handle().set_live(ME);
+    Ok(s)
+}
+
+fn sender(n: u8) -> Principal {
+    Principal {
+        instance_id: format!("i-s{n}"),
+        run_id: None,
+        peer_id: format!("p-s{n}"),
+    }
+}
+
+fn send(id: &str) -> InboundSend {
+    InboundSend {
+        to_peer_id: ME.into(),
+        message_id: id.into(),
+        content: format!("content of {id}"),
+        topic: None,
+        reply_to: None,
+        correlation_id: None,
+        expires_at_ms: None,
+    }
+}
+
+/// Waits until the writer finished everything before this call (stats, compaction).
+fn settle(h: &StoreHandle) {
+    h.query(|_| ()).unwrap();
+}
+
+fn image(h: &StoreHandle) -> StateImage {
+    h.query(|m| m.state().image()).unwrap()
+}
+
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut m = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name != paths::LOCK {
+            m.insert(name, std::fs::read(e.path()).unwrap());
+        }
+    }
+    m
+}
+
+fn journal_len(home: &TempHome) -> usize {
+    std::fs::metadata(home.dir().join(paths::JOURNAL))
+        .unwrap()
+        .len() as usize
+}
+
+/// Replaces the store's files with `set` (a simulated post-crash disk).
+fn restore(home: &TempHome, set: &BTreeMap<String, Vec<u8>>) {
+    for e in std::fs::read_dir(home.dir()).unwrap().flatten() {
+        if e.file_name() != paths::LOCK {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    for (name, bytes) in set {
+        let p = home.dir().join(name);
+        let mut f = fsutil::create_private_new(&p).unwrap();
+        std::io::Write::write_all(&mut f, bytes).unwrap();
+    }
+}
+
+#[test]
+fn reopen_after_clean_close_equals_state() {
+    let home = TempHome::new("reopen");
+    let s = open(&home, &limits()).unwrap();
+    let h = s.handle();
+    for i in 0..5 {
+        h.accept(sender(1), send(&format!("m{i}"))).unwrap();
+    }
+    h.mark(ME, MessageRef::Sequence(2), ReceiptState::Consumed)
+        .unwrap();
+    let before = image(&h);
+    s.close().unwrap();
+    assert_eq!(
+        h.accept(sender(1), send("late")).unwrap_err().code,
+        Code::Disconnected
+    );
+    let mode = |p: &Path| {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions())
+            & 0o777
+    };
+    assert_eq!(mode(&home.dir()), 0o700);
+    assert_eq!(mode(&home.dir().join(paths::JOURNAL)), 0o600);
+    assert_eq!(mode(&home.dir().join(paths::IDENTITY)), 0o600);
+    let s = open(&home, &limits()).unwrap();
+    assert_eq!(image(&s.handle()), before);
+    // A retry after restart still gets the original receipt.
+    let r = s.handle().accept(sender(1), send("m0")).unwrap();
+    assert_eq!(r.sequence, 1);
+    assert_eq!(
+        s.handle()
+            .read(ReadQuery {
+                recipient_peer_id: ME.into(),
+                ..Default::default()
+            })
+            .unwrap()
+            .messages
+            .len(),
+        5
+    );
+}
+
+#[test]
+fn identity_binds_the_store_to_its_session() {
+    let home = TempHome::new("ident");
+    open(&home, &limits()).unwrap().close().unwrap();
+    let e = Store::open(&home.0, INSTANCE, "s-other", &limits())
+        .err()
+        .unwrap();
+    assert_eq!(e.code, Code::ScopeDenied);
+}
+
+#[test]
+fn torn_tail_at_every_offset_drops_only_the_last_batch() {
+    let home = TempHome::new("torn");
+    let s = open(&home, &limits()).unwrap();
+    let h = s.handle();
+    let mut ends = vec![journal_len(&home)];
+    let mut images = vec![image(&h)];
+    for i in 0..4 {
+        h.accept(sender(1), send(&format!("m{i}"))).unwrap();
+        ends.push(journal_len(&home));
+        images.push(image(&h));
+    }
+    s.close().unwrap();
+    let full = files(&home.dir());
+    let journal = full[paths::JOURNAL].clone();
+    let (last_start, last_end) = (ends[3], ends[4]);
+    for cut in last_start..last_end {
+        for zero_fill in [false, true] {
+            let mut set = full.clone();
+            let mut j = journal[..cut].to_vec();
+            if zero_fill {
+                j.resize(last_end + 512, 0);
+            }
+            set.insert(paths::JOURNAL.into(), j);
+            restore(&home, &set);
+            let s = open(&home, &limits()).unwrap();
+            assert_eq!(
+                image(&s.handle()),
+                images[3],
+                "cut at {cut}, zero fill {zero_fill}"
+            );
+            s.close().unwrap();
+            assert_eq!(journal_len(&home), last_start, "the torn tail is truncated");
+        }
+    }
+}
+
+#[test]
+fn bit_flip_in_an_earlier_record_requires_recovery_and_changes_nothing() {
+    let home = TempHome::new("flip");
+    let s = open(&home, &limits()).unwrap();
+    let h = s.handle();
+    let first_end = {
+        h.accept(sender(1), send("m0")).unwrap();
+        journal_len(&home)
+    };
+    h.accept(sender(1), send("m1")).unwrap();
+    s.close().unwrap();
+    for at in [
+        journal::HEADER_BYTES + 1,
+        journal::HEADER_BYTES + 5,
+        journal::HEADER_BYTES + 9,
+        first_end - 3,
+    ] {
+        let mut set = files(&home.dir());
+        let saved = set.clone();
+        set.get_mut(paths::JOURNAL).unwrap()[at] ^= 0x04;
+        restore(&home, &set);
+        let e = open(&home, &limits()).err().unwrap();
+        assert_eq!(e.code, Code::RecoveryRequired, "flip at {at}: {e}");
+        assert_eq!(
+            files(&home.dir()),
+            set,
+            "nothing may change on RECOVERY_REQUIRED"
+        );
+        restore(&home, &saved);
+    }
+    let mut set = files(&home.dir());
+    let last = set[paths::JOURNAL].len() - 10;
+    set.get_mut(paths::JOURNAL).unwrap()[last] ^= 0x04;
+    restore(&home, &set);
+    assert_eq!(
+        open(&home, &limits()).err().unwrap().code,
+        Code::RecoveryRequired,
+        "complete last frame, bad checksum"
+    );
+    assert_eq!(files(&home.dir()), set);
+}
+
+#[test]
+fn compaction_crash_points_lose_and_duplicate_nothing() {
+    let home = TempHome::new("compact");
+    let mut l = limits();
+    l.journal_bytes = 2_048;
+    let s = open(&home, &l).unwrap();
+    let h = s.handle();
+    let mut pre = None;
+    let mut i = 0;
+    // Run until one compaction happened, keeping the disk image just before it.
+    while h.stats().compactions == 0 {
+        pre = Some((files(&home.dir()), image(&h)));
+        h.accept(sender(1), send(&format!("m{i}"))).unwrap();
+        settle(&h);
+        i += 1;
+        assert!(i < 100, "compaction never ran");
+    }
+    let after = image(&h);
+    let stats = h.stats();
+    assert_eq!((stats.generation, stats.compactions), (2, 1));
+    s.close().unwrap();
+    let post = files(&home.dir());
+    let (pre_files, _) = pre.unwrap();
+    let journal_g1_full = {
+        // The last batch went into generation 1 before compaction: rebuild that journal.
+        let mut set = pre_files.clone();
+        let g1 = set.get_mut(paths::JOURNAL).unwrap();
+        let frame = journal::encode_frame(i as u64, &h_records_of_last(&post)).unwrap();
+        g1.extend(frame);
+        set
+    };
+    // A: crash before the snapshot rename (old files + the last frame in generation 1).
+    restore(&home, &journal_g1_full);
+    let s = open(&home, &l).unwrap();
+    assert_eq!(image(&s.handle()), after);
+    s.close().unwrap();
+    // B/C: snapshot renamed, journal not yet swapped (plus a stale temp journal).
+    let mut b = journal_g1_full.clone();
+    b.insert(paths::SNAPSHOT.into(), post[paths::SNAPSHOT].clone());
+    b.insert(
+        paths::JOURNAL_TMP.into(),
+        journal::encode_header(2).to_vec(),
+    );
+    restore(&home, &b);
+    let s = open(&home, &l).unwrap();
+    assert_eq!(
+        image(&s.handle()),
+        after,
+        "covered journal records must not apply twice"
+    );
+    assert_eq!(s.handle().stats().generation, 2);
+    s.close().unwrap();
+    assert!(!home.dir().join(paths::JOURNAL_TMP).exists());
+    // D: everything swapped.
+    restore(&home, &post);
+    let s = open(&home, &l).unwrap();
+    assert_eq!(image(&s.handle()), after);
+    s.close().unwrap();
+    // A newer journal without the snapshot that covers its predecessor is not guessed at.
+    let mut lost = post.clone();
+    lost.remove(paths::SNAPSHOT);
+    restore(&home, &lost);
+    assert_eq!(open(&home, &l).err().unwrap().code, Code::RecoveryRequired);
+}
+
+/// The record of the last accept (the newest inbox entry in the snapshot).
+fn h_records_of_last(post: &BTreeMap<String, Vec<u8>>) -> Vec<Record> {
+    let (_, image) = snapshot::decode(&post[paths::SNAPSHOT]).unwrap();
+    let last = image.inbox.last().unwrap().clone();
+    vec![Record::InboxAdded { entry: last }]
+}
+
+#[test]
+fn group_commit_acknowledges_all_with_one_sync_per_batch() {
+    let home = TempHome::new("group");
+    let s = open(&home, &limits()).unwrap();
+    let h = s.handle();
+    // Hold the writer inside a read so that every sender queues behind it.
+    let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(1);
+    let gate = {
+        let h = h.clone();
+        std::thread::spawn(move || h.query(move |_| release_rx.recv().is_ok()).unwrap())
+    };
+    while h.stats().jobs == 0 && h.tx.is_empty() {
+        std::thread::yield_now();
+    }
+    const N: usize = 16;
+    let senders: Vec<_> = (0..N)
+        .map(|i| {
+            let h = h.clone();
+            std::thread::spawn(move || h.accept(sender(i as u8), send("same-id")).unwrap())
+        })
+        .collect();
+    while h.tx.len() < N {
+        std::thread::yield_now();
+    }
+    let before = h.stats();
+    release_tx.send(()).unwrap();
+    assert!(gate.join().unwrap());
+    let receipts: Vec<Receipt> = senders.into_iter().map(|t| t.join().unwrap()).collect();
+    settle(&h);
+    let mut seqs: Vec<u64> = receipts.iter().map(|r| r.sequence).collect();
+    seqs.sort();
+    assert_eq!(seqs, (1..=N as u64).collect::<Vec<_>>());
+    let after = h.stats();
+    assert_eq!(
+        after.syncs - before.syncs,
+        1,
+        "one fdatasync for the whole batch"
+    );
+    assert_eq!(after.batches, after.syncs);
+    assert!(after.max_batch >= N as u64);
+}
+
+#[test]
+fn failed_sync_answers_the_batch_and_poisons_the_writer() {
+    let home = TempHome::new("poison");
+    let s = Store::open_with(
+        &home.0,
+        INSTANCE,
+        SESSION,
+        &limits(),
+        Faults {
+            fail_sync_at: Some(2),
+        },
+    )
+    .unwrap();
+    let h = s.handle();
+    h.set_live(ME);
+    h.accept(sender(1), send("m0")).unwrap();
+    let e = h.accept(sender(1), send("m1")).unwrap_err();
+    assert_eq!(e.code, Code::Io);
+    let e = h.accept(sender(1), send("m2")).unwrap_err();
+    assert_eq!(e.code, Code::RecoveryRequired);
+    assert_eq!(
+        h.read(ReadQuery::default()).unwrap_err().code,
+        Code::RecoveryRequired
+    );
+    assert!(h.stats().poisoned);
+    s.close().unwrap();
+    let s = open(&home, &limits()).unwrap();
+    let held: Vec<String> = image(&s.handle())
+        .inbox
+        .into_iter()
+        .map(|e| e.message_id)
+        .collect();
+    assert!(held.starts_with(&["m0".to_string()]), "{held:?}");
+    assert!(!held.contains(&"m2".to_string()));
+}
+
+#[test]
+fn recover_unread_reviews_an_old_store_without_touching_it() {
+    let home = TempHome::new("recover");
+    let s = open(&home, &limits()).unwrap();
+    let h = s.handle();
+    h.accept(sender(1), send("m0")).unwrap();
+    h.accept(sender(1), send("m1")).unwrap();
+    h.mark(ME, MessageRef::Sequence(1), ReceiptState::Consumed)
+        .unwrap();
+    s.close().unwrap();
+    // A torn tail is ignored in memory but not truncated by a review.
+    let mut set = files(&home.dir());
+    set.get_mut(paths::JOURNAL).unwrap().extend([1, 2, 3]);
+    restore(&home, &set);
+    let unread = recover_unread(&home.0, INSTANCE, SESSION, &limits()).unwrap();
+    assert_eq!(
+        unread
+            .iter()
+            .map(|e| e.message_id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["m1"]
+    );
+    assert_eq!(files(&home.dir()), set);
+    assert_eq!(
+        recover_unread(&home.0, INSTANCE, "s-other", &limits())
+            .unwrap_err()
+            .code,
+        Code::ScopeDenied
+    );
+    assert_eq!(
+        recover_unread(&home.0, "i-nothere", SESSION, &limits())
+            .unwrap_err()
+            .code,
+        Code::NotFound
+    );
+}
+
+#[test]
+fn waiters_wake_on_commit_and_on_cancel() {
+    let home = TempHome::new("wait");
+    let s = open(&home, &limits()).unwrap();
+    let h = s.handle();
+    let seen = h.change_generation();
+    let cancel = AtomicBool::new(false);
+    // Nothing new: returns at the deadline with the same counter.
+    assert_eq!(h.wait_for_change(seen, 1, &cancel), seen);
+    let waiter = {
+        let h = h.clone();
+        std::thread::spawn(move || h.wait_for_change(seen, 30_000, &AtomicBool::new(false)))
+    };
+    h.accept(sender(1), send("m0")).unwrap();
+    assert!(waiter.join().unwrap() > seen);
+    let cancel = std::sync::Arc::new(AtomicBool::new(false));
+    let waiter = {
+        let (h, c) = (h.clone(), cancel.clone());
+        std::thread::spawn(move || h.wait_for_change(u64::MAX - 1, 30_000, &c))
+    };
+    cancel.store(true, std::sync::atomic::Ordering::Release);
+    h.wake_waiters();
+    assert!(waiter.join().unwrap() < u64::MAX - 1);
+}
+
+mod model {
+    //! Crash at sync N: random operations against a simple model; after each acknowledged
+    //! operation the disk image is captured; a crash is simulated at a random point with a
+    //! random torn (truncated or zero-filled) tail of the next batch, and reopening must give
+    //! exactly the acknowledged state: every acknowledged accept present once.
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Accept { sender: u8, id: u8 },
+        Consume { seq: u8 },
+        Sweep,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0u8..3, 0u8..12).prop_map(|(sender, id)| Op::Accept { sender, id }),
+            2 => (1u8..10).prop_map(|seq| Op::Consume { seq }),
+            1 => Just(Op::Sweep),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+        #[test]
+        fn crash_at_any_sync_keeps_exactly_the_acknowledged_state(
+            ops in proptest::collection::vec(op(), 1..24),
+            crash_pick in any::<prop::sample::Index>(),
+            torn_pick in any::<prop::sample::Index>(),
+            zero_fill in any::<bool>(),
+        ) {
+            let home = TempHome::new("model");
+            let mut l = limits();
+            l.journal_bytes = 4_096;
+            let s = open(&home, &l).unwrap();
+            let h = s.handle();
+            // Disk image and acknowledged accepts after each operation.
+            let mut disks = vec![files(&home.dir())];
+            let mut model: BTreeMap<(u8, u8), u64> = BTreeMap::new();
+            let mut models = vec![model.clone()];
+            let mut images = vec![image(&h)];
+            for op in &ops {
+                match op {
+                    Op::Accept { sender: s, id } => {
+                        let r = h.accept(sender(*s), send(&format!("m{id}"))).unwrap();
+                        let prev = model.insert((*s, *id), r.sequence);
+                        prop_assert!(prev.is_none_or(|p| p == r.sequence), "dedup must return the original sequence");
+                    }
+                    Op::Consume { seq } => {
+                        let _ = h.mark(ME, MessageRef::Sequence(u64::from(*seq)), ReceiptState::Consumed);
+                    }
+                    Op::Sweep => {
+                        h.sweep().unwrap();
+                    }
+                }
+                settle(&h);
+                disks.push(files(&home.dir()));
+                models.push(model.clone());
+                images.push(image(&h));
+            }
+            s.close().unwrap();
+            let k = crash_pick.index(ops.len());
+            // The disk after op k, plus a torn prefix of op k+1's frame when it was an append.
+            let mut disk = disks[k].clone();
+            let (cur, next) = (&disks[k][paths::JOURNAL], &disks[k + 1][paths::JOURNAL]);
+            if next.len() > cur.len() && next.starts_with(cur) {
+                let extra = torn_pick.index(next.len() - cur.len());
+                let mut j = next[..cur.len() + extra].to_vec();
+                if zero_fill {
+                    j.resize(next.len() + 64, 0);
+                }
+                disk.insert(paths::JOURNAL.into(), j);
+            }
+            restore(&home, &disk);
+            let s = open(&home, &l).unwrap();
+            let got = image(&s.handle());
+            prop_assert_eq!(&got, &images[k]);
+            for ((snd, id), seq) in &models[k] {
+                let want = format!("m{id}");
+                let held: Vec<_> = got.inbox.iter().filter(|e| e.message_id == want && e.from == sender(*snd)).collect();
+                prop_assert_eq!(held.len(), 1);
+                prop_assert_eq!(held[0].sequence, *seq);
+            }
+            s.close().unwrap();
+        }
+    }
+}
