@@ -54,6 +54,9 @@ pub struct Core {
     pub stopping: Arc<AtomicBool>,
     pub(crate) routes: Mutex<HashMap<(String, String), Arc<Mutex<RouteQueue>>>>,
     pub(crate) subscriptions: Mutex<HashMap<(String, String), Notifier>>,
+    /// Receipt events already shown to a model, per local peer (in memory: a restarted root
+    /// shows them again, which is harmless).
+    pub(crate) model_cursors: Mutex<HashMap<String, u64>>,
 }
 
 impl Core {
@@ -148,6 +151,17 @@ impl Core {
     pub fn publish_runs(&self) {
         let ads = self.runs.lock().ads();
         let _ = self.publisher.update(|r| r.communication.runs = ads);
+    }
+
+    pub fn model_event_cursor(&self, peer_id: &str) -> u64 {
+        self.model_cursors.lock().get(peer_id).copied().unwrap_or(0)
+    }
+
+    pub fn set_model_event_cursor(&self, peer_id: &str, cursor: u64) {
+        let mut m = self.model_cursors.lock();
+        if m.len() < 1024 || m.contains_key(peer_id) {
+            m.insert(peer_id.to_string(), cursor);
+        }
     }
 
     /// Remembers a receipt subscription of a connected sender (bounded).
