@@ -202,11 +202,27 @@ fn admit(shared: &Arc<Shared>, stream: UnixStream) {
     let spawned = std::thread::Builder::new()
         .name("peer-conn".into())
         .spawn(move || {
+            let _slot = Slot {
+                shared: s.clone(),
+                id,
+            };
             serve(&s, stream);
-            s.conns.lock().remove(&id);
         });
     if spawned.is_err() {
         shared.conns.lock().remove(&id);
+    }
+}
+
+/// Frees a connection's slot when its thread ends, even by a panicking handler, so a bug
+/// cannot slowly exhaust `inboundConnections`.
+struct Slot {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.shared.conns.lock().remove(&self.id);
     }
 }
 
@@ -227,12 +243,12 @@ fn serve(shared: &Shared, stream: UnixStream) {
     ) else {
         return;
     };
+    let _close = wire::CloseOnDrop(out.clone());
     let mut reader = FrameReader::new(stream, shared.limits.frame_bytes);
     if let Some(channel) = handshake(shared, &mut reader, &out) {
         let notifier = Notifier::new(out.clone(), shared.limits.frame_bytes);
         serve_authenticated(shared, &mut reader, &out, &channel, &notifier);
     }
-    out.close();
 }
 
 /// Runs the responder until the channel is established; `None` means refused (answer queued).

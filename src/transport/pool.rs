@@ -331,14 +331,23 @@ fn start_reader(
     let spawned = std::thread::Builder::new()
         .name("peer-out-reader".into())
         .spawn(move || {
-            read_loop(&c, &mut reader, &sink);
-            c.die();
+            let conn = DieOnDrop(c);
+            read_loop(&conn.0, &mut reader, &sink);
         });
     if let Err(e) = spawned {
         conn.die();
         return Err(wire::io_err("cannot start a reader thread", &e));
     }
     Ok(conn)
+}
+
+/// Settles a connection's waiters when its reader ends, even if the sink panics.
+struct DieOnDrop(Arc<OutConn>);
+
+impl Drop for DieOnDrop {
+    fn drop(&mut self) {
+        self.0.die();
+    }
 }
 
 fn read_loop(conn: &OutConn, reader: &mut FrameReader, sink: &NotificationSink) {

@@ -206,6 +206,15 @@ impl Outgoing {
     }
 }
 
+/// Closes (flushing) when dropped, including during a panic unwind.
+pub(crate) struct CloseOnDrop(pub(crate) Outgoing);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 pub(crate) fn disconnected() -> Error {
     Error::new(
         Code::Disconnected,
