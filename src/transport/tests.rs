@@ -916,3 +916,34 @@ fn a_handshake_delivered_byte_by_byte_succeeds() {
         json!(a.me.instance_id)
     );
 }
+
+#[test]
+fn silent_responders_time_out_and_dead_sockets_are_offline() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = Limits {
+        handshake_ms: 200,
+        ..limits()
+    };
+    let a = node(&dir.0, "a", &adverts, &l);
+    let (pool, _) = pool_for(&a, &l);
+    let keys = KeyPair::generate();
+    // A listener that accepts but never answers the hello.
+    let path = dir.0.join("mute.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let target = Target {
+        instance_id: "i-mute".into(),
+        endpoint: path.clone(),
+        public_key: keys.public(),
+    };
+    let e = pool
+        .request(&target, "test.echo", json!({}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::Timeout, "{e}");
+    // The same socket file with no listener behind it: connection refused.
+    drop(listener);
+    let e = pool
+        .request(&target, "test.echo", json!({}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::PeerOffline, "{e}");
+}
