@@ -240,6 +240,7 @@ impl Pool {
 fn offline(target: &Target, e: &io::Error) -> Error {
     let code = match e.kind() {
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Code::PeerOffline,
+        io::ErrorKind::TimedOut => Code::Timeout,
         _ => Code::Io,
     };
     Error::new(
@@ -257,7 +258,8 @@ fn offline(target: &Target, e: &io::Error) -> Error {
 fn connect(inner: &Arc<Inner>, target: &Target, deadline: Instant) -> Result<Arc<OutConn>> {
     let limits = &inner.limits;
     let deadline = deadline.min(Instant::now() + Duration::from_millis(limits.handshake_ms));
-    let mut stream = UnixStream::connect(&target.endpoint).map_err(|e| offline(target, &e))?;
+    let mut stream =
+        wire::connect_bounded(&target.endpoint, deadline).map_err(|e| offline(target, &e))?;
     wire::check_same_user(&stream)?;
     let read_half = stream
         .try_clone()

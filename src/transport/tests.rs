@@ -947,3 +947,40 @@ fn silent_responders_time_out_and_dead_sockets_are_offline() {
         .unwrap_err();
     assert_eq!(e.code, Code::PeerOffline, "{e}");
 }
+
+#[test]
+fn a_full_listen_backlog_times_out_instead_of_hanging() {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
+    use std::os::fd::AsRawFd;
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = Limits {
+        handshake_ms: 200,
+        ..limits()
+    };
+    let a = node(&dir.0, "a", &adverts, &l);
+    let path = dir.0.join("frozen.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let addr = UnixAddr::new(&path).unwrap();
+    let mut held = Vec::new();
+    for _ in 0..20_000 {
+        let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
+        let fd = socket(AddressFamily::Unix, SockType::Stream, flags, None).unwrap();
+        if connect(fd.as_raw_fd(), &addr).is_err() {
+            break; // the backlog is full
+        }
+        held.push(fd);
+    }
+    let target = Target {
+        instance_id: "i-frozen".into(),
+        endpoint: path.clone(),
+        public_key: [0; 32],
+    };
+    let (pool, _) = pool_for(&a, &l);
+    let e = pool
+        .request(&target, "test.echo", json!({}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::Timeout, "{e}");
+    let e = LocalClient::connect(&path, SECRET, &l).err().unwrap();
+    assert_eq!(e.code, Code::Timeout, "{e}");
+}
