@@ -71,6 +71,7 @@ impl Handler for Echo {
                 Ok(json!({"ok": true}))
             }
             "test.panic" => panic!("test handler panics on purpose"),
+            "test.huge" => Ok(json!("x".repeat(2000))),
             "test.big" => Ok(json!("x".repeat(800))),
             "test.wait" => {
                 let _ = self.entered.send(());
@@ -88,8 +89,11 @@ impl Handler for Echo {
         &self,
         method: &str,
         params: Map<String, Value>,
-        _notify: &Notifier,
+        notify: &Notifier,
     ) -> Result<Value> {
+        if method == "local.notify" {
+            notify.notify("local.note", Value::Object(params.clone()))?;
+        }
         Ok(json!({"local": true, "method": method, "params": params}))
     }
 }
@@ -983,4 +987,35 @@ fn a_full_listen_backlog_times_out_instead_of_hanging() {
     assert_eq!(e.code, Code::Timeout, "{e}");
     let e = LocalClient::connect(&path, SECRET, &l).err().unwrap();
     assert_eq!(e.code, Code::Timeout, "{e}");
+}
+
+#[test]
+fn oversize_answers_become_errors_and_local_notifications_arrive() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let (pool, _) = pool_for(&a, &l);
+    let e = pool
+        .request(&b.target, "test.huge", json!({}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::FrameTooLarge);
+    assert!(
+        pool.request(&b.target, "test.echo", json!({}), 0).is_ok(),
+        "connection continues"
+    );
+    let e = pool
+        .request(&b.target, "test.echo", json!({"pad": "x".repeat(2000)}), 0)
+        .unwrap_err();
+    assert_eq!(
+        e.code,
+        Code::FrameTooLarge,
+        "oversize requests are refused before sending"
+    );
+    let mut client = LocalClient::connect(&b.target.endpoint, SECRET, &l).unwrap();
+    client.call("local.notify", json!({"n": 5}), 0).unwrap();
+    let (method, params) = client.next_notification(10_000).unwrap().unwrap();
+    assert_eq!((method.as_str(), &params["n"]), ("local.note", &json!(5)));
+    assert_eq!(client.next_notification(10).unwrap(), None);
 }
