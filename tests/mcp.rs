@@ -8,11 +8,17 @@ use serde_json::json;
 use std::process::Command;
 
 fn python() -> String {
-    std::env::var("PEER_TEST_PYTHON").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| {
-        let local = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python");
-        assert!(std::path::Path::new(local).exists(), "the MCP SDK venv is missing: run 'bash tests/run.sh'");
-        local.to_string()
-    })
+    std::env::var("PEER_TEST_PYTHON")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| {
+            let local = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python");
+            assert!(
+                std::path::Path::new(local).exists(),
+                "the MCP SDK venv is missing: run 'bash tests/run.sh'"
+            );
+            local.to_string()
+        })
 }
 
 fn run_script(ns: &Ns, script: serde_json::Value) -> (bool, String) {
@@ -25,7 +31,11 @@ fn run_script(ns: &Ns, script: serde_json::Value) -> (bool, String) {
         .env_remove("PEER_CONTROL")
         .output()
         .unwrap();
-    let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out.status.success(), text)
 }
 
@@ -48,10 +58,12 @@ fn two_mcp_roots_exchange_messages_receipts_and_typed_errors() {
              "expect_text_contains": "<peer-message"},
             {"session": "b", "tool": "send_peer_message", "args": {"to": "alice", "content": "hello alice", "replyTo": "${m1}"},
              "expect": {"state": "accepted", "correlationId": "${corr}"}},
-            {"session": "a", "tool": "peer_messages", "args": {"replyTo": "${m1}", "waitMs": 5000},
+            {"session": "a", "tool": "peer_messages", "args": {"waitMs": 5000},
              "expect": {"messages.0.replyTo": "${m1}", "messages.0.correlationId": "${corr}"}},
-            {"session": "a", "tool": "peer_messages", "args": {"waitMs": 2000}, "expect_text_contains": "replied",
-             "retry": {"attempts": 20, "delay_ms": 100}},
+            {"session": "a", "tool": "peer_messages", "args": {"after": 0, "replyTo": "${m1}"},
+             "expect": {"messages.0.state": "consumed"}},
+            {"session": "a", "tool": "peer_messages", "args": {"after": 0, "messageId": "nothing-here"}, "expect": {"messages": []}},
+            {"session": "a", "tool": "peer_messages", "args": {"waitMs": 300}, "expect": {"messages": [], "events": []}},
             {"session": "a", "tool": "coordinate_resource", "args": {"op": "status", "resource": "port:3000"}},
             {"session": "a", "tool": "peer_messages", "args": {"waitMs": 30001}, "expect_error_code": "USAGE"},
             {"session": "a", "tool": "send_peer_message", "args": {"to": "bob"}, "expect_error_code": "USAGE"},

@@ -56,7 +56,7 @@ pub struct Core {
     pub(crate) subscriptions: Mutex<HashMap<(String, String), Notifier>>,
     /// Receipt events already shown to a model, per local peer (in memory: a restarted root
     /// shows them again, which is harmless).
-    pub(crate) model_cursors: Mutex<HashMap<String, u64>>,
+    pub(crate) model_cursors: Mutex<HashMap<String, (u64, u64)>>,
 }
 
 impl Core {
@@ -153,15 +153,26 @@ impl Core {
         let _ = self.publisher.update(|r| r.communication.runs = ads);
     }
 
-    pub fn model_event_cursor(&self, peer_id: &str) -> u64 {
-        self.model_cursors.lock().get(peer_id).copied().unwrap_or(0)
+    /// (message, event) cursors of what a model was already shown.
+    pub fn model_cursors(&self, peer_id: &str) -> (u64, u64) {
+        self.model_cursors
+            .lock()
+            .get(peer_id)
+            .copied()
+            .unwrap_or((0, 0))
     }
 
-    pub fn set_model_event_cursor(&self, peer_id: &str, cursor: u64) {
+    /// Advances the model's cursors; never moves them back.
+    pub fn advance_model_cursors(&self, peer_id: &str, messages: Option<u64>, events: u64) {
         let mut m = self.model_cursors.lock();
-        if m.len() < 1024 || m.contains_key(peer_id) {
-            m.insert(peer_id.to_string(), cursor);
+        if m.len() >= 1024 && !m.contains_key(peer_id) {
+            return;
         }
+        let c = m.entry(peer_id.to_string()).or_insert((0, 0));
+        if let Some(n) = messages {
+            c.0 = c.0.max(n);
+        }
+        c.1 = c.1.max(events);
     }
 
     /// Remembers a receipt subscription of a connected sender (bounded).

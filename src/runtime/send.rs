@@ -108,7 +108,8 @@ impl Core {
 
     fn send_to(&self, caller: &Caller, to: TargetRef, req: SendRequest) -> Result<Receipt> {
         if caller.automatic {
-            let correlation = self.correlation_for(caller, req.reply_to.as_deref(), &req.message_id);
+            let correlation =
+                self.correlation_for(caller, req.reply_to.as_deref(), &req.message_id);
             self.auto_budget.take(&correlation)?;
         }
         let reply_to = req.reply_to.clone();
@@ -127,7 +128,12 @@ impl Core {
             self.outbox_answer(&caller.peer_id, &to.peer_id, &req.message_id)
         } else {
             self.drive_route(&caller.peer_id, &to, Some(&req.message_id), true)
-                .unwrap_or_else(|| Err(Error::new(Code::NotFound, "the message left the outbox unexpectedly")))
+                .unwrap_or_else(|| {
+                    Err(Error::new(
+                        Code::NotFound,
+                        "the message left the outbox unexpectedly",
+                    ))
+                })
         };
         // An accepted reply moves the original message's receipt to replied.
         if let (Ok(_), Some(original)) = (&answer, reply_to) {
@@ -138,13 +144,19 @@ impl Core {
                 .query(move |m| {
                     m.state()
                         .inbox()
-                        .find(|e| e.recipient_peer_id == me && e.message_id == orig && from.is(&e.from))
+                        .find(|e| {
+                            e.recipient_peer_id == me && e.message_id == orig && from.is(&e.from)
+                        })
                         .map(|e| e.sequence)
                 })
                 .ok()
                 .flatten();
             if let Some(seq) = seq {
-                let _ = self.store.mark_replied(&caller.peer_id, MessageRef::Sequence(seq), &req.message_id);
+                let _ = self.store.mark_replied(
+                    &caller.peer_id,
+                    MessageRef::Sequence(seq),
+                    &req.message_id,
+                );
             }
         }
         answer
@@ -498,7 +510,12 @@ impl Core {
     }
 
     /// Consumes one message: the context journal first, then the consumed receipt.
-    pub fn consume(&self, recipient: &str, message_id: &str, note: Option<&str>) -> Result<Receipt> {
+    pub fn consume(
+        &self,
+        recipient: &str,
+        message_id: &str,
+        note: Option<&str>,
+    ) -> Result<Receipt> {
         let e = self.inbox_entry(recipient, message_id)?;
         self.consume_entry(&e, note.unwrap_or("taken into context by the recipient"))
     }
@@ -507,9 +524,14 @@ impl Core {
     pub fn consume_entry(&self, e: &crate::messaging::InboxEntry, note: &str) -> Result<Receipt> {
         let reference = MessageRef::Sequence(e.sequence);
         if !e.context_marked {
-            self.store.record_context(&e.recipient_peer_id, reference.clone(), note)?;
+            self.store
+                .record_context(&e.recipient_peer_id, reference.clone(), note)?;
         }
-        self.store.mark(&e.recipient_peer_id, reference, crate::messaging::ReceiptState::Consumed)
+        self.store.mark(
+            &e.recipient_peer_id,
+            reference,
+            crate::messaging::ReceiptState::Consumed,
+        )
     }
 }
 

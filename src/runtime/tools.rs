@@ -127,9 +127,19 @@ fn read_messages(
     opts: &CallOptions,
     cancel: &AtomicBool,
 ) -> Result<Value> {
+    // A model that names no cursor continues where it left off; a person's `peer inbox` shows
+    // everything retained unless told otherwise.
+    let (model_after, model_events) = core.model_cursors(&caller.peer_id);
+    let unfiltered =
+        a.after.is_none() && a.message_id.is_none() && a.reply_to.is_none() && a.from.is_none();
+    let default_after = (opts.consume_on_read && unfiltered).then_some(model_after);
     let events_after = opts
         .events_after
-        .or_else(|| opts.consume_on_read.then(|| core.model_event_cursor(&caller.peer_id)));
+        .or(opts.consume_on_read.then_some(model_events));
+    let a = MessagesArgs {
+        after: a.after.or(default_after),
+        ..a
+    };
     let from = match a.from {
         Some(f) if crate::mention::is_peer_id(&f) => Some(f),
         Some(f) => Some(core.resolve_target(&f).map(|t| t.peer_id).unwrap_or(f)),
@@ -154,10 +164,18 @@ fn read_messages(
             || core.stopping.load(Ordering::SeqCst);
         if !r.messages.is_empty() || !r.events.is_empty() || a.wait_ms == 0 || waited_out {
             if opts.consume_on_read {
-                for e in r.messages.iter().filter(|e| !e.state.is_final() && e.state != ReceiptState::Consumed) {
+                for e in r
+                    .messages
+                    .iter()
+                    .filter(|e| !e.state.is_final() && e.state != ReceiptState::Consumed)
+                {
                     core.consume_entry(e, "returned to the model by peer_messages")?;
                 }
-                core.set_model_event_cursor(&caller.peer_id, r.next_event_cursor);
+                core.advance_model_cursors(
+                    &caller.peer_id,
+                    unfiltered.then_some(r.next_after),
+                    r.next_event_cursor,
+                );
             }
             let aliases = sender_aliases(core, &r.messages);
             let messages: Vec<Value> = r
@@ -312,6 +330,7 @@ impl ToolHost for RootTools {
         let caller = self.0.root_caller();
         let opts = CallOptions {
             call_id: Some(format!("mcp:{}:{call_id}", self.0.instance_id)),
+            consume_on_read: true,
             ..CallOptions::default()
         };
         execute(&self.0, &caller, call, &opts, cancel)
