@@ -714,3 +714,37 @@ fn replaying_records_rebuilds_the_same_state() {
         m.state().live_bytes()
     );
 }
+
+#[test]
+fn sweep_is_bounded_by_commit_batch() {
+    let mut limits = Limits::default();
+    limits.commit_batch = 4;
+    limits.rate_burst = 1_000;
+    let mut m = Machine::new(limits.clone());
+    for i in 0..10 {
+        m.accept(&alice(), &send(&format!("m{i}"), "a"), &recipients(), NOW).unwrap();
+    }
+    let later = NOW + limits.expiry_ms;
+    let (rep, recs) = m.sweep(later).unwrap();
+    assert!(rep.more && recs.len() <= 4, "{rep:?} {}", recs.len());
+    let mut total = rep.expired_inbox;
+    for _ in 0..10 {
+        let (rep, _) = m.sweep(later).unwrap();
+        total += rep.expired_inbox;
+        if !rep.more {
+            break;
+        }
+    }
+    assert_eq!(total, 10);
+}
+
+#[test]
+fn rate_table_stays_bounded() {
+    let mut limits = Limits::default();
+    limits.inbound_connections = 8;
+    let mut t = rate::RateTable::default();
+    for i in 0..100 {
+        t.take(&limits, &format!("i-{i}"), NOW);
+    }
+    assert!(t.len() <= 8, "{}", t.len());
+}
