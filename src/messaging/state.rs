@@ -101,16 +101,28 @@ pub struct StateImage {
     pub next_event: u64,
 }
 
+/// Bytes `s` takes as a JSON string body: control characters become `\u00XX` (6 bytes),
+/// quotes and backslashes 2; so admission never underestimates escaped content.
+pub(crate) fn json_len(s: &str) -> u64 {
+    let extra: u64 = s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' => 1,
+            0..0x20 => 5,
+            _ => 0,
+        })
+        .sum();
+    s.len() as u64 + extra
+}
+
 fn opt_len(s: &Option<String>) -> u64 {
-    s.as_ref().map_or(0, |s| s.len() as u64)
+    s.as_ref().map_or(0, |s| json_len(s))
 }
 
 pub(crate) fn inbox_cost(e: &InboxEntry) -> u64 {
     ENTRY_OVERHEAD_BYTES
-        + (e.content.len()
-            + e.message_id.len()
-            + e.recipient_peer_id.len()
-            + e.correlation_id.len()) as u64
+        + json_len(&e.content)
+        + (e.message_id.len() + e.recipient_peer_id.len() + e.correlation_id.len()) as u64
         + (e.from.instance_id.len() + e.from.peer_id.len()) as u64
         + opt_len(&e.from.run_id)
         + opt_len(&e.topic)
@@ -119,8 +131,8 @@ pub(crate) fn inbox_cost(e: &InboxEntry) -> u64 {
 
 pub(crate) fn outbox_cost(e: &OutboxEntry) -> u64 {
     ENTRY_OVERHEAD_BYTES
-        + (e.content.len() + e.message_id.len() + e.from_peer_id.len() + e.correlation_id.len())
-            as u64
+        + json_len(&e.content)
+        + (e.message_id.len() + e.from_peer_id.len() + e.correlation_id.len()) as u64
         + (e.to.instance_id.len() + e.to.peer_id.len()) as u64
         + opt_len(&e.to.run_id)
         + opt_len(&e.topic)
@@ -128,7 +140,7 @@ pub(crate) fn outbox_cost(e: &OutboxEntry) -> u64 {
 }
 
 fn small_cost(note: &str) -> u64 {
-    ENTRY_OVERHEAD_BYTES + note.len() as u64
+    ENTRY_OVERHEAD_BYTES + json_len(note)
 }
 
 pub(crate) fn dedup_key(e: &InboxEntry) -> DedupKey {
