@@ -722,7 +722,8 @@ fn sweep_is_bounded_by_commit_batch() {
     limits.rate_burst = 1_000;
     let mut m = Machine::new(limits.clone());
     for i in 0..10 {
-        m.accept(&alice(), &send(&format!("m{i}"), "a"), &recipients(), NOW).unwrap();
+        m.accept(&alice(), &send(&format!("m{i}"), "a"), &recipients(), NOW)
+            .unwrap();
     }
     let later = NOW + limits.expiry_ms;
     let (rep, recs) = m.sweep(later).unwrap();

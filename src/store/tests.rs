@@ -315,14 +315,16 @@ fn group_commit_acknowledges_all_with_one_sync_per_batch() {
     let s = open(&home, &limits()).unwrap();
     let h = s.handle();
     // Hold the writer inside a read so that every sender queues behind it.
+    let (entered_tx, entered_rx) = crossbeam_channel::bounded::<()>(1);
     let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(1);
     let gate = {
         let h = h.clone();
-        std::thread::spawn(move || h.query(move |_| release_rx.recv().is_ok()).unwrap())
+        std::thread::spawn(move || {
+            h.query(move |_| entered_tx.send(()).is_ok() && release_rx.recv().is_ok())
+                .unwrap()
+        })
     };
-    while h.stats().jobs == 0 && h.tx.is_empty() {
-        std::thread::yield_now();
-    }
+    entered_rx.recv().unwrap();
     const N: usize = 16;
     let senders: Vec<_> = (0..N)
         .map(|i| {
