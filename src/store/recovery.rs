@@ -163,8 +163,17 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded> {
         ));
     }
     let scan = journal::scan(&bytes, frame_bytes_max(limits))?;
-    for batch in &scan.batches {
+    for (n, batch) in scan.batches.iter().enumerate() {
         for r in batch {
+            if !state.fits(r) {
+                return Err(Error::new(
+                    Code::RecoveryRequired,
+                    format!(
+                        "messages.journal batch {} holds a record that contradicts the stored state; preserve the store and inspect",
+                        n + 1
+                    ),
+                ));
+            }
             state.apply(r);
         }
     }

@@ -687,3 +687,28 @@ fn two_roots_exchange_a_message_and_its_receipts() {
         ReceiptState::Replied
     );
 }
+
+#[test]
+fn a_checksummed_record_that_contradicts_the_state_requires_recovery() {
+    let home = TempHome::new("contradict");
+    open(&home, &limits()).unwrap().close().unwrap();
+    let mut set = files(&home.dir());
+    let mut j = journal::encode_header(1).to_vec();
+    j.extend(
+        journal::encode_frame(
+            1,
+            &[Record::InboxRemoved {
+                recipient: ME.into(),
+                sequence: 9,
+            }],
+        )
+        .unwrap(),
+    );
+    set.insert(paths::JOURNAL.into(), j);
+    restore(&home, &set);
+    assert_eq!(
+        open(&home, &limits()).err().unwrap().code,
+        Code::RecoveryRequired
+    );
+    assert_eq!(files(&home.dir()), set);
+}
