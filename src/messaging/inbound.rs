@@ -29,40 +29,14 @@ impl Machine {
             send.message_id.clone(),
             send.to_peer_id.clone(),
         );
-        if let Some(at) = self.state.dedup.get(&key) {
-            let e = self.state.inbox.get(at).ok_or_else(|| {
-                Error::new(
-                    Code::RecoveryRequired,
-                    "dedup index names a missing message",
-                )
-            })?;
-            if e.content != send.content || e.topic != send.topic || e.reply_to != send.reply_to {
-                return Err(Error::new(
-                    Code::MessageIdConflict,
-                    format!(
-                        "message {} was already accepted with different content; use a new message id",
-                        send.message_id
-                    ),
-                ));
-            }
-            return Ok((e.receipt(), Vec::new()));
+        if let Some(original) = self.dedup_hit(&key, send) {
+            return original.map(|r| (r, Vec::new()));
         }
         Self::check_id("messageId", &send.message_id)?;
-        if recipients.ended.contains(&send.to_peer_id) {
-            return Err(Error::new(
-                Code::TargetEnded,
-                format!("run {} has ended; select the current run", send.to_peer_id),
-            ));
+        if let Some(c) = &send.correlation_id {
+            Self::check_id("correlationId", c)?;
         }
-        if !recipients.live.contains(&send.to_peer_id) {
-            return Err(Error::new(
-                Code::PeerOffline,
-                format!(
-                    "{} is not a live peer of this root; refresh discovery",
-                    send.to_peer_id
-                ),
-            ));
-        }
+        Self::check_recipient(recipients, &send.to_peer_id)?;
         self.check_content(&send.content, &send.topic)?;
         let expires_at_ms = self.expiry(send.expires_at_ms, now_ms)?;
         let correlation_id = self.inbound_correlation(from, send)?;
@@ -102,6 +76,47 @@ impl Machine {
         debug_assert_eq!(dedup_key(&entry), key);
         let receipt = entry.receipt();
         Ok((receipt, self.commit(vec![Record::InboxAdded { entry }])))
+    }
+
+    /// The original receipt for a retry, or MESSAGE_ID_CONFLICT when the content changed.
+    fn dedup_hit(
+        &self,
+        key: &super::state::DedupKey,
+        send: &InboundSend,
+    ) -> Option<Result<Receipt>> {
+        let at = self.state.dedup.get(key)?;
+        let Some(e) = self.state.inbox.get(at) else {
+            return Some(Err(Error::new(
+                Code::RecoveryRequired,
+                "the dedup index names a missing message",
+            )));
+        };
+        if e.content != send.content || e.topic != send.topic || e.reply_to != send.reply_to {
+            return Some(Err(Error::new(
+                Code::MessageIdConflict,
+                format!(
+                    "message {} was already accepted with different content; use a new message id",
+                    send.message_id
+                ),
+            )));
+        }
+        Some(Ok(e.receipt()))
+    }
+
+    fn check_recipient(recipients: &Recipients, to: &str) -> Result<()> {
+        if recipients.ended.contains(to) {
+            return Err(Error::new(
+                Code::TargetEnded,
+                format!("run {to} has ended; select the current run"),
+            ));
+        }
+        if !recipients.live.contains(to) {
+            return Err(Error::new(
+                Code::PeerOffline,
+                format!("{to} is not a live peer of this root; refresh discovery"),
+            ));
+        }
+        Ok(())
     }
 
     fn check_capacity(&self, entry: &InboxEntry) -> Result<()> {

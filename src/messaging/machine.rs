@@ -43,6 +43,10 @@ impl Machine {
     /// Applies `records` to the state and hands them back for the journal.
     pub(crate) fn commit(&mut self, records: Vec<Record>) -> Vec<Record> {
         for r in &records {
+            debug_assert!(
+                self.state.fits(r),
+                "an operation produced a record that does not fit: {r:?}"
+            );
             self.state.apply(r);
         }
         records

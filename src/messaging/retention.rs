@@ -111,43 +111,65 @@ impl Machine {
     ) {
         let keep = self.limits.retention_ms;
         let old = |at: u64| at.saturating_add(keep) <= now_ms;
-        let mut recs = Vec::new();
-        for e in self.state.inbox.values() {
-            let removable = matches!(
+        let room = budget.saturating_sub(records.len());
+        let inbox = self.state.inbox.values().filter(|e| {
+            let done = matches!(
                 e.state,
                 ReceiptState::Consumed | ReceiptState::Replied | ReceiptState::Expired
             );
-            if removable && old(e.state_at_ms) && old(e.accepted_at_ms) {
-                recs.push(Record::InboxRemoved {
-                    recipient: e.recipient_peer_id.clone(),
-                    sequence: e.sequence,
-                });
-                rep.removed_inbox += 1;
-            }
-        }
-        for e in self.state.outbox.values() {
-            // A resolved entry is the recipient's custody; after expiry + retention nothing
-            // will update it any more.
-            let resolved = e.receipt.as_ref().is_some_and(|r| {
+            done && old(e.state_at_ms) && old(e.accepted_at_ms)
+        });
+        let inbox: Vec<Record> = inbox
+            .map(|e| Record::InboxRemoved {
+                recipient: e.recipient_peer_id.clone(),
+                sequence: e.sequence,
+            })
+            .take(room)
+            .collect();
+        // A resolved outbox entry is the recipient's custody; after expiry + retention nothing
+        // will update it any more.
+        let outbox = self.state.outbox.values().filter(|e| {
+            let settled = e.receipt.as_ref().is_some_and(|r| {
                 r.state.is_final() || r.state == ReceiptState::Consumed || old(e.expires_at_ms)
             });
-            if resolved && old(e.updated_at_ms) {
-                recs.push(Record::OutboxRemoved {
-                    to_peer_id: e.to.peer_id.clone(),
-                    message_id: e.message_id.clone(),
-                });
-                rep.removed_outbox += 1;
-            }
-        }
-        for ev in self.state.events.values().filter(|ev| old(ev.at_ms)) {
-            recs.push(Record::EventRemoved { cursor: ev.cursor });
-            rep.removed_events += 1;
-        }
-        for p in self.state.pushes.values().filter(|p| old(p.queued_at_ms)) {
-            recs.push(Record::PushDone { cursor: p.cursor });
-            rep.dropped_pushes += 1;
-        }
-        recs.truncate(budget.saturating_sub(records.len()));
-        records.extend(self.commit(recs));
+            settled && old(e.updated_at_ms)
+        });
+        let room = room - inbox.len();
+        let outbox: Vec<Record> = outbox
+            .map(|e| Record::OutboxRemoved {
+                to_peer_id: e.to.peer_id.clone(),
+                message_id: e.message_id.clone(),
+            })
+            .take(room)
+            .collect();
+        let room = room - outbox.len();
+        let events: Vec<Record> = self
+            .state
+            .events
+            .values()
+            .filter(|ev| old(ev.at_ms))
+            .map(|ev| Record::EventRemoved { cursor: ev.cursor })
+            .take(room)
+            .collect();
+        let room = room - events.len();
+        let pushes: Vec<Record> = self
+            .state
+            .pushes
+            .values()
+            .filter(|p| old(p.queued_at_ms))
+            .map(|p| Record::PushDone { cursor: p.cursor })
+            .take(room)
+            .collect();
+        rep.removed_inbox += inbox.len() as u64;
+        rep.removed_outbox += outbox.len() as u64;
+        rep.removed_events += events.len() as u64;
+        rep.dropped_pushes += pushes.len() as u64;
+        let all: Vec<Record> = inbox
+            .into_iter()
+            .chain(outbox)
+            .chain(events)
+            .chain(pushes)
+            .collect();
+        records.extend(self.commit(all));
     }
 }

@@ -101,16 +101,28 @@ pub struct StateImage {
     pub next_event: u64,
 }
 
+/// Bytes `s` takes as a JSON string body: control characters become `\u00XX` (6 bytes),
+/// quotes and backslashes 2; so admission never underestimates escaped content.
+pub(crate) fn json_len(s: &str) -> u64 {
+    let extra: u64 = s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' => 1,
+            0..0x20 => 5,
+            _ => 0,
+        })
+        .sum();
+    s.len() as u64 + extra
+}
+
 fn opt_len(s: &Option<String>) -> u64 {
-    s.as_ref().map_or(0, |s| s.len() as u64)
+    s.as_ref().map_or(0, |s| json_len(s))
 }
 
 pub(crate) fn inbox_cost(e: &InboxEntry) -> u64 {
     ENTRY_OVERHEAD_BYTES
-        + (e.content.len()
-            + e.message_id.len()
-            + e.recipient_peer_id.len()
-            + e.correlation_id.len()) as u64
+        + json_len(&e.content)
+        + (e.message_id.len() + e.recipient_peer_id.len() + e.correlation_id.len()) as u64
         + (e.from.instance_id.len() + e.from.peer_id.len()) as u64
         + opt_len(&e.from.run_id)
         + opt_len(&e.topic)
@@ -119,8 +131,8 @@ pub(crate) fn inbox_cost(e: &InboxEntry) -> u64 {
 
 pub(crate) fn outbox_cost(e: &OutboxEntry) -> u64 {
     ENTRY_OVERHEAD_BYTES
-        + (e.content.len() + e.message_id.len() + e.from_peer_id.len() + e.correlation_id.len())
-            as u64
+        + json_len(&e.content)
+        + (e.message_id.len() + e.from_peer_id.len() + e.correlation_id.len()) as u64
         + (e.to.instance_id.len() + e.to.peer_id.len()) as u64
         + opt_len(&e.to.run_id)
         + opt_len(&e.topic)
@@ -128,7 +140,7 @@ pub(crate) fn outbox_cost(e: &OutboxEntry) -> u64 {
 }
 
 fn small_cost(note: &str) -> u64 {
-    ENTRY_OVERHEAD_BYTES + note.len() as u64
+    ENTRY_OVERHEAD_BYTES + json_len(note)
 }
 
 pub(crate) fn dedup_key(e: &InboxEntry) -> DedupKey {
@@ -157,19 +169,7 @@ impl State {
                 at_ms,
                 reply_message_id,
             } => self.set_inbox_state(recipient, *sequence, *state, *at_ms, reply_message_id),
-            Record::Context { entry } => {
-                self.live_bytes += small_cost(&entry.note);
-                if let Some(e) = self
-                    .inbox
-                    .get_mut(&(entry.recipient_peer_id.clone(), entry.sequence))
-                {
-                    e.context_marked = true;
-                }
-                self.context.insert(
-                    (entry.recipient_peer_id.clone(), entry.sequence),
-                    entry.clone(),
-                );
-            }
+            Record::Context { entry } => self.add_context(entry),
             Record::PushQueued { push } => {
                 self.live_bytes += ENTRY_OVERHEAD_BYTES;
                 self.next_push = self.next_push.max(push.cursor + 1);
@@ -193,15 +193,7 @@ impl State {
                 message_id,
                 receipt,
                 at_ms,
-            } => {
-                if let Some(e) = self
-                    .outbox
-                    .get_mut(&(to_peer_id.clone(), message_id.clone()))
-                {
-                    e.receipt = Some(receipt.clone());
-                    e.updated_at_ms = *at_ms;
-                }
-            }
+            } => self.set_outbox_receipt(to_peer_id, message_id, receipt, *at_ms),
             Record::Event { event } => {
                 self.live_bytes += ENTRY_OVERHEAD_BYTES;
                 self.next_event = self.next_event.max(event.cursor + 1);
@@ -227,6 +219,33 @@ impl State {
                     self.live_bytes = self.live_bytes.saturating_sub(ENTRY_OVERHEAD_BYTES);
                 }
             }
+        }
+    }
+
+    fn add_context(&mut self, entry: &ContextEntry) {
+        let key = (entry.recipient_peer_id.clone(), entry.sequence);
+        debug_assert!(
+            !self.context.contains_key(&key),
+            "one context marker per message"
+        );
+        self.live_bytes += small_cost(&entry.note);
+        if let Some(e) = self.inbox.get_mut(&key) {
+            e.context_marked = true;
+        }
+        if let Some(old) = self.context.insert(key, entry.clone()) {
+            self.live_bytes = self.live_bytes.saturating_sub(small_cost(&old.note));
+        }
+    }
+
+    fn set_outbox_receipt(&mut self, to: &str, id: &str, receipt: &Receipt, at_ms: u64) {
+        if let Some(e) = self.outbox.get_mut(&(to.to_string(), id.to_string())) {
+            debug_assert!(
+                e.receipt
+                    .as_ref()
+                    .is_none_or(|r| r.state.may_become(receipt.state))
+            );
+            e.receipt = Some(receipt.clone());
+            e.updated_at_ms = at_ms;
         }
     }
 
@@ -289,6 +308,63 @@ impl State {
         self.dedup.remove(&dedup_key(&e));
         if let Some(c) = self.context.remove(&key) {
             self.live_bytes = self.live_bytes.saturating_sub(small_cost(&c.note));
+        }
+    }
+
+    /// True when `record` is a valid next step from this state: what it adds is absent, what
+    /// it changes or removes exists, and receipts only move forward. Recovery refuses a
+    /// journal whose records do not fit (RECOVERY_REQUIRED); live operations assert it.
+    pub fn fits(&self, record: &Record) -> bool {
+        let inbox = |r: &String, s: &u64| self.inbox.get(&(r.clone(), *s));
+        match record {
+            Record::InboxAdded { entry } => {
+                !self
+                    .inbox
+                    .contains_key(&(entry.recipient_peer_id.clone(), entry.sequence))
+                    && !self.dedup.contains_key(&dedup_key(entry))
+            }
+            Record::InboxState {
+                recipient,
+                sequence,
+                state,
+                ..
+            } => inbox(recipient, sequence).is_some_and(|e| e.state.may_become(*state)),
+            Record::Context { entry } => {
+                inbox(&entry.recipient_peer_id, &entry.sequence).is_some()
+                    && !self
+                        .context
+                        .contains_key(&(entry.recipient_peer_id.clone(), entry.sequence))
+            }
+            Record::PushQueued { push } => !self.pushes.contains_key(&push.cursor),
+            Record::PushDone { cursor } => self.pushes.contains_key(cursor),
+            Record::OutboxAdded { entry } => !self
+                .outbox
+                .contains_key(&(entry.to.peer_id.clone(), entry.message_id.clone())),
+            Record::OutboxReceipt {
+                to_peer_id,
+                message_id,
+                receipt,
+                ..
+            } => self
+                .outbox
+                .get(&(to_peer_id.clone(), message_id.clone()))
+                .is_some_and(|e| {
+                    e.receipt
+                        .as_ref()
+                        .is_none_or(|r| r.state.may_become(receipt.state))
+                }),
+            Record::Event { event } => !self.events.contains_key(&event.cursor),
+            Record::InboxRemoved {
+                recipient,
+                sequence,
+            } => inbox(recipient, sequence).is_some(),
+            Record::OutboxRemoved {
+                to_peer_id,
+                message_id,
+            } => self
+                .outbox
+                .contains_key(&(to_peer_id.clone(), message_id.clone())),
+            Record::EventRemoved { cursor } => self.events.contains_key(cursor),
         }
     }
 

@@ -714,3 +714,201 @@ fn replaying_records_rebuilds_the_same_state() {
         m.state().live_bytes()
     );
 }
+
+#[test]
+fn sweep_is_bounded_by_commit_batch() {
+    let mut limits = Limits::default();
+    limits.commit_batch = 4;
+    limits.rate_burst = 1_000;
+    let mut m = Machine::new(limits.clone());
+    for i in 0..10 {
+        m.accept(&alice(), &send(&format!("m{i}"), "a"), &recipients(), NOW)
+            .unwrap();
+    }
+    let later = NOW + limits.expiry_ms;
+    let (rep, recs) = m.sweep(later).unwrap();
+    assert!(rep.more && recs.len() <= 4, "{rep:?} {}", recs.len());
+    let mut total = rep.expired_inbox;
+    for _ in 0..10 {
+        let (rep, _) = m.sweep(later).unwrap();
+        total += rep.expired_inbox;
+        if !rep.more {
+            break;
+        }
+    }
+    assert_eq!(total, 10);
+}
+
+#[test]
+fn rate_table_stays_bounded() {
+    let mut limits = Limits::default();
+    limits.inbound_connections = 8;
+    let mut t = rate::RateTable::default();
+    for i in 0..100 {
+        t.take(&limits, &format!("i-{i}"), NOW);
+    }
+    assert!(t.len() <= 8, "{}", t.len());
+}
+
+mod model {
+    //! Random operation sequences: receipts never regress, queues stay within their limits,
+    //! sequences only grow, and replaying the produced records rebuilds the same state.
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Accept { sender: u8, id: u8, child: bool },
+        Mark { seq: u8, consume: bool },
+        Intent { id: u8, sender: u8 },
+        Answer { id: u8, sender: u8, ok: bool },
+        Receipt { id: u8, sender: u8, state: u8 },
+        Sweep { advance_s: u16 },
+    }
+
+    fn principal(n: u8) -> Principal {
+        Principal {
+            instance_id: format!("i-{n}"),
+            run_id: None,
+            peer_id: format!("p-{n}"),
+        }
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            5 => (0u8..3, 0u8..8, any::<bool>()).prop_map(|(sender, id, child)| Op::Accept { sender, id, child }),
+            3 => (1u8..12, any::<bool>()).prop_map(|(seq, consume)| Op::Mark { seq, consume }),
+            2 => (0u8..6, 0u8..3).prop_map(|(id, sender)| Op::Intent { id, sender }),
+            2 => (0u8..6, 0u8..3, any::<bool>()).prop_map(|(id, sender, ok)| Op::Answer { id, sender, ok }),
+            2 => (0u8..6, 0u8..3, 0u8..6).prop_map(|(id, sender, state)| Op::Receipt { id, sender, state }),
+            1 => (0u16..4000).prop_map(|advance_s| Op::Sweep { advance_s }),
+        ]
+    }
+
+    const STATES: [ReceiptState; 6] = [
+        ReceiptState::Accepted,
+        ReceiptState::Prepared,
+        ReceiptState::Consumed,
+        ReceiptState::Replied,
+        ReceiptState::Refused,
+        ReceiptState::Expired,
+    ];
+
+    fn run(m: &mut Machine, op: &Op, now: &mut u64) -> Vec<Record> {
+        let recs = match op {
+            Op::Accept { sender, id, child } => {
+                let mut s = send(&format!("m{id}"), "body");
+                if *child {
+                    s.to_peer_id = CHILD.into();
+                }
+                m.accept(&principal(*sender), &s, &recipients(), *now)
+                    .map(|x| x.1)
+            }
+            Op::Mark { seq, consume } => {
+                let st = if *consume {
+                    ReceiptState::Consumed
+                } else {
+                    ReceiptState::Prepared
+                };
+                m.mark(ME, &MessageRef::Sequence(u64::from(*seq)), st, *now)
+                    .map(|x| x.1)
+            }
+            Op::Intent { id, sender } => m
+                .outbox_intent(&out(&format!("x{id}"), &principal(*sender)), *now)
+                .map(|x| x.1),
+            Op::Answer { id, sender, ok } => {
+                let p = principal(*sender);
+                let answer = if *ok {
+                    Ok(Receipt {
+                        message_id: format!("x{id}"),
+                        from_peer_id: ME.into(),
+                        to_peer_id: p.peer_id.clone(),
+                        state: ReceiptState::Accepted,
+                        sequence: 1,
+                        correlation_id: String::new(),
+                        at_ms: *now,
+                        reply_message_id: None,
+                        code: None,
+                    })
+                } else {
+                    Err(Code::ScopeDenied)
+                };
+                m.outbox_result(&p.peer_id, &format!("x{id}"), answer, *now)
+                    .map(|x| x.1)
+            }
+            Op::Receipt { id, sender, state } => {
+                let p = principal(*sender);
+                let r = Receipt {
+                    message_id: format!("x{id}"),
+                    from_peer_id: ME.into(),
+                    to_peer_id: p.peer_id.clone(),
+                    state: STATES[usize::from(*state)],
+                    sequence: 1,
+                    correlation_id: String::new(),
+                    at_ms: *now,
+                    reply_message_id: None,
+                    code: None,
+                };
+                m.record_receipt(&p, &r, *now).map(|x| x.1)
+            }
+            Op::Sweep { advance_s } => {
+                *now += u64::from(*advance_s) * 1000;
+                m.sweep(*now).map(|x| x.1)
+            }
+        };
+        recs.unwrap_or_default()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+        #[test]
+        fn invariants_hold_for_any_sequence(ops in proptest::collection::vec(op(), 1..60)) {
+            let mut limits = Limits::default();
+            limits.inbox_messages = 4;
+            limits.retention_ms = 600_000;
+            let mut m = Machine::new(limits.clone());
+            let mut now = NOW;
+            let mut log = Vec::new();
+            let mut seen: HashMap<(String, u64), (ReceiptState, String)> = HashMap::new();
+            let mut outbox_seen: HashMap<(String, String), ReceiptState> = HashMap::new();
+            let mut last_seq: HashMap<String, u64> = HashMap::new();
+            for op in &ops {
+                log.extend(run(&mut m, op, &mut now));
+                for e in m.state().inbox() {
+                    let key = (e.recipient_peer_id.clone(), e.sequence);
+                    if let Some((old, id)) = seen.get(&key) {
+                        prop_assert_eq!(id, &e.message_id, "a sequence is never reused");
+                        prop_assert!(*old == e.state || old.may_become(e.state), "{:?} -> {:?}", old, e.state);
+                    } else {
+                        let last = last_seq.entry(e.recipient_peer_id.clone()).or_insert(0);
+                        prop_assert!(e.sequence > *last, "sequences only grow");
+                        *last = e.sequence;
+                    }
+                    seen.insert(key, (e.state, e.message_id.clone()));
+                }
+                // Retention forgets removed entries; a later entry may reuse the identity.
+                outbox_seen.retain(|k, _| m.state().outbox.contains_key(k));
+                for e in m.state().outbox() {
+                    if let Some(r) = &e.receipt {
+                        let key = (e.to.peer_id.clone(), e.message_id.clone());
+                        if let Some(old) = outbox_seen.get(&key) {
+                            prop_assert!(*old == r.state || old.may_become(r.state));
+                        }
+                        outbox_seen.insert(key, r.state);
+                    }
+                }
+                for r in [ME, CHILD] {
+                    prop_assert!(m.state().unconsumed(r) <= limits.inbox_messages);
+                }
+            }
+            let mut replay = State::default();
+            for r in &log {
+                prop_assert!(replay.fits(r), "record does not fit on replay: {:?}", r);
+                replay.apply(r);
+            }
+            prop_assert_eq!(replay.image(), m.state().image());
+            prop_assert_eq!(State::from_image(m.state().image()).image(), m.state().image());
+        }
+    }
+}

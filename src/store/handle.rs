@@ -248,6 +248,11 @@ impl StoreHandle {
         r.ended.insert(peer_id.to_string());
     }
 
+    /// The limits the store was opened with.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     pub fn stats(&self) -> StoreStats {
         *self.shared.stats.lock()
     }

@@ -86,12 +86,24 @@ impl Store {
         let dir = paths::store_dir(home, instance_id);
         fsutil::ensure_private_dir(&dir)?;
         let lock = FileLock::acquire(&dir.join(paths::LOCK), limits.lock_ms)?;
-        match recovery::read_identity(&dir)? {
-            Some(id) => recovery::check_identity(&id, instance_id, session_id)?,
-            None => write_identity(&dir, instance_id, session_id)?,
+        let identity = recovery::read_identity(&dir)?;
+        if let Some(id) = &identity {
+            recovery::check_identity(id, instance_id, session_id)?;
         }
         // Read-only first: nothing is touched unless the whole store verified.
         let loaded = recovery::load(&dir, limits)?;
+        if identity.is_none() {
+            if loaded.journal != JournalFile::Fresh {
+                return Err(Error::new(
+                    Code::RecoveryRequired,
+                    format!(
+                        "{} holds messages but no identity.json; its session cannot be verified",
+                        dir.display()
+                    ),
+                ));
+            }
+            write_identity(&dir, instance_id, session_id)?;
+        }
         let (file, len, generation, batch_no) =
             prepare_journal(&dir, &loaded.journal, loaded.covered)?;
         remove_stale_temps(&dir);
@@ -103,7 +115,6 @@ impl Store {
         };
         let shared = Arc::new(Shared::new(stats));
         let recipients = Arc::new(RwLock::new(Recipients::default()));
-        let (tx, rx) = crossbeam_channel::bounded(limits.commit_batch.max(1) as usize);
         let writer = Writer {
             dir: dir.clone(),
             file,
@@ -117,15 +128,7 @@ impl Store {
             faults,
             _lock: lock,
         };
-        let thread = std::thread::Builder::new()
-            .name(format!("store-writer-{instance_id}"))
-            .spawn(move || writer.run(rx))
-            .map_err(|e| {
-                Error::new(
-                    Code::Io,
-                    format!("cannot start the store writer thread: {e}"),
-                )
-            })?;
+        let (tx, thread) = spawn_writer(writer, instance_id, limits)?;
         let handle = StoreHandle {
             tx,
             shared,
@@ -171,6 +174,25 @@ impl Drop for Store {
     fn drop(&mut self) {
         let _ = self.stop();
     }
+}
+
+/// Starts the writer thread behind a queue of `commitBatch` jobs.
+fn spawn_writer(
+    writer: Writer,
+    instance_id: &str,
+    limits: &Limits,
+) -> Result<(crossbeam_channel::Sender<Job>, std::thread::JoinHandle<()>)> {
+    let (tx, rx) = crossbeam_channel::bounded(limits.commit_batch.max(1) as usize);
+    let thread = std::thread::Builder::new()
+        .name(format!("store-writer-{instance_id}"))
+        .spawn(move || writer.run(rx))
+        .map_err(|e| {
+            Error::new(
+                Code::Io,
+                format!("cannot start the store writer thread: {e}"),
+            )
+        })?;
+    Ok((tx, thread))
 }
 
 fn write_identity(dir: &Path, instance_id: &str, session_id: &str) -> Result<()> {

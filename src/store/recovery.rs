@@ -32,13 +32,14 @@ pub fn file_bytes_max(limits: &Limits) -> u64 {
         .max(1 << 20)
 }
 
-/// Bound of one journal frame: `commitBatch` operations of at most four records, each at most
-/// one escaped frame.
+/// Bound of one journal frame: `commitBatch` operations, each carrying at most one
+/// `messageBytes` string (content or context note, ≤ 6× when escaped) plus small records.
 pub fn frame_bytes_max(limits: &Limits) -> u64 {
-    limits
-        .commit_batch
-        .saturating_mul(4)
-        .saturating_mul(limits.frame_bytes.saturating_mul(6).saturating_add(4096))
+    let per_op = limits
+        .message_bytes
+        .saturating_mul(6)
+        .saturating_add(16 * 1024);
+    limits.commit_batch.saturating_mul(per_op)
 }
 
 pub fn read_identity(dir: &Path) -> Result<Option<StoreIdentity>> {
@@ -162,8 +163,17 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded> {
         ));
     }
     let scan = journal::scan(&bytes, frame_bytes_max(limits))?;
-    for batch in &scan.batches {
+    for (n, batch) in scan.batches.iter().enumerate() {
         for r in batch {
+            if !state.fits(r) {
+                return Err(Error::new(
+                    Code::RecoveryRequired,
+                    format!(
+                        "messages.journal batch {} holds a record that contradicts the stored state; preserve the store and inspect",
+                        n + 1
+                    ),
+                ));
+            }
             state.apply(r);
         }
     }

@@ -315,14 +315,16 @@ fn group_commit_acknowledges_all_with_one_sync_per_batch() {
     let s = open(&home, &limits()).unwrap();
     let h = s.handle();
     // Hold the writer inside a read so that every sender queues behind it.
+    let (entered_tx, entered_rx) = crossbeam_channel::bounded::<()>(1);
     let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(1);
     let gate = {
         let h = h.clone();
-        std::thread::spawn(move || h.query(move |_| release_rx.recv().is_ok()).unwrap())
+        std::thread::spawn(move || {
+            h.query(move |_| entered_tx.send(()).is_ok() && release_rx.recv().is_ok())
+                .unwrap()
+        })
     };
-    while h.stats().jobs == 0 && h.tx.is_empty() {
-        std::thread::yield_now();
-    }
+    entered_rx.recv().unwrap();
     const N: usize = 16;
     let senders: Vec<_> = (0..N)
         .map(|i| {
@@ -536,4 +538,177 @@ mod model {
             s.close().unwrap();
         }
     }
+}
+
+#[test]
+fn files_stay_within_storage_bytes_when_admission_says_full() {
+    let home = TempHome::new("storage");
+    let mut l = limits();
+    l.storage_bytes = 256 * 1024;
+    l.journal_bytes = 64 * 1024;
+    let s = open(&home, &l).unwrap();
+    let h = s.handle();
+    // Worst-case escaping: every byte of content is a control character.
+    let content = "\u{1}".repeat(1_500);
+    let mut n = 0;
+    let err = loop {
+        let mut m = send(&format!("m{n}"));
+        m.content = content.clone();
+        match h.accept(sender(1), m) {
+            Ok(_) => n += 1,
+            Err(e) => break e,
+        }
+        assert!(n < 10_000);
+    };
+    assert_eq!(err.code, Code::QueueFull);
+    settle(&h);
+    let size = |name: &str| std::fs::metadata(home.dir().join(name)).map_or(0, |m| m.len());
+    let total = size(paths::SNAPSHOT) + size(paths::JOURNAL);
+    assert!(h.stats().compactions > 0);
+    assert!(
+        total <= l.storage_bytes,
+        "snapshot + journal = {total} > {}",
+        l.storage_bytes
+    );
+    s.close().unwrap();
+    let s = open(&home, &l).unwrap();
+    assert_eq!(s.handle().unread().unwrap().len(), n);
+}
+
+#[test]
+fn two_roots_exchange_a_message_and_its_receipts() {
+    let (ha, hb) = (TempHome::new("root-a"), TempHome::new("root-b"));
+    let l = limits();
+    let a_me = Principal {
+        instance_id: "i-a".into(),
+        run_id: None,
+        peer_id: "p-a".into(),
+    };
+    let b_me = Principal {
+        instance_id: INSTANCE.into(),
+        run_id: None,
+        peer_id: ME.into(),
+    };
+    let sa = Store::open(&ha.0, "i-a", SESSION, &l).unwrap();
+    let sb = open(&hb, &l).unwrap();
+    let (a, b) = (sa.handle(), sb.handle());
+    a.set_live("p-a");
+    // A records its intent, "sends", and records B's custody receipt.
+    let to_b = TargetRef {
+        peer_id: ME.into(),
+        instance_id: INSTANCE.into(),
+        run_id: None,
+    };
+    let intent = OutboundSend {
+        from_peer_id: "p-a".into(),
+        to: to_b,
+        message_id: derive_message_id("p-a", "tool-call-1"),
+        content: "build ready?".into(),
+        topic: Some("build".into()),
+        reply_to: None,
+        correlation_id: None,
+        expires_at_ms: None,
+    };
+    let entry = a.outbox_intent(intent.clone()).unwrap();
+    assert_eq!(a.route_pending("p-a", ME).unwrap().len(), 1);
+    let wire = InboundSend {
+        to_peer_id: ME.into(),
+        message_id: entry.message_id.clone(),
+        content: entry.content.clone(),
+        topic: entry.topic.clone(),
+        reply_to: None,
+        correlation_id: Some(entry.correlation_id.clone()),
+        expires_at_ms: Some(entry.expires_at_ms),
+    };
+    let receipt = b.accept(a_me.clone(), wire).unwrap();
+    a.outbox_result(ME, &entry.message_id, Ok(receipt.clone()))
+        .unwrap();
+    assert!(a.route_pending("p-a", ME).unwrap().is_empty());
+    // B consumes; the consumed receipt is pushed to A and acknowledged.
+    b.mark(
+        ME,
+        MessageRef::Sequence(receipt.sequence),
+        ReceiptState::Consumed,
+    )
+    .unwrap();
+    let pushes = b.pending_pushes(10).unwrap();
+    assert_eq!(pushes.len(), 1);
+    assert_eq!(pushes[0].to, a_me);
+    let seen = a.change_generation();
+    a.record_receipt(b_me.clone(), pushes[0].receipt.clone())
+        .unwrap();
+    assert!(a.wait_for_change(seen, 1_000, &AtomicBool::new(false)) > seen);
+    b.receipt_delivered(pushes[0].cursor).unwrap();
+    assert!(b.pending_pushes(10).unwrap().is_empty());
+    let q = ReadQuery {
+        recipient_peer_id: "p-a".into(),
+        events_after: Some(0),
+        ..Default::default()
+    };
+    let states: Vec<ReceiptState> = a
+        .read(q)
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| e.receipt.state)
+        .collect();
+    assert_eq!(states, vec![ReceiptState::Accepted, ReceiptState::Consumed]);
+    // B replies within the conversation; A accepts it, keeping the correlation.
+    let reply = b
+        .outbox_intent(OutboundSend {
+            from_peer_id: ME.into(),
+            to: TargetRef {
+                peer_id: "p-a".into(),
+                instance_id: "i-a".into(),
+                run_id: None,
+            },
+            message_id: new_message_id(),
+            content: "yes".into(),
+            topic: None,
+            reply_to: Some(entry.message_id.clone()),
+            correlation_id: None,
+            expires_at_ms: None,
+        })
+        .unwrap();
+    let wire = InboundSend {
+        to_peer_id: "p-a".into(),
+        message_id: reply.message_id.clone(),
+        content: reply.content.clone(),
+        topic: None,
+        reply_to: reply.reply_to.clone(),
+        correlation_id: Some(reply.correlation_id.clone()),
+        expires_at_ms: Some(reply.expires_at_ms),
+    };
+    let r = a.accept(b_me.clone(), wire).unwrap();
+    assert_eq!(r.correlation_id, entry.correlation_id);
+    b.outbox_result("p-a", &reply.message_id, Ok(r)).unwrap();
+    assert_eq!(
+        b.status(a_me, &entry.message_id, ME).unwrap().state,
+        ReceiptState::Replied
+    );
+}
+
+#[test]
+fn a_checksummed_record_that_contradicts_the_state_requires_recovery() {
+    let home = TempHome::new("contradict");
+    open(&home, &limits()).unwrap().close().unwrap();
+    let mut set = files(&home.dir());
+    let mut j = journal::encode_header(1).to_vec();
+    j.extend(
+        journal::encode_frame(
+            1,
+            &[Record::InboxRemoved {
+                recipient: ME.into(),
+                sequence: 9,
+            }],
+        )
+        .unwrap(),
+    );
+    set.insert(paths::JOURNAL.into(), j);
+    restore(&home, &set);
+    assert_eq!(
+        open(&home, &limits()).err().unwrap().code,
+        Code::RecoveryRequired
+    );
+    assert_eq!(files(&home.dir()), set);
 }

@@ -104,36 +104,8 @@ impl Writer {
                 Job::Shutdown(tx) => stop = Some(tx),
             }
         }
-        let mut records = Vec::new();
-        let mut finishes = Vec::with_capacity(writes.len());
-        if let Some(err) = self.poisoned.clone() {
-            for f in writes {
-                f(Err(&err)).1(Some(&err));
-            }
-        } else if !writes.is_empty() {
-            let now = crate::clock::now_ms();
-            let recipients = self.recipients.read().clone();
-            for f in writes {
-                let (recs, fin) = f(Ok((&mut self.machine, &recipients, now)));
-                records.extend(recs);
-                finishes.push(fin);
-            }
-            let outcome = if records.is_empty() {
-                Ok(())
-            } else {
-                self.append(&records)
-            };
-            match outcome {
-                Ok(()) => finishes.into_iter().for_each(|fin| fin(None)),
-                Err(e) => {
-                    finishes.into_iter().for_each(|fin| fin(Some(&e)));
-                    self.poison(&e);
-                }
-            }
-        }
-        self.note_batch(jobs_n, records.len() as u64);
-        if !records.is_empty() && self.poisoned.is_none() {
-            self.shared.bump_changes();
+        let committed = self.commit_writes(writes, jobs_n);
+        if committed && self.poisoned.is_none() {
             if let Err(e) = self.maybe_compact() {
                 self.poison(&e);
             }
@@ -143,6 +115,49 @@ impl Writer {
             return true;
         }
         false
+    }
+
+    /// Applies the batch's writes, makes their records durable with one write + one
+    /// fdatasync, then answers each waiter. Returns true when records were committed.
+    fn commit_writes(&mut self, writes: Vec<WriteFn>, jobs_n: u64) -> bool {
+        if let Some(err) = self.poisoned.clone() {
+            for f in writes {
+                f(Err(&err)).1(Some(&err));
+            }
+            self.note_batch(jobs_n, 0);
+            return false;
+        }
+        let now = crate::clock::now_ms();
+        let recipients = self.recipients.read().clone();
+        let mut records = Vec::new();
+        let mut finishes = Vec::with_capacity(writes.len());
+        for f in writes {
+            let (recs, fin) = f(Ok((&mut self.machine, &recipients, now)));
+            records.extend(recs);
+            finishes.push(fin);
+        }
+        let outcome = if records.is_empty() {
+            Ok(())
+        } else {
+            self.append(&records)
+        };
+        // Counters and the change notification move before anyone is answered, so an
+        // acknowledged caller always observes its own commit in them.
+        self.note_batch(jobs_n, records.len() as u64);
+        match outcome {
+            Ok(()) => {
+                if !records.is_empty() {
+                    self.shared.bump_changes();
+                }
+                finishes.into_iter().for_each(|fin| fin(None));
+                !records.is_empty()
+            }
+            Err(e) => {
+                self.poison(&e);
+                finishes.into_iter().for_each(|fin| fin(Some(&e)));
+                false
+            }
+        }
     }
 
     fn poison(&mut self, cause: &Error) {
