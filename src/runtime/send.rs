@@ -59,12 +59,32 @@ impl Core {
             scope: self.config.scope,
             self_instance: Some(self.instance_id.clone()),
         };
-        let t = directory::resolve(&self.ns, self.limits(), &viewer, name)?;
-        Ok(TargetRef {
-            peer_id: t.peer_id,
-            instance_id: t.instance_id,
-            run_id: t.run_id,
-        })
+        match directory::resolve(&self.ns, self.limits(), &viewer, name) {
+            Ok(t) => Ok(TargetRef {
+                peer_id: t.peer_id,
+                instance_id: t.instance_id,
+                run_id: t.run_id,
+            }),
+            Err(e)
+                if matches!(e.code, Code::PeerOffline | Code::TargetEnded)
+                    && crate::mention::is_peer_id(name) =>
+            {
+                // A peerId we have exchanged mail with names an exact incarnation even when the
+                // directory no longer lists it: its owning root answers for retired runs, and a
+                // vanished owner means the incarnation ended.
+                match self.known_incarnation(name) {
+                    Some(t) if self.advertisement_of(&t.instance_id).is_some() => Ok(t),
+                    Some(_) => Err(Error::new(
+                        Code::TargetEnded,
+                        format!(
+                            "{name} has ended; refresh discovery and pick the current incarnation"
+                        ),
+                    )),
+                    None => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Sends one message for `caller` and returns its custody receipt. Retries of the same
@@ -160,6 +180,31 @@ impl Core {
             }
         }
         answer
+    }
+
+    /// The exact incarnation behind a peerId we sent to or received from before.
+    fn known_incarnation(&self, peer_id: &str) -> Option<TargetRef> {
+        let p = peer_id.to_string();
+        self.store
+            .query(move |m| {
+                let sent = m
+                    .state()
+                    .outbox()
+                    .find(|e| e.to.peer_id == p)
+                    .map(|e| e.to.clone());
+                sent.or_else(|| {
+                    m.state()
+                        .inbox()
+                        .find(|e| e.from.peer_id == p)
+                        .map(|e| TargetRef {
+                            peer_id: e.from.peer_id.clone(),
+                            instance_id: e.from.instance_id.clone(),
+                            run_id: e.from.run_id.clone(),
+                        })
+                })
+            })
+            .ok()
+            .flatten()
     }
 
     /// The conversation an automatic send belongs to: its reply's correlation, or a new one.

@@ -156,13 +156,20 @@ fn read_messages(
     };
     let deadline =
         Instant::now() + std::time::Duration::from_millis(a.wait_ms.min(core.limits().wait_ms_max));
+    // Receipt events present when the call starts do not end a wait; new ones do, unless the
+    // caller filters for particular messages.
+    let filtered = q.reply_to.is_some() || q.message_id.is_some() || q.from.is_some();
+    let mut first_event_cursor = None;
     loop {
         let generation = core.store.change_generation();
         let r = core.store.read(q.clone())?;
         let waited_out = Instant::now() >= deadline
             || cancel.load(Ordering::SeqCst)
             || core.stopping.load(Ordering::SeqCst);
-        if !r.messages.is_empty() || !r.events.is_empty() || a.wait_ms == 0 || waited_out {
+        let baseline = *first_event_cursor.get_or_insert(r.next_event_cursor);
+        let new_events = !filtered && r.next_event_cursor > baseline;
+        let initial_events = !filtered && !r.events.is_empty() && opts.events_after.is_some();
+        if !r.messages.is_empty() || new_events || initial_events || a.wait_ms == 0 || waited_out {
             if opts.consume_on_read {
                 for e in r
                     .messages

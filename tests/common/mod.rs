@@ -48,7 +48,9 @@ impl Ns {
             .arg(&self.home)
             .current_dir(&self.work)
             .env_remove("PEER_HOME")
-            .env_remove("PEER_CONTROL");
+            .env_remove("PEER_CONTROL")
+            .env_remove("PEER_RUN_ID")
+            .env("PATH", path_with_peer());
         c
     }
 
@@ -118,6 +120,16 @@ impl Ns {
             lines: Some(lines),
         }
     }
+}
+
+/// `PATH` with the directory of the built `peer` first, so scripts run by hosts find it.
+pub fn path_with_peer() -> std::ffi::OsString {
+    let dir = Path::new(PEER).parent().unwrap().to_path_buf();
+    let mut paths = vec![dir];
+    if let Some(p) = std::env::var_os("PATH") {
+        paths.extend(std::env::split_paths(&p));
+    }
+    std::env::join_paths(paths).unwrap()
 }
 
 impl Drop for Ns {
