@@ -7,4 +7,5 @@ pub mod config;
 pub mod error;
 pub mod fsutil;
 pub mod identity;
+pub mod resource;
 pub mod sanitize;

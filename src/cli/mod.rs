@@ -29,7 +29,10 @@ pub type Command = fn(&Ctx, Vec<OsString>) -> Result<i32>;
 
 /// The subcommand table: name, one-line summary, implementation.
 fn commands() -> Vec<(&'static str, &'static str, Command)> {
-    vec![]
+    vec![
+        ("run", "run a command while holding a resource (FIFO, fencing token)", crate::resource::cli::run_cmd),
+        ("res", "resource status, request, grant, release, cancel, set-controller", crate::resource::cli::res_cmd),
+    ]
 }
 
 /// Entry point of the `peer` binary; returns the process exit status.

@@ -1,0 +1,185 @@
+//! Process-start evidence from `/proc`: pid + start time (field 22 of `/proc/PID/stat`) + boot
+//! id, and the liveness verdict for recorded evidence. Never guesses: anything it cannot read
+//! is `Life::Unknown`, which the coordinator keeps for an operator.
+
+use super::model::{Life, ProcessEvidence};
+use crate::error::{Code, Error, Result};
+use std::path::Path;
+
+/// Largest `/proc/PID/stat` we read (the comm field is at most 64 bytes; the rest is numbers).
+const STAT_BYTES_MAX: u64 = 4096;
+
+/// Reads evidence of processes on this boot. Holds the boot id read once at creation.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    boot_id: Option<String>,
+}
+
+/// The state letter and start time of a `/proc/PID/stat` line. The comm field (2) may contain
+/// spaces and `)`, so fields are counted after the LAST `)`.
+pub fn parse_stat(stat: &str) -> Option<(char, u64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // Field 3 is `state`; field 22 (`starttime`) is 19 further on.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+fn read_small(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut s = String::new();
+    std::fs::File::open(path)?
+        .take(STAT_BYTES_MAX)
+        .read_to_string(&mut s)?;
+    Ok(s)
+}
+
+impl Probe {
+    /// Reads `/proc/sys/kernel/random/boot_id`; without it every verdict is `Unknown`.
+    pub fn new() -> Probe {
+        let boot_id = read_small(Path::new("/proc/sys/kernel/random/boot_id"))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
+        Probe { boot_id }
+    }
+
+    /// A probe with a fixed boot id (tests).
+    pub fn with_boot_id(boot_id: Option<String>) -> Probe {
+        Probe { boot_id }
+    }
+
+    /// Evidence of a running process.
+    pub fn evidence(&self, pid: u32) -> Result<ProcessEvidence> {
+        let Some(boot_id) = self.boot_id.clone() else {
+            return Err(Error::new(
+                Code::UnsupportedPlatform,
+                "cannot read /proc/sys/kernel/random/boot_id; process evidence needs Linux /proc",
+            ));
+        };
+        let path = format!("/proc/{pid}/stat");
+        let stat = read_small(Path::new(&path))
+            .map_err(|e| Error::io("cannot read", Path::new(&path), &e))?;
+        let Some((_, start_time)) = parse_stat(&stat) else {
+            return Err(Error::new(
+                Code::Io,
+                format!("{path} does not have the expected fields"),
+            ));
+        };
+        Ok(ProcessEvidence {
+            pid,
+            start_time,
+            boot_id,
+        })
+    }
+
+    /// Evidence of this process.
+    pub fn own(&self) -> Result<ProcessEvidence> {
+        self.evidence(std::process::id())
+    }
+
+    /// Whether the recorded process still runs. A zombie has exited: it is gone.
+    pub fn life(&self, e: &ProcessEvidence) -> Life {
+        let Some(boot) = &self.boot_id else {
+            return Life::Unknown;
+        };
+        if e.is_missing() {
+            return Life::Unknown;
+        }
+        if &e.boot_id != boot {
+            return Life::Gone;
+        }
+        let stat = match read_small(Path::new(&format!("/proc/{}/stat", e.pid))) {
+            Ok(s) => s,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Life::Gone,
+            Err(err) if err.raw_os_error() == Some(nix::libc::ESRCH) => return Life::Gone,
+            Err(_) => return Life::Unknown,
+        };
+        match parse_stat(&stat) {
+            None => Life::Unknown,
+            Some((_, start)) if start != e.start_time => Life::Gone,
+            Some(('Z' | 'X', _)) => Life::Gone,
+            Some(_) => Life::Alive,
+        }
+    }
+}
+
+impl Default for Probe {
+    fn default() -> Probe {
+        Probe::new()
+    }
+}
+
+/// Whether any process of a process group still exists. `EPERM` means it exists under another
+/// user: alive. Used for launches whose workload outlives the gate.
+pub fn group_life(pgid: i32) -> Life {
+    if pgid <= 1 {
+        return Life::Unknown;
+    }
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pgid), None) {
+        Ok(()) | Err(nix::errno::Errno::EPERM) => Life::Alive,
+        Err(nix::errno::Errno::ESRCH) => Life::Gone,
+        Err(_) => Life::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parsing_survives_hostile_comm_fields() {
+        let tail = "S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 987654 20 21";
+        assert_eq!(parse_stat(&format!("42 (sh) {tail}")), Some(('S', 987654)));
+        assert_eq!(
+            parse_stat(&format!("42 (a) b) c (d) {tail}")),
+            Some(('S', 987654))
+        );
+        assert_eq!(parse_stat(&format!("42 ( ) ) {tail}")), Some(('S', 987654)));
+        assert_eq!(parse_stat("42 (sh) S 1 2"), None);
+        assert_eq!(parse_stat("no parenthesis"), None);
+        assert_eq!(
+            parse_stat("42 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 notanumber"),
+            None
+        );
+    }
+
+    #[test]
+    fn own_evidence_is_alive_and_changed_evidence_is_gone() {
+        let probe = Probe::new();
+        let me = probe.own().unwrap();
+        assert_eq!(probe.life(&me), Life::Alive);
+        let mut reused = me.clone();
+        reused.start_time += 1;
+        assert_eq!(
+            probe.life(&reused),
+            Life::Gone,
+            "same pid, different start: pid reuse"
+        );
+        let mut other_boot = me.clone();
+        other_boot.boot_id = "another-boot".into();
+        assert_eq!(probe.life(&other_boot), Life::Gone);
+        let mut missing = me.clone();
+        missing.boot_id.clear();
+        assert_eq!(probe.life(&missing), Life::Unknown);
+        assert_eq!(Probe::with_boot_id(None).life(&me), Life::Unknown);
+    }
+
+    #[test]
+    fn an_exited_and_reaped_child_is_gone() {
+        let probe = Probe::new();
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("exit 0")
+            .spawn()
+            .unwrap();
+        let ev = probe.evidence(child.id());
+        child.wait().unwrap();
+        // The child may have exited before we read it; either way it is gone now.
+        if let Ok(ev) = ev {
+            assert_eq!(probe.life(&ev), Life::Gone);
+        }
+        assert_eq!(group_life(i32::MAX - 7), Life::Gone);
+    }
+}
