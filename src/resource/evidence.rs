@@ -18,12 +18,18 @@ pub struct Probe {
 /// The state letter and start time of a `/proc/PID/stat` line. The comm field (2) may contain
 /// spaces and `)`, so fields are counted after the LAST `)`.
 pub fn parse_stat(stat: &str) -> Option<(char, u64)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
+    parse_stat_fields(stat).map(|(state, _, start)| (state, start))
+}
+
+/// State (field 3), process group (field 5) and start time (field 22).
+fn parse_stat_fields(stat: &str) -> Option<(char, i64, u64)> {
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
     let mut fields = rest.split_whitespace();
     let state = fields.next()?.chars().next()?;
-    // Field 3 is `state`; field 22 (`starttime`) is 19 further on.
-    let start = fields.nth(18)?.parse().ok()?;
-    Some((state, start))
+    let pgrp = fields.nth(1)?.parse().ok()?;
+    // Field 22 (`starttime`) is 17 fields after field 5.
+    let start = fields.nth(16)?.parse().ok()?;
+    Some((state, pgrp, start))
 }
 
 fn read_small(path: &Path) -> std::io::Result<String> {
@@ -111,17 +117,38 @@ impl Default for Probe {
     }
 }
 
-/// Whether any process of a process group still exists. `EPERM` means it exists under another
-/// user: alive. Used for launches whose workload outlives the gate.
+/// Whether a process group still has a running (non-zombie) member. Used for launches whose
+/// workload outlives the gate. `kill(-pgid, 0)` answers "no member at all" cheaply; otherwise
+/// `/proc` is scanned, because orphaned zombies (under an init that does not reap) still count
+/// as members for `kill` but hold nothing.
 pub fn group_life(pgid: i32) -> Life {
     if pgid <= 1 {
         return Life::Unknown;
     }
     match nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pgid), None) {
-        Ok(()) | Err(nix::errno::Errno::EPERM) => Life::Alive,
-        Err(nix::errno::Errno::ESRCH) => Life::Gone,
-        Err(_) => Life::Unknown,
+        Ok(()) | Err(nix::errno::Errno::EPERM) => {}
+        Err(nix::errno::Errno::ESRCH) => return Life::Gone,
+        Err(_) => return Life::Unknown,
     }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Life::Unknown;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        // A process that vanished while we scan is simply not a member any more.
+        let Ok(stat) = read_small(&entry.path().join("stat")) else {
+            continue;
+        };
+        if let Some((state, pgrp, _)) = parse_stat_fields(&stat) {
+            if pgrp == i64::from(pgid) && !matches!(state, 'Z' | 'X') {
+                return Life::Alive;
+            }
+        }
+    }
+    Life::Gone
 }
 
 #[cfg(test)]
@@ -132,6 +159,10 @@ mod tests {
     fn stat_parsing_survives_hostile_comm_fields() {
         let tail = "S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 987654 20 21";
         assert_eq!(parse_stat(&format!("42 (sh) {tail}")), Some(('S', 987654)));
+        assert_eq!(
+            parse_stat_fields(&format!("42 (sh) {tail}")),
+            Some(('S', 2, 987654))
+        );
         assert_eq!(
             parse_stat(&format!("42 (a) b) c (d) {tail}")),
             Some(('S', 987654))
@@ -181,5 +212,26 @@ mod tests {
             assert_eq!(probe.life(&ev), Life::Gone);
         }
         assert_eq!(group_life(i32::MAX - 7), Life::Gone);
+    }
+
+    #[test]
+    fn a_group_lives_while_a_member_runs_and_zombies_do_not_count() {
+        use std::os::unix::process::CommandExt;
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("5")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        assert_eq!(group_life(sleeper.id() as i32), Life::Alive);
+        sleeper.kill().unwrap();
+        // Not yet reaped: a zombie member only.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while group_life(sleeper.id() as i32) != Life::Gone && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(group_life(sleeper.id() as i32), Life::Gone);
+        sleeper.wait().unwrap();
+        assert_eq!(group_life(sleeper.id() as i32), Life::Gone);
     }
 }

@@ -298,8 +298,24 @@ fn supervise(
             format!("cannot become a child subreaper: {e}"),
         )
     })?;
-    let child = spawn(g, req)?;
-    let pid = child.id();
+    // The command tree inherits its own open description of the live file (no CLOEXEC): the
+    // kernel closes it when the last process of the tree exits, which wakes waiters at once
+    // even when the gate itself was killed first.
+    let tree_live = nix::fcntl::open(
+        &space.live_path(&g.name),
+        nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_NOFOLLOW,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| {
+        Error::io(
+            "cannot open",
+            &space.live_path(&g.name),
+            &std::io::Error::from(e),
+        )
+    })?;
+    let child = spawn(g, req);
+    drop(tree_live);
+    let pid = child?.id();
     let child_evidence: Option<ProcessEvidence> = probe.evidence(pid).ok();
     let recorded = space.update_ledger(|l| {
         if let Some(x) = l
