@@ -168,10 +168,19 @@ fn obtain(
             Error::new(Code::NotFound, format!("resource {name:?} does not exist"))
         })?;
         let Some(h) = state.holders.iter().find(|h| &h.ticket == ticket) else {
-            return Err(Error::new(
-                Code::NotFound,
-                format!("ticket {ticket} holds no grant on {name:?}; see peer-res"),
-            ));
+            // The coordinator explains why: revoked by a policy change (STALE_POLICY), still
+            // waiting, or unknown.
+            let admit = Op::Admit {
+                ticket: ticket.clone(),
+                token: 0,
+            };
+            let why = space.transact(name, caller, admit, probe).err();
+            return Err(why.unwrap_or_else(|| {
+                Error::new(
+                    Code::NotFound,
+                    format!("ticket {ticket} holds no grant on {name:?}"),
+                )
+            }));
         };
         return Ok(Some(Grant {
             name: name.to_string(),
