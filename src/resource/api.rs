@@ -433,3 +433,82 @@ pub fn events_since(
     }
     Ok((out, next))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::core::CAP_REQUEST;
+
+    #[test]
+    fn coordinate_and_events_since_follow_the_journal() {
+        let home = std::env::temp_dir().join(format!(
+            "pw-api-{}-{:x}",
+            std::process::id(),
+            crate::identity::random_u64()
+        ));
+        let cfg = Config::default();
+        let who = Principal {
+            id: "cli:a".into(),
+            display: "a".into(),
+            capabilities: vec![CAP_REQUEST.into()],
+        };
+        let me = Probe::new().own().unwrap();
+        let got = coordinate(
+            &home,
+            &cfg,
+            &who,
+            json!({"op": "request", "resource": " r "}),
+            me.clone(),
+        )
+        .unwrap();
+        assert_eq!(
+            (got["state"].as_str(), got["token"].as_u64()),
+            (Some("granted"), Some(1)),
+            "{got}"
+        );
+        let bad = coordinate(
+            &home,
+            &cfg,
+            &who,
+            json!({"op": "grab", "resource": "r"}),
+            me.clone(),
+        )
+        .unwrap_err();
+        assert_eq!(bad.code, Code::InvalidRequest);
+        let bad = coordinate(
+            &home,
+            &cfg,
+            &who,
+            json!({"op": "release", "resource": "r", "ticket": "t-1", "token": 1}),
+            me.clone(),
+        );
+        assert_eq!(bad.unwrap_err().code, Code::Usage);
+        coordinate(
+            &home,
+            &cfg,
+            &who,
+            json!({"op": "release", "resource": "r"}),
+            me.clone(),
+        )
+        .unwrap();
+        let (events, cursor) =
+            events_since(&home, &cfg.limits, None, &EventCursor::default()).unwrap();
+        let kinds: Vec<_> = events
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(kinds, ["requested", "granted", "released"]);
+        assert!(
+            events.iter().all(|e| e["event"] == "resource_update"
+                && e["resource"] == "r"
+                && e["epoch"] == 1)
+        );
+        assert_eq!(events[1]["token"], 1);
+        assert_eq!(events[1]["request"], "t-1");
+        let (again, _) = events_since(&home, &cfg.limits, Some("r"), &cursor).unwrap();
+        assert!(again.is_empty());
+        let all = coordinate(&home, &cfg, &who, json!({"op": "status"}), me).unwrap();
+        assert_eq!(all["resources"][0]["resource"], "r");
+        let _ = std::fs::remove_dir_all(&home);
+    }
+}

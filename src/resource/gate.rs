@@ -122,7 +122,20 @@ pub fn run(
             .map_or(Signal::SIGINT as i32, |s| *s as i32);
         return Ok(128 + sig);
     };
-    admit(&space, &grant, &caller, program, &probe)?;
+    // A signal during the request, or a failed admission, gives the unused grant back.
+    let interrupted = signals.take().first().map(|s| 128 + *s as i32);
+    let admitted = match interrupted {
+        Some(_) => Ok(()),
+        None => admit(&space, &grant, &caller, program, &probe),
+    };
+    if interrupted.is_some() || admitted.is_err() {
+        let cancel = Op::Cancel {
+            ticket: grant.ticket.clone(),
+        };
+        let _ = space.transact(&name, &caller, cancel, &probe);
+        admitted?;
+        return Ok(interrupted.unwrap_or(1));
+    }
     let status = supervise(&space, &grant, req, &probe, &signals);
     let released = space.transact(
         &name,

@@ -1,0 +1,183 @@
+//! Resource coordination latency beside its floor, measured in the same run:
+//! - `floor/atomic_write_durable`: one `fsutil::atomic_write(.., Durable)` of a resource-sized file;
+//! - `resource/request_release`: uncontended request + release (two transactions, two replaces);
+//! - `resource/handoff_to_waiter`: from the holder's release call until a waiting thread, woken
+//!   by inotify, observes its grant (one release transaction + wake + one status read).
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use peerwire::config::Config;
+use peerwire::fsutil::{Durability, atomic_write};
+use peerwire::resource::Principal;
+use peerwire::resource::api::{caller_of, wait_for_grant};
+use peerwire::resource::core::{Caller, Op, Outcome, Target};
+use peerwire::resource::evidence::Probe;
+use peerwire::resource::model::name_hash;
+use peerwire::resource::notify::Watch;
+use peerwire::resource::store::Space;
+use std::time::{Duration, Instant};
+
+fn temp_home(tag: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "pw-bench-{tag}-{}-{:x}",
+        std::process::id(),
+        peerwire::identity::random_u64()
+    ))
+}
+
+fn caller(id: &str, probe: &Probe) -> Caller {
+    let p = Principal {
+        id: id.into(),
+        display: id.into(),
+        capabilities: vec!["resource.request".into()],
+    };
+    caller_of(&p, probe.own().expect("own evidence"))
+}
+
+fn ticket_of(o: &Outcome) -> String {
+    match o {
+        Outcome::Granted { ticket, .. } | Outcome::Queued { ticket, .. } => ticket.clone(),
+        _ => String::new(),
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let home = temp_home("res");
+    let space = Space::open(&home, &Config::default()).expect("space");
+    let probe = Probe::new();
+    let a = caller("cli:a", &probe);
+    let bytes = vec![b'x'; 1400];
+    let floor = space.dir.join("floor.json");
+    c.bench_function("floor/atomic_write_durable", |b| {
+        b.iter(|| atomic_write(&floor, &bytes, Durability::Durable))
+    });
+    c.bench_function("resource/request_release", |b| {
+        b.iter(|| {
+            let step = space
+                .transact(
+                    "bench:rr",
+                    &a,
+                    Op::Request {
+                        capacity: None,
+                        epoch: None,
+                    },
+                    &probe,
+                )
+                .expect("request");
+            let target = Target::Ticket(ticket_of(&step.outcome));
+            space
+                .transact("bench:rr", &a, Op::Release { target }, &probe)
+                .expect("release");
+        })
+    });
+    c.bench_function("resource/handoff_to_waiter", |b| {
+        b.iter_custom(|iters| handoff(&space, &probe, iters))
+    });
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+/// Holder (this thread) and waiter (a second thread) alternate; returns the summed hand-off time.
+fn handoff(space: &Space, probe: &Probe, iters: u64) -> Duration {
+    let (to_waiter, waiter_rx) = crossbeam_channel::bounded::<()>(1);
+    let (queued_tx, queued) = crossbeam_channel::bounded::<()>(1);
+    let (granted_tx, granted) = crossbeam_channel::bounded::<Instant>(1);
+    let name = "bench:handoff";
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let b = caller("cli:b", probe);
+            let watch = Watch::new(&space.dir, &name_hash(name)).expect("watch");
+            while waiter_rx.recv().is_ok() {
+                let step = space
+                    .transact(
+                        name,
+                        &b,
+                        Op::Request {
+                            capacity: None,
+                            epoch: None,
+                        },
+                        probe,
+                    )
+                    .expect("request");
+                let ticket = ticket_of(&step.outcome);
+                queued_tx.send(()).expect("queued");
+                wait_for_grant(
+                    space,
+                    name,
+                    &b,
+                    &ticket,
+                    10_000,
+                    probe,
+                    &watch,
+                    None,
+                    &|| false,
+                )
+                .expect("grant");
+                granted_tx.send(Instant::now()).expect("granted");
+                space
+                    .transact(
+                        name,
+                        &b,
+                        Op::Release {
+                            target: Target::Ticket(ticket),
+                        },
+                        probe,
+                    )
+                    .expect("release");
+            }
+        });
+        let a = caller("cli:a", probe);
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            let step = space
+                .transact(
+                    name,
+                    &a,
+                    Op::Request {
+                        capacity: None,
+                        epoch: None,
+                    },
+                    probe,
+                )
+                .expect("request");
+            let ticket = ticket_of(&step.outcome);
+            // Our request may queue behind the waiter's last release: wait for our own grant.
+            if !matches!(step.outcome, Outcome::Granted { .. }) {
+                let watch = Watch::new(&space.dir, &name_hash(name)).expect("watch");
+                wait_for_grant(
+                    space,
+                    name,
+                    &a,
+                    &ticket,
+                    10_000,
+                    probe,
+                    &watch,
+                    None,
+                    &|| false,
+                )
+                .expect("grant");
+            }
+            to_waiter.send(()).expect("waiter");
+            queued.recv().expect("queued");
+            let t0 = Instant::now();
+            space
+                .transact(
+                    name,
+                    &a,
+                    Op::Release {
+                        target: Target::Ticket(ticket),
+                    },
+                    probe,
+                )
+                .expect("release");
+            total += granted.recv().expect("granted").duration_since(t0);
+        }
+        drop(to_waiter);
+        total
+    })
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
+    targets = bench
+}
+criterion_main!(benches);
