@@ -75,76 +75,83 @@ fn bench(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&home);
 }
 
-/// Holder (this thread) and waiter (a second thread) alternate; returns the summed hand-off time.
+/// Channels between the holder (bench thread) and the waiter thread.
+struct Lines {
+    go: crossbeam_channel::Receiver<()>,
+    queued: crossbeam_channel::Sender<()>,
+    granted: crossbeam_channel::Sender<Instant>,
+}
+
+const HANDOFF: &str = "bench:handoff";
+
+/// The waiter: on each go, request, report queued, wait (inotify) for the grant, report the
+/// instant it saw the grant, then release.
+fn waiter(space: &Space, probe: &Probe, lines: Lines) {
+    let b = caller("cli:b", probe);
+    let watch = Watch::new(&space.dir, &name_hash(HANDOFF)).expect("watch");
+    while lines.go.recv().is_ok() {
+        let request = Op::Request {
+            capacity: None,
+            epoch: None,
+        };
+        let ticket = ticket_of(
+            &space
+                .transact(HANDOFF, &b, request, probe)
+                .expect("request")
+                .outcome,
+        );
+        lines.queued.send(()).expect("queued");
+        wait_for_grant(
+            space,
+            HANDOFF,
+            &b,
+            &ticket,
+            10_000,
+            probe,
+            &watch,
+            None,
+            &|| false,
+        )
+        .expect("grant");
+        lines.granted.send(Instant::now()).expect("granted");
+        let release = Op::Release {
+            target: Target::Ticket(ticket),
+        };
+        space
+            .transact(HANDOFF, &b, release, probe)
+            .expect("release");
+    }
+}
+
+/// Holder (this thread) and waiter alternate; returns the summed hand-off time.
 fn handoff(space: &Space, probe: &Probe, iters: u64) -> Duration {
-    let (to_waiter, waiter_rx) = crossbeam_channel::bounded::<()>(1);
+    let (go, go_rx) = crossbeam_channel::bounded::<()>(1);
     let (queued_tx, queued) = crossbeam_channel::bounded::<()>(1);
     let (granted_tx, granted) = crossbeam_channel::bounded::<Instant>(1);
-    let name = "bench:handoff";
+    let lines = Lines {
+        go: go_rx,
+        queued: queued_tx,
+        granted: granted_tx,
+    };
     std::thread::scope(|s| {
-        s.spawn(|| {
-            let b = caller("cli:b", probe);
-            let watch = Watch::new(&space.dir, &name_hash(name)).expect("watch");
-            while waiter_rx.recv().is_ok() {
-                let step = space
-                    .transact(
-                        name,
-                        &b,
-                        Op::Request {
-                            capacity: None,
-                            epoch: None,
-                        },
-                        probe,
-                    )
-                    .expect("request");
-                let ticket = ticket_of(&step.outcome);
-                queued_tx.send(()).expect("queued");
-                wait_for_grant(
-                    space,
-                    name,
-                    &b,
-                    &ticket,
-                    10_000,
-                    probe,
-                    &watch,
-                    None,
-                    &|| false,
-                )
-                .expect("grant");
-                granted_tx.send(Instant::now()).expect("granted");
-                space
-                    .transact(
-                        name,
-                        &b,
-                        Op::Release {
-                            target: Target::Ticket(ticket),
-                        },
-                        probe,
-                    )
-                    .expect("release");
-            }
-        });
+        s.spawn(|| waiter(space, probe, lines));
         let a = caller("cli:a", probe);
+        let watch = Watch::new(&space.dir, &name_hash(HANDOFF)).expect("watch");
         let mut total = Duration::ZERO;
         for _ in 0..iters {
+            let request = Op::Request {
+                capacity: None,
+                epoch: None,
+            };
             let step = space
-                .transact(
-                    name,
-                    &a,
-                    Op::Request {
-                        capacity: None,
-                        epoch: None,
-                    },
-                    probe,
-                )
+                .transact(HANDOFF, &a, request, probe)
                 .expect("request");
             let ticket = ticket_of(&step.outcome);
-            // Our request may queue behind the waiter's last release: wait for our own grant.
+            // Our request may queue behind the waiter's previous grant: wait for our own.
             if !matches!(step.outcome, Outcome::Granted { .. }) {
-                let watch = Watch::new(&space.dir, &name_hash(name)).expect("watch");
                 wait_for_grant(
                     space,
-                    name,
+                    HANDOFF,
                     &a,
                     &ticket,
                     10_000,
@@ -155,22 +162,18 @@ fn handoff(space: &Space, probe: &Probe, iters: u64) -> Duration {
                 )
                 .expect("grant");
             }
-            to_waiter.send(()).expect("waiter");
+            go.send(()).expect("waiter");
             queued.recv().expect("queued");
             let t0 = Instant::now();
+            let release = Op::Release {
+                target: Target::Ticket(ticket),
+            };
             space
-                .transact(
-                    name,
-                    &a,
-                    Op::Release {
-                        target: Target::Ticket(ticket),
-                    },
-                    probe,
-                )
+                .transact(HANDOFF, &a, release, probe)
                 .expect("release");
             total += granted.recv().expect("granted").duration_since(t0);
         }
-        drop(to_waiter);
+        drop(go);
         total
     })
 }

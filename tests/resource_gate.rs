@@ -637,3 +637,44 @@ fn session_requests_release_by_principal_is_ambiguous_with_two() {
         "{v}"
     );
 }
+
+#[test]
+fn a_holder_without_decidable_evidence_needs_an_operator() {
+    let ns = Ns::new("unknown");
+    let s = Session::start();
+    let g = json_of(&res(&ns, "me", Some(&s), &["request", "r"]));
+    assert_eq!(g["state"], "granted", "{g}");
+    let path = ns
+        .home
+        .join("peer-resources")
+        .join(format!("{}.json", name_hash("r")));
+    let mut state: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    state["holders"][0]["evidence"]["start_time"] = 0.into();
+    std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+    let out = finish(ns.gate("r", &[], "echo ran >> log"));
+    assert_eq!(
+        code_of(&out),
+        Code::RecoveryRequired.exit_status(),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("verify that process"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(ns.status("r")["holders"][0]["life"], "unknown");
+    drop(s);
+    assert_eq!(
+        ns.tickets("r", "holders"),
+        ["t-1"],
+        "never reclaimed without evidence"
+    );
+    assert!(
+        res(&ns, "me", None, &["release", "r", "--ticket", "t-1"])
+            .status
+            .success()
+    );
+    assert_eq!(code_of(&finish(ns.gate("r", &[], "echo ran >> log"))), 0);
+    assert_eq!(ns.read("log"), "ran\n");
+}

@@ -560,3 +560,97 @@ fn journal_and_revoked_list_are_bounded_and_sequence_is_monotonic() {
     );
     assert_eq!(s.next_token, 21);
 }
+
+mod model_check {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn num(id: &str) -> u64 {
+        id.trim_start_matches("t-").parse().unwrap_or(0)
+    }
+
+    /// One random step: (operation, principal 0..3, argument).
+    fn op_for(kind: u8, arg: u8, w: &World) -> Op {
+        let some_ticket = || {
+            let s = w.state.as_ref();
+            let all: Vec<String> = s
+                .map(|s| {
+                    s.tickets
+                        .iter()
+                        .map(|t| t.id.clone())
+                        .chain(s.holders.iter().map(|h| h.ticket.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            all.get(arg as usize % all.len().max(1))
+                .cloned()
+                .unwrap_or_else(|| "t-99".into())
+        };
+        match kind % 8 {
+            0 | 1 => Op::Request {
+                capacity: (arg % 4 == 0).then_some(u32::from(arg % 3) + 1),
+                epoch: None,
+            },
+            2 => Op::Release {
+                target: Target::Ticket(some_ticket()),
+            },
+            3 => Op::Release {
+                target: Target::Mine,
+            },
+            4 => Op::Cancel {
+                ticket: some_ticket(),
+            },
+            5 => Op::Grant {
+                ticket: some_ticket(),
+                epoch: None,
+            },
+            6 => Op::Admit {
+                ticket: some_ticket(),
+                token: u64::from(arg % 6),
+            },
+            _ => Op::SetController {
+                capacity: Some(u32::from(arg % 3) + 1),
+                force: arg % 2 == 0,
+                automatic: arg % 3 == 0,
+                ledger: vec![],
+            },
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        #[test]
+        fn random_transactions_keep_every_invariant(steps in proptest::collection::vec((0u8..8, 0u8..3, any::<u8>(), 0u8..10), 1..60)) {
+            let mut w = World::new();
+            let mut last_token = 0;
+            let mut last_seq = 0;
+            for (kind, who, arg, death) in steps {
+                if death == 0 {
+                    w.life.insert(u32::from(arg % 3) + 1, Life::Gone);
+                }
+                let c = boss(&format!("p{who}"), u32::from(who) + 1);
+                if w.life.get(&(u32::from(who) + 1)) == Some(&Life::Gone) {
+                    continue; // dead principals act no more
+                }
+                let op = op_for(kind, arg, &w);
+                let Ok(step) = w.try_op(&c, op) else { continue };
+                let s = &step.state;
+                prop_assert!(s.holders.len() <= s.policy.capacity as usize);
+                for e in &step.events {
+                    prop_assert!(e.sequence > last_seq);
+                    last_seq = e.sequence;
+                    if e.kind == "granted" {
+                        let t = e.token.unwrap_or(0);
+                        prop_assert!(t > last_token, "tokens strictly increase");
+                        last_token = t;
+                    }
+                }
+                let ids: Vec<u64> = s.tickets.iter().map(|t| num(&t.id)).collect();
+                prop_assert!(ids.windows(2).all(|p| p[0] < p[1]), "queue stays in FIFO order");
+                if s.policy.controller.is_none() {
+                    prop_assert!(s.tickets.is_empty() || s.occupied() >= s.policy.capacity as usize, "automatic policy never idles a slot while tickets wait");
+                }
+            }
+        }
+    }
+}

@@ -177,30 +177,7 @@ fn obtain(
     signals: &Signals,
 ) -> Result<Option<Grant>> {
     if let Some(ticket) = &req.ticket {
-        let state = space.read(name)?.ok_or_else(|| {
-            Error::new(Code::NotFound, format!("resource {name:?} does not exist"))
-        })?;
-        let Some(h) = state.holders.iter().find(|h| &h.ticket == ticket) else {
-            // The coordinator explains why: revoked by a policy change (STALE_POLICY), still
-            // waiting, or unknown.
-            let admit = Op::Admit {
-                ticket: ticket.clone(),
-                token: 0,
-            };
-            let why = space.transact(name, caller, admit, probe).err();
-            return Err(why.unwrap_or_else(|| {
-                Error::new(
-                    Code::NotFound,
-                    format!("ticket {ticket} holds no grant on {name:?}"),
-                )
-            }));
-        };
-        return Ok(Some(Grant {
-            name: name.to_string(),
-            ticket: ticket.clone(),
-            token: h.token,
-            epoch: h.epoch,
-        }));
+        return existing_grant(space, name, caller, ticket, probe).map(Some);
     }
     let step = space.transact(
         name,
@@ -249,6 +226,40 @@ fn obtain(
         })),
         _ => Ok(None),
     }
+}
+
+/// A grant obtained earlier (`peer res request`) that this gate will use.
+fn existing_grant(
+    space: &Space,
+    name: &str,
+    caller: &Caller,
+    ticket: &str,
+    probe: &Probe,
+) -> Result<Grant> {
+    let state = space
+        .read(name)?
+        .ok_or_else(|| Error::new(Code::NotFound, format!("resource {name:?} does not exist")))?;
+    let Some(h) = state.holders.iter().find(|h| h.ticket == ticket) else {
+        // The coordinator explains why: revoked by a policy change (STALE_POLICY), still
+        // waiting, or unknown.
+        let admit = Op::Admit {
+            ticket: ticket.to_string(),
+            token: 0,
+        };
+        let why = space.transact(name, caller, admit, probe).err();
+        return Err(why.unwrap_or_else(|| {
+            Error::new(
+                Code::NotFound,
+                format!("ticket {ticket} holds no grant on {name:?}"),
+            )
+        }));
+    };
+    Ok(Grant {
+        name: name.to_string(),
+        ticket: ticket.to_string(),
+        token: h.token,
+        epoch: h.epoch,
+    })
 }
 
 /// Uses the grant (epoch checked: STALE_POLICY for an unused grant of an older policy) and
