@@ -588,7 +588,7 @@ mod model_check {
         };
         match kind % 8 {
             0 | 1 => Op::Request {
-                capacity: (arg % 4 == 0).then_some(u32::from(arg % 3) + 1),
+                capacity: arg.is_multiple_of(4).then_some(u32::from(arg % 3) + 1),
                 epoch: None,
             },
             2 => Op::Release {
@@ -610,8 +610,8 @@ mod model_check {
             },
             _ => Op::SetController {
                 capacity: Some(u32::from(arg % 3) + 1),
-                force: arg % 2 == 0,
-                automatic: arg % 3 == 0,
+                force: arg.is_multiple_of(2),
+                automatic: arg.is_multiple_of(3),
                 ledger: vec![],
             },
         }
