@@ -678,3 +678,36 @@ fn a_holder_without_decidable_evidence_needs_an_operator() {
     assert_eq!(code_of(&finish(ns.gate("r", &[], "echo ran >> log"))), 0);
     assert_eq!(ns.read("log"), "ran\n");
 }
+
+#[test]
+fn an_interactive_command_gets_the_terminal_foreground() {
+    // `script` (util-linux) runs the gate on a fresh pseudo-terminal. Without the hand-over the
+    // command, in its own process group, would be stopped by SIGTTOU at `stty`.
+    let ns = Ns::new("tty");
+    let inner = format!(
+        "{PEER} --home {} run --resource r -- sh -c 'stty -echo; read x; echo got $x; stty echo'",
+        ns.home.display()
+    );
+    let mut child = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the util-linux `script` command is needed for this test");
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"hello\n").unwrap();
+    let deadline = Instant::now() + BOUND;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the command under peer run was stopped instead of reading the terminal");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("got hello"),
+        "{:?}",
+        out
+    );
+    assert_eq!(out.status.code(), Some(0));
+}

@@ -10,6 +10,7 @@ use super::model::{Life, ProcessEvidence, name_hash};
 use super::notify::Watch;
 use super::principal::Principal;
 use super::store::{Launch, Space};
+use super::terminal::{Foreground, hand_to};
 use crate::config::Config;
 use crate::error::{Code, Error, Result};
 use nix::sys::signal::Signal;
@@ -346,9 +347,14 @@ fn supervise(
             &std::io::Error::from(e),
         )
     })?;
-    let child = spawn(g, req);
+    let terminal = Foreground::detect();
+    let child = spawn(g, req, terminal.is_some());
     drop(tree_live);
     let pid = child?.id();
+    if terminal.is_some() {
+        // Also from this side, so the hand-over does not depend on which process runs first.
+        hand_to(Pid::from_raw(pid as i32));
+    }
     let child_evidence: Option<ProcessEvidence> = probe.evidence(pid).ok();
     let recorded = space.update_ledger(|l| {
         if let Some(x) = l
@@ -368,10 +374,14 @@ fn supervise(
             crate::sanitize::line(&e.message, 2000)
         );
     }
-    Ok(reap_all(pid as i32, signals, space.limits.heartbeat_ms))
+    let status = reap_all(pid as i32, signals, space.limits.heartbeat_ms);
+    if let Some(t) = terminal {
+        t.restore();
+    }
+    Ok(status)
 }
 
-fn spawn(g: &Grant, req: &RunRequest) -> Result<std::process::Child> {
+fn spawn(g: &Grant, req: &RunRequest, terminal: bool) -> Result<std::process::Child> {
     let parent = nix::unistd::getpid();
     let mut cmd = std::process::Command::new(&req.command[0]);
     cmd.args(&req.command[1..])
@@ -379,12 +389,16 @@ fn spawn(g: &Grant, req: &RunRequest) -> Result<std::process::Child> {
         .env("PEER_RESOURCE", &g.name)
         .env("PEER_TICKET", &g.ticket)
         .process_group(0);
-    // SAFETY: the closure runs between fork and exec and only makes two async-signal-safe
-    // system calls (prctl, getppid); it allocates nothing. The child dies with the gate, so a
-    // SIGKILLed gate does not leave its direct child holding the resource unseen.
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
+    // calls (prctl, getppid, sigprocmask, tcsetpgrp, getpid); it allocates nothing. The child
+    // dies with the gate, so a SIGKILLed gate does not leave its direct child holding the
+    // resource unseen.
     unsafe {
         cmd.pre_exec(move || {
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            if terminal {
+                hand_to(nix::unistd::getpid());
+            }
             if nix::unistd::getppid() != parent {
                 return Err(std::io::Error::other(
                     "the gate ended before the command started",

@@ -12,6 +12,7 @@
 //! - `principal`: who acts from the command line, and with which capabilities.
 //! - `api`: `coordinate`, `wait_for_grant`, `describe`, `events_since`.
 //! - `gate`: `peer run`.
+//! - `terminal`: terminal foreground hand-over for interactive commands under `peer run`.
 //! - `cli`: `peer run`, `peer res …` and the `peer-res` viewer.
 
 pub mod api;
@@ -23,6 +24,7 @@ pub mod model;
 pub mod notify;
 pub mod principal;
 pub mod store;
+pub mod terminal;
 
 pub use api::{EventCursor, coordinate, events_since};
 pub use model::{ProcessEvidence, ResourceState};
