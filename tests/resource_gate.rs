@@ -711,3 +711,28 @@ fn an_interactive_command_gets_the_terminal_foreground() {
     );
     assert_eq!(out.status.code(), Some(0));
 }
+
+#[test]
+fn under_a_controller_a_waiting_gate_runs_when_the_controller_grants_it() {
+    let ns = Ns::with_control("grant");
+    let ctl = Session::start();
+    assert!(
+        res(&ns, "ctl", Some(&ctl), &["set-controller", "r"])
+            .status
+            .success()
+    );
+    let gate = ns.gate("r", &[], "echo ran $PEER_FENCING_TOKEN >> log");
+    wait_until("t-1 to queue", || ns.tickets("r", "queue") == ["t-1"]);
+    assert_eq!(ns.status("r")["policy"], "controlled");
+    let out = res(&ns, "someone", None, &["grant", "r", "t-1"]);
+    assert_eq!(
+        code_of(&out),
+        Code::CapabilityDenied.exit_status(),
+        "only the controller grants"
+    );
+    let g = json_of(&res(&ns, "ctl", None, &["grant", "r", "t-1"]));
+    assert_eq!(g["state"], "granted", "{g}");
+    let out = finish(gate);
+    assert_eq!(code_of(&out), 0, "{}", stderr(&out));
+    assert_eq!(ns.read("log"), format!("ran {}\n", g["token"]));
+}

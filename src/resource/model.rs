@@ -196,7 +196,7 @@ impl ResourceState {
     /// Serialises after validating, so a bad state never reaches the disk.
     pub fn encode(&self) -> Result<Vec<u8>> {
         self.validate()?;
-        serde_json::to_vec_pretty(self)
+        serde_json::to_vec(self)
             .map_err(|e| Error::new(Code::Io, format!("cannot encode resource state: {e}")))
     }
 

@@ -302,7 +302,7 @@ impl Space {
                 "the launch ledger is full (resourceTickets); let managed commands finish",
             ));
         }
-        let bytes = serde_json::to_vec_pretty(&ledger)
+        let bytes = serde_json::to_vec(&ledger)
             .map_err(|e| Error::new(Code::Io, format!("cannot encode the ledger: {e}")))?;
         if bytes.len() as u64 > self.limits.resource_file_bytes {
             return Err(Error::new(
