@@ -5,7 +5,7 @@
 use peerwire::error::Code;
 use peerwire::resource::model::name_hash;
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -735,4 +735,37 @@ fn under_a_controller_a_waiting_gate_runs_when_the_controller_grants_it() {
     let out = finish(gate);
     assert_eq!(code_of(&out), 0, "{}", stderr(&out));
     assert_eq!(ns.read("log"), format!("ran {}\n", g["token"]));
+}
+
+#[test]
+fn signals_reach_descendants_that_left_the_process_group() {
+    let ns = Ns::new("setsid");
+    let inner =
+        r#"trap 'echo term >> log; exit 0' TERM; echo ready >> log; while :; do sleep 0.02; done"#;
+    let script = format!("setsid sh -c \"{inner}\" & exit 0");
+    let mut gate = ns.gate("r", &[], &script);
+    wait_until("the detached descendant to start", || {
+        ns.read("log") == "ready\n"
+    });
+    let child = ns.status("r")["launches"][0]["childPid"].as_u64().unwrap();
+    // Once the gate has reaped its direct child, the detached descendant is re-parented to it.
+    wait_until("the direct child to be reaped", || {
+        !Path::new(&format!("/proc/{child}")).exists()
+    });
+    assert!(
+        gate.try_wait().unwrap().is_none(),
+        "the gate waits for the detached descendant"
+    );
+    let pid = gate.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = finish(gate);
+    assert_eq!(code_of(&out), 0, "{}", stderr(&out));
+    assert_eq!(ns.read("log"), "ready\nterm\n");
+    assert!(ns.tickets("r", "holders").is_empty());
 }

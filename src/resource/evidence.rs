@@ -23,13 +23,52 @@ pub fn parse_stat(stat: &str) -> Option<(char, u64)> {
 
 /// State (field 3), process group (field 5) and start time (field 22).
 fn parse_stat_fields(stat: &str) -> Option<(char, i64, u64)> {
+    parse_stat_all(stat).map(|(state, _, pgrp, start)| (state, pgrp, start))
+}
+
+/// State (3), parent pid (4), process group (5) and start time (22).
+fn parse_stat_all(stat: &str) -> Option<(char, i64, i64, u64)> {
     let rest = stat.get(stat.rfind(')')? + 1..)?;
     let mut fields = rest.split_whitespace();
     let state = fields.next()?.chars().next()?;
-    let pgrp = fields.nth(1)?.parse().ok()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
     // Field 22 (`starttime`) is 17 fields after field 5.
     let start = fields.nth(16)?.parse().ok()?;
-    Some((state, pgrp, start))
+    Some((state, ppid, pgrp, start))
+}
+
+/// Calls `each(pid, ppid, pgrp, state)` for every process in `/proc` until it returns true;
+/// processes that vanish during the scan are skipped. `None` when `/proc` cannot be listed.
+fn scan_proc(mut each: impl FnMut(i64, i64, i64, char) -> bool) -> Option<()> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i64>() else {
+            continue;
+        };
+        let Ok(stat) = read_small(&entry.path().join("stat")) else {
+            continue;
+        };
+        if let Some((state, ppid, pgrp, _)) = parse_stat_all(&stat) {
+            if each(pid, ppid, pgrp, state) {
+                break;
+            }
+        }
+    }
+    Some(())
+}
+
+/// Live (non-zombie) children of `parent`: for a subreaper, this includes re-parented
+/// descendants that left the command's process group.
+pub fn children_of(parent: u32) -> Vec<i32> {
+    let mut out = Vec::new();
+    scan_proc(|pid, ppid, _, state| {
+        if ppid == i64::from(parent) && !matches!(state, 'Z' | 'X') {
+            out.extend(i32::try_from(pid));
+        }
+        false
+    });
+    out
 }
 
 fn read_small(path: &Path) -> std::io::Result<String> {
@@ -130,25 +169,17 @@ pub fn group_life(pgid: i32) -> Life {
         Err(nix::errno::Errno::ESRCH) => return Life::Gone,
         Err(_) => return Life::Unknown,
     }
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Life::Unknown;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        // A process that vanished while we scan is simply not a member any more.
-        let Ok(stat) = read_small(&entry.path().join("stat")) else {
-            continue;
-        };
-        if let Some((state, pgrp, _)) = parse_stat_fields(&stat) {
-            if pgrp == i64::from(pgid) && !matches!(state, 'Z' | 'X') {
-                return Life::Alive;
-            }
-        }
+    // Orphaned zombies still count for `kill` but hold nothing: look for a running member.
+    let mut alive = false;
+    let scanned = scan_proc(|_, _, pgrp, state| {
+        alive = pgrp == i64::from(pgid) && !matches!(state, 'Z' | 'X');
+        alive
+    });
+    match (scanned, alive) {
+        (None, _) => Life::Unknown,
+        (_, true) => Life::Alive,
+        _ => Life::Gone,
     }
-    Life::Gone
 }
 
 #[cfg(test)]

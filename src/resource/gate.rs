@@ -441,6 +441,10 @@ fn reap_all(child: i32, signals: &Signals, fallback_ms: u64) -> i32 {
         }
         for sig in signals.take() {
             let _ = nix::sys::signal::killpg(Pid::from_raw(child), sig);
+            // Descendants that left the group (setsid) were re-parented to us: tell them too.
+            for pid in super::evidence::children_of(std::process::id()) {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
+            }
         }
         let mut fds = [nix::poll::PollFd::new(
             signals.wake.as_fd(),
