@@ -122,7 +122,16 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn finish(child: Child) -> Output {
+/// Waits (bounded) for a child and collects its output.
+fn finish(mut child: Child) -> Output {
+    let deadline = Instant::now() + BOUND;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("a peer process did not finish within {BOUND:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
     child.wait_with_output().unwrap()
 }
 
