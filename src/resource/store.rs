@@ -121,11 +121,25 @@ impl Space {
             let file = entry.file_name().to_string_lossy().into_owned();
             let is_resource = file.len() == 37
                 && file.ends_with(".json")
-                && file[..32].bytes().all(|b| b.is_ascii_hexdigit());
+                && file
+                    .as_bytes()
+                    .iter()
+                    .take(32)
+                    .all(|b| b.is_ascii_hexdigit());
             if !is_resource || out.len() >= self.limits.resource_tickets as usize {
                 continue;
             }
             if let Some(state) = read_state(&entry.path(), None, self.limits.resource_file_bytes)? {
+                // A file must sit under the hash of the name it holds.
+                if !file.starts_with(&name_hash(&state.name)) {
+                    return Err(Error::new(
+                        Code::RecoveryRequired,
+                        format!(
+                            "{} holds another resource's name; it was left as is",
+                            entry.path().display()
+                        ),
+                    ));
+                }
                 out.push(state);
             }
         }
