@@ -1,5 +1,7 @@
 //! Resource coordination latency beside its floor, measured in the same run:
-//! - `floor/atomic_write_durable`: one `fsutil::atomic_write(.., Durable)` of a resource-sized file;
+//! - `floor/atomic_write_durable`: one `fsutil::atomic_write(.., Durable)` of 1400 bytes, and
+//!   `.._resource_size` of as many bytes as the benchmark's resource file holds by then
+//!   (its bounded journal, `resourceHistory` events, dominates the size);
 //! - `resource/request_release`: uncontended request + release (two transactions, two replaces);
 //! - `resource/handoff_to_waiter`: from the holder's release call until a waiting thread, woken
 //!   by inotify, observes its grant (one release transaction + wake + one status read).
@@ -68,6 +70,12 @@ fn bench(c: &mut Criterion) {
                 .transact("bench:rr", &a, Op::Release { target }, &probe)
                 .expect("release");
         })
+    });
+    // The same floor at the size a resource file reaches with a full journal.
+    let full = std::fs::metadata(space.resource_path("bench:rr")).map_or(0, |m| m.len() as usize);
+    let same = vec![b'x'; full];
+    c.bench_function("floor/atomic_write_durable_resource_size", |b| {
+        b.iter(|| atomic_write(&floor, &same, Durability::Durable))
     });
     c.bench_function("resource/handoff_to_waiter", |b| {
         b.iter_custom(|iters| handoff(&space, &probe, iters))

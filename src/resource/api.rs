@@ -233,6 +233,7 @@ pub fn wait_for_grant(
 ) -> Result<Outcome> {
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
     loop {
+        watch.drain()?;
         let step = space.transact(name, caller, Op::Status, probe)?;
         if let Some(h) = step.state.holders.iter().find(|h| h.ticket == ticket) {
             return Ok(Outcome::Granted {

@@ -92,6 +92,12 @@ impl Watch {
         }
     }
 
+    /// Discards queued events. Safe right before a fresh check of the state: whatever they
+    /// announced is visible to that check, so only later changes need to wake us.
+    pub fn drain(&self) -> Result<()> {
+        self.relevant().map(|_| ())
+    }
+
     /// Drains queued events; true when one names our files (or the queue overflowed).
     fn relevant(&self) -> Result<bool> {
         let mut hit = false;
