@@ -14,6 +14,7 @@ pub mod messaging;
 pub mod paths;
 pub mod presence;
 pub mod protocol;
+pub mod resource;
 pub mod runtime;
 pub mod sanitize;
 pub mod store;

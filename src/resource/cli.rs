@@ -1,0 +1,365 @@
+//! Command-line front ends: `peer run`, `peer res …` (both via `crate::cli`'s table) and the
+//! `peer-res` viewer. Argument parsing with lexopt, human output by default, one JSON object
+//! per result with `--json`; every stored string is sanitized before it reaches a terminal.
+
+use super::api::{coordinate, describe};
+use super::evidence::Probe;
+use super::gate::{self, RunRequest};
+use super::principal::{Principal, session_holder};
+use super::store::Space;
+use crate::cli::Ctx;
+use crate::config::Config;
+use crate::error::{Code, Error, Result};
+use crate::sanitize::line;
+use lexopt::Arg::{self, Long, Short};
+use serde_json::{Value, json};
+use std::ffi::OsString;
+
+const RUN_HELP: &str = "\
+usage: peer run --resource NAME [--capacity N] [--wait MS] [--ticket T] [--json] -- CMD [ARGS…]
+
+Waits for a grant on NAME (FIFO), records the launch, runs CMD in its own process group with
+PEER_RESOURCE, PEER_TICKET and PEER_FENCING_TOKEN set, forwards SIGINT/SIGTERM/SIGHUP, waits for
+every descendant, releases the grant and exits with CMD's status (128+N when killed by signal N).
+
+  --resource NAME  resource to hold (e.g. port:3000)
+  --capacity N     capacity when this request creates the resource (default 1)
+  --wait MS        give up after MS ms (default and maximum: resourceWaitTimeoutMs)
+  --ticket T       run under an existing grant T (from 'peer res request') instead of requesting
+";
+
+const RES_HELP: &str = "\
+usage: peer res status [NAME]
+       peer res request NAME [--capacity N] [--wait MS] [--epoch E]
+       peer res grant NAME TICKET [--epoch E]
+       peer res release NAME [--ticket T | --token N]
+       peer res cancel NAME TICKET
+       peer res set-controller NAME [--capacity N] [--force] [--automatic]
+
+request and set-controller act for the enclosing session: they need PEER_HOLDER_PID (set by the
+session root) so the grant or controller lives as long as that process. For one command, use
+'peer run --resource NAME -- CMD'. With --json each result is one JSON object.
+";
+
+const PEER_RES_HELP: &str = "\
+usage: peer-res [NAME] [--json] [--home DIR]
+
+Shows each resource's policy, epoch, capacity, controller, holders (tokens, ages), queue and
+managed launches. Read-only. See peer-res(1).
+";
+
+fn usage(e: impl std::fmt::Display) -> Error {
+    Error::new(Code::Usage, format!("{e}; see --help"))
+}
+
+fn string(v: OsString) -> Result<String> {
+    v.into_string()
+        .map_err(|_| usage("arguments must be valid UTF-8"))
+}
+
+fn number<T: std::str::FromStr>(v: OsString, flag: &str) -> Result<T> {
+    string(v)?
+        .trim()
+        .parse()
+        .map_err(|_| usage(format!("{flag} needs a positive integer")))
+}
+
+/// `peer run`.
+pub fn run_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
+    let mut p = lexopt::Parser::from_args(args);
+    let mut req = RunRequest {
+        resource: String::new(),
+        capacity: None,
+        wait_ms: None,
+        ticket: None,
+        command: Vec::new(),
+    };
+    while let Some(arg) = p.next().map_err(usage)? {
+        match arg {
+            Long("resource") => req.resource = string(p.value().map_err(usage)?)?,
+            Long("capacity") => {
+                req.capacity = Some(number(p.value().map_err(usage)?, "--capacity")?)
+            }
+            Long("wait") => req.wait_ms = Some(number(p.value().map_err(usage)?, "--wait")?),
+            Long("ticket") => req.ticket = Some(string(p.value().map_err(usage)?)?),
+            Long("help") | Short('h') => {
+                print!("{RUN_HELP}");
+                return Ok(0);
+            }
+            Arg::Value(first) => {
+                req.command.push(first);
+                req.command.extend(p.raw_args().map_err(usage)?);
+            }
+            other => return Err(usage(other.unexpected())),
+        }
+    }
+    if req.resource.is_empty() {
+        return Err(usage("peer run needs --resource NAME"));
+    }
+    if req.command.is_empty() {
+        return Err(usage("peer run needs a command after --"));
+    }
+    let home = ctx.home()?;
+    let cfg = Config::load(&home)?;
+    let principal = Principal::for_cli(ctx.as_alias.as_deref(), &cfg);
+    gate::run(&home, &cfg, &principal, &req, ctx.json)
+}
+
+/// `peer res SUBCOMMAND …`.
+pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
+    let mut p = lexopt::Parser::from_args(args);
+    let mut words: Vec<String> = Vec::new();
+    let mut op = serde_json::Map::new();
+    while let Some(arg) = p.next().map_err(usage)? {
+        match arg {
+            Long("capacity") => op.insert(
+                "capacity".into(),
+                json!(number::<u32>(p.value().map_err(usage)?, "--capacity")?),
+            ),
+            Long("wait") => op.insert(
+                "waitMs".into(),
+                json!(number::<u64>(p.value().map_err(usage)?, "--wait")?),
+            ),
+            Long("epoch") => op.insert(
+                "epoch".into(),
+                json!(number::<u64>(p.value().map_err(usage)?, "--epoch")?),
+            ),
+            Long("token") => op.insert(
+                "token".into(),
+                json!(number::<u64>(p.value().map_err(usage)?, "--token")?),
+            ),
+            Long("ticket") => op.insert("ticket".into(), json!(string(p.value().map_err(usage)?)?)),
+            Long("force") => op.insert("force".into(), json!(true)),
+            Long("automatic") => op.insert("automatic".into(), json!(true)),
+            Long("help") | Short('h') => {
+                print!("{RES_HELP}");
+                return Ok(0);
+            }
+            Arg::Value(v) => {
+                words.push(string(v)?);
+                None
+            }
+            other => return Err(usage(other.unexpected())),
+        };
+    }
+    let op = build_op(&words, op)?;
+    let home = ctx.home()?;
+    let cfg = Config::load(&home)?;
+    let principal = Principal::for_cli(ctx.as_alias.as_deref(), &cfg);
+    let probe = Probe::new();
+    let kind = op["op"].as_str().unwrap_or("");
+    let evidence = match kind {
+        "request" => session_holder(&probe, "peer res request")?,
+        "set_controller" => session_holder(&probe, "peer res set-controller")?,
+        _ => probe.own()?,
+    };
+    let out = coordinate(&home, &cfg, &principal, op, evidence)?;
+    if ctx.json {
+        println!("{out}");
+    } else {
+        print!("{}", human_outcome(&out));
+    }
+    Ok(0)
+}
+
+/// Maps positional words and collected options to a `coordinate` operation.
+fn build_op(words: &[String], mut op: serde_json::Map<String, Value>) -> Result<Value> {
+    let (sub, rest) = words
+        .split_first()
+        .ok_or_else(|| usage("peer res needs a subcommand"))?;
+    let (kind, want) = match sub.as_str() {
+        "status" => ("status", 0..=1),
+        "request" => ("request", 1..=1),
+        "grant" => ("grant", 2..=2),
+        "release" => ("release", 1..=1),
+        "cancel" => ("cancel_request", 2..=2),
+        "set-controller" => ("set_controller", 1..=1),
+        other => {
+            return Err(usage(format!(
+                "unknown res subcommand {:?}",
+                line(other, 40)
+            )));
+        }
+    };
+    if !want.contains(&rest.len()) {
+        return Err(usage(format!(
+            "peer res {sub} takes {} argument(s)",
+            want.end()
+        )));
+    }
+    op.insert("op".into(), json!(kind));
+    if let Some(name) = rest.first() {
+        op.insert("resource".into(), json!(name));
+    }
+    if let Some(ticket) = rest.get(1) {
+        op.insert("ticket".into(), json!(ticket));
+    }
+    Ok(Value::Object(op))
+}
+
+fn s(v: &Value, key: &str) -> String {
+    match v.get(key) {
+        Some(Value::String(x)) => line(x, 120),
+        Some(Value::Null) | None => "-".into(),
+        Some(other) => line(&other.to_string(), 120),
+    }
+}
+
+fn human_outcome(out: &Value) -> String {
+    if let Some(all) = out.get("resources").and_then(Value::as_array) {
+        if all.is_empty() {
+            return "no resources\n".into();
+        }
+        return all.iter().map(human_resource).collect();
+    }
+    let (r, t) = (s(out, "resource"), s(out, "ticket"));
+    match out.get("state").and_then(Value::as_str) {
+        Some("granted") => format!(
+            "{t} granted on {r} (token {}, epoch {})\n",
+            s(out, "token"),
+            s(out, "epoch")
+        ),
+        Some("queued") => format!("{t} queued on {r} at position {}\n", s(out, "position")),
+        Some("released") => format!("{t} released on {r} (token {})\n", s(out, "token")),
+        Some("cancelled") => format!("{t} cancelled on {r}\n"),
+        _ => format!(
+            "{r}: policy epoch {}, capacity {}\n",
+            s(out, "epoch"),
+            s(out, "capacity")
+        ),
+    }
+}
+
+fn age(v: &Value) -> String {
+    let ms = v.get("ageMs").and_then(Value::as_u64).unwrap_or(0);
+    if ms < 60_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else {
+        format!("{}m{:02}s", ms / 60_000, ms / 1000 % 60)
+    }
+}
+
+/// The human table of one `describe` object.
+pub fn human_resource(r: &Value) -> String {
+    let mut o = format!(
+        "{}  {}  epoch {}  capacity {}  sequence {}\n",
+        s(r, "resource"),
+        s(r, "policy"),
+        s(r, "epoch"),
+        s(r, "capacity"),
+        s(r, "sequence")
+    );
+    match r.get("controller").filter(|c| !c.is_null()) {
+        Some(c) => o.push_str(&format!(
+            "  controller  {} ({})  pid {}  {}\n",
+            s(c, "display"),
+            s(c, "principal"),
+            s(c, "pid"),
+            s(c, "life")
+        )),
+        None => o.push_str("  controller  none\n"),
+    }
+    for (title, key) in [("holder", "holders"), ("blocker", "blockers")] {
+        for h in r.get(key).and_then(Value::as_array).into_iter().flatten() {
+            let used = if h.get("admitted").and_then(Value::as_bool) == Some(true) {
+                "running"
+            } else {
+                "granted"
+            };
+            o.push_str(&format!(
+                "  {title:<10}  {}  token {}  {}  pid {}  {}  {used}  epoch {}  {}\n",
+                s(h, "ticket"),
+                s(h, "token"),
+                s(h, "display"),
+                s(h, "pid"),
+                s(h, "life"),
+                s(h, "epoch"),
+                age(h)
+            ));
+        }
+    }
+    for q in r
+        .get("queue")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        o.push_str(&format!(
+            "  queue {:<4}  {}  {}  pid {}  waiting {}\n",
+            s(q, "position"),
+            s(q, "ticket"),
+            s(q, "display"),
+            s(q, "pid"),
+            age(q)
+        ));
+    }
+    for l in r
+        .get("launches")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        o.push_str(&format!(
+            "  launch      {}  token {}  {}  gate {}  child {}  {}\n",
+            s(l, "ticket"),
+            s(l, "token"),
+            s(l, "command"),
+            s(l, "gatePid"),
+            s(l, "childPid"),
+            age(l)
+        ));
+    }
+    o
+}
+
+/// The `peer-res` binary: returns its exit status.
+pub fn peer_res_main(args: Vec<OsString>) -> i32 {
+    match peer_res(args) {
+        Ok(status) => status,
+        Err(e) => {
+            eprintln!("peer-res: {}: {}", e.code.name(), line(&e.message, 2000));
+            e.code.exit_status()
+        }
+    }
+}
+
+fn peer_res(args: Vec<OsString>) -> Result<i32> {
+    let mut p = lexopt::Parser::from_args(args);
+    let (mut json_out, mut home, mut name) = (false, None, None);
+    while let Some(arg) = p.next().map_err(usage)? {
+        match arg {
+            Long("json") => json_out = true,
+            Long("home") => home = Some(std::path::PathBuf::from(p.value().map_err(usage)?)),
+            Long("help") | Short('h') => {
+                print!("{PEER_RES_HELP}");
+                return Ok(0);
+            }
+            Arg::Value(v) if name.is_none() => {
+                name = Some(super::model::canonical_name(&string(v)?)?)
+            }
+            other => return Err(usage(other.unexpected())),
+        }
+    }
+    let home = crate::config::resolve_home(home.as_deref())?;
+    let cfg = Config::load(&home)?;
+    let space = Space::existing(&home, &cfg);
+    let states = match &name {
+        Some(n) => space.read(n)?.into_iter().collect(),
+        None => space.list()?,
+    };
+    let launches = space.read_ledger()?.launches;
+    let probe = Probe::new();
+    let now = crate::clock::now_ms();
+    if states.is_empty() && !json_out {
+        println!("no resources");
+    }
+    for st in &states {
+        let v = describe(st, &probe, &launches, now);
+        if json_out {
+            println!("{v}")
+        } else {
+            print!("{}", human_resource(&v))
+        }
+    }
+    Ok(0)
+}

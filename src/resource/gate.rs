@@ -1,0 +1,459 @@
+//! The command gate behind `peer run --resource NAME -- CMD…`: request, wait for the grant,
+//! record the launch in the ledger before spawning, run CMD in its own process group under a
+//! child subreaper, forward SIGINT/SIGTERM/SIGHUP to that group, reap every descendant, then
+//! release the grant and remove the ledger entry, and exit with the command's status.
+
+use super::api::{caller_of, wait_for_grant};
+use super::core::{Caller, Op, Outcome};
+use super::evidence::{Probe, group_life};
+use super::model::{Life, ProcessEvidence, name_hash};
+use super::notify::Watch;
+use super::principal::Principal;
+use super::store::{Launch, Space};
+use super::terminal::{Foreground, hand_to};
+use crate::config::Config;
+use crate::error::{Code, Error, Result};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What `peer run` was asked to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunRequest {
+    pub resource: String,
+    pub capacity: Option<u32>,
+    /// Wait bound; capped by `resourceWaitTimeoutMs`, which is also the default.
+    pub wait_ms: Option<u64>,
+    /// Use this existing grant (from `peer res request`) instead of requesting a new one.
+    pub ticket: Option<String>,
+    pub command: Vec<OsString>,
+}
+
+/// The signals forwarded to the command's process group.
+const FORWARDED: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+
+/// Signal flags plus one self-pipe that SIGCHLD and the forwarded signals all write to, so
+/// one `poll` waits for "a child changed" or "a signal came" without polling.
+struct Signals {
+    flags: [Arc<AtomicBool>; 3],
+    wake: UnixStream,
+}
+
+impl Signals {
+    fn install() -> Result<Signals> {
+        let (wake, write) = UnixStream::pair()
+            .map_err(|e| Error::new(Code::Io, format!("cannot create a signal pipe: {e}")))?;
+        wake.set_nonblocking(true)
+            .map_err(|e| Error::new(Code::Io, format!("cannot configure the signal pipe: {e}")))?;
+        let flags = [(); 3].map(|_| Arc::new(AtomicBool::new(false)));
+        let register = |sig: Signal, flag: Option<&Arc<AtomicBool>>| -> std::io::Result<()> {
+            if let Some(f) = flag {
+                signal_hook::flag::register(sig as i32, Arc::clone(f))?;
+            }
+            signal_hook::low_level::pipe::register(sig as i32, write.try_clone()?)?;
+            Ok(())
+        };
+        let mut result = register(Signal::SIGCHLD, None);
+        for (sig, flag) in FORWARDED.iter().zip(&flags) {
+            result = result.and_then(|()| register(*sig, Some(flag)));
+        }
+        result.map_err(|e| Error::new(Code::Io, format!("cannot install signal handlers: {e}")))?;
+        Ok(Signals { flags, wake })
+    }
+
+    fn drain(&self) {
+        let mut buf = [0u8; 64];
+        while matches!((&self.wake).read(&mut buf), Ok(n) if n > 0) {}
+    }
+
+    /// Signals that arrived since the last call.
+    fn take(&self) -> Vec<Signal> {
+        FORWARDED
+            .iter()
+            .zip(&self.flags)
+            .filter(|(_, f)| f.swap(false, Ordering::SeqCst))
+            .map(|(s, _)| *s)
+            .collect()
+    }
+
+    fn any_pending(&self) -> bool {
+        self.flags.iter().any(|f| f.load(Ordering::SeqCst))
+    }
+}
+
+/// Everything the gate knows about its grant.
+struct Grant {
+    name: String,
+    ticket: String,
+    token: u64,
+    epoch: u64,
+}
+
+/// Runs `peer run`; returns the exit status (the command's, or 128+signal).
+pub fn run(
+    home: &Path,
+    cfg: &Config,
+    principal: &Principal,
+    req: &RunRequest,
+    json: bool,
+) -> Result<i32> {
+    let Some(program) = req.command.first() else {
+        return Err(Error::new(Code::Usage, "peer run needs a command after --"));
+    };
+    let space = Space::open(home, cfg)?;
+    let probe = Probe::new();
+    let caller = caller_of(principal, probe.own()?);
+    let signals = Signals::install()?;
+    let name = super::model::canonical_name(&req.resource)?;
+    // Held open for our whole life: its close, even by SIGKILL, wakes the waiters.
+    let _live = crate::fsutil::open_private_rw(&space.live_path(&name))?;
+    let watch = Watch::new(&space.dir, &name_hash(&name))?;
+    let Some(grant) = obtain(&space, &name, &caller, req, &probe, &watch, &signals)? else {
+        let sig = signals
+            .take()
+            .first()
+            .map_or(Signal::SIGINT as i32, |s| *s as i32);
+        return Ok(128 + sig);
+    };
+    // A signal during the request, or a failed admission, gives the unused grant back.
+    let interrupted = signals.take().first().map(|s| 128 + *s as i32);
+    let admitted = match interrupted {
+        Some(_) => Ok(()),
+        None => admit(&space, &grant, &caller, program, &probe),
+    };
+    if interrupted.is_some() || admitted.is_err() {
+        let cancel = Op::Cancel {
+            ticket: grant.ticket.clone(),
+        };
+        let _ = space.transact(&name, &caller, cancel, &probe);
+        admitted?;
+        return Ok(interrupted.unwrap_or(1));
+    }
+    let status = supervise(&space, &grant, req, &probe, &signals);
+    let released = space.transact(
+        &name,
+        &caller,
+        Op::Release {
+            target: super::core::Target::Ticket(grant.ticket.clone()),
+        },
+        &probe,
+    );
+    let unlisted = space.update_ledger(|l| {
+        l.launches
+            .retain(|x| !(x.hash == name_hash(&name) && x.ticket == grant.ticket));
+        Ok(())
+    });
+    for e in [released.err(), unlisted.err()].into_iter().flatten() {
+        eprintln!(
+            "peer: {}: {}",
+            e.code.name(),
+            crate::sanitize::line(&e.message, 2000)
+        );
+    }
+    let status = status?;
+    if json {
+        let v = serde_json::json!({"ok": true, "op": "run", "resource": name, "ticket": grant.ticket,
+                                   "token": grant.token, "epoch": grant.epoch, "status": status});
+        println!("{v}");
+    }
+    Ok(status)
+}
+
+/// Requests (or reuses) a grant and waits for it; `None` when a signal interrupted the wait.
+fn obtain(
+    space: &Space,
+    name: &str,
+    caller: &Caller,
+    req: &RunRequest,
+    probe: &Probe,
+    watch: &Watch,
+    signals: &Signals,
+) -> Result<Option<Grant>> {
+    if let Some(ticket) = &req.ticket {
+        return existing_grant(space, name, caller, ticket, probe).map(Some);
+    }
+    let step = space.transact(
+        name,
+        caller,
+        Op::Request {
+            capacity: req.capacity,
+            epoch: None,
+        },
+        probe,
+    )?;
+    let outcome = match step.outcome {
+        Outcome::Queued { ticket, .. } => {
+            let wait = req
+                .wait_ms
+                .unwrap_or(space.wait_timeout_ms)
+                .min(space.wait_timeout_ms);
+            let extra = Some(signals.wake.as_fd());
+            let interrupted = || {
+                signals.drain();
+                signals.any_pending()
+            };
+            wait_for_grant(
+                space,
+                name,
+                caller,
+                &ticket,
+                wait,
+                probe,
+                watch,
+                extra,
+                &interrupted,
+            )?
+        }
+        other => other,
+    };
+    match outcome {
+        Outcome::Granted {
+            ticket,
+            token,
+            epoch,
+        } => Ok(Some(Grant {
+            name: name.to_string(),
+            ticket,
+            token,
+            epoch,
+        })),
+        _ => Ok(None),
+    }
+}
+
+/// A grant obtained earlier (`peer res request`) that this gate will use.
+fn existing_grant(
+    space: &Space,
+    name: &str,
+    caller: &Caller,
+    ticket: &str,
+    probe: &Probe,
+) -> Result<Grant> {
+    let state = space
+        .read(name)?
+        .ok_or_else(|| Error::new(Code::NotFound, format!("resource {name:?} does not exist")))?;
+    let Some(h) = state.holders.iter().find(|h| h.ticket == ticket) else {
+        // The coordinator explains why: revoked by a policy change (STALE_POLICY), still
+        // waiting, or unknown.
+        let admit = Op::Admit {
+            ticket: ticket.to_string(),
+            token: 0,
+        };
+        let why = space.transact(name, caller, admit, probe).err();
+        return Err(why.unwrap_or_else(|| {
+            Error::new(
+                Code::NotFound,
+                format!("ticket {ticket} holds no grant on {name:?}"),
+            )
+        }));
+    };
+    Ok(Grant {
+        name: name.to_string(),
+        ticket: ticket.to_string(),
+        token: h.token,
+        epoch: h.epoch,
+    })
+}
+
+/// Uses the grant (epoch checked: STALE_POLICY for an unused grant of an older policy) and
+/// records the launch in the ledger under the same resource lock, before anything is spawned.
+fn admit(
+    space: &Space,
+    g: &Grant,
+    caller: &Caller,
+    program: &OsString,
+    probe: &Probe,
+) -> Result<()> {
+    let command = crate::sanitize::line(
+        &Path::new(program)
+            .file_name()
+            .unwrap_or(program)
+            .to_string_lossy(),
+        80,
+    );
+    let launch = Launch {
+        resource: g.name.clone(),
+        hash: name_hash(&g.name),
+        ticket: g.ticket.clone(),
+        token: g.token,
+        epoch: g.epoch,
+        principal: caller.party.principal.clone(),
+        display: caller.party.display.clone(),
+        command,
+        gate: caller.party.evidence.clone(),
+        child: None,
+        pgid: None,
+        started_at: crate::clock::now_ms(),
+    };
+    let op = Op::Admit {
+        ticket: g.ticket.clone(),
+        token: g.token,
+    };
+    let mut record = |_: &super::core::Step| {
+        space.update_ledger(|l| {
+            l.launches.retain(|x| still_running(x, probe));
+            l.launches.push(launch.clone());
+            Ok(())
+        })
+    };
+    space.transact_with(&g.name, caller, op, probe, &mut record)?;
+    Ok(())
+}
+
+/// Ledger bookkeeping: an entry stays while its gate, child or process group may still run.
+fn still_running(l: &Launch, probe: &Probe) -> bool {
+    let lives = [
+        probe.life(&l.gate),
+        l.child.as_ref().map_or(Life::Gone, |c| probe.life(c)),
+        l.pgid.map_or(Life::Gone, group_life),
+    ];
+    lives.iter().any(|x| *x != Life::Gone)
+}
+
+/// Spawns the command and owns its whole process tree until every descendant is reaped.
+fn supervise(
+    space: &Space,
+    g: &Grant,
+    req: &RunRequest,
+    probe: &Probe,
+    signals: &Signals,
+) -> Result<i32> {
+    nix::sys::prctl::set_child_subreaper(true).map_err(|e| {
+        Error::new(
+            Code::UnsupportedPlatform,
+            format!("cannot become a child subreaper: {e}"),
+        )
+    })?;
+    // The command tree inherits its own open description of the live file (no CLOEXEC): the
+    // kernel closes it when the last process of the tree exits, which wakes waiters at once
+    // even when the gate itself was killed first.
+    let tree_live = nix::fcntl::open(
+        &space.live_path(&g.name),
+        nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_NOFOLLOW,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| {
+        Error::io(
+            "cannot open",
+            &space.live_path(&g.name),
+            &std::io::Error::from(e),
+        )
+    })?;
+    let terminal = Foreground::detect();
+    let child = spawn(g, req, terminal.is_some());
+    drop(tree_live);
+    let pid = child?.id();
+    if terminal.is_some() {
+        // Also from this side, so the hand-over does not depend on which process runs first.
+        hand_to(Pid::from_raw(pid as i32));
+    }
+    let child_evidence: Option<ProcessEvidence> = probe.evidence(pid).ok();
+    let recorded = space.update_ledger(|l| {
+        if let Some(x) = l
+            .launches
+            .iter_mut()
+            .find(|x| x.hash == name_hash(&g.name) && x.ticket == g.ticket)
+        {
+            x.child = child_evidence.clone();
+            x.pgid = Some(pid as i32);
+        }
+        Ok(())
+    });
+    if let Err(e) = recorded {
+        eprintln!(
+            "peer: {}: {}",
+            e.code.name(),
+            crate::sanitize::line(&e.message, 2000)
+        );
+    }
+    let status = reap_all(pid as i32, signals, space.limits.heartbeat_ms);
+    if let Some(t) = terminal {
+        t.restore();
+    }
+    Ok(status)
+}
+
+fn spawn(g: &Grant, req: &RunRequest, terminal: bool) -> Result<std::process::Child> {
+    let parent = nix::unistd::getpid();
+    let mut cmd = std::process::Command::new(&req.command[0]);
+    cmd.args(&req.command[1..])
+        .env("PEER_FENCING_TOKEN", g.token.to_string())
+        .env("PEER_RESOURCE", &g.name)
+        .env("PEER_TICKET", &g.ticket)
+        .process_group(0);
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
+    // calls (prctl, getppid, sigprocmask, tcsetpgrp, getpid); it allocates nothing. The child
+    // dies with the gate, so a SIGKILLed gate does not leave its direct child holding the
+    // resource unseen.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            if terminal {
+                hand_to(nix::unistd::getpid());
+            }
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::other(
+                    "the gate ended before the command started",
+                ));
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound {
+            Code::NotFound
+        } else {
+            Code::Io
+        };
+        Error::new(
+            code,
+            format!(
+                "cannot run {:?}: {e}",
+                crate::sanitize::line(&req.command[0].to_string_lossy(), 80)
+            ),
+        )
+    })
+}
+
+/// Forwards signals to the group and reaps until no child is left (ECHILD). Returns the direct
+/// child's status, 128+signal when a signal killed it.
+fn reap_all(child: i32, signals: &Signals, fallback_ms: u64) -> i32 {
+    let mut status = None;
+    loop {
+        loop {
+            match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(p, code)) if p.as_raw() == child => status = Some(code),
+                Ok(WaitStatus::Signaled(p, sig, _)) if p.as_raw() == child => {
+                    status = Some(128 + sig as i32)
+                }
+                Ok(WaitStatus::StillAlive) => break,
+                Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return status.unwrap_or(1),
+            }
+        }
+        for sig in signals.take() {
+            let _ = nix::sys::signal::killpg(Pid::from_raw(child), sig);
+            // Descendants that left the group (setsid) were re-parented to us: tell them too.
+            for pid in super::evidence::children_of(std::process::id()) {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
+            }
+        }
+        let mut fds = [nix::poll::PollFd::new(
+            signals.wake.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        let _ = nix::poll::poll(
+            &mut fds,
+            nix::poll::PollTimeout::from(fallback_ms.min(u64::from(u16::MAX)) as u16),
+        );
+        signals.drain();
+    }
+}

@@ -1,0 +1,31 @@
+//! Resource coordination (the seed's ResourceCoordinator and CommandCoordinationGate): named
+//! capacity-N resources with a strict FIFO queue, fencing tokens, versioned controller
+//! policies with epochs, reclamation from process-start evidence, and the `peer run` gate
+//! that owns a command's whole process tree. No daemon: processes coordinate through private
+//! files under `<coord>/peer-resources/`.
+//!
+//! - `model`: the resource file's shape and validation.
+//! - `core`: the pure decision of one transaction (`apply`).
+//! - `evidence`: process-start evidence from `/proc` and liveness verdicts.
+//! - `store`: locked, validated, atomic transactions on resource files and `launches.json`.
+//! - `notify`: inotify wake-ups for waiters, with a bounded fallback poll.
+//! - `principal`: who acts from the command line, and with which capabilities.
+//! - `api`: `coordinate`, `wait_for_grant`, `describe`, `events_since`.
+//! - `gate`: `peer run`.
+//! - `terminal`: terminal foreground hand-over for interactive commands under `peer run`.
+//! - `cli`: `peer run`, `peer res …` and the `peer-res` viewer.
+
+pub mod api;
+pub mod cli;
+pub mod core;
+pub mod evidence;
+pub mod gate;
+pub mod model;
+pub mod notify;
+pub mod principal;
+pub mod store;
+pub mod terminal;
+
+pub use api::{EventCursor, coordinate, events_since};
+pub use model::{ProcessEvidence, ResourceState};
+pub use principal::Principal;

@@ -1,0 +1,436 @@
+//! The I/O shell of the coordinator: resource files and the launch ledger under
+//! `<coord>/peer-resources/`. Every change is one transaction: owner-aware lock, bounded read,
+//! validation, the pure decision of `core::apply`, then an atomic durable replace. A file that
+//! fails validation is RECOVERY_REQUIRED and stays byte-for-byte as it was.
+
+use super::core::{self, Caller, Env, Launched, Op, Step};
+use super::evidence::{Probe, group_life};
+use super::model::{
+    Holder, Life, Party, ProcessEvidence, ResourceState, canonical_name, name_hash,
+};
+use crate::config::{Config, Limits};
+use crate::error::{Code, Error, Result};
+use crate::fsutil::{self, Durability, FileLock};
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+
+/// Launch ledger format version.
+pub const LEDGER_FORMAT: u32 = 1;
+
+/// One managed command admitted by the gate, recorded before it is spawned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launch {
+    pub resource: String,
+    pub hash: String,
+    pub ticket: String,
+    pub token: u64,
+    pub epoch: u64,
+    pub principal: String,
+    pub display: String,
+    /// The program name only (no arguments, which may hold secrets), sanitized.
+    pub command: String,
+    pub gate: ProcessEvidence,
+    pub child: Option<ProcessEvidence>,
+    pub pgid: Option<i32>,
+    pub started_at: u64,
+}
+
+/// `launches.json`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ledger {
+    pub version: u32,
+    pub launches: Vec<Launch>,
+}
+
+/// One coordination namespace: where the files are and the bounds that apply.
+#[derive(Clone, Debug)]
+pub struct Space {
+    pub dir: PathBuf,
+    pub limits: Limits,
+    pub allow_control: bool,
+    pub wait_timeout_ms: u64,
+}
+
+impl Space {
+    /// `<coord>/peer-resources` for a loaded config; creates it private.
+    pub fn open(home: &Path, cfg: &Config) -> Result<Space> {
+        let coord = cfg
+            .coordination_directory
+            .clone()
+            .unwrap_or_else(|| home.to_path_buf());
+        let dir = coord.join("peer-resources");
+        fsutil::ensure_private_dir(&dir)?;
+        Ok(Space {
+            dir,
+            limits: cfg.limits.clone(),
+            allow_control: cfg.allow_resource_control,
+            wait_timeout_ms: cfg.resource_wait_timeout_ms,
+        })
+    }
+
+    /// The same namespace without creating anything (read-only viewers).
+    pub fn existing(home: &Path, cfg: &Config) -> Space {
+        let coord = cfg
+            .coordination_directory
+            .clone()
+            .unwrap_or_else(|| home.to_path_buf());
+        Space {
+            dir: coord.join("peer-resources"),
+            limits: cfg.limits.clone(),
+            allow_control: cfg.allow_resource_control,
+            wait_timeout_ms: cfg.resource_wait_timeout_ms,
+        }
+    }
+
+    pub fn resource_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{}.json", name_hash(name)))
+    }
+
+    /// The file holders and waiters keep open for writing: its close (even by SIGKILL) is an
+    /// inotify event that wakes waiters at once.
+    pub fn live_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{}.live", name_hash(name)))
+    }
+
+    pub fn ledger_path(&self) -> PathBuf {
+        self.dir.join("launches.json")
+    }
+
+    /// Reads one resource without locking (atomic replace makes every read whole).
+    pub fn read(&self, name: &str) -> Result<Option<ResourceState>> {
+        read_state(
+            &self.resource_path(name),
+            Some(name),
+            self.limits.resource_file_bytes,
+        )
+    }
+
+    /// Reads every resource file, at most `Limits.resource_tickets` of them, sorted by name.
+    pub fn list(&self) -> Result<Vec<ResourceState>> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("cannot list", &self.dir, &e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries
+            .flatten()
+            .take(self.limits.resource_tickets as usize * 4)
+        {
+            let file = entry.file_name().to_string_lossy().into_owned();
+            let is_resource = file.len() == 37
+                && file.ends_with(".json")
+                && file
+                    .as_bytes()
+                    .iter()
+                    .take(32)
+                    .all(|b| b.is_ascii_hexdigit());
+            if !is_resource || out.len() >= self.limits.resource_tickets as usize {
+                continue;
+            }
+            if let Some(state) = read_state(&entry.path(), None, self.limits.resource_file_bytes)? {
+                // A file must sit under the hash of the name it holds.
+                if !file.starts_with(&name_hash(&state.name)) {
+                    return Err(Error::new(
+                        Code::RecoveryRequired,
+                        format!(
+                            "{} holds another resource's name; it was left as is",
+                            entry.path().display()
+                        ),
+                    ));
+                }
+                out.push(state);
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Runs one coordinator transaction on resource `name`.
+    pub fn transact(&self, name: &str, caller: &Caller, op: Op, probe: &Probe) -> Result<Step> {
+        self.transact_with(name, caller, op, probe, &mut |_| Ok(()))
+    }
+
+    /// Like [`Space::transact`], running `before_write` under the resource lock after the
+    /// decision and before the resource file is replaced; its failure aborts the write.
+    pub fn transact_with(
+        &self,
+        name: &str,
+        caller: &Caller,
+        op: Op,
+        probe: &Probe,
+        before_write: &mut dyn FnMut(&Step) -> Result<()>,
+    ) -> Result<Step> {
+        let name = canonical_name(name)?;
+        fsutil::ensure_private_dir(&self.dir)?;
+        let path = self.resource_path(&name);
+        let _lock = FileLock::acquire(
+            &self.dir.join(format!("{}.lock", name_hash(&name))),
+            self.limits.lock_ms,
+        )?;
+        let state = self.read(&name)?;
+        let op = match op {
+            Op::SetController {
+                capacity,
+                force,
+                automatic,
+                ..
+            } => {
+                let ledger = self.adoptable(&name)?;
+                Op::SetController {
+                    capacity,
+                    force,
+                    automatic,
+                    ledger,
+                }
+            }
+            other => other,
+        };
+        let ledger = RefCell::new(None);
+        let life = |ticket: &str, e: &ProcessEvidence| self.life(&name, ticket, e, probe, &ledger);
+        let env = Env {
+            now: crate::clock::now_ms(),
+            history: self.limits.resource_history as usize,
+            tickets_max: self.limits.resource_tickets as usize,
+            allow_control: self.allow_control,
+            life: &life,
+        };
+        let step = core::apply(state, &name, caller, &op, &env)?;
+        before_write(&step)?;
+        if step.changed {
+            let bytes = step.state.encode()?;
+            if bytes.len() as u64 > self.limits.resource_file_bytes {
+                return Err(Error::new(
+                    Code::QueueFull,
+                    format!(
+                        "resource {name:?} would exceed resourceFileBytes; let its queue drain"
+                    ),
+                ));
+            }
+            fsutil::atomic_write(&path, &bytes, Durability::Durable)?;
+        }
+        Ok(step)
+    }
+
+    /// Liveness of a recorded process; a gone gate whose launched group still runs is alive.
+    fn life(
+        &self,
+        name: &str,
+        ticket: &str,
+        e: &ProcessEvidence,
+        probe: &Probe,
+        cache: &RefCell<Option<Result<Ledger>>>,
+    ) -> Life {
+        let verdict = probe.life(e);
+        if verdict != Life::Gone || ticket.is_empty() {
+            return verdict;
+        }
+        let mut cache = cache.borrow_mut();
+        let ledger = cache.get_or_insert_with(|| self.read_ledger());
+        let Ok(ledger) = ledger else {
+            return Life::Unknown;
+        };
+        let hash = name_hash(name);
+        let Some(launch) = ledger
+            .launches
+            .iter()
+            .find(|l| l.hash == hash && l.ticket == ticket)
+        else {
+            return Life::Gone;
+        };
+        let child = launch.child.as_ref().map_or(Life::Gone, |c| probe.life(c));
+        let group = launch.pgid.map_or(Life::Gone, group_life);
+        match (child, group) {
+            (Life::Alive, _) | (_, Life::Alive) => Life::Alive,
+            (Life::Unknown, _) | (_, Life::Unknown) => Life::Unknown,
+            _ => Life::Gone,
+        }
+    }
+
+    /// Ledger entries of `name`, as holders a policy change must adopt.
+    fn adoptable(&self, name: &str) -> Result<Vec<Launched>> {
+        let hash = name_hash(name);
+        let ledger = self.read_ledger()?;
+        Ok(ledger
+            .launches
+            .into_iter()
+            .filter(|l| l.hash == hash)
+            .map(|l| Launched {
+                holder: Holder {
+                    ticket: l.ticket,
+                    party: Party {
+                        principal: l.principal,
+                        display: l.display,
+                        evidence: l.gate,
+                    },
+                    token: l.token,
+                    granted_at: l.started_at,
+                    epoch: l.epoch,
+                    admitted: true,
+                },
+            })
+            .collect())
+    }
+
+    /// Reads `launches.json`; missing is empty, unparsable is RECOVERY_REQUIRED.
+    pub fn read_ledger(&self) -> Result<Ledger> {
+        let path = self.ledger_path();
+        let bytes = match fsutil::read_private_bounded(&path, self.limits.resource_file_bytes) {
+            Ok(b) => b,
+            Err(e) if e.code == Code::NotFound => {
+                return Ok(Ledger {
+                    version: LEDGER_FORMAT,
+                    launches: Vec::new(),
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        let ledger: Ledger = serde_json::from_slice(&bytes).map_err(|e| {
+            Error::new(
+                Code::RecoveryRequired,
+                format!(
+                    "{} is not a valid launch ledger ({e}); it was left as is",
+                    path.display()
+                ),
+            )
+        })?;
+        if ledger.version != LEDGER_FORMAT {
+            return Err(Error::new(
+                Code::RecoveryRequired,
+                format!("{} has an unknown version", path.display()),
+            ));
+        }
+        Ok(ledger)
+    }
+
+    /// One ledger transaction. Lock order: a resource lock may be held while taking this one,
+    /// never the reverse.
+    pub fn update_ledger(&self, change: impl FnOnce(&mut Ledger) -> Result<()>) -> Result<()> {
+        let _lock = FileLock::acquire(&self.dir.join("launches.json.lock"), self.limits.lock_ms)?;
+        let mut ledger = self.read_ledger()?;
+        change(&mut ledger)?;
+        if ledger.launches.len() as u64 > self.limits.resource_tickets {
+            return Err(Error::new(
+                Code::QueueFull,
+                "the launch ledger is full (resourceTickets); let managed commands finish",
+            ));
+        }
+        let bytes = serde_json::to_vec(&ledger)
+            .map_err(|e| Error::new(Code::Io, format!("cannot encode the ledger: {e}")))?;
+        if bytes.len() as u64 > self.limits.resource_file_bytes {
+            return Err(Error::new(
+                Code::QueueFull,
+                "the launch ledger would exceed resourceFileBytes",
+            ));
+        }
+        fsutil::atomic_write(&self.ledger_path(), &bytes, Durability::Durable)
+    }
+}
+
+fn read_state(path: &Path, name: Option<&str>, max: u64) -> Result<Option<ResourceState>> {
+    match fsutil::read_private_bounded(path, max) {
+        Ok(bytes) => ResourceState::decode(&bytes, name)
+            .map(Some)
+            .map_err(|e| Error::new(e.code, format!("{}: {}", path.display(), e.message))),
+        Err(e) if e.code == Code::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::core::{CAP_REQUEST, Outcome};
+    use std::os::unix::process::CommandExt;
+
+    fn space(tag: &str) -> Space {
+        let home = std::env::temp_dir().join(format!(
+            "pw-res-{tag}-{}-{:x}",
+            std::process::id(),
+            crate::identity::random_u64()
+        ));
+        Space::open(&home, &Config::default()).unwrap()
+    }
+
+    fn me(probe: &Probe) -> Caller {
+        let party = Party {
+            principal: "cli:t".into(),
+            display: "t".into(),
+            evidence: probe.own().unwrap(),
+        };
+        Caller {
+            party,
+            capabilities: vec![CAP_REQUEST.into()],
+        }
+    }
+
+    #[test]
+    fn transaction_round_trip_and_corrupt_file_is_left_alone() {
+        let s = space("tx");
+        let probe = Probe::new();
+        let step = s
+            .transact(
+                "port:1",
+                &me(&probe),
+                Op::Request {
+                    capacity: None,
+                    epoch: None,
+                },
+                &probe,
+            )
+            .unwrap();
+        assert!(matches!(step.outcome, Outcome::Granted { token: 1, .. }));
+        assert_eq!(s.read("port:1").unwrap().unwrap().holders.len(), 1);
+        let path = s.resource_path("port:1");
+        std::fs::write(&path, b"{\"version\":1,").unwrap();
+        let e = s
+            .transact("port:1", &me(&probe), Op::Status, &probe)
+            .unwrap_err();
+        assert_eq!(e.code, Code::RecoveryRequired);
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"version\":1,");
+        let _ = std::fs::remove_dir_all(s.dir.parent().unwrap());
+    }
+
+    #[test]
+    fn a_gone_gate_with_a_live_launch_group_keeps_its_grant() {
+        let s = space("group");
+        let probe = Probe::new();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let ghost = ProcessEvidence {
+            start_time: 1,
+            ..probe.own().unwrap()
+        };
+        let launch = Launch {
+            resource: "r".into(),
+            hash: name_hash("r"),
+            ticket: "t-1".into(),
+            token: 1,
+            epoch: 1,
+            principal: "p".into(),
+            display: "p".into(),
+            command: "sleep".into(),
+            gate: ghost.clone(),
+            child: None,
+            pgid: Some(child.id() as i32),
+            started_at: 0,
+        };
+        s.update_ledger(|l| {
+            l.launches.push(launch);
+            Ok(())
+        })
+        .unwrap();
+        let cache = RefCell::new(None);
+        assert_eq!(s.life("r", "t-1", &ghost, &probe, &cache), Life::Alive);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let cache = RefCell::new(None);
+        assert_eq!(s.life("r", "t-1", &ghost, &probe, &cache), Life::Gone);
+        assert_eq!(s.life("r", "t-2", &ghost, &probe, &cache), Life::Gone);
+        let _ = std::fs::remove_dir_all(s.dir.parent().unwrap());
+    }
+}

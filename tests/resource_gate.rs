@@ -1,0 +1,780 @@
+//! End-to-end tests of resource coordination through the real `peer` and `peer-res` binaries,
+//! each in its own temporary namespace. Ordering is established through files and the
+//! coordinator's own state, never through sleeps; every wait is bounded.
+
+use peerwire::error::Code;
+use peerwire::resource::model::name_hash;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PEER: &str = env!("CARGO_BIN_EXE_peer");
+const PEER_RES: &str = env!("CARGO_BIN_EXE_peer-res");
+/// Upper bound for any condition a test waits for.
+const BOUND: Duration = Duration::from_secs(30);
+
+/// A private namespace, removed when the test ends.
+struct Ns {
+    home: PathBuf,
+}
+
+impl Ns {
+    fn new(tag: &str) -> Ns {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let home =
+            std::env::temp_dir().join(format!("pw-restest-{tag}-{}-{nanos:x}", std::process::id()));
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        Ns { home }
+    }
+
+    fn with_control(tag: &str) -> Ns {
+        let ns = Ns::new(tag);
+        let cfg = r#"{"sessions":{"communication":{"allowResourceControl":true}}}"#;
+        std::fs::write(ns.home.join("config.json"), cfg).unwrap();
+        std::fs::set_permissions(
+            ns.home.join("config.json"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+        ns
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.home.join(name)
+    }
+
+    fn peer(&self) -> Command {
+        let mut c = Command::new(PEER);
+        c.arg("--home")
+            .arg(&self.home)
+            .stdin(Stdio::null())
+            .env_remove("PEER_CONTROL")
+            .env_remove("PEER_HOLDER_PID");
+        c.env_remove("PEER_CAPABILITIES");
+        c
+    }
+
+    /// Starts `peer run --resource NAME [extra…] -- sh -c SCRIPT` in the namespace directory.
+    fn gate(&self, name: &str, extra: &[&str], script: &str) -> Child {
+        let mut c = self.peer();
+        c.current_dir(&self.home)
+            .args(["run", "--resource", name])
+            .args(extra)
+            .args(["--", "sh", "-c", script]);
+        c.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// `peer-res --json NAME`, parsed (one object).
+    fn status(&self, name: &str) -> Value {
+        let out = Command::new(PEER_RES)
+            .arg("--home")
+            .arg(&self.home)
+            .args(["--json", name])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "peer-res failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.lines()
+            .next()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .unwrap_or(Value::Null)
+    }
+
+    fn tickets(&self, name: &str, list: &str) -> Vec<String> {
+        let s = self.status(name);
+        s[list]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|h| h["ticket"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.file(name)).unwrap_or_default()
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.home);
+    }
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + BOUND;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits (bounded) for a child and collects its output.
+fn finish(mut child: Child) -> Output {
+    let deadline = Instant::now() + BOUND;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("a peer process did not finish within {BOUND:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn code_of(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A command that logs enter/exit with ticket, token and a nanosecond clock, and holds for
+/// a moment so a competitor would overlap if the gate let it in.
+const LOGGED: &str = r#"echo "enter $PEER_TICKET $PEER_FENCING_TOKEN $(date +%s%N)" >> log; sleep 0.02; echo "exit $PEER_TICKET $(date +%s%N)" >> log"#;
+
+fn fifo_run(n: usize) {
+    let ns = Ns::new(&format!("fifo{n}"));
+    let first = format!("while [ ! -f go ]; do sleep 0.01; done; {LOGGED}");
+    let mut gates = vec![ns.gate("port:3000", &[], &first)];
+    wait_until("t-1 to hold", || {
+        ns.tickets("port:3000", "holders") == ["t-1"]
+    });
+    for k in 2..=n {
+        gates.push(ns.gate("port:3000", &[], LOGGED));
+        let want = format!("t-{k}");
+        wait_until(&format!("{want} to queue"), || {
+            ns.tickets("port:3000", "queue").last() == Some(&want)
+        });
+    }
+    std::fs::write(ns.file("go"), b"").unwrap();
+    for g in gates {
+        let out = finish(g);
+        assert_eq!(code_of(&out), 0, "{}", stderr(&out));
+    }
+    let log = ns.read("log");
+    let lines: Vec<Vec<&str>> = log.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines.len(), 2 * n, "{log}");
+    let mut last_exit = 0u128;
+    let mut last_token = 0u64;
+    for (i, pair) in lines.chunks(2).enumerate() {
+        let (enter, exit) = (&pair[0], &pair[1]);
+        let ticket = format!("t-{}", i + 1);
+        assert_eq!(
+            (enter[0], enter[1]),
+            ("enter", ticket.as_str()),
+            "FIFO order broken: {log}"
+        );
+        assert_eq!(
+            (exit[0], exit[1]),
+            ("exit", ticket.as_str()),
+            "two holders overlapped: {log}"
+        );
+        let token: u64 = enter[2].parse().unwrap();
+        assert!(
+            token > last_token,
+            "fencing tokens must strictly increase: {log}"
+        );
+        last_token = token;
+        let (t_in, t_out): (u128, u128) = (enter[3].parse().unwrap(), exit[2].parse().unwrap());
+        assert!(
+            t_in >= last_exit && t_out >= t_in,
+            "intervals overlap: {log}"
+        );
+        last_exit = t_out;
+    }
+    let s = ns.status("port:3000");
+    assert!(
+        s["holders"].as_array().unwrap().is_empty() && s["queue"].as_array().unwrap().is_empty()
+    );
+    assert!(
+        s["launches"].as_array().unwrap().is_empty(),
+        "ledger entries are removed: {s}"
+    );
+}
+
+#[test]
+fn two_concurrent_gates_never_overlap_and_keep_fifo_order() {
+    fifo_run(2);
+}
+
+#[test]
+fn ten_concurrent_gates_never_overlap_and_keep_fifo_order() {
+    fifo_run(10);
+}
+
+#[test]
+fn sigkill_of_a_holding_gate_lets_the_next_ticket_proceed() {
+    let ns = Ns::new("kill");
+    let mut holder = ns.gate("port:3000", &[], "echo $$ > holder.pid; exec sleep 30");
+    wait_until("t-1 to hold", || {
+        ns.tickets("port:3000", "holders") == ["t-1"]
+    });
+    let next = ns.gate("port:3000", &[], "echo next >> log");
+    wait_until("t-2 to queue", || {
+        ns.tickets("port:3000", "queue") == ["t-2"]
+    });
+    wait_until("the holder's command to start", || {
+        !ns.read("holder.pid").is_empty()
+    });
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let out = finish(next);
+    assert_eq!(code_of(&out), 0, "{}", stderr(&out));
+    assert_eq!(ns.read("log"), "next\n");
+    let pid: i32 = ns.read("holder.pid").trim().parse().unwrap();
+    // The holder's command died with its gate (parent-death signal): nothing is left holding.
+    wait_until("the killed gate's command to end", || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z"))
+    });
+    assert!(ns.tickets("port:3000", "holders").is_empty());
+}
+
+#[test]
+fn a_killed_gates_surviving_workload_keeps_the_grant_until_it_ends() {
+    let ns = Ns::new("orphan");
+    let mut holder = ns.gate("port:3000", &[], "sleep 30 & echo $! > bg.pid; wait");
+    wait_until("the workload to start", || {
+        ns.read("bg.pid").ends_with('\n')
+    });
+    let next = ns.gate("port:3000", &[], "echo next >> log");
+    wait_until("t-2 to queue", || {
+        ns.tickets("port:3000", "queue") == ["t-2"]
+    });
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    // This status is a transaction: it sweeps, and the workload's process group still runs.
+    let out = ns
+        .peer()
+        .args(["--json", "res", "status", "port:3000"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["resources"][0]["holders"][0]["ticket"], "t-1", "{v}");
+    assert_eq!(
+        v["resources"][0]["holders"][0]["life"], "gone",
+        "the gate is gone, its workload is not"
+    );
+    assert_eq!(ns.read("log"), "");
+    let bg = ns.read("bg.pid").trim().to_string();
+    assert!(Command::new("kill").arg(&bg).status().unwrap().success());
+    let out = finish(next);
+    assert_eq!(code_of(&out), 0, "{}", stderr(&out));
+    assert_eq!(ns.read("log"), "next\n");
+}
+
+#[test]
+fn a_double_forked_grandchild_is_owned_and_waited_for() {
+    let ns = Ns::new("fork");
+    let first = ns.gate("port:3000", &[], "(sleep 0.3; echo done >> log) & exit 0");
+    wait_until("t-1 to hold", || {
+        ns.tickets("port:3000", "holders") == ["t-1"]
+    });
+    let second = ns.gate("port:3000", &[], "echo second >> log");
+    let out = finish(first);
+    assert_eq!(code_of(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        ns.read("log"),
+        "done\n",
+        "the gate must exit only after the grandchild"
+    );
+    assert_eq!(code_of(&finish(second)), 0);
+    assert_eq!(
+        ns.read("log"),
+        "done\nsecond\n",
+        "the grant is released only after the grandchild"
+    );
+}
+
+#[test]
+fn capacity_two_admits_two_at_once_but_not_three() {
+    let ns = Ns::new("cap2");
+    let script = "echo in >> log; while [ ! -f go ]; do sleep 0.01; done";
+    let gates: Vec<Child> = (0..3)
+        .map(|_| ns.gate("build", &["--capacity", "2"], script))
+        .collect();
+    wait_until("two holders and one waiter", || {
+        let s = ns.status("build");
+        s["holders"].as_array().map_or(0, Vec::len) == 2
+            && s["queue"].as_array().map_or(0, Vec::len) == 1
+    });
+    wait_until("both holders to run", || ns.read("log") == "in\nin\n");
+    assert_eq!(ns.status("build")["capacity"], 2);
+    std::fs::write(ns.file("go"), b"").unwrap();
+    for g in gates {
+        assert_eq!(code_of(&finish(g)), 0);
+    }
+    assert_eq!(ns.read("log"), "in\nin\nin\n");
+}
+
+#[test]
+fn a_corrupt_resource_file_is_recovery_required_and_left_unchanged() {
+    let ns = Ns::new("corrupt");
+    assert_eq!(code_of(&finish(ns.gate("port:3000", &[], "true"))), 0);
+    let path = ns
+        .home
+        .join("peer-resources")
+        .join(format!("{}.json", name_hash("port:3000")));
+    let garbage = b"{\"version\": 1, \"name\": \"port:3000\", truncated".to_vec();
+    std::fs::write(&path, &garbage).unwrap();
+    let out = finish(ns.gate("port:3000", &[], "echo ran >> log"));
+    assert_eq!(
+        code_of(&out),
+        Code::RecoveryRequired.exit_status(),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).starts_with("peer: RECOVERY_REQUIRED: "),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        garbage,
+        "the file must be left exactly as it was"
+    );
+    assert_eq!(ns.read("log"), "", "nothing ran");
+    let viewer = Command::new(PEER_RES)
+        .arg("--home")
+        .arg(&ns.home)
+        .output()
+        .unwrap();
+    assert_eq!(
+        viewer.status.code(),
+        Some(Code::RecoveryRequired.exit_status())
+    );
+    assert!(String::from_utf8_lossy(&viewer.stderr).starts_with("peer-res: RECOVERY_REQUIRED: "));
+}
+
+#[test]
+fn a_request_without_resource_request_capability_is_refused() {
+    let ns = Ns::new("cap");
+    let out = ns
+        .peer()
+        .env("PEER_CAPABILITIES", "")
+        .args(["run", "--resource", "r", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code_of(&out), Code::CapabilityDenied.exit_status());
+    assert!(
+        stderr(&out).starts_with("peer: CAPABILITY_DENIED: "),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_short_wait_times_out_and_authorizes_nothing() {
+    let ns = Ns::new("timeout");
+    let holder = ns.gate("port:3000", &[], "while [ ! -f go ]; do sleep 0.01; done");
+    wait_until("t-1 to hold", || {
+        ns.tickets("port:3000", "holders") == ["t-1"]
+    });
+    let out = finish(ns.gate("port:3000", &["--wait", "100"], "echo ran >> log"));
+    assert_eq!(
+        code_of(&out),
+        Code::ResourceWaitTimeout.exit_status(),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("nothing was authorized"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(ns.read("log"), "");
+    assert!(
+        ns.tickets("port:3000", "queue").is_empty(),
+        "the timed-out ticket is cancelled"
+    );
+    assert_eq!(ns.tickets("port:3000", "holders"), ["t-1"]);
+    std::fs::write(ns.file("go"), b"").unwrap();
+    assert_eq!(code_of(&finish(holder)), 0);
+}
+
+#[test]
+fn fencing_tokens_strictly_increase_across_grants_and_exit_status_is_passed_through() {
+    let ns = Ns::new("tokens");
+    for expect in 1..=3 {
+        let out = finish(ns.gate(
+            "r",
+            &[],
+            "echo $PEER_FENCING_TOKEN $PEER_RESOURCE $PEER_TICKET >> log; exit 7",
+        ));
+        assert_eq!(code_of(&out), 7);
+        assert!(
+            ns.read("log")
+                .ends_with(&format!("{expect} r t-{expect}\n")),
+            "{}",
+            ns.read("log")
+        );
+    }
+    let out = finish(ns.gate("r", &[], "kill -TERM $$"));
+    assert_eq!(
+        code_of(&out),
+        128 + 15,
+        "a command killed by a signal exits 128+N"
+    );
+}
+
+#[test]
+fn peer_res_json_shows_holder_queue_and_launch() {
+    let ns = Ns::new("view");
+    let holder = ns.gate("port:3000", &[], "while [ ! -f go ]; do sleep 0.01; done");
+    wait_until("t-1 to hold", || {
+        ns.tickets("port:3000", "holders") == ["t-1"]
+    });
+    let waiter = ns.gate("port:3000", &[], "true");
+    wait_until("t-2 to queue", || {
+        ns.tickets("port:3000", "queue") == ["t-2"]
+    });
+    let s = ns.status("port:3000");
+    assert_eq!(s["resource"], "port:3000");
+    assert_eq!(
+        (
+            s["policy"].as_str(),
+            s["epoch"].as_u64(),
+            s["capacity"].as_u64()
+        ),
+        (Some("automatic"), Some(1), Some(1))
+    );
+    let h = &s["holders"][0];
+    assert_eq!(
+        (
+            h["ticket"].as_str(),
+            h["token"].as_u64(),
+            h["life"].as_str()
+        ),
+        (Some("t-1"), Some(1), Some("alive"))
+    );
+    assert_eq!(h["admitted"], true);
+    assert_eq!(s["queue"][0]["position"], 1);
+    assert_eq!(s["launches"][0]["ticket"], "t-1");
+    assert_eq!(s["launches"][0]["command"], "sh");
+    assert!(s["launches"][0]["childPid"].as_u64().is_some());
+    let human = Command::new(PEER_RES)
+        .arg("--home")
+        .arg(&ns.home)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(human.stdout).unwrap();
+    assert!(
+        text.contains("holder") && text.contains("queue") && text.contains("launch"),
+        "{text}"
+    );
+    std::fs::write(ns.file("go"), b"").unwrap();
+    assert_eq!(code_of(&finish(holder)), 0);
+    assert_eq!(code_of(&finish(waiter)), 0);
+}
+
+/// A long-lived process standing in for a session root (`PEER_HOLDER_PID`).
+struct Session(Child);
+
+impl Session {
+    fn start() -> Session {
+        Session(Command::new("sleep").arg("60").spawn().unwrap())
+    }
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn res(ns: &Ns, who: &str, session: Option<&Session>, args: &[&str]) -> Output {
+    let mut c = ns.peer();
+    c.args(["--as", who, "--json", "res"]).args(args);
+    if let Some(s) = session {
+        c.env("PEER_HOLDER_PID", s.pid());
+    }
+    c.output().unwrap()
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_stale_epoch_grant_is_refused_with_stale_policy() {
+    let ns = Ns::with_control("stale");
+    let (ctl, me) = (Session::start(), Session::start());
+    assert!(
+        res(&ns, "ctl", Some(&ctl), &["set-controller", "r"])
+            .status
+            .success()
+    );
+    let queued = json_of(&res(&ns, "me", Some(&me), &["request", "r"]));
+    assert_eq!(
+        (queued["state"].as_str(), queued["ticket"].as_str()),
+        (Some("queued"), Some("t-1")),
+        "{queued}"
+    );
+    let granted = json_of(&res(&ns, "ctl", None, &["grant", "r", "t-1"]));
+    assert_eq!(
+        (granted["state"].as_str(), granted["epoch"].as_u64()),
+        (Some("granted"), Some(2)),
+        "{granted}"
+    );
+    let token = granted["token"].as_u64().unwrap().to_string();
+    let policy = json_of(&res(
+        &ns,
+        "ctl",
+        Some(&ctl),
+        &["set-controller", "r", "--capacity", "1"],
+    ));
+    assert_eq!(policy["epoch"], 3, "{policy}");
+    let mut run = ns.peer();
+    run.args([
+        "--as",
+        "me",
+        "run",
+        "--resource",
+        "r",
+        "--ticket",
+        "t-1",
+        "--",
+        "true",
+    ]);
+    let out = run.output().unwrap();
+    assert_eq!(
+        code_of(&out),
+        Code::StalePolicy.exit_status(),
+        "{}",
+        stderr(&out)
+    );
+    let out = res(&ns, "me", None, &["release", "r", "--token", &token]);
+    assert_eq!(code_of(&out), Code::StalePolicy.exit_status());
+    assert_eq!(json_of(&out)["error"]["code"], "STALE_POLICY");
+}
+
+#[test]
+fn controller_rules_through_the_cli() {
+    let ns = Ns::with_control("ctl");
+    let (one, two) = (Session::start(), Session::start());
+    assert!(
+        res(&ns, "one", Some(&one), &["set-controller", "r"])
+            .status
+            .success()
+    );
+    let out = res(&ns, "two", Some(&two), &["set-controller", "r", "--force"]);
+    assert_eq!(
+        code_of(&out),
+        Code::CapabilityDenied.exit_status(),
+        "a live controller is never replaced"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("--force"),
+        "the refusal does not hand out the override"
+    );
+    drop(one);
+    let out = res(&ns, "two", Some(&two), &["set-controller", "r"]);
+    assert_eq!(
+        code_of(&out),
+        Code::CapabilityDenied.exit_status(),
+        "a dead controller needs an explicit force"
+    );
+    let out = res(&ns, "two", Some(&two), &["set-controller", "r", "--force"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let ns2 = Ns::new("noctl");
+    let out = res(&ns2, "x", Some(&two), &["set-controller", "r"]);
+    assert_eq!(
+        code_of(&out),
+        Code::CapabilityDenied.exit_status(),
+        "allowResourceControl is false by default"
+    );
+}
+
+#[test]
+fn session_requests_release_by_principal_is_ambiguous_with_two() {
+    let ns = Ns::new("ambig");
+    let s = Session::start();
+    let out = res(&ns, "me", None, &["request", "r"]);
+    assert_eq!(
+        code_of(&out),
+        2,
+        "a request from a short-lived CLI needs a holder process"
+    );
+    for _ in 0..2 {
+        let g = json_of(&res(
+            &ns,
+            "me",
+            Some(&s),
+            &["request", "r", "--capacity", "2"],
+        ));
+        assert_eq!(g["state"], "granted", "{g}");
+    }
+    let out = res(&ns, "me", None, &["release", "r"]);
+    assert_eq!(code_of(&out), Code::AmbiguousTarget.exit_status());
+    assert!(
+        res(&ns, "me", None, &["release", "r", "--ticket", "t-1"])
+            .status
+            .success()
+    );
+    assert!(
+        res(&ns, "me", None, &["release", "r"]).status.success(),
+        "one reservation left: unambiguous"
+    );
+    let out = res(&ns, "me", None, &["status", "r"]);
+    let v = json_of(&out);
+    assert_eq!(
+        v["resources"][0]["holders"].as_array().map(Vec::len),
+        Some(0),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_holder_without_decidable_evidence_needs_an_operator() {
+    let ns = Ns::new("unknown");
+    let s = Session::start();
+    let g = json_of(&res(&ns, "me", Some(&s), &["request", "r"]));
+    assert_eq!(g["state"], "granted", "{g}");
+    let path = ns
+        .home
+        .join("peer-resources")
+        .join(format!("{}.json", name_hash("r")));
+    let mut state: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    state["holders"][0]["evidence"]["start_time"] = 0.into();
+    std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+    let out = finish(ns.gate("r", &[], "echo ran >> log"));
+    assert_eq!(
+        code_of(&out),
+        Code::RecoveryRequired.exit_status(),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("verify that process"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(ns.status("r")["holders"][0]["life"], "unknown");
+    drop(s);
+    assert_eq!(
+        ns.tickets("r", "holders"),
+        ["t-1"],
+        "never reclaimed without evidence"
+    );
+    assert!(
+        res(&ns, "me", None, &["release", "r", "--ticket", "t-1"])
+            .status
+            .success()
+    );
+    assert_eq!(code_of(&finish(ns.gate("r", &[], "echo ran >> log"))), 0);
+    assert_eq!(ns.read("log"), "ran\n");
+}
+
+#[test]
+fn an_interactive_command_gets_the_terminal_foreground() {
+    // `script` (util-linux) runs the gate on a fresh pseudo-terminal. Without the hand-over the
+    // command, in its own process group, would be stopped by SIGTTOU at `stty`.
+    let ns = Ns::new("tty");
+    let inner = format!(
+        "{PEER} --home {} run --resource r -- sh -c 'stty -echo; read x; echo got $x; stty echo'",
+        ns.home.display()
+    );
+    let mut child = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the util-linux `script` command is needed for this test");
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"hello\n").unwrap();
+    let deadline = Instant::now() + BOUND;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the command under peer run was stopped instead of reading the terminal");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("got hello"),
+        "{:?}",
+        out
+    );
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn under_a_controller_a_waiting_gate_runs_when_the_controller_grants_it() {
+    let ns = Ns::with_control("grant");
+    let ctl = Session::start();
+    assert!(
+        res(&ns, "ctl", Some(&ctl), &["set-controller", "r"])
+            .status
+            .success()
+    );
+    let gate = ns.gate("r", &[], "echo ran $PEER_FENCING_TOKEN >> log");
+    wait_until("t-1 to queue", || ns.tickets("r", "queue") == ["t-1"]);
+    assert_eq!(ns.status("r")["policy"], "controlled");
+    let out = res(&ns, "someone", None, &["grant", "r", "t-1"]);
+    assert_eq!(
+        code_of(&out),
+        Code::CapabilityDenied.exit_status(),
+        "only the controller grants"
+    );
+    let g = json_of(&res(&ns, "ctl", None, &["grant", "r", "t-1"]));
+    assert_eq!(g["state"], "granted", "{g}");
+    let out = finish(gate);
+    assert_eq!(code_of(&out), 0, "{}", stderr(&out));
+    assert_eq!(ns.read("log"), format!("ran {}\n", g["token"]));
+}
+
+#[test]
+fn signals_reach_descendants_that_left_the_process_group() {
+    let ns = Ns::new("setsid");
+    let inner =
+        r#"trap 'echo term >> log; exit 0' TERM; echo ready >> log; while :; do sleep 0.02; done"#;
+    let script = format!("setsid sh -c \"{inner}\" & exit 0");
+    let mut gate = ns.gate("r", &[], &script);
+    wait_until("the detached descendant to start", || {
+        ns.read("log") == "ready\n"
+    });
+    let child = ns.status("r")["launches"][0]["childPid"].as_u64().unwrap();
+    // Once the gate has reaped its direct child, the detached descendant is re-parented to it.
+    wait_until("the direct child to be reaped", || {
+        !Path::new(&format!("/proc/{child}")).exists()
+    });
+    assert!(
+        gate.try_wait().unwrap().is_none(),
+        "the gate waits for the detached descendant"
+    );
+    let pid = gate.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = finish(gate);
+    assert_eq!(code_of(&out), 0, "{}", stderr(&out));
+    assert_eq!(ns.read("log"), "ready\nterm\n");
+    assert!(ns.tickets("r", "holders").is_empty());
+}
