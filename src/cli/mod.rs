@@ -44,6 +44,11 @@ fn commands() -> Vec<(&'static str, &'static str, Command)> {
             "list live peers in scope (same as peer-dir)",
             dir::cmd,
         ),
+        (
+            "bench",
+            "measure peerwire against this machine's floors (built-in benchmark)",
+            crate::bench::cmd,
+        ),
     ]
 }
 
