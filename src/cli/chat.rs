@@ -9,7 +9,7 @@ use crate::error::{Code, Error, Result};
 use crate::mention;
 use crate::runtime::session::Session;
 use parking_lot::Mutex;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, json};
 use std::ffi::OsString;
 use std::io::{BufRead, Read, Write};
 use std::sync::Arc;
@@ -78,7 +78,11 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         let (composer, stop) = (composer.clone(), stop.clone());
         std::thread::spawn(move || watch(watcher, composer, stop, tty))
     };
-    let result = if tty { interactive(session, &composer) } else { line_mode(session, &composer) };
+    let result = if tty {
+        interactive(session, &composer)
+    } else {
+        line_mode(session, &composer)
+    };
     stop.store(true, Ordering::SeqCst);
     let _ = w.join();
     result.map(|_| 0)
@@ -94,24 +98,38 @@ fn watch(mut session: Session, composer: Arc<Mutex<Composer>>, stop: Arc<AtomicB
         if let Some(n) = after {
             a.insert("after".into(), json!(n));
         }
-        let page = match session.tool("peer_messages", Value::Object(a), envelope.clone()) {
+        let page = match session.tool(
+            "peer_messages",
+            serde_json::Value::Object(a),
+            envelope.clone(),
+        ) {
             Ok(p) => p,
             Err(_) => {
                 std::thread::sleep(std::time::Duration::from_millis(500));
                 continue;
             }
         };
-        if let Some(c) = page.get("cursor").and_then(Value::as_u64) {
+        if let Some(c) = page.get("cursor").and_then(serde_json::Value::as_u64) {
             after = Some(c);
         }
         if let Some(c) = page.get("eventCursor") {
             envelope.insert("eventsAfter".into(), c.clone());
         }
         let mut lines = Vec::new();
-        for m in page.get("messages").and_then(Value::as_array).into_iter().flatten() {
+        for m in page
+            .get("messages")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             lines.push(describe_message(m));
         }
-        for e in page.get("events").and_then(Value::as_array).into_iter().flatten() {
+        for e in page
+            .get("events")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             lines.push(format!("receipt: {}", describe_receipt(e)));
         }
         if lines.is_empty() {
@@ -144,27 +162,56 @@ fn submit(session: &mut Session, composer: &Mutex<Composer>, line: &str) -> Resu
     }
     if line == "/who" {
         let page = session.tool("list_peers", json!({}), Map::new())?;
-        for p in page.get("peers").and_then(Value::as_array).into_iter().flatten() {
-            let s = |k: &str| p.get(k).and_then(Value::as_str).map(|v| crate::sanitize::line(v, 60)).unwrap_or_else(|| "-".into());
-            say(&format!("  {} {} {}", s("alias"), s("peerId"), s("workspace")));
+        for p in page
+            .get("peers")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let s = |k: &str| {
+                p.get(k)
+                    .and_then(serde_json::Value::as_str)
+                    .map(|v| crate::sanitize::line(v, 60))
+                    .unwrap_or_else(|| "-".into())
+            };
+            say(&format!(
+                "  {} {} {}",
+                s("alias"),
+                s("peerId"),
+                s("workspace")
+            ));
         }
         return Ok(true);
     }
     if let Some(to) = line.strip_prefix("/to ") {
-        let to = mention::normalize_target(to.trim()).ok_or_else(|| Error::new(Code::Usage, "/to needs an alias or peerId"))?;
+        let to = mention::normalize_target(to.trim())
+            .ok_or_else(|| Error::new(Code::Usage, "/to needs an alias or peerId"))?;
         composer.lock().recipient = Some(to);
         return Ok(true);
     }
     let m = mention::parse(line);
-    let to = match m.leading_recipient.clone().or_else(|| composer.lock().recipient.clone()) {
+    let to = match m
+        .leading_recipient
+        .clone()
+        .or_else(|| composer.lock().recipient.clone())
+    {
         Some(t) => t,
-        None => return Err(Error::new(Code::Usage, "no recipient: start the line with @alias or use /to alias")),
+        None => {
+            return Err(Error::new(
+                Code::Usage,
+                "no recipient: start the line with @alias or use /to alias",
+            ));
+        }
     };
     if m.body.trim().is_empty() {
         composer.lock().recipient = Some(to);
         return Ok(true);
     }
-    let receipt = session.tool("send_peer_message", json!({"to": to, "content": m.body}), Map::new())?;
+    let receipt = session.tool(
+        "send_peer_message",
+        json!({"to": to, "content": m.body}),
+        Map::new(),
+    )?;
     composer.lock().recipient = Some(to);
     say(&describe_receipt(&receipt));
     Ok(true)
@@ -179,7 +226,8 @@ fn say(text: &str) {
 fn line_mode(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
-        let line = line.map_err(|e| Error::new(Code::Io, format!("cannot read standard input: {e}")))?;
+        let line =
+            line.map_err(|e| Error::new(Code::Io, format!("cannot read standard input: {e}")))?;
         match submit(&mut session, composer, &line) {
             Ok(true) => {}
             Ok(false) => break,
@@ -195,16 +243,23 @@ struct RawMode(nix::sys::termios::Termios);
 
 impl Drop for RawMode {
     fn drop(&mut self) {
-        let _ = nix::sys::termios::tcsetattr(std::io::stdin(), nix::sys::termios::SetArg::TCSANOW, &self.0);
+        let _ = nix::sys::termios::tcsetattr(
+            std::io::stdin(),
+            nix::sys::termios::SetArg::TCSANOW,
+            &self.0,
+        );
     }
 }
 
 fn raw_mode() -> Result<RawMode> {
     use nix::sys::termios::{self, LocalFlags, SetArg};
-    let saved = termios::tcgetattr(std::io::stdin()).map_err(|e| Error::new(Code::Io, format!("cannot read terminal mode: {e}")))?;
+    let saved = termios::tcgetattr(std::io::stdin())
+        .map_err(|e| Error::new(Code::Io, format!("cannot read terminal mode: {e}")))?;
     let mut raw = saved.clone();
-    raw.local_flags.remove(LocalFlags::ICANON | LocalFlags::ECHO | LocalFlags::ISIG);
-    termios::tcsetattr(std::io::stdin(), SetArg::TCSANOW, &raw).map_err(|e| Error::new(Code::Io, format!("cannot set terminal mode: {e}")))?;
+    raw.local_flags
+        .remove(LocalFlags::ICANON | LocalFlags::ECHO | LocalFlags::ISIG);
+    termios::tcsetattr(std::io::stdin(), SetArg::TCSANOW, &raw)
+        .map_err(|e| Error::new(Code::Io, format!("cannot set terminal mode: {e}")))?;
     Ok(RawMode(saved))
 }
 
@@ -218,12 +273,18 @@ fn interactive(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
     let mut byte = [0u8; 1];
     let mut pending = Vec::new();
     loop {
-        if stdin.read(&mut byte).map_err(|e| Error::new(Code::Io, e.to_string()))? == 0 {
+        if stdin
+            .read(&mut byte)
+            .map_err(|e| Error::new(Code::Io, e.to_string()))?
+            == 0
+        {
             break;
         }
         pending.push(byte[0]);
         // Collect a whole UTF-8 character or escape sequence before acting.
-        let Some(key) = decode_key(&mut pending) else { continue };
+        let Some(key) = decode_key(&mut pending) else {
+            continue;
+        };
         let mut c = composer.lock();
         match key {
             Key::Char(ch) if c.line.len() < LINE_CHARS_MAX => {
@@ -244,8 +305,15 @@ fn interactive(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
                 if history.is_empty() {
                     continue;
                 }
-                hpos = if key == Key::Up { hpos.saturating_sub(1) } else { (hpos + 1).min(history.len()) };
-                c.line = history.get(hpos).map(|h| h.chars().collect()).unwrap_or_default();
+                hpos = if key == Key::Up {
+                    hpos.saturating_sub(1)
+                } else {
+                    (hpos + 1).min(history.len())
+                };
+                c.line = history
+                    .get(hpos)
+                    .map(|h| h.chars().collect())
+                    .unwrap_or_default();
                 c.cursor = c.line.len();
             }
             Key::Tab => {
@@ -319,16 +387,26 @@ fn decode_key(pending: &mut Vec<u8>) -> Option<Key> {
     };
     pending.clear();
     // Unknown sequences and controls are dropped, never inserted into the line.
-    if key == Key::Char('\u{0}') { None } else { Some(key) }
+    if key == Key::Char('\u{0}') {
+        None
+    } else {
+        Some(key)
+    }
 }
 
 fn peer_names(session: &mut Session) -> Vec<String> {
-    let Ok(page) = session.tool("list_peers", json!({}), Map::new()) else { return Vec::new() };
+    let Ok(page) = session.tool("list_peers", json!({}), Map::new()) else {
+        return Vec::new();
+    };
     page.get("peers")
-        .and_then(Value::as_array)
+        .and_then(serde_json::Value::as_array)
         .into_iter()
         .flatten()
-        .filter_map(|p| p.get("alias").and_then(Value::as_str).map(str::to_string))
+        .filter_map(|p| {
+            p.get("alias")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string)
+        })
         .collect()
 }
 
@@ -385,10 +463,18 @@ mod tests {
 
     #[test]
     fn completion_fills_a_unique_name() {
-        let mut c = Composer { line: "@bo".chars().collect(), cursor: 3, recipient: None };
+        let mut c = Composer {
+            line: "@bo".chars().collect(),
+            cursor: 3,
+            recipient: None,
+        };
         complete_word(&mut c, &["bob".into(), "alice".into()]);
         assert_eq!(c.line.iter().collect::<String>(), "@bob ");
-        let mut c = Composer { line: "@a".chars().collect(), cursor: 2, recipient: None };
+        let mut c = Composer {
+            line: "@a".chars().collect(),
+            cursor: 2,
+            recipient: None,
+        };
         complete_word(&mut c, &["alpha".into(), "alps".into()]);
         assert_eq!(c.line.iter().collect::<String>(), "@alp");
     }

@@ -27,7 +27,10 @@ struct LabHost {
 
 impl Drop for LabHost {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -65,20 +68,32 @@ impl Lab {
             .stderr(Stdio::inherit())
             .spawn()
             .map_err(|e| Error::new(Code::Io, format!("cannot start peer host: {e}")))?;
-        let stdout = child.stdout.take().ok_or_else(|| Error::new(Code::Io, "no stdout from peer host"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::new(Code::Io, "no stdout from peer host"))?;
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).map_err(|e| Error::new(Code::Io, e.to_string()))?;
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .map_err(|e| Error::new(Code::Io, e.to_string()))?;
         let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
         if ready.get("event").and_then(Value::as_str) != Some("ready") {
             let _ = child.kill();
-            return Err(Error::new(Code::Io, format!("peer host {alias} did not report ready")));
+            return Err(Error::new(
+                Code::Io,
+                format!("peer host {alias} did not report ready"),
+            ));
         }
         Ok(LabHost { child, ready })
     }
 
     /// Runs `peer ARGS` acting for `host`, returns parsed JSON stdout (last line).
     fn peer_as(&self, host: &LabHost, args: &[&str]) -> Result<Value> {
-        let control = host.ready.get("control").and_then(Value::as_str).unwrap_or_default();
+        let control = host
+            .ready
+            .get("control")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let out = Command::new(&self.exe)
             .arg("--home")
             .arg(&self.home)
@@ -93,13 +108,25 @@ impl Lab {
         let last = text.lines().last().unwrap_or("null");
         let v: Value = serde_json::from_str(last).unwrap_or(Value::Null);
         if !out.status.success() {
-            return Err(Error::new(Code::Io, format!("peer {} failed: {}", args.join(" "), crate::sanitize::line(last, 300))));
+            return Err(Error::new(
+                Code::Io,
+                format!(
+                    "peer {} failed: {}",
+                    args.join(" "),
+                    crate::sanitize::line(last, 300)
+                ),
+            ));
         }
         Ok(v)
     }
 
     fn show(&self, args: &[&str]) {
-        let _ = Command::new(&self.exe).arg("--home").arg(&self.home).args(args).current_dir(&self.work).status();
+        let _ = Command::new(&self.exe)
+            .arg("--home")
+            .arg(&self.home)
+            .args(args)
+            .current_dir(&self.work)
+            .status();
     }
 }
 
@@ -130,13 +157,23 @@ pub fn cmd(_ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             other => return Err(args::unexpected(other)),
         }
     }
-    let exe = std::env::current_exe().map_err(|e| Error::new(Code::Io, format!("cannot find the peer binary: {e}")))?;
-    let root = std::env::temp_dir().join(format!("peer-lab-{}-{:08x}", std::process::id(), crate::identity::random_u64() as u32));
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::new(Code::Io, format!("cannot find the peer binary: {e}")))?;
+    let root = std::env::temp_dir().join(format!(
+        "peer-lab-{}-{:08x}",
+        std::process::id(),
+        crate::identity::random_u64() as u32
+    ));
     let home = root.join("ns");
     let work = root.join("shop-api");
     crate::fsutil::ensure_private_dir(&work)?;
     println!("peer lab: namespace {}", home.display());
-    let mut lab = Lab { exe, home, work, step: 0 };
+    let mut lab = Lab {
+        exe,
+        home,
+        work,
+        step: 0,
+    };
     let started = Instant::now();
     let result = run(&mut lab);
     if !keep {
@@ -144,7 +181,11 @@ pub fn cmd(_ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     }
     match result {
         Ok(()) => {
-            println!("\npeer lab: all {} steps passed in {} ms", lab.step, started.elapsed().as_millis());
+            println!(
+                "\npeer lab: all {} steps passed in {} ms",
+                lab.step,
+                started.elapsed().as_millis()
+            );
             Ok(0)
         }
         Err(e) => Err(e),
@@ -157,35 +198,79 @@ fn run(lab: &mut Lab) -> Result<()> {
     let bob = lab.host("bob")?;
     lab.show(&["dir"]);
     let listed = list_aliases(lab)?;
-    check(listed.contains(&"alice".to_string()) && listed.contains(&"bob".to_string()), "alice and bob see each other")?;
+    check(
+        listed.contains(&"alice".to_string()) && listed.contains(&"bob".to_string()),
+        "alice and bob see each other",
+    )?;
 
     lab.say("alice sends bob a message; bob's root takes custody on disk");
     let receipt = lab.peer_as(&alice, &["send", "@bob", "The build is ready for review."])?;
-    println!("    receipt: {} #{} {}", s(&receipt, "state"), receipt.get("sequence").unwrap_or(&Value::Null), s(&receipt, "messageId"));
+    println!(
+        "    receipt: {} #{} {}",
+        s(&receipt, "state"),
+        receipt.get("sequence").unwrap_or(&Value::Null),
+        s(&receipt, "messageId")
+    );
     check(s(&receipt, "state") == "accepted", "receipt is accepted")?;
     let id = s(&receipt, "messageId").to_string();
 
     lab.say("bob reads and consumes it; alice sees the receipt move to consumed");
     let page = lab.peer_as(&bob, &["inbox"])?;
-    let got = page.get("messages").and_then(Value::as_array).and_then(|m| m.first()).cloned().unwrap_or(Value::Null);
-    println!("    bob got: {}", crate::sanitize::line(s(&got, "content"), 80));
-    check(s(&got, "messageId") == id, "bob's inbox holds alice's message")?;
+    let got = page
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|m| m.first())
+        .cloned()
+        .unwrap_or(Value::Null);
+    println!(
+        "    bob got: {}",
+        crate::sanitize::line(s(&got, "content"), 80)
+    );
+    check(
+        s(&got, "messageId") == id,
+        "bob's inbox holds alice's message",
+    )?;
     lab.peer_as(&bob, &["consume", &id])?;
-    check(wait_state(lab, &alice, &id, "consumed")?, "alice sees consumed")?;
+    check(
+        wait_state(lab, &alice, &id, "consumed")?,
+        "alice sees consumed",
+    )?;
 
     lab.say("bob replies; alice sees replied and reads the reply");
     lab.peer_as(&bob, &["reply", &id, "Reviewed: looks good."])?;
-    check(wait_state(lab, &alice, &id, "replied")?, "alice sees replied")?;
+    check(
+        wait_state(lab, &alice, &id, "replied")?,
+        "alice sees replied",
+    )?;
     let page = lab.peer_as(&alice, &["inbox"])?;
-    let reply = page.get("messages").and_then(Value::as_array).and_then(|m| m.first()).cloned().unwrap_or(Value::Null);
-    check(s(&reply, "replyTo") == id, "the reply names the original message")?;
-    check(s(&reply, "correlationId") == s(&receipt, "correlationId"), "the reply keeps the correlation")?;
+    let reply = page
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|m| m.first())
+        .cloned()
+        .unwrap_or(Value::Null);
+    check(
+        s(&reply, "replyTo") == id,
+        "the reply names the original message",
+    )?;
+    check(
+        s(&reply, "correlationId") == s(&receipt, "correlationId"),
+        "the reply keeps the correlation",
+    )?;
 
     lab.say("alice and bob both start a dev server on port:3000; the gate runs them one at a time");
     let log = lab.work.join("port-3000.log");
-    let script = format!("echo \"enter $(date +%s%N) $PEER_FENCING_TOKEN\" >> '{0}'; sleep 0.3; echo \"exit $(date +%s%N)\" >> '{0}'", log.display());
+    let script = format!(
+        "echo \"enter $(date +%s%N) $PEER_FENCING_TOKEN\" >> '{0}'; sleep 0.3; echo \"exit $(date +%s%N)\" >> '{0}'",
+        log.display()
+    );
     let spawn = |host: &LabHost| -> Result<Child> {
-        let control = host.ready.get("control").and_then(Value::as_str).unwrap_or_default().to_string();
+        let control = host
+            .ready
+            .get("control")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         Command::new(&lab.exe)
             .arg("--home")
             .arg(&lab.home)
@@ -199,9 +284,17 @@ fn run(lab: &mut Lab) -> Result<()> {
     let mut a = spawn(&alice)?;
     let mut b = spawn(&bob)?;
     let (sa, sb) = (a.wait(), b.wait());
-    check(sa.is_ok_and(|s| s.success()) && sb.is_ok_and(|s| s.success()), "both commands ran and exited 0")?;
+    check(
+        sa.is_ok_and(|s| s.success()) && sb.is_ok_and(|s| s.success()),
+        "both commands ran and exited 0",
+    )?;
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    print!("{}", text.lines().map(|l| format!("    {l}\n")).collect::<String>());
+    print!(
+        "{}",
+        text.lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    );
     check(no_overlap(&text), "never two holders at once")?;
     lab.show(&["res", "status", "port:3000"]);
     drop(bob);

@@ -2,8 +2,11 @@
 //! an `Error` into `peer: CODE: message` (or a JSON object) and an exit status.
 
 pub mod args;
+pub mod chat;
 pub mod dir;
 pub mod host;
+pub mod lab;
+pub mod msg;
 
 use crate::error::{Code, Error, Result};
 use std::ffi::OsString;
@@ -44,6 +47,17 @@ fn commands() -> Vec<(&'static str, &'static str, Command)> {
             "list live peers in scope (same as peer-dir)",
             dir::cmd,
         ),
+        ("send", "send a message with proof of custody", msg::send),
+        (
+            "inbox",
+            "read this session's messages and receipts",
+            msg::inbox,
+        ),
+        ("reply", "reply to a received message", msg::reply),
+        ("consume", "mark a received message consumed", msg::consume),
+        ("status", "show the receipt of a sent message", msg::status),
+        ("chat", "interactive chat with peers", chat::cmd),
+        ("lab", "run the two-session demo", lab::cmd),
         (
             "bench",
             "measure peerwire against this machine's floors (built-in benchmark)",

@@ -10,7 +10,8 @@ use serde_json::{Map, Value, json};
 use std::ffi::OsString;
 use std::io::Read;
 
-pub const SEND_HELP: &str = "usage: peer send TO (TEXT | -) [--topic T] [--reply-to MSGID] [--message-id ID]
+pub const SEND_HELP: &str =
+    "usage: peer send TO (TEXT | -) [--topic T] [--reply-to MSGID] [--message-id ID]
                  [--wait-receipt accepted|prepared|consumed|replied] [--timeout MS]
 
 Sends TEXT (or standard input with -) to TO: an @alias, an alias or an exact peerId. Prints the
@@ -18,7 +19,8 @@ custody receipt once the recipient has the message on disk. With --wait-receipt,
 --timeout milliseconds (default 30000) for the receipt to reach STATE.
 ";
 
-pub const INBOX_HELP: &str = "usage: peer inbox [--after N] [--from PEER] [--reply-to MSGID] [--message-id ID]
+pub const INBOX_HELP: &str =
+    "usage: peer inbox [--after N] [--from PEER] [--reply-to MSGID] [--message-id ID]
                   [--wait MS] [--follow]
 
 Prints this session's messages after sequence N and the receipts of its own sent messages.
@@ -55,7 +57,10 @@ fn read_text(arg: &str, limit: u64) -> Result<String> {
         .read_to_end(&mut buf)
         .map_err(|e| Error::new(Code::Io, format!("cannot read standard input: {e}")))?;
     if buf.len() as u64 > limit {
-        return Err(Error::new(Code::MessageTooLarge, format!("standard input is over the {limit}-byte message limit")));
+        return Err(Error::new(
+            Code::MessageTooLarge,
+            format!("standard input is over the {limit}-byte message limit"),
+        ));
     }
     String::from_utf8(buf).map_err(|_| Error::new(Code::Usage, "standard input is not UTF-8 text"))
 }
@@ -69,9 +74,16 @@ pub fn send(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let (mut wait_state, mut timeout) = (None, 30_000u64);
     while let Some(arg) = p.next().map_err(args::usage)? {
         match arg {
-            Long("topic") => drop(tool_args.insert("topic".into(), json!(args::string(&mut p, "--topic")?))),
-            Long("reply-to") => drop(tool_args.insert("replyTo".into(), json!(args::string(&mut p, "--reply-to")?))),
-            Long("message-id") => drop(envelope.insert("messageId".into(), json!(args::string(&mut p, "--message-id")?))),
+            Long("topic") => {
+                drop(tool_args.insert("topic".into(), json!(args::string(&mut p, "--topic")?)))
+            }
+            Long("reply-to") => {
+                drop(tool_args.insert("replyTo".into(), json!(args::string(&mut p, "--reply-to")?)))
+            }
+            Long("message-id") => drop(envelope.insert(
+                "messageId".into(),
+                json!(args::string(&mut p, "--message-id")?),
+            )),
             Long("wait-receipt") => wait_state = Some(args::string(&mut p, "--wait-receipt")?),
             Long("timeout") => timeout = args::millis(&mut p, "--timeout")?,
             Long("help") | Short('h') => return help(SEND_HELP),
@@ -81,15 +93,25 @@ pub fn send(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         }
     }
     let (Some(to), Some(text)) = (to, text) else {
-        return Err(Error::new(Code::Usage, "peer send needs TO and TEXT (or - for standard input)"));
+        return Err(Error::new(
+            Code::Usage,
+            "peer send needs TO and TEXT (or - for standard input)",
+        ));
     };
     let mut session = Session::open(ctx)?;
     let content = read_text(&text, session.limits().message_bytes.max(1))?;
     tool_args.insert("to".into(), json!(to));
     tool_args.insert("content".into(), json!(content));
-    let mut receipt = session.tool("send_peer_message", Value::Object(tool_args), envelope)?;
+    let mut receipt = session.tool(
+        "send_peer_message",
+        serde_json::Value::Object(tool_args),
+        envelope,
+    )?;
     if let Some(state) = wait_state {
-        let message_id = receipt.get("messageId").cloned().unwrap_or(Value::Null);
+        let message_id = receipt
+            .get("messageId")
+            .cloned()
+            .unwrap_or(serde_json::Value::Null);
         let params = json!({"messageId": message_id, "state": state, "waitMs": timeout});
         receipt = session.call("local.wait_receipt", params, timeout.saturating_add(5_000))?;
     }
@@ -104,10 +126,35 @@ pub fn send(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
 
 /// One human line for a receipt.
 pub fn describe_receipt(r: &Value) -> String {
-    let s = |k: &str| r.get(k).and_then(Value::as_str).map(|v| sanitize::line(v, 80)).unwrap_or_else(|| "-".into());
-    let seq = r.get("sequence").and_then(Value::as_u64).map(|n| format!(" as #{n}")).unwrap_or_default();
-    let err = r.get("error").and_then(|e| e.get("code")).and_then(Value::as_str).map(|c| format!(" ({c})")).unwrap_or_default();
-    format!("{} {}{seq}: message {} (correlation {}){err}", s("state"), s("to"), s("messageId"), s("correlationId"))
+    let s = |k: &str| {
+        r.get(k)
+            .and_then(serde_json::Value::as_str)
+            .map(|v| sanitize::line(v, 80))
+            .unwrap_or_else(|| "-".into())
+    };
+    let seq = r
+        .get("sequence")
+        .and_then(serde_json::Value::as_u64)
+        .map(|n| format!(" as #{n}"))
+        .unwrap_or_default();
+    let err = r
+        .get("error")
+        .and_then(|e| e.get("code"))
+        .or_else(|| r.get("code"))
+        .and_then(serde_json::Value::as_str)
+        .map(|c| format!(" ({c})"))
+        .unwrap_or_default();
+    let to = if r.get("to").and_then(serde_json::Value::as_str).is_some() {
+        s("to")
+    } else {
+        s("toPeerId")
+    };
+    format!(
+        "{} {to}{seq}: message {} (correlation {}){err}",
+        s("state"),
+        s("messageId"),
+        s("correlationId")
+    )
 }
 
 pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
@@ -117,11 +164,22 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let mut follow = false;
     while let Some(arg) = p.next().map_err(args::usage)? {
         match arg {
-            Long("after") => drop(tool_args.insert("after".into(), json!(args::number(&mut p, "--after")?))),
-            Long("from") => drop(tool_args.insert("from".into(), json!(args::string(&mut p, "--from")?))),
-            Long("reply-to") => drop(tool_args.insert("replyTo".into(), json!(args::string(&mut p, "--reply-to")?))),
-            Long("message-id") => drop(tool_args.insert("messageId".into(), json!(args::string(&mut p, "--message-id")?))),
-            Long("wait") => drop(tool_args.insert("waitMs".into(), json!(args::millis(&mut p, "--wait")?))),
+            Long("after") => {
+                drop(tool_args.insert("after".into(), json!(args::number(&mut p, "--after")?)))
+            }
+            Long("from") => {
+                drop(tool_args.insert("from".into(), json!(args::string(&mut p, "--from")?)))
+            }
+            Long("reply-to") => {
+                drop(tool_args.insert("replyTo".into(), json!(args::string(&mut p, "--reply-to")?)))
+            }
+            Long("message-id") => drop(tool_args.insert(
+                "messageId".into(),
+                json!(args::string(&mut p, "--message-id")?),
+            )),
+            Long("wait") => {
+                drop(tool_args.insert("waitMs".into(), json!(args::millis(&mut p, "--wait")?)))
+            }
             Long("follow") => follow = true,
             Long("help") | Short('h') => return help(INBOX_HELP),
             other => return Err(args::unexpected(other)),
@@ -135,12 +193,16 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         if follow {
             call_args.insert("waitMs".into(), json!(wait_max));
         }
-        let page = session.tool("peer_messages", Value::Object(call_args), envelope.clone())?;
+        let page = session.tool(
+            "peer_messages",
+            serde_json::Value::Object(call_args),
+            envelope.clone(),
+        )?;
         print_page(ctx, &page, follow);
         if !follow {
             break;
         }
-        if let Some(next) = page.get("cursor").and_then(Value::as_u64) {
+        if let Some(next) = page.get("cursor").and_then(serde_json::Value::as_u64) {
             tool_args.insert("after".into(), json!(next));
         }
         if let Some(ev) = page.get("eventCursor").cloned() {
@@ -153,8 +215,14 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
 
 fn print_page(ctx: &Ctx, page: &Value, stream: bool) {
     let empty = Vec::new();
-    let messages = page.get("messages").and_then(Value::as_array).unwrap_or(&empty);
-    let events = page.get("events").and_then(Value::as_array).unwrap_or(&empty);
+    let messages = page
+        .get("messages")
+        .and_then(serde_json::Value::as_array)
+        .unwrap_or(&empty);
+    let events = page
+        .get("events")
+        .and_then(serde_json::Value::as_array)
+        .unwrap_or(&empty);
     if ctx.json {
         if stream {
             for m in messages {
@@ -182,13 +250,40 @@ fn print_page(ctx: &Ctx, page: &Value, stream: bool) {
 /// Human rendering of one inbox message: a header line and the sanitized, indented body. The
 /// text is peer data, never interpreted.
 pub fn describe_message(m: &Value) -> String {
-    let s = |k: &str| m.get(k).and_then(Value::as_str).map(|v| sanitize::line(v, 80)).unwrap_or_else(|| "-".into());
-    let seq = m.get("sequence").and_then(Value::as_u64).unwrap_or(0);
-    let topic = m.get("topic").and_then(Value::as_str).map(|t| format!(" [{}]", sanitize::line(t, 60))).unwrap_or_default();
-    let reply = m.get("replyTo").and_then(Value::as_str).map(|t| format!(" (reply to {})", sanitize::line(t, 60))).unwrap_or_default();
-    let body = sanitize::text(m.get("content").and_then(Value::as_str).unwrap_or(""));
+    let s = |k: &str| {
+        m.get(k)
+            .and_then(serde_json::Value::as_str)
+            .map(|v| sanitize::line(v, 80))
+            .unwrap_or_else(|| "-".into())
+    };
+    let seq = m
+        .get("sequence")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
+    let topic = m
+        .get("topic")
+        .and_then(serde_json::Value::as_str)
+        .map(|t| format!(" [{}]", sanitize::line(t, 60)))
+        .unwrap_or_default();
+    let reply = m
+        .get("replyTo")
+        .and_then(serde_json::Value::as_str)
+        .map(|t| format!(" (reply to {})", sanitize::line(t, 60)))
+        .unwrap_or_default();
+    let body = sanitize::text(
+        m.get("content")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or(""),
+    );
     let body: Vec<String> = body.lines().map(|l| format!("  | {l}")).collect();
-    format!("#{seq} from {} ({}){topic}{reply} — message {} [{}]\n{}", s("fromAlias"), s("from"), s("messageId"), s("state"), body.join("\n"))
+    format!(
+        "#{seq} from {} ({}){topic}{reply} — message {} [{}]\n{}",
+        s("fromAlias"),
+        s("from"),
+        s("messageId"),
+        s("state"),
+        body.join("\n")
+    )
 }
 
 pub fn reply(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
@@ -205,11 +300,18 @@ pub fn reply(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         }
     }
     let (Some(id), Some(text)) = (id, text) else {
-        return Err(Error::new(Code::Usage, "peer reply needs MSGID and TEXT (or - for standard input)"));
+        return Err(Error::new(
+            Code::Usage,
+            "peer reply needs MSGID and TEXT (or - for standard input)",
+        ));
     };
     let mut session = Session::open(ctx)?;
     let content = read_text(&text, session.limits().message_bytes.max(1))?;
-    let receipt = session.call("local.reply", json!({"messageId": id, "content": content, "topic": topic}), 0)?;
+    let receipt = session.call(
+        "local.reply",
+        json!({"messageId": id, "content": content, "topic": topic}),
+        0,
+    )?;
     if ctx.json {
         print_json(&receipt);
     } else {

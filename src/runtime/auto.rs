@@ -28,7 +28,10 @@ pub struct Budget {
 
 impl Budget {
     pub fn new(max: u64) -> Budget {
-        Budget { max, used: Mutex::new((HashMap::new(), std::collections::VecDeque::new())) }
+        Budget {
+            max,
+            used: Mutex::new((HashMap::new(), std::collections::VecDeque::new())),
+        }
     }
 
     /// Whether another automatic message may go out in this conversation.
@@ -83,9 +86,16 @@ pub struct Runner {
 
 impl Runner {
     /// Starts the handler thread. `env` is added to every handler run (control file, token).
-    pub fn start(command: Vec<String>, env: Vec<(String, String)>, budget: Arc<Budget>) -> Result<Runner> {
+    pub fn start(
+        command: Vec<String>,
+        env: Vec<(String, String)>,
+        budget: Arc<Budget>,
+    ) -> Result<Runner> {
         if command.is_empty() {
-            return Err(Error::new(Code::ConfigInvalid, "idleBehavior auto needs sessions.communication.autoCommand"));
+            return Err(Error::new(
+                Code::ConfigInvalid,
+                "idleBehavior auto needs sessions.communication.autoCommand",
+            ));
         }
         let (tx, rx) = bounded::<Arrival>(ARRIVALS_QUEUED_MAX);
         let stop = Arc::new(AtomicBool::new(false));
@@ -93,8 +103,17 @@ impl Runner {
         let handle = std::thread::Builder::new()
             .name("auto-handler".into())
             .spawn(move || handler_loop(&command, &env, &rx, &budget, &stop2))
-            .map_err(|e| Error::new(Code::Io, format!("cannot start the auto handler thread: {e}")))?;
-        Ok(Runner { tx: Some(tx), stop, handle: Some(handle) })
+            .map_err(|e| {
+                Error::new(
+                    Code::Io,
+                    format!("cannot start the auto handler thread: {e}"),
+                )
+            })?;
+        Ok(Runner {
+            tx: Some(tx),
+            stop,
+            handle: Some(handle),
+        })
     }
 
     /// Offers an arrival; when the queue is full the handler will see it through the inbox on
@@ -117,7 +136,13 @@ impl Runner {
     }
 }
 
-fn handler_loop(command: &[String], env: &[(String, String)], rx: &Receiver<Arrival>, budget: &Budget, stop: &AtomicBool) {
+fn handler_loop(
+    command: &[String],
+    env: &[(String, String)],
+    rx: &Receiver<Arrival>,
+    budget: &Budget,
+    stop: &AtomicBool,
+) {
     while let Ok(first) = rx.recv() {
         if stop.load(Ordering::SeqCst) {
             return;
@@ -125,7 +150,11 @@ fn handler_loop(command: &[String], env: &[(String, String)], rx: &Receiver<Arri
         // Coalesce: everything queued now is handled by this one run, newest first.
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
-        let Some(a) = batch.into_iter().rev().find(|a| budget.remaining(&a.correlation_id) > 0) else {
+        let Some(a) = batch
+            .into_iter()
+            .rev()
+            .find(|a| budget.remaining(&a.correlation_id) > 0)
+        else {
             continue;
         };
         run_once(command, env, &a, stop);
@@ -152,7 +181,10 @@ fn run_once(command: &[String], env: &[(String, String)], a: &Arrival, stop: &At
         }
         if stop.load(Ordering::SeqCst) {
             // Cancellation on shutdown: the whole handler tree.
-            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             let _ = child.wait();
             return;
         }

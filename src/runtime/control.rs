@@ -50,10 +50,17 @@ pub fn write(dir: &Path, cf: &ControlFile) -> Result<PathBuf> {
 /// Reads and checks a control file (private, bounded, well-formed).
 pub fn read(path: &Path) -> Result<ControlFile> {
     let bytes = fsutil::read_private_bounded(path, 4096)?;
-    let cf: ControlFile = serde_json::from_slice(&bytes)
-        .map_err(|_| Error::new(Code::RecoveryRequired, format!("{} is not a peerwire control file", path.display())))?;
+    let cf: ControlFile = serde_json::from_slice(&bytes).map_err(|_| {
+        Error::new(
+            Code::RecoveryRequired,
+            format!("{} is not a peerwire control file", path.display()),
+        )
+    })?;
     if cf.version != 1 || !identity::is_valid_id(&cf.instance_id) {
-        return Err(Error::new(Code::RecoveryRequired, format!("{} has an unknown version", path.display())));
+        return Err(Error::new(
+            Code::RecoveryRequired,
+            format!("{} has an unknown version", path.display()),
+        ));
     }
     Ok(cf)
 }

@@ -2,23 +2,35 @@
 //! (as later modules arrive) its endpoint, store and tool implementations. A root lives for a
 //! `peer host`, a `peer mcp`, or one `peer --as ALIAS` command.
 
-use crate::clock;
 pub mod auto;
 pub mod control;
+pub mod core;
 pub mod events;
+pub mod handler;
+pub mod resources;
+pub mod runs;
+pub mod send;
+pub mod session;
+pub mod tools;
 
-use crate::config::{Config, Limits};
-use crate::directory::{self, Viewer, WorkspaceId};
+use self::core::{Core, PresenceVerifier};
+use crate::clock;
+use crate::config::{Config, IdleBehavior};
+use crate::directory::{self, Viewer};
 use crate::error::{Code, Error, Result};
 use crate::identity::{self, KeyPair};
 use crate::paths::{self, Namespace, SocketPlace};
 use crate::presence::{self, Advertisement, Publisher, Record};
+use crate::store::Store;
+use crate::transport::{Endpoint, LocalIdentity, Pool};
 use crossbeam_channel::{Sender, bounded};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How a root is started.
 #[derive(Clone, Debug, Default)]
@@ -48,25 +60,33 @@ pub fn root_capabilities(config: &Config) -> Vec<String> {
     caps
 }
 
-/// A running root.
+/// A running root: the shared [`Core`] plus the resources only the owner may stop.
 pub struct Root {
-    pub ns: Namespace,
-    pub config: Config,
-    pub workspace: WorkspaceId,
-    pub session_id: String,
-    pub instance_id: String,
-    pub peer_id: String,
-    pub alias: String,
-    pub keys: Arc<KeyPair>,
+    pub core: Arc<Core>,
     pub socket: SocketPlace,
-    pub capabilities: Vec<String>,
-    publisher: Arc<Publisher>,
-    heartbeat: Option<(Sender<()>, JoinHandle<()>)>,
+    pub control_path: PathBuf,
+    inner: Option<Owned>,
+}
+
+/// What `shutdown` tears down, in order.
+struct Owned {
+    endpoint: Endpoint,
+    store: Store,
+    heartbeat: (Sender<()>, JoinHandle<()>),
+    worker: JoinHandle<()>,
+}
+
+impl std::ops::Deref for Root {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
 }
 
 impl Root {
-    /// Loads and validates the configuration, prepares the namespace, creates the identity and
-    /// publishes presence. Fails with `COMMUNICATION_DISABLED` when the file says so.
+    /// Loads and validates the configuration, prepares the namespace, creates the identity,
+    /// opens the store, binds the endpoint and publishes presence. Fails with
+    /// `COMMUNICATION_DISABLED` when the file says so.
     pub fn start(opts: &RootOptions) -> Result<Root> {
         let home = crate::config::resolve_home(opts.home.as_deref())?;
         // Refuse an unsafe namespace before reading anything inside it.
@@ -122,6 +142,23 @@ impl Root {
         let keys = Arc::new(KeyPair::generate());
         let socket = paths::socket_place(&ns, &instance_id)?;
         let capabilities = root_capabilities(&config);
+        let limits = config.limits.clone();
+        let store = Store::open(&ns.home, &instance_id, &session_id, &limits)?;
+        let me = LocalIdentity {
+            instance_id: instance_id.clone(),
+            keys: keys.clone(),
+        };
+        let core_cell: Arc<OnceLock<Weak<Core>>> = Arc::new(OnceLock::new());
+        let sink_cell = core_cell.clone();
+        let pool = Pool::new(
+            me.clone(),
+            &limits,
+            Arc::new(move |from, method, params| {
+                if let Some(core) = sink_cell.get().and_then(Weak::upgrade) {
+                    handler::RootHandler(core).on_notification(from, method, params);
+                }
+            }),
+        );
         let record = Record {
             version: 1,
             pid: std::process::id(),
@@ -163,34 +200,114 @@ impl Root {
                 runs: Vec::new(),
             },
         };
+        let secret = control::new_secret();
+        let mut token = [0u8; 16];
+        identity::random_bytes(&mut token);
+        let store_handle = store.handle();
+        store_handle.set_live(&peer_id);
+        // Bind before advertising: a published endpoint is one that answers.
         let publisher = Arc::new(Publisher::publish(&ns.active_agents(), record)?);
-        let mut root = Root {
+        let core = Arc::new(Core {
             ns,
+            auto_budget: Arc::new(auto::Budget::new(config.limits.automatic_replies)),
             config,
             workspace,
             session_id,
             instance_id,
             peer_id,
             alias,
-            keys,
-            socket,
             capabilities,
+            store: store_handle,
+            pool,
+            bus: events::Bus::default(),
+            runs: Mutex::new(runs::Runs::default()),
             publisher,
-            heartbeat: None,
+            auto_token: identity::hex(&token),
+            auto: Mutex::new(None),
+            stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            routes: Mutex::new(Default::default()),
+            subscriptions: Mutex::new(Default::default()),
+        });
+        let _ = core_cell.set(Arc::downgrade(&core));
+        let started = Self::start_owned(core.clone(), store, me, secret, &socket);
+        let (endpoint, store, control_path) = match started {
+            Ok(v) => v,
+            Err((e, store)) => {
+                let _ = core.publisher.remove();
+                let _ = store.close();
+                return Err(e);
+            }
         };
-        root.heartbeat = Some(spawn_heartbeat(
-            root.publisher.clone(),
-            root.config.limits.heartbeat_ms,
-        )?);
-        Ok(root)
+        let heartbeat = spawn_heartbeat(core.publisher.clone(), core.limits().heartbeat_ms)?;
+        let worker = spawn_worker(core.clone())?;
+        if core.config.idle_behavior == IdleBehavior::Auto {
+            let env = vec![
+                (
+                    control::ENV_CONTROL.to_string(),
+                    control_path.to_string_lossy().into_owned(),
+                ),
+                (
+                    "PEER_HOME".to_string(),
+                    core.ns.home.to_string_lossy().into_owned(),
+                ),
+                (auto::ENV_AUTO.to_string(), core.auto_token.clone()),
+            ];
+            let command = core.config.auto_command.clone().unwrap_or_default();
+            *core.auto.lock() = Some(auto::Runner::start(command, env, core.auto_budget.clone())?);
+        }
+        Ok(Root {
+            core,
+            socket,
+            control_path,
+            inner: Some(Owned {
+                endpoint,
+                store,
+                heartbeat,
+                worker,
+            }),
+        })
     }
 
-    pub fn limits(&self) -> &Limits {
-        &self.config.limits
-    }
-
-    pub fn publisher(&self) -> &Publisher {
-        &self.publisher
+    #[allow(clippy::result_large_err)]
+    fn start_owned(
+        core: Arc<Core>,
+        store: Store,
+        me: LocalIdentity,
+        secret: [u8; 32],
+        socket: &SocketPlace,
+    ) -> std::result::Result<(Endpoint, Store, PathBuf), (Error, Store)> {
+        let limits = core.limits().clone();
+        let endpoint = match Endpoint::bind(
+            &socket.path,
+            me,
+            &limits,
+            secret,
+            Arc::new(handler::RootHandler(core.clone())),
+            Arc::new(PresenceVerifier(core.clone())),
+        ) {
+            Ok(e) => e,
+            Err(e) => return Err((e, store)),
+        };
+        let cf = control::ControlFile {
+            version: 1,
+            endpoint: socket.path.clone(),
+            secret: identity::b64(&secret),
+            instance_id: core.instance_id.clone(),
+            peer_id: core.peer_id.clone(),
+            home: core.ns.home.clone(),
+        };
+        let dir = socket
+            .path
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| core.ns.runtime_dir());
+        match control::write(&dir, &cf) {
+            Ok(path) => Ok((endpoint, store, path)),
+            Err(e) => {
+                endpoint.shutdown();
+                Err((e, store))
+            }
+        }
     }
 
     /// The viewer for directory queries made by this root.
@@ -223,32 +340,41 @@ impl Root {
             "sessionId": self.session_id,
             "alias": self.alias,
             "endpoint": self.socket.path.to_string_lossy(),
+            "control": self.control_path.to_string_lossy(),
             "presence": self.publisher.path().to_string_lossy(),
             "workspace": self.workspace.workspace.to_string_lossy(),
             "pid": std::process::id(),
         })
     }
 
-    /// Stops the heartbeat and removes exactly our own presence record.
+    /// Stops everything this root started and removes exactly its own files.
     pub fn shutdown(mut self) {
-        self.stop_heartbeat();
-        let _ = self.publisher.remove();
+        self.stop();
     }
 
-    fn stop_heartbeat(&mut self) {
-        if let Some((stop, handle)) = self.heartbeat.take() {
-            drop(stop);
-            let _ = handle.join();
+    fn stop(&mut self) {
+        let Some(owned) = self.inner.take() else {
+            return;
+        };
+        self.core.stopping.store(true, Ordering::SeqCst);
+        self.core.store.wake_waiters();
+        if let Some(runner) = self.core.auto.lock().take() {
+            runner.shutdown();
         }
+        let _ = owned.worker.join();
+        owned.endpoint.shutdown();
+        control::remove(&self.control_path, &self.core.instance_id);
+        let (stop, handle) = owned.heartbeat;
+        drop(stop);
+        let _ = handle.join();
+        let _ = self.core.publisher.remove();
+        let _ = owned.store.close();
     }
 }
 
 impl Drop for Root {
     fn drop(&mut self) {
-        if self.heartbeat.is_some() {
-            self.stop_heartbeat();
-            let _ = self.publisher.remove();
-        }
+        self.stop();
     }
 }
 
@@ -271,4 +397,42 @@ fn spawn_heartbeat(
         })
         .map_err(|e| Error::new(Code::Io, format!("cannot start the heartbeat thread: {e}")))?;
     Ok((tx, handle))
+}
+
+/// How often the background worker looks at routes and retention without being woken.
+const WORKER_TICK_MS: u64 = 250;
+const RETENTION_SWEEP_MS: u64 = 60_000;
+
+/// The background worker: pushes receipts back to senders, retries stuck routes, sweeps
+/// expiry and retention. Woken by every durable store change.
+fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("root-worker".into())
+        .spawn(move || {
+            let mut last_sweep = Instant::now();
+            let mut last_restart = Instant::now();
+            let mut seen = core.store.change_generation();
+            while !core.stopping.load(Ordering::SeqCst) {
+                core.push_receipts();
+                let restart =
+                    last_restart.elapsed() >= Duration::from_millis(send::GAVE_UP_RETRY_MS);
+                if restart {
+                    last_restart = Instant::now();
+                }
+                core.retry_routes(restart);
+                if last_sweep.elapsed() >= Duration::from_millis(RETENTION_SWEEP_MS) {
+                    let _ = core.store.sweep();
+                    last_sweep = Instant::now();
+                }
+                seen = core
+                    .store
+                    .wait_for_change(seen, WORKER_TICK_MS, &core.stopping);
+            }
+        })
+        .map_err(|e| {
+            Error::new(
+                Code::Io,
+                format!("cannot start the root worker thread: {e}"),
+            )
+        })
 }

@@ -1,0 +1,182 @@
+//! The shared state of a running root (`Core`): identity, configuration, the store handle, the
+//! outbound pool, published runs, the event bus and the automatic-reply budget. Connection
+//! threads, the background workers and in-process adapters all hold an `Arc<Core>`.
+
+use super::auto::{Budget, Runner};
+use super::events::Bus;
+use super::runs::Runs;
+use crate::config::{Config, Limits};
+use crate::directory::WorkspaceId;
+use crate::error::{Code, Error, Result};
+use crate::messaging::{Principal, RouteQueue};
+use crate::paths::Namespace;
+use crate::presence::{self, Publisher};
+use crate::store::StoreHandle;
+use crate::transport::{Notifier, Pool, Target, Verifier};
+use crate::{clock, identity};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+/// Receipt subscriptions (`peer.subscribe`) remembered at once.
+pub const SUBSCRIPTIONS_MAX: usize = 1024;
+
+/// Who is calling a tool or local method: the root itself or one of its child runs.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub peer_id: String,
+    pub run_id: Option<String>,
+    pub alias: String,
+    pub capabilities: Vec<String>,
+    /// The call comes from the auto handler: its sends spend the conversation budget.
+    pub automatic: bool,
+}
+
+pub struct Core {
+    pub ns: Namespace,
+    pub config: Config,
+    pub workspace: WorkspaceId,
+    pub session_id: String,
+    pub instance_id: String,
+    pub peer_id: String,
+    pub alias: String,
+    pub capabilities: Vec<String>,
+    pub store: StoreHandle,
+    pub pool: Pool,
+    pub bus: Bus,
+    pub runs: Mutex<Runs>,
+    pub publisher: Arc<Publisher>,
+    pub auto_budget: Arc<Budget>,
+    pub auto_token: String,
+    pub auto: Mutex<Option<Runner>>,
+    /// Set when the root is shutting down: waits end, workers stop.
+    pub stopping: Arc<AtomicBool>,
+    pub(crate) routes: Mutex<HashMap<(String, String), Arc<Mutex<RouteQueue>>>>,
+    pub(crate) subscriptions: Mutex<HashMap<(String, String), Notifier>>,
+}
+
+impl Core {
+    pub fn limits(&self) -> &Limits {
+        &self.config.limits
+    }
+
+    /// The principal of one of our own callers, as the receiving side will see it.
+    pub fn principal_of(&self, caller: &Caller) -> Principal {
+        Principal {
+            instance_id: self.instance_id.clone(),
+            run_id: caller.run_id.clone(),
+            peer_id: caller.peer_id.clone(),
+        }
+    }
+
+    /// The root itself as a caller.
+    pub fn root_caller(&self) -> Caller {
+        Caller {
+            peer_id: self.peer_id.clone(),
+            run_id: None,
+            alias: self.alias.clone(),
+            capabilities: self.capabilities.clone(),
+            automatic: false,
+        }
+    }
+
+    /// The caller for a trusted local request: the root, or a live run named by `runId`.
+    pub fn caller_for(&self, run_id: Option<&str>, auto_token: Option<&str>) -> Result<Caller> {
+        let automatic =
+            auto_token.is_some_and(|t| constant_time_eq(t.as_bytes(), self.auto_token.as_bytes()));
+        let Some(run_id) = run_id else {
+            return Ok(Caller {
+                automatic,
+                ..self.root_caller()
+            });
+        };
+        let runs = self.runs.lock();
+        let run = runs
+            .get(run_id)
+            .ok_or_else(|| Error::new(Code::TargetEnded, "this child run has been retired"))?;
+        Ok(Caller {
+            peer_id: run.peer_id.clone(),
+            run_id: Some(run.run_id.clone()),
+            alias: run.alias.clone(),
+            capabilities: run.capabilities.clone(),
+            automatic,
+        })
+    }
+
+    /// The live advertisement of another instance, found by its instance-qualified file name.
+    pub fn advertisement_of(&self, instance_id: &str) -> Option<presence::Advertisement> {
+        if !identity::is_valid_id(instance_id) {
+            return None;
+        }
+        let dir = self.ns.active_agents();
+        let suffix = format!(".{instance_id}.json");
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .ok()?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(&suffix))
+            .take(8)
+            .collect();
+        let now = clock::now_ms();
+        names
+            .iter()
+            .map(|n| presence::read_one(&dir, n, self.limits(), now))
+            .filter(|e| e.is_live())
+            .filter_map(|e| e.advert)
+            .find(|ad| ad.instance_id == instance_id)
+    }
+
+    /// Where to reach another instance: `TARGET_ENDED` when it is no longer advertised.
+    pub fn target_of_instance(&self, instance_id: &str) -> Result<Target> {
+        let ad = self.advertisement_of(instance_id).ok_or_else(|| {
+            Error::new(
+                Code::TargetEnded,
+                format!("instance {instance_id} is no longer advertised"),
+            )
+        })?;
+        let public_key = identity::parse_spki_b64(&ad.public_key)
+            .ok_or_else(|| Error::new(Code::AuthFailed, "advertised public key is malformed"))?;
+        Ok(Target {
+            instance_id: ad.instance_id.clone(),
+            endpoint: self.ns.endpoint_path(&ad.endpoint)?,
+            public_key,
+        })
+    }
+
+    /// Rewrites our presence record with the current runs.
+    pub fn publish_runs(&self) {
+        let ads = self.runs.lock().ads();
+        let _ = self.publisher.update(|r| r.communication.runs = ads);
+    }
+
+    /// Remembers a receipt subscription of a connected sender (bounded).
+    pub fn subscribe(&self, sender_instance: &str, message_id: &str, notifier: &Notifier) {
+        let mut subs = self.subscriptions.lock();
+        subs.retain(|_, n| !n.is_closed());
+        if subs.len() < SUBSCRIPTIONS_MAX {
+            subs.insert(
+                (sender_instance.to_string(), message_id.to_string()),
+                notifier.clone(),
+            );
+        }
+    }
+}
+
+/// Presence-backed key lookup for the endpoint's handshake.
+pub struct PresenceVerifier(pub Arc<Core>);
+
+impl Verifier for PresenceVerifier {
+    fn advertised_key(&self, instance_id: &str) -> Option<[u8; 32]> {
+        let ad = self.0.advertisement_of(instance_id)?;
+        identity::parse_spki_b64(&ad.public_key)
+    }
+}
+
+/// Compares secrets without an early exit on the first differing byte.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

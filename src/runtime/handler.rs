@@ -1,0 +1,300 @@
+//! The root's answers to authenticated peers (`peer.*`) and to its trusted local adapters
+//! (`local.*`). Peer identity always comes from the connection; a `fromRun` names one of the
+//! authenticated root's own runs, whose peerId is bound to that instance by construction.
+
+use super::core::Core;
+use super::send::{SendRequest, parse_receipt};
+use crate::error::{Code, Error, Result};
+use crate::messaging::{InboundSend, MessageRef, Principal, ReceiptState};
+use crate::transport::{Handler, Notifier, PeerInfo};
+use crate::{identity, sanitize};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
+/// The transport's view of a root.
+pub struct RootHandler(pub Arc<Core>);
+
+fn str_param<'a>(p: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>> {
+    match p.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(Error::new(
+            Code::Usage,
+            format!("params.{key} must be a string"),
+        )),
+    }
+}
+
+fn req_str<'a>(p: &'a Map<String, Value>, key: &str) -> Result<&'a str> {
+    str_param(p, key)?.ok_or_else(|| Error::new(Code::Usage, format!("params.{key} is required")))
+}
+
+fn id_param(p: &Map<String, Value>, key: &str) -> Result<Option<String>> {
+    match str_param(p, key)? {
+        Some(s) if identity::is_valid_id(s) => Ok(Some(s.to_string())),
+        Some(s) => Err(Error::new(
+            Code::Usage,
+            format!(
+                "params.{key} {:?} is not an id ([A-Za-z0-9_.-], at most 96)",
+                sanitize::line(s, 40)
+            ),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The principal of an authenticated peer, with the run it speaks for.
+fn principal(from: &PeerInfo, p: &Map<String, Value>) -> Result<Principal> {
+    let run_id = id_param(p, "fromRun")?;
+    Ok(Principal {
+        instance_id: from.instance_id.clone(),
+        peer_id: identity::peer_id(&from.instance_id, run_id.as_deref()),
+        run_id,
+    })
+}
+
+impl Handler for RootHandler {
+    fn peer_request(
+        &self,
+        from: &PeerInfo,
+        method: &str,
+        params: Map<String, Value>,
+        notify: &Notifier,
+    ) -> Result<Value> {
+        let core = &self.0;
+        match method {
+            "peer.send" => {
+                let who = principal(from, &params)?;
+                let send = InboundSend {
+                    to_peer_id: req_str(&params, "to")?.to_string(),
+                    message_id: id_param(&params, "messageId")?
+                        .ok_or_else(|| Error::new(Code::Usage, "params.messageId is required"))?,
+                    content: req_str(&params, "content")?.to_string(),
+                    topic: str_param(&params, "topic")?.map(str::to_string),
+                    reply_to: id_param(&params, "replyTo")?,
+                    correlation_id: id_param(&params, "correlationId")?,
+                    expires_at_ms: params.get("expiresAt").and_then(Value::as_u64),
+                };
+                let (to, id) = (send.to_peer_id.clone(), send.message_id.clone());
+                let r = core.store.accept(who, send)?;
+                core.announce_arrival(&to, &id);
+                to_value(&r)
+            }
+            "peer.status" | "peer.subscribe" => {
+                let who = principal(from, &params)?;
+                let id = id_param(&params, "messageId")?
+                    .ok_or_else(|| Error::new(Code::Usage, "params.messageId is required"))?;
+                let r = core.store.status(who, &id, req_str(&params, "to")?)?;
+                if method == "peer.subscribe" {
+                    core.subscribe(&from.instance_id, &id, notify);
+                }
+                to_value(&r)
+            }
+            "peer.receipt" => {
+                let who = principal(from, &params)?;
+                let r = parse_receipt(Value::Object(params))?;
+                if r.to_peer_id != who.peer_id {
+                    return Err(Error::new(
+                        Code::InvalidRequest,
+                        "a receipt may only be recorded by the message's own recipient",
+                    ));
+                }
+                let entry = core.store.record_receipt(who, r.clone())?;
+                if let Some(latest) = &entry.receipt {
+                    core.announce_receipt(latest);
+                }
+                Ok(json!({"ok": true, "state": entry.receipt.map(|r| r.state.name())}))
+            }
+            "peer.directory" => {
+                let runs = core.runs.lock();
+                let list: Vec<Value> = runs
+                    .live()
+                    .map(|r| json!({"runId": r.run_id, "peerId": r.peer_id, "alias": r.alias}))
+                    .collect();
+                Ok(json!({"runs": list, "cursor": null}))
+            }
+            other => Err(Error::new(
+                Code::MethodNotFound,
+                format!("unknown method {}", sanitize::line(other, 64)),
+            )),
+        }
+    }
+
+    fn local_request(
+        &self,
+        method: &str,
+        params: Map<String, Value>,
+        _notify: &Notifier,
+    ) -> Result<Value> {
+        local_request(&self.0, method, params)
+    }
+
+    fn peer_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
+        self.on_notification(from, method, params);
+    }
+}
+
+impl RootHandler {
+    /// Notifications from peers (on either direction of a connection). Receipt updates of a
+    /// `peer.subscribe` are advisory: the durable copy arrives as a `peer.receipt` request.
+    pub fn on_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
+        if method != "peer.receipt" {
+            return;
+        }
+        if let (Ok(who), Ok(r)) = (
+            principal(from, &params),
+            parse_receipt(Value::Object(params)),
+        ) {
+            if r.to_peer_id == who.peer_id
+                && let Ok(entry) = self.0.store.record_receipt(who, r)
+                && let Some(latest) = &entry.receipt
+            {
+                self.0.announce_receipt(latest);
+            }
+        }
+    }
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Result<Value> {
+    serde_json::to_value(v).map_err(|e| Error::new(Code::Io, e.to_string()))
+}
+
+/// The trusted local methods, shared by the socket channel and in-process sessions.
+pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>) -> Result<Value> {
+    let run = id_param(&params, "runId")?;
+    let caller = core.caller_for(run.as_deref(), str_param(&params, "auto")?)?;
+    match method {
+        "local.info" => Ok(json!({
+            "peerId": caller.peer_id,
+            "runId": caller.run_id,
+            "alias": caller.alias,
+            "instanceId": core.instance_id,
+            "sessionId": core.session_id,
+            "capabilities": caller.capabilities,
+            "limits": {"messageBytes": core.limits().message_bytes, "waitMsMax": core.limits().wait_ms_max, "acknowledgementMs": core.limits().acknowledgement_ms},
+        })),
+        "local.tool" => super::tools::local_tool(core, &caller, &params),
+        "local.consume" | "local.prepare" => {
+            let id = req_str(&params, "messageId")?;
+            let note = str_param(&params, "note")?;
+            let r = if method == "local.consume" {
+                core.consume(&caller.peer_id, id, note)?
+            } else {
+                let e = core.inbox_entry(&caller.peer_id, id)?;
+                core.store.record_context(
+                    &caller.peer_id,
+                    MessageRef::Sequence(e.sequence),
+                    note.unwrap_or("prepared"),
+                )?
+            };
+            to_value(&r)
+        }
+        "local.reply" => {
+            let id = req_str(&params, "messageId")?;
+            let original = core.inbox_entry(&caller.peer_id, id)?;
+            let to = original.from.peer_id.clone();
+            let message_id = match id_param(&params, "replyId")? {
+                Some(m) => m,
+                None => crate::messaging::new_message_id(),
+            };
+            let req = SendRequest {
+                to,
+                content: req_str(&params, "content")?.to_string(),
+                topic: str_param(&params, "topic")?.map(str::to_string),
+                reply_to: Some(id.to_string()),
+                message_id: message_id.clone(),
+            };
+            let r = core.send_reply(&caller, req, &original)?;
+            let _ = core.store.mark_replied(
+                &caller.peer_id,
+                MessageRef::Sequence(original.sequence),
+                &message_id,
+            );
+            to_value(&r)
+        }
+        "local.status" => {
+            let id = req_str(&params, "messageId")?.to_string();
+            let me = caller.peer_id.clone();
+            let entry = core
+                .store
+                .query(move |m| {
+                    m.state()
+                        .outbox()
+                        .filter(|e| e.from_peer_id == me && e.message_id == id)
+                        .max_by_key(|e| e.order)
+                        .cloned()
+                })?
+                .ok_or_else(|| {
+                    Error::new(Code::NotFound, "this session sent no message with that id")
+                })?;
+            Ok(outbox_view(&entry))
+        }
+        "local.wait_receipt" => super::tools::wait_receipt(core, &caller, &params),
+        "local.run.publish" => {
+            let alias = req_str(&params, "alias")?;
+            let delegate = params
+                .get("delegateControl")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            if run.is_some() {
+                return Err(Error::new(
+                    Code::CapabilityDenied,
+                    "a child run cannot publish runs of its own",
+                ));
+            }
+            let r = core.runs.lock().publish(
+                &core.instance_id,
+                alias,
+                &core.capabilities,
+                delegate,
+                core.limits().published_runs,
+            )?;
+            core.store.set_live(&r.peer_id);
+            core.publish_runs();
+            Ok(
+                json!({"runId": r.run_id, "peerId": r.peer_id, "alias": r.alias, "capabilities": r.capabilities}),
+            )
+        }
+        "local.run.retire" => {
+            let id = req_str(&params, "run")?;
+            let r = core.runs.lock().retire(id)?;
+            core.store.set_ended(&r.peer_id);
+            core.publish_runs();
+            Ok(json!({"runId": r.run_id, "peerId": r.peer_id, "state": "ended"}))
+        }
+        other => Err(Error::new(
+            Code::MethodNotFound,
+            format!("unknown local method {}", sanitize::line(other, 64)),
+        )),
+    }
+}
+
+/// What `peer status` shows for one outbox entry.
+pub fn outbox_view(e: &crate::messaging::OutboxEntry) -> Value {
+    let (state, code) = match &e.receipt {
+        Some(r) => (r.state.name(), r.code.clone()),
+        None => ("unresolved", None),
+    };
+    json!({
+        "messageId": e.message_id,
+        "to": e.to.peer_id,
+        "toPeerId": e.to.peer_id,
+        "toInstanceId": e.to.instance_id,
+        "toRunId": e.to.run_id,
+        "correlationId": e.correlation_id,
+        "replyTo": e.reply_to,
+        "state": state,
+        "sequence": e.receipt.as_ref().map(|r| r.sequence),
+        "replyMessageId": e.receipt.as_ref().and_then(|r| r.reply_message_id.clone()),
+        "error": code.map(|c| json!({"code": c})),
+        "createdAtMs": e.created_at_ms,
+        "updatedAtMs": e.updated_at_ms,
+    })
+}
+
+/// The rank used to decide whether a waited-for state has been reached.
+pub fn state_reached(current: ReceiptState, wanted: ReceiptState) -> bool {
+    current == wanted
+        || current.is_failure()
+        || (current != ReceiptState::Refused && !current.may_become(wanted) && !wanted.is_failure())
+}

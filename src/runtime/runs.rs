@@ -1,0 +1,128 @@
+//! Child runs a root publishes: each has a runId and peerId, routes through the parent's
+//! endpoint, inherits message/request capabilities (not `resource.control` unless delegated),
+//! and is bounded by `publishedRuns`. Retired runs are remembered so later sends get
+//! `TARGET_ENDED` instead of `PEER_OFFLINE`.
+
+use crate::error::{Code, Error, Result};
+use crate::identity;
+use crate::presence::RunAd;
+use std::collections::{BTreeMap, VecDeque};
+
+/// Retired runs remembered for `TARGET_ENDED` answers.
+const RETIRED_REMEMBERED_MAX: usize = 1024;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Run {
+    pub run_id: String,
+    pub peer_id: String,
+    pub alias: String,
+    pub capabilities: Vec<String>,
+}
+
+#[derive(Default)]
+pub struct Runs {
+    live: BTreeMap<String, Run>,
+    retired: VecDeque<Run>,
+}
+
+impl Runs {
+    /// Publishes a new run of `instance_id`, bounded by `max_live`.
+    pub fn publish(
+        &mut self,
+        instance_id: &str,
+        alias: &str,
+        root_caps: &[String],
+        delegate_control: bool,
+        max_live: u64,
+    ) -> Result<Run> {
+        identity::validate_alias(alias)?;
+        if self.live.len() as u64 >= max_live {
+            return Err(Error::new(
+                Code::QueueFull,
+                format!("this root already publishes {max_live} live runs (publishedRuns)"),
+            ));
+        }
+        let run_id = identity::new_run_id();
+        let capabilities = root_caps
+            .iter()
+            .filter(|c| delegate_control || c.as_str() != "resource.control")
+            .cloned()
+            .collect();
+        let run = Run {
+            peer_id: identity::peer_id(instance_id, Some(&run_id)),
+            run_id: run_id.clone(),
+            alias: alias.to_string(),
+            capabilities,
+        };
+        self.live.insert(run_id, run.clone());
+        Ok(run)
+    }
+
+    /// Retires a live run; its peerId then answers `TARGET_ENDED`.
+    pub fn retire(&mut self, run_id: &str) -> Result<Run> {
+        let run = self
+            .live
+            .remove(run_id)
+            .ok_or_else(|| Error::new(Code::NotFound, "no such live run"))?;
+        self.retired.push_back(run.clone());
+        while self.retired.len() > RETIRED_REMEMBERED_MAX {
+            self.retired.pop_front();
+        }
+        Ok(run)
+    }
+
+    pub fn get(&self, run_id: &str) -> Option<&Run> {
+        self.live.get(run_id)
+    }
+
+    pub fn by_peer_or_alias(&self, name: &str) -> Vec<&Run> {
+        self.live
+            .values()
+            .filter(|r| r.peer_id == name || r.alias == name)
+            .collect()
+    }
+
+    pub fn is_retired_peer(&self, peer_id: &str) -> bool {
+        self.retired.iter().any(|r| r.peer_id == peer_id)
+    }
+
+    pub fn live(&self) -> impl Iterator<Item = &Run> {
+        self.live.values()
+    }
+
+    /// The presence form of the live runs.
+    pub fn ads(&self) -> Vec<RunAd> {
+        self.live
+            .values()
+            .map(|r| RunAd {
+                run_id: r.run_id.clone(),
+                peer_id: r.peer_id.clone(),
+                alias: r.alias.clone(),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_inherit_without_control_and_are_bounded() {
+        let mut runs = Runs::default();
+        let caps: Vec<String> = ["message.send", "resource.control"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let r = runs.publish("i-1", "helper", &caps, false, 1).unwrap();
+        assert_eq!(r.capabilities, vec!["message.send".to_string()]);
+        assert_eq!(
+            runs.publish("i-1", "two", &caps, true, 1).unwrap_err().code,
+            Code::QueueFull
+        );
+        runs.retire(&r.run_id).unwrap();
+        assert!(runs.is_retired_peer(&r.peer_id));
+        let d = runs.publish("i-1", "two", &caps, true, 1).unwrap();
+        assert!(d.capabilities.contains(&"resource.control".to_string()));
+    }
+}

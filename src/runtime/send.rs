@@ -1,0 +1,547 @@
+//! Outbound custody: outbox intent before the first byte, per-route ordering (an unresolved
+//! head is retried with bounded backoff before anything behind it moves), delivery to another
+//! root over the authenticated pool or to our own runs in-process, and the background workers
+//! that retry stuck routes and push recipient-side receipts back to their senders.
+
+use super::core::{Caller, Core};
+use crate::error::{Code, Error, Result};
+use crate::messaging::{
+    InboundSend, MessageRef, OutboundSend, OutboxEntry, Principal, Receipt, RouteDecision,
+    RouteQueue, TargetRef, is_retryable,
+};
+use crate::{clock, directory};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Receipts pushed per worker pass.
+const PUSH_BATCH: usize = 32;
+/// Routes the retry worker looks at per pass.
+const ROUTES_PER_PASS: usize = 64;
+/// A route that gave up is tried again after this long.
+pub const GAVE_UP_RETRY_MS: u64 = 5_000;
+
+/// What a send needs beyond the tool arguments.
+pub struct SendRequest {
+    pub to: String,
+    pub content: String,
+    pub topic: Option<String>,
+    pub reply_to: Option<String>,
+    pub message_id: String,
+}
+
+impl Core {
+    /// Resolves `to` to an exact incarnation: one of our own runs (or ourselves), or a live
+    /// peer in the caller's scope.
+    pub fn resolve_target(&self, to: &str) -> Result<TargetRef> {
+        let name = to.strip_prefix('@').unwrap_or(to);
+        {
+            let runs = self.runs.lock();
+            let mine = runs.by_peer_or_alias(name);
+            if mine.len() == 1 {
+                return Ok(TargetRef {
+                    peer_id: mine[0].peer_id.clone(),
+                    instance_id: self.instance_id.clone(),
+                    run_id: Some(mine[0].run_id.clone()),
+                });
+            }
+            if runs.is_retired_peer(name) {
+                return Err(Error::new(
+                    Code::TargetEnded,
+                    format!("run {name} has been retired"),
+                ));
+            }
+        }
+        let viewer = directory::Viewer {
+            ws: self.workspace.clone(),
+            scope: self.config.scope,
+            self_instance: Some(self.instance_id.clone()),
+        };
+        let t = directory::resolve(&self.ns, self.limits(), &viewer, name)?;
+        Ok(TargetRef {
+            peer_id: t.peer_id,
+            instance_id: t.instance_id,
+            run_id: t.run_id,
+        })
+    }
+
+    /// Sends one message for `caller` and returns its custody receipt. Retries of the same
+    /// message id return the original receipt.
+    pub fn send_message(&self, caller: &Caller, req: SendRequest) -> Result<Receipt> {
+        self.check_size(&req.content)?;
+        let to = self.resolve_target(&req.to)?;
+        self.send_to(caller, to, req)
+    }
+
+    /// Replies go to the exact incarnation that sent `original`, never to an alias: a
+    /// restarted sender answers `TARGET_ENDED`.
+    pub fn send_reply(
+        &self,
+        caller: &Caller,
+        req: SendRequest,
+        original: &crate::messaging::InboxEntry,
+    ) -> Result<Receipt> {
+        self.check_size(&req.content)?;
+        let to = TargetRef {
+            peer_id: original.from.peer_id.clone(),
+            instance_id: original.from.instance_id.clone(),
+            run_id: original.from.run_id.clone(),
+        };
+        self.send_to(caller, to, req)
+    }
+
+    fn check_size(&self, content: &str) -> Result<()> {
+        let bytes = content.len() as u64;
+        if bytes > self.limits().message_bytes {
+            return Err(Error::new(
+                Code::MessageTooLarge,
+                format!(
+                    "the message is {bytes} bytes; messageBytes allows {}",
+                    self.limits().message_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn send_to(&self, caller: &Caller, to: TargetRef, req: SendRequest) -> Result<Receipt> {
+        if caller.automatic {
+            let correlation =
+                self.correlation_for(caller, req.reply_to.as_deref(), &req.message_id);
+            self.auto_budget.take(&correlation)?;
+        }
+        let intent = OutboundSend {
+            from_peer_id: caller.peer_id.clone(),
+            to: to.clone(),
+            message_id: req.message_id.clone(),
+            content: req.content,
+            topic: req.topic,
+            reply_to: req.reply_to,
+            correlation_id: None,
+            expires_at_ms: None,
+        };
+        let entry = self.store.outbox_intent(intent)?;
+        if entry.receipt.is_some() {
+            return self.outbox_answer(&caller.peer_id, &to.peer_id, &req.message_id);
+        }
+        self.drive_route(&caller.peer_id, &to, Some(&req.message_id), true)
+            .unwrap_or_else(|| {
+                Err(Error::new(
+                    Code::NotFound,
+                    "the message left the outbox unexpectedly",
+                ))
+            })
+    }
+
+    /// The conversation an automatic send belongs to: its reply's correlation, or a new one.
+    fn correlation_for(&self, caller: &Caller, reply_to: Option<&str>, message_id: &str) -> String {
+        let Some(reply_to) = reply_to else {
+            return message_id.to_string();
+        };
+        let recipient = caller.peer_id.clone();
+        let id = reply_to.to_string();
+        self.store
+            .query(move |m| {
+                m.state()
+                    .inbox()
+                    .find(|e| e.recipient_peer_id == recipient && e.message_id == id)
+                    .map(|e| e.correlation_id.clone())
+            })
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| reply_to.to_string())
+    }
+
+    fn route_queue(&self, from: &str, to: &str) -> Arc<Mutex<RouteQueue>> {
+        let mut routes = self.routes.lock();
+        if routes.len() > 4 * self.limits().connections as usize {
+            routes.retain(|_, q| Arc::strong_count(q) > 1 || q.lock().failures() > 0);
+        }
+        routes
+            .entry((from.to_string(), to.to_string()))
+            .or_default()
+            .clone()
+    }
+
+    /// Works a route until `want` is resolved (or the head gives up / `wait` is false and the
+    /// head is backing off). Returns `want`'s answer when asked for one.
+    pub fn drive_route(
+        &self,
+        from: &str,
+        to: &TargetRef,
+        want: Option<&str>,
+        wait: bool,
+    ) -> Option<Result<Receipt>> {
+        let queue = self.route_queue(from, &to.peer_id);
+        let mut q = queue.lock();
+        let mut last_err: Option<Error> = None;
+        loop {
+            let pending = match self.store.route_pending(from, &to.peer_id) {
+                Ok(p) => p,
+                Err(e) => return want.map(|_| Err(e)),
+            };
+            if let Some(w) = want.filter(|w| !pending.iter().any(|e| e.message_id == *w)) {
+                return Some(self.outbox_answer(from, &to.peer_id, w));
+            }
+            match q.next(&pending, self.limits(), clock::now_ms()) {
+                RouteDecision::Idle => {
+                    return want.map(|w| self.outbox_answer(from, &to.peer_id, w));
+                }
+                RouteDecision::Send(id) => {
+                    let Some(entry) = pending.iter().find(|e| e.message_id == id) else {
+                        continue;
+                    };
+                    if let Err(e) = self.attempt(entry, &mut q) {
+                        last_err = Some(e);
+                    }
+                }
+                RouteDecision::WaitUntil(at) if wait && !self.stopping.load(Ordering::SeqCst) => {
+                    let pause = at
+                        .saturating_sub(clock::now_ms())
+                        .min(self.limits().acknowledgement_ms);
+                    std::thread::sleep(Duration::from_millis(pause.max(1)));
+                }
+                RouteDecision::WaitUntil(_) | RouteDecision::GaveUp(_) => {
+                    let head = pending
+                        .first()
+                        .map(|e| e.message_id.clone())
+                        .unwrap_or_default();
+                    return want.map(|w| Err(blocked(w, &head, last_err.take())));
+                }
+            }
+        }
+    }
+
+    /// One delivery attempt of a route's head, recorded durably either way.
+    fn attempt(&self, entry: &OutboxEntry, q: &mut RouteQueue) -> Result<()> {
+        let outcome = self.deliver(entry);
+        let answer = match &outcome {
+            Ok(r) => Ok(r.clone()),
+            Err(e) => Err(e.code),
+        };
+        let recorded = self
+            .store
+            .outbox_result(&entry.to.peer_id, &entry.message_id, answer);
+        match outcome {
+            Ok(_) => {
+                q.resolved(&entry.message_id);
+                recorded.map(|_| ())
+            }
+            Err(e) if is_retryable(e.code) => {
+                q.failed(&entry.message_id, self.limits(), clock::now_ms());
+                Err(e)
+            }
+            Err(e) => {
+                // A typed refusal is terminal: the route moves on.
+                q.resolved(&entry.message_id);
+                Err(e)
+            }
+        }
+    }
+
+    /// The current answer for one of our outbox entries: its receipt, or the refusal.
+    fn outbox_answer(&self, from: &str, to: &str, message_id: &str) -> Result<Receipt> {
+        let (f, t, id) = (from.to_string(), to.to_string(), message_id.to_string());
+        let entry = self
+            .store
+            .query(move |m| {
+                m.state()
+                    .outbox()
+                    .find(|e| e.from_peer_id == f && e.to.peer_id == t && e.message_id == id)
+                    .cloned()
+            })?
+            .ok_or_else(|| Error::new(Code::NotFound, format!("no outbox entry {message_id}")))?;
+        match entry.receipt {
+            Some(r) if r.state == crate::messaging::ReceiptState::Refused => {
+                let code = r
+                    .code
+                    .as_deref()
+                    .and_then(Code::from_name)
+                    .unwrap_or(Code::Io);
+                Err(Error::new(
+                    code,
+                    format!("{} refused message {}", r.to_peer_id, r.message_id),
+                ))
+            }
+            Some(r) => Ok(r),
+            None => Err(Error::new(
+                Code::PeerOffline,
+                format!("message {message_id} is not yet accepted; it stays in the outbox"),
+            )),
+        }
+    }
+
+    /// Hands one outbox entry to its recipient: in-process for our own runs, otherwise over
+    /// an authenticated connection to the target instance.
+    fn deliver(&self, entry: &OutboxEntry) -> Result<Receipt> {
+        let from_run = self.run_of_peer(&entry.from_peer_id);
+        if entry.to.instance_id == self.instance_id {
+            let from = Principal {
+                instance_id: self.instance_id.clone(),
+                run_id: from_run,
+                peer_id: entry.from_peer_id.clone(),
+            };
+            let send = InboundSend {
+                to_peer_id: entry.to.peer_id.clone(),
+                message_id: entry.message_id.clone(),
+                content: entry.content.clone(),
+                topic: entry.topic.clone(),
+                reply_to: entry.reply_to.clone(),
+                correlation_id: Some(entry.correlation_id.clone()),
+                expires_at_ms: Some(entry.expires_at_ms),
+            };
+            let r = self.store.accept(from, send)?;
+            self.announce_arrival(&entry.to.peer_id, &entry.message_id);
+            return Ok(r);
+        }
+        let target = self.target_of_instance(&entry.to.instance_id)?;
+        let params = json!({
+            "version": 1,
+            "messageId": entry.message_id,
+            "to": entry.to.peer_id,
+            "fromRun": from_run,
+            "content": entry.content,
+            "topic": entry.topic,
+            "replyTo": entry.reply_to,
+            "correlationId": entry.correlation_id,
+            "expiresAt": entry.expires_at_ms,
+        });
+        let v = self.pool.request(
+            &target,
+            "peer.send",
+            params,
+            self.limits().acknowledgement_ms,
+        )?;
+        parse_receipt(v)
+    }
+
+    /// The runId behind one of our peerIds (live or retired); None for the root.
+    pub fn run_of_peer(&self, peer_id: &str) -> Option<String> {
+        if peer_id == self.peer_id {
+            return None;
+        }
+        let runs = self.runs.lock();
+        runs.live()
+            .find(|r| r.peer_id == peer_id)
+            .map(|r| r.run_id.clone())
+    }
+
+    /// Publishes the arrival event and wakes the auto handler.
+    pub fn announce_arrival(&self, recipient: &str, message_id: &str) {
+        let (r, id) = (recipient.to_string(), message_id.to_string());
+        let entry = self
+            .store
+            .query(move |m| {
+                m.state()
+                    .inbox()
+                    .find(|e| e.recipient_peer_id == r && e.message_id == id)
+                    .cloned()
+            })
+            .ok()
+            .flatten();
+        let Some(e) = entry else { return };
+        self.bus.publish(json!({
+            "event": "peer_update",
+            "kind": "message",
+            "recipient": e.recipient_peer_id,
+            "messageId": e.message_id,
+            "from": e.from.peer_id,
+            "sequence": e.sequence,
+            "correlationId": e.correlation_id,
+            "replyTo": e.reply_to,
+        }));
+        if let Some(runner) = self.auto.lock().as_ref() {
+            runner.offer(super::auto::Arrival {
+                message_id: e.message_id,
+                from: e.from.peer_id,
+                correlation_id: e.correlation_id,
+                recipient: e.recipient_peer_id,
+            });
+        }
+    }
+
+    /// Pushes pending recipient-side receipts to their senders; returns how many moved.
+    pub fn push_receipts(&self) -> usize {
+        let Ok(pushes) = self.store.pending_pushes(PUSH_BATCH) else {
+            return 0;
+        };
+        let mut moved = 0;
+        for p in pushes {
+            let delivered = self.push_one(&p.to, &p.receipt);
+            match delivered {
+                Ok(()) => {}
+                Err(e) if is_retryable(e.code) => break,
+                // The sender is gone or refuses: its copy stays as it was; ours is final.
+                Err(_) => {}
+            }
+            if self.store.receipt_delivered(p.cursor).is_ok() {
+                moved += 1;
+            }
+        }
+        moved
+    }
+
+    fn push_one(&self, to: &Principal, receipt: &Receipt) -> Result<()> {
+        let from_run = self.run_of_peer(&receipt.to_peer_id);
+        if let Some(n) = self
+            .subscriptions
+            .lock()
+            .get(&(to.instance_id.clone(), receipt.message_id.clone()))
+        {
+            let _ = n.notify("peer.receipt", receipt_params(receipt, from_run.as_deref()));
+        }
+        if to.instance_id == self.instance_id {
+            let me = Principal {
+                instance_id: self.instance_id.clone(),
+                run_id: from_run,
+                peer_id: receipt.to_peer_id.clone(),
+            };
+            self.store.record_receipt(me, receipt.clone())?;
+            self.announce_receipt(receipt);
+            return Ok(());
+        }
+        let target = self.target_of_instance(&to.instance_id)?;
+        self.pool
+            .request(
+                &target,
+                "peer.receipt",
+                receipt_params(receipt, from_run.as_deref()),
+                self.limits().acknowledgement_ms,
+            )
+            .map(|_| ())
+    }
+
+    /// Publishes a receipt change on our outbox.
+    pub fn announce_receipt(&self, r: &Receipt) {
+        let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
+        if let Some(o) = v.as_object_mut() {
+            o.insert("event".into(), json!("peer_update"));
+            o.insert("kind".into(), json!("receipt"));
+        }
+        self.bus.publish(v);
+    }
+
+    /// One pass of the route retrier: every route with an unresolved head gets one
+    /// non-waiting drive. Heads that gave up start over when `restart_gave_up` is set (the
+    /// worker does so every `GAVE_UP_RETRY_MS`).
+    pub fn retry_routes(&self, restart_gave_up: bool) {
+        let Ok(routes) = self.store.pending_routes() else {
+            return;
+        };
+        for (from, to_peer) in routes.into_iter().take(ROUTES_PER_PASS) {
+            let (f, t) = (from.clone(), to_peer.clone());
+            let head = self.store.query(move |m| m.route_pending(&f, &t));
+            let Ok(pending) = head else { continue };
+            let Some(target) = pending.first().map(|e| e.to.clone()) else {
+                continue;
+            };
+            {
+                let queue = self.route_queue(&from, &to_peer);
+                // A sender is working this route right now: leave it to them.
+                let Some(mut q) = queue.try_lock() else {
+                    continue;
+                };
+                let gave_up = matches!(
+                    q.next(&pending, self.limits(), clock::now_ms()),
+                    RouteDecision::GaveUp(_)
+                );
+                if gave_up && restart_gave_up {
+                    q.reset();
+                }
+            }
+            let _ = self.drive_route(&from, &target, None, false);
+        }
+    }
+
+    /// Local reads of one recipient entry by message id (for consume/reply).
+    pub fn inbox_entry(
+        &self,
+        recipient: &str,
+        message_id: &str,
+    ) -> Result<crate::messaging::InboxEntry> {
+        let (r, id) = (recipient.to_string(), message_id.to_string());
+        let found: Vec<crate::messaging::InboxEntry> = self.store.query(move |m| {
+            m.state()
+                .inbox()
+                .filter(|e| e.recipient_peer_id == r && e.message_id == id)
+                .cloned()
+                .collect()
+        })?;
+        match found.len() {
+            1 => Ok(found.into_iter().next().unwrap_or_else(|| unreachable!())),
+            0 => Err(Error::new(
+                Code::NotFound,
+                format!("no message {message_id} in this inbox"),
+            )),
+            n => Err(Error::new(
+                Code::AmbiguousTarget,
+                format!("{n} senders used message id {message_id}; name it by sequence"),
+            )),
+        }
+    }
+
+    /// Consumes one message: the context journal first, then the consumed receipt.
+    pub fn consume(
+        &self,
+        recipient: &str,
+        message_id: &str,
+        note: Option<&str>,
+    ) -> Result<Receipt> {
+        let e = self.inbox_entry(recipient, message_id)?;
+        let reference = MessageRef::Sequence(e.sequence);
+        if !e.context_marked {
+            self.store.record_context(
+                recipient,
+                reference.clone(),
+                note.unwrap_or("taken into context by the recipient"),
+            )?;
+        }
+        self.store.mark(
+            recipient,
+            reference,
+            crate::messaging::ReceiptState::Consumed,
+        )
+    }
+}
+
+fn blocked(want: &str, head: &str, cause: Option<Error>) -> Error {
+    let (code, why) = match cause {
+        Some(e) => (e.code, e.message),
+        None => (
+            Code::PeerOffline,
+            "the recipient did not answer".to_string(),
+        ),
+    };
+    if head == want || head.is_empty() {
+        Error::new(
+            code,
+            format!("{why}; message {want} stays in the outbox and is retried in the background"),
+        )
+    } else {
+        Error::new(
+            code,
+            format!("{why}; message {want} waits behind unresolved message {head} on this route"),
+        )
+    }
+}
+
+/// `peer.receipt` params: the receipt and the run of ours it belongs to.
+pub fn receipt_params(r: &Receipt, from_run: Option<&str>) -> Value {
+    let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
+    if let Some(o) = v.as_object_mut() {
+        o.insert("version".into(), json!(1));
+        o.insert("fromRun".into(), json!(from_run));
+    }
+    v
+}
+
+pub fn parse_receipt(v: Value) -> Result<Receipt> {
+    serde_json::from_value(v).map_err(|e| {
+        Error::new(
+            Code::InvalidRequest,
+            format!("the peer answered with a malformed receipt: {e}"),
+        )
+    })
+}

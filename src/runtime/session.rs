@@ -1,0 +1,173 @@
+//! How a CLI command reaches "its" root: inside `peer host -- CMD` through the trusted local
+//! channel named by `PEER_CONTROL` (acting as the run in `PEER_RUN_ID`, if any); with `--as
+//! ALIAS` as a short-lived root of its own in this process. Both paths run the same local
+//! methods.
+
+use super::control::{self, ControlFile};
+use super::handler;
+use super::{Root, RootOptions};
+use crate::cli::Ctx;
+use crate::config::Limits;
+use crate::error::{Code, Error, Result};
+use crate::transport::LocalClient;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
+/// Extra time a client waits beyond a call's own wait for the root's answer.
+const ANSWER_MARGIN_MS: u64 = 30_000;
+
+pub enum Session {
+    Remote {
+        client: LocalClient,
+        control: ControlFile,
+        run_id: Option<String>,
+        auto: Option<String>,
+        limits: Limits,
+    },
+    InProcess {
+        root: Arc<Root>,
+        limits: Limits,
+    },
+}
+
+impl Session {
+    /// The enclosing session, or a short-lived root for `--as`, or a usage error.
+    pub fn open(ctx: &Ctx) -> Result<Session> {
+        if let Some(alias) = &ctx.as_alias {
+            let root = Root::start(&RootOptions {
+                home: ctx.home.clone(),
+                alias: Some(alias.clone()),
+                mode: "command",
+                ..Default::default()
+            })?;
+            let limits = root.limits().clone();
+            return Ok(Session::InProcess {
+                root: Arc::new(root),
+                limits,
+            });
+        }
+        match control::from_env()? {
+            Some(cf) => Session::connect(cf),
+            None => Err(Error::new(
+                Code::Usage,
+                "not inside a peer session: run this inside 'peer host -- CMD', or pass --as ALIAS for a one-off root",
+            )),
+        }
+    }
+
+    fn connect(cf: ControlFile) -> Result<Session> {
+        let mut limits = Limits::default();
+        let mut client = LocalClient::connect(&cf.endpoint, cf.secret_bytes()?, &limits)?;
+        let run_id = std::env::var(control::ENV_RUN)
+            .ok()
+            .filter(|s| !s.is_empty());
+        let auto = std::env::var(super::auto::ENV_AUTO)
+            .ok()
+            .filter(|s| !s.is_empty());
+        let info = client.call(
+            "local.info",
+            json!({"version": 1, "runId": run_id}),
+            limits.acknowledgement_ms.max(5_000),
+        )?;
+        if let Some(l) = info.get("limits") {
+            let get = |k: &str, d: u64| l.get(k).and_then(Value::as_u64).unwrap_or(d);
+            limits.message_bytes = get("messageBytes", limits.message_bytes);
+            limits.wait_ms_max = get("waitMsMax", limits.wait_ms_max);
+            limits.acknowledgement_ms = get("acknowledgementMs", limits.acknowledgement_ms);
+        }
+        Ok(Session::Remote {
+            client,
+            control: cf,
+            run_id,
+            auto,
+            limits,
+        })
+    }
+
+    pub fn limits(&self) -> &Limits {
+        match self {
+            Session::Remote { limits, .. } | Session::InProcess { limits, .. } => limits,
+        }
+    }
+
+    /// Calls one local method; `timeout_ms` 0 means "the root's own bounds plus a margin".
+    pub fn call(&mut self, method: &str, params: Value, timeout_ms: u64) -> Result<Value> {
+        let Value::Object(mut p) = params else {
+            return Err(Error::new(Code::Usage, "params must be an object"));
+        };
+        p.entry("version").or_insert(json!(1));
+        match self {
+            Session::Remote {
+                client,
+                run_id,
+                auto,
+                limits,
+                ..
+            } => {
+                if let Some(r) = run_id {
+                    p.insert("runId".into(), json!(r));
+                }
+                if let Some(a) = auto {
+                    p.insert("auto".into(), json!(a));
+                }
+                let wait = p
+                    .get("args")
+                    .and_then(|a| a.get("waitMs"))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                let timeout = if timeout_ms == 0 {
+                    wait + limits.acknowledgement_ms * 8 + ANSWER_MARGIN_MS
+                } else {
+                    timeout_ms
+                };
+                client.call(method, Value::Object(p), timeout)
+            }
+            Session::InProcess { root, .. } => handler::local_request(&root.core, method, p),
+        }
+    }
+
+    /// Runs one model tool with its arguments and CLI-only envelope fields.
+    pub fn tool(&mut self, name: &str, args: Value, envelope: Map<String, Value>) -> Result<Value> {
+        let mut p = envelope;
+        p.insert("tool".into(), json!(name));
+        p.insert("args".into(), args);
+        self.call("local.tool", Value::Object(p), 0)
+    }
+
+    /// A second session to the same root (for a watcher thread).
+    pub fn fork(&self) -> Result<Session> {
+        match self {
+            Session::Remote {
+                control,
+                run_id,
+                auto,
+                limits,
+                ..
+            } => {
+                let client =
+                    LocalClient::connect(&control.endpoint, control.secret_bytes()?, limits)?;
+                Ok(Session::Remote {
+                    client,
+                    control: control.clone(),
+                    run_id: run_id.clone(),
+                    auto: auto.clone(),
+                    limits: limits.clone(),
+                })
+            }
+            Session::InProcess { root, limits } => Ok(Session::InProcess {
+                root: root.clone(),
+                limits: limits.clone(),
+            }),
+        }
+    }
+
+    /// Ends the session; a short-lived root waits briefly for its receipts to be pushed, then
+    /// shuts down and removes its files.
+    pub fn close(self) {
+        if let Session::InProcess { root, .. } = self {
+            if let Ok(root) = Arc::try_unwrap(root) {
+                root.shutdown();
+            }
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! The one implementation of the model tools, used by the CLI (through `local.tool`), by
+//! `peer mcp` (as a `ToolHost`) and by child runs: capability checks, retry-stable message ids,
+//! bounded abortable waits, and results shaped for both people and models.
+
+use super::core::{Caller, Core};
+use super::handler::{outbox_view, state_reached};
+use super::send::SendRequest;
+use crate::directory::{self, ListOptions, Viewer};
+use crate::error::{Code, Error, Result};
+use crate::messaging::{InboxEntry, ReadQuery, ReceiptState, derive_message_id, new_message_id};
+use crate::tools::{self, MessagesArgs, ToolCall, ToolHost};
+use crate::{clock, identity, presence};
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Extra, non-model options of one tool call (from the CLI's envelope).
+#[derive(Default, Clone)]
+pub struct CallOptions {
+    pub call_id: Option<String>,
+    pub message_id: Option<String>,
+    pub events_after: Option<u64>,
+}
+
+/// `local.tool {tool, args, callId?, messageId?, eventsAfter?}`.
+pub fn local_tool(core: &Arc<Core>, caller: &Caller, params: &Map<String, Value>) -> Result<Value> {
+    let name = params
+        .get("tool")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::new(Code::Usage, "params.tool is required"))?;
+    let empty = json!({});
+    let args = params.get("args").unwrap_or(&empty);
+    let call = tools::parse_call(name, args, core.limits())?;
+    let opts = CallOptions {
+        call_id: params
+            .get("callId")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        message_id: match params.get("messageId").and_then(Value::as_str) {
+            Some(m) if identity::is_valid_id(m) => Some(m.to_string()),
+            Some(_) => {
+                return Err(Error::new(
+                    Code::Usage,
+                    "--message-id must be 1-96 chars of [A-Za-z0-9_.-]",
+                ));
+            }
+            None => None,
+        },
+        events_after: params.get("eventsAfter").and_then(Value::as_u64),
+    };
+    execute(core, caller, call, &opts, &core.stopping)
+}
+
+/// Runs one validated tool call for `caller`.
+pub fn execute(
+    core: &Arc<Core>,
+    caller: &Caller,
+    call: ToolCall,
+    opts: &CallOptions,
+    cancel: &AtomicBool,
+) -> Result<Value> {
+    tools::check_capability(&call, &caller.capabilities)?;
+    match call {
+        ToolCall::ListPeers(a) => {
+            let scope = a.scope.unwrap_or(core.config.scope);
+            if scope > core.config.scope {
+                return Err(Error::new(
+                    Code::ScopeDenied,
+                    format!(
+                        "scope {} exceeds the configured maximum {}",
+                        scope.name(),
+                        core.config.scope.name()
+                    ),
+                ));
+            }
+            let viewer = Viewer {
+                ws: core.workspace.clone(),
+                scope,
+                self_instance: Some(core.instance_id.clone()),
+            };
+            let opts = ListOptions {
+                query: a.query,
+                cursor: a.cursor,
+                all: false,
+                page_size: None,
+            };
+            let page = directory::list(&core.ns, core.limits(), &viewer, &opts)?;
+            Ok(json!({"peers": page.peers, "cursor": page.cursor}))
+        }
+        ToolCall::Send(a) => {
+            let message_id = match (&opts.message_id, &opts.call_id) {
+                (Some(m), _) => m.clone(),
+                (None, Some(c)) => derive_message_id(&caller.peer_id, c),
+                (None, None) => new_message_id(),
+            };
+            let req = SendRequest {
+                to: a.to,
+                content: a.content,
+                topic: a.topic,
+                reply_to: a.reply_to,
+                message_id,
+            };
+            let r = core.send_message(caller, req)?;
+            let mut v =
+                serde_json::to_value(&r).map_err(|e| Error::new(Code::Io, e.to_string()))?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("to".into(), json!(r.to_peer_id));
+                o.insert("from".into(), json!(r.from_peer_id));
+            }
+            Ok(v)
+        }
+        ToolCall::Messages(a) => read_messages(core, caller, a, opts.events_after, cancel),
+        ToolCall::Resource(a) => super::resources::coordinate(core, caller, a, cancel),
+    }
+}
+
+fn read_messages(
+    core: &Arc<Core>,
+    caller: &Caller,
+    a: MessagesArgs,
+    events_after: Option<u64>,
+    cancel: &AtomicBool,
+) -> Result<Value> {
+    let from = match a.from {
+        Some(f) if crate::mention::is_peer_id(&f) => Some(f),
+        Some(f) => Some(core.resolve_target(&f).map(|t| t.peer_id).unwrap_or(f)),
+        None => None,
+    };
+    let q = ReadQuery {
+        recipient_peer_id: caller.peer_id.clone(),
+        after: a.after,
+        from,
+        reply_to: a.reply_to,
+        message_id: a.message_id,
+        limit: core.limits().directory_page_size,
+        events_after: Some(events_after.unwrap_or(0)),
+    };
+    let deadline =
+        Instant::now() + std::time::Duration::from_millis(a.wait_ms.min(core.limits().wait_ms_max));
+    loop {
+        let generation = core.store.change_generation();
+        let r = core.store.read(q.clone())?;
+        let waited_out = Instant::now() >= deadline
+            || cancel.load(Ordering::SeqCst)
+            || core.stopping.load(Ordering::SeqCst);
+        if !r.messages.is_empty() || !r.events.is_empty() || a.wait_ms == 0 || waited_out {
+            let aliases = sender_aliases(core, &r.messages);
+            let messages: Vec<Value> = r
+                .messages
+                .iter()
+                .map(|e| message_view(e, aliases.get(&e.from.instance_id)))
+                .collect();
+            let events: Vec<Value> = r
+                .events
+                .iter()
+                .map(|e| serde_json::to_value(&e.receipt).unwrap_or(Value::Null))
+                .collect();
+            return Ok(json!({
+                "messages": messages,
+                "events": events,
+                "cursor": r.next_after,
+                "eventCursor": r.next_event_cursor,
+                "more": r.more,
+            }));
+        }
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis() as u64;
+        core.store.wait_for_change(generation, left, cancel);
+    }
+}
+
+/// Current aliases of the senders of these messages (roots and their runs), from presence.
+fn sender_aliases(core: &Core, msgs: &[InboxEntry]) -> HashMap<String, presence::Advertisement> {
+    let mut out = HashMap::new();
+    for m in msgs {
+        if out.contains_key(&m.from.instance_id) {
+            continue;
+        }
+        if m.from.instance_id == core.instance_id {
+            continue;
+        }
+        if let Some(ad) = core.advertisement_of(&m.from.instance_id) {
+            out.insert(m.from.instance_id.clone(), ad);
+        }
+        if out.len() > 64 {
+            break;
+        }
+    }
+    out
+}
+
+/// One inbox entry as tools and the CLI show it. The content is peer data.
+pub fn message_view(e: &InboxEntry, ad: Option<&presence::Advertisement>) -> Value {
+    let alias = ad.and_then(|ad| match &e.from.run_id {
+        None => Some(ad.alias.clone()),
+        Some(run) => ad
+            .runs
+            .iter()
+            .find(|r| &r.run_id == run)
+            .map(|r| r.alias.clone()),
+    });
+    json!({
+        "sequence": e.sequence,
+        "messageId": e.message_id,
+        "from": e.from.peer_id,
+        "fromPeerId": e.from.peer_id,
+        "fromAlias": alias,
+        "fromInstanceId": e.from.instance_id,
+        "fromRunId": e.from.run_id,
+        "to": e.recipient_peer_id,
+        "content": e.content,
+        "topic": e.topic,
+        "replyTo": e.reply_to,
+        "correlationId": e.correlation_id,
+        "state": e.state.name(),
+        "acceptedAtMs": e.accepted_at_ms,
+        "sentAt": clock::iso8601(e.accepted_at_ms),
+        "expiresAtMs": e.expires_at_ms,
+    })
+}
+
+/// `local.wait_receipt {messageId, state, waitMs}`: waits until the sender-side receipt
+/// reaches `state` (or a terminal failure).
+pub fn wait_receipt(
+    core: &Arc<Core>,
+    caller: &Caller,
+    params: &Map<String, Value>,
+) -> Result<Value> {
+    let id = params
+        .get("messageId")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::new(Code::Usage, "params.messageId is required"))?
+        .to_string();
+    let wanted = match params.get("state").and_then(Value::as_str) {
+        Some("accepted") => ReceiptState::Accepted,
+        Some("prepared") => ReceiptState::Prepared,
+        Some("consumed") => ReceiptState::Consumed,
+        Some("replied") => ReceiptState::Replied,
+        _ => {
+            return Err(Error::new(
+                Code::Usage,
+                "--wait-receipt takes accepted, prepared, consumed or replied",
+            ));
+        }
+    };
+    let wait_ms = params
+        .get("waitMs")
+        .and_then(Value::as_u64)
+        .unwrap_or(30_000);
+    let deadline = Instant::now() + std::time::Duration::from_millis(wait_ms);
+    loop {
+        let generation = core.store.change_generation();
+        let (me, mid) = (caller.peer_id.clone(), id.clone());
+        let entry = core
+            .store
+            .query(move |m| {
+                m.state()
+                    .outbox()
+                    .filter(|e| e.from_peer_id == me && e.message_id == mid)
+                    .max_by_key(|e| e.order)
+                    .cloned()
+            })?
+            .ok_or_else(|| {
+                Error::new(Code::NotFound, "this session sent no message with that id")
+            })?;
+        if let Some(r) = &entry.receipt
+            && state_reached(r.state, wanted)
+        {
+            return Ok(outbox_view(&entry));
+        }
+        if Instant::now() >= deadline || core.stopping.load(Ordering::SeqCst) {
+            let now = entry
+                .receipt
+                .as_ref()
+                .map_or("unresolved", |r| r.state.name());
+            return Err(Error::new(
+                Code::Timeout,
+                format!(
+                    "message {id} is still {now} after {wait_ms} ms (waited for {})",
+                    wanted.name()
+                ),
+            ));
+        }
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis() as u64;
+        core.store.wait_for_change(generation, left, &core.stopping);
+    }
+}
+
+/// The MCP face of a root: every call acts as the root itself.
+pub struct RootTools(pub Arc<Core>);
+
+impl ToolHost for RootTools {
+    fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<Value> {
+        let caller = self.0.root_caller();
+        let opts = CallOptions {
+            call_id: Some(format!("mcp:{}:{call_id}", self.0.instance_id)),
+            ..CallOptions::default()
+        };
+        execute(&self.0, &caller, call, &opts, cancel)
+    }
+}
