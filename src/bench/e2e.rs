@@ -150,7 +150,11 @@ struct Run<'a> {
     tx: Vec<Host>,
     b: Adapter,
     a1: Adapter,
+    /// Distinguishes this run's message ids.
+    tag: String,
     accepted: Vec<String>,
+    /// Ids whose send failed; the audit looks for them too.
+    failed: Vec<String>,
     out: Outcome,
 }
 
@@ -168,9 +172,7 @@ pub fn run(exe: &Path, dir: &Path, plan: &Plan) -> Outcome {
     let pids = [run.rx.pid, run.tx.first().map_or(0, |h| h.pid)];
     std::thread::sleep(Duration::from_millis(SETTLE_MS));
     let sampler = spawn_sampler(pids, stop.clone());
-    if let Err(e) = run.phases(plan) {
-        run.out.error = Some(e.to_string());
-    }
+    run.phases(plan);
     stop.store(true, Ordering::SeqCst);
     if let Ok([r, s]) = sampler.join() {
         run.out.receiver = r;
@@ -221,7 +223,9 @@ fn setup<'a>(exe: &'a Path, dir: &Path, plan: &Plan) -> Result<Run<'a>> {
         tx,
         b,
         a1,
+        tag: format!("{:08x}", crate::identity::random_u64() as u32),
         accepted: Vec::new(),
+        failed: Vec::new(),
         out: Outcome::default(),
     })
 }
@@ -255,41 +259,64 @@ fn micros_since(t: Instant) -> f64 {
 }
 
 impl Run<'_> {
-    fn phases(&mut self, plan: &Plan) -> Result<()> {
-        self.warm(plan)?;
-        self.audit("warm")?;
-        self.cold(plan.cold)?;
-        self.audit("cold")?;
-        let pages = self.pages_max();
-        let (_, cursor) = adapter::read_all(&mut self.b, pages)?;
-        self.inbox(plan.probes, cursor)?;
-        self.audit("inbox")?;
+    /// Runs every phase; a failed phase is recorded and the next one still runs, and the
+    /// inbox is audited after each.
+    fn phases(&mut self, plan: &Plan) {
+        let r = self.warm(plan);
+        self.after("warm", r);
+        let r = self.cold(plan.cold);
+        self.after("cold", r);
+        let r = self.inbox(plan.probes);
+        self.after("inbox", r);
         for &(k, m) in &plan.throughput {
-            self.throughput(k, m)?;
-            self.audit(&format!("throughput{k}"))?;
+            let r = self.throughput(k, m);
+            self.after(&format!("throughput{k}"), r);
         }
-        Ok(())
     }
 
-    fn pages_max(&self) -> usize {
-        self.accepted.len() + 64
+    fn after(&mut self, phase: &str, result: Result<()>) {
+        if let Err(e) = result {
+            self.out
+                .fail(&Error::new(e.code, format!("{phase}: {}", e.message)));
+        }
+        let pages = self.accepted.len() + self.failed.len() + 64;
+        match adapter::read_all(&mut self.b, pages) {
+            Ok((inbox, _)) => {
+                let a = adapter::audit(&self.accepted, &self.failed, &inbox);
+                self.out.audits.push((phase.to_string(), a));
+            }
+            Err(e) => {
+                self.out
+                    .error
+                    .get_or_insert(format!("audit after {phase}: {e}"));
+            }
+        }
     }
 
-    fn audit(&mut self, phase: &str) -> Result<()> {
-        let pages = self.pages_max();
-        let (inbox, _) = adapter::read_all(&mut self.b, pages)?;
-        let a = adapter::audit(&self.accepted, &inbox);
-        self.out.audits.push((phase.to_string(), a));
-        Ok(())
+    fn id(&self, label: &str, i: usize) -> String {
+        format!("bench-{}-{label}-{i}", self.tag)
+    }
+
+    /// One sequential send from the first sender; a failure is remembered by id.
+    fn send_one(&mut self, label: &str, i: usize) -> Result<f64> {
+        let (to, id) = (self.rx.peer_id.clone(), self.id(label, i));
+        let t = Instant::now();
+        match self.a1.send(&to, &body(label, i), &id) {
+            Ok(()) => {
+                let us = micros_since(t);
+                self.accepted.push(id);
+                Ok(us)
+            }
+            Err(e) => {
+                self.failed.push(id.clone());
+                Err(Error::new(e.code, format!("message {id}: {}", e.message)))
+            }
+        }
     }
 
     fn warm(&mut self, plan: &Plan) -> Result<()> {
-        let to = self.rx.peer_id.clone();
         for i in 0..plan.warmup + plan.warm {
-            let t = Instant::now();
-            let id = self.a1.send(&to, &body("warm", i))?;
-            let us = micros_since(t);
-            self.accepted.push(id);
+            let us = self.send_one("warm", i)?;
             if i >= plan.warmup {
                 self.out.warm.push(us);
             }
@@ -305,9 +332,11 @@ impl Run<'_> {
             .map(|h| h.control.clone())
             .unwrap_or_default();
         for i in 0..n {
+            let id = self.id("cold", i);
             let t = Instant::now();
             let out = Command::new(self.exe)
-                .args(["--json", "send", &self.rx.peer_id, &body("cold", i)])
+                .args(["--json", "send", "--message-id", &id, &self.rx.peer_id])
+                .arg(body("cold", i))
                 .env(crate::runtime::control::ENV_CONTROL, &control)
                 .stdin(Stdio::null())
                 .output()
@@ -318,15 +347,16 @@ impl Run<'_> {
                 out.status.success(),
                 receipt.as_ref().map(adapter::accepted_id),
             ) {
-                (true, Some(Ok(id))) => {
+                (true, Some(Ok(got))) if got == id => {
                     self.accepted.push(id);
                     self.out.cold.push(us);
                 }
                 _ => {
+                    self.failed.push(id.clone());
                     return Err(Error::new(
                         Code::Io,
                         format!(
-                            "bench: peer send exited with {} and printed {}; stderr: {}",
+                            "message {id}: peer send exited with {} and printed {}; stderr: {}",
                             out.status,
                             crate::sanitize::line(&String::from_utf8_lossy(&out.stdout), 200),
                             crate::sanitize::line(&String::from_utf8_lossy(&out.stderr), 200)
@@ -338,7 +368,9 @@ impl Run<'_> {
         Ok(())
     }
 
-    fn inbox(&mut self, n: usize, cursor: u64) -> Result<()> {
+    fn inbox(&mut self, n: usize) -> Result<()> {
+        let pages = self.accepted.len() + self.failed.len() + 64;
+        let (_, cursor) = adapter::read_all(&mut self.b, pages)?;
         let mut poller = Adapter::connect(&self.rx.control, &self.limits)?;
         let (seen_tx, seen_rx) = crossbeam_channel::bounded::<(String, Instant)>(n + 64);
         let stop = Arc::new(AtomicBool::new(false));
@@ -372,11 +404,10 @@ impl Run<'_> {
         n: usize,
         seen: &crossbeam_channel::Receiver<(String, Instant)>,
     ) -> Result<()> {
-        let to = self.rx.peer_id.clone();
         for i in 0..n {
             let t = Instant::now();
-            let id = self.a1.send(&to, &body("inbox", i))?;
-            self.accepted.push(id.clone());
+            self.send_one("inbox", i)?;
+            let id = self.id("inbox", i);
             loop {
                 match seen.recv_timeout(Duration::from_millis(PROBE_MS)) {
                     Ok((got, at)) if got == id => {
@@ -412,18 +443,24 @@ impl Run<'_> {
             .enumerate()
             .map(|(s, mut a)| {
                 let (barrier, to) = (barrier.clone(), to.clone());
+                let label = format!("tp{k}-s{s}");
+                let prefix = format!("bench-{}-{label}-", self.tag);
                 std::thread::spawn(move || {
                     let (mut lat, mut ids) = (Vec::with_capacity(m), Vec::with_capacity(m));
                     barrier.wait();
                     for j in 0..m {
+                        let id = format!("{prefix}{j}");
                         let t = Instant::now();
-                        match a.send(&to, &body(&format!("tp{k}-s{s}"), j)) {
-                            Ok(id) => {
+                        match a.send(&to, &body(&label, j), &id) {
+                            Ok(()) => {
                                 lat.push(micros_since(t));
                                 ids.push(id);
                             }
                             // One failure ends this sender; the others go on.
-                            Err(e) => return (lat, ids, Some(e)),
+                            Err(e) => {
+                                let e = Error::new(e.code, format!("message {id}: {}", e.message));
+                                return (lat, ids, Some((id, e)));
+                            }
                         }
                     }
                     (lat, ids, None)
@@ -444,7 +481,8 @@ impl Run<'_> {
                     run.latency.extend(lat);
                     run.messages += ids.len();
                     self.accepted.extend(ids);
-                    if let Some(e) = err {
+                    if let Some((id, e)) = err {
+                        self.failed.push(id);
                         self.out.fail(&e);
                     }
                 }

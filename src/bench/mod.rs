@@ -236,8 +236,13 @@ fn text(
     );
     let i = &r["integrity"];
     s += &format!(
-        "integrity: {} accepted, {} lost, {} duplicates, {} unexpected, {} failed sends\n",
-        i["accepted"], i["lost"], i["duplicates"], i["unexpected"], i["failedSends"]
+        "integrity: {} accepted, {} lost, {} duplicates, {} unexpected, {} failed sends ({} of them in the inbox after all)\n",
+        i["accepted"],
+        i["lost"],
+        i["duplicates"],
+        i["unexpected"],
+        i["failedSends"],
+        i["failedButDelivered"]
     );
     if let Some(f) = i["failures"].as_array().filter(|f| !f.is_empty()) {
         s += &format!("failures: {}\n", Value::Array(f.clone()));

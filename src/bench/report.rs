@@ -150,9 +150,10 @@ pub fn integrity_json(out: &Outcome) -> Value {
         "lost": last.lost,
         "duplicates": last.duplicates,
         "unexpected": last.unexpected,
+        "failedButDelivered": last.failed_delivered,
         "failedSends": out.failure_count,
         "failures": out.failures,
-        "phases": out.audits.iter().map(|(p, a)| json!({"phase": p, "accepted": a.accepted, "lost": a.lost, "duplicates": a.duplicates, "unexpected": a.unexpected})).collect::<Vec<_>>(),
+        "phases": out.audits.iter().map(|(p, a)| json!({"phase": p, "accepted": a.accepted, "lost": a.lost, "duplicates": a.duplicates, "unexpected": a.unexpected, "failedButDelivered": a.failed_delivered})).collect::<Vec<_>>(),
     })
 }
 
