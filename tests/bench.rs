@@ -5,13 +5,14 @@
 use serde_json::Value;
 use std::process::Command;
 
-const FIGURES: [&str; 6] = [
+const FIGURES: [&str; 7] = [
     "warmAccept",
     "coldSend",
     "inboxLatency",
     "throughput1",
     "throughput8",
     "throughput64",
+    "warmAcceptCrowded",
 ];
 const FLOORS: [&str; 6] = [
     "udsTrip",
@@ -75,6 +76,8 @@ fn quick_bench_reports_every_figure_beside_its_floor_with_nothing_lost() {
     }
     number(&figures[0]["seedFloor"]["ratio"], "warm seed ratio");
     assert!(figures[5]["target"].is_string());
+    assert_eq!(figures[0]["livePeers"], 2);
+    assert_eq!(figures[6]["livePeers"], 65);
 
     for when in ["before", "after"] {
         for name in FLOORS {
@@ -91,7 +94,7 @@ fn quick_bench_reports_every_figure_beside_its_floor_with_nothing_lost() {
     assert_eq!(i["duplicates"], 0, "{i}");
     assert_eq!(i["failedSends"], 0, "{i}");
     assert!(number(&i["accepted"], "accepted") >= 6.0);
-    assert!(i["phases"].as_array().unwrap().len() >= 6);
+    assert_eq!(i["phases"].as_array().unwrap().len(), 7);
     assert!(number(&r["process"]["receiver"]["peak"]["rssKb"], "rss") > 0.0);
     assert!(number(&r["process"]["receiver"]["idle"]["threads"], "threads") >= 1.0);
     assert!(number(&r["limitOverrides"]["ratePerSecond"], "rate") > 10.0);

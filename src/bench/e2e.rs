@@ -34,6 +34,8 @@ pub struct Plan {
     pub warm: usize,
     pub cold: usize,
     pub probes: usize,
+    /// Warm sends repeated at the end, with every sender process still live.
+    pub crowded: usize,
     /// (concurrent senders, messages per sender) for each throughput run.
     pub throughput: Vec<(usize, usize)>,
 }
@@ -48,6 +50,7 @@ impl Plan {
             warm: n,
             cold: (n / 20).clamp(3, 50),
             probes: (n / 2).max(3),
+            crowded: (n / 4).clamp(3, 250),
             throughput: senders
                 .iter()
                 .map(|&k| (k, (total / k.max(1)).max(2)))
@@ -61,6 +64,7 @@ impl Plan {
             + self.warm
             + self.cold
             + self.probes
+            + self.crowded
             + self.throughput.iter().map(|(k, m)| k * m).sum::<usize>()
     }
 
@@ -94,6 +98,8 @@ pub struct Throughput {
     pub messages: usize,
     pub seconds: f64,
     pub latency: Vec<f64>,
+    /// Live `peer host` processes during the run.
+    pub peers: usize,
 }
 
 /// Peak counters seen while sampling, next to the idle reading.
@@ -108,6 +114,11 @@ pub struct Counters {
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub warm: Vec<f64>,
+    /// Warm sends at the end, with `crowd` live peer processes in the namespace.
+    pub warm_crowded: Vec<f64>,
+    /// Live `peer host` processes during the first phases and during the crowded one.
+    pub peers_first: usize,
+    pub crowd: usize,
     pub cold: Vec<f64>,
     pub inbox: Vec<f64>,
     pub throughput: Vec<Throughput>,
@@ -145,6 +156,7 @@ fn body(label: &str, i: usize) -> String {
 /// The state shared by the phases.
 struct Run<'a> {
     exe: &'a Path,
+    dir: PathBuf,
     limits: Limits,
     rx: Host,
     tx: Vec<Host>,
@@ -183,10 +195,15 @@ pub fn run(exe: &Path, dir: &Path, plan: &Plan) -> Outcome {
     run.out
 }
 
+/// The namespace home, the hosts' workspace and their log directory under `dir`.
+fn layout(dir: &Path) -> [PathBuf; 3] {
+    [dir.join("home"), dir.join("workspace"), dir.join("logs")]
+}
+
+/// Starts the receiver and one sender; more senders start before the throughput runs, so
+/// the first figures see a namespace of two peers.
 fn setup<'a>(exe: &'a Path, dir: &Path, plan: &Plan) -> Result<Run<'a>> {
-    let home = dir.join("home");
-    let ws = dir.join("workspace");
-    let logs = dir.join("logs");
+    let [home, ws, logs] = layout(dir);
     for d in [&home, &ws, &logs] {
         crate::fsutil::ensure_private_dir(d)?;
     }
@@ -198,8 +215,7 @@ fn setup<'a>(exe: &'a Path, dir: &Path, plan: &Plan) -> Result<Run<'a>> {
         crate::fsutil::Durability::Durable,
     )?;
     let limits = crate::config::Config::load(&home)?.limits;
-    let mut aliases = vec!["bench-rx".to_string()];
-    aliases.extend((1..=plan.senders_max()).map(|i| format!("bench-tx{i:02}")));
+    let aliases = ["bench-rx".to_string(), sender_alias(1)];
     let hp = HostPlan {
         exe,
         home: &home,
@@ -218,6 +234,7 @@ fn setup<'a>(exe: &'a Path, dir: &Path, plan: &Plan) -> Result<Run<'a>> {
     let a1 = Adapter::connect(&first.control, &limits)?;
     Ok(Run {
         exe,
+        dir: dir.to_path_buf(),
         limits,
         rx,
         tx,
@@ -228,6 +245,10 @@ fn setup<'a>(exe: &'a Path, dir: &Path, plan: &Plan) -> Result<Run<'a>> {
         failed: Vec::new(),
         out: Outcome::default(),
     })
+}
+
+fn sender_alias(i: usize) -> String {
+    format!("bench-tx{i:02}")
 }
 
 fn spawn_sampler(pids: [u32; 2], stop: Arc<AtomicBool>) -> std::thread::JoinHandle<[Counters; 2]> {
@@ -262,6 +283,7 @@ impl Run<'_> {
     /// Runs every phase; a failed phase is recorded and the next one still runs, and the
     /// inbox is audited after each.
     fn phases(&mut self, plan: &Plan) {
+        self.out.peers_first = 1 + self.tx.len();
         let r = self.warm(plan);
         self.after("warm", r);
         let r = self.cold(plan.cold);
@@ -269,9 +291,39 @@ impl Run<'_> {
         let r = self.inbox(plan.probes);
         self.after("inbox", r);
         for &(k, m) in &plan.throughput {
-            let r = self.throughput(k, m);
+            let r = self.grow(k).and_then(|()| self.throughput(k, m));
             self.after(&format!("throughput{k}"), r);
         }
+        self.out.crowd = 1 + self.tx.len();
+        if self.out.crowd > self.out.peers_first {
+            let r = self.crowded(plan.crowded);
+            self.after("warmCrowded", r);
+        }
+    }
+
+    /// Starts senders until there are `k` (not timed).
+    fn grow(&mut self, k: usize) -> Result<()> {
+        if self.tx.len() >= k {
+            return Ok(());
+        }
+        let [home, ws, logs] = layout(&self.dir);
+        let hp = HostPlan {
+            exe: self.exe,
+            home: &home,
+            workspace: &ws,
+            logs: &logs,
+        };
+        let aliases: Vec<String> = (self.tx.len() + 1..=k).map(sender_alias).collect();
+        self.tx.extend(hosts::start_all(&hp, &aliases)?);
+        Ok(())
+    }
+
+    fn crowded(&mut self, n: usize) -> Result<()> {
+        for i in 0..n {
+            let us = self.send_one("crowded", i)?;
+            self.out.warm_crowded.push(us);
+        }
+        Ok(())
     }
 
     fn after(&mut self, phase: &str, result: Result<()>) {
@@ -474,6 +526,7 @@ impl Run<'_> {
             messages: 0,
             seconds: 0.0,
             latency: Vec::new(),
+            peers: 1 + self.tx.len(),
         };
         for t in threads {
             match t.join() {
@@ -527,7 +580,8 @@ mod tests {
         assert_eq!(p.cold, 3);
         assert_eq!(p.probes, 10);
         assert_eq!(p.throughput, vec![(1, 80), (8, 10), (64, 2)]);
-        assert_eq!(p.total(), 3 + 20 + 3 + 10 + 80 + 80 + 128);
+        assert_eq!(p.crowded, 5);
+        assert_eq!(p.total(), 3 + 20 + 3 + 10 + 5 + 80 + 80 + 128);
         assert_eq!(p.senders_max(), 64);
         let o = p.overrides();
         assert_eq!(o["inboxMessages"], json!(2 * p.total() as u64 + 1024));

@@ -29,6 +29,8 @@ pub struct Figure {
     /// A second floor to compare with: (label, value, ratio).
     pub also: Option<(String, f64, f64)>,
     pub target: Option<&'static str>,
+    /// Live `peer host` processes in the namespace while it was measured.
+    pub peers: usize,
 }
 
 impl Figure {
@@ -46,6 +48,7 @@ impl Figure {
             durability: CUSTODY,
             also: None,
             target: None,
+            peers: 0,
         }
     }
 
@@ -61,6 +64,7 @@ impl Figure {
             "floor": {"label": self.floor_label, "value": round2(self.floor)},
             "ratio": round2(self.ratio),
             "durability": self.durability,
+            "livePeers": self.peers,
         });
         if let Some((label, value, r)) = &self.also {
             v["seedFloor"] = json!({"label": label, "value": round2(*value), "ratio": round2(*r)});
@@ -91,6 +95,8 @@ pub fn figures(before: &Floors, after: &Floors, out: &Outcome) -> Vec<Figure> {
         ratio(warm.value, seed),
     ));
     warm.target = Some("≤ 1.5× (UDS trip + fdatasync), p99 ≤ 2 ms");
+    warm.peers = out.peers_first;
+    let mut crowded = warm.clone();
     v.push(warm);
     let mut cold = Figure::latency(
         "coldSend",
@@ -100,14 +106,17 @@ pub fn figures(before: &Floors, after: &Floors, out: &Outcome) -> Vec<Figure> {
         spawn + COLD_HANDSHAKE_US + sync,
     );
     cold.target = Some("≤ 1.5× (static spawn + 110 µs + fdatasync)");
+    cold.peers = out.peers_first;
     v.push(cold);
-    v.push(Figure::latency(
+    let mut inbox = Figure::latency(
         "inboxLatency",
         "send start until the receiver's long poll returns it",
         &out.inbox,
         "2×fdatasync + 3×UDS trip".to_string(),
         2.0 * sync + 3.0 * trip,
-    ));
+    );
+    inbox.peers = out.peers_first;
+    v.push(inbox);
     let fsync_rate = ratio(1e6, sync);
     for t in &out.throughput {
         let rate = ratio(t.messages as f64, t.seconds);
@@ -126,7 +135,24 @@ pub fn figures(before: &Floors, after: &Floors, out: &Outcome) -> Vec<Figure> {
             durability: CUSTODY,
             also: None,
             target: (t.senders >= 64).then_some("≥ 5× the fsync-per-message rate"),
+            peers: t.peers,
         });
+    }
+    if out.crowd > out.peers_first {
+        let s = Summary::of(&out.warm_crowded);
+        crowded.key = "warmAcceptCrowded".to_string();
+        crowded.label = format!(
+            "warm durable accept again, {} live peers in the namespace",
+            out.crowd
+        );
+        crowded.latency = s;
+        crowded.value = s.median;
+        crowded.ratio = ratio(s.median, crowded.floor);
+        if let Some(also) = crowded.also.as_mut() {
+            also.2 = ratio(s.median, also.1);
+        }
+        crowded.peers = out.crowd;
+        v.push(crowded);
     }
     v
 }
@@ -185,8 +211,8 @@ pub fn floors_text(before: &Floors, after: &Floors) -> String {
 /// The figures as a text table.
 pub fn figures_text(figs: &[Figure]) -> String {
     let mut s = format!(
-        "{:<14} {:>6} {:>11} {:>10} {:>10}  {:>8}  floor\n",
-        "figure", "N", "value", "median", "p99", "ratio"
+        "{:<17} {:>5} {:>6} {:>11} {:>10} {:>10}  {:>8}  floor\n",
+        "figure", "peers", "N", "value", "median", "p99", "ratio"
     );
     for f in figs {
         let value = if f.unit == "msg/s" {
@@ -200,8 +226,9 @@ pub fn figures_text(figs: &[Figure]) -> String {
             micros_text(f.floor)
         };
         s += &format!(
-            "{:<14} {:>6} {:>11} {:>10} {:>10}  {:>8}  {} = {}\n",
+            "{:<17} {:>5} {:>6} {:>11} {:>10} {:>10}  {:>8}  {} = {}\n",
             f.key,
+            f.peers,
             f.latency.n,
             value,
             micros_text(f.latency.median),
@@ -212,7 +239,7 @@ pub fn figures_text(figs: &[Figure]) -> String {
         );
         if let Some((label, v, r)) = &f.also {
             s += &format!(
-                "{:<14} {:>57}  {} = {}\n",
+                "{:<17} {:>64}  {} = {}\n",
                 "",
                 ratio_text(*r),
                 label,
@@ -255,12 +282,20 @@ mod tests {
                 messages: 1000,
                 seconds: 0.1,
                 latency: vec![100.0],
+                peers: 65,
             }],
+            warm_crowded: vec![900.0],
+            peers_first: 2,
+            crowd: 65,
             ..Outcome::default()
         };
         // Before 100 µs, after 300 µs: every floor quantity is their mean, 200 µs.
         let figs = figures(&floors(100.0), &floors(300.0), &out);
-        assert_eq!(figs.len(), 4);
+        assert_eq!(figs.len(), 5);
+        assert_eq!(figs[4].key, "warmAcceptCrowded");
+        assert_eq!(figs[4].ratio, 900.0 / 800.0);
+        assert_eq!(figs[4].also.as_ref().unwrap().2, 900.0 / 400.0);
+        assert_eq!((figs[0].peers, figs[3].peers, figs[4].peers), (2, 65, 65));
         assert_eq!(figs[0].floor, 800.0);
         assert_eq!(figs[0].ratio, 500.0 / 800.0);
         assert_eq!(figs[0].also.as_ref().unwrap().1, 400.0);
