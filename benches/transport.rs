@@ -165,7 +165,7 @@ fn round_trips(c: &mut Criterion) {
         endpoint: path,
         public_key: b.keys.public(),
     };
-    let params = json!({"version": 1, "messageId": "m-1", "content": "x".repeat(200)});
+    let params = payload();
     pool.request(&target, "peer.send", params.clone(), 0)
         .unwrap_or_else(|e| panic!("{e}"));
     let mut group = c.benchmark_group("round trip");
@@ -177,6 +177,20 @@ fn round_trips(c: &mut Criterion) {
             )
         })
     });
+    group.finish();
+    endpoint.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same request payload for both round trips.
+fn payload() -> Value {
+    json!({"version": 1, "messageId": "m-1", "content": "x".repeat(200)})
+}
+
+/// The floor for the Pool round trip: one line echoed by a thread over a socket pair.
+fn plain_echo(c: &mut Criterion) {
+    let params = payload();
+    let mut group = c.benchmark_group("round trip");
     let (mut client, server) = UnixStream::pair().unwrap_or_else(|e| panic!("{e}"));
     let echo = std::thread::spawn(move || {
         let mut reader = BufReader::new(server.try_clone().unwrap_or_else(|e| panic!("{e}")));
@@ -207,13 +221,11 @@ fn round_trips(c: &mut Criterion) {
     drop(client);
     drop(reader);
     let _ = echo.join();
-    endpoint.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500)).sample_size(30);
-    targets = decode_dispatch, crypto_floor, handshake, round_trips
+    targets = decode_dispatch, crypto_floor, handshake, round_trips, plain_echo
 }
 criterion_main!(benches);

@@ -63,6 +63,7 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             .map_err(|e| Error::new(Code::Io, format!("cannot install signal handler: {e}")))?;
     }
     let root = Root::start(&a.opts)?;
+    let events = root.bus.subscribe();
     if ctx.json {
         super::print_json(&root.ready_event());
     } else {
@@ -73,23 +74,57 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             crate::sanitize::line(&root.workspace.workspace.to_string_lossy(), 200)
         );
     }
+    let show = |ev: serde_json::Value| print_event(ctx.json, &ev);
+    let drain = || {
+        if let Some(rx) = &events {
+            rx.try_iter().for_each(show);
+        }
+    };
     let status = if a.command.is_empty() {
-        wait_for_signal(&signal)
+        wait_for_signal(&signal, &drain)
     } else {
-        run_child(&root, &a.command, &signal)?
+        run_child(&root, &a.command, &signal, &drain)?
     };
     root.shutdown();
     Ok(status)
 }
 
-fn wait_for_signal(signal: &AtomicUsize) -> i32 {
+/// Events as NDJSON with `--json`; otherwise one sanitized line per arrival (the `notify`
+/// idle behaviour) on stderr, so a hosted command's own stdout stays clean.
+fn print_event(json: bool, ev: &serde_json::Value) {
+    if json {
+        super::print_json(ev);
+        return;
+    }
+    if ev.get("kind").and_then(serde_json::Value::as_str) == Some("message") {
+        let s = |k: &str| {
+            ev.get(k)
+                .and_then(serde_json::Value::as_str)
+                .map(|v| crate::sanitize::line(v, 80))
+                .unwrap_or_default()
+        };
+        eprintln!(
+            "peer host: message {} from {} (peer inbox to read it)",
+            s("messageId"),
+            s("from")
+        );
+    }
+}
+
+fn wait_for_signal(signal: &AtomicUsize, drain: &dyn Fn()) -> i32 {
     while signal.load(Ordering::SeqCst) == 0 {
+        drain();
         std::thread::sleep(Duration::from_millis(20));
     }
     0
 }
 
-fn run_child(root: &Root, command: &[OsString], signal: &AtomicUsize) -> Result<i32> {
+fn run_child(
+    root: &Root,
+    command: &[OsString],
+    signal: &AtomicUsize,
+    drain: &dyn Fn(),
+) -> Result<i32> {
     let mut child = std::process::Command::new(&command[0])
         .args(&command[1..])
         .env("PEER_HOME", &root.ns.home)
@@ -97,6 +132,8 @@ fn run_child(root: &Root, command: &[OsString], signal: &AtomicUsize) -> Result<
         .env("PEER_PEER_ID", &root.peer_id)
         .env("PEER_SESSION_ID", &root.session_id)
         .env("PEER_ALIAS", &root.alias)
+        .env(crate::runtime::control::ENV_CONTROL, &root.control_path)
+        .env_remove(crate::runtime::control::ENV_RUN)
         .spawn()
         .map_err(|e| {
             Error::new(
@@ -106,6 +143,7 @@ fn run_child(root: &Root, command: &[OsString], signal: &AtomicUsize) -> Result<
         })?;
     let mut forwarded = false;
     loop {
+        drain();
         if let Some(status) = child
             .try_wait()
             .map_err(|e| Error::new(Code::Io, format!("cannot wait for child: {e}")))?

@@ -7,6 +7,7 @@ pub mod dir;
 pub mod host;
 pub mod lab;
 pub mod msg;
+pub mod session_cmds;
 
 use crate::error::{Code, Error, Result};
 use std::ffi::OsString;
@@ -58,6 +59,17 @@ fn commands() -> Vec<(&'static str, &'static str, Command)> {
         ("status", "show the receipt of a sent message", msg::status),
         ("chat", "interactive chat with peers", chat::cmd),
         ("lab", "run the two-session demo", lab::cmd),
+        ("mcp", "a root that speaks MCP on stdio", session_cmds::mcp),
+        (
+            "run-child",
+            "run a command as a published child run",
+            session_cmds::run_child,
+        ),
+        (
+            "recover",
+            "review an earlier incarnation's unread mail",
+            session_cmds::recover,
+        ),
         (
             "bench",
             "measure peerwire against this machine's floors (built-in benchmark)",

@@ -107,3 +107,47 @@ fn the_error_table_matches_the_codes() {
     }
     assert_eq!(rows.len(), Code::ALL.len());
 }
+
+/// The example handshake is a real one: both proofs verify over the documented transcript
+/// built from the values on the page.
+#[test]
+fn the_example_proofs_verify_over_the_documented_transcript() {
+    use super::handshake::{Party, Role, transcript};
+    use crate::identity::{parse_spki_b64, unb64, verify};
+    let lines = example_lines("EXAMPLE");
+    let json = |i: usize| serde_json::from_str::<serde_json::Value>(&lines[i]).unwrap_or_default();
+    let (hello, answer, auth) = (json(0), json(1), json(2));
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    let key =
+        |v: &serde_json::Value| parse_spki_b64(v.as_str().unwrap_or_default()).unwrap_or([0; 32]);
+    let bytes = |v: &serde_json::Value| unb64(v.as_str().unwrap_or_default()).unwrap_or_default();
+    let nonce = |v: &serde_json::Value| <[u8; 32]>::try_from(bytes(v)).unwrap_or([0; 32]);
+    let (h, r) = (&hello["params"], &answer["result"]);
+    let initiator = Party {
+        instance_id: text(&h["instanceId"]),
+        public_key: key(&h["publicKey"]),
+    };
+    let responder = Party {
+        instance_id: text(&r["instanceId"]),
+        public_key: key(&r["publicKey"]),
+    };
+    assert_eq!(text(&h["expect"]), responder.instance_id);
+    let (ni, nr) = (nonce(&h["nonce"]), nonce(&r["nonce"]));
+    let signed_r = transcript(Role::Responder, &initiator, &responder, &ni, &nr);
+    assert!(verify(
+        &responder.public_key,
+        &signed_r,
+        &bytes(&r["proof"])
+    ));
+    let signed_i = transcript(Role::Initiator, &initiator, &responder, &ni, &nr);
+    assert!(verify(
+        &initiator.public_key,
+        &signed_i,
+        &bytes(&auth["params"]["proof"])
+    ));
+    assert!(!verify(
+        &initiator.public_key,
+        &signed_r,
+        &bytes(&auth["params"]["proof"])
+    ));
+}

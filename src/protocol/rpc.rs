@@ -368,4 +368,47 @@ mod tests {
         p.insert("version".into(), json!("2.0"));
         assert!(check_version(&p).is_err());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let _ = parse(&bytes);
+        }
+
+        #[test]
+        fn arbitrary_json_values_parse_or_reject(v in json_strategy()) {
+            let text = v.to_string();
+            if let Err(r) = parse(text.as_bytes()) {
+                proptest::prop_assert_eq!(r.error.code, Code::InvalidRequest);
+            }
+        }
+    }
+
+    fn json_strategy() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            "[a-z.0-9]{0,8}".prop_map(Value::String),
+            Just(json!("2.0")),
+            Just(json!("peer.send")),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            let keys = prop_oneof![
+                Just("jsonrpc".to_string()),
+                Just("id".to_string()),
+                Just("method".to_string()),
+                Just("params".to_string()),
+                Just("result".to_string()),
+                Just("error".to_string()),
+                "[a-z]{1,4}",
+            ];
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(keys, inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
 }

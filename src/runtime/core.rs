@@ -54,6 +54,9 @@ pub struct Core {
     pub stopping: Arc<AtomicBool>,
     pub(crate) routes: Mutex<HashMap<(String, String), Arc<Mutex<RouteQueue>>>>,
     pub(crate) subscriptions: Mutex<HashMap<(String, String), Notifier>>,
+    /// Receipt events already shown to a model, per local peer (in memory: a restarted root
+    /// shows them again, which is harmless).
+    pub(crate) model_cursors: Mutex<HashMap<String, (u64, u64)>>,
 }
 
 impl Core {
@@ -148,6 +151,28 @@ impl Core {
     pub fn publish_runs(&self) {
         let ads = self.runs.lock().ads();
         let _ = self.publisher.update(|r| r.communication.runs = ads);
+    }
+
+    /// (message, event) cursors of what a model was already shown.
+    pub fn model_cursors(&self, peer_id: &str) -> (u64, u64) {
+        self.model_cursors
+            .lock()
+            .get(peer_id)
+            .copied()
+            .unwrap_or((0, 0))
+    }
+
+    /// Advances the model's cursors; never moves them back.
+    pub fn advance_model_cursors(&self, peer_id: &str, messages: Option<u64>, events: u64) {
+        let mut m = self.model_cursors.lock();
+        if m.len() >= 1024 && !m.contains_key(peer_id) {
+            return;
+        }
+        let c = m.entry(peer_id.to_string()).or_insert((0, 0));
+        if let Some(n) = messages {
+            c.0 = c.0.max(n);
+        }
+        c.1 = c.1.max(events);
     }
 
     /// Remembers a receipt subscription of a connected sender (bounded).

@@ -227,6 +227,7 @@ impl Root {
             stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             routes: Mutex::new(Default::default()),
             subscriptions: Mutex::new(Default::default()),
+            model_cursors: Mutex::new(Default::default()),
         });
         let _ = core_cell.set(Arc::downgrade(&core));
         let started = Self::start_owned(core.clone(), store, me, secret, &socket);

@@ -112,6 +112,7 @@ impl Core {
                 self.correlation_for(caller, req.reply_to.as_deref(), &req.message_id);
             self.auto_budget.take(&correlation)?;
         }
+        let reply_to = req.reply_to.clone();
         let intent = OutboundSend {
             from_peer_id: caller.peer_id.clone(),
             to: to.clone(),
@@ -123,16 +124,42 @@ impl Core {
             expires_at_ms: None,
         };
         let entry = self.store.outbox_intent(intent)?;
-        if entry.receipt.is_some() {
-            return self.outbox_answer(&caller.peer_id, &to.peer_id, &req.message_id);
+        let answer = if entry.receipt.is_some() {
+            self.outbox_answer(&caller.peer_id, &to.peer_id, &req.message_id)
+        } else {
+            self.drive_route(&caller.peer_id, &to, Some(&req.message_id), true)
+                .unwrap_or_else(|| {
+                    Err(Error::new(
+                        Code::NotFound,
+                        "the message left the outbox unexpectedly",
+                    ))
+                })
+        };
+        // An accepted reply moves the original message's receipt to replied.
+        if let (Ok(_), Some(original)) = (&answer, reply_to) {
+            let (me, orig) = (caller.peer_id.clone(), original.clone());
+            let from = to.clone();
+            let seq = self
+                .store
+                .query(move |m| {
+                    m.state()
+                        .inbox()
+                        .find(|e| {
+                            e.recipient_peer_id == me && e.message_id == orig && from.is(&e.from)
+                        })
+                        .map(|e| e.sequence)
+                })
+                .ok()
+                .flatten();
+            if let Some(seq) = seq {
+                let _ = self.store.mark_replied(
+                    &caller.peer_id,
+                    MessageRef::Sequence(seq),
+                    &req.message_id,
+                );
+            }
         }
-        self.drive_route(&caller.peer_id, &to, Some(&req.message_id), true)
-            .unwrap_or_else(|| {
-                Err(Error::new(
-                    Code::NotFound,
-                    "the message left the outbox unexpectedly",
-                ))
-            })
+        answer
     }
 
     /// The conversation an automatic send belongs to: its reply's correlation, or a new one.
@@ -490,16 +517,18 @@ impl Core {
         note: Option<&str>,
     ) -> Result<Receipt> {
         let e = self.inbox_entry(recipient, message_id)?;
+        self.consume_entry(&e, note.unwrap_or("taken into context by the recipient"))
+    }
+
+    /// Records context for `e` (unless already marked), then marks it consumed.
+    pub fn consume_entry(&self, e: &crate::messaging::InboxEntry, note: &str) -> Result<Receipt> {
         let reference = MessageRef::Sequence(e.sequence);
         if !e.context_marked {
-            self.store.record_context(
-                recipient,
-                reference.clone(),
-                note.unwrap_or("taken into context by the recipient"),
-            )?;
+            self.store
+                .record_context(&e.recipient_peer_id, reference.clone(), note)?;
         }
         self.store.mark(
-            recipient,
+            &e.recipient_peer_id,
             reference,
             crate::messaging::ReceiptState::Consumed,
         )

@@ -22,6 +22,9 @@ pub struct CallOptions {
     pub call_id: Option<String>,
     pub message_id: Option<String>,
     pub events_after: Option<u64>,
+    /// Messages returned to a model are in its context: record that and consume them. The
+    /// CLI's `peer inbox` only shows; `peer consume` consumes.
+    pub consume_on_read: bool,
 }
 
 /// `local.tool {tool, args, callId?, messageId?, eventsAfter?}`.
@@ -49,6 +52,7 @@ pub fn local_tool(core: &Arc<Core>, caller: &Caller, params: &Map<String, Value>
             None => None,
         },
         events_after: params.get("eventsAfter").and_then(Value::as_u64),
+        consume_on_read: false,
     };
     execute(core, caller, call, &opts, &core.stopping)
 }
@@ -111,7 +115,7 @@ pub fn execute(
             }
             Ok(v)
         }
-        ToolCall::Messages(a) => read_messages(core, caller, a, opts.events_after, cancel),
+        ToolCall::Messages(a) => read_messages(core, caller, a, opts, cancel),
         ToolCall::Resource(a) => super::resources::coordinate(core, caller, a, cancel),
     }
 }
@@ -120,9 +124,22 @@ fn read_messages(
     core: &Arc<Core>,
     caller: &Caller,
     a: MessagesArgs,
-    events_after: Option<u64>,
+    opts: &CallOptions,
     cancel: &AtomicBool,
 ) -> Result<Value> {
+    // A model that names no cursor continues where it left off; a person's `peer inbox` shows
+    // everything retained unless told otherwise.
+    let (model_after, model_events) = core.model_cursors(&caller.peer_id);
+    let unfiltered =
+        a.after.is_none() && a.message_id.is_none() && a.reply_to.is_none() && a.from.is_none();
+    let default_after = (opts.consume_on_read && unfiltered).then_some(model_after);
+    let events_after = opts
+        .events_after
+        .or(opts.consume_on_read.then_some(model_events));
+    let a = MessagesArgs {
+        after: a.after.or(default_after),
+        ..a
+    };
     let from = match a.from {
         Some(f) if crate::mention::is_peer_id(&f) => Some(f),
         Some(f) => Some(core.resolve_target(&f).map(|t| t.peer_id).unwrap_or(f)),
@@ -146,6 +163,20 @@ fn read_messages(
             || cancel.load(Ordering::SeqCst)
             || core.stopping.load(Ordering::SeqCst);
         if !r.messages.is_empty() || !r.events.is_empty() || a.wait_ms == 0 || waited_out {
+            if opts.consume_on_read {
+                for e in r
+                    .messages
+                    .iter()
+                    .filter(|e| !e.state.is_final() && e.state != ReceiptState::Consumed)
+                {
+                    core.consume_entry(e, "returned to the model by peer_messages")?;
+                }
+                core.advance_model_cursors(
+                    &caller.peer_id,
+                    unfiltered.then_some(r.next_after),
+                    r.next_event_cursor,
+                );
+            }
             let aliases = sender_aliases(core, &r.messages);
             let messages: Vec<Value> = r
                 .messages
@@ -299,6 +330,7 @@ impl ToolHost for RootTools {
         let caller = self.0.root_caller();
         let opts = CallOptions {
             call_id: Some(format!("mcp:{}:{call_id}", self.0.instance_id)),
+            consume_on_read: true,
             ..CallOptions::default()
         };
         execute(&self.0, &caller, call, &opts, cancel)

@@ -103,23 +103,28 @@ impl Endpoint {
         drop(self);
     }
 
+    /// True while the path still names the socket this endpoint bound.
+    fn path_is_ours(&self) -> bool {
+        std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.dev_ino)
+    }
+
     fn stop(&mut self) {
         self.shared.stopping.store(true, Ordering::Release);
         // Linux wakes a blocked accept() on shutdown(2) of the listener; the connect covers
-        // systems that do not.
+        // systems that do not (only to our own socket, never a successor's).
         let _ =
             nix::sys::socket::shutdown(self.listener.as_raw_fd(), nix::sys::socket::Shutdown::Both);
-        let _ = UnixStream::connect(&self.path);
+        if self.path_is_ours() {
+            let wake_by = Instant::now() + Duration::from_millis(self.shared.limits.write_ms);
+            let _ = wire::connect_bounded(&self.path, wake_by);
+        }
         if let Some(acceptor) = self.acceptor.take() {
             let _ = acceptor.join();
         }
         for stream in self.shared.conns.lock().values() {
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
-        // Only our own inode: a successor's socket at the same path is left alone.
-        if let Ok(meta) = std::fs::symlink_metadata(&self.path)
-            && (meta.dev(), meta.ino()) == self.dev_ino
-        {
+        if self.path_is_ours() {
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -202,11 +207,27 @@ fn admit(shared: &Arc<Shared>, stream: UnixStream) {
     let spawned = std::thread::Builder::new()
         .name("peer-conn".into())
         .spawn(move || {
+            let _slot = Slot {
+                shared: s.clone(),
+                id,
+            };
             serve(&s, stream);
-            s.conns.lock().remove(&id);
         });
     if spawned.is_err() {
         shared.conns.lock().remove(&id);
+    }
+}
+
+/// Frees a connection's slot when its thread ends, even by a panicking handler, so a bug
+/// cannot slowly exhaust `inboundConnections`.
+struct Slot {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.shared.conns.lock().remove(&self.id);
     }
 }
 
@@ -227,12 +248,12 @@ fn serve(shared: &Shared, stream: UnixStream) {
     ) else {
         return;
     };
+    let _close = wire::CloseOnDrop(out.clone());
     let mut reader = FrameReader::new(stream, shared.limits.frame_bytes);
     if let Some(channel) = handshake(shared, &mut reader, &out) {
         let notifier = Notifier::new(out.clone(), shared.limits.frame_bytes);
         serve_authenticated(shared, &mut reader, &out, &channel, &notifier);
     }
-    out.close();
 }
 
 /// Runs the responder until the channel is established; `None` means refused (answer queued).

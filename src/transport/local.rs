@@ -24,11 +24,13 @@ pub struct LocalClient {
 impl LocalClient {
     /// Connects to the root at `path` and presents `secret` within `handshakeMs`.
     pub fn connect(path: &Path, secret: [u8; 32], limits: &Limits) -> Result<LocalClient> {
-        let stream = UnixStream::connect(path).map_err(|e| {
+        let deadline = Instant::now() + Duration::from_millis(limits.handshake_ms);
+        let stream = wire::connect_bounded(path, deadline).map_err(|e| {
             let code = match e.kind() {
                 std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
                     Code::PeerOffline
                 }
+                std::io::ErrorKind::TimedOut => Code::Timeout,
                 _ => Code::Io,
             };
             Error::new(
@@ -47,7 +49,6 @@ impl LocalClient {
             limits: limits.clone(),
             notifications: VecDeque::new(),
         };
-        let deadline = Instant::now() + Duration::from_millis(limits.handshake_ms);
         client.write(&handshake::local_hello_frame(&secret))?;
         client.wait_for(handshake::HELLO_ID, deadline)?;
         Ok(client)

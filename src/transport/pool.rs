@@ -240,6 +240,7 @@ impl Pool {
 fn offline(target: &Target, e: &io::Error) -> Error {
     let code = match e.kind() {
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Code::PeerOffline,
+        io::ErrorKind::TimedOut => Code::Timeout,
         _ => Code::Io,
     };
     Error::new(
@@ -257,7 +258,8 @@ fn offline(target: &Target, e: &io::Error) -> Error {
 fn connect(inner: &Arc<Inner>, target: &Target, deadline: Instant) -> Result<Arc<OutConn>> {
     let limits = &inner.limits;
     let deadline = deadline.min(Instant::now() + Duration::from_millis(limits.handshake_ms));
-    let mut stream = UnixStream::connect(&target.endpoint).map_err(|e| offline(target, &e))?;
+    let mut stream =
+        wire::connect_bounded(&target.endpoint, deadline).map_err(|e| offline(target, &e))?;
     wire::check_same_user(&stream)?;
     let read_half = stream
         .try_clone()
@@ -331,14 +333,23 @@ fn start_reader(
     let spawned = std::thread::Builder::new()
         .name("peer-out-reader".into())
         .spawn(move || {
-            read_loop(&c, &mut reader, &sink);
-            c.die();
+            let conn = DieOnDrop(c);
+            read_loop(&conn.0, &mut reader, &sink);
         });
     if let Err(e) = spawned {
         conn.die();
         return Err(wire::io_err("cannot start a reader thread", &e));
     }
     Ok(conn)
+}
+
+/// Settles a connection's waiters when its reader ends, even if the sink panics.
+struct DieOnDrop(Arc<OutConn>);
+
+impl Drop for DieOnDrop {
+    fn drop(&mut self) {
+        self.0.die();
+    }
 }
 
 fn read_loop(conn: &OutConn, reader: &mut FrameReader, sink: &NotificationSink) {

@@ -70,6 +70,8 @@ impl Handler for Echo {
                 notify.notify("test.note", Value::Object(params))?;
                 Ok(json!({"ok": true}))
             }
+            "test.panic" => panic!("test handler panics on purpose"),
+            "test.huge" => Ok(json!("x".repeat(2000))),
             "test.big" => Ok(json!("x".repeat(800))),
             "test.wait" => {
                 let _ = self.entered.send(());
@@ -87,8 +89,11 @@ impl Handler for Echo {
         &self,
         method: &str,
         params: Map<String, Value>,
-        _notify: &Notifier,
+        notify: &Notifier,
     ) -> Result<Value> {
+        if method == "local.notify" {
+            notify.notify("local.note", Value::Object(params.clone()))?;
+        }
         Ok(json!({"local": true, "method": method, "params": params}))
     }
 }
@@ -97,6 +102,7 @@ fn limits() -> Limits {
     Limits {
         frame_bytes: 1024,
         handshake_ms: 5_000,
+        acknowledgement_ms: 10_000,
         write_ms: 2_000,
         idle_ms: 30_000,
         inbound_connections: 8,
@@ -636,6 +642,8 @@ fn deadlines_bounds_and_disconnects_settle_requests() {
     let mut b = node(&dir.0, "b", &adverts, &l);
     let (pool, _) = pool_for(&a, &l);
     let pool = Arc::new(pool);
+    // Connect first, so the short deadline below covers only the request.
+    pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
     // A request past its deadline: TIMEOUT.
     let e = pool
         .request(&b.target, "test.wait", json!({}), 100)
@@ -831,4 +839,183 @@ fn notifications_are_bounded_by_the_outgoing_queue() {
         notifier.notify("peer.receipt", json!({})).unwrap_err().code,
         Code::Disconnected
     );
+}
+
+#[test]
+fn a_panicking_handler_releases_its_connection() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let endpoint = b.endpoint.as_ref().unwrap();
+    let (pool, _) = pool_for(&a, &l);
+    let e = pool
+        .request(&b.target, "test.panic", json!({}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::Disconnected);
+    eventually("the slot is freed", || endpoint.active_connections() == 0);
+    assert!(
+        pool.request(&b.target, "test.echo", json!({}), 0).is_ok(),
+        "reconnects"
+    );
+}
+
+#[test]
+fn concurrent_requests_on_one_connection_are_routed_by_id() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let (pool, _) = pool_for(&a, &l);
+    let pool = Arc::new(pool);
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let (pool, target) = (pool.clone(), b.target.clone());
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    let v = pool
+                        .request(&target, "test.echo", json!({"t": t, "i": i}), 10_000)
+                        .unwrap();
+                    assert_eq!(
+                        (v["params"]["t"].clone(), v["params"]["i"].clone()),
+                        (json!(t), json!(i))
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(pool.cached_connections(), 1);
+}
+
+#[test]
+fn a_handshake_delivered_byte_by_byte_succeeds() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let mut raw = Raw::connect(&b.target.endpoint);
+    let expected = Expected {
+        instance_id: b.me.instance_id.clone(),
+        public_key: b.target.public_key,
+    };
+    let (mut init, hello) =
+        Initiator::start(&a.me.instance_id, None, &a.me.keys, expected, [11; 32]);
+    let mut frame = Some(hello);
+    while let Some(f) = frame {
+        for byte in &f {
+            raw.send(std::slice::from_ref(byte));
+        }
+        let msg = rpc::parse(raw.recv().unwrap().to_string().as_bytes()).unwrap();
+        frame = init.on_message(msg, &a.me.keys).unwrap();
+    }
+    assert!(init.is_done());
+    assert_eq!(
+        raw.request(3, "test.echo", json!({}))["result"]["from"],
+        json!(a.me.instance_id)
+    );
+}
+
+#[test]
+fn silent_responders_time_out_and_dead_sockets_are_offline() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = Limits {
+        handshake_ms: 200,
+        ..limits()
+    };
+    let a = node(&dir.0, "a", &adverts, &l);
+    let (pool, _) = pool_for(&a, &l);
+    let keys = KeyPair::generate();
+    // A listener that accepts but never answers the hello.
+    let path = dir.0.join("mute.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let target = Target {
+        instance_id: "i-mute".into(),
+        endpoint: path.clone(),
+        public_key: keys.public(),
+    };
+    let e = pool
+        .request(&target, "test.echo", json!({}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::Timeout, "{e}");
+    // The same socket file with no listener behind it: connection refused.
+    drop(listener);
+    let e = pool
+        .request(&target, "test.echo", json!({}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::PeerOffline, "{e}");
+}
+
+#[test]
+fn a_full_listen_backlog_times_out_instead_of_hanging() {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
+    use std::os::fd::AsRawFd;
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = Limits {
+        handshake_ms: 200,
+        ..limits()
+    };
+    let a = node(&dir.0, "a", &adverts, &l);
+    let path = dir.0.join("frozen.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let addr = UnixAddr::new(&path).unwrap();
+    let mut held = Vec::new();
+    for _ in 0..20_000 {
+        let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
+        let fd = socket(AddressFamily::Unix, SockType::Stream, flags, None).unwrap();
+        if connect(fd.as_raw_fd(), &addr).is_err() {
+            break; // the backlog is full
+        }
+        held.push(fd);
+    }
+    let target = Target {
+        instance_id: "i-frozen".into(),
+        endpoint: path.clone(),
+        public_key: [0; 32],
+    };
+    let (pool, _) = pool_for(&a, &l);
+    let e = pool
+        .request(&target, "test.echo", json!({}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::Timeout, "{e}");
+    let e = LocalClient::connect(&path, SECRET, &l).err().unwrap();
+    assert_eq!(e.code, Code::Timeout, "{e}");
+}
+
+#[test]
+fn oversize_answers_become_errors_and_local_notifications_arrive() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let (pool, _) = pool_for(&a, &l);
+    let e = pool
+        .request(&b.target, "test.huge", json!({}), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::FrameTooLarge);
+    assert!(
+        pool.request(&b.target, "test.echo", json!({}), 0).is_ok(),
+        "connection continues"
+    );
+    let e = pool
+        .request(&b.target, "test.echo", json!({"pad": "x".repeat(2000)}), 0)
+        .unwrap_err();
+    assert_eq!(
+        e.code,
+        Code::FrameTooLarge,
+        "oversize requests are refused before sending"
+    );
+    let mut client = LocalClient::connect(&b.target.endpoint, SECRET, &l).unwrap();
+    client.call("local.notify", json!({"n": 5}), 0).unwrap();
+    let (method, params) = client.next_notification(10_000).unwrap().unwrap();
+    assert_eq!((method.as_str(), &params["n"]), ("local.note", &json!(5)));
+    assert_eq!(client.next_notification(10).unwrap(), None);
 }

@@ -206,6 +206,15 @@ impl Outgoing {
     }
 }
 
+/// Closes (flushing) when dropped, including during a panic unwind.
+pub(crate) struct CloseOnDrop(pub(crate) Outgoing);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 pub(crate) fn disconnected() -> Error {
     Error::new(
         Code::Disconnected,
@@ -376,4 +385,35 @@ pub(crate) fn check_same_user(stream: &UnixStream) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Connects to a Unix socket without ever blocking past `deadline`. A blocking `connect(2)`
+/// waits indefinitely when the listener's backlog is full (a frozen root), so the socket is
+/// non-blocking while connecting and a full backlog is retried until the deadline.
+pub(crate) fn connect_bounded(path: &std::path::Path, deadline: Instant) -> io::Result<UnixStream> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
+    let addr = UnixAddr::new(path).map_err(io::Error::from)?;
+    loop {
+        let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
+        let fd =
+            socket(AddressFamily::Unix, SockType::Stream, flags, None).map_err(io::Error::from)?;
+        match connect(fd.as_raw_fd(), &addr) {
+            Ok(()) => {
+                let stream = UnixStream::from(fd);
+                stream.set_nonblocking(false)?;
+                return Ok(stream);
+            }
+            Err(nix::errno::Errno::EAGAIN) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(nix::errno::Errno::EAGAIN) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the listener's backlog stayed full until the deadline",
+                ));
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(io::Error::from(e)),
+        }
+    }
 }

@@ -1,4 +1,5 @@
 use super::*;
+use proptest::prelude::*;
 use std::collections::HashMap;
 
 struct World {
@@ -292,4 +293,50 @@ fn recent_nonces_are_bounded() {
     assert!(n.insert(&[3; 32]));
     assert_eq!(n.len(), 2);
     assert!(n.insert(&[1; 32]), "the oldest nonce left the window");
+}
+
+proptest! {
+    /// Whatever a client sends first, the responder answers without panicking and only a
+    /// correct hello continues.
+    #[test]
+    fn arbitrary_first_messages_never_panic(
+        method in prop_oneof![
+            Just("peer.hello".to_string()),
+            Just("peer.auth".to_string()),
+            Just("local.hello".to_string()),
+            "[a-z.]{1,12}".prop_map(String::from),
+        ],
+        fields in proptest::collection::btree_map(
+            prop_oneof![
+                Just("version".to_string()),
+                Just("protocol".to_string()),
+                Just("instanceId".to_string()),
+                Just("publicKey".to_string()),
+                Just("nonce".to_string()),
+                Just("expect".to_string()),
+                Just("secret".to_string()),
+                Just("proof".to_string()),
+            ],
+            prop_oneof![
+                Just(json!(1)),
+                Just(json!(null)),
+                Just(json!("peerwire")),
+                Just(json!(R)),
+                Just(json!(I)),
+                "[A-Za-z0-9+/=]{0,90}".prop_map(|s| json!(s)),
+            ],
+            0..8,
+        ),
+    ) {
+        let mut w = World::new();
+        let params: Map<String, Value> = fields.into_iter().collect();
+        let frame = rpc::encode_request(&Id::Num(1), &method, &Value::Object(params));
+        match w.respond(&mut Responder::new([2; 32]), &frame) {
+            Step::Continue(_) => prop_assert_eq!(method.as_str(), "peer.hello"),
+            Step::Established { .. } => prop_assert!(false, "established from random fields"),
+            Step::Refuse { error, .. } => {
+                prop_assert!(matches!(error.code, Code::AuthFailed | Code::TargetEnded));
+            }
+        }
+    }
 }

@@ -1,0 +1,191 @@
+//! Subcommands that manage a session's shape rather than its messages: `peer mcp` (a root that
+//! speaks MCP on stdio), `peer run-child` (a published child run around a command) and
+//! `peer recover` (read-only review of an earlier incarnation's unread mail).
+
+use super::{Ctx, args, print_json};
+use crate::error::{Code, Error, Result};
+use crate::runtime::session::Session;
+use crate::runtime::tools::{RootTools, message_view};
+use crate::runtime::{Root, RootOptions, control};
+use serde_json::json;
+use std::ffi::OsString;
+use std::sync::Arc;
+
+pub const MCP_HELP: &str = "usage: peer mcp [--alias A] [--workspace DIR] [--session-id S]
+
+Runs a root that speaks the Model Context Protocol (revision 2025-11-25) on standard input and
+output, with the tools list_peers, send_peer_message, peer_messages and coordinate_resource.
+Add it to an MCP client as the command 'peer mcp --alias NAME'.
+";
+
+pub const RUN_CHILD_HELP: &str =
+    "usage: peer run-child [--alias A] [--delegate-control] -- CMD [ARG…]
+
+Inside a peer host session: publishes a child run (own runId and peerId, routed through this
+session's endpoint), runs CMD with PEER_RUN_ID set, and retires the run when CMD exits.
+";
+
+pub const RECOVER_HELP: &str = "usage: peer recover --instance ID [--session-id S]
+
+Shows the unconsumed messages of an earlier incarnation of this session for review. Nothing is
+moved or deleted; a damaged store answers RECOVERY_REQUIRED and stays as it is.
+";
+
+pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+    use lexopt::prelude::*;
+    let mut p = args::parser(argv);
+    let mut opts = RootOptions {
+        home: ctx.home.clone(),
+        alias: ctx.as_alias.clone(),
+        mode: "rpc",
+        ..Default::default()
+    };
+    while let Some(arg) = p.next().map_err(args::usage)? {
+        match arg {
+            Long("alias") => opts.alias = Some(args::string(&mut p, "--alias")?),
+            Long("workspace") => opts.workspace = Some(args::string(&mut p, "--workspace")?.into()),
+            Long("session-id") => opts.session_id = Some(args::string(&mut p, "--session-id")?),
+            Long("help") | Short('h') => {
+                print!("{MCP_HELP}");
+                return Ok(0);
+            }
+            other => return Err(args::unexpected(other)),
+        }
+    }
+    let root = Root::start(&opts)?;
+    let events = root
+        .bus
+        .subscribe()
+        .ok_or_else(|| Error::new(Code::QueueFull, "no event subscription left"))?;
+    let limits = root.limits().clone();
+    let host = Arc::new(RootTools(root.core.clone()));
+    let result = crate::mcp::serve(
+        host,
+        events,
+        std::io::stdin().lock(),
+        std::io::stdout(),
+        &limits,
+    );
+    root.shutdown();
+    result.map(|_| 0)
+}
+
+pub fn run_child(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+    use lexopt::prelude::*;
+    let mut p = args::parser(argv);
+    let mut alias = None;
+    let mut delegate = false;
+    let mut command: Vec<OsString> = Vec::new();
+    while let Some(arg) = p.next().map_err(args::usage)? {
+        match arg {
+            Long("alias") => alias = Some(args::string(&mut p, "--alias")?),
+            Long("delegate-control") => delegate = true,
+            Long("help") | Short('h') => {
+                print!("{RUN_CHILD_HELP}");
+                return Ok(0);
+            }
+            Value(v) => {
+                command.push(v);
+                command.extend(p.raw_args().map_err(args::usage)?);
+            }
+            other => return Err(args::unexpected(other)),
+        }
+    }
+    if command.is_empty() {
+        return Err(Error::new(Code::Usage, "peer run-child needs -- CMD"));
+    }
+    if ctx.as_alias.is_some() || std::env::var_os(control::ENV_CONTROL).is_none() {
+        return Err(Error::new(
+            Code::Usage,
+            "peer run-child only works inside a 'peer host -- CMD' session",
+        ));
+    }
+    let mut session = Session::open(ctx)?;
+    let alias =
+        alias.unwrap_or_else(|| format!("run-{:04x}", crate::identity::random_u64() & 0xffff));
+    let run = session.call(
+        "local.run.publish",
+        json!({"alias": alias, "delegateControl": delegate}),
+        0,
+    )?;
+    let run_id = run
+        .get("runId")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if ctx.json {
+        print_json(&json!({"event": "run", "state": "published", "run": run}));
+    }
+    let status = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .env(control::ENV_RUN, &run_id)
+        .status()
+        .map_err(|e| {
+            Error::new(
+                Code::Io,
+                format!("cannot start {}: {e}", command[0].to_string_lossy()),
+            )
+        });
+    // Retire whatever happened to the command: later sends to the run get TARGET_ENDED.
+    let retired = session.call("local.run.retire", json!({"run": run_id}), 0);
+    session.close();
+    let code = super::host::exit_code(status?);
+    retired?;
+    Ok(code)
+}
+
+pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+    use lexopt::prelude::*;
+    let mut p = args::parser(argv);
+    let (mut instance, mut session_id) = (None, None);
+    while let Some(arg) = p.next().map_err(args::usage)? {
+        match arg {
+            Long("instance") => instance = Some(args::string(&mut p, "--instance")?),
+            Long("session-id") => session_id = Some(args::string(&mut p, "--session-id")?),
+            Long("help") | Short('h') => {
+                print!("{RECOVER_HELP}");
+                return Ok(0);
+            }
+            other => return Err(args::unexpected(other)),
+        }
+    }
+    let instance =
+        instance.ok_or_else(|| Error::new(Code::Usage, "peer recover needs --instance ID"))?;
+    let session_id = match session_id {
+        Some(s) => s,
+        None if std::env::var_os(control::ENV_CONTROL).is_some() => {
+            let mut s = Session::open(&Ctx {
+                as_alias: None,
+                ..ctx.clone()
+            })?;
+            let info = s.call("local.info", json!({}), 0)?;
+            s.close();
+            info.get("sessionId")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        }
+        None => {
+            return Err(Error::new(
+                Code::Usage,
+                "outside a session, peer recover needs --session-id S",
+            ));
+        }
+    };
+    let home = ctx.home()?;
+    let config = crate::config::Config::load(&home)?;
+    let unread = crate::store::recover_unread(&home, &instance, &session_id, &config.limits)?;
+    if ctx.json {
+        let msgs: Vec<serde_json::Value> = unread.iter().map(|e| message_view(e, None)).collect();
+        print_json(&json!({"instanceId": instance, "sessionId": session_id, "unread": msgs}));
+    } else {
+        println!(
+            "{} unread message(s) of {instance} (review only; nothing was moved):",
+            unread.len()
+        );
+        for e in &unread {
+            println!("{}", super::msg::describe_message(&message_view(e, None)));
+        }
+    }
+    Ok(0)
+}
