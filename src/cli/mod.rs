@@ -72,6 +72,11 @@ fn commands() -> Vec<(&'static str, &'static str, Command)> {
         ),
         ("run", "run a command while holding a resource (FIFO, fencing token)", crate::resource::cli::run_cmd),
         ("res", "resource status, request, grant, release, cancel, set-controller", crate::resource::cli::res_cmd),
+        (
+            "bench",
+            "measure peerwire against this machine's floors (built-in benchmark)",
+            crate::bench::cmd,
+        ),
     ]
 }
 

@@ -1,0 +1,603 @@
+//! Phase 2 of `peer bench`: end-to-end figures between real `peer host` processes in a fresh
+//! namespace — warm durable accept, cold CLI send, long-poll inbox latency, throughput with
+//! concurrent senders, the receiver's process counters — auditing the receiver's inbox for
+//! lost and duplicate messages after every phase.
+
+use super::adapter::{self, Adapter, Audit};
+use super::hosts::{self, Host, HostPlan};
+use super::machine::{self, ProcCounters};
+use crate::config::Limits;
+use crate::error::{Code, Error, Result};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Size of every benchmark message body, in bytes (the competitor figures used 200 B).
+const BODY_BYTES: usize = 200;
+/// A long poll's `waitMs` in the inbox-latency phase.
+const POLL_WAIT_MS: u64 = 300;
+/// Longest wait for the long poll to report one probe, in milliseconds.
+const PROBE_MS: u64 = 20_000;
+/// Interval of the process-counter sampler, in milliseconds.
+const SAMPLE_MS: u64 = 20;
+/// Settling time before the idle counters are read, in milliseconds.
+const SETTLE_MS: u64 = 200;
+/// Failure messages kept for the report.
+const FAILURES_KEPT: usize = 10;
+
+/// How many messages each phase sends.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub warmup: usize,
+    pub warm: usize,
+    pub cold: usize,
+    pub probes: usize,
+    /// Warm sends repeated at the end, with every sender process still live.
+    pub crowded: usize,
+    /// (concurrent senders, messages per sender) for each throughput run.
+    pub throughput: Vec<(usize, usize)>,
+}
+
+impl Plan {
+    /// `messages` measured warm sends; the other phases scale from it.
+    pub fn new(messages: usize, senders: &[usize]) -> Plan {
+        let n = messages.max(1);
+        let total = 4 * n;
+        Plan {
+            warmup: (n / 10).clamp(3, 100),
+            warm: n,
+            cold: (n / 20).clamp(3, 50),
+            probes: (n / 2).max(3),
+            crowded: (n / 4).clamp(3, 250),
+            throughput: senders
+                .iter()
+                .map(|&k| (k, (total / k.max(1)).max(2)))
+                .collect(),
+        }
+    }
+
+    /// Every message the receiver will be asked to accept.
+    pub fn total(&self) -> usize {
+        self.warmup
+            + self.warm
+            + self.cold
+            + self.probes
+            + self.crowded
+            + self.throughput.iter().map(|(k, m)| k * m).sum::<usize>()
+    }
+
+    pub fn senders_max(&self) -> usize {
+        self.throughput
+            .iter()
+            .map(|(k, _)| *k)
+            .max()
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// The limit overrides the benchmark writes into its namespace's config.json: the
+    /// defaults (10 msg/s per sender, 32 unconsumed messages) would measure the limits.
+    pub fn overrides(&self) -> Value {
+        let total = self.total() as u64;
+        json!({
+            "ratePerSecond": 1_000_000,
+            "rateBurst": 1_000_000,
+            "inboxMessages": 2 * total + 1024,
+            "storageBytes": (total * 8192).max(64 << 20),
+            "inboundConnections": 2 * self.senders_max() as u64 + 16,
+        })
+    }
+}
+
+/// One throughput run.
+#[derive(Clone, Debug)]
+pub struct Throughput {
+    pub senders: usize,
+    pub messages: usize,
+    pub seconds: f64,
+    pub latency: Vec<f64>,
+    /// Live `peer host` processes during the run.
+    pub peers: usize,
+}
+
+/// Peak counters seen while sampling, next to the idle reading.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub idle: ProcCounters,
+    pub peak_rss_kb: u64,
+    pub peak_threads: u64,
+}
+
+/// Everything phase 2 measured; partial when `error` is set.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub warm: Vec<f64>,
+    /// Warm sends at the end, with `crowd` live peer processes in the namespace.
+    pub warm_crowded: Vec<f64>,
+    /// Live `peer host` processes during the first phases and during the crowded one.
+    pub peers_first: usize,
+    pub crowd: usize,
+    pub cold: Vec<f64>,
+    pub inbox: Vec<f64>,
+    pub throughput: Vec<Throughput>,
+    pub receiver: Counters,
+    pub sender: Counters,
+    pub audits: Vec<(String, Audit)>,
+    pub failures: Vec<String>,
+    pub failure_count: usize,
+    pub host_exits: Vec<(String, Option<i32>)>,
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    fn fail(&mut self, e: &Error) {
+        self.failure_count += 1;
+        if self.failures.len() < FAILURES_KEPT {
+            self.failures.push(e.to_string());
+        }
+    }
+
+    /// The last audit (it covers every message accepted so far).
+    pub fn last_audit(&self) -> Audit {
+        self.audits.last().map(|(_, a)| *a).unwrap_or_default()
+    }
+}
+
+fn body(label: &str, i: usize) -> String {
+    let mut s = format!("peer bench {label} {i} ");
+    while s.len() < BODY_BYTES {
+        s.push('.');
+    }
+    s
+}
+
+/// The state shared by the phases.
+struct Run<'a> {
+    exe: &'a Path,
+    dir: PathBuf,
+    limits: Limits,
+    rx: Host,
+    tx: Vec<Host>,
+    b: Adapter,
+    a1: Adapter,
+    /// Distinguishes this run's message ids.
+    tag: String,
+    accepted: Vec<String>,
+    /// Ids whose send failed; the audit looks for them too.
+    failed: Vec<String>,
+    out: Outcome,
+}
+
+/// Runs phase 2 in a fresh namespace under `dir`.
+pub fn run(exe: &Path, dir: &Path, plan: &Plan) -> Outcome {
+    let mut out = Outcome::default();
+    let mut run = match setup(exe, dir, plan) {
+        Ok(r) => r,
+        Err(e) => {
+            out.error = Some(e.to_string());
+            return out;
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let pids = [run.rx.pid, run.tx.first().map_or(0, |h| h.pid)];
+    std::thread::sleep(Duration::from_millis(SETTLE_MS));
+    let sampler = spawn_sampler(pids, stop.clone());
+    run.phases(plan);
+    stop.store(true, Ordering::SeqCst);
+    if let Ok([r, s]) = sampler.join() {
+        run.out.receiver = r;
+        run.out.sender = s;
+    }
+    let mut all: Vec<Host> = std::iter::once(run.rx).chain(run.tx).collect();
+    run.out.host_exits = hosts::stop_all(&mut all);
+    run.out
+}
+
+/// The namespace home, the hosts' workspace and their log directory under `dir`.
+fn layout(dir: &Path) -> [PathBuf; 3] {
+    [dir.join("home"), dir.join("workspace"), dir.join("logs")]
+}
+
+/// Starts the receiver and one sender; more senders start before the throughput runs, so
+/// the first figures see a namespace of two peers.
+fn setup<'a>(exe: &'a Path, dir: &Path, plan: &Plan) -> Result<Run<'a>> {
+    let [home, ws, logs] = layout(dir);
+    for d in [&home, &ws, &logs] {
+        crate::fsutil::ensure_private_dir(d)?;
+    }
+    let config =
+        json!({"sessions": {"communication": {"enabled": true, "limits": plan.overrides()}}});
+    crate::fsutil::atomic_write(
+        &home.join("config.json"),
+        config.to_string().as_bytes(),
+        crate::fsutil::Durability::Durable,
+    )?;
+    let limits = crate::config::Config::load(&home)?.limits;
+    let aliases = ["bench-rx".to_string(), sender_alias(1)];
+    let hp = HostPlan {
+        exe,
+        home: &home,
+        workspace: &ws,
+        logs: &logs,
+    };
+    let mut all = hosts::start_all(&hp, &aliases)?;
+    let tx = all.split_off(1);
+    let rx = all
+        .pop()
+        .ok_or_else(|| Error::new(Code::Io, "bench: the receiver did not start"))?;
+    let first = tx
+        .first()
+        .ok_or_else(|| Error::new(Code::Io, "bench: no sender started"))?;
+    let b = Adapter::connect(&rx.control, &limits)?;
+    let a1 = Adapter::connect(&first.control, &limits)?;
+    Ok(Run {
+        exe,
+        dir: dir.to_path_buf(),
+        limits,
+        rx,
+        tx,
+        b,
+        a1,
+        tag: format!("{:08x}", crate::identity::random_u64() as u32),
+        accepted: Vec::new(),
+        failed: Vec::new(),
+        out: Outcome::default(),
+    })
+}
+
+fn sender_alias(i: usize) -> String {
+    format!("bench-tx{i:02}")
+}
+
+fn spawn_sampler(pids: [u32; 2], stop: Arc<AtomicBool>) -> std::thread::JoinHandle<[Counters; 2]> {
+    std::thread::spawn(move || {
+        let mut c = pids.map(|p| {
+            let idle = machine::proc_counters(p).unwrap_or_default();
+            Counters {
+                idle,
+                peak_rss_kb: idle.rss_kb,
+                peak_threads: idle.threads,
+            }
+        });
+        while !stop.load(Ordering::SeqCst) {
+            for (pid, c) in pids.iter().zip(c.iter_mut()) {
+                if let Some(now) = machine::proc_counters(*pid) {
+                    // VmHWM catches peaks between samples; threads are only sampled.
+                    c.peak_rss_kb = c.peak_rss_kb.max(now.rss_kb).max(now.hwm_kb);
+                    c.peak_threads = c.peak_threads.max(now.threads);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(SAMPLE_MS));
+        }
+        c
+    })
+}
+
+fn micros_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e6
+}
+
+impl Run<'_> {
+    /// Runs every phase; a failed phase is recorded and the next one still runs, and the
+    /// inbox is audited after each.
+    fn phases(&mut self, plan: &Plan) {
+        self.out.peers_first = 1 + self.tx.len();
+        let r = self.warm(plan);
+        self.after("warm", r);
+        let r = self.cold(plan.cold);
+        self.after("cold", r);
+        let r = self.inbox(plan.probes);
+        self.after("inbox", r);
+        for &(k, m) in &plan.throughput {
+            let r = self.grow(k).and_then(|()| self.throughput(k, m));
+            self.after(&format!("throughput{k}"), r);
+        }
+        self.out.crowd = 1 + self.tx.len();
+        if self.out.crowd > self.out.peers_first {
+            let r = self.crowded(plan.crowded);
+            self.after("warmCrowded", r);
+        }
+    }
+
+    /// Starts senders until there are `k` (not timed).
+    fn grow(&mut self, k: usize) -> Result<()> {
+        if self.tx.len() >= k {
+            return Ok(());
+        }
+        let [home, ws, logs] = layout(&self.dir);
+        let hp = HostPlan {
+            exe: self.exe,
+            home: &home,
+            workspace: &ws,
+            logs: &logs,
+        };
+        let aliases: Vec<String> = (self.tx.len() + 1..=k).map(sender_alias).collect();
+        self.tx.extend(hosts::start_all(&hp, &aliases)?);
+        Ok(())
+    }
+
+    fn crowded(&mut self, n: usize) -> Result<()> {
+        for i in 0..n {
+            let us = self.send_one("crowded", i)?;
+            self.out.warm_crowded.push(us);
+        }
+        Ok(())
+    }
+
+    fn after(&mut self, phase: &str, result: Result<()>) {
+        if let Err(e) = result {
+            self.out
+                .fail(&Error::new(e.code, format!("{phase}: {}", e.message)));
+        }
+        let pages = self.accepted.len() + self.failed.len() + 64;
+        match adapter::read_all(&mut self.b, pages) {
+            Ok((inbox, _)) => {
+                let a = adapter::audit(&self.accepted, &self.failed, &inbox);
+                self.out.audits.push((phase.to_string(), a));
+            }
+            Err(e) => {
+                self.out
+                    .error
+                    .get_or_insert(format!("audit after {phase}: {e}"));
+            }
+        }
+    }
+
+    fn id(&self, label: &str, i: usize) -> String {
+        format!("bench-{}-{label}-{i}", self.tag)
+    }
+
+    /// One sequential send from the first sender; a failure is remembered by id.
+    fn send_one(&mut self, label: &str, i: usize) -> Result<f64> {
+        let (to, id) = (self.rx.peer_id.clone(), self.id(label, i));
+        let t = Instant::now();
+        match self.a1.send(&to, &body(label, i), &id) {
+            Ok(()) => {
+                let us = micros_since(t);
+                self.accepted.push(id);
+                Ok(us)
+            }
+            Err(e) => {
+                self.failed.push(id.clone());
+                Err(Error::new(e.code, format!("message {id}: {}", e.message)))
+            }
+        }
+    }
+
+    fn warm(&mut self, plan: &Plan) -> Result<()> {
+        for i in 0..plan.warmup + plan.warm {
+            let us = self.send_one("warm", i)?;
+            if i >= plan.warmup {
+                self.out.warm.push(us);
+            }
+        }
+        Ok(())
+    }
+
+    fn cold(&mut self, n: usize) -> Result<()> {
+        use std::process::{Command, Stdio};
+        let control = self
+            .tx
+            .first()
+            .map(|h| h.control.clone())
+            .unwrap_or_default();
+        for i in 0..n {
+            let id = self.id("cold", i);
+            let t = Instant::now();
+            let out = Command::new(self.exe)
+                .args(["--json", "send", "--message-id", &id, &self.rx.peer_id])
+                .arg(body("cold", i))
+                .env(crate::runtime::control::ENV_CONTROL, &control)
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| Error::io("cannot start peer send", self.exe, &e))?;
+            let us = micros_since(t);
+            let receipt = last_json_line(&out.stdout);
+            match (
+                out.status.success(),
+                receipt.as_ref().map(adapter::accepted_id),
+            ) {
+                (true, Some(Ok(got))) if got == id => {
+                    self.accepted.push(id);
+                    self.out.cold.push(us);
+                }
+                _ => {
+                    self.failed.push(id.clone());
+                    return Err(Error::new(
+                        Code::Io,
+                        format!(
+                            "message {id}: peer send exited with {} and printed {}; stderr: {}",
+                            out.status,
+                            crate::sanitize::line(&String::from_utf8_lossy(&out.stdout), 200),
+                            crate::sanitize::line(&String::from_utf8_lossy(&out.stderr), 200)
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn inbox(&mut self, n: usize) -> Result<()> {
+        let pages = self.accepted.len() + self.failed.len() + 64;
+        let (_, cursor) = adapter::read_all(&mut self.b, pages)?;
+        let mut poller = Adapter::connect(&self.rx.control, &self.limits)?;
+        let (seen_tx, seen_rx) = crossbeam_channel::bounded::<(String, Instant)>(n + 64);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let handle = std::thread::spawn(move || -> Result<()> {
+            let mut cursor = cursor;
+            while !stop2.load(Ordering::SeqCst) {
+                let page = poller.page(cursor, POLL_WAIT_MS)?;
+                let at = Instant::now();
+                for id in page.ids {
+                    // A full channel means the main side stopped listening.
+                    if seen_tx.try_send((id, at)).is_err() {
+                        return Ok(());
+                    }
+                }
+                cursor = cursor.max(page.cursor);
+            }
+            Ok(())
+        });
+        let result = self.probe(n, &seen_rx);
+        stop.store(true, Ordering::SeqCst);
+        drop(seen_rx);
+        let joined = handle
+            .join()
+            .unwrap_or_else(|_| Err(Error::new(Code::Io, "bench: the long-poll thread panicked")));
+        result.and(joined)
+    }
+
+    fn probe(
+        &mut self,
+        n: usize,
+        seen: &crossbeam_channel::Receiver<(String, Instant)>,
+    ) -> Result<()> {
+        for i in 0..n {
+            let t = Instant::now();
+            self.send_one("inbox", i)?;
+            let id = self.id("inbox", i);
+            loop {
+                match seen.recv_timeout(Duration::from_millis(PROBE_MS)) {
+                    Ok((got, at)) if got == id => {
+                        self.out
+                            .inbox
+                            .push(at.duration_since(t).as_secs_f64() * 1e6);
+                        break;
+                    }
+                    Ok(_) => continue,
+                    Err(_) => {
+                        return Err(Error::new(
+                            Code::Timeout,
+                            format!(
+                                "bench: the long poll did not return message {id} within {PROBE_MS} ms"
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn throughput(&mut self, k: usize, m: usize) -> Result<()> {
+        let mut adapters = Vec::with_capacity(k);
+        for h in self.tx.iter().take(k) {
+            adapters.push(Adapter::connect(&h.control, &self.limits)?);
+        }
+        let barrier = Arc::new(std::sync::Barrier::new(adapters.len() + 1));
+        let to = self.rx.peer_id.clone();
+        let threads: Vec<_> = adapters
+            .into_iter()
+            .enumerate()
+            .map(|(s, mut a)| {
+                let (barrier, to) = (barrier.clone(), to.clone());
+                let label = format!("tp{k}-s{s}");
+                let prefix = format!("bench-{}-{label}-", self.tag);
+                std::thread::spawn(move || {
+                    let (mut lat, mut ids) = (Vec::with_capacity(m), Vec::with_capacity(m));
+                    barrier.wait();
+                    for j in 0..m {
+                        let id = format!("{prefix}{j}");
+                        let t = Instant::now();
+                        match a.send(&to, &body(&label, j), &id) {
+                            Ok(()) => {
+                                lat.push(micros_since(t));
+                                ids.push(id);
+                            }
+                            // One failure ends this sender; the others go on.
+                            Err(e) => {
+                                let e = Error::new(e.code, format!("message {id}: {}", e.message));
+                                return (lat, ids, Some((id, e)));
+                            }
+                        }
+                    }
+                    (lat, ids, None)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let mut run = Throughput {
+            senders: k,
+            messages: 0,
+            seconds: 0.0,
+            latency: Vec::new(),
+            peers: 1 + self.tx.len(),
+        };
+        for t in threads {
+            match t.join() {
+                Ok((lat, ids, err)) => {
+                    run.latency.extend(lat);
+                    run.messages += ids.len();
+                    self.accepted.extend(ids);
+                    if let Some((id, e)) = err {
+                        self.failed.push(id);
+                        self.out.fail(&e);
+                    }
+                }
+                Err(_) => self
+                    .out
+                    .fail(&Error::new(Code::Io, "bench: a sender thread panicked")),
+            }
+        }
+        run.seconds = start.elapsed().as_secs_f64();
+        self.out.throughput.push(run);
+        Ok(())
+    }
+}
+
+/// The last line of `stdout` that parses as a JSON object.
+fn last_json_line(stdout: &[u8]) -> Option<Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(Value::is_object)
+}
+
+/// The directory a benchmark namespace lives in.
+pub fn bench_dir(parent: &Path) -> PathBuf {
+    parent.join(format!(
+        "peerwire-bench-{}-{:08x}",
+        std::process::id(),
+        crate::identity::random_u64() as u32
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_scales_and_raises_limits() {
+        let p = Plan::new(20, &[1, 8, 64]);
+        assert_eq!(p.warm, 20);
+        assert_eq!(p.warmup, 3);
+        assert_eq!(p.cold, 3);
+        assert_eq!(p.probes, 10);
+        assert_eq!(p.throughput, vec![(1, 80), (8, 10), (64, 2)]);
+        assert_eq!(p.crowded, 5);
+        assert_eq!(p.total(), 3 + 20 + 3 + 10 + 5 + 80 + 80 + 128);
+        assert_eq!(p.senders_max(), 64);
+        let o = p.overrides();
+        assert_eq!(o["inboxMessages"], json!(2 * p.total() as u64 + 1024));
+        assert_eq!(o["inboundConnections"], json!(144));
+        let mut l = Limits::default();
+        for (k, v) in o.as_object().unwrap() {
+            l.set(k, v).unwrap();
+        }
+        l.validate().unwrap();
+    }
+
+    #[test]
+    fn bodies_and_receipt_lines() {
+        assert_eq!(body("warm", 3).len(), BODY_BYTES);
+        let out = b"noise\n{\"messageId\":\"m\",\"state\":\"accepted\"}\n";
+        assert_eq!(last_json_line(out).unwrap()["messageId"], "m");
+        assert_eq!(last_json_line(b"[1]\nx\n"), None);
+    }
+}

@@ -1,0 +1,289 @@
+//! Phase 1 of `peer bench`: the physical floors measured in-process in the same run (Unix
+//! socket round trip, append + fdatasync, atomic replace, no-op spawn, Ed25519 sign and
+//! verify_strict), so that every peerwire figure can be reported as a ratio to them.
+
+use super::stats::Summary;
+use crate::error::{Code, Error, Result};
+use crate::{fsutil, identity};
+use serde_json::{Value, json};
+use std::fs::OpenOptions;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Instant;
+
+/// Size of one socket round-trip payload, in bytes.
+const TRIP_BYTES: usize = 64;
+/// Size of one appended record, in bytes.
+const RECORD_BYTES: usize = 4096;
+/// Size of the signed message, in bytes.
+const SIGNED_BYTES: usize = 200;
+
+/// How many samples each floor takes (after its warm-up).
+#[derive(Clone, Copy, Debug)]
+pub struct FloorSizes {
+    pub trips: usize,
+    pub trips_warmup: usize,
+    pub syncs: usize,
+    pub replaces: usize,
+    pub spawns: usize,
+    pub signatures: usize,
+}
+
+impl FloorSizes {
+    pub fn new(quick: bool) -> FloorSizes {
+        let d = if quick { 20 } else { 1 };
+        FloorSizes {
+            trips: 10_000 / d,
+            trips_warmup: 1_000 / d,
+            syncs: 1_000 / d,
+            replaces: 300 / d,
+            spawns: 300 / d,
+            // Debug builds verify in ≈ 10 ms, and --quick runs in debug CI.
+            signatures: if quick { 30 } else { 3_000 },
+        }
+    }
+}
+
+/// One set of floor measurements (microseconds).
+#[derive(Clone, Copy, Debug)]
+pub struct Floors {
+    pub uds_trip: Summary,
+    pub fdatasync: Summary,
+    pub atomic_replace: Summary,
+    pub spawn: Summary,
+    pub sign: Summary,
+    pub verify: Summary,
+}
+
+/// The floor names, in report order, with what each measures and the durability it gives.
+pub const FLOOR_ROWS: [(&str, &str, &str); 6] = [
+    (
+        "udsTrip",
+        "Unix socket round trip, 64 B, echo thread, unpinned",
+        "none",
+    ),
+    (
+        "fdatasync",
+        "append 4 KiB + fdatasync, benchmark filesystem",
+        "fdatasync per record",
+    ),
+    (
+        "atomicReplace",
+        "fsutil::atomic_write Durable (temp, fsync, rename, fsync dir)",
+        "fsync file + directory",
+    ),
+    ("spawn", "spawn + wait /bin/true", "n/a"),
+    ("sign", "Ed25519 sign 200 B", "n/a"),
+    ("verify", "Ed25519 verify_strict 200 B", "n/a"),
+];
+
+impl Floors {
+    pub fn get(&self, name: &str) -> Option<Summary> {
+        Some(match name {
+            "udsTrip" => self.uds_trip,
+            "fdatasync" => self.fdatasync,
+            "atomicReplace" => self.atomic_replace,
+            "spawn" => self.spawn,
+            "sign" => self.sign,
+            "verify" => self.verify,
+            _ => return None,
+        })
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut m = serde_json::Map::new();
+        for (name, what, durability) in FLOOR_ROWS {
+            let mut v = self.get(name).map(Summary::to_json).unwrap_or(Value::Null);
+            v["what"] = json!(what);
+            v["durability"] = json!(durability);
+            m.insert(name.to_string(), v);
+        }
+        Value::Object(m)
+    }
+}
+
+/// Floor medians used for ratios: the mean of the before and after medians.
+pub fn mean_median(before: &Floors, after: &Floors, name: &str) -> f64 {
+    match (before.get(name), after.get(name)) {
+        (Some(b), Some(a)) => (b.median + a.median) / 2.0,
+        _ => f64::NAN,
+    }
+}
+
+/// Measures every floor; `dir` is a private directory on the benchmark's filesystem.
+pub fn measure(dir: &Path, sizes: &FloorSizes) -> Result<Floors> {
+    Ok(Floors {
+        uds_trip: uds_trip(sizes.trips, sizes.trips_warmup)?,
+        fdatasync: append_sync(dir, sizes.syncs)?,
+        atomic_replace: atomic_replace(dir, sizes.replaces)?,
+        spawn: spawn(sizes.spawns)?,
+        sign: sign(sizes.signatures),
+        verify: verify(sizes.signatures)?,
+    })
+}
+
+fn io(what: &str, e: std::io::Error) -> Error {
+    Error::new(Code::Io, format!("bench floor: {what}: {e}"))
+}
+
+fn micros(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e6
+}
+
+fn uds_trip(n: usize, warmup: usize) -> Result<Summary> {
+    let (mut a, mut b) = UnixStream::pair().map_err(|e| io("socketpair", e))?;
+    let total = n + warmup;
+    // The echo side ends on EOF when `a` is dropped early, so an error here never strands it.
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut buf = [0u8; TRIP_BYTES];
+        for _ in 0..total {
+            b.read_exact(&mut buf)?;
+            b.write_all(&buf)?;
+        }
+        Ok(())
+    });
+    let mut buf = [7u8; TRIP_BYTES];
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..total {
+        let t = Instant::now();
+        a.write_all(&buf).map_err(|e| io("socket write", e))?;
+        a.read_exact(&mut buf).map_err(|e| io("socket read", e))?;
+        if i >= warmup {
+            samples.push(micros(t));
+        }
+    }
+    drop(a);
+    match echo.join() {
+        Ok(Ok(())) => Ok(Summary::of(&samples)),
+        Ok(Err(e)) => Err(io("echo thread", e)),
+        Err(_) => Err(Error::new(
+            Code::Io,
+            "bench floor: the echo thread panicked",
+        )),
+    }
+}
+
+fn append_sync(dir: &Path, n: usize) -> Result<Summary> {
+    let path = dir.join("floor-append.log");
+    let mut f = OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| io("create the append file", e))?;
+    let record = [0x5au8; RECORD_BYTES];
+    let warmup = (n / 20).max(2);
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + warmup {
+        let t = Instant::now();
+        f.write_all(&record).map_err(|e| io("append", e))?;
+        f.sync_data().map_err(|e| io("fdatasync", e))?;
+        if i >= warmup {
+            samples.push(micros(t));
+        }
+    }
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    Ok(Summary::of(&samples))
+}
+
+fn atomic_replace(dir: &Path, n: usize) -> Result<Summary> {
+    let path = dir.join("floor-replace.json");
+    let record = [b'x'; RECORD_BYTES];
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        fsutil::atomic_write(&path, &record, fsutil::Durability::Durable)?;
+        samples.push(micros(t));
+    }
+    let _ = std::fs::remove_file(&path);
+    Ok(Summary::of(&samples))
+}
+
+fn spawn(n: usize) -> Result<Summary> {
+    use std::process::{Command, Stdio};
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let status = Command::new("/bin/true")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|e| io("spawn /bin/true", e))?;
+        samples.push(micros(t));
+        if !status.success() {
+            return Err(Error::new(Code::Io, "bench floor: /bin/true failed"));
+        }
+    }
+    Ok(Summary::of(&samples))
+}
+
+fn sign(n: usize) -> Summary {
+    let keys = identity::KeyPair::generate();
+    let msg = [0x42u8; SIGNED_BYTES];
+    let samples: Vec<f64> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(keys.sign(std::hint::black_box(&msg)));
+            micros(t)
+        })
+        .collect();
+    Summary::of(&samples)
+}
+
+fn verify(n: usize) -> Result<Summary> {
+    let keys = identity::KeyPair::generate();
+    let msg = [0x42u8; SIGNED_BYTES];
+    let sig = keys.sign(&msg);
+    let public = keys.public();
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let ok = identity::verify(&public, std::hint::black_box(&msg), &sig);
+        samples.push(micros(t));
+        if !ok {
+            return Err(Error::new(
+                Code::Io,
+                "bench floor: a fresh signature did not verify",
+            ));
+        }
+    }
+    Ok(Summary::of(&samples))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiny_floors_measure_every_row() {
+        let dir = std::env::temp_dir().join(format!(
+            "peerwire-bench-floors-{}-{:x}",
+            std::process::id(),
+            identity::random_u64()
+        ));
+        fsutil::ensure_private_dir(&dir).unwrap();
+        let sizes = FloorSizes {
+            trips: 5,
+            trips_warmup: 2,
+            syncs: 3,
+            replaces: 2,
+            spawns: 2,
+            signatures: 3,
+        };
+        let f = measure(&dir, &sizes);
+        let _ = std::fs::remove_dir_all(&dir);
+        let f = f.unwrap();
+        assert_eq!(f.uds_trip.n, 5);
+        assert_eq!(f.fdatasync.n, 3);
+        assert_eq!(f.verify.n, 3);
+        let j = f.to_json();
+        for (name, _, _) in FLOOR_ROWS {
+            assert!(j[name]["medianUs"].is_number(), "{name}: {j}");
+            assert!(j[name]["durability"].is_string());
+        }
+        assert!((mean_median(&f, &f, "spawn") - f.spawn.median).abs() < 1e-9);
+        assert!(mean_median(&f, &f, "nope").is_nan());
+    }
+}

@@ -1,0 +1,207 @@
+//! The `peer host` processes a benchmark runs against: started in parallel from this same
+//! binary, each with its stdout/stderr in a file of the benchmark directory, ready once its
+//! JSON ready line appears, and stopped (SIGTERM, then SIGKILL past a bound) only by the pid
+//! we spawned.
+
+use crate::error::{Code, Error, Result};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest wait for every host's ready line, in milliseconds.
+const READY_MS: u64 = 30_000;
+/// Longest wait for a host to exit after SIGTERM before SIGKILL, in milliseconds.
+const STOP_MS: u64 = 5_000;
+/// Poll interval while waiting for ready lines and exits, in milliseconds.
+const POLL_MS: u64 = 2;
+/// Bytes of a host's output file read while looking for its ready line.
+const READY_LINE_BYTES: u64 = 64 * 1024;
+/// Bytes of a host's stderr quoted in an error.
+const STDERR_TAIL_CHARS: usize = 400;
+
+/// One running `peer host`.
+pub struct Host {
+    pub alias: String,
+    pub pid: u32,
+    pub peer_id: String,
+    pub control: PathBuf,
+    child: Option<Child>,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+/// Where and how to start hosts.
+pub struct HostPlan<'a> {
+    pub exe: &'a Path,
+    pub home: &'a Path,
+    pub workspace: &'a Path,
+    pub logs: &'a Path,
+}
+
+fn spawn(plan: &HostPlan, alias: &str) -> Result<Host> {
+    let out = plan.logs.join(format!("{alias}.out"));
+    let err = plan.logs.join(format!("{alias}.err"));
+    let file = |p: &Path| {
+        std::fs::File::create(p).map_err(|e| Error::io("cannot create a benchmark log file", p, &e))
+    };
+    let child = Command::new(plan.exe)
+        .arg("--home")
+        .arg(plan.home)
+        .args(["--json", "host", "--alias", alias, "--workspace"])
+        .arg(plan.workspace)
+        .current_dir(plan.workspace)
+        .env_remove(crate::runtime::control::ENV_CONTROL)
+        .env_remove(crate::runtime::control::ENV_RUN)
+        .stdin(Stdio::null())
+        .stdout(file(&out)?)
+        .stderr(file(&err)?)
+        .spawn()
+        .map_err(|e| Error::io("cannot start peer host", plan.exe, &e))?;
+    Ok(Host {
+        alias: alias.to_string(),
+        pid: child.id(),
+        peer_id: String::new(),
+        control: PathBuf::new(),
+        child: Some(child),
+        out,
+        err,
+    })
+}
+
+/// Starts one host per alias in parallel and waits until all printed their ready line.
+/// On failure every host already started is stopped.
+pub fn start_all(plan: &HostPlan, aliases: &[String]) -> Result<Vec<Host>> {
+    let mut hosts = Vec::with_capacity(aliases.len());
+    for a in aliases {
+        hosts.push(spawn(plan, a)?);
+    }
+    let deadline = Instant::now() + Duration::from_millis(READY_MS);
+    for h in hosts.iter_mut() {
+        h.wait_ready(deadline)?;
+    }
+    Ok(hosts)
+}
+
+impl Host {
+    fn wait_ready(&mut self, deadline: Instant) -> Result<()> {
+        loop {
+            if let Some(line) = first_line(&self.out) {
+                return self.take_ready(&line);
+            }
+            if let Some(c) = self.child.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                return Err(self.failed(&format!("exited with {status} before its ready line")));
+            }
+            if Instant::now() >= deadline {
+                return Err(self.failed(&format!("printed no ready line within {READY_MS} ms")));
+            }
+            std::thread::sleep(Duration::from_millis(POLL_MS));
+        }
+    }
+
+    fn take_ready(&mut self, line: &str) -> Result<()> {
+        let v: Value = serde_json::from_str(line)
+            .map_err(|_| self.failed("printed a ready line that is not JSON"))?;
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+        match (s("event").as_deref(), s("peerId"), s("control")) {
+            (Some("ready"), Some(peer), Some(control)) => {
+                self.peer_id = peer;
+                self.control = PathBuf::from(control);
+                Ok(())
+            }
+            _ => Err(self.failed("printed a ready line without event, peerId and control")),
+        }
+    }
+
+    fn failed(&self, what: &str) -> Error {
+        let tail = std::fs::read_to_string(&self.err).unwrap_or_default();
+        let start = tail.len().saturating_sub(STDERR_TAIL_CHARS);
+        let tail = tail.get(start..).unwrap_or("");
+        Error::new(
+            Code::Io,
+            format!(
+                "bench: peer host {} {what}; stderr: {}",
+                self.alias,
+                crate::sanitize::line(tail.trim(), STDERR_TAIL_CHARS)
+            ),
+        )
+    }
+
+    /// Asks the host to stop and waits for it (SIGKILL past `STOP_MS`); returns its exit
+    /// code, or `None` when it had to be killed.
+    pub fn stop(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let _ = kill(Pid::from_raw(self.pid as i32), Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_millis(STOP_MS);
+        while Instant::now() < deadline {
+            match child.try_wait() {
+                Ok(Some(status)) => return status.code(),
+                Ok(None) => std::thread::sleep(Duration::from_millis(POLL_MS)),
+                Err(_) => break,
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        // A benchmark that fails half-way must not leave hosts behind.
+        self.stop();
+    }
+}
+
+/// Sends SIGTERM to every host first, then waits for each: they shut down in parallel.
+pub fn stop_all(hosts: &mut [Host]) -> Vec<(String, Option<i32>)> {
+    for h in hosts.iter() {
+        if h.child.is_some() {
+            let _ = kill(Pid::from_raw(h.pid as i32), Signal::SIGTERM);
+        }
+    }
+    hosts
+        .iter_mut()
+        .map(|h| (h.alias.clone(), h.stop()))
+        .collect()
+}
+
+/// The first complete line of a file, if one is there yet.
+fn first_line(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(READY_LINE_BYTES)
+        .read_to_end(&mut buf)
+        .ok()?;
+    let end = buf.iter().position(|&b| b == b'\n')?;
+    String::from_utf8(buf.get(..end)?.to_vec()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_line_only_when_complete() {
+        let dir = std::env::temp_dir().join(format!(
+            "peerwire-bench-hosts-{}-{:x}",
+            std::process::id(),
+            crate::identity::random_u64()
+        ));
+        crate::fsutil::ensure_private_dir(&dir).unwrap();
+        let p = dir.join("x.out");
+        std::fs::write(&p, b"{\"event\":\"rea").unwrap();
+        let partial = first_line(&p);
+        std::fs::write(&p, b"{\"event\":\"ready\"}\nmore\n").unwrap();
+        let full = first_line(&p);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(partial, None);
+        assert_eq!(full.as_deref(), Some("{\"event\":\"ready\"}"));
+    }
+}

@@ -1,0 +1,246 @@
+//! What `peer bench` records about the machine around its figures: per-CPU idle share over a
+//! short window from /proc/stat, the other processes using CPU meanwhile, the filesystem type
+//! under the benchmark directory, and a process's RSS and thread count from /proc.
+
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+
+/// The idle share every CPU should have for figures to be comparable, in percent.
+pub const IDLE_PERCENT_MIN: f64 = 90.0;
+/// Window between the two /proc/stat readings, in milliseconds.
+const IDLE_WINDOW_MS: u64 = 200;
+/// Most /proc entries scanned for other CPU users.
+const PROCESSES_MAX: usize = 4096;
+/// Bytes read from one /proc file.
+const PROC_FILE_BYTES: u64 = 64 * 1024;
+/// Share of one CPU above which another process is listed, in percent.
+const BUSY_PERCENT_MIN: f64 = 5.0;
+
+/// Cumulative ticks of one `cpu…` line: idle (idle + iowait) and total.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuTicks {
+    pub name: String,
+    pub idle: u64,
+    pub total: u64,
+}
+
+/// Parses the `cpu` lines of /proc/stat; malformed lines are skipped.
+pub fn parse_stat(text: &str) -> Vec<CpuTicks> {
+    text.lines()
+        .filter(|l| l.starts_with("cpu"))
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let name = it.next()?.to_string();
+            let v: Vec<u64> = it.map(|x| x.parse().ok()).collect::<Option<_>>()?;
+            // user nice system idle iowait irq softirq steal [guest guest_nice, already in user]
+            let total = v.iter().take(8).sum();
+            let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+            Some(CpuTicks { name, idle, total })
+        })
+        .collect()
+}
+
+/// Idle percentage of each CPU between two readings, by name (`cpu` is the whole machine).
+pub fn idle_percent(before: &[CpuTicks], after: &[CpuTicks]) -> Vec<(String, f64)> {
+    after
+        .iter()
+        .filter_map(|a| {
+            let b = before.iter().find(|b| b.name == a.name)?;
+            let total = a.total.checked_sub(b.total)?;
+            let idle = a.idle.checked_sub(b.idle)?;
+            (total > 0).then(|| (a.name.clone(), 100.0 * idle as f64 / total as f64))
+        })
+        .collect()
+}
+
+/// `utime + stime` of a /proc/PID/stat line (the command may hold spaces and parentheses).
+pub fn parse_proc_ticks(line: &str) -> Option<(String, u64)> {
+    let open = line.find('(')?;
+    let close = line.rfind(')')?;
+    let comm = line.get(open + 1..close)?.to_string();
+    let rest: Vec<&str> = line.get(close + 1..)?.split_whitespace().collect();
+    // Fields after the command start at `state` (field 3); utime is 14, stime 15.
+    let utime: u64 = rest.get(11)?.parse().ok()?;
+    let stime: u64 = rest.get(12)?.parse().ok()?;
+    Some((comm, utime + stime))
+}
+
+fn read_small(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut s = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(PROC_FILE_BYTES)
+        .read_to_string(&mut s)
+        .ok()?;
+    Some(s)
+}
+
+fn process_ticks() -> Vec<(u32, String, u64)> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .take(PROCESSES_MAX)
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let (comm, ticks) = parse_proc_ticks(&read_small(&e.path().join("stat"))?)?;
+            Some((pid, comm, ticks))
+        })
+        .collect()
+}
+
+/// The machine's load over one short window.
+#[derive(Clone, Debug)]
+pub struct IdleCheck {
+    pub machine_idle: f64,
+    pub per_cpu: Vec<(String, f64)>,
+    /// Other processes over `BUSY_PERCENT_MIN` of one CPU: (pid, command, percent).
+    pub busy: Vec<(u32, String, f64)>,
+}
+
+impl IdleCheck {
+    /// Whether every CPU was at least `IDLE_PERCENT_MIN` idle.
+    pub fn ok(&self) -> bool {
+        !self.per_cpu.is_empty() && self.per_cpu.iter().all(|(_, p)| *p >= IDLE_PERCENT_MIN)
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "idlePercent": super::stats::round2(self.machine_idle),
+            "perCpuIdlePercent": self.per_cpu.iter().map(|(n, p)| json!({"cpu": n, "idlePercent": super::stats::round2(*p)})).collect::<Vec<_>>(),
+            "allCpusIdleOk": self.ok(),
+            "thresholdPercent": IDLE_PERCENT_MIN,
+            "otherCpuUsers": self.busy.iter().map(|(pid, c, p)| json!({"pid": pid, "command": crate::sanitize::line(c, 40), "cpuPercent": super::stats::round2(*p)})).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Reads /proc/stat and every process's CPU time twice, `IDLE_WINDOW_MS` apart.
+pub fn idle_check() -> IdleCheck {
+    let stat = || read_small(Path::new("/proc/stat")).map(|s| parse_stat(&s));
+    let (s0, p0) = (stat().unwrap_or_default(), process_ticks());
+    std::thread::sleep(Duration::from_millis(IDLE_WINDOW_MS));
+    let (s1, p1) = (stat().unwrap_or_default(), process_ticks());
+    let all = idle_percent(&s0, &s1);
+    let machine_idle = all
+        .iter()
+        .find(|(n, _)| n == "cpu")
+        .map_or(f64::NAN, |(_, p)| *p);
+    let per_cpu: Vec<(String, f64)> = all.into_iter().filter(|(n, _)| n != "cpu").collect();
+    // Ticks of one CPU over the window: the machine's total ticks divided by its CPU count.
+    let cpu_ticks = match (s0.first(), s1.first()) {
+        (Some(a), Some(b)) if !per_cpu.is_empty() => {
+            b.total.saturating_sub(a.total) as f64 / per_cpu.len() as f64
+        }
+        _ => f64::NAN,
+    };
+    let me = std::process::id();
+    let mut busy: Vec<(u32, String, f64)> = p1
+        .into_iter()
+        .filter(|(pid, _, _)| *pid != me)
+        .filter_map(|(pid, comm, t1)| {
+            let (_, _, t0) = p0.iter().find(|(p, _, _)| *p == pid)?;
+            let pct = 100.0 * t1.saturating_sub(*t0) as f64 / cpu_ticks;
+            (pct >= BUSY_PERCENT_MIN).then_some((pid, comm, pct))
+        })
+        .collect();
+    busy.sort_by(|a, b| b.2.total_cmp(&a.2));
+    IdleCheck {
+        machine_idle,
+        per_cpu,
+        busy,
+    }
+}
+
+/// The filesystem type name under `dir` (statfs magic), `unknown` when not recognised.
+pub fn filesystem_type(dir: &Path) -> String {
+    let Ok(st) = nix::sys::statfs::statfs(dir) else {
+        return "unknown".to_string();
+    };
+    match st.filesystem_type().0 as u64 {
+        0xEF53 => "ext2/3/4",
+        0x0102_1994 => "tmpfs",
+        0x9123_683E => "btrfs",
+        0x5846_5342 => "xfs",
+        0x794C_7630 => "overlayfs",
+        0x2FC1_2FC1 => "zfs",
+        0x6969 => "nfs",
+        0xF2F5_2010 => "f2fs",
+        _ => "unknown",
+    }
+    .to_string()
+}
+
+/// Resident set (kB), peak resident set (kB) and threads of `pid`, from /proc/PID/status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcCounters {
+    pub rss_kb: u64,
+    pub hwm_kb: u64,
+    pub threads: u64,
+}
+
+/// Parses the VmRSS, VmHWM and Threads lines of a /proc/PID/status text.
+pub fn parse_status(text: &str) -> Option<ProcCounters> {
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    Some(ProcCounters {
+        rss_kb: field("VmRSS:")?,
+        hwm_kb: field("VmHWM:").unwrap_or(0),
+        threads: field("Threads:")?,
+    })
+}
+
+/// The counters of a live process, `None` once it is gone.
+pub fn proc_counters(pid: u32) -> Option<ProcCounters> {
+    parse_status(&read_small(
+        &Path::new("/proc").join(pid.to_string()).join("status"),
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_give_per_cpu_idle() {
+        let a = parse_stat(
+            "cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 50 0 50 400 0 0 0 0 0 0\ncpu1 50 0 50 400 0 0 0 0 0 0\nintr 1 2\n",
+        );
+        let b = parse_stat(
+            "cpu  110 0 110 980 0 0 0 0 0 0\ncpu0 60 0 50 490 0 0 0 0 0 0\ncpu1 50 0 60 490 0 0 0 0 0 0\n",
+        );
+        assert_eq!(a.len(), 3);
+        let idle = idle_percent(&a, &b);
+        assert_eq!(idle[0], ("cpu".to_string(), 90.0));
+        assert_eq!(idle[1], ("cpu0".to_string(), 90.0));
+        assert!(parse_stat("cpu x y\n").is_empty());
+    }
+
+    #[test]
+    fn proc_stat_line_with_spaces_in_command() {
+        let line = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0 100 1 1";
+        assert_eq!(parse_proc_ticks(line), Some(("a (b) c".to_string(), 12)));
+        assert_eq!(parse_proc_ticks("42 (x) S 1"), None);
+    }
+
+    #[test]
+    fn status_counters() {
+        let t = "Name:\tpeer\nVmHWM:\t  9000 kB\nVmRSS:\t  8000 kB\nThreads:\t5\n";
+        assert_eq!(
+            parse_status(t),
+            Some(ProcCounters {
+                rss_kb: 8000,
+                hwm_kb: 9000,
+                threads: 5
+            })
+        );
+        assert_eq!(parse_status("Name: x\n"), None);
+        assert!(proc_counters(std::process::id()).is_some_and(|c| c.threads >= 1));
+    }
+}

@@ -1,0 +1,304 @@
+//! `peer bench`: the built-in benchmark. It measures the machine's floors in-process (phase 1),
+//! then peerwire end to end between real `peer host` processes in a fresh namespace (phase 2),
+//! then the floors again, and reports every figure as a ratio to the floors of the same run
+//! with median, p99 (nearest rank) and N, the durability behind it, the receiver's process
+//! counters, and lost/duplicate counts. It never asserts on wall-clock time: it exits non-zero
+//! only when something failed functionally.
+
+pub mod adapter;
+pub mod e2e;
+pub mod floors;
+pub mod hosts;
+pub mod machine;
+pub mod report;
+pub mod stats;
+
+use crate::cli::{Ctx, args, print_json};
+use crate::error::{Code, Error, Result};
+use serde_json::{Value, json};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Instant;
+
+pub const HELP: &str =
+    "usage: peer bench [--quick] [--json] [--senders 1,8,64] [--messages N] [--dir DIR] [--keep]
+
+Measures the floors of this machine (Unix socket round trip, append + fdatasync, atomic
+replace, spawn, Ed25519), then peerwire between real `peer host` processes in a fresh
+namespace under DIR (default: the temp directory), then the floors again. Reports each figure
+with median, p99 and N beside its floor from the same run, as a ratio, with its durability.
+--messages N sets the measured warm sends (default 1000, --quick 20); the other phases scale
+from it. --senders lists the concurrent sender processes of the throughput runs. Exits 1 only
+when a message was lost, duplicated or refused, or a phase failed. See peer(1).
+";
+
+/// Most concurrent sender processes in one throughput run (each is a `peer host`).
+const SENDERS_MAX: usize = 256;
+/// Most throughput runs in one benchmark.
+const SENDER_RUNS_MAX: usize = 8;
+/// Most measured warm sends.
+const MESSAGES_MAX: u64 = 100_000;
+
+/// The parsed command line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    pub quick: bool,
+    pub json: bool,
+    pub senders: Vec<usize>,
+    pub messages: usize,
+    pub dir: Option<PathBuf>,
+    pub keep: bool,
+}
+
+/// Parses `1,8,64` into sender counts, each 1..=`SENDERS_MAX`.
+pub fn parse_senders(s: &str) -> Result<Vec<usize>> {
+    let bad = || {
+        Error::new(
+            Code::Usage,
+            format!(
+                "--senders takes up to {SENDER_RUNS_MAX} comma-separated counts of 1-{SENDERS_MAX}, got {:?}",
+                crate::sanitize::line(s, 40)
+            ),
+        )
+    };
+    let v: Vec<usize> = s
+        .split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=SENDERS_MAX).contains(n))
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    if v.is_empty() || v.len() > SENDER_RUNS_MAX {
+        return Err(bad());
+    }
+    Ok(v)
+}
+
+/// Parses the arguments after `bench`; `None` for `--help`.
+pub fn parse(ctx: &Ctx, argv: Vec<OsString>) -> Result<Option<Options>> {
+    use lexopt::prelude::*;
+    let mut p = args::parser(argv);
+    let (mut quick, mut json, mut keep) = (false, ctx.json, false);
+    let (mut senders, mut messages, mut dir) = (vec![1, 8, 64], None, None);
+    while let Some(arg) = p.next().map_err(args::usage)? {
+        match arg {
+            Long("quick") => quick = true,
+            Long("json") => json = true,
+            Long("keep") => keep = true,
+            Long("senders") => senders = parse_senders(&args::string(&mut p, "--senders")?)?,
+            Long("messages") => {
+                let n = args::number(&mut p, "--messages")?;
+                if !(1..=MESSAGES_MAX).contains(&n) {
+                    return Err(Error::new(
+                        Code::Usage,
+                        format!("--messages takes 1-{MESSAGES_MAX}, got {n}"),
+                    ));
+                }
+                messages = Some(n as usize);
+            }
+            Long("dir") => dir = Some(PathBuf::from(args::string(&mut p, "--dir")?)),
+            Long("help") | Short('h') => return Ok(None),
+            other => return Err(args::unexpected(other)),
+        }
+    }
+    let messages = messages.unwrap_or(if quick { 20 } else { 1000 });
+    Ok(Some(Options {
+        quick,
+        json,
+        senders,
+        messages,
+        dir,
+        keep,
+    }))
+}
+
+/// The `peer bench` subcommand.
+pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+    let Some(opts) = parse(ctx, argv)? else {
+        print!("{HELP}");
+        return Ok(0);
+    };
+    let started = Instant::now();
+    let parent = match &opts.dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir(),
+    };
+    let dir = e2e::bench_dir(&parent);
+    let floor_dir = dir.join("floors");
+    crate::fsutil::ensure_private_dir(&dir)?;
+    crate::fsutil::ensure_private_dir(&floor_dir)?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::new(Code::Io, format!("cannot find the peer binary: {e}")))?;
+    let plan = e2e::Plan::new(opts.messages, &opts.senders);
+    let sizes = floors::FloorSizes::new(opts.quick);
+    let idle_before = machine::idle_check();
+    if !opts.json && !idle_before.ok() {
+        eprintln!(
+            "peer bench: warning: not every CPU is ≥ {}% idle ({:.1}% machine-wide); figures will be noisy",
+            machine::IDLE_PERCENT_MIN,
+            idle_before.machine_idle
+        );
+    }
+    let measured = floors::measure(&floor_dir, &sizes).and_then(|before| {
+        let out = e2e::run(&exe, &dir, &plan);
+        floors::measure(&floor_dir, &sizes).map(|after| (before, out, after))
+    });
+    let idle_after = machine::idle_check();
+    let (before, out, after) = match measured {
+        Ok(m) => m,
+        Err(e) => {
+            remove_dir(&dir, &opts);
+            return Err(e);
+        }
+    };
+    let figs = report::figures(&before, &after, &out);
+    let audit = out.last_audit();
+    let ok =
+        out.error.is_none() && out.failure_count == 0 && audit.lost == 0 && audit.duplicates == 0;
+    let keep = opts.keep || !ok;
+    let report = json!({
+        "ok": ok,
+        "error": out.error,
+        "quick": opts.quick,
+        "machine": {
+            "cpus": idle_before.per_cpu.len(),
+            "before": idle_before.to_json(),
+            "after": idle_after.to_json(),
+            "filesystem": machine::filesystem_type(&dir),
+            "dir": dir.display().to_string(),
+            "kept": keep,
+            "pinning": "none",
+        },
+        "limitOverrides": plan.overrides(),
+        "floors": {"before": before.to_json(), "after": after.to_json(), "ratioBasis": "mean of the before and after medians"},
+        "figures": figs.iter().map(report::Figure::to_json).collect::<Vec<_>>(),
+        "process": report::process_json(&out),
+        "integrity": report::integrity_json(&out),
+        "hostExits": out.host_exits.iter().filter(|(_, c)| *c != Some(0)).map(|(a, c)| json!({"alias": a, "exit": c})).collect::<Vec<_>>(),
+        "elapsedMs": started.elapsed().as_millis() as u64,
+    });
+    if !keep {
+        remove_dir(&dir, &opts);
+    }
+    if opts.json {
+        print_json(&report);
+    } else {
+        print!("{}", text(&report, &before, &after, &figs));
+    }
+    Ok(if ok { 0 } else { 1 })
+}
+
+fn remove_dir(dir: &std::path::Path, opts: &Options) {
+    if !opts.keep {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+fn text(
+    r: &Value,
+    before: &floors::Floors,
+    after: &floors::Floors,
+    figs: &[report::Figure],
+) -> String {
+    let m = &r["machine"];
+    let mut s = format!(
+        "peer bench: {} CPUs, idle {}% before / {}% after (all CPUs ≥ 90%: {} / {}), filesystem {} at {}\n",
+        m["cpus"],
+        m["before"]["idlePercent"],
+        m["after"]["idlePercent"],
+        m["before"]["allCpusIdleOk"],
+        m["after"]["allCpusIdleOk"],
+        m["filesystem"].as_str().unwrap_or("?"),
+        m["dir"].as_str().unwrap_or("?"),
+    );
+    for when in ["before", "after"] {
+        if let Some(busy) = m[when]["otherCpuUsers"]
+            .as_array()
+            .filter(|b| !b.is_empty())
+        {
+            s += &format!("other CPU users {when}: {}\n", Value::Array(busy.clone()));
+        }
+    }
+    s += &format!("limit overrides (config.json): {}\n\n", r["limitOverrides"]);
+    s += &report::floors_text(before, after);
+    s += "\n";
+    s += &report::figures_text(figs);
+    let p = &r["process"];
+    s += &format!(
+        "\nreceiver process: RSS {} kB idle, {} kB peak; threads {} idle, {} peak\n",
+        p["receiver"]["idle"]["rssKb"],
+        p["receiver"]["peak"]["rssKb"],
+        p["receiver"]["idle"]["threads"],
+        p["receiver"]["peak"]["threads"]
+    );
+    let i = &r["integrity"];
+    s += &format!(
+        "integrity: {} accepted, {} lost, {} duplicates, {} unexpected, {} failed sends ({} of them in the inbox after all)\n",
+        i["accepted"],
+        i["lost"],
+        i["duplicates"],
+        i["unexpected"],
+        i["failedSends"],
+        i["failedButDelivered"]
+    );
+    if let Some(f) = i["failures"].as_array().filter(|f| !f.is_empty()) {
+        s += &format!("failures: {}\n", Value::Array(f.clone()));
+    }
+    if let Some(e) = r["error"].as_str() {
+        s += &format!("error: {e}\n");
+    }
+    if r["machine"]["kept"] == json!(true) {
+        s += &format!("kept: {}\n", m["dir"].as_str().unwrap_or("?"));
+    }
+    s += &format!("elapsed: {} ms\n", r["elapsedMs"]);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn options() {
+        let ctx = Ctx::default();
+        let o = parse(
+            &ctx,
+            os(&["--quick", "--senders", "1,4", "--messages", "7"]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (o.quick, o.senders.clone(), o.messages),
+            (true, vec![1, 4], 7)
+        );
+        let d = parse(&ctx, os(&[])).unwrap().unwrap();
+        assert_eq!(
+            (d.senders, d.messages, d.json),
+            (vec![1, 8, 64], 1000, false)
+        );
+        assert_eq!(parse(&ctx, os(&["--quick"])).unwrap().unwrap().messages, 20);
+        assert!(parse(&ctx, os(&["--help"])).unwrap().is_none());
+        for bad in [
+            &["--senders", "0"][..],
+            &["--senders", "1,x"],
+            &["--senders", "300"],
+            &["--messages", "0"],
+            &["--nope"],
+        ] {
+            assert_eq!(
+                parse(&ctx, os(bad)).unwrap_err().code,
+                Code::Usage,
+                "{bad:?}"
+            );
+        }
+        assert!(parse_senders("1,2,3,4,5,6,7,8,9").is_err());
+        assert!(parse_senders("").is_err());
+    }
+}

@@ -1,0 +1,323 @@
+//! Turns floors and phase-2 samples into the figures of a `peer bench` report: each with its
+//! median, p99 and N, the floor it is compared with (from the same run), the ratio, and the
+//! durability behind it; and prints them as JSON or as a table. Pure code.
+
+use super::e2e::Outcome;
+use super::floors::{FLOOR_ROWS, Floors, mean_median};
+use super::stats::{Summary, micros_text, rate_text, ratio, ratio_text, round2};
+use serde_json::{Value, json};
+
+/// Handshake and key cost of a cold CLI send above spawn and fdatasync (performance floors
+/// §2 (b)), in microseconds.
+pub const COLD_HANDSHAKE_US: f64 = 110.0;
+/// Durability of every end-to-end figure, as the runtime's contract states it.
+const CUSTODY: &str = "receipt only after the receiver's inbox fdatasync (sender outbox persisted first; concurrent commits may share one fdatasync)";
+
+/// One reported figure.
+#[derive(Clone, Debug)]
+pub struct Figure {
+    pub key: String,
+    pub label: String,
+    /// `us` for latencies (value = median), `msg/s` for throughput.
+    pub unit: &'static str,
+    pub latency: Summary,
+    pub value: f64,
+    pub floor_label: String,
+    pub floor: f64,
+    pub ratio: f64,
+    pub durability: &'static str,
+    /// A second floor to compare with: (label, value, ratio).
+    pub also: Option<(String, f64, f64)>,
+    pub target: Option<&'static str>,
+    /// Live `peer host` processes in the namespace while it was measured.
+    pub peers: usize,
+}
+
+impl Figure {
+    fn latency(key: &str, label: &str, samples: &[f64], floor_label: String, floor: f64) -> Figure {
+        let latency = Summary::of(samples);
+        Figure {
+            key: key.to_string(),
+            label: label.to_string(),
+            unit: "us",
+            latency,
+            value: latency.median,
+            floor_label,
+            floor,
+            ratio: ratio(latency.median, floor),
+            durability: CUSTODY,
+            also: None,
+            target: None,
+            peers: 0,
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut v = json!({
+            "key": self.key,
+            "label": self.label,
+            "unit": self.unit,
+            "n": self.latency.n,
+            "medianUs": round2(self.latency.median),
+            "p99Us": round2(self.latency.p99),
+            "value": round2(self.value),
+            "floor": {"label": self.floor_label, "value": round2(self.floor)},
+            "ratio": round2(self.ratio),
+            "durability": self.durability,
+            "livePeers": self.peers,
+        });
+        if let Some((label, value, r)) = &self.also {
+            v["seedFloor"] = json!({"label": label, "value": round2(*value), "ratio": round2(*r)});
+        }
+        if let Some(t) = self.target {
+            v["target"] = json!(t);
+        }
+        v
+    }
+}
+
+/// Builds the figures from the floors measured before and after, and phase 2's samples.
+pub fn figures(before: &Floors, after: &Floors, out: &Outcome) -> Vec<Figure> {
+    let f = |name| mean_median(before, after, name);
+    let (trip, sync, spawn) = (f("udsTrip"), f("fdatasync"), f("spawn"));
+    let mut v = Vec::new();
+    let mut warm = Figure::latency(
+        "warmAccept",
+        "warm durable accept, open local channel, sequential",
+        &out.warm,
+        "2×fdatasync + 2×UDS trip".to_string(),
+        2.0 * sync + 2.0 * trip,
+    );
+    let seed = trip + sync;
+    warm.also = Some((
+        "UDS trip + fdatasync (seed floor)".to_string(),
+        seed,
+        ratio(warm.value, seed),
+    ));
+    warm.target = Some("≤ 1.5× (UDS trip + fdatasync), p99 ≤ 2 ms");
+    warm.peers = out.peers_first;
+    let mut crowded = warm.clone();
+    v.push(warm);
+    let mut cold = Figure::latency(
+        "coldSend",
+        "cold send: new `peer send` process, spawn to exit",
+        &out.cold,
+        "spawn + 110 µs + fdatasync".to_string(),
+        spawn + COLD_HANDSHAKE_US + sync,
+    );
+    cold.target = Some("≤ 1.5× (static spawn + 110 µs + fdatasync)");
+    cold.peers = out.peers_first;
+    v.push(cold);
+    let mut inbox = Figure::latency(
+        "inboxLatency",
+        "send start until the receiver's long poll returns it",
+        &out.inbox,
+        "2×fdatasync + 3×UDS trip".to_string(),
+        2.0 * sync + 3.0 * trip,
+    );
+    inbox.peers = out.peers_first;
+    v.push(inbox);
+    let fsync_rate = ratio(1e6, sync);
+    for t in &out.throughput {
+        let rate = ratio(t.messages as f64, t.seconds);
+        v.push(Figure {
+            key: format!("throughput{}", t.senders),
+            label: format!(
+                "accepted msg/s, {} concurrent sender process(es) → 1 receiver",
+                t.senders
+            ),
+            unit: "msg/s",
+            latency: Summary::of(&t.latency),
+            value: rate,
+            floor_label: "fsync-per-message rate (1 / fdatasync)".to_string(),
+            floor: fsync_rate,
+            ratio: ratio(rate, fsync_rate),
+            durability: CUSTODY,
+            also: None,
+            target: (t.senders >= 64).then_some("≥ 5× the fsync-per-message rate"),
+            peers: t.peers,
+        });
+    }
+    if out.crowd > out.peers_first {
+        let s = Summary::of(&out.warm_crowded);
+        crowded.key = "warmAcceptCrowded".to_string();
+        crowded.label = format!(
+            "warm durable accept again, {} live peers in the namespace",
+            out.crowd
+        );
+        crowded.latency = s;
+        crowded.value = s.median;
+        crowded.ratio = ratio(s.median, crowded.floor);
+        if let Some(also) = crowded.also.as_mut() {
+            also.2 = ratio(s.median, also.1);
+        }
+        crowded.peers = out.crowd;
+        v.push(crowded);
+    }
+    v
+}
+
+/// The receiver's and first sender's process counters as JSON.
+pub fn process_json(out: &Outcome) -> Value {
+    let c = |c: &super::e2e::Counters| {
+        json!({
+            "idle": {"rssKb": c.idle.rss_kb, "threads": c.idle.threads},
+            "peak": {"rssKb": c.peak_rss_kb, "threads": c.peak_threads},
+        })
+    };
+    json!({"receiver": c(&out.receiver), "sender": c(&out.sender), "sampleMs": 20})
+}
+
+/// Lost, duplicate and failure counts, per phase and in total.
+pub fn integrity_json(out: &Outcome) -> Value {
+    let last = out.last_audit();
+    json!({
+        "accepted": last.accepted,
+        "lost": last.lost,
+        "duplicates": last.duplicates,
+        "unexpected": last.unexpected,
+        "failedButDelivered": last.failed_delivered,
+        "failedSends": out.failure_count,
+        "failures": out.failures,
+        "phases": out.audits.iter().map(|(p, a)| json!({"phase": p, "accepted": a.accepted, "lost": a.lost, "duplicates": a.duplicates, "unexpected": a.unexpected, "failedButDelivered": a.failed_delivered})).collect::<Vec<_>>(),
+    })
+}
+
+/// The floors as a text table, before and after.
+pub fn floors_text(before: &Floors, after: &Floors) -> String {
+    let mut s = format!(
+        "{:<15} {:>10} {:>10} {:>6}   {:>10} {:>10} {:>6}   {}\n",
+        "floor", "median", "p99", "N", "after", "p99", "N", "durability"
+    );
+    for (name, _, durability) in FLOOR_ROWS {
+        let (Some(b), Some(a)) = (before.get(name), after.get(name)) else {
+            continue;
+        };
+        s += &format!(
+            "{:<15} {:>10} {:>10} {:>6}   {:>10} {:>10} {:>6}   {}\n",
+            name,
+            micros_text(b.median),
+            micros_text(b.p99),
+            b.n,
+            micros_text(a.median),
+            micros_text(a.p99),
+            a.n,
+            durability
+        );
+    }
+    s
+}
+
+/// The figures as a text table.
+pub fn figures_text(figs: &[Figure]) -> String {
+    let mut s = format!(
+        "{:<17} {:>5} {:>6} {:>11} {:>10} {:>10}  {:>8}  floor\n",
+        "figure", "peers", "N", "value", "median", "p99", "ratio"
+    );
+    for f in figs {
+        let value = if f.unit == "msg/s" {
+            rate_text(f.value)
+        } else {
+            micros_text(f.value)
+        };
+        let floor = if f.unit == "msg/s" {
+            rate_text(f.floor)
+        } else {
+            micros_text(f.floor)
+        };
+        s += &format!(
+            "{:<17} {:>5} {:>6} {:>11} {:>10} {:>10}  {:>8}  {} = {}\n",
+            f.key,
+            f.peers,
+            f.latency.n,
+            value,
+            micros_text(f.latency.median),
+            micros_text(f.latency.p99),
+            ratio_text(f.ratio),
+            f.floor_label,
+            floor
+        );
+        if let Some((label, v, r)) = &f.also {
+            s += &format!(
+                "{:<17} {:>64}  {} = {}\n",
+                "",
+                ratio_text(*r),
+                label,
+                micros_text(*v)
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::e2e::Throughput;
+
+    fn floors(us: f64) -> Floors {
+        let s = Summary {
+            n: 10,
+            median: us,
+            p99: 2.0 * us,
+        };
+        Floors {
+            uds_trip: s,
+            fdatasync: s,
+            atomic_replace: s,
+            spawn: s,
+            sign: s,
+            verify: s,
+        }
+    }
+
+    #[test]
+    fn figures_carry_floors_and_ratios() {
+        let out = Outcome {
+            warm: vec![400.0, 600.0, 500.0],
+            cold: vec![1000.0],
+            inbox: vec![700.0],
+            throughput: vec![Throughput {
+                senders: 64,
+                messages: 1000,
+                seconds: 0.1,
+                latency: vec![100.0],
+                peers: 65,
+            }],
+            warm_crowded: vec![900.0],
+            peers_first: 2,
+            crowd: 65,
+            ..Outcome::default()
+        };
+        // Before 100 µs, after 300 µs: every floor quantity is their mean, 200 µs.
+        let figs = figures(&floors(100.0), &floors(300.0), &out);
+        assert_eq!(figs.len(), 5);
+        assert_eq!(figs[4].key, "warmAcceptCrowded");
+        assert_eq!(figs[4].ratio, 900.0 / 800.0);
+        assert_eq!(figs[4].also.as_ref().unwrap().2, 900.0 / 400.0);
+        assert_eq!((figs[0].peers, figs[3].peers, figs[4].peers), (2, 65, 65));
+        assert_eq!(figs[0].floor, 800.0);
+        assert_eq!(figs[0].ratio, 500.0 / 800.0);
+        assert_eq!(figs[0].also.as_ref().unwrap().1, 400.0);
+        assert_eq!(figs[1].floor, 200.0 + 110.0 + 200.0);
+        assert_eq!(figs[3].value, 10_000.0);
+        assert_eq!(figs[3].floor, 5_000.0);
+        assert_eq!(figs[3].ratio, 2.0);
+        let j = figs[3].to_json();
+        assert_eq!(j["ratio"], json!(2.0));
+        assert_eq!(j["floor"]["value"], json!(5000.0));
+        assert!(j["target"].is_string());
+        let text = figures_text(&figs);
+        assert!(text.contains("0.62×"), "{text}");
+        assert!(text.contains("2.00×"), "{text}");
+        assert!(floors_text(&floors(1.0), &floors(2.0)).contains("fdatasync"));
+    }
+
+    #[test]
+    fn empty_samples_give_null_not_panic() {
+        let figs = figures(&floors(100.0), &floors(100.0), &Outcome::default());
+        assert_eq!(figs.len(), 3);
+        assert_eq!(figs[0].to_json()["ratio"], Value::Null);
+        assert!(figures_text(&figs).contains("n/a"));
+    }
+}

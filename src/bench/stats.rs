@@ -1,0 +1,143 @@
+//! Sample statistics and figure formatting for `peer bench`: nearest-rank percentiles, the
+//! median/p99/N summary every figure carries, and the ratio-to-floor text. Pure code.
+
+use serde_json::{Value, json};
+
+/// Nearest-rank percentile of ascending `sorted`: `v[ceil(n·p) − 1]`, `None` when empty.
+pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() || !(0.0..=1.0).contains(&p) {
+        return None;
+    }
+    let n = sorted.len();
+    let rank = (n as f64 * p).ceil() as usize;
+    // p = 0 gives rank 0; the nearest-rank minimum is the first sample.
+    sorted.get(rank.max(1) - 1).copied()
+}
+
+/// Median, p99 and count of one set of samples (microseconds for latencies).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Summary {
+    pub n: usize,
+    pub median: f64,
+    pub p99: f64,
+}
+
+impl Summary {
+    /// Summarises `samples` (any order; non-finite values are dropped).
+    pub fn of(samples: &[f64]) -> Summary {
+        let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+        v.sort_by(f64::total_cmp);
+        Summary {
+            n: v.len(),
+            median: percentile(&v, 0.5).unwrap_or(f64::NAN),
+            p99: percentile(&v, 0.99).unwrap_or(f64::NAN),
+        }
+    }
+
+    pub fn to_json(self) -> Value {
+        json!({"n": self.n, "medianUs": round2(self.median), "p99Us": round2(self.p99)})
+    }
+}
+
+/// `value / floor`, `NaN` when the floor is not a positive finite number.
+pub fn ratio(value: f64, floor: f64) -> f64 {
+    if floor.is_finite() && floor > 0.0 && value.is_finite() {
+        value / floor
+    } else {
+        f64::NAN
+    }
+}
+
+/// A ratio as text: `2.31×`, or `n/a` when it could not be computed.
+pub fn ratio_text(r: f64) -> String {
+    if r.is_finite() {
+        format!("{r:.2}×")
+    } else {
+        "n/a".to_string()
+    }
+}
+
+/// A duration in microseconds as text with a unit that keeps 3 significant digits.
+pub fn micros_text(us: f64) -> String {
+    if !us.is_finite() {
+        return "n/a".to_string();
+    }
+    if us >= 1_000_000.0 {
+        format!("{:.2} s", us / 1_000_000.0)
+    } else if us >= 1_000.0 {
+        format!("{:.2} ms", us / 1_000.0)
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
+/// A rate as text, e.g. `12 345 msg/s`.
+pub fn rate_text(per_second: f64) -> String {
+    if per_second.is_finite() {
+        format!("{per_second:.0} msg/s")
+    } else {
+        "n/a".to_string()
+    }
+}
+
+/// Rounds to two decimals for JSON output; `null` for non-finite values.
+pub fn round2(x: f64) -> Value {
+    if x.is_finite() {
+        json!((x * 100.0).round() / 100.0)
+    } else {
+        Value::Null
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_is_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), Some(50.0));
+        assert_eq!(percentile(&v, 0.99), Some(99.0));
+        assert_eq!(percentile(&v, 1.0), Some(100.0));
+        assert_eq!(percentile(&v, 0.0), Some(1.0));
+        // n = 10: ceil(9.9) − 1 = 9, the maximum; ceil(5) − 1 = 4.
+        let w: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert_eq!(percentile(&w, 0.99), Some(10.0));
+        assert_eq!(percentile(&w, 0.5), Some(5.0));
+        assert_eq!(percentile(&[7.0], 0.99), Some(7.0));
+        assert_eq!(percentile(&[], 0.5), None);
+        assert_eq!(percentile(&w, 1.5), None);
+    }
+
+    #[test]
+    fn summary_sorts_and_drops_non_finite() {
+        let s = Summary::of(&[3.0, f64::NAN, 1.0, 2.0, f64::INFINITY]);
+        assert_eq!(s.n, 3);
+        assert_eq!(s.median, 2.0);
+        assert_eq!(s.p99, 3.0);
+        let empty = Summary::of(&[]);
+        assert_eq!(empty.n, 0);
+        assert!(empty.median.is_nan());
+        assert_eq!(empty.to_json()["medianUs"], Value::Null);
+    }
+
+    #[test]
+    fn ratio_and_its_text() {
+        assert_eq!(ratio(300.0, 200.0), 1.5);
+        assert_eq!(ratio_text(ratio(300.0, 200.0)), "1.50×");
+        assert_eq!(ratio_text(ratio(1.0, 0.0)), "n/a");
+        assert_eq!(ratio_text(ratio(1.0, f64::NAN)), "n/a");
+        assert_eq!(ratio_text(ratio(f64::NAN, 2.0)), "n/a");
+        assert_eq!(ratio_text(ratio(1.0, -2.0)), "n/a");
+    }
+
+    #[test]
+    fn unit_text() {
+        assert_eq!(micros_text(12.34), "12.3 µs");
+        assert_eq!(micros_text(1234.0), "1.23 ms");
+        assert_eq!(micros_text(2_500_000.0), "2.50 s");
+        assert_eq!(micros_text(f64::NAN), "n/a");
+        assert_eq!(rate_text(5123.4), "5123 msg/s");
+        assert_eq!(round2(1.005_1), json!(1.01));
+    }
+}

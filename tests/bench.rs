@@ -1,0 +1,101 @@
+//! `peer bench --quick --json` end to end with the real binary: every figure carries N, median,
+//! p99, a floor from the same run, a ratio and its durability, and no message is lost or
+//! duplicated. No timing is asserted.
+
+use serde_json::Value;
+use std::process::Command;
+
+const FIGURES: [&str; 7] = [
+    "warmAccept",
+    "coldSend",
+    "inboxLatency",
+    "throughput1",
+    "throughput8",
+    "throughput64",
+    "warmAcceptCrowded",
+];
+const FLOORS: [&str; 6] = [
+    "udsTrip",
+    "fdatasync",
+    "atomicReplace",
+    "spawn",
+    "sign",
+    "verify",
+];
+
+fn temp_dir() -> std::path::PathBuf {
+    let mut r = [0u8; 4];
+    getrandom::fill(&mut r).unwrap();
+    let d = std::env::temp_dir().join(format!(
+        "peerwire-test-bench-{}-{}",
+        std::process::id(),
+        u32::from_le_bytes(r)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn number(v: &Value, what: &str) -> f64 {
+    v.as_f64()
+        .unwrap_or_else(|| panic!("{what} is not a number: {v}"))
+}
+
+#[test]
+fn quick_bench_reports_every_figure_beside_its_floor_with_nothing_lost() {
+    let dir = temp_dir();
+    let out = Command::new(env!("CARGO_BIN_EXE_peer"))
+        .args(["bench", "--quick", "--json", "--dir"])
+        .arg(&dir)
+        .env_remove("PEER_CONTROL")
+        .output()
+        .unwrap();
+    let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let r: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not one JSON report ({e}): {stdout} / {stderr}"));
+    assert_eq!(r["ok"], Value::Bool(true), "{r:#}\n{stderr}");
+    assert!(out.status.success(), "{stderr}");
+    // A successful run removes its namespace.
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    let figures = r["figures"].as_array().unwrap();
+    let keys: Vec<&str> = figures.iter().filter_map(|f| f["key"].as_str()).collect();
+    assert_eq!(keys, FIGURES);
+    for f in figures {
+        let key = f["key"].as_str().unwrap();
+        assert!(number(&f["n"], key) >= 1.0, "{key}: {f}");
+        number(&f["medianUs"], key);
+        number(&f["p99Us"], key);
+        number(&f["value"], key);
+        assert!(number(&f["floor"]["value"], key) > 0.0, "{key}: {f}");
+        assert!(f["floor"]["label"].is_string(), "{key}: {f}");
+        assert!(number(&f["ratio"], key) > 0.0, "{key}: {f}");
+        assert!(f["durability"].is_string(), "{key}: {f}");
+    }
+    number(&figures[0]["seedFloor"]["ratio"], "warm seed ratio");
+    assert!(figures[5]["target"].is_string());
+    assert_eq!(figures[0]["livePeers"], 2);
+    assert_eq!(figures[6]["livePeers"], 65);
+
+    for when in ["before", "after"] {
+        for name in FLOORS {
+            let fl = &r["floors"][when][name];
+            number(&fl["medianUs"], name);
+            number(&fl["p99Us"], name);
+            assert!(number(&fl["n"], name) >= 1.0);
+        }
+        assert!(r["machine"][when]["allCpusIdleOk"].is_boolean());
+    }
+
+    let i = &r["integrity"];
+    assert_eq!(i["lost"], 0, "{i}");
+    assert_eq!(i["duplicates"], 0, "{i}");
+    assert_eq!(i["failedSends"], 0, "{i}");
+    assert!(number(&i["accepted"], "accepted") >= 6.0);
+    assert_eq!(i["phases"].as_array().unwrap().len(), 7);
+    assert!(number(&r["process"]["receiver"]["peak"]["rssKb"], "rss") > 0.0);
+    assert!(number(&r["process"]["receiver"]["idle"]["threads"], "threads") >= 1.0);
+    assert!(number(&r["limitOverrides"]["ratePerSecond"], "rate") > 10.0);
+}
