@@ -168,8 +168,19 @@ fn matches_query(v: &Value, q: &str) -> bool {
 
 /// Lists peers visible to `viewer`, sorted by key, one bounded page after `cursor`.
 pub fn list(ns: &Namespace, limits: &Limits, viewer: &Viewer, opts: &ListOptions) -> Result<Page> {
+    list_cached(ns, limits, viewer, opts, &presence::ReadCache::default())
+}
+
+/// [`list`] with a presence cache kept by a long-lived root.
+pub fn list_cached(
+    ns: &Namespace,
+    limits: &Limits,
+    viewer: &Viewer,
+    opts: &ListOptions,
+    cache: &presence::ReadCache,
+) -> Result<Page> {
     let now = clock::now_ms();
-    let entries = presence::read_all(&ns.active_agents(), limits, now)?;
+    let entries = presence::read_all_cached(&ns.active_agents(), limits, now, cache)?;
     let after = match &opts.cursor {
         Some(c) => Some(decode_cursor(c)?),
         None => None,
@@ -247,6 +258,17 @@ fn candidates<'a>(
 /// None → `PEER_OFFLINE` (or `TARGET_ENDED` for a peerId whose record is stale, `SCOPE_DENIED`
 /// when only out-of-scope peers match); several → `AMBIGUOUS_TARGET`.
 pub fn resolve(ns: &Namespace, limits: &Limits, viewer: &Viewer, target: &str) -> Result<Target> {
+    resolve_cached(ns, limits, viewer, target, &presence::ReadCache::default())
+}
+
+/// [`resolve`] with a presence cache kept by a long-lived root.
+pub fn resolve_cached(
+    ns: &Namespace,
+    limits: &Limits,
+    viewer: &Viewer,
+    target: &str,
+    cache: &presence::ReadCache,
+) -> Result<Target> {
     let name = target.strip_prefix('@').unwrap_or(target);
     if name.is_empty() || name.len() > 100 {
         return Err(Error::new(
@@ -254,7 +276,7 @@ pub fn resolve(ns: &Namespace, limits: &Limits, viewer: &Viewer, target: &str) -
             "target must be an alias or a peerId",
         ));
     }
-    let entries = presence::read_all(&ns.active_agents(), limits, clock::now_ms())?;
+    let entries = presence::read_all_cached(&ns.active_agents(), limits, clock::now_ms(), cache)?;
     let shown = sanitize::line(name, 60);
     let mut live = Vec::new();
     let (mut stale, mut out_of_scope) = (false, false);

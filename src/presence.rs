@@ -174,6 +174,65 @@ pub fn file_name(session_id: &str, instance_id: &str) -> String {
     format!("{clean}.{instance_id}.json")
 }
 
+/// Parsed records by file name, reused while the file's mtime and size are unchanged, so a
+/// busy root does not re-parse (and re-validate keys of) every record on every send. Liveness
+/// is always recomputed.
+#[derive(Default)]
+pub struct ReadCache {
+    entries:
+        parking_lot::Mutex<std::collections::HashMap<String, (std::time::SystemTime, u64, Entry)>>,
+}
+
+/// Like [`read_all`], reusing `cache` for unchanged files.
+pub fn read_all_cached(
+    dir: &Path,
+    limits: &Limits,
+    now_ms: u64,
+    cache: &ReadCache,
+) -> Result<Vec<Entry>> {
+    let names = list_names(dir, limits)?;
+    let mut map = cache.entries.lock();
+    map.retain(|k, _| names.binary_search(k).is_ok());
+    let mut out = Vec::with_capacity(names.len());
+    for n in names {
+        let stamp = std::fs::symlink_metadata(dir.join(&n))
+            .ok()
+            .and_then(|m| Some((m.modified().ok()?, m.len())));
+        if let (Some((mtime, len)), Some((cm, cl, cached))) = (stamp, map.get(&n))
+            && *cm == mtime
+            && *cl == len
+            && !matches!(cached.liveness, Liveness::Invalid(_))
+        {
+            let mut e = cached.clone();
+            e.liveness = liveness(e.pid, e.updated_at_ms, limits, now_ms);
+            out.push(e);
+            continue;
+        }
+        let e = read_one(dir, &n, limits, now_ms);
+        if let Some((mtime, len)) = stamp {
+            map.insert(n, (mtime, len, e.clone()));
+        }
+        out.push(e);
+    }
+    Ok(out)
+}
+
+fn list_names(dir: &Path, limits: &Limits) -> Result<Vec<String>> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("cannot list", dir, &e)),
+    };
+    let mut names: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+        .collect();
+    names.sort();
+    names.truncate(limits.presence_files as usize);
+    Ok(names)
+}
+
 /// Reads every `*.json` in the directory (at most `presence_files` of them), never deleting.
 pub fn read_all(dir: &Path, limits: &Limits, now_ms: u64) -> Result<Vec<Entry>> {
     let rd = match std::fs::read_dir(dir) {

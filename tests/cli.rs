@@ -12,7 +12,12 @@ use std::process::{Output, Stdio};
 
 /// Runs `peer ARGS` acting for `host` (through its control file).
 fn peer_as(ns: &Ns, host: &Host, args: &[&str]) -> Output {
-    ns.cmd(PEER).env("PEER_CONTROL", host.field("control")).args(args).stdin(Stdio::null()).output().unwrap()
+    ns.cmd(PEER)
+        .env("PEER_CONTROL", host.field("control"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
 }
 
 fn json_of(o: &Output) -> Value {
@@ -46,8 +51,16 @@ fn a_shell_script_sends_waits_for_a_reply_and_checks_exit_codes() {
         exit 0
     "#;
     let mut bob = ns.host(&["--alias", "bob", "--", "sh", "-c", responder]);
-    let o = ns.peer(&["--json", "host", "--alias", "alice", "--", "sh", "-c", script]);
-    assert_eq!(o.status.code(), Some(0), "script failed: {} {}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+    let o = ns.peer(&[
+        "--json", "host", "--alias", "alice", "--", "sh", "-c", script,
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "script failed: {} {}",
+        stderr(&o),
+        String::from_utf8_lossy(&o.stdout)
+    );
     assert_eq!(bob.wait(), Some(0), "responder failed");
 }
 
@@ -59,8 +72,15 @@ fn bad_cli_input_gets_typed_errors_and_exit_statuses() {
     let bob2 = ns.host(&["--alias", "bob"]);
     // An alias matching two live peers.
     let o = peer_as(&ns, &alice, &["send", "@bob", "hi"]);
-    assert_eq!(o.status.code(), Some(Code::AmbiguousTarget.exit_status()), "{}", stderr(&o));
-    assert!(stderr(&o).contains(&bob1.field("peerId")) && stderr(&o).contains(&bob2.field("peerId")));
+    assert_eq!(
+        o.status.code(),
+        Some(Code::AmbiguousTarget.exit_status()),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains(&bob1.field("peerId")) && stderr(&o).contains(&bob2.field("peerId"))
+    );
     // Outside a session without --as.
     let o = ns.peer(&["send", "@alice", "hi"]);
     assert_eq!(o.status.code(), Some(Code::Usage.exit_status()));
@@ -76,21 +96,60 @@ fn bad_cli_input_gets_typed_errors_and_exit_statuses() {
     use std::io::Write;
     let _ = child.stdin.take().unwrap().write_all(&vec![b'x'; 9000]);
     let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(Code::MessageTooLarge.exit_status()), "{}", stderr(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(Code::MessageTooLarge.exit_status()),
+        "{}",
+        stderr(&o)
+    );
     // waitMs above the bound.
     let o = peer_as(&ns, &alice, &["inbox", "--wait", "30001"]);
-    assert_eq!(o.status.code(), Some(Code::Usage.exit_status()), "{}", stderr(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(Code::Usage.exit_status()),
+        "{}",
+        stderr(&o)
+    );
     assert!(stderr(&o).contains("waitMs"));
     // A reply to a message that came from someone else.
-    let sent = json_of(&peer_as(&ns, &bob1, &["--json", "send", &alice.field("peerId"), "from bob1"]));
+    let sent = json_of(&peer_as(
+        &ns,
+        &bob1,
+        &["--json", "send", &alice.field("peerId"), "from bob1"],
+    ));
     let id = sent["messageId"].as_str().unwrap().to_string();
-    let o = peer_as(&ns, &bob2, &["send", &alice.field("peerId"), "sneaky", "--reply-to", &id]);
-    assert_eq!(o.status.code(), Some(Code::InvalidReply.exit_status()), "{}", stderr(&o));
+    let o = peer_as(
+        &ns,
+        &bob2,
+        &["send", &alice.field("peerId"), "sneaky", "--reply-to", &id],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(Code::InvalidReply.exit_status()),
+        "{}",
+        stderr(&o)
+    );
     // Unknown subcommand flag and --help everywhere.
-    for sub in ["host", "send", "inbox", "reply", "consume", "status", "chat", "lab", "mcp", "run-child", "recover", "dir"] {
+    for sub in [
+        "host",
+        "send",
+        "inbox",
+        "reply",
+        "consume",
+        "status",
+        "chat",
+        "lab",
+        "mcp",
+        "run-child",
+        "recover",
+        "dir",
+    ] {
         let o = ns.peer(&[sub, "--help"]);
         assert_eq!(o.status.code(), Some(0), "peer {sub} --help");
-        assert!(String::from_utf8_lossy(&o.stdout).contains("usage: peer"), "peer {sub} --help");
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("usage: peer"),
+            "peer {sub} --help"
+        );
     }
     let o = peer_as(&ns, &alice, &["send", "--bogus"]);
     assert_eq!(o.status.code(), Some(2));
@@ -107,7 +166,10 @@ fn terminal_escapes_in_content_and_aliases_never_reach_the_terminal() {
     let o = peer_as(&ns, &bob, &["inbox"]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("hello red"), "{text}");
-    assert!(!text.contains('\u{1b}') && !text.contains('\u{202e}') && !text.contains('\u{9b}'), "{text:?}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{202e}') && !text.contains('\u{9b}'),
+        "{text:?}"
+    );
     // The JSON form keeps the exact bytes for programs (escaped by JSON).
     let v = json_of(&peer_as(&ns, &bob, &["--json", "inbox"]));
     assert_eq!(v["messages"][0]["content"], json!(evil));
@@ -122,21 +184,48 @@ fn sends_to_a_killed_peer_are_typed_and_nothing_is_lost() {
     let alice = ns.host(&["--alias", "alice"]);
     let mut bob = ns.host(&["--alias", "bob"]);
     let bob_id = bob.field("peerId");
-    let first = json_of(&peer_as(&ns, &alice, &["--json", "send", &bob_id, "before"]));
+    let first = json_of(&peer_as(
+        &ns,
+        &alice,
+        &["--json", "send", &bob_id, "before"],
+    ));
     assert_eq!(first["state"], json!("accepted"));
     bob.signal(Signal::SIGKILL);
     bob.wait();
     // The record stays on disk but is stale: the exact incarnation has ended.
     let o = peer_as(&ns, &alice, &["send", &bob_id, "after"]);
-    assert_eq!(o.status.code(), Some(Code::TargetEnded.exit_status()), "{}", stderr(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(Code::TargetEnded.exit_status()),
+        "{}",
+        stderr(&o)
+    );
     let o = peer_as(&ns, &alice, &["send", "@bob", "after"]);
-    assert_eq!(o.status.code(), Some(Code::PeerOffline.exit_status()), "{}", stderr(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(Code::PeerOffline.exit_status()),
+        "{}",
+        stderr(&o)
+    );
     // What bob accepted before dying is still in his store for review.
-    let o = ns.peer(&["--json", "recover", "--instance", &bob.field("instanceId"), "--session-id", &bob.field("sessionId")]);
+    let o = ns.peer(&[
+        "--json",
+        "recover",
+        "--instance",
+        &bob.field("instanceId"),
+        "--session-id",
+        &bob.field("sessionId"),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v = json_of(&o);
     assert_eq!(v["unread"][0]["content"], json!("before"));
-    let o = ns.peer(&["recover", "--instance", &bob.field("instanceId"), "--session-id", "someone-else"]);
+    let o = ns.peer(&[
+        "recover",
+        "--instance",
+        &bob.field("instanceId"),
+        "--session-id",
+        "someone-else",
+    ]);
     assert!(!o.status.success());
 }
 
@@ -152,25 +241,53 @@ fn child_runs_route_through_their_parent_and_end_with_target_ended() {
     );
     let mut parent = ns.host(&["--alias", "parent", "--", "sh", "-c", &parent_script]);
     let asker = ns.host(&["--alias", "asker"]);
-    assert!(eventually(20, || dir.join("ready").exists()), "child run never started");
+    assert!(
+        eventually(20, || dir.join("ready").exists()),
+        "child run never started"
+    );
     let list = ns.listing(&[]);
-    let helper = list.iter().find(|p| p["alias"] == json!("helper")).expect("helper listed").clone();
+    let helper = list
+        .iter()
+        .find(|p| p["alias"] == json!("helper"))
+        .expect("helper listed")
+        .clone();
     assert_eq!(helper["runOf"], json!(parent.field("peerId")));
     let helper_id = helper["peerId"].as_str().unwrap().to_string();
-    let r = json_of(&peer_as(&ns, &asker, &["--json", "send", "@helper", "please do it"]));
+    let r = json_of(&peer_as(
+        &ns,
+        &asker,
+        &["--json", "send", "@helper", "please do it"],
+    ));
     assert_eq!(r["state"], json!("accepted"));
     assert_eq!(r["toPeerId"], json!(helper_id));
     std::fs::write(dir.join("go"), "").unwrap();
-    assert!(eventually(20, || dir.join("retired").exists()), "run never retired");
-    let inbox: Value = serde_json::from_slice(&std::fs::read(dir.join("inbox.json")).unwrap()).unwrap();
+    assert!(
+        eventually(20, || dir.join("retired").exists()),
+        "run never retired"
+    );
+    let inbox: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("inbox.json")).unwrap()).unwrap();
     assert_eq!(inbox["messages"][0]["content"], json!("please do it"));
-    let reply = json_of(&peer_as(&ns, &asker, &["--json", "inbox", "--wait", "5000"]));
+    let reply = json_of(&peer_as(
+        &ns,
+        &asker,
+        &["--json", "inbox", "--wait", "5000"],
+    ));
     assert_eq!(reply["messages"][0]["fromPeerId"], json!(helper_id));
     assert_eq!(reply["messages"][0]["content"], json!("done by helper"));
     // The run is retired but its parent lives: sends to the run are TARGET_ENDED.
     let o = peer_as(&ns, &asker, &["send", &helper_id, "too late"]);
-    assert_eq!(o.status.code(), Some(Code::TargetEnded.exit_status()), "{}", stderr(&o));
-    assert!(ns.listing(&[]).iter().all(|p| p["alias"] != json!("helper")));
+    assert_eq!(
+        o.status.code(),
+        Some(Code::TargetEnded.exit_status()),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        ns.listing(&[])
+            .iter()
+            .all(|p| p["alias"] != json!("helper"))
+    );
     std::fs::write(dir.join("stop"), "").unwrap();
     assert_eq!(parent.wait(), Some(0));
 }
@@ -192,7 +309,16 @@ fn two_auto_peers_stop_at_the_reply_budget() {
         v["messages"].as_array().map_or(0, Vec::len)
     };
     // pong gets the user's message and 3 automatic ones; ping gets 3 automatic replies.
-    assert!(eventually(60, || count(&b) == 4 && count(&a) == 3), "ping {} pong {}", count(&a), count(&b));
+    assert!(
+        eventually(60, || count(&b) == 4 && count(&a) == 3),
+        "ping {} pong {}",
+        count(&a),
+        count(&b)
+    );
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    assert_eq!((count(&a), count(&b)), (3, 4), "the reply budget did not stop the ping-pong");
+    assert_eq!(
+        (count(&a), count(&b)),
+        (3, 4),
+        "the reply budget did not stop the ping-pong"
+    );
 }

@@ -133,6 +133,7 @@ fn run_child(
         .env("PEER_SESSION_ID", &root.session_id)
         .env("PEER_ALIAS", &root.alias)
         .env(crate::runtime::control::ENV_CONTROL, &root.control_path)
+        .env("PEER_HOLDER_PID", std::process::id().to_string())
         .env_remove(crate::runtime::control::ENV_RUN)
         .spawn()
         .map_err(|e| {

@@ -70,8 +70,16 @@ fn commands() -> Vec<(&'static str, &'static str, Command)> {
             "review an earlier incarnation's unread mail",
             session_cmds::recover,
         ),
-        ("run", "run a command while holding a resource (FIFO, fencing token)", crate::resource::cli::run_cmd),
-        ("res", "resource status, request, grant, release, cancel, set-controller", crate::resource::cli::res_cmd),
+        (
+            "run",
+            "run a command while holding a resource (FIFO, fencing token)",
+            crate::resource::cli::run_cmd,
+        ),
+        (
+            "res",
+            "resource status, request, grant, release, cancel, set-controller",
+            crate::resource::cli::res_cmd,
+        ),
         (
             "bench",
             "measure peerwire against this machine's floors (built-in benchmark)",

@@ -425,6 +425,12 @@ impl State {
         self.outbox.values()
     }
 
+    /// One outbox entry by its target and message id.
+    pub fn outbox_get(&self, to_peer_id: &str, message_id: &str) -> Option<&OutboxEntry> {
+        self.outbox
+            .get(&(to_peer_id.to_string(), message_id.to_string()))
+    }
+
     /// The context-journal entry of one message, if any.
     pub fn context_of(&self, recipient: &str, sequence: u64) -> Option<&ContextEntry> {
         self.context.get(&(recipient.to_string(), sequence))

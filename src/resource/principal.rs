@@ -48,10 +48,22 @@ impl Principal {
         let control = std::env::var("PEER_CONTROL").ok().filter(|v| !v.is_empty());
         let (id, display) = match (alias, control) {
             (Some(a), _) => (format!("cli:{a}"), a.to_string()),
-            (None, Some(c)) => {
-                let c = crate::sanitize::line(&c, 120);
-                (format!("session:{c}"), c)
-            }
+            (None, Some(c)) => match crate::runtime::control::read(std::path::Path::new(&c)) {
+                // The same id the session's own tools use, so the CLI, MCP and the gate agree
+                // on who holds what.
+                Ok(cf) => {
+                    let run = std::env::var(crate::runtime::control::ENV_RUN)
+                        .ok()
+                        .filter(|r| !r.is_empty());
+                    let peer = crate::identity::peer_id(&cf.instance_id, run.as_deref());
+                    let alias = std::env::var("PEER_ALIAS").unwrap_or_else(|_| peer.clone());
+                    (crate::runtime::resources::principal_id(&peer), alias)
+                }
+                Err(_) => {
+                    let c = crate::sanitize::line(&c, 120);
+                    (format!("session:{c}"), c)
+                }
+            },
             (None, None) => {
                 let pid = std::process::id();
                 (format!("cli:pid-{pid}"), format!("pid-{pid}"))

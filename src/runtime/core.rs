@@ -53,11 +53,25 @@ pub struct Core {
     /// Set when the root is shutting down: waits end, workers stop.
     pub stopping: Arc<AtomicBool>,
     pub(crate) routes: Mutex<HashMap<(String, String), Arc<Mutex<RouteQueue>>>>,
+    /// The last retryable failure of each blocked route, so messages behind its head report
+    /// the real cause.
+    pub(crate) route_errors: Mutex<HashMap<(String, String), Error>>,
     pub(crate) subscriptions: Mutex<HashMap<(String, String), Notifier>>,
     /// Receipt events already shown to a model, per local peer (in memory: a restarted root
     /// shows them again, which is harmless).
     pub(crate) model_cursors: Mutex<HashMap<String, (u64, u64)>>,
+    /// Parsed presence records, reused while unchanged on disk.
+    pub presence_cache: presence::ReadCache,
+    /// Recently looked-up advertisements by instance (a short TTL: presence is a hint and a
+    /// failed connect or handshake re-reads it).
+    pub(crate) adverts:
+        Mutex<HashMap<String, (std::time::Instant, Option<presence::Advertisement>)>>,
 }
+
+/// How long a looked-up advertisement is reused.
+const ADVERT_TTL_MS: u128 = 1_000;
+/// Advertisements remembered at once.
+const ADVERTS_MAX: usize = 1_024;
 
 impl Core {
     pub fn limits(&self) -> &Limits {
@@ -107,8 +121,34 @@ impl Core {
         })
     }
 
-    /// The live advertisement of another instance, found by its instance-qualified file name.
+    /// The live advertisement of another instance (cached for a second).
     pub fn advertisement_of(&self, instance_id: &str) -> Option<presence::Advertisement> {
+        if let Some((at, ad)) = self.adverts.lock().get(instance_id)
+            && at.elapsed().as_millis() < ADVERT_TTL_MS
+        {
+            return ad.clone();
+        }
+        let ad = self.read_advertisement(instance_id);
+        let mut cache = self.adverts.lock();
+        if cache.len() >= ADVERTS_MAX {
+            cache.retain(|_, (at, _)| at.elapsed().as_millis() < ADVERT_TTL_MS);
+        }
+        if cache.len() < ADVERTS_MAX {
+            cache.insert(
+                instance_id.to_string(),
+                (std::time::Instant::now(), ad.clone()),
+            );
+        }
+        ad
+    }
+
+    /// Forgets a cached advertisement after a failed delivery.
+    pub fn forget_advertisement(&self, instance_id: &str) {
+        self.adverts.lock().remove(instance_id);
+    }
+
+    /// The live advertisement of another instance, found by its instance-qualified file name.
+    fn read_advertisement(&self, instance_id: &str) -> Option<presence::Advertisement> {
         if !identity::is_valid_id(instance_id) {
             return None;
         }

@@ -75,9 +75,9 @@ impl Handler for RootHandler {
                     correlation_id: id_param(&params, "correlationId")?,
                     expires_at_ms: params.get("expiresAt").and_then(Value::as_u64),
                 };
-                let (to, id) = (send.to_peer_id.clone(), send.message_id.clone());
+                let reply_to = send.reply_to.clone();
                 let r = core.store.accept(who, send)?;
-                core.announce_arrival(&to, &id);
+                core.announce_arrival(&r, reply_to.as_deref());
                 to_value(&r)
             }
             "peer.status" | "peer.subscribe" => {

@@ -226,8 +226,11 @@ impl Root {
             auto: Mutex::new(None),
             stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             routes: Mutex::new(Default::default()),
+            route_errors: Mutex::new(Default::default()),
             subscriptions: Mutex::new(Default::default()),
             model_cursors: Mutex::new(Default::default()),
+            presence_cache: presence::ReadCache::default(),
+            adverts: Mutex::new(Default::default()),
         });
         let _ = core_cell.set(Arc::downgrade(&core));
         let started = Self::start_owned(core.clone(), store, me, secret, &socket);
@@ -252,6 +255,10 @@ impl Root {
                     core.ns.home.to_string_lossy().into_owned(),
                 ),
                 (auto::ENV_AUTO.to_string(), core.auto_token.clone()),
+                (
+                    "PEER_HOLDER_PID".to_string(),
+                    std::process::id().to_string(),
+                ),
             ];
             let command = core.config.auto_command.clone().unwrap_or_default();
             *core.auto.lock() = Some(auto::Runner::start(command, env, core.auto_budget.clone())?);
@@ -413,8 +420,10 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
             let mut last_sweep = Instant::now();
             let mut last_restart = Instant::now();
             let mut seen = core.store.change_generation();
+            let mut resource_cursor = resources::publish_events(&core, None);
             while !core.stopping.load(Ordering::SeqCst) {
                 core.push_receipts();
+                resource_cursor = resources::publish_events(&core, resource_cursor);
                 let restart =
                     last_restart.elapsed() >= Duration::from_millis(send::GAVE_UP_RETRY_MS);
                 if restart {

@@ -1,22 +1,113 @@
 //! `coordinate_resource` for the root's callers: maps the tool's arguments onto the resource
-//! coordinator with the caller as principal and this root's process as holder evidence.
+//! coordinator with the caller as principal and this root's process as holder evidence, and
+//! turns resource journal entries into `resource_update` events on the root's bus.
 
 use super::core::{Caller, Core};
 use crate::error::{Code, Error, Result};
+use crate::resource::{self, EventCursor, Principal};
 use crate::tools::ResourceArgs;
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+
+/// The principal id of a root or run: the same whichever adapter (CLI, MCP, gate) acts for it.
+pub fn principal_id(peer_id: &str) -> String {
+    format!("peer:{peer_id}")
+}
 
 pub fn coordinate(
     core: &Arc<Core>,
     caller: &Caller,
     args: ResourceArgs,
-    cancel: &AtomicBool,
+    _cancel: &AtomicBool,
 ) -> Result<Value> {
-    let _ = (core, caller, args, cancel);
-    Err(Error::new(
-        Code::UnsupportedPlatform,
-        "resource coordination is being wired",
-    ))
+    let principal = Principal {
+        id: principal_id(&caller.peer_id),
+        display: caller.alias.clone(),
+        capabilities: caller.capabilities.clone(),
+    };
+    let evidence = resource::evidence::Probe::new().own()?;
+    let home = core.ns.home.clone();
+    resource::coordinate(&home, &core.config, &principal, op_json(args)?, evidence)
+}
+
+fn op_json(args: ResourceArgs) -> Result<Value> {
+    let mut m = Map::new();
+    let mut put = |k: &str, v: Value| {
+        if !v.is_null() {
+            m.insert(k.to_string(), v);
+        }
+    };
+    match args {
+        ResourceArgs::Status { resource } => {
+            put("op", json!("status"));
+            put("resource", json!(resource));
+        }
+        ResourceArgs::Request {
+            resource,
+            capacity,
+            wait_ms,
+        } => {
+            put("op", json!("request"));
+            put("resource", json!(resource));
+            put("capacity", json!(capacity));
+            put("waitMs", json!(wait_ms));
+        }
+        ResourceArgs::Grant { resource, ticket } => {
+            put("op", json!("grant"));
+            put("resource", json!(resource));
+            put("ticket", json!(ticket));
+        }
+        ResourceArgs::Release {
+            resource,
+            ticket,
+            token,
+        } => {
+            put("op", json!("release"));
+            put("resource", json!(resource));
+            put("ticket", json!(ticket));
+            if let Some(t) = token {
+                let n: u64 = t.parse().map_err(|_| {
+                    Error::new(
+                        Code::Usage,
+                        "coordinate_resource: token must be a fencing token number",
+                    )
+                })?;
+                put("token", json!(n));
+            }
+        }
+        ResourceArgs::CancelRequest { resource, ticket } => {
+            put("op", json!("cancel_request"));
+            put("resource", json!(resource));
+            put("ticket", json!(ticket));
+        }
+        ResourceArgs::SetController {
+            resource,
+            capacity,
+            force,
+        } => {
+            put("op", json!("set_controller"));
+            put("resource", json!(resource));
+            put("capacity", json!(capacity));
+            put("force", json!(force));
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+/// Polls the resource journals and publishes new `resource_update` events; returns the
+/// cursor to pass next time. The first call only positions the cursor.
+pub fn publish_events(core: &Core, cursor: Option<EventCursor>) -> Option<EventCursor> {
+    let from = cursor.clone().unwrap_or_default();
+    match resource::events_since(&core.ns.coord, core.limits(), None, &from) {
+        Ok((events, next)) => {
+            if cursor.is_some() {
+                for e in events {
+                    core.bus.publish(e);
+                }
+            }
+            Some(next)
+        }
+        Err(_) => cursor,
+    }
 }

@@ -59,7 +59,13 @@ impl Core {
             scope: self.config.scope,
             self_instance: Some(self.instance_id.clone()),
         };
-        match directory::resolve(&self.ns, self.limits(), &viewer, name) {
+        match directory::resolve_cached(
+            &self.ns,
+            self.limits(),
+            &viewer,
+            name,
+            &self.presence_cache,
+        ) {
             Ok(t) => Ok(TargetRef {
                 peer_id: t.peer_id,
                 instance_id: t.instance_id,
@@ -132,7 +138,6 @@ impl Core {
                 self.correlation_for(caller, req.reply_to.as_deref(), &req.message_id);
             self.auto_budget.take(&correlation)?;
         }
-        let reply_to = req.reply_to.clone();
         let intent = OutboundSend {
             from_peer_id: caller.peer_id.clone(),
             to: to.clone(),
@@ -155,30 +160,6 @@ impl Core {
                     ))
                 })
         };
-        // An accepted reply moves the original message's receipt to replied.
-        if let (Ok(_), Some(original)) = (&answer, reply_to) {
-            let (me, orig) = (caller.peer_id.clone(), original.clone());
-            let from = to.clone();
-            let seq = self
-                .store
-                .query(move |m| {
-                    m.state()
-                        .inbox()
-                        .find(|e| {
-                            e.recipient_peer_id == me && e.message_id == orig && from.is(&e.from)
-                        })
-                        .map(|e| e.sequence)
-                })
-                .ok()
-                .flatten();
-            if let Some(seq) = seq {
-                let _ = self.store.mark_replied(
-                    &caller.peer_id,
-                    MessageRef::Sequence(seq),
-                    &req.message_id,
-                );
-            }
-        }
         answer
     }
 
@@ -216,10 +197,9 @@ impl Core {
         let id = reply_to.to_string();
         self.store
             .query(move |m| {
-                m.state()
-                    .inbox()
-                    .find(|e| e.recipient_peer_id == recipient && e.message_id == id)
+                m.find_inbox(&recipient, &MessageRef::Id(id))
                     .map(|e| e.correlation_id.clone())
+                    .ok()
             })
             .ok()
             .flatten()
@@ -280,7 +260,13 @@ impl Core {
                         .first()
                         .map(|e| e.message_id.clone())
                         .unwrap_or_default();
-                    return want.map(|w| Err(blocked(w, &head, last_err.take())));
+                    let cause = last_err.take().or_else(|| {
+                        self.route_errors
+                            .lock()
+                            .get(&(from.to_string(), to.peer_id.clone()))
+                            .cloned()
+                    });
+                    return want.map(|w| Err(blocked(w, &head, cause)));
                 }
             }
         }
@@ -296,13 +282,21 @@ impl Core {
         let recorded = self
             .store
             .outbox_result(&entry.to.peer_id, &entry.message_id, answer);
+        let key = (entry.from_peer_id.clone(), entry.to.peer_id.clone());
         match outcome {
             Ok(_) => {
                 q.resolved(&entry.message_id);
+                self.route_errors.lock().remove(&key);
                 recorded.map(|_| ())
             }
             Err(e) if is_retryable(e.code) => {
                 q.failed(&entry.message_id, self.limits(), clock::now_ms());
+                let mut errors = self.route_errors.lock();
+                if errors.len() < 4 * self.limits().connections as usize
+                    || errors.contains_key(&key)
+                {
+                    errors.insert(key, e.clone());
+                }
                 Err(e)
             }
             Err(e) => {
@@ -320,8 +314,8 @@ impl Core {
             .store
             .query(move |m| {
                 m.state()
-                    .outbox()
-                    .find(|e| e.from_peer_id == f && e.to.peer_id == t && e.message_id == id)
+                    .outbox_get(&t, &id)
+                    .filter(|e| e.from_peer_id == f)
                     .cloned()
             })?
             .ok_or_else(|| Error::new(Code::NotFound, format!("no outbox entry {message_id}")))?;
@@ -365,7 +359,7 @@ impl Core {
                 expires_at_ms: Some(entry.expires_at_ms),
             };
             let r = self.store.accept(from, send)?;
-            self.announce_arrival(&entry.to.peer_id, &entry.message_id);
+            self.announce_arrival(&r, entry.reply_to.as_deref());
             return Ok(r);
         }
         let target = self.target_of_instance(&entry.to.instance_id)?;
@@ -380,12 +374,23 @@ impl Core {
             "correlationId": entry.correlation_id,
             "expiresAt": entry.expires_at_ms,
         });
-        let v = self.pool.request(
-            &target,
-            "peer.send",
-            params,
-            self.limits().acknowledgement_ms,
-        )?;
+        let v = self
+            .pool
+            .request(
+                &target,
+                "peer.send",
+                params,
+                self.limits().acknowledgement_ms,
+            )
+            .inspect_err(|e| {
+                // The advertisement may be what is wrong: read it afresh next time.
+                if matches!(
+                    e.code,
+                    Code::PeerOffline | Code::TargetEnded | Code::AuthFailed | Code::Disconnected
+                ) {
+                    self.forget_advertisement(&entry.to.instance_id);
+                }
+            })?;
         parse_receipt(v)
     }
 
@@ -401,35 +406,23 @@ impl Core {
     }
 
     /// Publishes the arrival event and wakes the auto handler.
-    pub fn announce_arrival(&self, recipient: &str, message_id: &str) {
-        let (r, id) = (recipient.to_string(), message_id.to_string());
-        let entry = self
-            .store
-            .query(move |m| {
-                m.state()
-                    .inbox()
-                    .find(|e| e.recipient_peer_id == r && e.message_id == id)
-                    .cloned()
-            })
-            .ok()
-            .flatten();
-        let Some(e) = entry else { return };
+    pub fn announce_arrival(&self, r: &Receipt, reply_to: Option<&str>) {
         self.bus.publish(json!({
             "event": "peer_update",
             "kind": "message",
-            "recipient": e.recipient_peer_id,
-            "messageId": e.message_id,
-            "from": e.from.peer_id,
-            "sequence": e.sequence,
-            "correlationId": e.correlation_id,
-            "replyTo": e.reply_to,
+            "recipient": r.to_peer_id,
+            "messageId": r.message_id,
+            "from": r.from_peer_id,
+            "sequence": r.sequence,
+            "correlationId": r.correlation_id,
+            "replyTo": reply_to,
         }));
         if let Some(runner) = self.auto.lock().as_ref() {
             runner.offer(super::auto::Arrival {
-                message_id: e.message_id,
-                from: e.from.peer_id,
-                correlation_id: e.correlation_id,
-                recipient: e.recipient_peer_id,
+                message_id: r.message_id.clone(),
+                from: r.from_peer_id.clone(),
+                correlation_id: r.correlation_id.clone(),
+                recipient: r.to_peer_id.clone(),
             });
         }
     }
@@ -515,10 +508,8 @@ impl Core {
                 let Some(mut q) = queue.try_lock() else {
                     continue;
                 };
-                let gave_up = matches!(
-                    q.next(&pending, self.limits(), clock::now_ms()),
-                    RouteDecision::GaveUp(_)
-                );
+                // Only look: `next` would mark the head in flight without sending it.
+                let gave_up = q.failures() > self.limits().route_retries;
                 if gave_up && restart_gave_up {
                     q.reset();
                 }
@@ -534,24 +525,17 @@ impl Core {
         message_id: &str,
     ) -> Result<crate::messaging::InboxEntry> {
         let (r, id) = (recipient.to_string(), message_id.to_string());
-        let found: Vec<crate::messaging::InboxEntry> = self.store.query(move |m| {
-            m.state()
-                .inbox()
-                .filter(|e| e.recipient_peer_id == r && e.message_id == id)
-                .cloned()
-                .collect()
-        })?;
-        match found.len() {
-            1 => Ok(found.into_iter().next().unwrap_or_else(|| unreachable!())),
-            0 => Err(Error::new(
-                Code::NotFound,
-                format!("no message {message_id} in this inbox"),
-            )),
-            n => Err(Error::new(
-                Code::AmbiguousTarget,
-                format!("{n} senders used message id {message_id}; name it by sequence"),
-            )),
-        }
+        self.store
+            .query(move |m| m.find_inbox(&r, &MessageRef::Id(id)).cloned())?
+            .map_err(|e| {
+                Error::new(
+                    e.code,
+                    format!(
+                        "no single message {message_id} in this inbox ({})",
+                        e.message
+                    ),
+                )
+            })
     }
 
     /// Consumes one message: the context journal first, then the consumed receipt.

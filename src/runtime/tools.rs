@@ -90,7 +90,13 @@ pub fn execute(
                 all: false,
                 page_size: None,
             };
-            let page = directory::list(&core.ns, core.limits(), &viewer, &opts)?;
+            let page = directory::list_cached(
+                &core.ns,
+                core.limits(),
+                &viewer,
+                &opts,
+                &core.presence_cache,
+            )?;
             Ok(json!({"peers": page.peers, "cursor": page.cursor}))
         }
         ToolCall::Send(a) => {
