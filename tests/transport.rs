@@ -174,10 +174,26 @@ impl Handler for Recorder {
         _notify: &Notifier,
     ) -> peerwire::error::Result<Value> {
         let state = params.get("state").cloned();
+        let answer = if method == "peer.send" {
+            // Custody as a minimal recipient: the receipt the runtime expects back.
+            let id = params.get("messageId").cloned().unwrap_or_default();
+            let run = params.get("fromRun").and_then(Value::as_str);
+            json!({
+                "messageId": id,
+                "fromPeerId": identity::peer_id(&from.instance_id, run),
+                "toPeerId": params.get("to").cloned().unwrap_or_default(),
+                "state": "accepted",
+                "sequence": 1,
+                "correlationId": params.get("correlationId").filter(|c| !c.is_null()).unwrap_or(&id),
+                "atMs": peerwire::clock::now_ms(),
+            })
+        } else {
+            json!({"ok": true, "state": state})
+        };
         self.0
             .lock()
             .push((from.instance_id.clone(), method.to_string(), params));
-        Ok(json!({"ok": true, "state": state}))
+        Ok(answer)
     }
     fn local_request(
         &self,
@@ -442,6 +458,86 @@ fn two_hosts_and_a_pool_client_exchange_authenticated_requests() {
             0,
         )
         .unwrap();
+    assert_eq!(status["state"], "consumed", "{status}");
+}
+
+#[test]
+fn only_the_recipient_may_record_a_receipt_at_the_sender() {
+    let ns = Ns::new("tr-rcpt");
+    let hb = ns.host(&["--alias", "beta"]);
+    let b = remote(&hb);
+    let client = Client::publish(&hb);
+    let (_endpoint, got) = client.listen(&b);
+
+    // B's session sends to us: our endpoint takes custody and answers with a receipt.
+    let receipt = json_out(&peer_in(
+        &ns,
+        &b,
+        &["send", &client.peer_id, "to the tester"],
+    ));
+    assert_eq!(receipt["state"], "accepted", "{receipt}");
+    let sends: Vec<Map<String, Value>> = got
+        .lock()
+        .iter()
+        .filter(|(from, m, _)| from == &b.instance_id && m == "peer.send")
+        .map(|(_, _, p)| p.clone())
+        .collect();
+    assert_eq!(sends.len(), 1, "{sends:?}");
+    let sent = &sends[0];
+    assert_eq!(sent["to"], json!(client.peer_id));
+    assert_eq!(sent["content"], "to the tester");
+    assert_eq!(sent["version"], 1);
+    assert_eq!(sent["fromRun"], Value::Null);
+
+    let mut consumed = receipt.clone();
+    consumed["state"] = json!("consumed");
+    consumed["atMs"] = json!(peerwire::clock::now_ms());
+    consumed["version"] = json!(1);
+    consumed["fromRun"] = Value::Null;
+    for key in [
+        "to",
+        "error",
+        "createdAtMs",
+        "updatedAtMs",
+        "toInstanceId",
+        "toRunId",
+    ] {
+        consumed.as_object_mut().unwrap().remove(key);
+    }
+
+    // Another authenticated root, or we speaking for a run that is not the recipient, is
+    // refused and changes nothing.
+    let intruder = Client::publish(&hb);
+    let e = intruder
+        .pool()
+        .request(&b.target(), "peer.receipt", consumed.clone(), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidRequest, "{e}");
+    let mut as_run = consumed.clone();
+    as_run["fromRun"] = json!("r-not-the-recipient");
+    let e = client
+        .pool()
+        .request(&b.target(), "peer.receipt", as_run, 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidRequest, "{e}");
+    let id = receipt["messageId"].as_str().unwrap();
+    let status = json_out(&peer_in(&ns, &b, &["status", id]));
+    assert_eq!(status["state"], "accepted", "{status}");
+
+    // The recipient records it; a later regression to prepared is ignored.
+    let ok = client
+        .pool()
+        .request(&b.target(), "peer.receipt", consumed.clone(), 0)
+        .unwrap();
+    assert_eq!(ok, json!({"ok": true, "state": "consumed"}));
+    let mut older = consumed.clone();
+    older["state"] = json!("prepared");
+    let ok = client
+        .pool()
+        .request(&b.target(), "peer.receipt", older, 0)
+        .unwrap();
+    assert_eq!(ok["state"], "consumed", "receipts never regress: {ok}");
+    let status = json_out(&peer_in(&ns, &b, &["status", id]));
     assert_eq!(status["state"], "consumed", "{status}");
 }
 
