@@ -970,3 +970,60 @@ fn the_manpage_example_is_answered_by_a_real_host_as_documented() {
         );
     }
 }
+
+#[test]
+fn peer_requests_are_validated_and_each_sender_sees_only_its_own_messages() {
+    let ns = Ns::new("tr-valid");
+    let hb = ns.host(&["--alias", "beta"]);
+    let b = remote(&hb);
+    let (client, intruder) = (Client::publish(&hb), Client::publish(&hb));
+    let (t, pool) = (b.target(), client.pool());
+    let send = |p: Value| pool.request(&t, "peer.send", p, 0).map_err(|e| e.code);
+    let with = |id: &str, k: &str, v: Value| {
+        let mut p = send_params(&b.peer_id, id, "x");
+        p[k] = v;
+        p
+    };
+    assert_eq!(send(with("e-1", "expiresAt", json!(1))), Err(Code::Expired));
+    assert_eq!(
+        send(with("e-2", "version", json!(2))),
+        Err(Code::InvalidRequest)
+    );
+    assert_eq!(send(with("e-3", "content", json!(5))), Err(Code::Usage));
+    assert_eq!(
+        send(with("e-4", "replyTo", json!("m-unknown"))),
+        Err(Code::InvalidReply)
+    );
+    assert_eq!(send(with("bad id!", "topic", json!("t"))), Err(Code::Usage));
+    let big = "x".repeat(Limits::default().message_bytes as usize + 1);
+    assert_eq!(
+        send(with("e-5", "content", json!(big))),
+        Err(Code::MessageTooLarge)
+    );
+    let e = pool
+        .request(&t, "peer.directory", json!([1]), 0)
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidRequest);
+
+    // Another authenticated sender cannot observe or subscribe to our message.
+    assert!(send(send_params(&b.peer_id, "mine", "x")).is_ok());
+    let ask = json!({"version":1,"messageId":"mine","to":b.peer_id});
+    for method in ["peer.status", "peer.subscribe"] {
+        let e = intruder
+            .pool()
+            .request(&t, method, ask.clone(), 0)
+            .unwrap_err();
+        assert_eq!(e.code, Code::NotFound, "{method}: {e}");
+        assert_eq!(
+            pool.request(&t, method, ask.clone(), 0).unwrap()["state"],
+            "accepted"
+        );
+    }
+    // The same messageId from another sender is another message.
+    let theirs = intruder
+        .pool()
+        .request(&t, "peer.send", send_params(&b.peer_id, "mine", "other"), 0)
+        .unwrap();
+    assert_eq!(theirs["fromPeerId"], json!(intruder.peer_id));
+    assert_serves(&b, &client);
+}
