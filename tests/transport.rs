@@ -459,6 +459,19 @@ fn two_hosts_and_a_pool_client_exchange_authenticated_requests() {
         )
         .unwrap();
     assert_eq!(status["state"], "consumed", "{status}");
+
+    // The other direction: B consumes A's message and pushes the receipt to A's endpoint.
+    let from_a = receipt["messageId"].as_str().unwrap();
+    local
+        .call("local.consume", json!({"version":1,"messageId":from_a}), 0)
+        .unwrap();
+    assert!(
+        eventually(20, || {
+            let o = peer_in(&ns, &a, &["status", from_a]);
+            o.status.success() && json_out(&o)["state"] == "consumed"
+        }),
+        "A never learned that B consumed its message"
+    );
 }
 
 #[test]
@@ -758,6 +771,7 @@ fn floods_are_bounded_and_the_host_keeps_serving() {
     }
     assert_serves(&b, &client);
     let after = b.rss_kib();
+    eprintln!("host VmRSS {before} KiB before the floods, {after} KiB after");
     assert!(
         after < before + 64 * 1024,
         "host RSS grew from {before} KiB to {after} KiB"
