@@ -84,6 +84,46 @@ pub fn coordinate_cancellable(
     )
 }
 
+/// Gives back everything `principal` reserved for itself outside a running command: cancels
+/// its queued tickets and releases its grants that no process runs under (a `peer run` gate's
+/// admitted grant ends with its process tree instead). For a child run being retired, whose
+/// reservations would otherwise live as long as its root. Returns how many were given back;
+/// unreadable resource files are skipped (they are reported by `peer-res`).
+pub fn release_all(
+    home: &Path,
+    cfg: &Config,
+    principal: &Principal,
+    evidence: ProcessEvidence,
+) -> Result<usize> {
+    let space = Space::open(home, cfg)?;
+    let probe = Probe::new();
+    let caller = caller_of(principal, evidence);
+    let mine = |p: &Party| p.principal == principal.id;
+    let mut given = 0;
+    for state in space.list_checked()?.0 {
+        let queued = state.tickets.iter().filter(|t| mine(&t.party));
+        let held = state
+            .holders
+            .iter()
+            .filter(|h| mine(&h.party) && !h.admitted);
+        let ops: Vec<Op> = queued
+            .map(|t| Op::Cancel {
+                ticket: t.id.clone(),
+            })
+            .chain(held.map(|h| Op::Release {
+                target: Target::Ticket(h.ticket.clone()),
+            }))
+            .collect();
+        for op in ops {
+            // A ticket that moved on meanwhile (granted, reclaimed) is not an error here.
+            if space.transact(&state.name, &caller, op, &probe).is_ok() {
+                given += 1;
+            }
+        }
+    }
+    Ok(given)
+}
+
 /// A resource file that could not be read, as JSON: `{corrupt, code, message}`.
 pub fn skipped_json(s: &Skipped) -> Value {
     json!({"corrupt": s.path.display().to_string(), "code": s.error.code.name(),
@@ -587,6 +627,45 @@ mod tests {
         let (events, _) = events_since(&home, &cfg.limits, None, &EventCursor::default()).unwrap();
         assert!(events.iter().all(|e| e["resource"] == "r"));
         assert_eq!(std::fs::read(&bad).unwrap(), b"{not json", "left as it is");
+        let _ = std::fs::remove_dir_all(&home);
+    }
+
+    #[test]
+    fn release_all_gives_back_a_principals_grants_and_tickets_only() {
+        let home = std::env::temp_dir().join(format!(
+            "pw-api-r-{}-{:x}",
+            std::process::id(),
+            crate::identity::random_u64()
+        ));
+        let cfg = Config::default();
+        let who = |id: &str| Principal {
+            id: id.into(),
+            display: id.into(),
+            capabilities: vec![CAP_REQUEST.into()],
+        };
+        let me = Probe::new().own().unwrap();
+        let ask = |id: &str, r: &str| {
+            coordinate(
+                &home,
+                &cfg,
+                &who(id),
+                json!({"op": "request", "resource": r}),
+                me.clone(),
+            )
+            .unwrap()
+        };
+        assert_eq!(ask("peer:run", "a")["state"], "granted");
+        assert_eq!(ask("peer:run", "a")["state"], "queued");
+        assert_eq!(ask("peer:other", "b")["state"], "granted");
+        assert_eq!(ask("peer:run", "b")["state"], "queued");
+        let given = release_all(&home, &cfg, &who("peer:run"), me.clone()).unwrap();
+        assert_eq!(given, 3);
+        let all = coordinate(&home, &cfg, &who("peer:x"), json!({"op": "status"}), me).unwrap();
+        let r = &all["resources"];
+        assert_eq!(r[0]["holders"], json!([]), "{all}");
+        assert_eq!(r[0]["queue"], json!([]), "{all}");
+        assert_eq!(r[1]["holders"][0]["principal"], "peer:other", "{all}");
+        assert_eq!(r[1]["queue"], json!([]), "{all}");
         let _ = std::fs::remove_dir_all(&home);
     }
 }

@@ -36,6 +36,19 @@ pub fn coordinate(
     resource::coordinate_cancellable(&home, &core.config, &principal, op, evidence, &cancelled)
 }
 
+/// Gives back what a retiring child run (`peer_id`) still reserves: its queued tickets and its
+/// grants no command runs under. Call from `local.run.retire`; without it they stay held until
+/// the root process ends, because the root's life is their evidence.
+pub fn release_run(core: &Core, peer_id: &str) -> Result<usize> {
+    let principal = Principal {
+        id: principal_id(peer_id),
+        display: peer_id.to_string(),
+        capabilities: vec![resource::core::CAP_REQUEST.to_string()],
+    };
+    let evidence = resource::evidence::Probe::new().own()?;
+    resource::release_all(&core.ns.home, &core.config, &principal, evidence)
+}
+
 fn op_json(args: ResourceArgs, wait_ms_max: u64) -> Result<Value> {
     let mut m = Map::new();
     let mut put = |k: &str, v: Value| {
