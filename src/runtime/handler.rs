@@ -248,6 +248,8 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
         "local.run.retire" => {
             let id = req_str(&params, "run")?;
             let r = core.runs.lock().retire(id)?;
+            // What the run reserved goes back with it; its held messages stay for review.
+            let _ = super::resources::release_run(core, &r.peer_id);
             core.store.set_ended(&r.peer_id);
             core.publish_runs();
             Ok(json!({"runId": r.run_id, "peerId": r.peer_id, "state": "ended"}))
