@@ -216,7 +216,12 @@ impl OutConn {
                 }
             }
             Ok(Incoming::Notification { method, params }) => {
-                (self.sink)(&self.peer, &method, params);
+                // The sink may run on a requesting thread: a panic in it must not unwind
+                // into an unrelated `Pool::request`. It ends this connection, as it always did.
+                let deliver = || (self.sink)(&self.peer, &method, params);
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(deliver)).is_err() {
+                    self.die();
+                }
             }
             Ok(Incoming::Request { id, .. }) => {
                 let e = Error::new(
