@@ -199,36 +199,20 @@ fn payload() -> Value {
 fn plain_echo(c: &mut Criterion) {
     let params = payload();
     let mut group = c.benchmark_group("round trip");
-    let (mut client, server) = UnixStream::pair().unwrap_or_else(|e| panic!("{e}"));
-    let echo = std::thread::spawn(move || {
-        let mut reader = BufReader::new(server.try_clone().unwrap_or_else(|e| panic!("{e}")));
-        let mut writer = server;
-        let mut line = Vec::new();
-        while reader
-            .read_until(b'\n', &mut line)
-            .map(|n| n > 0)
-            .unwrap_or(false)
-        {
-            if writer.write_all(&line).is_err() {
-                break;
-            }
-            line.clear();
-        }
-    });
+    let mut echo = echo_pair();
     let line = rpc::encode_request(&Id::Num(3), "peer.send", &params);
-    let mut reader = BufReader::new(client.try_clone().unwrap_or_else(|e| panic!("{e}")));
     let mut buf = Vec::new();
     group.bench_function("plain UnixStream line echo (same payload)", |bch| {
         bch.iter(|| {
-            client.write_all(&line).ok();
+            echo.client.write_all(&line).ok();
             buf.clear();
-            black_box(reader.read_until(b'\n', &mut buf).ok())
+            black_box(echo.reader.read_until(b'\n', &mut buf).ok())
         })
     });
     group.finish();
-    drop(client);
-    drop(reader);
-    let _ = echo.join();
+    drop(echo.client);
+    drop(echo.reader);
+    let _ = echo.thread.join();
 }
 
 /// Trips per kind per block and blocks: the kinds alternate block by block so drift in machine
