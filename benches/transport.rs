@@ -1,6 +1,8 @@
 //! Transport benchmarks: frame decode + dispatch per message, the in-memory handshake (both
 //! roles: 2 signs + 2 verifies is the floor), and a warm request round trip through Pool →
-//! Endpoint next to a plain UnixStream echo round trip measured in the same run.
+//! Endpoint next to a plain UnixStream echo round trip measured in the same run, and a custom
+//! interleaved loop that prints the issue-4 ratios (warm/echo and (warm - json)/echo) from
+//! medians measured back to back in one process.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use peerwire::config::Limits;
@@ -21,7 +23,7 @@ use std::hint::black_box;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn send_frame() -> Vec<u8> {
     let params = json!({"version": 1, "messageId": "message-stable-across-retry", "to": "p-5d0c8e1f2a3b4c5d6e7f8091",
@@ -134,7 +136,8 @@ impl Verifier for Adverts {
     }
 }
 
-fn round_trips(c: &mut Criterion) {
+/// A bound endpoint and a pool with one warm authenticated connection to it.
+fn warm_pair() -> (std::path::PathBuf, Endpoint, Pool, Target) {
     let dir = std::env::temp_dir().join(format!(
         "pw-bench-{}-{:x}",
         std::process::id(),
@@ -165,9 +168,14 @@ fn round_trips(c: &mut Criterion) {
         endpoint: path,
         public_key: b.keys.public(),
     };
-    let params = payload();
-    pool.request(&target, "peer.send", params.clone(), 0)
+    pool.request(&target, "peer.send", payload(), 0)
         .unwrap_or_else(|e| panic!("{e}"));
+    (dir, endpoint, pool, target)
+}
+
+fn round_trips(c: &mut Criterion) {
+    let (dir, endpoint, pool, target) = warm_pair();
+    let params = payload();
     let mut group = c.benchmark_group("round trip");
     group.bench_function("Pool -> Endpoint echo (authenticated, warm)", |bch| {
         bch.iter(|| {
@@ -191,8 +199,37 @@ fn payload() -> Value {
 fn plain_echo(c: &mut Criterion) {
     let params = payload();
     let mut group = c.benchmark_group("round trip");
-    let (mut client, server) = UnixStream::pair().unwrap_or_else(|e| panic!("{e}"));
-    let echo = std::thread::spawn(move || {
+    let mut echo = echo_pair();
+    let line = rpc::encode_request(&Id::Num(3), "peer.send", &params);
+    let mut buf = Vec::new();
+    group.bench_function("plain UnixStream line echo (same payload)", |bch| {
+        bch.iter(|| {
+            echo.client.write_all(&line).ok();
+            buf.clear();
+            black_box(echo.reader.read_until(b'\n', &mut buf).ok())
+        })
+    });
+    group.finish();
+    drop(echo.client);
+    drop(echo.reader);
+    let _ = echo.thread.join();
+}
+
+/// Trips per kind per block and blocks: the kinds alternate block by block so drift in machine
+/// load hits all three alike; 20 blocks x 1 000 = 20 000 samples per kind.
+const RATIO_BLOCK: usize = 1_000;
+const RATIO_BLOCKS: usize = 20;
+
+/// A plain line-echo thread over a socket pair; the client side of it.
+struct EchoPair {
+    client: UnixStream,
+    reader: BufReader<UnixStream>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+fn echo_pair() -> EchoPair {
+    let (client, server) = UnixStream::pair().unwrap_or_else(|e| panic!("{e}"));
+    let thread = std::thread::spawn(move || {
         let mut reader = BufReader::new(server.try_clone().unwrap_or_else(|e| panic!("{e}")));
         let mut writer = server;
         let mut line = Vec::new();
@@ -207,25 +244,96 @@ fn plain_echo(c: &mut Criterion) {
             line.clear();
         }
     });
+    let reader = BufReader::new(client.try_clone().unwrap_or_else(|e| panic!("{e}")));
+    EchoPair {
+        client,
+        reader,
+        thread,
+    }
+}
+
+/// The JSON work of one warm trip done in-process: the client encodes the request, the
+/// endpoint parses it and encodes the echoed result, the client parses that answer.
+fn json_trip(params: &Value) -> bool {
+    let request = rpc::encode_request(&Id::Num(3), "peer.send", params);
+    let Ok(Incoming::Request { id, params, .. }) = rpc::parse(&request[..request.len() - 1]) else {
+        return false;
+    };
+    let answer = rpc::encode_result(&id, &Value::Object(params));
+    rpc::parse(&answer[..answer.len() - 1]).is_ok()
+}
+
+fn median_us(samples: &mut [u64]) -> f64 {
+    samples.sort_unstable();
+    samples.get(samples.len() / 2).copied().unwrap_or(0) as f64 / 1_000.0
+}
+
+fn percentile_us(samples: &[u64], p: usize) -> f64 {
+    let i = (samples.len() * p / 100).min(samples.len().saturating_sub(1));
+    samples.get(i).copied().unwrap_or(0) as f64 / 1_000.0
+}
+
+fn time_block(out: &mut Vec<u64>, mut trip: impl FnMut() -> bool) {
+    for _ in 0..RATIO_BLOCK {
+        let t = Instant::now();
+        black_box(trip());
+        out.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    }
+}
+
+/// Issue 4's target, measured honestly: echo, warm Pool -> Endpoint and the JSON work are
+/// timed trip by trip in alternating blocks of the same run, then compared by medians.
+fn ratio(_: &mut Criterion) {
+    let (dir, endpoint, pool, target) = warm_pair();
+    let params = payload();
+    let mut echo = echo_pair();
     let line = rpc::encode_request(&Id::Num(3), "peer.send", &params);
-    let mut reader = BufReader::new(client.try_clone().unwrap_or_else(|e| panic!("{e}")));
     let mut buf = Vec::new();
-    group.bench_function("plain UnixStream line echo (same payload)", |bch| {
-        bch.iter(|| {
-            client.write_all(&line).ok();
-            buf.clear();
-            black_box(reader.read_until(b'\n', &mut buf).ok())
-        })
-    });
-    group.finish();
-    drop(client);
-    drop(reader);
-    let _ = echo.join();
+    let mut echo_trip = || {
+        buf.clear();
+        echo.client.write_all(&line).is_ok() && echo.reader.read_until(b'\n', &mut buf).is_ok()
+    };
+    let warm_trip = || {
+        pool.request(&target, "peer.send", params.clone(), 0)
+            .is_ok()
+    };
+    let json = || json_trip(&params);
+    for _ in 0..RATIO_BLOCK {
+        black_box((echo_trip(), warm_trip(), json()));
+    }
+    let n = RATIO_BLOCK * RATIO_BLOCKS;
+    let (mut e, mut w, mut j) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for _ in 0..RATIO_BLOCKS {
+        time_block(&mut e, &mut echo_trip);
+        time_block(&mut w, warm_trip);
+        time_block(&mut j, json);
+    }
+    let (me, mw, mj) = (median_us(&mut e), median_us(&mut w), median_us(&mut j));
+    println!("ratio run: {n} trips each, interleaved blocks of {RATIO_BLOCK}");
+    for (name, m, s) in [("echo", me, &e), ("warm", mw, &w), ("json", mj, &j)] {
+        println!(
+            "  {name:<5} median {m:.2} us  p10 {:.2}  p90 {:.2}  p99 {:.2}",
+            percentile_us(s, 10),
+            percentile_us(s, 90),
+            percentile_us(s, 99)
+        );
+    }
+    println!("warm/echo = {:.2}", mw / me);
+    println!("(warm - json)/echo = {:.2}", (mw - mj) / me);
+    drop(echo.client);
+    drop(echo.reader);
+    let _ = echo.thread.join();
+    endpoint.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500)).sample_size(30);
-    targets = decode_dispatch, crypto_floor, handshake, round_trips, plain_echo
+    targets = ratio, decode_dispatch, crypto_floor, handshake, round_trips, plain_echo
 }
 criterion_main!(benches);

@@ -1,7 +1,8 @@
 //! Outbound authenticated connections: at most `connections` cached (least recently used
-//! closed first), each with one reader thread that routes responses by id and hands
-//! notifications to the sink, at most `pendingRequests` in flight, a deadline per request, and
-//! every pending request settled with `DISCONNECTED` when its connection drops.
+//! closed first), read leader/follower style (the requesting thread reads its own answer,
+//! routing others' answers by id and notifications to the sink; a background thread reads
+//! only while no request does), at most `pendingRequests` in flight, a deadline per request,
+//! and every pending request settled with `DISCONNECTED` when its connection drops.
 
 use super::wire::{self, FrameReader, Outgoing, ReadEvent};
 use super::{LocalIdentity, PeerInfo, Target};
@@ -9,8 +10,7 @@ use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::protocol::handshake::{Expected, Initiator};
 use crate::protocol::rpc::{self, Id, Incoming};
-use crossbeam_channel::{RecvTimeoutError, Sender, bounded};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::io;
@@ -20,18 +20,51 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Receives notifications arriving on outbound connections (e.g. `peer.receipt`). It runs on
-/// the connection's reader thread: keep it short and non-blocking.
+/// whichever thread is reading the connection (its background thread or a requesting
+/// thread): keep it short and non-blocking.
 pub type NotificationSink = Arc<dyn Fn(&PeerInfo, &str, Map<String, Value>) + Send + Sync>;
 
 /// First request id after the handshake's ids 1 and 2.
 const FIRST_REQUEST_ID: i64 = 3;
 
+/// How long a connection must go without requests before its background thread reads again
+/// (notifications, hang-ups) and before the next request probes liveness with a syscall.
+/// Requests in quick succession read their own answers and skip the probe; a notification
+/// that arrives right after a burst waits at most this long.
+const QUIET: Duration = Duration::from_millis(1);
+
+/// A connection's read side, under one lock.
+struct Waiters {
+    /// Answers by request id (`None` until answered); the map is `None` once dead.
+    pending: Option<HashMap<i64, Option<Result<Value>>>>,
+    /// The frame reader while nobody reads; the thread reading takes it out.
+    reader: Option<FrameReader>,
+    /// When a request last finished reading.
+    last_active: Instant,
+}
+
+/// How a call ended.
+enum Outcome {
+    Done(Result<Value>),
+    /// The frame cannot have reached the peer: retrying on a fresh connection is safe.
+    Undelivered(Error),
+}
+
+/// One outbound connection. Reading is leader/follower: a requesting thread that finds the
+/// reader free reads frames itself until its own answer arrives, routing other answers to
+/// their waiters and notifications to the sink, then hands the reader back; the others wait
+/// on `answered`. The background thread reads only once requests stopped for `QUIET`, so a
+/// lone request costs no thread hand-off.
 struct OutConn {
     peer: PeerInfo,
     target: Target,
     out: Outgoing,
-    /// Waiters by request id; `None` once the connection is dead (under the same lock).
-    pending: Mutex<Option<HashMap<i64, Sender<Result<Value>>>>>,
+    sink: NotificationSink,
+    state: Mutex<Waiters>,
+    /// An answer landed, the reader came back, or the connection died.
+    answered: Condvar,
+    /// Wakes the background thread early (only when the connection dies).
+    idle: Condvar,
     next_id: AtomicI64,
     last_used: AtomicU64,
 }
@@ -39,74 +72,235 @@ struct OutConn {
 impl OutConn {
     /// Dead as far as we already know, without a system call.
     fn is_known_dead(&self) -> bool {
-        self.out.is_closed() || self.pending.lock().is_none()
+        self.out.is_closed() || self.state.lock().pending.is_none()
     }
 
     fn is_alive(&self) -> bool {
         !self.is_known_dead() && !self.out.peer_closed()
     }
 
+    /// Worth a request: not known dead and, after `QUIET`, not hung up by the peer (a
+    /// connection that just answered skips the probe; a hang-up since then shows as a
+    /// broken pipe, which `Pool::request` retries).
+    fn is_usable(&self) -> bool {
+        let quiet = {
+            let st = self.state.lock();
+            if st.pending.is_none() {
+                return false;
+            }
+            st.last_active.elapsed() >= QUIET
+        };
+        !(self.out.is_closed() || quiet && self.out.peer_closed())
+    }
+
     /// Marks the connection dead and settles every waiter with `DISCONNECTED`.
     fn die(&self) {
         self.out.abort();
-        // Dropping the senders wakes each waiter with a disconnect.
-        self.pending.lock().take();
+        self.state.lock().pending = None;
+        self.answered.notify_all();
+        self.idle.notify_all();
     }
 
-    fn call(
-        &self,
-        method: &str,
-        params: &Value,
-        deadline: Instant,
-        limits: &Limits,
-    ) -> Result<Value> {
+    fn call(&self, method: &str, params: &Value, deadline: Instant, limits: &Limits) -> Outcome {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = rpc::encode_request(&Id::Num(id), method, params);
-        wire::check_frame_len(&frame, limits.frame_bytes)?;
-        let (tx, rx) = bounded(1);
+        if let Err(e) = wire::check_frame_len(&frame, limits.frame_bytes) {
+            return Outcome::Done(Err(e));
+        }
         {
-            let mut pending = self.pending.lock();
-            let Some(map) = pending.as_mut() else {
-                return Err(wire::disconnected());
+            let mut st = self.state.lock();
+            let Some(map) = st.pending.as_mut() else {
+                return Outcome::Undelivered(wire::disconnected());
             };
             if map.len() as u64 >= limits.pending_requests {
-                return Err(Error::new(
+                return Outcome::Done(Err(Error::new(
                     Code::QueueFull,
                     format!(
                         "{} requests already in flight to {} (pendingRequests); retry later",
                         map.len(),
                         self.peer.instance_id
                     ),
-                ));
+                )));
             }
-            map.insert(id, tx);
+            map.insert(id, None);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         let write_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
-        if let Err(e) = self.out.send_request(frame, write_ms) {
+        if let Err(failure) = self.out.send_request(frame, write_ms) {
             self.forget(id);
-            return Err(e);
+            if failure.undelivered {
+                self.die();
+                return Outcome::Undelivered(failure.error);
+            }
+            return Outcome::Done(Err(failure.error));
         }
-        match rx.recv_deadline(deadline) {
-            Ok(result) => result,
-            Err(RecvTimeoutError::Timeout) => {
-                self.forget(id);
-                Err(Error::new(
+        Outcome::Done(self.await_answer(id, method, deadline))
+    }
+
+    /// Waits for answer `id`, reading it ourselves whenever the reader is free.
+    fn await_answer(&self, id: i64, method: &str, deadline: Instant) -> Result<Value> {
+        let mut st = self.state.lock();
+        loop {
+            let Some(map) = st.pending.as_mut() else {
+                return Err(wire::disconnected());
+            };
+            let Some(slot) = map.get_mut(&id) else {
+                return Err(wire::disconnected());
+            };
+            if let Some(answer) = slot.take() {
+                map.remove(&id);
+                return answer;
+            }
+            if Instant::now() >= deadline {
+                map.remove(&id);
+                return Err(Error::new(
                     Code::Timeout,
                     format!(
                         "{method} to {} got no answer before its deadline",
                         self.peer.instance_id
                     ),
-                ))
+                ));
             }
-            Err(RecvTimeoutError::Disconnected) => Err(wire::disconnected()),
+            if let Some(reader) = st.reader.take() {
+                drop(st);
+                if let Some(answer) = self.lead(id, reader, deadline) {
+                    return answer;
+                }
+                st = self.state.lock();
+                continue;
+            }
+            let _ = self.answered.wait_until(&mut st, deadline);
         }
     }
 
+    /// Reads as the leader until answer `id` arrives (`Some`), or the deadline passes or the
+    /// connection ends (`None`: the caller re-checks its slot).
+    fn lead(&self, id: i64, reader: FrameReader, deadline: Instant) -> Option<Result<Value>> {
+        let mut reading = Reading::new(self, reader, true);
+        loop {
+            match reading.next(Some(deadline))? {
+                ReadEvent::Frame(frame) => {
+                    if let Some(answer) = self.route(&frame, Some(id)) {
+                        reading.drain();
+                        return Some(answer);
+                    }
+                }
+                ReadEvent::InvalidUtf8 => {}
+                ReadEvent::TimedOut => return None,
+                _ => {
+                    self.die();
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Delivers one incoming frame. Returns the answer when it is `mine`.
+    fn route(&self, frame: &[u8], mine: Option<i64>) -> Option<Result<Value>> {
+        match rpc::parse(frame) {
+            Ok(Incoming::Response {
+                id: Some(Id::Num(id)),
+                result,
+            }) => {
+                let result = result.map_err(|obj| Error::from_rpc(&obj));
+                if mine == Some(id) {
+                    self.forget(id);
+                    return Some(result);
+                }
+                let mut st = self.state.lock();
+                // Answers to requests that already gave up are dropped.
+                if let Some(slot) = st.pending.as_mut().and_then(|m| m.get_mut(&id)) {
+                    *slot = Some(result);
+                    drop(st);
+                    self.answered.notify_all();
+                }
+            }
+            Ok(Incoming::Notification { method, params }) => {
+                // The sink may run on a requesting thread: a panic in it must not unwind
+                // into an unrelated `Pool::request`. It ends this connection, as it always did.
+                let deliver = || (self.sink)(&self.peer, &method, params);
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(deliver)).is_err() {
+                    self.die();
+                }
+            }
+            Ok(Incoming::Request { id, .. }) => {
+                let e = Error::new(
+                    Code::MethodNotFound,
+                    "this connection does not accept requests",
+                );
+                let _ = self.out.try_send(rpc::encode_error(Some(&id), &e));
+            }
+            // A connection-level error (id null) precedes a close; other ids are not ours.
+            Ok(Incoming::Response { .. }) | Err(_) => {}
+        }
+        None
+    }
+
     fn forget(&self, id: i64) {
-        if let Some(map) = self.pending.lock().as_mut() {
+        if let Some(map) = self.state.lock().pending.as_mut() {
             map.remove(&id);
         }
+    }
+}
+
+/// The reader, held by the thread currently reading. Dropping it hands the reader back and
+/// wakes waiters; a panic (e.g. in the sink) kills the connection instead, so no waiter is
+/// left without a reader.
+struct Reading<'a> {
+    conn: &'a OutConn,
+    reader: Option<FrameReader>,
+    /// A request's leader (counts as activity), not the background thread.
+    request: bool,
+}
+
+impl<'a> Reading<'a> {
+    fn new(conn: &'a OutConn, reader: FrameReader, request: bool) -> Reading<'a> {
+        Reading {
+            conn,
+            reader: Some(reader),
+            request,
+        }
+    }
+
+    fn next(&mut self, deadline: Option<Instant>) -> Option<ReadEvent> {
+        Some(self.reader.as_mut()?.next(deadline))
+    }
+
+    /// Routes frames already buffered (no system call), so none waits in the decoder for
+    /// bytes that may never come.
+    fn drain(&mut self) {
+        let Some(reader) = self.reader.as_mut() else {
+            return;
+        };
+        loop {
+            match reader.next(Some(Instant::now())) {
+                ReadEvent::Frame(frame) => {
+                    self.conn.route(&frame, None);
+                }
+                ReadEvent::InvalidUtf8 => {}
+                ReadEvent::TimedOut => return,
+                _ => return self.conn.die(),
+            }
+        }
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        let Some(reader) = self.reader.take() else {
+            return;
+        };
+        if std::thread::panicking() {
+            return self.conn.die();
+        }
+        {
+            let mut st = self.conn.state.lock();
+            st.reader = Some(reader);
+            if self.request {
+                st.last_active = Instant::now();
+            }
+        }
+        self.conn.answered.notify_all();
     }
 }
 
@@ -162,7 +356,17 @@ impl Pool {
         };
         let deadline = Instant::now() + Duration::from_millis(ms);
         let conn = self.connection(target, deadline)?;
-        conn.call(method, &params, deadline, &self.inner.limits)
+        match conn.call(method, &params, deadline, &self.inner.limits) {
+            Outcome::Done(result) => result,
+            // The cached connection had ended unseen; one fresh connection is tried.
+            Outcome::Undelivered(_) => {
+                let conn = self.connection(target, deadline)?;
+                match conn.call(method, &params, deadline, &self.inner.limits) {
+                    Outcome::Done(result) => result,
+                    Outcome::Undelivered(e) => Err(e),
+                }
+            }
+        }
     }
 
     /// Cached live connections.
@@ -220,9 +424,9 @@ impl Pool {
     fn cached(&self, target: &Target, tick: u64) -> Option<Arc<OutConn>> {
         let mut conns = self.inner.conns.lock();
         conns.retain(|c| {
-            // Only the connection about to be used pays for the liveness probe.
+            // Only the connection about to be used may pay for a liveness probe.
             let keep = if c.target.instance_id == target.instance_id {
-                c.target == *target && c.is_alive()
+                c.target == *target && c.is_usable()
             } else {
                 !c.is_known_dead()
             };
@@ -315,7 +519,7 @@ fn start_reader(
     inner: &Arc<Inner>,
     target: &Target,
     stream: &UnixStream,
-    mut reader: FrameReader,
+    reader: FrameReader,
 ) -> Result<Arc<OutConn>> {
     let out = Outgoing::spawn(stream, inner.limits.outgoing_frames, inner.limits.write_ms)?;
     let conn = Arc::new(OutConn {
@@ -325,16 +529,23 @@ fn start_reader(
         },
         target: target.clone(),
         out,
-        pending: Mutex::new(Some(HashMap::new())),
+        sink: inner.sink.clone(),
+        state: Mutex::new(Waiters {
+            pending: Some(HashMap::new()),
+            reader: Some(reader),
+            last_active: Instant::now(),
+        }),
+        answered: Condvar::new(),
+        idle: Condvar::new(),
         next_id: AtomicI64::new(FIRST_REQUEST_ID),
         last_used: AtomicU64::new(0),
     });
-    let (c, sink) = (conn.clone(), inner.sink.clone());
+    let c = conn.clone();
     let spawned = std::thread::Builder::new()
         .name("peer-out-reader".into())
         .spawn(move || {
             let conn = DieOnDrop(c);
-            read_loop(&conn.0, &mut reader, &sink);
+            background(&conn.0);
         });
     if let Err(e) = spawned {
         conn.die();
@@ -343,7 +554,7 @@ fn start_reader(
     Ok(conn)
 }
 
-/// Settles a connection's waiters when its reader ends, even if the sink panics.
+/// Settles a connection's waiters when its background thread ends, even if the sink panics.
 struct DieOnDrop(Arc<OutConn>);
 
 impl Drop for DieOnDrop {
@@ -352,33 +563,57 @@ impl Drop for DieOnDrop {
     }
 }
 
-fn read_loop(conn: &OutConn, reader: &mut FrameReader, sink: &NotificationSink) {
+/// Reads while no request does: notifications and the peer's hang-up. It waits for the
+/// socket to become readable without holding the reader, so a request arriving meanwhile
+/// still reads its own answer.
+fn background(conn: &OutConn) {
     loop {
-        let frame = match reader.next(None) {
-            ReadEvent::Frame(frame) => frame,
-            ReadEvent::InvalidUtf8 => continue,
-            _ => return,
-        };
-        match rpc::parse(&frame) {
-            Ok(Incoming::Response {
-                id: Some(Id::Num(id)),
-                result,
-            }) => {
-                let waiter = conn.pending.lock().as_mut().and_then(|m| m.remove(&id));
-                if let Some(waiter) = waiter {
-                    let _ = waiter.try_send(result.map_err(|obj| Error::from_rpc(&obj)));
-                }
-            }
-            Ok(Incoming::Notification { method, params }) => sink(&conn.peer, &method, params),
-            Ok(Incoming::Request { id, .. }) => {
-                let e = Error::new(
-                    Code::MethodNotFound,
-                    "this connection does not accept requests",
-                );
-                let _ = conn.out.try_send(rpc::encode_error(Some(&id), &e));
-            }
-            // A connection-level error (id null) precedes a close; other ids are not ours.
-            Ok(Incoming::Response { .. }) | Err(_) => {}
+        if !wait_quiet(conn) || !conn.out.wait_readable() {
+            return;
         }
+        let reader = {
+            let mut st = conn.state.lock();
+            match &st.pending {
+                None => return,
+                // A request that read meanwhile may have consumed what woke us.
+                Some(map) if map.is_empty() && st.last_active.elapsed() >= QUIET => {
+                    st.reader.take()
+                }
+                Some(_) => None,
+            }
+        };
+        // Someone else reads (or a request is about to): back to waiting for quiet.
+        let Some(reader) = reader else { continue };
+        let mut reading = Reading::new(conn, reader, false);
+        match reading.next(None) {
+            Some(ReadEvent::Frame(frame)) => {
+                conn.route(&frame, None);
+                reading.drain();
+            }
+            Some(ReadEvent::InvalidUtf8) => {}
+            _ => return,
+        }
+    }
+}
+
+/// Waits until no request has read for `QUIET`, nobody reads and nothing is pending.
+/// `false` once the connection is dead.
+fn wait_quiet(conn: &OutConn) -> bool {
+    let mut st = conn.state.lock();
+    loop {
+        let Some(map) = &st.pending else {
+            return false;
+        };
+        let quiet_for = st.last_active.elapsed();
+        let busy = !map.is_empty() || st.reader.is_none();
+        if !busy && quiet_for >= QUIET {
+            return true;
+        }
+        let wait = if busy {
+            QUIET
+        } else {
+            QUIET.saturating_sub(quiet_for)
+        };
+        let _ = conn.idle.wait_for(&mut st, wait);
     }
 }

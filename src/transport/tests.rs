@@ -48,7 +48,8 @@ impl Verifier for Adverts {
     }
 }
 
-/// Echoes calls; `test.wait` blocks until released (or 10 s) to hold a request in flight.
+/// Echoes calls; `test.wait` blocks until released (or 10 s) to hold a request in flight;
+/// `test.later` notifies 20 ms after answering.
 struct Echo {
     entered: Sender<()>,
     release: Receiver<()>,
@@ -68,6 +69,15 @@ impl Handler for Echo {
             }
             "test.notify" => {
                 notify.notify("test.note", Value::Object(params))?;
+                Ok(json!({"ok": true}))
+            }
+            "test.later" => {
+                // Notifies after the answer went out, when no request is in flight.
+                let notify = notify.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(20));
+                    let _ = notify.notify("test.note", Value::Object(params));
+                });
                 Ok(json!({"ok": true}))
             }
             "test.panic" => panic!("test handler panics on purpose"),
@@ -890,6 +900,62 @@ fn concurrent_requests_on_one_connection_are_routed_by_id() {
         t.join().unwrap();
     }
     assert_eq!(pool.cached_connections(), 1);
+}
+
+#[test]
+fn notifications_interleaved_with_requests_all_reach_the_sink_in_order() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let (pool, notes) = pool_for(&a, &l);
+    // Each note is queued before its answer, so the requesting thread reads most of them;
+    // the last ones may be left to the background reader.
+    for i in 0..200 {
+        let v = pool
+            .request(&b.target, "test.notify", json!({"i": i}), 0)
+            .unwrap();
+        assert_eq!(v, json!({"ok": true}));
+    }
+    for i in 0..200 {
+        let (from, method, params) = notes.recv_timeout(PATIENCE).unwrap();
+        assert_eq!(
+            (from.as_str(), method.as_str()),
+            (b.me.instance_id.as_str(), "test.note")
+        );
+        assert_eq!(params["i"], json!(i));
+    }
+    // With no request in flight, a note still arrives (read by the background thread).
+    pool.request(&b.target, "test.later", json!({"i": "later"}), 0)
+        .unwrap();
+    assert_eq!(notes.recv_timeout(PATIENCE).unwrap().2["i"], json!("later"));
+    // And the connection still serves requests afterwards.
+    pool.request(&b.target, "test.notify", json!({"i": "last"}), 0)
+        .unwrap();
+    assert_eq!(notes.recv_timeout(PATIENCE).unwrap().2["i"], json!("last"));
+    assert_eq!(pool.cached_connections(), 1);
+}
+
+#[test]
+fn a_panicking_sink_ends_only_its_connection_and_never_the_caller() {
+    let dir = TempDir::new();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir.0, "a", &adverts, &l);
+    let b = node(&dir.0, "b", &adverts, &l);
+    let sink: NotificationSink = Arc::new(|_: &PeerInfo, method: &str, _| {
+        assert_ne!(method, "test.note", "this sink panics on purpose");
+    });
+    let pool = Pool::new(a.me.clone(), &l, sink);
+    // Whichever thread reads the note, the request settles instead of unwinding or hanging.
+    match pool.request(&b.target, "test.notify", json!({}), 0) {
+        Ok(v) => assert_eq!(v, json!({"ok": true})),
+        Err(e) => assert_eq!(e.code, Code::Disconnected, "{e}"),
+    }
+    eventually("the connection ends", || pool.cached_connections() == 0);
+    let v = pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
+    assert_eq!(v["from"], json!(a.me.instance_id));
 }
 
 #[test]

@@ -82,20 +82,17 @@ impl Outgoing {
 
     /// Writes `frame` at once from this thread when no queued frame is waiting; `None` when
     /// it must be queued instead. A failed direct write closes the connection.
-    fn write_direct(&self, frame: &[u8], write_ms: u64) -> Option<Result<()>> {
+    fn write_direct(&self, frame: &[u8], write_ms: u64) -> Option<io::Result<()>> {
         let mut writer = self.write_lock.lock();
         if self.queued.load(Ordering::Acquire) != 0 {
             return None;
         }
         let written = write_with_deadline(&mut writer, frame, write_ms);
         drop(writer);
-        Some(written.map_err(|e| {
+        if written.is_err() {
             self.abort();
-            Error::new(
-                Code::Disconnected,
-                format!("writing to the peer failed or exceeded writeMs ({e}); connection closed"),
-            )
-        }))
+        }
+        Some(written)
     }
 
     /// Enqueues for the writer thread, waiting at most `wait` for room (`None`: no wait).
@@ -126,7 +123,7 @@ impl Outgoing {
             return Err(disconnected());
         }
         if let Some(result) = self.write_direct(&frame, self.write_ms) {
-            return result;
+            return result.map_err(|e| write_failed(&e));
         }
         self.enqueue(frame, Some(Duration::from_millis(self.write_ms)))
             .map_err(|e| {
@@ -143,13 +140,42 @@ impl Outgoing {
 
     /// For requests: writes directly when possible (within `write_ms`, capped by the
     /// connection's writeMs), else queues without waiting (`QUEUE_FULL` when full).
-    pub(crate) fn send_request(&self, frame: Vec<u8>, write_ms: u64) -> Result<()> {
+    pub(crate) fn send_request(
+        &self,
+        frame: Vec<u8>,
+        write_ms: u64,
+    ) -> std::result::Result<(), SendFailure> {
         if self.closed.load(Ordering::Acquire) {
-            return Err(disconnected());
+            return Err(SendFailure {
+                error: disconnected(),
+                undelivered: true,
+            });
         }
         match self.write_direct(&frame, write_ms.clamp(1, self.write_ms)) {
-            Some(result) => result,
-            None => self.enqueue(frame, None),
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(SendFailure {
+                error: write_failed(&e),
+                undelivered: peer_gone(&e),
+            }),
+            None => self.enqueue(frame, None).map_err(|error| SendFailure {
+                error,
+                undelivered: false,
+            }),
+        }
+    }
+
+    /// Blocks until the socket has bytes to read or the peer hung up, without consuming
+    /// anything. `false` when polling itself failed.
+    pub(crate) fn wait_readable(&self) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        loop {
+            let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => return true,
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(_) => return false,
+            }
         }
     }
 
@@ -215,6 +241,30 @@ impl Drop for CloseOnDrop {
     }
 }
 
+/// Why a request frame was not sent.
+pub(crate) struct SendFailure {
+    pub(crate) error: Error,
+    /// The peer cannot have read the frame (the connection was closed before writing, or the
+    /// peer was already gone), so retrying on a fresh connection cannot duplicate it.
+    pub(crate) undelivered: bool,
+}
+
+/// A write the kernel refused because the peer closed or shut down its end: nothing of the
+/// frame can have been read by it.
+fn peer_gone(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::NotConnected
+    )
+}
+
+fn write_failed(e: &io::Error) -> Error {
+    Error::new(
+        Code::Disconnected,
+        format!("writing to the peer failed or exceeded writeMs ({e}); connection closed"),
+    )
+}
+
 pub(crate) fn disconnected() -> Error {
     Error::new(
         Code::Disconnected,
@@ -232,8 +282,24 @@ pub(crate) fn write_with_deadline(
     bytes: &[u8],
     write_ms: u64,
 ) -> io::Result<()> {
-    let deadline = Instant::now() + Duration::from_millis(write_ms);
+    // The common case, a frame that fits the socket buffer, costs one send(2) and no timeout
+    // bookkeeping; only a full buffer falls through to the deadline loop.
     let mut rest = bytes;
+    loop {
+        match send(
+            stream.as_raw_fd(),
+            rest,
+            MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+        ) {
+            Ok(0) if !rest.is_empty() => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => rest = rest.get(n..).unwrap_or_default(),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::EAGAIN) => {}
+            Err(e) => return Err(io::Error::from(e)),
+        }
+        break;
+    }
+    let deadline = Instant::now() + Duration::from_millis(write_ms);
     while !rest.is_empty() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -341,7 +407,7 @@ impl FrameReader {
                     None => return ReadEvent::TimedOut,
                 },
             };
-            if timeout != self.timeout {
+            if needs_new_timeout(self.timeout, timeout) {
                 if self.stream.set_read_timeout(timeout).is_err() {
                     return ReadEvent::Closed;
                 }
@@ -362,6 +428,21 @@ impl FrameReader {
                 Err(_) => return ReadEvent::Closed,
             }
         }
+    }
+}
+
+/// Slack a read may overrun its deadline by rather than re-arming `SO_RCVTIMEO`: a reader
+/// waiting `idleMs` per frame would otherwise pay a setsockopt(2) on every frame, since each
+/// fresh deadline is a few microseconds shorter than the timeout already set.
+const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(1);
+
+/// True unless the timeout already set serves `wanted`: both none, or the set one at most
+/// `READ_TIMEOUT_SLACK` longer (never shorter) than what is left.
+fn needs_new_timeout(set: Option<Duration>, wanted: Option<Duration>) -> bool {
+    match (set, wanted) {
+        (None, None) => false,
+        (Some(set), Some(left)) => !(set >= left && set - left <= READ_TIMEOUT_SLACK),
+        _ => true,
     }
 }
 
