@@ -105,10 +105,11 @@ impl Writer {
             }
         }
         let committed = self.commit_writes(writes, jobs_n);
-        if committed && self.poisoned.is_none() {
-            if let Err(e) = self.maybe_compact() {
-                self.poison(&e);
-            }
+        if committed
+            && self.poisoned.is_none()
+            && let Err(e) = self.maybe_compact()
+        {
+            self.poison(&e);
         }
         if let Some(tx) = stop {
             let _ = tx.send(());
