@@ -282,7 +282,9 @@ fn a_full_inbox_refuses_and_the_same_id_is_accepted_after_a_consume() {
     assert_eq!(code_of(&o), Some(0), "{}", stderr(&o));
     // The caller retries the same id; the first try after room appeared may still report
     // the route's backoff, so retry (bounded) like a script would.
+    let mut tries = 0;
     let accepted = eventually(30, || {
+        tries += 1;
         let o = peer_as(
             &ns,
             &alice,
@@ -291,6 +293,7 @@ fn a_full_inbox_refuses_and_the_same_id_is_accepted_after_a_consume() {
         code_of(&o) == Some(0) && json_of(&o)["state"] == json!("accepted")
     });
     assert!(accepted, "q-3 was not accepted after a consume");
+    eprintln!("q-3 accepted on retry {tries}");
     let got = inbox(&bob);
     assert_eq!(with_id(&got, "q-3").len(), 1, "{got:?}");
 }
@@ -319,12 +322,17 @@ fn rate_limited_sends_are_retried_and_never_duplicated() {
         "six quick sends against a burst of 2 were never limited"
     );
     // Retrying with the same ids converges: each accepted, each once, in send order.
+    let mut tries = 0;
     for id in &ids {
         assert!(
-            eventually(60, || send(&mut c, &to, id, "x").is_ok()),
+            eventually(60, || {
+                tries += 1;
+                send(&mut c, &to, id, "x").is_ok()
+            }),
             "{id} never got through"
         );
     }
+    eprintln!("{limited} of 6 sends rate-limited; {tries} calls until all accepted");
     let got = inbox(&bob);
     let order: Vec<&str> = got.iter().filter_map(|m| m["messageId"].as_str()).collect();
     assert_eq!(order, ids, "duplicates or reordering under rate limiting");
