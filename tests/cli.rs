@@ -39,14 +39,13 @@ fn a_shell_script_sends_waits_for_a_reply_and_checks_exit_codes() {
     "#;
     let script = r#"
         peer send @nobody "x" 2>/dev/null; [ $? -eq 12 ] || exit 80
-        out=$(peer --json send @bob "ping") || exit 81
+        out=$(peer --json send @bob "ping" --wait-receipt accepted --timeout 5000) || exit 81
         id=$(printf '%s' "$out" | sed -n 's/.*"messageId":"\([^"]*\)".*/\1/p')
         [ -n "$id" ] || exit 82
         peer --json send @bob "ping" --message-id "$id" >/dev/null || exit 83
         peer send @bob "different" --message-id "$id" 2>/dev/null; [ $? -eq 21 ] || exit 84
         reply=$(peer --json inbox --reply-to "$id" --wait 20000) || exit 85
         printf '%s' "$reply" | grep -q '"content":"pong"' || exit 86
-        peer --json send @bob "later" --wait-receipt accepted --timeout 5000 >/dev/null || exit 87
         peer status "$id" | grep -q replied || exit 88
         exit 0
     "#;
@@ -321,4 +320,51 @@ fn two_auto_peers_stop_at_the_reply_budget() {
         (3, 4),
         "the reply budget did not stop the ping-pong"
     );
+}
+
+#[test]
+fn mentions_and_chat_share_one_parser() {
+    let ns = Ns::new("mention");
+    let alice = ns.host(&["--alias", "alice"]);
+    let bob = ns.host(&["--alias", "bob"]);
+    // One argument in composer form: the leading @ is the recipient, inline @refs are metadata.
+    let o = peer_as(
+        &ns,
+        &alice,
+        &["send", "@bob please ask @carol about the build"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json_of(&peer_as(&ns, &bob, &["--json", "inbox"]));
+    assert_eq!(
+        v["messages"][0]["content"],
+        json!("please ask @carol about the build")
+    );
+    assert_eq!(v["messages"][0]["mentions"], json!(["carol"]));
+    // peer chat without a terminal reads lines: a leading @ sends and sets the recipient.
+    let mut chat = ns
+        .cmd(PEER)
+        .env("PEER_CONTROL", alice.field("control"))
+        .arg("chat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut input = chat.stdin.take().unwrap();
+        input
+            .write_all(b"@bob first line\nsecond line\n/to nobody-here\n/quit\n")
+            .unwrap();
+    }
+    let out = chat.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json_of(&peer_as(&ns, &bob, &["--json", "inbox", "--after", "1"]));
+    let texts: Vec<&str> = v["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["first line", "second line"]);
 }

@@ -756,6 +756,10 @@ fn signals_reach_descendants_that_left_the_process_group() {
     wait_until("the detached descendant to start", || {
         ns.read("log") == "ready\n"
     });
+    // The gate records the child's evidence just after spawning it: wait for that record.
+    wait_until("the launch to record its child", || {
+        ns.status("r")["launches"][0]["childPid"].as_u64().is_some()
+    });
     let child = ns.status("r")["launches"][0]["childPid"].as_u64().unwrap();
     // Once the gate has reaped its direct child, the detached descendant is re-parented to it.
     wait_until("the direct child to be reaped", || {

@@ -143,7 +143,7 @@ fn s<'a>(v: &'a Value, k: &str) -> &'a str {
     v.get(k).and_then(Value::as_str).unwrap_or("")
 }
 
-pub fn cmd(_ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     use lexopt::prelude::*;
     let mut p = args::parser(argv);
     let mut keep = false;
@@ -181,11 +181,13 @@ pub fn cmd(_ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     }
     match result {
         Ok(()) => {
-            println!(
-                "\npeer lab: all {} steps passed in {} ms",
-                lab.step,
-                started.elapsed().as_millis()
-            );
+            let ms = started.elapsed().as_millis() as u64;
+            println!("\npeer lab: all {} steps passed in {ms} ms", lab.step);
+            if ctx.json {
+                super::print_json(
+                    &serde_json::json!({"ok": true, "steps": lab.step, "elapsedMs": ms}),
+                );
+            }
             Ok(0)
         }
         Err(e) => Err(e),

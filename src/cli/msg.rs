@@ -92,6 +92,18 @@ pub fn send(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             other => return Err(args::unexpected(other)),
         }
     }
+    // One argument in the composer's form, "@bob the build is green": the leading mention is
+    // the recipient (shared parser with chat and MCP).
+    let (to, text) = match (to, text) {
+        (Some(line), None) if line.starts_with('@') => {
+            let m = crate::mention::parse(&line);
+            match m.leading_recipient {
+                Some(r) if !m.body.trim().is_empty() => (Some(r), Some(m.body)),
+                _ => (Some(line), None),
+            }
+        }
+        other => other,
+    };
     let (Some(to), Some(text)) = (to, text) else {
         return Err(Error::new(
             Code::Usage,

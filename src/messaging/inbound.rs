@@ -111,9 +111,10 @@ impl Machine {
             ));
         }
         if !recipients.live.contains(to) {
+            // Terminal, not retryable: no retry will make this root serve another peer.
             return Err(Error::new(
-                Code::PeerOffline,
-                format!("{to} is not a live peer of this root; refresh discovery"),
+                Code::NotFound,
+                format!("this root does not serve {to}; refresh discovery"),
             ));
         }
         Ok(())

@@ -181,7 +181,7 @@ fn liveness_size_and_ids_are_checked() {
     s.to_peer_id = "p-gone".into();
     assert_eq!(code(m.accept(&alice(), &s, &rec, NOW)), Code::TargetEnded);
     s.to_peer_id = "p-unknown".into();
-    assert_eq!(code(m.accept(&alice(), &s, &rec, NOW)), Code::PeerOffline);
+    assert_eq!(code(m.accept(&alice(), &s, &rec, NOW)), Code::NotFound);
     let big = "é".repeat(4_001); // 8,002 UTF-8 bytes, 4,001 chars
     assert_eq!(
         code(m.accept(&alice(), &send("m2", &big), &rec, NOW)),

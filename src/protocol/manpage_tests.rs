@@ -58,6 +58,8 @@ fn the_example_exchange_parses_as_documented() {
         Kind::Result,
         Kind::Request("peer.send"),
         Kind::Result,
+        Kind::Request("peer.subscribe"),
+        Kind::Result,
         Kind::Notification("peer.receipt"),
     ];
     assert_eq!(lines.len(), expected.len(), "{lines:#?}");
@@ -150,4 +152,72 @@ fn the_example_proofs_verify_over_the_documented_transcript() {
         &signed_r,
         &bytes(&auth["params"]["proof"])
     ));
+}
+
+/// The example's receipts are exactly the serde form of `messaging::Receipt`, their peerIds
+/// are derived from the handshake's instance ids, and the pushed notification carries the
+/// receipt plus `version` and `fromRun`.
+#[test]
+fn the_example_receipts_have_the_runtime_shape() {
+    use crate::identity::peer_id;
+    use crate::messaging::Receipt;
+    let lines = example_lines("EXAMPLE");
+    let json = |i: usize| serde_json::from_str::<serde_json::Value>(&lines[i]).unwrap_or_default();
+    let hello = json(0);
+    let initiator = hello["params"]["instanceId"].as_str().unwrap_or_default();
+    let responder = hello["params"]["expect"].as_str().unwrap_or_default();
+    let roundtrip = |v: &serde_json::Value| {
+        let r: Receipt = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v}"));
+        assert_eq!(
+            serde_json::to_value(&r).ok().as_ref(),
+            Some(v),
+            "field names"
+        );
+        r
+    };
+    let send = json(4);
+    assert_eq!(send["params"]["fromRun"], serde_json::Value::Null);
+    for i in [5, 7] {
+        let r = roundtrip(&json(i)["result"]);
+        assert_eq!(r.from_peer_id, peer_id(initiator, None));
+        assert_eq!(r.to_peer_id, peer_id(responder, None));
+        assert_eq!(send["params"]["to"], serde_json::json!(r.to_peer_id));
+    }
+    let mut note = json(8)["params"].clone();
+    let params = note
+        .as_object_mut()
+        .map(|o| (o.remove("version"), o.remove("fromRun")));
+    assert_eq!(
+        params,
+        Some((Some(serde_json::json!(1)), Some(serde_json::Value::Null)))
+    );
+    let r = roundtrip(&note);
+    assert_eq!(r.state.name(), "consumed");
+}
+
+/// The receipt states and their order appear in the page as the messaging layer defines them.
+#[test]
+fn the_page_documents_every_receipt_state() {
+    for state in [
+        "accepted", "prepared", "consumed", "replied", "refused", "expired",
+    ] {
+        assert!(
+            PAGE.contains(&format!(".B {state}")) || PAGE.contains(&format!(".BR {state}")),
+            "{state}"
+        );
+    }
+    for method in [
+        "local.info",
+        "local.tool",
+        "local.consume",
+        "local.prepare",
+        "local.reply",
+        "local.status",
+        "local.wait_receipt",
+        "local.run.publish",
+        "local.run.retire",
+    ] {
+        assert!(PAGE.contains(&format!(".B {method}\n")), "{method}");
+        assert!(super::access::is_local_only(method), "{method}");
+    }
 }

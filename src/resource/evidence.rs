@@ -49,10 +49,10 @@ fn scan_proc(mut each: impl FnMut(i64, i64, i64, char) -> bool) -> Option<()> {
         let Ok(stat) = read_small(&entry.path().join("stat")) else {
             continue;
         };
-        if let Some((state, ppid, pgrp, _)) = parse_stat_all(&stat) {
-            if each(pid, ppid, pgrp, state) {
-                break;
-            }
+        if let Some((state, ppid, pgrp, _)) = parse_stat_all(&stat)
+            && each(pid, ppid, pgrp, state)
+        {
+            break;
         }
     }
     Some(())

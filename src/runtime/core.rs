@@ -19,6 +19,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+/// Route queues by (sender peerId, recipient peerId).
+pub type RouteMap = HashMap<(String, String), Arc<Mutex<RouteQueue>>>;
+
+/// Subscribed senders by (sender instance, message id), with the last state notified.
+pub type SubscriptionMap =
+    HashMap<(String, String), (Notifier, Option<crate::messaging::ReceiptState>)>;
+
 /// Receipt subscriptions (`peer.subscribe`) remembered at once.
 pub const SUBSCRIPTIONS_MAX: usize = 1024;
 
@@ -52,11 +59,11 @@ pub struct Core {
     pub auto: Mutex<Option<Runner>>,
     /// Set when the root is shutting down: waits end, workers stop.
     pub stopping: Arc<AtomicBool>,
-    pub(crate) routes: Mutex<HashMap<(String, String), Arc<Mutex<RouteQueue>>>>,
+    pub(crate) routes: Mutex<RouteMap>,
     /// The last retryable failure of each blocked route, so messages behind its head report
     /// the real cause.
     pub(crate) route_errors: Mutex<HashMap<(String, String), Error>>,
-    pub(crate) subscriptions: Mutex<HashMap<(String, String), Notifier>>,
+    pub(crate) subscriptions: Mutex<SubscriptionMap>,
     /// Receipt events already shown to a model, per local peer (in memory: a restarted root
     /// shows them again, which is harmless).
     pub(crate) model_cursors: Mutex<HashMap<String, (u64, u64)>>,
@@ -218,12 +225,36 @@ impl Core {
     /// Remembers a receipt subscription of a connected sender (bounded).
     pub fn subscribe(&self, sender_instance: &str, message_id: &str, notifier: &Notifier) {
         let mut subs = self.subscriptions.lock();
-        subs.retain(|_, n| !n.is_closed());
+        subs.retain(|_, (n, _)| !n.is_closed());
         if subs.len() < SUBSCRIPTIONS_MAX {
             subs.insert(
                 (sender_instance.to_string(), message_id.to_string()),
-                notifier.clone(),
+                (notifier.clone(), None),
             );
+        }
+    }
+
+    /// Tells a subscribed sender about a receipt change once per state (durable pushes may
+    /// be retried many times; notifications are not repeated). Final states end the
+    /// subscription.
+    pub fn notify_subscriber(
+        &self,
+        sender_instance: &str,
+        r: &crate::messaging::Receipt,
+        from_run: Option<&str>,
+    ) {
+        let key = (sender_instance.to_string(), r.message_id.clone());
+        let mut subs = self.subscriptions.lock();
+        let Some((n, last)) = subs.get_mut(&key) else {
+            return;
+        };
+        if *last == Some(r.state) {
+            return;
+        }
+        *last = Some(r.state);
+        let _ = n.notify("peer.receipt", super::send::receipt_params(r, from_run));
+        if r.state.is_final() {
+            subs.remove(&key);
         }
     }
 }

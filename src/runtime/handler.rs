@@ -73,7 +73,12 @@ impl Handler for RootHandler {
                     topic: str_param(&params, "topic")?.map(str::to_string),
                     reply_to: id_param(&params, "replyTo")?,
                     correlation_id: id_param(&params, "correlationId")?,
-                    expires_at_ms: params.get("expiresAt").and_then(Value::as_u64),
+                    expires_at_ms: match params.get("expiresAt") {
+                        None | Some(Value::Null) => None,
+                        Some(v) => Some(v.as_u64().ok_or_else(|| {
+                            Error::new(Code::Usage, "params.expiresAt must be epoch milliseconds")
+                        })?),
+                    },
                 };
                 let reply_to = send.reply_to.clone();
                 let r = core.store.accept(who, send)?;
@@ -144,13 +149,11 @@ impl RootHandler {
         if let (Ok(who), Ok(r)) = (
             principal(from, &params),
             parse_receipt(Value::Object(params)),
-        ) {
-            if r.to_peer_id == who.peer_id
-                && let Ok(entry) = self.0.store.record_receipt(who, r)
-                && let Some(latest) = &entry.receipt
-            {
-                self.0.announce_receipt(latest);
-            }
+        ) && r.to_peer_id == who.peer_id
+            && let Ok(entry) = self.0.store.record_receipt(who, r)
+            && let Some(latest) = &entry.receipt
+        {
+            self.0.announce_receipt(latest);
         }
     }
 }

@@ -149,7 +149,7 @@ impl Core {
             expires_at_ms: None,
         };
         let entry = self.store.outbox_intent(intent)?;
-        let answer = if entry.receipt.is_some() {
+        if entry.receipt.is_some() {
             self.outbox_answer(&caller.peer_id, &to.peer_id, &req.message_id)
         } else {
             self.drive_route(&caller.peer_id, &to, Some(&req.message_id), true)
@@ -159,8 +159,7 @@ impl Core {
                         "the message left the outbox unexpectedly",
                     ))
                 })
-        };
-        answer
+        }
     }
 
     /// The exact incarnation behind a peerId we sent to or received from before.
@@ -450,13 +449,7 @@ impl Core {
 
     fn push_one(&self, to: &Principal, receipt: &Receipt) -> Result<()> {
         let from_run = self.run_of_peer(&receipt.to_peer_id);
-        if let Some(n) = self
-            .subscriptions
-            .lock()
-            .get(&(to.instance_id.clone(), receipt.message_id.clone()))
-        {
-            let _ = n.notify("peer.receipt", receipt_params(receipt, from_run.as_deref()));
-        }
+        self.notify_subscriber(&to.instance_id, receipt, from_run.as_deref());
         if to.instance_id == self.instance_id {
             let me = Principal {
                 instance_id: self.instance_id.clone(),

@@ -18,7 +18,7 @@ const ANSWER_MARGIN_MS: u64 = 30_000;
 
 pub enum Session {
     Remote {
-        client: LocalClient,
+        client: Box<LocalClient>,
         control: ControlFile,
         run_id: Option<String>,
         auto: Option<String>,
@@ -57,7 +57,11 @@ impl Session {
 
     fn connect(cf: ControlFile) -> Result<Session> {
         let mut limits = Limits::default();
-        let mut client = LocalClient::connect(&cf.endpoint, cf.secret_bytes()?, &limits)?;
+        let mut client = Box::new(LocalClient::connect(
+            &cf.endpoint,
+            cf.secret_bytes()?,
+            &limits,
+        )?);
         let run_id = std::env::var(control::ENV_RUN)
             .ok()
             .filter(|s| !s.is_empty());
@@ -144,8 +148,11 @@ impl Session {
                 limits,
                 ..
             } => {
-                let client =
-                    LocalClient::connect(&control.endpoint, control.secret_bytes()?, limits)?;
+                let client = Box::new(LocalClient::connect(
+                    &control.endpoint,
+                    control.secret_bytes()?,
+                    limits,
+                )?);
                 Ok(Session::Remote {
                     client,
                     control: control.clone(),
@@ -164,10 +171,10 @@ impl Session {
     /// Ends the session; a short-lived root waits briefly for its receipts to be pushed, then
     /// shuts down and removes its files.
     pub fn close(self) {
-        if let Session::InProcess { root, .. } = self {
-            if let Ok(root) = Arc::try_unwrap(root) {
-                root.shutdown();
-            }
+        if let Session::InProcess { root, .. } = self
+            && let Ok(root) = Arc::try_unwrap(root)
+        {
+            root.shutdown();
         }
     }
 }

@@ -105,6 +105,7 @@ pub fn execute(
                 (None, Some(c)) => derive_message_id(&caller.peer_id, c),
                 (None, None) => new_message_id(),
             };
+            let mentions = crate::mention::parse(&a.content).inline_refs;
             let req = SendRequest {
                 to: a.to,
                 content: a.content,
@@ -118,6 +119,7 @@ pub fn execute(
             if let Some(o) = v.as_object_mut() {
                 o.insert("to".into(), json!(r.to_peer_id));
                 o.insert("from".into(), json!(r.from_peer_id));
+                o.insert("mentions".into(), json!(mentions));
             }
             Ok(v)
         }
@@ -263,6 +265,8 @@ pub fn message_view(e: &InboxEntry, ad: Option<&presence::Advertisement>) -> Val
         "acceptedAtMs": e.accepted_at_ms,
         "sentAt": clock::iso8601(e.accepted_at_ms),
         "expiresAtMs": e.expires_at_ms,
+        // Inline @references are metadata for the reader; the text itself is unchanged.
+        "mentions": crate::mention::parse(&e.content).inline_refs,
     })
 }
 
