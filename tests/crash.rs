@@ -5,6 +5,11 @@
 //! unacknowledged ones to the next incarnation converge to exactly one entry there; the
 //! receiver never holds a message the sender's outbox does not know. Also: a killed host's
 //! journal with a flipped byte needs recovery and is left untouched; a torn tail is ignored.
+//!
+//! SIGKILL keeps the page cache, so these loops prove the ordering (journal write before the
+//! answer, outbox intent before the first byte, replay of whatever the dead process wrote);
+//! power-loss durability of the fdatasync itself is covered by the store's own reasoning and
+//! its torn-tail unit tests, not by anything a test process can do.
 
 mod common;
 
