@@ -46,6 +46,8 @@ fn a_shell_script_sends_waits_for_a_reply_and_checks_exit_codes() {
         peer send @bob "different" --message-id "$id" 2>/dev/null; [ $? -eq 21 ] || exit 84
         reply=$(peer --json inbox --reply-to "$id" --wait 20000) || exit 85
         printf '%s' "$reply" | grep -q '"content":"pong"' || exit 86
+        # The replied receipt travels back on its own: poll a bounded number of times.
+        for i in $(seq 100); do peer status "$id" | grep -q replied && break; sleep 0.05; done
         peer status "$id" | grep -q replied || exit 88
         exit 0
     "#;

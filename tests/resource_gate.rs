@@ -359,6 +359,49 @@ fn a_corrupt_resource_file_is_recovery_required_and_left_unchanged() {
         Some(Code::RecoveryRequired.exit_status())
     );
     assert!(String::from_utf8_lossy(&viewer.stderr).starts_with("peer-res: RECOVERY_REQUIRED: "));
+    // One corrupt file does not hide the healthy ones: they are shown, the corrupt one is
+    // listed with its code, and the exit status still says RECOVERY_REQUIRED.
+    assert_eq!(code_of(&finish(ns.gate("db", &[], "true"))), 0);
+    let viewer = Command::new(PEER_RES)
+        .arg("--home")
+        .arg(&ns.home)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&viewer.stdout);
+    assert_eq!(
+        viewer.status.code(),
+        Some(Code::RecoveryRequired.exit_status())
+    );
+    assert!(shown.starts_with("db  automatic"), "{shown}");
+    assert!(
+        shown.contains(&format!("corrupt  {}  RECOVERY_REQUIRED", path.display())),
+        "{shown}"
+    );
+    let viewer = Command::new(PEER_RES)
+        .arg("--home")
+        .arg(&ns.home)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let objs: Vec<Value> = String::from_utf8_lossy(&viewer.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(objs.len(), 2, "{objs:?}");
+    assert_eq!(objs[0]["resource"], "db");
+    assert_eq!(objs[1]["corrupt"], path.display().to_string());
+    assert_eq!(objs[1]["code"], "RECOVERY_REQUIRED");
+    let status = ns.peer().args(["res", "status"]).output().unwrap();
+    assert_eq!(
+        status.status.code(),
+        Some(Code::RecoveryRequired.exit_status())
+    );
+    assert!(String::from_utf8_lossy(&status.stdout).starts_with("db  automatic"));
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        garbage,
+        "still left as it was"
+    );
 }
 
 #[test]
@@ -781,4 +824,31 @@ fn signals_reach_descendants_that_left_the_process_group() {
     assert_eq!(code_of(&out), 0, "{}", stderr(&out));
     assert_eq!(ns.read("log"), "ready\nterm\n");
     assert!(ns.tickets("r", "holders").is_empty());
+}
+
+#[test]
+fn peer_run_json_result_is_the_last_stdout_line_after_every_descendant() {
+    let ns = Ns::new("runjson");
+    let out = ns
+        .peer()
+        .current_dir(&ns.home)
+        .args(["--json", "run", "--resource", "r", "--"])
+        .args(["sh", "-c", "echo first; (sleep 0.2; echo late) & exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(code_of(&out), 3, "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert_eq!(&lines[..2], ["first", "late"]);
+    let v: Value = serde_json::from_str(lines[2]).unwrap();
+    assert_eq!(
+        (
+            v["op"].as_str(),
+            v["resource"].as_str(),
+            v["status"].as_i64()
+        ),
+        (Some("run"), Some("r"), Some(3)),
+        "{v}"
+    );
 }

@@ -127,11 +127,7 @@ pub fn send(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         let params = json!({"messageId": message_id, "state": state, "waitMs": timeout});
         receipt = session.call("local.wait_receipt", params, timeout.saturating_add(5_000))?;
     }
-    if ctx.json {
-        print_json(&receipt);
-    } else {
-        println!("{}", describe_receipt(&receipt));
-    }
+    print_receipt(ctx, &receipt);
     session.close();
     Ok(0)
 }
@@ -324,11 +320,7 @@ pub fn reply(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         json!({"messageId": id, "content": content, "topic": topic}),
         0,
     )?;
-    if ctx.json {
-        print_json(&receipt);
-    } else {
-        println!("{}", describe_receipt(&receipt));
-    }
+    print_receipt(ctx, &receipt);
     session.close();
     Ok(0)
 }
@@ -350,11 +342,7 @@ pub fn consume(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     };
     let mut session = Session::open(ctx)?;
     let receipt = session.call("local.consume", json!({"messageId": id, "note": note}), 0)?;
-    if ctx.json {
-        print_json(&receipt);
-    } else {
-        println!("{}", describe_receipt(&receipt));
-    }
+    print_receipt(ctx, &receipt);
     session.close();
     Ok(0)
 }
@@ -375,13 +363,17 @@ pub fn status(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     };
     let mut session = Session::open(ctx)?;
     let receipt = session.call("local.status", json!({"messageId": id}), 0)?;
-    if ctx.json {
-        print_json(&receipt);
-    } else {
-        println!("{}", describe_receipt(&receipt));
-    }
+    print_receipt(ctx, &receipt);
     session.close();
     Ok(0)
+}
+
+fn print_receipt(ctx: &Ctx, receipt: &serde_json::Value) {
+    if ctx.json {
+        print_json(receipt);
+    } else {
+        println!("{}", describe_receipt(receipt));
+    }
 }
 
 fn help(text: &str) -> Result<i32> {

@@ -9,7 +9,7 @@ use super::model::{
 };
 use super::notify::{Wake, Watch};
 use super::principal::Principal;
-use super::store::{Launch, Space};
+use super::store::{Launch, Skipped, Space};
 use crate::config::{Config, Limits};
 use crate::error::{Code, Error, Result};
 use serde_json::{Value, json};
@@ -43,6 +43,20 @@ pub fn coordinate(
     op: Value,
     evidence: ProcessEvidence,
 ) -> Result<Value> {
+    coordinate_cancellable(home, cfg, principal, op, evidence, &|| false)
+}
+
+/// [`coordinate`] whose wait for a grant ends early, with the ticket cancelled and
+/// `"state":"cancelled"`, once `cancelled()` says so (checked every tenth of
+/// `Limits.heartbeat_ms`): a tool call the client abandoned must not keep a queue slot.
+pub fn coordinate_cancellable(
+    home: &Path,
+    cfg: &Config,
+    principal: &Principal,
+    op: Value,
+    evidence: ProcessEvidence,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Value> {
     let space = Space::open(home, cfg)?;
     let probe = Probe::new();
     let caller = caller_of(principal, evidence);
@@ -51,22 +65,75 @@ pub fn coordinate(
         .map(canonical_name)
         .transpose()?;
     if kind == "status" && resource.is_none() {
-        let all: Vec<Value> = space
-            .list()?
+        let (states, skipped) = space.list_checked()?;
+        let all: Vec<Value> = states
             .iter()
             .map(|s| describe(s, &probe, &[], crate::clock::now_ms()))
             .collect();
-        return Ok(json!({"ok": true, "op": "status", "resources": all}));
+        let mut out = json!({"ok": true, "op": "status", "resources": all});
+        if !skipped.is_empty() {
+            out["corrupt"] = skipped.iter().map(skipped_json).collect();
+        }
+        return Ok(out);
     }
     let name = resource.ok_or_else(|| usage(&format!("{kind} needs a resource")))?;
     let (op, wait_ms) = parse_op(kind, &op)?;
     let step = space.transact(&name, &caller, op, &probe)?;
-    finish(&space, &name, &caller, &probe, kind, step, wait_ms)
+    finish(
+        &space, &name, &caller, &probe, kind, step, wait_ms, cancelled,
+    )
+}
+
+/// Gives back everything `principal` reserved for itself outside a running command: cancels
+/// its queued tickets and releases its grants that no process runs under (a `peer run` gate's
+/// admitted grant ends with its process tree instead). For a child run being retired, whose
+/// reservations would otherwise live as long as its root. Returns how many were given back;
+/// unreadable resource files are skipped (they are reported by `peer-res`).
+pub fn release_all(
+    home: &Path,
+    cfg: &Config,
+    principal: &Principal,
+    evidence: ProcessEvidence,
+) -> Result<usize> {
+    let space = Space::open(home, cfg)?;
+    let probe = Probe::new();
+    let caller = caller_of(principal, evidence);
+    let mine = |p: &Party| p.principal == principal.id;
+    let mut given = 0;
+    for state in space.list_checked()?.0 {
+        let queued = state.tickets.iter().filter(|t| mine(&t.party));
+        let held = state
+            .holders
+            .iter()
+            .filter(|h| mine(&h.party) && !h.admitted);
+        let ops: Vec<Op> = queued
+            .map(|t| Op::Cancel {
+                ticket: t.id.clone(),
+            })
+            .chain(held.map(|h| Op::Release {
+                target: Target::Ticket(h.ticket.clone()),
+            }))
+            .collect();
+        for op in ops {
+            // A ticket that moved on meanwhile (granted, reclaimed) is not an error here.
+            if space.transact(&state.name, &caller, op, &probe).is_ok() {
+                given += 1;
+            }
+        }
+    }
+    Ok(given)
+}
+
+/// A resource file that could not be read, as JSON: `{corrupt, code, message}`.
+pub fn skipped_json(s: &Skipped) -> Value {
+    json!({"corrupt": s.path.display().to_string(), "code": s.error.code.name(),
+           "message": s.error.message})
 }
 
 /// A parsed operation and the `waitMs` of a request (0: do not wait).
 type Parsed = (Op, u64);
 
+#[allow(clippy::too_many_arguments)]
 fn finish(
     space: &Space,
     name: &str,
@@ -75,20 +142,13 @@ fn finish(
     kind: &str,
     step: Step,
     wait_ms: u64,
+    cancelled: &dyn Fn() -> bool,
 ) -> Result<Value> {
     if let (Outcome::Queued { ticket, .. }, true) = (&step.outcome, wait_ms > 0) {
         let watch = Watch::new(&space.dir, &name_hash(name))?;
         let wait = wait_ms.min(space.wait_timeout_ms);
         let got = wait_for_grant(
-            space,
-            name,
-            caller,
-            ticket,
-            wait,
-            probe,
-            &watch,
-            None,
-            &|| false,
+            space, name, caller, ticket, wait, probe, &watch, None, cancelled,
         )?;
         return Ok(outcome_json(kind, name, &got));
     }
@@ -219,6 +279,7 @@ pub fn outcome_json(kind: &str, name: &str, outcome: &Outcome) -> Value {
 /// `Limits.heartbeat_ms`, and at most `wait_ms` in all. On timeout the ticket is cancelled and
 /// the answer is RESOURCE_WAIT_TIMEOUT: the timeout authorizes nothing. When `extra` becomes
 /// readable and `interrupted()` says so, the ticket is cancelled and `Outcome::Cancelled` returned.
+/// Without `extra`, `interrupted()` is polled every tenth of `Limits.heartbeat_ms` instead.
 #[allow(clippy::too_many_arguments)]
 pub fn wait_for_grant(
     space: &Space,
@@ -264,7 +325,13 @@ pub fn wait_for_grant(
                 &step.state,
             ));
         }
-        if watch.wait(left.min(space.limits.heartbeat_ms), extra)? == Wake::Extra && interrupted() {
+        let slice = match extra {
+            Some(_) => space.limits.heartbeat_ms,
+            None => (space.limits.heartbeat_ms / 10).max(1),
+        };
+        let woke = watch.wait(left.min(slice), extra)?;
+        let check = woke == Wake::Extra || (extra.is_none() && woke == Wake::Timeout);
+        if check && interrupted() {
             let _ = space.transact(
                 name,
                 caller,
@@ -408,9 +475,10 @@ pub fn events_since(
         allow_control: false,
         wait_timeout_ms: 0,
     };
+    // A corrupt file has no journal to follow; the others keep their events flowing.
     let states = match name {
         Some(n) => space.read(&canonical_name(n)?)?.into_iter().collect(),
-        None => space.list()?,
+        None => space.list_checked()?.0,
     };
     let mut out = Vec::new();
     let mut next = cursor.clone();
@@ -510,6 +578,94 @@ mod tests {
         assert!(again.is_empty());
         let all = coordinate(&home, &cfg, &who, json!({"op": "status"}), me).unwrap();
         assert_eq!(all["resources"][0]["resource"], "r");
+        let _ = std::fs::remove_dir_all(&home);
+    }
+
+    #[test]
+    fn a_cancelled_wait_gives_its_ticket_back_and_corrupt_files_are_listed_apart() {
+        let home = std::env::temp_dir().join(format!(
+            "pw-api-c-{}-{:x}",
+            std::process::id(),
+            crate::identity::random_u64()
+        ));
+        let cfg = Config::default();
+        let who = |id: &str| Principal {
+            id: id.into(),
+            display: id.into(),
+            capabilities: vec![CAP_REQUEST.into()],
+        };
+        let me = Probe::new().own().unwrap();
+        let req = json!({"op": "request", "resource": "r"});
+        coordinate(&home, &cfg, &who("cli:a"), req.clone(), me.clone()).unwrap();
+        let mut wait = req.clone();
+        wait["waitMs"] = json!(600_000);
+        let got =
+            coordinate_cancellable(&home, &cfg, &who("cli:b"), wait, me.clone(), &|| true).unwrap();
+        assert_eq!(got["state"], "cancelled", "{got}");
+        let st = coordinate(
+            &home,
+            &cfg,
+            &who("cli:b"),
+            json!({"op": "status", "resource": "r"}),
+            me.clone(),
+        )
+        .unwrap();
+        assert_eq!(st["resources"][0]["queue"], json!([]), "{st}");
+        coordinate(
+            &home,
+            &cfg,
+            &who("cli:a"),
+            json!({"op": "request", "resource": "s"}),
+            me.clone(),
+        )
+        .unwrap();
+        let bad = Space::existing(&home, &cfg).resource_path("s");
+        std::fs::write(&bad, b"{not json").unwrap();
+        let all = coordinate(&home, &cfg, &who("cli:a"), json!({"op": "status"}), me).unwrap();
+        assert_eq!(all["resources"].as_array().map(Vec::len), Some(1), "{all}");
+        assert_eq!(all["corrupt"][0]["code"], "RECOVERY_REQUIRED", "{all}");
+        let (events, _) = events_since(&home, &cfg.limits, None, &EventCursor::default()).unwrap();
+        assert!(events.iter().all(|e| e["resource"] == "r"));
+        assert_eq!(std::fs::read(&bad).unwrap(), b"{not json", "left as it is");
+        let _ = std::fs::remove_dir_all(&home);
+    }
+
+    #[test]
+    fn release_all_gives_back_a_principals_grants_and_tickets_only() {
+        let home = std::env::temp_dir().join(format!(
+            "pw-api-r-{}-{:x}",
+            std::process::id(),
+            crate::identity::random_u64()
+        ));
+        let cfg = Config::default();
+        let who = |id: &str| Principal {
+            id: id.into(),
+            display: id.into(),
+            capabilities: vec![CAP_REQUEST.into()],
+        };
+        let me = Probe::new().own().unwrap();
+        let ask = |id: &str, r: &str| {
+            coordinate(
+                &home,
+                &cfg,
+                &who(id),
+                json!({"op": "request", "resource": r}),
+                me.clone(),
+            )
+            .unwrap()
+        };
+        assert_eq!(ask("peer:run", "a")["state"], "granted");
+        assert_eq!(ask("peer:run", "a")["state"], "queued");
+        assert_eq!(ask("peer:other", "b")["state"], "granted");
+        assert_eq!(ask("peer:run", "b")["state"], "queued");
+        let given = release_all(&home, &cfg, &who("peer:run"), me.clone()).unwrap();
+        assert_eq!(given, 3);
+        let all = coordinate(&home, &cfg, &who("peer:x"), json!({"op": "status"}), me).unwrap();
+        let r = &all["resources"];
+        assert_eq!(r[0]["holders"], json!([]), "{all}");
+        assert_eq!(r[0]["queue"], json!([]), "{all}");
+        assert_eq!(r[1]["holders"][0]["principal"], "peer:other", "{all}");
+        assert_eq!(r[1]["queue"], json!([]), "{all}");
         let _ = std::fs::remove_dir_all(&home);
     }
 }

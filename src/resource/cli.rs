@@ -159,7 +159,15 @@ pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     } else {
         print!("{}", human_outcome(&out));
     }
-    Ok(0)
+    // `status` of everything shows the healthy resources and names the unreadable files.
+    let corrupt = out.get("corrupt").and_then(Value::as_array);
+    for c in corrupt.into_iter().flatten() {
+        eprintln!("peer: {}: {}", s(c, "code"), s(c, "message"));
+    }
+    Ok(match corrupt {
+        Some(c) if !c.is_empty() => Code::RecoveryRequired.exit_status(),
+        _ => 0,
+    })
 }
 
 /// Maps positional words and collected options to a `coordinate` operation.
@@ -343,14 +351,14 @@ fn peer_res(args: Vec<OsString>) -> Result<i32> {
     let home = crate::config::resolve_home(home.as_deref())?;
     let cfg = Config::load(&home)?;
     let space = Space::existing(&home, &cfg);
-    let states = match &name {
-        Some(n) => space.read(n)?.into_iter().collect(),
-        None => space.list()?,
+    let (states, skipped) = match &name {
+        Some(n) => (space.read(n)?.into_iter().collect(), Vec::new()),
+        None => space.list_checked()?,
     };
     let launches = space.read_ledger()?.launches;
     let probe = Probe::new();
     let now = crate::clock::now_ms();
-    if states.is_empty() && !json_out {
+    if states.is_empty() && skipped.is_empty() && !json_out {
         println!("no resources");
     }
     for st in &states {
@@ -361,5 +369,31 @@ fn peer_res(args: Vec<OsString>) -> Result<i32> {
             print!("{}", human_resource(&v))
         }
     }
-    Ok(0)
+    report_skipped(&skipped, json_out)
+}
+
+/// Lists the resource files that could not be read after the healthy ones; any makes the
+/// exit status RECOVERY_REQUIRED so scripts notice while people still see everything else.
+fn report_skipped(skipped: &[super::store::Skipped], json_out: bool) -> Result<i32> {
+    for sk in skipped {
+        if json_out {
+            println!("{}", super::api::skipped_json(sk));
+        } else {
+            println!(
+                "corrupt  {}  {}",
+                line(&sk.path.display().to_string(), 400),
+                sk.error.code.name()
+            );
+        }
+        eprintln!(
+            "peer-res: {}: {}",
+            sk.error.code.name(),
+            line(&sk.error.message, 2000)
+        );
+    }
+    Ok(if skipped.is_empty() {
+        0
+    } else {
+        Code::RecoveryRequired.exit_status()
+    })
 }

@@ -26,6 +26,6 @@ pub mod principal;
 pub mod store;
 pub mod terminal;
 
-pub use api::{EventCursor, coordinate, events_since};
+pub use api::{EventCursor, coordinate, coordinate_cancellable, events_since, release_all};
 pub use model::{ProcessEvidence, ResourceState};
 pub use principal::Principal;

@@ -1,8 +1,11 @@
 //! Who is acting on a resource from the command line, and which capabilities it has.
 //!
-//! Identity: `--as ALIAS` gives `cli:ALIAS`; otherwise `PEER_CONTROL` (set by the enclosing
-//! `peer host`) gives `session:<value>`; otherwise `cli:pid-<pid>`. Capabilities:
-//! `resource.request` always, `resource.control` only when `allowResourceControl` is true.
+//! Identity: `--as ALIAS` gives `cli:ALIAS`; otherwise the control file named by `PEER_CONTROL`
+//! (set by the enclosing `peer host`) gives `peer:<peerId>` of the session or of the child run
+//! in `PEER_RUN_ID`, the id its MCP/tool calls use (`session:<value>` when the file cannot be
+//! read); otherwise `cli:pid-<pid>`. Capabilities: `resource.request` always,
+//! `resource.control` only when `allowResourceControl` is true — and, for a child run, only
+//! when its root reports that the run was given it (`run-child --delegate-control`).
 //! `PEER_CAPABILITIES` (a comma list) can only DROP capabilities from that default — it exists
 //! so tests and wrappers can run a deliberately weaker principal; it never adds one.
 
@@ -46,6 +49,7 @@ impl Principal {
     /// The principal of a `peer` command-line invocation.
     pub fn for_cli(alias: Option<&str>, cfg: &Config) -> Principal {
         let control = std::env::var("PEER_CONTROL").ok().filter(|v| !v.is_empty());
+        let mut granted: Option<Vec<String>> = None;
         let (id, display) = match (alias, control) {
             (Some(a), _) => (format!("cli:{a}"), a.to_string()),
             (None, Some(c)) => match crate::runtime::control::read(std::path::Path::new(&c)) {
@@ -56,6 +60,10 @@ impl Principal {
                         .ok()
                         .filter(|r| !r.is_empty());
                     let peer = crate::identity::peer_id(&cf.instance_id, run.as_deref());
+                    if let Some(r) = &run {
+                        // A child run has only what its root gave it; unknown means less.
+                        granted = Some(run_capabilities(&cf, r, &cfg.limits).unwrap_or_default());
+                    }
                     let alias = std::env::var("PEER_ALIAS").unwrap_or_else(|_| peer.clone());
                     (crate::runtime::resources::principal_id(&peer), alias)
                 }
@@ -70,13 +78,38 @@ impl Principal {
             }
         };
         let keep = std::env::var("PEER_CAPABILITIES").ok();
-        let capabilities = restrict(default_capabilities(cfg), keep.as_deref());
+        let mut capabilities = restrict(default_capabilities(cfg), keep.as_deref());
+        if let Some(g) = granted {
+            capabilities.retain(|c| c == CAP_REQUEST || g.contains(c));
+        }
         Principal {
             id,
             display: crate::sanitize::line(&display, 120),
             capabilities,
         }
     }
+}
+
+/// The capabilities the root behind `cf` gave child run `run` (`local.info`).
+fn run_capabilities(
+    cf: &crate::runtime::control::ControlFile,
+    run: &str,
+    limits: &crate::config::Limits,
+) -> Result<Vec<String>> {
+    let mut client =
+        crate::transport::LocalClient::connect(&cf.endpoint, cf.secret_bytes()?, limits)?;
+    let info = client.call(
+        "local.info",
+        serde_json::json!({"version": 1, "runId": run}),
+        limits.acknowledgement_ms,
+    )?;
+    Ok(info
+        .get("capabilities")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.as_str().map(str::to_string))
+        .collect())
 }
 
 /// Evidence of the enclosing session root named by `PEER_HOLDER_PID`, for operations whose

@@ -43,6 +43,13 @@ pub struct Ledger {
     pub launches: Vec<Launch>,
 }
 
+/// A resource file [`Space::list_checked`] could not use, and why; it was left as it is.
+#[derive(Debug)]
+pub struct Skipped {
+    pub path: PathBuf,
+    pub error: Error,
+}
+
 /// One coordination namespace: where the files are and the bounds that apply.
 #[derive(Clone, Debug)]
 pub struct Space {
@@ -106,18 +113,30 @@ impl Space {
         )
     }
 
-    /// Reads every resource file, at most `Limits.resource_tickets` of them, sorted by name.
+    /// Reads every resource file, at most `Limits.resource_tickets` of them, sorted by name;
+    /// fails with the first unreadable file's error (see [`Space::list_checked`]).
     pub fn list(&self) -> Result<Vec<ResourceState>> {
+        let (states, mut skipped) = self.list_checked()?;
+        match skipped.drain(..).next() {
+            Some(s) => Err(s.error),
+            None => Ok(states),
+        }
+    }
+
+    /// Like [`Space::list`], but one corrupt, oversized or unreadable resource file does not
+    /// hide the others: it is returned in the second list with its error and left as it is.
+    /// Fails only when the directory itself cannot be read.
+    pub fn list_checked(&self) -> Result<(Vec<ResourceState>, Vec<Skipped>)> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok((Vec::new(), Vec::new()));
+            }
             Err(e) => return Err(Error::io("cannot list", &self.dir, &e)),
         };
-        let mut out = Vec::new();
-        for entry in entries
-            .flatten()
-            .take(self.limits.resource_tickets as usize * 4)
-        {
+        let bound = self.limits.resource_tickets as usize;
+        let (mut out, mut skipped) = (Vec::new(), Vec::new());
+        for entry in entries.flatten().take(bound * 4) {
             let file = entry.file_name().to_string_lossy().into_owned();
             let is_resource = file.len() == 37
                 && file.ends_with(".json")
@@ -126,25 +145,30 @@ impl Space {
                     .iter()
                     .take(32)
                     .all(|b| b.is_ascii_hexdigit());
-            if !is_resource || out.len() >= self.limits.resource_tickets as usize {
+            if !is_resource || out.len() + skipped.len() >= bound {
                 continue;
             }
-            if let Some(state) = read_state(&entry.path(), None, self.limits.resource_file_bytes)? {
+            let path = entry.path();
+            match read_state(&path, None, self.limits.resource_file_bytes) {
                 // A file must sit under the hash of the name it holds.
-                if !file.starts_with(&name_hash(&state.name)) {
-                    return Err(Error::new(
+                Ok(Some(state)) if !file.starts_with(&name_hash(&state.name)) => {
+                    let error = Error::new(
                         Code::RecoveryRequired,
                         format!(
                             "{} holds another resource's name; it was left as is",
-                            entry.path().display()
+                            path.display()
                         ),
-                    ));
+                    );
+                    skipped.push(Skipped { path, error });
                 }
-                out.push(state);
+                Ok(Some(state)) => out.push(state),
+                Ok(None) => {}
+                Err(error) => skipped.push(Skipped { path, error }),
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        skipped.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok((out, skipped))
     }
 
     /// Runs one coordinator transaction on resource `name`.

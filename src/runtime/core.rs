@@ -194,6 +194,24 @@ impl Core {
         })
     }
 
+    /// The latest outbox entry `from` sent under `message_id` (whatever its target).
+    pub fn sent_message(
+        &self,
+        from: &str,
+        message_id: &str,
+    ) -> Result<crate::messaging::OutboxEntry> {
+        let (me, id) = (from.to_string(), message_id.to_string());
+        self.store
+            .query(move |m| {
+                m.state()
+                    .outbox()
+                    .filter(|e| e.from_peer_id == me && e.message_id == id)
+                    .max_by_key(|e| e.order)
+                    .cloned()
+            })?
+            .ok_or_else(|| Error::new(Code::NotFound, "this session sent no message with that id"))
+    }
+
     /// Rewrites our presence record with the current runs.
     pub fn publish_runs(&self) {
         let ads = self.runs.lock().ads();

@@ -216,20 +216,7 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
             to_value(&r)
         }
         "local.status" => {
-            let id = req_str(&params, "messageId")?.to_string();
-            let me = caller.peer_id.clone();
-            let entry = core
-                .store
-                .query(move |m| {
-                    m.state()
-                        .outbox()
-                        .filter(|e| e.from_peer_id == me && e.message_id == id)
-                        .max_by_key(|e| e.order)
-                        .cloned()
-                })?
-                .ok_or_else(|| {
-                    Error::new(Code::NotFound, "this session sent no message with that id")
-                })?;
+            let entry = core.sent_message(&caller.peer_id, req_str(&params, "messageId")?)?;
             Ok(outbox_view(&entry))
         }
         "local.wait_receipt" => super::tools::wait_receipt(core, &caller, &params),
@@ -261,6 +248,8 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
         "local.run.retire" => {
             let id = req_str(&params, "run")?;
             let r = core.runs.lock().retire(id)?;
+            // What the run reserved goes back with it; its held messages stay for review.
+            let _ = super::resources::release_run(core, &r.peer_id);
             core.store.set_ended(&r.peer_id);
             core.publish_runs();
             Ok(json!({"runId": r.run_id, "peerId": r.peer_id, "state": "ended"}))

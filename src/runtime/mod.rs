@@ -21,6 +21,7 @@ use crate::error::{Code, Error, Result};
 use crate::identity::{self, KeyPair};
 use crate::paths::{self, Namespace, SocketPlace};
 use crate::presence::{self, Advertisement, Publisher, Record};
+use crate::resource;
 use crate::store::Store;
 use crate::transport::{Endpoint, LocalIdentity, Pool};
 use crossbeam_channel::{Sender, bounded};
@@ -243,7 +244,9 @@ impl Root {
             }
         };
         let heartbeat = spawn_heartbeat(core.publisher.clone(), core.limits().heartbeat_ms)?;
-        let worker = spawn_worker(core.clone())?;
+        // Position the resource event cursor before the ready line, so no change is missed.
+        let resource_cursor = resources::publish_events(&core, None);
+        let worker = spawn_worker(core.clone(), resource_cursor)?;
         if core.config.idle_behavior == IdleBehavior::Auto {
             let env = vec![
                 (
@@ -413,14 +416,16 @@ const RETENTION_SWEEP_MS: u64 = 60_000;
 
 /// The background worker: pushes receipts back to senders, retries stuck routes, sweeps
 /// expiry and retention. Woken by every durable store change.
-fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
+fn spawn_worker(
+    core: Arc<Core>,
+    mut resource_cursor: Option<resource::EventCursor>,
+) -> Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("root-worker".into())
         .spawn(move || {
             let mut last_sweep = Instant::now();
             let mut last_restart = Instant::now();
             let mut seen = core.store.change_generation();
-            let mut resource_cursor = resources::publish_events(&core, None);
             while !core.stopping.load(Ordering::SeqCst) {
                 core.push_receipts();
                 resource_cursor = resources::publish_events(&core, resource_cursor);

@@ -8,18 +8,21 @@ use crate::resource::{self, EventCursor, Principal};
 use crate::tools::ResourceArgs;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The principal id of a root or run: the same whichever adapter (CLI, MCP, gate) acts for it.
 pub fn principal_id(peer_id: &str) -> String {
     format!("peer:{peer_id}")
 }
 
+/// Runs one `coordinate_resource` call for `caller`. A request's wait is capped at
+/// `Limits.wait_ms_max` (the tool bound; `peer run` has its own, `resourceWaitTimeoutMs`) and
+/// ends, with its ticket cancelled, when `cancel` is set (client cancellation or shutdown).
 pub fn coordinate(
     core: &Arc<Core>,
     caller: &Caller,
     args: ResourceArgs,
-    _cancel: &AtomicBool,
+    cancel: &AtomicBool,
 ) -> Result<Value> {
     let principal = Principal {
         id: principal_id(&caller.peer_id),
@@ -28,10 +31,25 @@ pub fn coordinate(
     };
     let evidence = resource::evidence::Probe::new().own()?;
     let home = core.ns.home.clone();
-    resource::coordinate(&home, &core.config, &principal, op_json(args)?, evidence)
+    let op = op_json(args, core.limits().wait_ms_max)?;
+    let cancelled = || cancel.load(Ordering::SeqCst) || core.stopping.load(Ordering::SeqCst);
+    resource::coordinate_cancellable(&home, &core.config, &principal, op, evidence, &cancelled)
 }
 
-fn op_json(args: ResourceArgs) -> Result<Value> {
+/// Gives back what a retiring child run (`peer_id`) still reserves: its queued tickets and its
+/// grants no command runs under. Call from `local.run.retire`; without it they stay held until
+/// the root process ends, because the root's life is their evidence.
+pub fn release_run(core: &Core, peer_id: &str) -> Result<usize> {
+    let principal = Principal {
+        id: principal_id(peer_id),
+        display: peer_id.to_string(),
+        capabilities: vec![resource::core::CAP_REQUEST.to_string()],
+    };
+    let evidence = resource::evidence::Probe::new().own()?;
+    resource::release_all(&core.ns.home, &core.config, &principal, evidence)
+}
+
+fn op_json(args: ResourceArgs, wait_ms_max: u64) -> Result<Value> {
     let mut m = Map::new();
     let mut put = |k: &str, v: Value| {
         if !v.is_null() {
@@ -51,7 +69,7 @@ fn op_json(args: ResourceArgs) -> Result<Value> {
             put("op", json!("request"));
             put("resource", json!(resource));
             put("capacity", json!(capacity));
-            put("waitMs", json!(wait_ms));
+            put("waitMs", json!(wait_ms.map(|w| w.min(wait_ms_max))));
         }
         ResourceArgs::Grant { resource, ticket } => {
             put("op", json!("grant"));

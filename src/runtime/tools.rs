@@ -301,19 +301,7 @@ pub fn wait_receipt(
     let deadline = Instant::now() + std::time::Duration::from_millis(wait_ms);
     loop {
         let generation = core.store.change_generation();
-        let (me, mid) = (caller.peer_id.clone(), id.clone());
-        let entry = core
-            .store
-            .query(move |m| {
-                m.state()
-                    .outbox()
-                    .filter(|e| e.from_peer_id == me && e.message_id == mid)
-                    .max_by_key(|e| e.order)
-                    .cloned()
-            })?
-            .ok_or_else(|| {
-                Error::new(Code::NotFound, "this session sent no message with that id")
-            })?;
+        let entry = core.sent_message(&caller.peer_id, &id)?;
         if let Some(r) = &entry.receipt
             && state_reached(r.state, wanted)
         {
