@@ -1,0 +1,409 @@
+//! Durability under SIGKILL between real `peer host` processes (issue 5's crash rule): a
+//! sender streams messages with explicit ids through its trusted local channel while the
+//! receiver (or the sender) is killed after a random delay. Every message the sender saw
+//! `accepted` must be in that receiving incarnation's store exactly once; retries of the
+//! unacknowledged ones to the next incarnation converge to exactly one entry there; the
+//! receiver never holds a message the sender's outbox does not know. Also: a killed host's
+//! journal with a flipped byte needs recovery and is left untouched; a torn tail is ignored.
+//!
+//! SIGKILL keeps the page cache, so these loops prove the ordering (journal write before the
+//! answer, outbox intent before the first byte, replay of whatever the dead process wrote);
+//! power-loss durability of the fdatasync itself is covered by the store's own reasoning and
+//! its torn-tail unit tests, not by anything a test process can do.
+
+mod common;
+
+use common::*;
+use nix::sys::signal::Signal;
+use peerwire::config::{Config, Limits};
+use peerwire::error::Code;
+use peerwire::messaging::ReceiptState;
+use peerwire::runtime::control;
+use peerwire::store::{self, paths};
+use peerwire::transport::LocalClient;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Kills per test (two tests: receiver kills and sender kills, ≥ 200 kill points overall).
+const KILLS: usize = 105;
+/// Fresh messages a sender offers one incarnation at most.
+const STREAM_MAX: usize = 40;
+
+fn crash_config(ns: &Ns) {
+    // Fast retries so a sender notices a dead peer quickly; no rate or queue bound in the
+    // way of the stream (those rules have their own tests in messaging.rs).
+    ns.config(json!({"limits": {
+        "acknowledgementMs": 200,
+        "routeRetries": 1,
+        "ratePerSecond": 1_000_000,
+        "rateBurst": 1_000_000,
+        "inboxMessages": 1_000_000,
+    }}));
+}
+
+fn client(host: &Host) -> LocalClient {
+    let cf = control::read(Path::new(&host.field("control"))).unwrap();
+    LocalClient::connect(&cf.endpoint, cf.secret_bytes().unwrap(), &Limits::default()).unwrap()
+}
+
+fn send(c: &mut LocalClient, to: &str, id: &str) -> peerwire::error::Result<Value> {
+    c.call(
+        "local.tool",
+        json!({"version": 1, "tool": "send_peer_message",
+               "args": {"to": to, "content": format!("content of {id}")}, "messageId": id}),
+        20_000,
+    )
+}
+
+fn rand_below(n: u64) -> u64 {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).unwrap();
+    u64::from_le_bytes(b) % n.max(1)
+}
+
+/// What one sender thread saw: ids answered `accepted`, ids attempted without that answer.
+#[derive(Default)]
+struct Seen {
+    /// Send calls made (a carried id counts twice).
+    offered: usize,
+    accepted: Vec<String>,
+    unacknowledged: Vec<String>,
+}
+
+/// Sends `carry` (each twice: a caller retry with the same id) then fresh ids until the first
+/// failure, `stop`, or `STREAM_MAX`.
+fn stream(
+    mut c: LocalClient,
+    to: String,
+    carry: Vec<String>,
+    fresh_prefix: String,
+    started: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+) -> Seen {
+    let mut seen = Seen::default();
+    let mut plan: Vec<(String, usize)> = carry.into_iter().map(|id| (id, 2)).collect();
+    plan.extend((0..STREAM_MAX).map(|n| (format!("{fresh_prefix}-{n}"), 1)));
+    let mut failed = false;
+    for (id, tries) in plan {
+        if failed || stop.load(Ordering::SeqCst) {
+            // Carried ids stay owed to the next incarnation; fresh ones were never offered.
+            if tries == 2 {
+                seen.unacknowledged.push(id);
+            }
+            continue;
+        }
+        let mut ok = false;
+        for _ in 0..tries {
+            seen.offered += 1;
+            match send(&mut c, &to, &id) {
+                Ok(r) => {
+                    assert_eq!(r["messageId"], json!(id));
+                    assert_eq!(r["state"], json!("accepted"), "{r}");
+                    ok = true;
+                }
+                Err(e) => {
+                    if std::env::var_os("CRASH_DEBUG").is_some() {
+                        eprintln!("{id}: {e}");
+                    }
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        // The kill clock starts once the connection is up and the first answer is in, so the
+        // random delay lands among journal writes, fsyncs and answers, not the handshake.
+        started.store(true, Ordering::SeqCst);
+        if ok {
+            seen.accepted.push(id);
+        } else {
+            failed = true;
+            seen.unacknowledged.push(id);
+        }
+    }
+    seen
+}
+
+/// Counts of every message id in a map.
+fn counts<'a>(ids: impl Iterator<Item = &'a str>) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for id in ids {
+        *m.entry(id.to_string()).or_insert(0) += 1;
+    }
+    m
+}
+
+#[derive(Default, Debug)]
+struct Tally {
+    kills: usize,
+    sent: usize,
+    accepted: usize,
+    in_doubt: usize,
+    lost: usize,
+    duplicated: usize,
+    phantom: usize,
+}
+
+impl Tally {
+    /// Checks one receiving incarnation's ids against what the sender planned and saw.
+    fn check(&mut self, held: &BTreeMap<String, usize>, planned: &BTreeSet<String>, seen: &Seen) {
+        self.sent += seen.offered;
+        self.accepted += seen.accepted.len();
+        for id in &seen.accepted {
+            if !held.contains_key(id) {
+                self.lost += 1;
+                eprintln!("LOST {id}");
+            }
+        }
+        for (id, n) in held {
+            if *n > 1 {
+                self.duplicated += n - 1;
+                eprintln!("DUPLICATED {id} x{n}");
+            }
+            if !planned.contains(id) {
+                self.phantom += 1;
+                eprintln!("PHANTOM {id}");
+            }
+            if seen.unacknowledged.contains(id) {
+                self.in_doubt += 1;
+            }
+        }
+    }
+}
+
+#[test]
+fn receiver_killed_at_random_points_loses_and_duplicates_nothing() {
+    let ns = Ns::new("crashrx");
+    crash_config(&ns);
+    let limits = Config::load(&ns.home).unwrap().limits;
+    let alice = ns.host(&["--alias", "alice"]);
+    let mut tally = Tally::default();
+    let mut carry: Vec<String> = Vec::new();
+    for kill in 0..KILLS {
+        let mut bob = ns.host(&["--alias", "bob"]);
+        let (bob_instance, bob_session) = (bob.field("instanceId"), bob.field("sessionId"));
+        let started = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let planned: BTreeSet<String> = carry
+            .iter()
+            .cloned()
+            .chain((0..STREAM_MAX).map(|n| format!("rx{kill}-{n}")))
+            .collect();
+        let worker = {
+            let (c, to) = (client(&alice), bob.field("peerId"));
+            let (carry, started, stop) = (carry.clone(), started.clone(), stop.clone());
+            std::thread::spawn(move || stream(c, to, carry, format!("rx{kill}"), started, stop))
+        };
+        assert!(eventually(10, || started.load(Ordering::SeqCst)));
+        // Every third incarnation is also frozen for a while first: the sender times out and
+        // retries, so the receiver sees the same message again after it wakes (dedup).
+        if kill % 3 == 1 {
+            bob.signal(Signal::SIGSTOP);
+            std::thread::sleep(Duration::from_millis(rand_below(400)));
+            bob.signal(Signal::SIGCONT);
+        }
+        std::thread::sleep(Duration::from_micros(rand_below(30_000)));
+        bob.signal(Signal::SIGKILL);
+        bob.wait();
+        stop.store(true, Ordering::SeqCst);
+        let seen = worker.join().unwrap();
+        let unread = store::recover_unread(&ns.home, &bob_instance, &bob_session, &limits)
+            .unwrap_or_else(|e| panic!("incarnation {bob_instance} unreadable: {e}"));
+        assert!(
+            unread
+                .iter()
+                .all(|e| e.from.peer_id == alice.field("peerId"))
+        );
+        let held = counts(unread.iter().map(|e| e.message_id.as_str()));
+        tally.kills += 1;
+        tally.check(&held, &planned, &seen);
+        carry = seen.unacknowledged;
+    }
+    eprintln!("receiver kills: {tally:?}");
+    assert_eq!(tally.kills, KILLS);
+    assert_eq!((tally.lost, tally.duplicated, tally.phantom), (0, 0, 0));
+    assert!(tally.accepted > KILLS, "the stream barely ran: {tally:?}");
+}
+
+/// Every message of one recipient from `from`, through the recipient's local channel.
+fn inbox_from(c: &mut LocalClient, from: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut after = 0u64;
+    loop {
+        let page = c
+            .call(
+                "local.tool",
+                json!({"version": 1, "tool": "peer_messages", "args": {"from": from, "after": after}}),
+                20_000,
+            )
+            .unwrap();
+        let msgs = page["messages"].as_array().cloned().unwrap_or_default();
+        out.extend(msgs);
+        let next = page["cursor"].as_u64().unwrap_or(after);
+        if page["more"] != json!(true) || next <= after {
+            return out;
+        }
+        after = next;
+    }
+}
+
+#[test]
+fn sender_killed_at_random_points_keeps_outbox_ahead_of_the_wire() {
+    let ns = Ns::new("crashtx");
+    crash_config(&ns);
+    let limits = Config::load(&ns.home).unwrap().limits;
+    let bob = ns.host(&["--alias", "bob"]);
+    let mut bob_client = client(&bob);
+    let mut tally = Tally::default();
+    let mut carry: Vec<String> = Vec::new();
+    for kill in 0..KILLS {
+        let mut alice = ns.host(&["--alias", "alice"]);
+        let (alice_instance, alice_peer) = (alice.field("instanceId"), alice.field("peerId"));
+        let started = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let planned: BTreeSet<String> = carry
+            .iter()
+            .cloned()
+            .chain((0..STREAM_MAX).map(|n| format!("tx{kill}-{n}")))
+            .collect();
+        let worker = {
+            let (c, to) = (client(&alice), bob.field("peerId"));
+            let (carry, started, stop) = (carry.clone(), started.clone(), stop.clone());
+            std::thread::spawn(move || stream(c, to, carry, format!("tx{kill}"), started, stop))
+        };
+        assert!(eventually(10, || started.load(Ordering::SeqCst)));
+        std::thread::sleep(Duration::from_micros(rand_below(30_000)));
+        alice.signal(Signal::SIGKILL);
+        alice.wait();
+        stop.store(true, Ordering::SeqCst);
+        let seen = worker.join().unwrap();
+        // The dead sender's outbox: every intent was written before its first byte.
+        let loaded = store::recovery::load(&paths::store_dir(&ns.home, &alice_instance), &limits)
+            .unwrap_or_else(|e| panic!("sender store {alice_instance} unreadable: {e}"));
+        let outbox: BTreeMap<String, Option<ReceiptState>> = loaded
+            .state
+            .outbox()
+            .map(|e| (e.message_id.clone(), e.receipt.as_ref().map(|r| r.state)))
+            .collect();
+        for id in &seen.accepted {
+            assert_eq!(
+                outbox.get(id),
+                Some(&Some(ReceiptState::Accepted)),
+                "{id} was answered accepted but the sender's outbox does not say so"
+            );
+        }
+        let got = inbox_from(&mut bob_client, &alice_peer);
+        let held = counts(got.iter().map(|m| m["messageId"].as_str().unwrap_or("")));
+        for id in held.keys() {
+            assert!(
+                outbox.contains_key(id),
+                "{id} reached the receiver without an outbox intent at the sender"
+            );
+        }
+        tally.kills += 1;
+        tally.check(&held, &planned, &seen);
+        carry = seen.unacknowledged;
+    }
+    eprintln!("sender kills: {tally:?}");
+    assert_eq!(tally.kills, KILLS);
+    assert_eq!((tally.lost, tally.duplicated, tally.phantom), (0, 0, 0));
+    assert!(tally.accepted > KILLS, "the stream barely ran: {tally:?}");
+}
+
+/// Every file of a store directory with its bytes.
+fn snapshot_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    files_in(dir)
+        .into_iter()
+        .map(|n| {
+            let b = std::fs::read(dir.join(&n)).unwrap();
+            (n, b)
+        })
+        .collect()
+}
+
+fn recover(ns: &Ns, instance: &str, session: &str) -> std::process::Output {
+    ns.peer(&[
+        "--json",
+        "recover",
+        "--instance",
+        instance,
+        "--session-id",
+        session,
+    ])
+}
+
+fn unread_ids(o: &std::process::Output) -> Vec<String> {
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    v["unread"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|m| m["messageId"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_killed_hosts_journal_torn_or_flipped_is_reviewed_or_refused_untouched() {
+    let ns = Ns::new("crashflip");
+    crash_config(&ns);
+    let alice = ns.host(&["--alias", "alice"]);
+    let mut bob = ns.host(&["--alias", "bob", "--session-id", "s-flip"]);
+    let (bob_instance, bob_peer) = (bob.field("instanceId"), bob.field("peerId"));
+    let mut c = client(&alice);
+    let ids: Vec<String> = (0..6).map(|n| format!("f-{n}")).collect();
+    for id in &ids {
+        send(&mut c, &bob_peer, id).unwrap();
+    }
+    bob.signal(Signal::SIGKILL);
+    bob.wait();
+    let dir = paths::store_dir(&ns.home, &bob_instance);
+    let journal = dir.join(paths::JOURNAL);
+
+    // Intact: every accepted message is there for review.
+    let o = recover(&ns, &bob_instance, "s-flip");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(unread_ids(&o), ids);
+
+    // A torn tail (the last batch cut short, as a crash mid-write leaves it) is ignored
+    // read-only: the earlier messages are all there and no file changes.
+    let whole = std::fs::read(&journal).unwrap();
+    std::fs::write(&journal, &whole[..whole.len() - 3]).unwrap();
+    let before = snapshot_files(&dir);
+    let o = recover(&ns, &bob_instance, "s-flip");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let kept = unread_ids(&o);
+    assert!(
+        ids.starts_with(&kept) && kept.len() + 1 >= ids.len(),
+        "torn tail lost more than its own batch: {kept:?}"
+    );
+    assert_eq!(snapshot_files(&dir), before, "review changed the store");
+
+    // One flipped bit in the middle: RECOVERY_REQUIRED, bytes unchanged.
+    let mut flipped = whole.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x10;
+    std::fs::write(&journal, &flipped).unwrap();
+    let before = snapshot_files(&dir);
+    let o = recover(&ns, &bob_instance, "s-flip");
+    assert_eq!(
+        o.status.code(),
+        Some(Code::RecoveryRequired.exit_status()),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        snapshot_files(&dir),
+        before,
+        "a refused recovery changed the store"
+    );
+
+    // The wrong session id is refused too, without reading further.
+    std::fs::write(&journal, &whole).unwrap();
+    let o = recover(&ns, &bob_instance, "s-other");
+    assert_ne!(o.status.code(), Some(0));
+}
