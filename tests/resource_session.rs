@@ -68,7 +68,7 @@ fn a_session_holds_until_peer_res_release_and_a_second_sessions_gate_waits_fifo(
     let d = sync_dir(&ns);
     let holder = format!(
         "peer --json res request db > '{req}' || exit 3; touch '{held}'; {w}; \
-         peer --json res release db > '{rel}' || exit 4; touch '{released}'",
+         touch '{released}'; peer --json res release db > '{rel}' || exit 4",
         req = d.join("req.json").display(),
         held = d.join("held").display(),
         w = sh_wait(&d.join("release")),
@@ -110,12 +110,13 @@ fn a_session_holds_until_peer_res_release_and_a_second_sessions_gate_waits_fifo(
         d.join("b-ran").exists(),
         "the command ran before the release"
     );
+    // The holder's CLI writes its answer after the release returns: wait for the session.
+    assert_eq!(a.wait(), Some(0));
     let rel = last_json_line(&d.join("rel.json"));
     assert_eq!(rel["state"], json!("released"), "{rel}");
     let run = last_json_line(&d.join("b.json"));
     assert_eq!(run["status"], json!(0), "{run}");
     assert!(run["token"].as_u64() > req["token"].as_u64(), "{run} {req}");
-    assert_eq!(a.wait(), Some(0));
     assert_eq!(b.wait(), Some(0));
     assert!(
         res_status(&ns, "db")["holders"]

@@ -424,6 +424,10 @@ fn spawn_worker(
         .name("root-worker".into())
         .spawn(move || {
             let mut last_sweep = Instant::now();
+            // Expiry and retention are honoured within a quarter of their configured span.
+            let l = core.limits();
+            let sweep_every =
+                (l.expiry_ms.min(l.retention_ms) / 4).clamp(WORKER_TICK_MS, RETENTION_SWEEP_MS);
             let mut last_restart = Instant::now();
             let mut seen = core.store.change_generation();
             while !core.stopping.load(Ordering::SeqCst) {
@@ -435,7 +439,7 @@ fn spawn_worker(
                     last_restart = Instant::now();
                 }
                 core.retry_routes(restart);
-                if last_sweep.elapsed() >= Duration::from_millis(RETENTION_SWEEP_MS) {
+                if last_sweep.elapsed() >= Duration::from_millis(sweep_every) {
                     let _ = core.store.sweep();
                     last_sweep = Instant::now();
                 }

@@ -152,6 +152,14 @@ impl Core {
         if entry.receipt.is_some() {
             self.outbox_answer(&caller.peer_id, &to.peer_id, &req.message_id)
         } else {
+            // A caller's send is a fresh attempt: a route whose head gave up starts over.
+            {
+                let queue = self.route_queue(&caller.peer_id, &to.peer_id);
+                let mut q = queue.lock();
+                if q.failures() > self.limits().route_retries {
+                    q.reset();
+                }
+            }
             self.drive_route(&caller.peer_id, &to, Some(&req.message_id), true)
                 .unwrap_or_else(|| {
                     Err(Error::new(
