@@ -65,14 +65,21 @@ fn op_json(args: ResourceArgs, wait_ms_max: u64) -> Result<Value> {
             resource,
             capacity,
             wait_ms,
+            epoch,
         } => {
             put("op", json!("request"));
+            put("epoch", json!(epoch));
             put("resource", json!(resource));
             put("capacity", json!(capacity));
             put("waitMs", json!(wait_ms.map(|w| w.min(wait_ms_max))));
         }
-        ResourceArgs::Grant { resource, ticket } => {
+        ResourceArgs::Grant {
+            resource,
+            ticket,
+            epoch,
+        } => {
             put("op", json!("grant"));
+            put("epoch", json!(epoch));
             put("resource", json!(resource));
             put("ticket", json!(ticket));
         }
@@ -103,8 +110,10 @@ fn op_json(args: ResourceArgs, wait_ms_max: u64) -> Result<Value> {
             resource,
             capacity,
             force,
+            automatic,
         } => {
             put("op", json!("set_controller"));
+            put("automatic", json!(automatic));
             put("resource", json!(resource));
             put("capacity", json!(capacity));
             put("force", json!(force));

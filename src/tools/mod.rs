@@ -83,9 +83,15 @@ pub enum ResourceArgs {
         resource: String,
         capacity: Option<u64>,
         wait_ms: Option<u64>,
+        /// The policy epoch the caller saw; an older one answers STALE_POLICY.
+        epoch: Option<u64>,
     },
     /// Controller only: grant a queued ticket.
-    Grant { resource: String, ticket: String },
+    Grant {
+        resource: String,
+        ticket: String,
+        epoch: Option<u64>,
+    },
     /// Give a reservation back, by ticket or fencing token; neither means the caller's own.
     Release {
         resource: String,
@@ -99,6 +105,8 @@ pub enum ResourceArgs {
         resource: String,
         capacity: Option<u64>,
         force: bool,
+        /// Hand the resource back to automatic FIFO granting.
+        automatic: bool,
     },
 }
 
@@ -277,19 +285,21 @@ fn parse_resource(a: &Args, limits: &Limits) -> Result<ResourceArgs> {
             })
         }
         "request" => {
-            a.only(&["op", "resource", "capacity", "waitMs"])?;
+            a.only(&["op", "resource", "capacity", "waitMs", "epoch"])?;
             let wait_ms = a.opt_int("waitMs", 0, limits.wait_ms_max)?;
             Ok(ResourceArgs::Request {
                 resource: resource(&a)?,
                 capacity: capacity(&a)?,
                 wait_ms,
+                epoch: a.opt_int("epoch", 0, u64::MAX)?,
             })
         }
         "grant" => {
-            a.only(&["op", "resource", "ticket"])?;
+            a.only(&["op", "resource", "ticket", "epoch"])?;
             Ok(ResourceArgs::Grant {
                 resource: resource(&a)?,
                 ticket: ticket(&a)?,
+                epoch: a.opt_int("epoch", 0, u64::MAX)?,
             })
         }
         "release" => parse_release(&a, resource(&a)?),
@@ -301,12 +311,13 @@ fn parse_resource(a: &Args, limits: &Limits) -> Result<ResourceArgs> {
             })
         }
         _ => {
-            a.only(&["op", "resource", "capacity", "force"])?;
+            a.only(&["op", "resource", "capacity", "force", "automatic"])?;
             let force = a.opt_bool("force")?.unwrap_or(false);
             Ok(ResourceArgs::SetController {
                 resource: resource(&a)?,
                 capacity: capacity(&a)?,
                 force,
+                automatic: a.opt_bool("automatic")?.unwrap_or(false),
             })
         }
     }

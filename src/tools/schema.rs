@@ -100,11 +100,11 @@ fn coordinate_resource(limits: &Limits) -> Value {
         "description": format!("Share a machine resource (a port, a dev server, a GPU, a database) with other agent \
             sessions so two of them do not start it at once. `op` selects the operation: \
             status {{resource?}} shows controller, holders and queue; \
-            request {{resource, capacity?, waitMs?}} asks for a reservation and returns a ticket (and a fencing \
+            request {{resource, capacity?, waitMs?, epoch?}} asks for a reservation and returns a ticket (and a fencing \
             token once granted; waits up to waitMs, at most {}); \
             release {{resource, ticket? or token?}} gives it back; \
             cancel_request {{resource, ticket}} withdraws a queued request; \
-            grant {{resource, ticket}} and set_controller {{resource, capacity?, force?}} need controller \
+            grant {{resource, ticket, epoch?}} and set_controller {{resource, capacity?, force?, automatic?}} need controller \
             authority. A RESOURCE_WAIT_TIMEOUT means nothing was authorized.", limits.wait_ms_max),
         "inputSchema": object(json!({
             "op": { "type": "string", "enum": ["status", "request", "grant", "release", "cancel_request", "set_controller"],
@@ -117,6 +117,9 @@ fn coordinate_resource(limits: &Limits) -> Value {
             "ticket": string(ID_CHARS_MAX, "grant/cancel_request/release: the ticket returned by request."),
             "token": string(ID_CHARS_MAX, "release: the fencing token returned with the grant (instead of ticket)."),
             "force": { "type": "boolean", "description": "set_controller: replace a controller that is no longer alive." },
+            "automatic": { "type": "boolean", "description": "set_controller: return the resource to automatic FIFO granting." },
+            "epoch": { "type": "integer", "minimum": 0,
+                "description": "request/grant: the policy epoch you last saw in status; an older epoch answers STALE_POLICY." },
         }), &["op"]),
         "annotations": { "readOnlyHint": false, "destructiveHint": true, "idempotentHint": false, "openWorldHint": false },
     })

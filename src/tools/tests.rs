@@ -81,7 +81,8 @@ fn valid_calls_parse_into_typed_args() {
         ToolCall::Resource(ResourceArgs::SetController {
             resource: "gpu".into(),
             capacity: None,
-            force: true
+            force: true,
+            automatic: false
         })
     );
     assert_eq!(
