@@ -234,6 +234,15 @@ fn target_of(ad: &Advertisement, run: Option<&presence::RunAd>) -> Result<Target
     })
 }
 
+/// True when [`candidates`] of `e` for `name` is not empty.
+fn answers_to(e: &Entry, name: &str) -> bool {
+    e.advert.as_ref().is_some_and(|ad| {
+        ad.peer_id == name
+            || ad.alias == name
+            || ad.runs.iter().any(|r| r.peer_id == name || r.alias == name)
+    })
+}
+
 /// Every (advertisement, run) pair of an entry that answers to `name` as alias or peerId.
 fn candidates<'a>(
     e: &'a Entry,
@@ -276,7 +285,11 @@ pub fn resolve_cached(
             "target must be an alias or a peerId",
         ));
     }
-    let entries = presence::read_all_cached(&ns.active_agents(), limits, clock::now_ms(), cache)?;
+    // Only entries that answer to `name` matter below.
+    let entries =
+        presence::read_matching_cached(&ns.active_agents(), limits, clock::now_ms(), cache, |e| {
+            answers_to(e, name)
+        })?;
     let shown = sanitize::line(name, 60);
     let mut live = Vec::new();
     let (mut stale, mut out_of_scope) = (false, false);

@@ -190,6 +190,18 @@ pub fn read_all_cached(
     now_ms: u64,
     cache: &ReadCache,
 ) -> Result<Vec<Entry>> {
+    read_matching_cached(dir, limits, now_ms, cache, |_| true)
+}
+
+/// Like [`read_all_cached`], keeping only the entries `keep` accepts; liveness (a `kill(pid,
+/// 0)` each) is computed for those alone, so resolving one name among many peers stays cheap.
+pub fn read_matching_cached(
+    dir: &Path,
+    limits: &Limits,
+    now_ms: u64,
+    cache: &ReadCache,
+    keep: impl Fn(&Entry) -> bool,
+) -> Result<Vec<Entry>> {
     let names = list_names(dir, limits)?;
     let mut map = cache.entries.lock();
     map.retain(|k, _| names.binary_search(k).is_ok());
@@ -203,6 +215,9 @@ pub fn read_all_cached(
             && *cl == len
             && !matches!(cached.liveness, Liveness::Invalid(_))
         {
+            if !keep(cached) {
+                continue;
+            }
             let mut e = cached.clone();
             e.liveness = liveness(e.pid, e.updated_at_ms, limits, now_ms);
             out.push(e);
@@ -212,7 +227,9 @@ pub fn read_all_cached(
         if let Some((mtime, len)) = stamp {
             map.insert(n, (mtime, len, e.clone()));
         }
-        out.push(e);
+        if keep(&e) {
+            out.push(e);
+        }
     }
     Ok(out)
 }
