@@ -8,22 +8,7 @@ use common::*;
 use nix::sys::signal::Signal;
 use peerwire::error::Code;
 use serde_json::{Value, json};
-use std::process::{Output, Stdio};
-
-/// Runs `peer ARGS` acting for `host` (through its control file).
-fn peer_as(ns: &Ns, host: &Host, args: &[&str]) -> Output {
-    ns.cmd(PEER)
-        .env("PEER_CONTROL", host.field("control"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn json_of(o: &Output) -> Value {
-    let text = String::from_utf8_lossy(&o.stdout);
-    serde_json::from_str(text.lines().last().unwrap_or("null")).unwrap_or(Value::Null)
-}
+use std::process::Stdio;
 
 #[test]
 fn a_shell_script_sends_waits_for_a_reply_and_checks_exit_codes() {

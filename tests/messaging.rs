@@ -14,22 +14,7 @@ use peerwire::store::paths;
 use peerwire::transport::LocalClient;
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::{Output, Stdio};
-
-/// Runs `peer ARGS` acting for `host` (through its control file).
-fn peer_as(ns: &Ns, host: &Host, args: &[&str]) -> Output {
-    ns.cmd(PEER)
-        .env("PEER_CONTROL", host.field("control"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn json_of(o: &Output) -> Value {
-    let text = String::from_utf8_lossy(&o.stdout);
-    serde_json::from_str(text.lines().last().unwrap_or("null")).unwrap_or(Value::Null)
-}
+use std::process::Output;
 
 fn code_of(o: &Output) -> Option<i32> {
     o.status.code()

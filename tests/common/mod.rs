@@ -198,6 +198,22 @@ pub fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
+/// Runs `peer ARGS` acting for `host` (through its control file).
+pub fn peer_as(ns: &Ns, host: &Host, args: &[&str]) -> Output {
+    ns.cmd(PEER)
+        .env("PEER_CONTROL", host.field("control"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The last stdout line of a `--json` command, parsed (Null when absent or not JSON).
+pub fn json_of(o: &Output) -> Value {
+    let text = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(text.lines().last().unwrap_or("null")).unwrap_or(Value::Null)
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
