@@ -252,19 +252,7 @@ fn list_names(dir: &Path, limits: &Limits) -> Result<Vec<String>> {
 
 /// Reads every `*.json` in the directory (at most `presence_files` of them), never deleting.
 pub fn read_all(dir: &Path, limits: &Limits, now_ms: u64) -> Result<Vec<Entry>> {
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io("cannot list", dir, &e)),
-    };
-    let mut names: Vec<String> = rd
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
-        .collect();
-    names.sort();
-    names.truncate(limits.presence_files as usize);
-    Ok(names
+    Ok(list_names(dir, limits)?
         .into_iter()
         .map(|n| read_one(dir, &n, limits, now_ms))
         .collect())

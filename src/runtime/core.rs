@@ -85,6 +85,27 @@ impl Core {
         &self.config.limits
     }
 
+    /// The viewer for directory queries made by this root.
+    pub fn viewer(&self, scope: Option<crate::config::Scope>) -> Result<crate::directory::Viewer> {
+        let max = self.config.scope;
+        let scope = scope.unwrap_or(max);
+        if scope > max {
+            return Err(Error::new(
+                Code::ScopeDenied,
+                format!(
+                    "scope {} exceeds the configured maximum {}",
+                    scope.name(),
+                    max.name()
+                ),
+            ));
+        }
+        Ok(crate::directory::Viewer {
+            ws: self.workspace.clone(),
+            scope,
+            self_instance: Some(self.instance_id.clone()),
+        })
+    }
+
     /// The principal of one of our own callers, as the receiving side will see it.
     pub fn principal_of(&self, caller: &Caller) -> Principal {
         Principal {

@@ -16,7 +16,7 @@ pub mod tools;
 use self::core::{Core, PresenceVerifier};
 use crate::clock;
 use crate::config::{Config, IdleBehavior};
-use crate::directory::{self, Viewer};
+use crate::directory;
 use crate::error::{Code, Error, Result};
 use crate::identity::{self, KeyPair};
 use crate::paths::{self, Namespace, SocketPlace};
@@ -319,27 +319,6 @@ impl Root {
                 Err((e, store))
             }
         }
-    }
-
-    /// The viewer for directory queries made by this root.
-    pub fn viewer(&self, scope: Option<crate::config::Scope>) -> Result<Viewer> {
-        let max = self.config.scope;
-        let scope = scope.unwrap_or(max);
-        if scope > max {
-            return Err(Error::new(
-                Code::ScopeDenied,
-                format!(
-                    "scope {} exceeds the configured maximum {}",
-                    scope.name(),
-                    max.name()
-                ),
-            ));
-        }
-        Ok(Viewer {
-            ws: self.workspace.clone(),
-            scope,
-            self_instance: Some(self.instance_id.clone()),
-        })
     }
 
     /// The `ready` event printed by `peer host --json` once the root accepts connections.

@@ -54,11 +54,7 @@ impl Core {
                 ));
             }
         }
-        let viewer = directory::Viewer {
-            ws: self.workspace.clone(),
-            scope: self.config.scope,
-            self_instance: Some(self.instance_id.clone()),
-        };
+        let viewer = self.viewer(None)?;
         match directory::resolve_cached(
             &self.ns,
             self.limits(),

@@ -5,7 +5,7 @@
 use super::core::{Caller, Core};
 use super::handler::{outbox_view, state_reached};
 use super::send::SendRequest;
-use crate::directory::{self, ListOptions, Viewer};
+use crate::directory::{self, ListOptions};
 use crate::error::{Code, Error, Result};
 use crate::messaging::{InboxEntry, ReadQuery, ReceiptState, derive_message_id, new_message_id};
 use crate::tools::{self, MessagesArgs, ToolCall, ToolHost};
@@ -68,22 +68,7 @@ pub fn execute(
     tools::check_capability(&call, &caller.capabilities)?;
     match call {
         ToolCall::ListPeers(a) => {
-            let scope = a.scope.unwrap_or(core.config.scope);
-            if scope > core.config.scope {
-                return Err(Error::new(
-                    Code::ScopeDenied,
-                    format!(
-                        "scope {} exceeds the configured maximum {}",
-                        scope.name(),
-                        core.config.scope.name()
-                    ),
-                ));
-            }
-            let viewer = Viewer {
-                ws: core.workspace.clone(),
-                scope,
-                self_instance: Some(core.instance_id.clone()),
-            };
+            let viewer = core.viewer(a.scope)?;
             let opts = ListOptions {
                 query: a.query,
                 cursor: a.cursor,
