@@ -2,6 +2,8 @@
 //! an `Error` into `peer: CODE: message` (or a JSON object) and an exit status.
 
 pub mod args;
+pub mod ask;
+pub mod ask_discovery;
 pub mod chat;
 pub mod dir;
 pub mod host;
@@ -79,6 +81,11 @@ fn commands() -> Vec<(&'static str, &'static str, Command)> {
             "res",
             "resource status, request, grant, release, cancel, set-controller",
             crate::resource::cli::res_cmd,
+        ),
+        (
+            "ask",
+            "ask a friend's agent on another machine; serve and decide asks",
+            ask::cmd,
         ),
         (
             "bench",

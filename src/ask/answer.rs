@@ -1,0 +1,356 @@
+//! One fresh, short-lived answerer per approved ask. `answerCommand` runs in `workspace`
+//! through `peer ask sandbox-exec` (see `sandbox`), in its own process group, with one JSON
+//! document on stdin:
+//!
+//! `{"askId", "caller", "question", "workspace", "contextFiles":[{"path","content"}],
+//!   "messages":[]}`
+//!
+//! `messages` is reserved for the targeted session's recent peer messages and is empty in this
+//! version: the answerer reads what it needs from the workspace itself. Its stdout is the
+//! answer, read up to a byte bound and cut at `maxAnswerChars` (`truncated: true`); the group
+//! is killed at the timeout. `contextFiles` are resolved inside the workspace only: absolute
+//! paths, `..` and symbolic links that leave it are refused, as are the namespace home and
+//! `keyDir`, and each file is size-bounded.
+
+use super::jobs::Work;
+use super::server::{ApiError, ServerState};
+use serde_json::json;
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Component, Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Bytes of answerer output read at most (beyond this the answer is cut anyway).
+pub const OUTPUT_BYTES_MAX: usize = 4 << 20;
+const PATH_CHARS_MAX: usize = 1024;
+const EXIT_POLL: Duration = Duration::from_millis(5);
+
+/// An answer and whether it was cut at `maxAnswerChars`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub text: String,
+    pub truncated: bool,
+}
+
+/// A context file as the answerer receives it.
+#[derive(Clone, Debug)]
+pub struct ContextFile {
+    pub path: String,
+    pub content: String,
+}
+
+/// Cuts an answer at `max_chars` characters (pure).
+pub fn cap_answer(raw: &str, max_chars: usize) -> Answer {
+    match raw.char_indices().nth(max_chars) {
+        Some((cut, _)) => Answer {
+            text: raw[..cut].to_string(),
+            truncated: true,
+        },
+        None => Answer {
+            text: raw.to_string(),
+            truncated: false,
+        },
+    }
+}
+
+/// Checks the shape of a requested path (pure): relative, no `..`, no NUL, bounded.
+pub fn check_shape(rel: &str) -> Result<(), ApiError> {
+    let shown = crate::sanitize::line(rel, 120);
+    if rel.is_empty() || rel.len() > PATH_CHARS_MAX || rel.contains('\0') {
+        return Err(ApiError::bad_request(format!(
+            "contextFiles entry \"{shown}\" is not a usable path"
+        )));
+    }
+    let p = Path::new(rel);
+    if p.is_absolute()
+        || p.components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(ApiError::forbidden(format!(
+            "contextFiles entry \"{shown}\" leaves the workspace (absolute or ..)"
+        )));
+    }
+    Ok(())
+}
+
+/// Resolves a requested path inside `workspace` (canonical), following symbolic links only
+/// while they stay inside it and outside the `protected` trees.
+pub fn resolve(workspace: &Path, rel: &str, protected: &[PathBuf]) -> Result<PathBuf, ApiError> {
+    check_shape(rel)?;
+    let shown = crate::sanitize::line(rel, 120);
+    let real = std::fs::canonicalize(workspace.join(rel)).map_err(|_| {
+        ApiError::bad_request(format!("contextFiles entry \"{shown}\" does not exist"))
+    })?;
+    if !real.starts_with(workspace) || protected.iter().any(|p| real.starts_with(p)) {
+        return Err(ApiError::forbidden(format!(
+            "contextFiles entry \"{shown}\" leaves the workspace"
+        )));
+    }
+    Ok(real)
+}
+
+fn read_one(path: &Path, rel: &str, max_bytes: u64) -> Result<String, ApiError> {
+    let shown = crate::sanitize::line(rel, 120);
+    let unreadable = || {
+        ApiError::bad_request(format!(
+            "contextFiles entry \"{shown}\" is not a readable file"
+        ))
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC | nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|_| unreadable())?;
+    let meta = file.metadata().map_err(|_| unreadable())?;
+    if !meta.is_file() {
+        return Err(unreadable());
+    }
+    if meta.len() > max_bytes {
+        return Err(ApiError::bad_request(format!(
+            "contextFiles entry \"{shown}\" exceeds {max_bytes} bytes"
+        )));
+    }
+    let mut buf = Vec::new();
+    file.take(max_bytes + 1)
+        .read_to_end(&mut buf)
+        .map_err(|_| unreadable())?;
+    if buf.len() as u64 > max_bytes {
+        return Err(ApiError::bad_request(format!(
+            "contextFiles entry \"{shown}\" exceeds {max_bytes} bytes"
+        )));
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// The trees no answerer and no context file may read: the namespace home and `keyDir`.
+pub fn protected_dirs(state: &ServerState) -> Vec<PathBuf> {
+    [state.home.clone(), state.config.key_dir(&state.home)]
+        .into_iter()
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+        .collect()
+}
+
+/// Reads the requested context files, refusing any that leave the workspace.
+pub fn read_context(state: &ServerState, paths: &[String]) -> Result<Vec<ContextFile>, ApiError> {
+    let protected = protected_dirs(state);
+    paths
+        .iter()
+        .map(|rel| {
+            let real = resolve(&state.workspace, rel, &protected)?;
+            Ok(ContextFile {
+                path: rel.clone(),
+                content: read_one(&real, rel, state.config.max_context_file_bytes)?,
+            })
+        })
+        .collect()
+}
+
+/// Runs the answerer for one approved ask.
+pub fn run(state: &ServerState, work: &Work) -> Result<Answer, ApiError> {
+    let Some(argv) = state.config.answer_command.as_ref() else {
+        return Err(ApiError::ask_failed(
+            "this server has no ask.answerCommand configured",
+        ));
+    };
+    if !state.sandbox.landlock && !state.config.allow_unenforced_sandbox {
+        return Err(ApiError::ask_failed(
+            "this kernel cannot enforce the Landlock sandbox; refusing to answer",
+        ));
+    }
+    let scratch = std::env::temp_dir().join(format!("peer-ask-{}", work.ask_id));
+    crate::fsutil::ensure_private_dir(&scratch)
+        .map_err(|e| ApiError::internal(format!("scratch directory: {}", e.message)))?;
+    let result = spawn_and_collect(state, work, argv, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let raw = result?;
+    if raw.trim().is_empty() {
+        return Err(ApiError::ask_failed("the answerer printed no answer"));
+    }
+    Ok(cap_answer(&raw, state.config.max_answer_chars))
+}
+
+fn spawn_and_collect(
+    state: &ServerState,
+    work: &Work,
+    argv: &[String],
+    scratch: &Path,
+) -> Result<String, ApiError> {
+    let exe = std::env::current_exe()
+        .map_err(|e| ApiError::internal(format!("cannot find the peer binary: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["ask", "sandbox-exec", "--scratch"]).arg(scratch);
+    for p in protected_dirs(state) {
+        cmd.arg("--protect").arg(p);
+    }
+    if state.config.allow_unenforced_sandbox {
+        cmd.arg("--allow-unenforced");
+    }
+    cmd.arg("--").args(argv);
+    for var in ["PEER_HOME", "PEER_CONTROL", "PEER_RUN_ID", "AUTOHAND_HOME"] {
+        cmd.env_remove(var);
+    }
+    cmd.env(super::ANSWERER_ENV, "1")
+        .env("TMPDIR", scratch)
+        .env("XDG_CACHE_HOME", scratch)
+        .current_dir(&state.workspace)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| ApiError::ask_failed(format!("cannot start the answerer: {e}")))?;
+    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let input = json!({
+        "askId": work.ask_id, "caller": work.caller, "question": work.question,
+        "workspace": state.workspace.to_string_lossy(),
+        "contextFiles": work.files.iter().map(|f| json!({"path": f.path, "content": f.content})).collect::<Vec<_>>(),
+        "messages": [],
+    });
+    let stdin = child.stdin.take();
+    let writer = std::thread::spawn(move || {
+        if let Some(mut s) = stdin {
+            // An answerer that ignores stdin closes it early; that is not an error.
+            let _ = s.write_all(input.to_string().as_bytes());
+        }
+    });
+    let cap = (state.config.max_answer_chars.saturating_mul(4) + 4).min(OUTPUT_BYTES_MAX);
+    let stdout = child.stdout.take();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(s) = stdout {
+            let _ = s.take(cap as u64).read_to_end(&mut buf);
+        }
+        let _ = tx.send(buf.len() >= cap);
+        buf
+    });
+    let deadline = Instant::now() + Duration::from_millis(work.timeout_ms);
+    let end = wait_exit(pgid, &rx, deadline, &state.stopping);
+    // Kill the whole group (stragglers included) before reaping, so the group id cannot have
+    // been reused.
+    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    let status = child.wait();
+    let _ = writer.join();
+    let out = reader.join().unwrap_or_default();
+    let text = || String::from_utf8_lossy(&out).into_owned();
+    match end {
+        End::TimedOut => Err(ApiError::ask_failed(format!(
+            "the answerer did not finish within {} ms",
+            work.timeout_ms
+        ))),
+        // More output than any answer may hold: it is cut anyway.
+        End::OutputFull => Ok(text()),
+        End::Exited => match status.ok().and_then(|s| s.code()) {
+            Some(0) => Ok(text()),
+            Some(super::sandbox::SANDBOX_REFUSED_EXIT) => Err(ApiError::ask_failed(
+                "the answerer's sandbox could not be enforced",
+            )),
+            Some(n) => Err(ApiError::ask_failed(format!(
+                "the answerer exited with status {n}"
+            ))),
+            None => Err(ApiError::ask_failed("the answerer was killed by a signal")),
+        },
+    }
+}
+
+enum End {
+    Exited,
+    OutputFull,
+    TimedOut,
+}
+
+/// Waits until the answerer has exited (without reaping it), its output reached the bound,
+/// or the deadline passed.
+fn wait_exit(
+    pid: nix::unistd::Pid,
+    output_done: &crossbeam_channel::Receiver<bool>,
+    deadline: Instant,
+    stopping: &std::sync::atomic::AtomicBool,
+) -> End {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    let mut output_closed = false;
+    loop {
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
+        match waitid(Id::Pid(pid), flags) {
+            Ok(WaitStatus::StillAlive) => {}
+            _ => return End::Exited,
+        }
+        let now = Instant::now();
+        if now >= deadline || stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            return End::TimedOut;
+        }
+        if output_closed {
+            std::thread::sleep(EXIT_POLL.min(deadline - now));
+            continue;
+        }
+        match output_done.recv_timeout(EXIT_POLL.min(deadline - now)) {
+            Ok(true) => return End::OutputFull,
+            Ok(false) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                output_closed = true
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_capped_by_characters() {
+        assert_eq!(
+            cap_answer("héllo", 3),
+            Answer {
+                text: "hél".into(),
+                truncated: true
+            }
+        );
+        assert_eq!(
+            cap_answer("héllo", 5),
+            Answer {
+                text: "héllo".into(),
+                truncated: false
+            }
+        );
+        assert!(!cap_answer("", 1).truncated);
+    }
+
+    #[test]
+    fn shapes_that_leave_the_workspace_are_refused() {
+        for bad in ["/etc/passwd", "../x", "a/../../x", "a/.."] {
+            assert_eq!(check_shape(bad).unwrap_err().status, 403, "{bad}");
+        }
+        assert_eq!(check_shape("").unwrap_err().status, 400);
+        assert_eq!(check_shape("a\0b").unwrap_err().status, 400);
+        assert!(check_shape("src/./main.rs").is_ok());
+    }
+
+    #[test]
+    fn symlinks_out_of_the_workspace_are_refused() {
+        let base = std::env::temp_dir().join(format!(
+            "pw-ctx-{}-{}",
+            std::process::id(),
+            crate::identity::random_u64()
+        ));
+        let ws = base.join("ws");
+        std::fs::create_dir_all(ws.join("sub")).unwrap();
+        std::fs::create_dir_all(base.join("secret")).unwrap();
+        std::fs::write(base.join("secret/key"), "k").unwrap();
+        std::fs::write(ws.join("sub/a.txt"), "a").unwrap();
+        std::os::unix::fs::symlink(base.join("secret/key"), ws.join("out")).unwrap();
+        std::os::unix::fs::symlink("sub/a.txt", ws.join("in")).unwrap();
+        let ws = std::fs::canonicalize(&ws).unwrap();
+        assert!(resolve(&ws, "in", &[]).is_ok());
+        assert!(resolve(&ws, "sub/a.txt", &[]).is_ok());
+        assert_eq!(resolve(&ws, "out", &[]).unwrap_err().status, 403);
+        assert_eq!(
+            resolve(&ws, "sub", &[ws.join("sub")]).unwrap_err().status,
+            403
+        );
+        assert_eq!(resolve(&ws, "missing", &[]).unwrap_err().status, 400);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}
