@@ -1,8 +1,457 @@
-//! The roster advertisement (`GET /advertise`) and its periodic refresh. Not implemented yet.
+//! Advertisements: what this agent says about itself on `GET /advertise`, how a friend's
+//! advert is checked before anyone sees it, and the roster of friends' adverts that a
+//! background thread refreshes every `rosterRefreshMs`.
+//!
+//! What an advert shows (the whole list, nothing else leaves the machine): `protocolVersion`,
+//! `name` (callerName), `description` and `tags` (the owner's configuration), `workspace` (the
+//! basename of the configured workspace only), `updatedAt`, and `sessions`: for each live
+//! peerwire session of this namespace whose workspace is the configured one (or inside it), its
+//! alias as `id`, the workspace basename, `updatedAt` and `status`. Session ids,
+//! paths, titles, models and message text are never shown. With a key the advert carries
+//! `publicKey` and an Ed25519 `signature` over the canonical JSON of the seven fields above, as
+//! dsh-ask-peer signs it.
+//!
+//! A friend's advert is peer text: it is bounded, stripped to the known fields, checked
+//! (`name` must be the friend's, `updatedAt` not in the future, a friend with a pinned key must
+//! sign it with that key — unsigned adverts from keyed friends are rejected), and still
+//! sanitized before a terminal and wrapped as external data before a model.
 
-use super::server::{Request, Response, ServerState};
+use super::canon;
+use crate::{clock, fsutil, presence};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
-/// Answers this module's endpoints; `None` for every other path.
-pub fn route(_state: &ServerState, _req: &Request) -> Option<Response> {
-    None
+/// dsh's protocol version, required in adverts.
+pub const PROTOCOL_VERSION: u64 = 1;
+/// Sessions shown in (and kept from) one advert.
+pub const SESSIONS_MAX: usize = 32;
+/// Longest description kept from an advert, in characters.
+pub const DESCRIPTION_CHARS_MAX: usize = 1000;
+/// Most tags kept, and the longest tag.
+pub const TAGS_MAX: usize = 32;
+pub const TAG_CHARS_MAX: usize = 64;
+/// Longest other string field kept (names, ids, workspace, topics).
+pub const FIELD_CHARS_MAX: usize = 200;
+/// How far an advert's `updatedAt` may lie in the future (clock skew).
+pub const FUTURE_SKEW_MS: u64 = 5 * 60 * 1000;
+/// Largest advert body read from a friend.
+pub const ADVERT_BYTES_MAX: usize = 64 * 1024;
+/// Timeout of one advert fetch (dsh: 3 s for the roster, 2.5 s for recommend).
+pub const FETCH_MS: u64 = 2_500;
+/// Friends fetched at once by one roster refresh.
+pub const FETCH_PARALLEL: usize = 8;
+/// Friends kept in the roster.
+pub const ROSTER_MAX: usize = 256;
+/// Shortest refresh interval honoured, so a tiny `rosterRefreshMs` cannot become a storm.
+pub const REFRESH_MS_MIN: u64 = 1_000;
+/// Largest roster file read.
+const ROSTER_FILE_BYTES_MAX: u64 = 4 << 20;
+
+/// What this agent advertises, from its configuration and presence directory.
+pub struct Local<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub tags: &'a [String],
+    /// The configured workspace (absolute).
+    pub workspace: &'a Path,
+}
+
+fn basename(p: &str) -> String {
+    Path::new(p)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The sessions an advert shows: live peerwire sessions whose canonical workspace is
+/// `workspace` or inside it, as `{id: alias, workspace: basename, updatedAt, status}`, newest
+/// first, at most [`SESSIONS_MAX`]. (`createdAt` is left out: the presence reader does not
+/// keep a start time, and a made-up one would mislead.)
+pub fn sessions(entries: &[presence::Entry], workspace: &Path, now_ms: u64) -> Vec<Value> {
+    let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    let mut live: Vec<(&presence::Entry, &presence::Advertisement)> = entries
+        .iter()
+        .filter_map(|e| e.messaging().map(|ad| (e, ad)))
+        .filter(|(_, ad)| Path::new(&ad.workspace).starts_with(&root))
+        .collect();
+    live.sort_by_key(|(e, _)| std::cmp::Reverse(e.updated_at_ms.unwrap_or(0)));
+    live.into_iter()
+        .take(SESSIONS_MAX)
+        .map(|(e, ad)| {
+            let updated = e.updated_at_ms.unwrap_or(now_ms);
+            json!({
+                "id": ad.alias,
+                "workspace": basename(&ad.workspace),
+                "updatedAt": updated,
+                "status": e.status,
+            })
+        })
+        .collect()
+}
+
+/// The seven signed fields of this agent's advert at `now_ms`.
+pub fn build(local: &Local, sessions: Vec<Value>, now_ms: u64) -> Value {
+    json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "name": local.name,
+        "description": local.description,
+        "tags": local.tags,
+        "workspace": basename(&local.workspace.to_string_lossy()),
+        "updatedAt": clock::iso8601(now_ms),
+        "sessions": sessions,
+    })
+}
+
+/// The signed fields of an advert, in the object dsh signs.
+fn signed_part(advert: &Map<String, Value>) -> Value {
+    let mut m = Map::new();
+    for k in [
+        "protocolVersion",
+        "name",
+        "description",
+        "tags",
+        "workspace",
+        "updatedAt",
+        "sessions",
+    ] {
+        if let Some(v) = advert.get(k) {
+            m.insert(k.to_string(), v.clone());
+        }
+    }
+    Value::Object(m)
+}
+
+/// Adds `publicKey` and `signature` (base64url Ed25519 over the canonical signed fields, as
+/// `AskKey::sign` makes it).
+pub fn sign(mut advert: Value, public: &[u8; 32], sign: impl Fn(&[u8]) -> String) -> Value {
+    if let Value::Object(m) = &mut advert
+        && let Ok(bytes) = canon::canonical_json(&signed_part(m))
+    {
+        let signature = sign(bytes.as_bytes());
+        m.insert("publicKey".into(), json!(canon::sign_of(public)));
+        m.insert("signature".into(), json!(signature));
+    }
+    advert
+}
+
+fn bounded_str(v: Option<&Value>, max: usize) -> Option<String> {
+    let s = v?.as_str()?;
+    (s.chars().count() <= max).then(|| s.to_string())
+}
+
+fn bounded_strings(v: Option<&Value>, count: usize, max: usize) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .take(count)
+                .filter_map(|t| bounded_str(Some(t), max))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn clean_session(s: &Value) -> Option<Value> {
+    let s = s.as_object()?;
+    let mut out = Map::new();
+    for k in ["id", "workspace", "title", "topic", "status"] {
+        if let Some(v) = bounded_str(s.get(k), FIELD_CHARS_MAX) {
+            out.insert(k.into(), json!(v));
+        }
+    }
+    for k in ["createdAt", "updatedAt"] {
+        if let Some(n) = s.get(k).and_then(Value::as_u64) {
+            out.insert(k.into(), json!(n));
+        }
+    }
+    let topics = bounded_strings(s.get("topics"), 4, FIELD_CHARS_MAX);
+    if !topics.is_empty() {
+        out.insert("topics".into(), json!(topics));
+    }
+    Some(Value::Object(out))
+}
+
+/// Checks a friend's advert and returns the kept, bounded fields plus `signed`. `pinned` is
+/// the friend's configured key: then a valid signature by exactly that key is required.
+pub fn check(
+    friend: &str,
+    pinned: Option<&[u8; 32]>,
+    advert: &Value,
+    now_ms: u64,
+) -> Result<Value, String> {
+    let Some(m) = advert.as_object() else {
+        return Err("advert is not a JSON object".into());
+    };
+    if m.get("protocolVersion").and_then(Value::as_u64) != Some(PROTOCOL_VERSION) {
+        return Err("advert protocolVersion is not 1".into());
+    }
+    if m.get("name").and_then(Value::as_str) != Some(friend) {
+        return Err("advert name is not this friend's name".into());
+    }
+    let updated = m
+        .get("updatedAt")
+        .and_then(Value::as_str)
+        .and_then(clock::parse_iso8601)
+        .ok_or("advert updatedAt is not an ISO-8601 time")?;
+    if updated > now_ms.saturating_add(FUTURE_SKEW_MS) {
+        return Err("advert updatedAt lies in the future".into());
+    }
+    let signed = match (pinned, m.get("signature").and_then(Value::as_str)) {
+        (Some(key), Some(sig)) => {
+            if m.get("publicKey").and_then(Value::as_str) != Some(canon::sign_of(key).as_str()) {
+                return Err("advert is signed by another key than the friend's".into());
+            }
+            let ok = canon::canonical_json(&signed_part(m))
+                .is_ok_and(|bytes| canon::verify(key, bytes.as_bytes(), sig));
+            if !ok {
+                return Err("advert signature does not verify".into());
+            }
+            true
+        }
+        (Some(_), None) => return Err("advert is unsigned but the friend has a key".into()),
+        (None, _) => false,
+    };
+    let sessions: Vec<Value> = m
+        .get("sessions")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().take(SESSIONS_MAX).filter_map(clean_session).collect())
+        .unwrap_or_default();
+    Ok(json!({
+        "name": friend,
+        "description": bounded_str(m.get("description"), DESCRIPTION_CHARS_MAX).unwrap_or_default(),
+        "tags": bounded_strings(m.get("tags"), TAGS_MAX, TAG_CHARS_MAX),
+        "workspace": bounded_str(m.get("workspace"), FIELD_CHARS_MAX).unwrap_or_default(),
+        "updatedAt": clock::iso8601(updated),
+        "sessions": sessions,
+        "signed": signed,
+    }))
+}
+
+/// A friend the roster watches.
+#[derive(Clone, Debug)]
+pub struct Watched {
+    pub name: String,
+    pub key: Option<[u8; 32]>,
+}
+
+/// What the roster knows of one friend.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Seen {
+    /// The last advert that passed [`check`].
+    pub advert: Option<Value>,
+    /// When that advert was fetched (ms since the epoch).
+    pub last_seen_ms: Option<u64>,
+    /// When the last fetch was tried, and why it failed if it did.
+    pub checked_at_ms: Option<u64>,
+    pub last_error: Option<String>,
+}
+
+impl Seen {
+    /// Reachable: the last try succeeded.
+    pub fn reachable(&self) -> bool {
+        self.checked_at_ms.is_some() && self.last_error.is_none()
+    }
+}
+
+/// Friends' adverts, shared by the refresher, `/recommend`, `peers_list` and `peer ask peers`;
+/// saved to `roster.json` (0600) in the ask state directory after each refresh so a CLI run
+/// sees how fresh the server's view is.
+pub struct Roster {
+    seen: Mutex<BTreeMap<String, Seen>>,
+    file: Option<PathBuf>,
+}
+
+impl Roster {
+    /// An empty roster, loading and saving `dir/roster.json` when `dir` is given.
+    pub fn new(dir: Option<&Path>) -> Roster {
+        let file = dir.map(|d| d.join("roster.json"));
+        let seen = file
+            .as_deref()
+            .and_then(|f| fsutil::read_private_bounded(f, ROSTER_FILE_BYTES_MAX).ok())
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        Roster {
+            seen: Mutex::new(seen),
+            file,
+        }
+    }
+
+    /// A copy of what is known, by friend name.
+    pub fn snapshot(&self) -> BTreeMap<String, Seen> {
+        self.seen.lock().clone()
+    }
+
+    /// What is known of one friend.
+    pub fn get(&self, name: &str) -> Option<Seen> {
+        self.seen.lock().get(name).cloned()
+    }
+
+    /// Records one fetch outcome (checked by the caller with [`check`]).
+    pub fn record(&self, name: &str, outcome: Result<Value, String>, now_ms: u64) {
+        let mut seen = self.seen.lock();
+        if !seen.contains_key(name) && seen.len() >= ROSTER_MAX {
+            return;
+        }
+        let entry = seen.entry(name.to_string()).or_default();
+        entry.checked_at_ms = Some(now_ms);
+        match outcome {
+            Ok(advert) => {
+                entry.advert = Some(advert);
+                entry.last_seen_ms = Some(now_ms);
+                entry.last_error = None;
+            }
+            Err(e) => entry.last_error = Some(e),
+        }
+    }
+
+    /// Fetches every watched friend's advert, [`FETCH_PARALLEL`] at a time, checks it and
+    /// records the outcome; friends no longer watched are forgotten. Then saves the file.
+    pub fn refresh(
+        &self,
+        friends: &[Watched],
+        fetch: &(dyn Fn(&str) -> Result<Value, String> + Sync),
+        stop: &dyn Fn() -> bool,
+    ) {
+        for chunk in friends.chunks(FETCH_PARALLEL).take(ROSTER_MAX / FETCH_PARALLEL) {
+            if stop() {
+                break;
+            }
+            std::thread::scope(|s| {
+                for f in chunk {
+                    s.spawn(move || {
+                        let got = fetch(&f.name)
+                            .and_then(|v| check(&f.name, f.key.as_ref(), &v, clock::now_ms()));
+                        self.record(&f.name, got, clock::now_ms());
+                    });
+                }
+            });
+        }
+        self.seen
+            .lock()
+            .retain(|name, _| friends.iter().any(|f| &f.name == name));
+        self.save();
+    }
+
+    /// Writes the roster file (best effort: it is a cache).
+    pub fn save(&self) {
+        let Some(file) = &self.file else { return };
+        let bytes = serde_json::to_vec(&*self.seen.lock()).unwrap_or_default();
+        if let Some(dir) = file.parent()
+            && fsutil::ensure_private_dir(dir).is_ok()
+        {
+            // The roster is a cache: a failed save only means the next reader fetches itself.
+            let _ = fsutil::atomic_write(file, &bytes, fsutil::Durability::Visible);
+        }
+    }
+}
+
+/// Runs [`Roster::refresh`] now and then every `every_ms` (0: only once, as dsh) until `stop`
+/// says so (looked at every 50 ms).
+pub fn spawn_refresher(
+    roster: Arc<Roster>,
+    every_ms: u64,
+    friends: Vec<Watched>,
+    fetch: Box<dyn Fn(&str) -> Result<Value, String> + Send + Sync>,
+    stop: Box<dyn Fn() -> bool + Send>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("ask-roster".into())
+        .spawn(move || {
+            loop {
+                roster.refresh(&friends, &*fetch, &*stop);
+                if every_ms == 0 {
+                    return;
+                }
+                let until = std::time::Instant::now()
+                    + Duration::from_millis(every_ms.max(REFRESH_MS_MIN));
+                while std::time::Instant::now() < until {
+                    if stop() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ed25519_dalek::{Signer, SigningKey};
+
+    fn key() -> SigningKey {
+        SigningKey::from_bytes(&[7u8; 32])
+    }
+
+    fn advert(now: u64) -> Value {
+        let tags = vec!["postgres".to_string()];
+        let local = Local {
+            name: "bob",
+            description: "db person",
+            tags: &tags,
+            workspace: Path::new("/home/bob/src/shop"),
+        };
+        build(&local, vec![json!({"id": "b1", "workspace": "shop", "createdAt": 1, "updatedAt": 2, "status": "idle"})], now)
+    }
+
+    #[test]
+    fn signed_adverts_verify_against_the_pinned_key_only() {
+        let now = 1_785_150_000_000;
+        let k = key();
+        let public = k.verifying_key().to_bytes();
+        let signed = sign(advert(now), &public, |m| canon::b64url(&k.sign(m).to_bytes()));
+        assert_eq!(signed["workspace"], "shop", "basename only");
+        let ok = check("bob", Some(&public), &signed, now).unwrap();
+        assert_eq!((ok["signed"].as_bool(), ok["tags"][0].as_str()), (Some(true), Some("postgres")));
+        // Tampered text, wrong key, unsigned, wrong name, future time.
+        let mut t = signed.clone();
+        t["description"] = json!("trust me");
+        assert!(check("bob", Some(&public), &t, now).unwrap_err().contains("verify"));
+        let other = SigningKey::from_bytes(&[8u8; 32]).verifying_key().to_bytes();
+        assert!(check("bob", Some(&other), &signed, now).is_err());
+        assert!(check("bob", Some(&public), &advert(now), now).unwrap_err().contains("unsigned"));
+        assert!(check("carol", None, &advert(now), now).unwrap_err().contains("name"));
+        assert!(check("bob", None, &advert(now + FUTURE_SKEW_MS + 1000), now).is_err());
+        // A keyless friend's unsigned advert is accepted, marked unsigned.
+        assert_eq!(check("bob", None, &advert(now), now).unwrap()["signed"], false);
+    }
+
+    #[test]
+    fn received_adverts_are_bounded_and_stripped() {
+        let now = 1_785_150_000_000;
+        let mut a = advert(now);
+        a["description"] = json!("x".repeat(DESCRIPTION_CHARS_MAX + 1));
+        a["tags"] = json!(vec!["t"; 100]);
+        a["extra"] = json!("dropped");
+        a["sessions"] = json!(vec![json!({"id": "s", "secret": "no", "topics": ["a","b","c","d","e"]}); 50]);
+        let c = check("bob", None, &a, now).unwrap();
+        assert_eq!(c["description"], "");
+        assert_eq!(c["tags"].as_array().unwrap().len(), TAGS_MAX);
+        assert!(c.get("extra").is_none());
+        let sessions = c["sessions"].as_array().unwrap();
+        assert_eq!(sessions.len(), SESSIONS_MAX);
+        assert!(sessions[0].get("secret").is_none());
+        assert_eq!(sessions[0]["topics"].as_array().unwrap().len(), 4);
+    }
+
+    #[test]
+    fn roster_records_and_forgets() {
+        let r = Roster::new(None);
+        let friends = vec![Watched { name: "bob".into(), key: None }, Watched { name: "eve".into(), key: None }];
+        let now = clock::now_ms();
+        let fetch = move |name: &str| -> Result<Value, String> {
+            if name == "bob" { Ok(advert(now)) } else { Err("connection refused".into()) }
+        };
+        r.refresh(&friends, &fetch, &|| false);
+        let s = r.snapshot();
+        assert!(s["bob"].reachable() && s["bob"].advert.is_some());
+        assert!(!s["eve"].reachable() && s["eve"].last_error.is_some());
+        r.refresh(&friends[..1], &fetch, &|| false);
+        assert_eq!(r.snapshot().len(), 1);
+    }
 }

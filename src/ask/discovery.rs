@@ -1,18 +1,685 @@
-//! Discovery endpoints of the ask server (`/advertise`, `/sign/card`, `/sign/verify`,
-//! `/recommend`, `/recommend/pending`, `/friend/decision`): not served yet, so they answer
-//! 404 like any unknown path.
+//! The discovery side of the ask server and its clients: `GET /advertise`, `GET /sign/card`,
+//! `POST /sign/verify`, `POST /recommend` (answered and forwarded), `GET /recommend/pending`
+//! (refused: owner only) and `POST /friend/decision`; the roster refresher; and the outbound
+//! halves front ends call (fetch an advert or a card, ask a friend for a recommendation).
+//!
+//! Every card that reaches the owner has been verified against the recommended agent's own
+//! key, and, when that agent is one of our friends, against the key we pinned for it.
 
-use super::server::{Request, Response, ServerState};
-use std::sync::Arc;
+pub mod friends;
+pub mod tools;
 
-/// Server-wide state of the discovery endpoints.
+use super::advertise::{self, Roster, Watched};
+use super::card::{self, Card};
+use super::client;
+use super::config::{AskConfig, Friend};
+use super::keys::AskKey;
+use super::recommend::{self, pending};
+use super::server::{ApiError, Request, Response, ServerState};
+use crate::error::{Code, Error, Result};
+use crate::{clock, sanitize};
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Timeout of one card fetch (dsh: 2.5 s).
+pub const CARD_FETCH_MS: u64 = 2_500;
+/// Timeout of one forwarded recommend per hop it may still travel (dsh: 4 s).
+pub const FORWARD_MS_PER_HOP: u64 = 4_000;
+/// How long a computed advert is reused, so `/advertise` cannot make us re-read the presence
+/// directory more than once a second.
+const ADVERT_CACHE_MS: u64 = 1_000;
+/// A roster advert younger than this is used by `/recommend` without fetching again.
+const ROSTER_FRESH_MS: u64 = 120_000;
+/// The `purpose` a signed `/recommend` body carries.
+pub const RECOMMEND_PURPOSE: &str = "recommend";
+/// Longest `via` chain accepted from a forwarded answer.
+const VIA_MAX: usize = recommend::PATH_MAX + 1;
+
+/// Discovery state of one running server.
 #[derive(Default)]
-pub struct State {}
+pub struct State {
+    roster: OnceLock<Arc<Roster>>,
+    advert: Mutex<Option<(u64, Value)>>,
+}
 
-/// Called once when a server starts (for background refreshes).
-pub fn on_start(_state: &Arc<ServerState>) {}
+impl State {
+    /// The roster (empty until the server started).
+    pub fn roster(&self) -> Option<Arc<Roster>> {
+        self.roster.get().cloned()
+    }
+}
+
+/// The directory of the owner's discovery state (`recommendations.json`, `roster.json`).
+pub fn state_dir(home: &Path) -> PathBuf {
+    home.join("ask")
+}
+
+/// Starts the roster refresher of a server; it ends when the server stops (it holds only a
+/// weak reference, so it never keeps a stopped server alive).
+pub fn on_start(state: &Arc<ServerState>) {
+    let roster = Arc::new(Roster::new(Some(&state_dir(&state.home))));
+    let _ = state.discovery.roster.set(roster.clone());
+    let watched: Vec<Watched> = state.config.peers.iter().map(watched).collect();
+    let friends = state.config.peers.clone();
+    let server = Arc::downgrade(state);
+    // The roster is an optimisation: without the thread, /recommend and peers fetch themselves.
+    let _ = advertise::spawn_refresher(
+        roster,
+        state.config.roster_refresh_ms,
+        watched,
+        Box::new(move |name: &str| match friends.iter().find(|f| f.name == name) {
+            Some(f) => fetch_advert_raw(f, advertise::FETCH_MS),
+            None => Err("not a friend".into()),
+        }),
+        Box::new(move || {
+            server
+                .upgrade()
+                .is_none_or(|s| s.stopping.load(std::sync::atomic::Ordering::SeqCst))
+        }),
+    );
+}
+
+fn watched(f: &Friend) -> Watched {
+    Watched {
+        name: f.name.clone(),
+        key: f.key,
+    }
+}
 
 /// Answers the discovery endpoints; `None` for every other path.
-pub fn route(_state: &ServerState, _req: &Request) -> Option<Response> {
-    None
+pub fn route(state: &Arc<ServerState>, req: &Request) -> Option<Response> {
+    let result = match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/advertise") => Ok(Response::ok(own_advert(state))),
+        ("GET", "/sign/card") => sign_card(state),
+        ("POST", "/sign/verify") => verify_card(req),
+        ("POST", "/recommend") => handle_recommend(state, req),
+        ("GET", "/recommend/pending") => Err(ApiError::forbidden(
+            "pending recommendations and their decision tokens are shown only to the owner: \
+             run 'peer ask friends pending' on this machine",
+        )),
+        ("POST", "/friend/decision") => friend_decision(state, req),
+        _ => return None,
+    };
+    Some(result.unwrap_or_else(|e| e.response()))
+}
+
+/// This agent's advert, signed, recomputed at most once per [`ADVERT_CACHE_MS`].
+fn own_advert(state: &ServerState) -> Value {
+    let now = clock::now_ms();
+    let mut cache = state.discovery.advert.lock();
+    if let Some((at, v)) = &*cache
+        && now.saturating_sub(*at) < ADVERT_CACHE_MS
+    {
+        return v.clone();
+    }
+    let v = build_advert(&state.home, &state.config, &state.workspace, &state.key, now);
+    *cache = Some((now, v.clone()));
+    v
+}
+
+/// Builds and signs the advert of the namespace at `home`.
+pub fn build_advert(
+    home: &Path,
+    cfg: &AskConfig,
+    workspace: &Path,
+    key: &AskKey,
+    now_ms: u64,
+) -> Value {
+    let sessions = live_sessions(home, workspace, now_ms);
+    let local = advertise::Local {
+        name: &cfg.caller_name,
+        description: &cfg.description,
+        tags: &cfg.tags,
+        workspace,
+    };
+    let unsigned = advertise::build(&local, sessions, now_ms);
+    advertise::sign(unsigned, &key.public(), |m| key.sign(m))
+}
+
+fn live_sessions(home: &Path, workspace: &Path, now_ms: u64) -> Vec<Value> {
+    // The advert is best effort about sessions: an unreadable presence directory shows none.
+    let Ok(config) = crate::config::Config::load(home) else {
+        return Vec::new();
+    };
+    let ns = crate::paths::Namespace::new(home.to_path_buf(), &config);
+    match crate::presence::read_all(&ns.active_agents(), &config.limits, now_ms) {
+        Ok(entries) => advertise::sessions(&entries, workspace, now_ms),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The host a card of ours names: `explicit`, else `advertisedHost`, else `listenHost` when
+/// it is a real address. A wildcard listen host is not silently turned into loopback (a
+/// friend on another machine could never reach that): the owner must say.
+pub fn card_host(cfg: &AskConfig, explicit: Option<&str>) -> Result<String> {
+    if let Some(h) = explicit {
+        return Ok(h.to_string());
+    }
+    if let Some(h) = &cfg.advertised_host {
+        return Ok(h.clone());
+    }
+    let h = cfg.listen_host.trim_start_matches('[').trim_end_matches(']');
+    let wildcard = h
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified());
+    if wildcard || h.is_empty() {
+        return Err(Error::new(
+            Code::ConfigInvalid,
+            format!(
+                "ask.listenHost {:?} listens on every address, so it names none a friend can reach: \
+                 set ask.advertisedHost to this machine's address (or pass --host)",
+                sanitize::line(&cfg.listen_host, 60)
+            ),
+        ));
+    }
+    Ok(h.to_string())
+}
+
+/// Issues a card for this agent.
+pub fn own_card(cfg: &AskConfig, key: &AskKey, host: &str, port: u16, now_ms: u64) -> String {
+    let public = key.public();
+    card::issue(
+        &card::Issue {
+            name: &cfg.caller_name,
+            host,
+            port,
+            public: &public,
+            description: &cfg.description,
+            tags: &cfg.tags,
+            issued: now_ms,
+        },
+        |m| key.sign(m),
+    )
+}
+
+/// `{card, name, host, port, publicKey, fingerprint, expiresAt}` for a fresh card.
+pub fn card_view(card_str: &str, key: &AskKey) -> Value {
+    let parsed = card::parse(card_str).map(|(c, _)| c);
+    let (name, host, port, expires) = match &parsed {
+        Ok(c) => (c.name.clone(), c.host.clone(), c.port, c.expires_at()),
+        Err(_) => (String::new(), String::new(), 0, 0),
+    };
+    json!({
+        "card": card_str,
+        "name": name,
+        "host": host,
+        "port": port,
+        "publicKey": key.sign_string(),
+        "fingerprint": key.fingerprint(),
+        "expiresAt": clock::iso8601(expires),
+    })
+}
+
+fn sign_card(state: &ServerState) -> std::result::Result<Response, ApiError> {
+    let host = card_host(&state.config, None)
+        .map_err(|e| ApiError::new(500, "internal", e.message))?;
+    let card = own_card(
+        &state.config,
+        &state.key,
+        &host,
+        state.listen.port(),
+        clock::now_ms(),
+    );
+    Ok(Response::ok(card_view(&card, &state.key)))
+}
+
+/// `/sign/verify` and `peer ask card verify`: `{ok:true, peer, payload, fingerprint,
+/// expiresAt}` or `{ok:false, reason}`.
+pub fn verify_view(card_str: &str, now_ms: u64) -> Value {
+    match card::verify(card_str, now_ms) {
+        Ok(c) => json!({
+            "ok": true,
+            "peer": c.peer_view(),
+            "payload": c.payload,
+            "fingerprint": super::canon::fingerprint(&c.key),
+            "expiresAt": clock::iso8601(c.expires_at()),
+        }),
+        Err(e) => json!({"ok": false, "reason": e.to_string()}),
+    }
+}
+
+fn verify_card(req: &Request) -> std::result::Result<Response, ApiError> {
+    let body = req.json_object()?;
+    let Some(card_str) = body.get("card").and_then(Value::as_str) else {
+        return Err(ApiError::bad_request("card (string) is required"));
+    };
+    Ok(Response::ok(verify_view(card_str, clock::now_ms())))
+}
+
+fn handle_recommend(state: &ServerState, req: &Request) -> std::result::Result<Response, ApiError> {
+    let body = req.json_object()?;
+    if body.get("protocolVersion").and_then(Value::as_u64) != Some(super::PROTOCOL_VERSION) {
+        return Err(ApiError::bad_request(
+            "protocolVersion 1 and a caller are required",
+        ));
+    }
+    let now = clock::now_ms();
+    let friend = state
+        .guard
+        .authenticate(&state.config, req.ip(), &body, RECOMMEND_PURPOSE, now)?;
+    let r = recommend::parse_request(&friend.name, &Value::Object(body))
+        .map_err(ApiError::bad_request)?;
+    let roster = state.discovery.roster();
+    let answer = recommend_here(&state.config, &state.key, roster.as_deref(), &r)?;
+    Ok(Response::ok(answer))
+}
+
+/// One friend's card: `GET /sign/card`, verified, naming that friend, with the pinned key
+/// when we pinned one.
+pub fn fetch_card(f: &Friend, timeout_ms: u64, now_ms: u64) -> std::result::Result<(String, Card), String> {
+    let body = client::get_json(&f.host, f.port, "/sign/card", Duration::from_millis(timeout_ms))
+        .and_then(client::Reply::into_result)
+        .map_err(|e| e.message)?;
+    let card_str = body
+        .get("card")
+        .and_then(Value::as_str)
+        .ok_or("the answer carries no card")?;
+    let c = card::verify(card_str, now_ms).map_err(|e| e.to_string())?;
+    if c.name != f.name {
+        return Err(format!(
+            "the card names {:?}, not {:?}",
+            sanitize::line(&c.name, 64),
+            f.name
+        ));
+    }
+    if f.key.is_some_and(|k| k != c.key) {
+        return Err("the card's key is not the key pinned for this friend".into());
+    }
+    Ok((card_str.to_string(), c))
+}
+
+/// One friend's advert as received (checked by the caller).
+fn fetch_advert_raw(f: &Friend, timeout_ms: u64) -> std::result::Result<Value, String> {
+    let v = client::get_json(&f.host, f.port, "/advertise", Duration::from_millis(timeout_ms))
+        .and_then(client::Reply::into_result)
+        .map_err(|e| e.message)?;
+    if v.to_string().len() > advertise::ADVERT_BYTES_MAX {
+        return Err(format!(
+            "advert is larger than {} bytes",
+            advertise::ADVERT_BYTES_MAX
+        ));
+    }
+    Ok(v)
+}
+
+/// One friend's checked advert, fetched now.
+pub fn fetch_advert(f: &Friend, timeout_ms: u64) -> std::result::Result<Value, String> {
+    fetch_advert_raw(f, timeout_ms)
+        .and_then(|v| advertise::check(&f.name, f.key.as_ref(), &v, clock::now_ms()))
+}
+
+/// Fetches the adverts of `friends` now, [`advertise::FETCH_PARALLEL`] at a time.
+pub fn fetch_adverts(friends: &[Friend], timeout_ms: u64) -> Vec<(String, std::result::Result<Value, String>)> {
+    let mut out = Vec::with_capacity(friends.len());
+    for chunk in friends.chunks(advertise::FETCH_PARALLEL) {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = chunk
+                .iter()
+                .map(|f| s.spawn(move || (f.name.clone(), fetch_advert(f, timeout_ms))))
+                .collect();
+            for h in handles {
+                if let Ok(r) = h.join() {
+                    out.push(r);
+                }
+            }
+        });
+    }
+    out
+}
+
+/// The peers listing: one object per configured friend, from the roster (refreshed first
+/// when asked or empty). Shared by `peer ask peers` and the `peers_list` tool.
+pub fn peers_listing(home: &Path, cfg: &AskConfig, refresh: bool) -> Vec<Value> {
+    let roster = Roster::new(Some(&state_dir(home)));
+    let mut seen = roster.snapshot();
+    let missing = cfg.peers.iter().any(|f| !seen.contains_key(&f.name));
+    if refresh || missing {
+        let now = clock::now_ms();
+        for (name, got) in fetch_adverts(&cfg.peers, advertise::FETCH_MS) {
+            roster.record(&name, got, now);
+        }
+        roster.save();
+        seen = roster.snapshot();
+    }
+    let now = clock::now_ms();
+    cfg.peers
+        .iter()
+        .map(|f| {
+            let s = seen.get(&f.name).cloned().unwrap_or_default();
+            let ad = s.advert.clone().unwrap_or(Value::Null);
+            json!({
+                "peer": f.name,
+                "host": f.host,
+                "port": f.port,
+                "mode": f.mode.name(),
+                "keyed": f.key.is_some(),
+                "reachable": s.reachable(),
+                "lastSeen": s.last_seen_ms.map(clock::iso8601),
+                "ageMs": s.last_seen_ms.map(|t| now.saturating_sub(t)),
+                "signed": ad.get("signed").cloned().unwrap_or(json!(false)),
+                "description": ad.get("description").cloned().unwrap_or(json!("")),
+                "tags": ad.get("tags").cloned().unwrap_or(json!([])),
+                "workspace": ad.get("workspace").cloned().unwrap_or(json!("")),
+                "sessions": ad.get("sessions").cloned().unwrap_or(json!([])),
+                "error": s.last_error,
+            })
+        })
+        .collect()
+}
+
+fn no_recommendation(message: &str) -> ApiError {
+    ApiError::new(404, "no_recommendation", message)
+}
+
+/// Answers one `/recommend` at this node: score the candidates' adverts (the roster's when
+/// fresh, else fetched now), try the best cards directly, forward with one hop less, fall back
+/// to any friend's card; `{ok, from, card, via?}` or 404 `no_recommendation`.
+pub fn recommend_here(
+    cfg: &AskConfig,
+    key: &AskKey,
+    roster: Option<&Roster>,
+    req: &recommend::Request,
+) -> std::result::Result<Value, ApiError> {
+    let me = cfg.caller_name.as_str();
+    if cfg.peers.is_empty() {
+        return Err(no_recommendation("you have no friends to recommend"));
+    }
+    let names: Vec<String> = cfg.peers.iter().map(|f| f.name.clone()).collect();
+    let candidates: Vec<&Friend> = recommend::candidates(&names, req, me)
+        .iter()
+        .filter_map(|n| cfg.friend(n))
+        .collect();
+    if candidates.is_empty() {
+        return Err(no_recommendation(
+            "no friend is left to recommend (all were already visited)",
+        ));
+    }
+    let known = known_of(&candidates, roster);
+    let plan = recommend::plan(&known, req);
+    let now = clock::now_ms();
+    let mut tried: Vec<String> = Vec::new();
+    let answer = |card_str: String, c: &Card, via: Vec<String>| {
+        let mut m = Map::new();
+        m.insert("ok".into(), json!(true));
+        m.insert("from".into(), json!(c.name));
+        m.insert("card".into(), json!(card_str));
+        if !via.is_empty() {
+            m.insert("via".into(), json!(via));
+        }
+        Value::Object(m)
+    };
+    let mut errors: Vec<String> = Vec::new();
+    for name in &plan.direct {
+        let Some(f) = cfg.friend(name) else { continue };
+        tried.push(name.clone());
+        match fetch_card(f, CARD_FETCH_MS, now) {
+            Ok((s, c)) => return Ok(answer(s, &c, recommend::via(me, req, None))),
+            Err(e) => errors.push(format!("{name}: {e}")),
+        }
+    }
+    for name in &plan.forward {
+        let Some(f) = cfg.friend(name) else { continue };
+        match forward(cfg, key, f, req) {
+            Ok((s, c, child)) => {
+                return Ok(answer(s, &c, recommend::via(me, req, Some(&child))));
+            }
+            Err(e) => errors.push(format!("{name} (forwarded): {e}")),
+        }
+    }
+    for name in plan.fallback.iter().filter(|n| !tried.contains(n)) {
+        let Some(f) = cfg.friend(name) else { continue };
+        match fetch_card(f, CARD_FETCH_MS, now) {
+            Ok((s, c)) => return Ok(answer(s, &c, recommend::via(me, req, None))),
+            Err(e) => errors.push(format!("{name}: {e}")),
+        }
+    }
+    Err(no_recommendation(&format!(
+        "no reachable friend to recommend ({})",
+        errors.join("; ")
+    )))
+}
+
+/// What each candidate is known to know: the roster's fresh advert, else one fetched now.
+fn known_of(candidates: &[&Friend], roster: Option<&Roster>) -> Vec<recommend::Known> {
+    let now = clock::now_ms();
+    let fresh = |name: &str| -> Option<Value> {
+        let seen = roster?.get(name)?;
+        let at = seen.last_seen_ms?;
+        (now.saturating_sub(at) <= ROSTER_FRESH_MS).then_some(seen.advert?)
+    };
+    let stale: Vec<Friend> = candidates
+        .iter()
+        .filter(|f| fresh(&f.name).is_none())
+        .map(|f| (*f).clone())
+        .collect();
+    let fetched = fetch_adverts(&stale, advertise::FETCH_MS);
+    candidates
+        .iter()
+        .map(|f| {
+            let advert = fresh(&f.name).or_else(|| {
+                fetched
+                    .iter()
+                    .find(|(n, _)| n == &f.name)
+                    .and_then(|(_, r)| r.as_ref().ok().cloned())
+            });
+            recommend::Known::from_advert(&f.name, advert.as_ref())
+        })
+        .collect()
+}
+
+/// Forwards `req` to friend `f` with one hop less and this node added to the path, signed by
+/// this node. The answer's card must verify against its own key and name the agent `from`
+/// names.
+fn forward(
+    cfg: &AskConfig,
+    key: &AskKey,
+    f: &Friend,
+    req: &recommend::Request,
+) -> std::result::Result<(String, Card, Vec<String>), String> {
+    let hops = req.max_hops.saturating_sub(1);
+    let path = recommend::forward_path(req, &cfg.caller_name);
+    let timeout = FORWARD_MS_PER_HOP * (hops + 1);
+    let reply = post_recommend(cfg, key, f, req.topic.as_deref(), hops, &path, timeout)
+        .map_err(|e| e.message)?;
+    let (card_str, c) = checked_answer(&reply, clock::now_ms())?;
+    let via: Vec<String> = reply
+        .get("via")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .take(VIA_MAX)
+                .map(|s| sanitize::line(s, recommend::PATH_NAME_CHARS_MAX))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((card_str, c, via))
+}
+
+/// The card of a `/recommend` answer, verified against its own key, and naming `from`.
+pub fn checked_answer(reply: &Value, now_ms: u64) -> std::result::Result<(String, Card), String> {
+    let card_str = reply
+        .get("card")
+        .and_then(Value::as_str)
+        .ok_or("the answer carries no card")?;
+    let c = card::verify(card_str, now_ms).map_err(|e| format!("recommended card is invalid: {e}"))?;
+    if reply.get("from").and_then(Value::as_str) != Some(c.name.as_str()) {
+        return Err("the answer's `from` is not the name on the card".into());
+    }
+    Ok((card_str.to_string(), c))
+}
+
+/// Adds our credentials for friend `f` to an outbound body, as the core's asks do: the
+/// friend's token when one is configured, and always our replay-safe signature, so either
+/// kind of entry for us on the other side authenticates it.
+pub fn credentials(key: &AskKey, f: &Friend, mut body: Map<String, Value>, purpose: &str) -> Value {
+    if let Some(t) = &f.token {
+        body.insert("token".into(), json!(t));
+    }
+    super::auth::sign_body(key, &mut body, purpose, &f.name, clock::now_ms());
+    Value::Object(body)
+}
+
+/// `POST /recommend` to friend `f`, authenticated and signed like an ask.
+pub fn post_recommend(
+    cfg: &AskConfig,
+    key: &AskKey,
+    f: &Friend,
+    topic: Option<&str>,
+    max_hops: u64,
+    path: &[String],
+    timeout_ms: u64,
+) -> Result<Value> {
+    let mut body = Map::new();
+    body.insert("protocolVersion".into(), json!(super::PROTOCOL_VERSION));
+    body.insert("caller".into(), json!(cfg.caller_name));
+    if let Some(t) = topic {
+        body.insert("topic".into(), json!(t));
+    }
+    // As dsh's client: maxHops only when positive, path only when non-empty.
+    if max_hops > 0 {
+        body.insert("maxHops".into(), json!(max_hops));
+    }
+    if !path.is_empty() {
+        body.insert("path".into(), json!(path));
+    }
+    let body = credentials(key, f, body, RECOMMEND_PURPOSE);
+    client::post_json(
+        &f.host,
+        f.port,
+        "/recommend",
+        &body,
+        Duration::from_millis(timeout_ms),
+    )?
+    .into_result()
+}
+
+/// What the owner's side does with a recommendation: ask friend `peer`, verify the card,
+/// and keep it waiting for the owner's decision. Returns the view front ends show.
+pub fn request_recommendation(
+    home: &Path,
+    cfg: &AskConfig,
+    key: &AskKey,
+    peer: &str,
+    topic: Option<&str>,
+    max_hops: u64,
+) -> Result<Value> {
+    let f = cfg.friend(peer).ok_or_else(|| {
+        Error::new(
+            Code::NotFound,
+            format!(
+                "{:?} is not a configured friend (ask.peers)",
+                sanitize::line(peer, 64)
+            ),
+        )
+    })?;
+    let hops = max_hops.min(recommend::MAX_HOPS_CAP);
+    let timeout = CARD_FETCH_MS * 3 + FORWARD_MS_PER_HOP * (hops + 1);
+    let reply = post_recommend(cfg, key, f, topic, hops, &[], timeout)?;
+    let now = clock::now_ms();
+    let (card_str, c) = checked_answer(&reply, now).map_err(|e| Error::new(Code::AuthFailed, e))?;
+    let via: Vec<String> = reply
+        .get("via")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).take(VIA_MAX).map(str::to_string).collect())
+        .unwrap_or_default();
+    let mut out = json!({
+        "peer": peer,
+        "from": c.name,
+        "recommended": c.peer_view(),
+        "via": via,
+        "fingerprint": super::canon::fingerprint(&c.key),
+    });
+    if c.key == key.public() {
+        out["status"] = json!("self");
+        return Ok(out);
+    }
+    if cfg.peers.iter().any(|p| p.key == Some(c.key)) {
+        out["status"] = json!("already_a_friend");
+        return Ok(out);
+    }
+    let store = pending::Store::new(&state_dir(home));
+    let p = store.add(
+        peer,
+        via,
+        &card_str,
+        &c.public_key,
+        topic.map(str::to_string),
+        now,
+    )?;
+    out["recId"] = json!(p.rec_id);
+    out["status"] = json!("awaiting_user_approval");
+    Ok(out)
+}
+
+/// Carries out the owner's decision on a waiting recommendation (`token` on the HTTP path).
+/// `add` re-verifies the card and adds it to `ask.peers` (never replacing a friend of the
+/// same name with another key unless `replace`).
+pub fn decide(
+    home: &Path,
+    rec_id: &str,
+    token: Option<&str>,
+    decision: pending::Decision,
+    mode: &str,
+    replace: bool,
+) -> Result<Value> {
+    let store = pending::Store::new(&state_dir(home));
+    let now = clock::now_ms();
+    store.decide(rec_id, token, now, |p| match decision {
+        pending::Decision::Decline => Ok(json!({"recId": p.rec_id, "decision": "declined"})),
+        pending::Decision::Add => {
+            let c = card::verify(&p.card, now).map_err(|e| {
+                Error::new(Code::AuthFailed, format!("the recommended card no longer verifies: {e}"))
+            })?;
+            let merged = friends::add_to_config(home, &c, mode, replace, |bytes| {
+                AskConfig::parse(bytes).map(|_| ())
+            })?;
+            Ok(json!({
+                "recId": p.rec_id,
+                "decision": "added",
+                "result": merged.name(),
+                "peer": {"name": c.name, "host": c.host, "port": c.port},
+            }))
+        }
+    })
+}
+
+fn friend_decision(state: &ServerState, req: &Request) -> std::result::Result<Response, ApiError> {
+    // Token guessing is charged to the address like any refused authentication.
+    let now = clock::now_ms();
+    state.guard.admit_address(req.ip(), now)?;
+    let refused = |message: String| {
+        state.guard.note_failure(req.ip(), now);
+        ApiError::forbidden(message)
+    };
+    let body = req.json_object()?;
+    let decision = body
+        .get("decision")
+        .and_then(Value::as_str)
+        .and_then(pending::Decision::parse)
+        .ok_or_else(|| ApiError::bad_request("decision must be add or decline"))?;
+    let (Some(rec_id), Some(token)) = (
+        body.get("recId").and_then(Value::as_str),
+        body.get("token").and_then(Value::as_str),
+    ) else {
+        return Err(ApiError::bad_request("recId and token (strings) are required"));
+    };
+    match decide(&state.home, rec_id, Some(token), decision, "ask", false) {
+        Ok(v) => {
+            let mut out = json!({"ok": true});
+            if let Some(peer) = v.get("peer") {
+                out["peer"] = peer.clone();
+            }
+            Ok(Response::ok(out))
+        }
+        // An unknown id and a wrong token look alike to a caller without the token.
+        Err(e) if e.code == Code::NotFound || e.message == pending::INVALID_TOKEN => {
+            Err(refused(pending::INVALID_TOKEN.to_string()))
+        }
+        Err(e) if e.code == Code::AuthFailed => Err(ApiError::forbidden(e.message)),
+        Err(e) => Err(ApiError::internal(e.message)),
+    }
 }

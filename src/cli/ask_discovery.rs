@@ -1,13 +1,440 @@
-//! `peer ask peers|card|recommend`: the discovery side of the ask CLI. Not available yet.
+//! The discovery subcommands of `peer ask`: `peers` (who knows what, how fresh), `card
+//! show|verify|add`, `recommend PEER`, and `friends pending|decide`. Everything a friend wrote
+//! (advert text, card fields, `via`) is sanitized before it reaches the terminal; decision
+//! tokens are never printed.
 
-use super::Ctx;
+use super::{Ctx, args, print_json};
+use crate::ask::config::AskConfig;
+use crate::ask::discovery::{self, friends};
+use crate::ask::recommend::{self, pending};
+use crate::ask::{card, keys};
 use crate::error::{Code, Error, Result};
+use crate::{clock, sanitize};
+use serde_json::{Value, json};
 use std::ffi::OsString;
+use std::io::Read;
 
-/// Runs `peer ask SUB ARGS…` for `peers`, `card` and `recommend`.
-pub fn run(_ctx: &Ctx, sub: &str, _args: Vec<OsString>) -> Result<i32> {
-    Err(Error::new(
-        Code::MethodNotFound,
-        format!("peer ask {sub} is not available yet"),
-    ))
+pub const PEERS_HELP: &str = "usage: peer ask peers [--refresh] [--json]
+
+Lists the configured friends with what they advertise (description, tags, sessions), whether
+they were reachable and how long ago. Uses the roster a running ask server keeps; fetches every
+friend's advertisement now when there is none or with --refresh.
+";
+
+pub const CARD_HELP: &str = "usage: peer ask card show [--host H] [--port N] [--json]
+       peer ask card verify CARD|- [--json]
+       peer ask card add CARD|- [--mode ask|auto|deny] [--replace] [--json]
+
+show prints this agent's signed friend card (dsh-ask-peer format) and key fingerprint; verify
+checks a card's self-signature and expiry; add verifies it and adds the agent to ask.peers.
+A friend of the same name with another key is never replaced without --replace.
+";
+
+pub const RECOMMEND_HELP: &str = "usage: peer ask recommend PEER [--topic T] [--max-hops N] [--json]
+
+Asks friend PEER to recommend one of its friends (through up to N further agents, default 1,
+at most 3) who knows topic T. The card is verified and kept for your decision:
+'peer ask friends pending', then 'peer ask friends decide RECID add|decline'.
+";
+
+pub const FRIENDS_HELP: &str = "usage: peer ask friends pending [--json]
+       peer ask friends decide RECID add|decline [--mode ask|auto|deny] [--replace] [--json]
+
+Shows the recommendations waiting for your decision, and carries one out.
+";
+
+/// The discovery subcommands (`peers`, `card`, `recommend`, `friends`), dispatched by name.
+pub fn run(ctx: &Ctx, sub: &str, argv: Vec<OsString>) -> Result<i32> {
+    match sub {
+        "peers" => peers(ctx, argv),
+        "card" => card_cmd(ctx, argv),
+        "recommend" => recommend_cmd(ctx, argv),
+        "friends" => friends_cmd(ctx, argv),
+        other => Err(Error::new(
+            Code::Usage,
+            format!(
+                "unknown ask subcommand {:?}",
+                sanitize::line(other, 40)
+            ),
+        )),
+    }
+}
+
+/// Subcommand names this module answers.
+pub const SUBCOMMANDS: [&str; 4] = ["peers", "card", "recommend", "friends"];
+
+fn positional(argv: Vec<OsString>, help: &str) -> Result<Option<(Vec<String>, Vec<(String, Option<String>)>)>> {
+    use lexopt::prelude::*;
+    let mut p = args::parser(argv);
+    let mut words = Vec::new();
+    let mut flags = Vec::new();
+    while let Some(arg) = p.next().map_err(args::usage)? {
+        match arg {
+            Long("help") | Short('h') => {
+                print!("{help}");
+                return Ok(None);
+            }
+            Long(flag @ ("refresh" | "replace")) => flags.push((flag.to_string(), None)),
+            Long(flag @ ("host" | "port" | "mode" | "topic" | "max-hops")) => {
+                let flag = flag.to_string();
+                let v = args::string(&mut p, &format!("--{flag}"))?;
+                flags.push((flag, Some(v)));
+            }
+            Value(v) => words.push(
+                v.into_string()
+                    .map_err(|_| Error::new(Code::Usage, "arguments must be valid UTF-8"))?,
+            ),
+            other => return Err(args::unexpected(other)),
+        }
+    }
+    Ok(Some((words, flags)))
+}
+
+fn flag<'a>(flags: &'a [(String, Option<String>)], name: &str) -> Option<&'a str> {
+    flags
+        .iter()
+        .rev()
+        .find(|(f, _)| f == name)
+        .map(|(_, v)| v.as_deref().unwrap_or(""))
+}
+
+fn only_flags(flags: &[(String, Option<String>)], allowed: &[&str], sub: &str) -> Result<()> {
+    match flags.iter().find(|(f, _)| !allowed.contains(&f.as_str())) {
+        Some((f, _)) => Err(Error::new(
+            Code::Usage,
+            format!("peer ask {sub} does not take --{f}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn load(ctx: &Ctx) -> Result<(std::path::PathBuf, AskConfig)> {
+    if std::env::var_os(crate::ask::ANSWERER_ENV).is_some() {
+        return Err(Error::new(
+            Code::CapabilityDenied,
+            "an answering agent cannot use peer ask (no ask loops)",
+        ));
+    }
+    let home = ctx.home()?;
+    let cfg = AskConfig::load(&home)?;
+    Ok((home, cfg))
+}
+
+fn age(now: u64, then: Option<u64>) -> String {
+    match then {
+        None => "never".into(),
+        Some(t) => {
+            let s = now.saturating_sub(t) / 1000;
+            match s {
+                0..=119 => format!("{s}s ago"),
+                120..=7199 => format!("{}m ago", s / 60),
+                _ => format!("{}h ago", s / 3600),
+            }
+        }
+    }
+}
+
+fn peers(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+    let Some((words, flags)) = positional(argv, PEERS_HELP)? else {
+        return Ok(0);
+    };
+    only_flags(&flags, &["refresh"], "peers")?;
+    if !words.is_empty() {
+        return Err(Error::new(Code::Usage, "peer ask peers takes no arguments"));
+    }
+    let (home, cfg) = load(ctx)?;
+    let list = discovery::peers_listing(&home, &cfg, flag(&flags, "refresh").is_some());
+    if ctx.json {
+        print_json(&json!({"peers": list}));
+        return Ok(0);
+    }
+    if list.is_empty() {
+        println!("no friends configured (ask.peers in config.json, or 'peer ask card add')");
+    }
+    let now = clock::now_ms();
+    for p in &list {
+        let s = |k: &str| sanitize::line(p[k].as_str().unwrap_or(""), 120);
+        let tags: Vec<String> = p["tags"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).map(|t| sanitize::line(t, 40)).collect())
+            .unwrap_or_default();
+        let state = if p["reachable"] == true { "reachable" } else { "unreachable" };
+        let seen = age(now, p["ageMs"].as_u64().map(|a| now.saturating_sub(a)));
+        println!(
+            "{:<16} {state:<11} seen {seen:<9} {}:{} mode={}{}",
+            s("peer"),
+            s("host"),
+            p["port"],
+            s("mode"),
+            if p["signed"] == true { " signed" } else { "" }
+        );
+        if !s("description").is_empty() {
+            println!("    {}", s("description"));
+        }
+        if !tags.is_empty() {
+            println!("    tags: {}", tags.join(", "));
+        }
+        for session in p["sessions"].as_array().into_iter().flatten().take(8) {
+            let f = |k: &str| sanitize::line(session[k].as_str().unwrap_or(""), 60);
+            println!("    session {} ({}) {}", f("id"), f("workspace"), f("status"));
+        }
+        if let Some(e) = p["error"].as_str() {
+            println!("    last error: {}", sanitize::line(e, 200));
+        }
+    }
+    Ok(0)
+}
+
+/// A card argument, or standard input for `-` (bounded).
+fn card_arg(word: Option<&String>) -> Result<String> {
+    match word.map(String::as_str) {
+        None => Err(Error::new(Code::Usage, "a card (or - for standard input) is required")),
+        Some("-") => {
+            let mut s = String::new();
+            std::io::stdin()
+                .take(card::CARD_CHARS_MAX as u64 + 2)
+                .read_to_string(&mut s)
+                .map_err(|e| Error::new(Code::Io, format!("cannot read the card from stdin: {e}")))?;
+            Ok(s.trim().to_string())
+        }
+        Some(c) => Ok(c.to_string()),
+    }
+}
+
+fn print_card_fields(v: &Value) {
+    let p = &v["peer"];
+    let s = |k: &str, n: usize| sanitize::line(p[k].as_str().unwrap_or(""), n);
+    println!("name:        {}", s("name", 64));
+    println!("address:     {}:{}", s("host", 253), p["port"]);
+    println!("fingerprint: {}", v["fingerprint"].as_str().unwrap_or(""));
+    if !s("description", 200).is_empty() {
+        println!("description: {}", s("description", 200));
+    }
+    if let Some(tags) = p["tags"].as_array() {
+        let t: Vec<String> = tags.iter().filter_map(Value::as_str).map(|t| sanitize::line(t, 40)).collect();
+        println!("tags:        {}", t.join(", "));
+    }
+}
+
+fn card_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+    let Some((words, flags)) = positional(argv, CARD_HELP)? else {
+        return Ok(0);
+    };
+    let (home, cfg) = load(ctx)?;
+    match words.first().map(String::as_str) {
+        Some("show") => {
+            only_flags(&flags, &["host", "port"], "card show")?;
+            if words.len() > 1 {
+                return Err(Error::new(Code::Usage, "peer ask card show takes no arguments"));
+            }
+            let host = discovery::card_host(&cfg, flag(&flags, "host"))?;
+            let port = match flag(&flags, "port") {
+                Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+                    Error::new(Code::Usage, "--port takes a port number 1-65535")
+                })?,
+                None if cfg.listen_port == 0 => {
+                    return Err(Error::new(
+                        Code::Usage,
+                        "ask.listenPort is 0 (any free port): pass --port with the port the server got",
+                    ));
+                }
+                None => cfg.listen_port,
+            };
+            let key = keys::load_or_create(&cfg.key_dir(&home), &cfg.caller_name)?;
+            let c = discovery::own_card(&cfg, &key, &host, port, clock::now_ms());
+            let view = discovery::card_view(&c, &key);
+            if ctx.json {
+                print_json(&view);
+            } else {
+                println!("{c}");
+                println!("fingerprint: {}", key.fingerprint());
+                println!("expires:     {}", view["expiresAt"].as_str().unwrap_or(""));
+            }
+            Ok(0)
+        }
+        Some("verify") => {
+            only_flags(&flags, &[], "card verify")?;
+            let c = card_arg(words.get(1))?;
+            let v = discovery::verify_view(&c, clock::now_ms());
+            if ctx.json {
+                print_json(&v);
+            } else if v["ok"] == true {
+                println!("card verifies (it proves the key, not that the name belongs to it):");
+                print_card_fields(&v);
+            }
+            if v["ok"] != true {
+                let reason = v["reason"].as_str().unwrap_or("invalid card").to_string();
+                return Err(Error::new(Code::AuthFailed, format!("card refused: {reason}")));
+            }
+            Ok(0)
+        }
+        Some("add") => {
+            only_flags(&flags, &["mode", "replace"], "card add")?;
+            let c = card_arg(words.get(1))?;
+            let verified = card::verify(&c, clock::now_ms())
+                .map_err(|e| Error::new(Code::AuthFailed, format!("card refused: {e}")))?;
+            let mode = flag(&flags, "mode").unwrap_or("ask");
+            let merged = friends::add_to_config(
+                &home,
+                &verified,
+                mode,
+                flag(&flags, "replace").is_some(),
+                |bytes| AskConfig::parse(bytes).map(|_| ()),
+            )?;
+            let view = json!({
+                "result": merged.name(),
+                "peer": verified.peer_view(),
+                "fingerprint": crate::ask::canon::fingerprint(&verified.key),
+                "mode": mode,
+            });
+            if ctx.json {
+                print_json(&view);
+            } else {
+                println!(
+                    "{} friend {} ({}:{}, {}), mode {mode}",
+                    merged.name(),
+                    sanitize::line(&verified.name, 64),
+                    sanitize::line(&verified.host, 253),
+                    verified.port,
+                    view["fingerprint"].as_str().unwrap_or("")
+                );
+            }
+            Ok(0)
+        }
+        _ => Err(Error::new(
+            Code::Usage,
+            "peer ask card takes show, verify CARD or add CARD; see --help",
+        )),
+    }
+}
+
+/// Human lines for a recommendation view (from `recommend` or `friends pending`).
+fn print_recommendation(v: &Value) {
+    let p = &v["recommended"].as_object().map(|_| &v["recommended"]).unwrap_or(&v["peer"]);
+    let s = |x: &Value, n: usize| sanitize::line(x.as_str().unwrap_or(""), n);
+    let via: Vec<String> = v["via"]
+        .as_array()
+        .map(|a| a.iter().map(|x| s(x, 64)).collect())
+        .unwrap_or_default();
+    let chain = if via.is_empty() {
+        String::new()
+    } else {
+        format!(" via {}", via.join(" → "))
+    };
+    println!(
+        "{}{} recommends {} at {}:{}{chain}",
+        v["recId"].as_str().map(|r| format!("{r}: ")).unwrap_or_default(),
+        s(&v["from"], 64),
+        s(&p["name"], 64),
+        s(&p["host"], 253),
+        p["port"]
+    );
+    if !s(&p["description"], 200).is_empty() {
+        println!("    {}", s(&p["description"], 200));
+    }
+    if let Some(f) = v["fingerprint"].as_str() {
+        println!("    fingerprint {f}");
+    }
+}
+
+fn recommend_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+    let Some((words, flags)) = positional(argv, RECOMMEND_HELP)? else {
+        return Ok(0);
+    };
+    only_flags(&flags, &["topic", "max-hops"], "recommend")?;
+    let [peer] = words.as_slice() else {
+        return Err(Error::new(Code::Usage, "peer ask recommend takes one friend name"));
+    };
+    let hops = match flag(&flags, "max-hops") {
+        Some(h) => h
+            .parse::<u64>()
+            .ok()
+            .filter(|h| *h <= recommend::MAX_HOPS_CAP)
+            .ok_or_else(|| Error::new(Code::Usage, "--max-hops takes 0-3"))?,
+        None => recommend::DEFAULT_MAX_HOPS,
+    };
+    let topic = flag(&flags, "topic").filter(|t| !t.trim().is_empty());
+    if topic.is_some_and(|t| t.chars().count() > recommend::TOPIC_CHARS_MAX || t.chars().any(char::is_control)) {
+        return Err(Error::new(Code::Usage, "--topic must be one line of at most 200 characters"));
+    }
+    let (home, cfg) = load(ctx)?;
+    let key = keys::load_or_create(&cfg.key_dir(&home), &cfg.caller_name)?;
+    let v = discovery::request_recommendation(&home, &cfg, &key, peer, topic, hops)?;
+    if ctx.json {
+        print_json(&v);
+        return Ok(0);
+    }
+    print_recommendation(&v);
+    match v["status"].as_str() {
+        Some("awaiting_user_approval") => println!(
+            "    decide with: peer ask friends decide {} add|decline",
+            v["recId"].as_str().unwrap_or("")
+        ),
+        Some(other) => println!("    ({other}; nothing to decide)"),
+        None => {}
+    }
+    Ok(0)
+}
+
+fn friends_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+    let Some((words, flags)) = positional(argv, FRIENDS_HELP)? else {
+        return Ok(0);
+    };
+    let (home, _cfg) = load(ctx)?;
+    let now = clock::now_ms();
+    match words.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["pending"] => {
+            only_flags(&flags, &[], "friends pending")?;
+            let list = pending::Store::new(&discovery::state_dir(&home)).list(now)?;
+            let views: Vec<Value> = list
+                .iter()
+                .map(|p| {
+                    let mut v = p.view(now);
+                    if let Ok(c) = card::parse(&p.card) {
+                        v["fingerprint"] = json!(crate::ask::canon::fingerprint(&c.0.key));
+                    }
+                    v
+                })
+                .collect();
+            if ctx.json {
+                print_json(&json!({"pending": views}));
+            } else if views.is_empty() {
+                println!("no recommendations are waiting");
+            } else {
+                views.iter().for_each(print_recommendation);
+            }
+            Ok(0)
+        }
+        ["decide", rec_id, decision] => {
+            only_flags(&flags, &["mode", "replace"], "friends decide")?;
+            let d = pending::Decision::parse(decision)
+                .ok_or_else(|| Error::new(Code::Usage, "the decision is add or decline"))?;
+            let v = discovery::decide(
+                &home,
+                rec_id,
+                None,
+                d,
+                flag(&flags, "mode").unwrap_or("ask"),
+                flag(&flags, "replace").is_some(),
+            )?;
+            if ctx.json {
+                print_json(&v);
+            } else if let Some(p) = v.get("peer") {
+                println!(
+                    "{} friend {} ({}:{})",
+                    v["result"].as_str().unwrap_or("added"),
+                    sanitize::line(p["name"].as_str().unwrap_or(""), 64),
+                    sanitize::line(p["host"].as_str().unwrap_or(""), 253),
+                    p["port"]
+                );
+            } else {
+                println!("declined {}", sanitize::line(rec_id, 40));
+            }
+            Ok(0)
+        }
+        _ => Err(Error::new(
+            Code::Usage,
+            "peer ask friends takes pending, or decide RECID add|decline; see --help",
+        )),
+    }
 }

@@ -42,6 +42,7 @@ impl ToolHost for FakeHost {
                 Code::CapabilityDenied,
                 "resource.control missing",
             )),
+            ToolCall::Ask(_) => Err(Error::new(Code::NotFound, "no friends here")),
         }
     }
 }
@@ -191,15 +192,8 @@ fn initialize_negotiates_and_answers_ping_and_tools_list() {
     let list = h.request(4, "tools/list", json!({}));
     let tools = list["result"]["tools"].as_array().unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(
-        names,
-        [
-            "list_peers",
-            "send_peer_message",
-            "peer_messages",
-            "coordinate_resource"
-        ]
-    );
+    assert_eq!(names, crate::tools::TOOL_NAMES);
+    assert_eq!(names[..4], ["list_peers", "send_peer_message", "peer_messages", "coordinate_resource"]);
     for t in tools {
         assert_eq!(t["inputSchema"]["type"], "object");
         assert_eq!(t["inputSchema"]["additionalProperties"], false);

@@ -110,6 +110,7 @@ pub fn execute(
         }
         ToolCall::Messages(a) => read_messages(core, caller, a, opts, cancel),
         ToolCall::Resource(a) => super::resources::coordinate(core, caller, a, cancel),
+        ToolCall::Ask(a) => crate::ask::discovery::tools::execute(&core.ns.home, a, cancel),
     }
 }
 

@@ -1,11 +1,12 @@
-//! The four model tools (`list_peers`, `send_peer_message`, `peer_messages`,
-//! `coordinate_resource`): their JSON Schemas, strict validation of arguments into typed
+//! The model tools — the four local ones (`list_peers`, `send_peer_message`, `peer_messages`,
+//! `coordinate_resource`) and the six cross-machine ask tools of [`ask`]: their JSON Schemas, strict validation of arguments into typed
 //! calls, the capability each call needs, and the [`ToolHost`] interface that executes them.
 //!
 //! The CLI, the MCP server and child-run tool paths all go through [`parse_call`] so a model
 //! sees the same contract everywhere. This module does no I/O and knows no principal: the
 //! host decides who is calling and checks [`check_capability`] against that caller.
 
+pub mod ask;
 mod args;
 mod schema;
 
@@ -37,11 +38,17 @@ pub const CAP_RESOURCE_REQUEST: &str = "resource.request";
 pub const CAP_RESOURCE_CONTROL: &str = "resource.control";
 
 /// Tool names, in listing order.
-pub const TOOL_NAMES: [&str; 4] = [
+pub const TOOL_NAMES: [&str; 10] = [
     "list_peers",
     "send_peer_message",
     "peer_messages",
     "coordinate_resource",
+    ask::ASK_TOOL_NAMES[0],
+    ask::ASK_TOOL_NAMES[1],
+    ask::ASK_TOOL_NAMES[2],
+    ask::ASK_TOOL_NAMES[3],
+    ask::ASK_TOOL_NAMES[4],
+    ask::ASK_TOOL_NAMES[5],
 ];
 
 /// `list_peers` arguments.
@@ -117,6 +124,8 @@ pub enum ToolCall {
     Send(SendArgs),
     Messages(MessagesArgs),
     Resource(ResourceArgs),
+    /// One of the cross-machine ask tools.
+    Ask(ask::AskCall),
 }
 
 /// Executes validated tool calls; implemented by the runtime (root or child-run adapter).
@@ -135,13 +144,15 @@ impl ToolCall {
             ToolCall::Send(_) => TOOL_NAMES[1],
             ToolCall::Messages(_) => TOOL_NAMES[2],
             ToolCall::Resource(_) => TOOL_NAMES[3],
+            ToolCall::Ask(a) => a.tool_name(),
         }
     }
 
-    /// Every capability this call needs (empty for `list_peers`).
+    /// Every capability this call needs (empty for `list_peers` and the ask tools, which act
+    /// for the namespace's owner towards friends the owner configured).
     pub fn required_capabilities(&self) -> Vec<&'static str> {
         match self {
-            ToolCall::ListPeers(_) => vec![],
+            ToolCall::ListPeers(_) | ToolCall::Ask(_) => vec![],
             ToolCall::Send(_) => vec![CAP_MESSAGE_SEND],
             ToolCall::Messages(m) if m.wait_ms > 0 => vec![CAP_MESSAGE_RECEIVE, CAP_MESSAGE_WAIT],
             ToolCall::Messages(_) => vec![CAP_MESSAGE_RECEIVE],
@@ -182,6 +193,9 @@ pub fn parse_call(name: &str, args: &Value, limits: &Limits) -> Result<ToolCall>
         }
         "coordinate_resource" => {
             parse_resource(&Args::new(name, args, &empty)?, limits).map(ToolCall::Resource)
+        }
+        n if ask::ASK_TOOL_NAMES.contains(&n) => {
+            ask::parse(n, &Args::new(name, args, &empty)?).map(ToolCall::Ask)
         }
         other => Err(Error::new(
             Code::MethodNotFound,

@@ -6,14 +6,17 @@ use super::{ID_CHARS_MAX, QUERY_CHARS_MAX, RESOURCE_CHARS_MAX, TARGET_CHARS_MAX,
 use crate::config::Limits;
 use serde_json::{Value, json};
 
-/// `[{name, title, description, inputSchema, annotations}]` for the four tools.
+/// `[{name, title, description, inputSchema, annotations}]` for every tool, in
+/// [`super::TOOL_NAMES`] order.
 pub fn tool_list(limits: &Limits) -> Value {
-    json!([
+    let mut tools = vec![
         list_peers(),
         send_peer_message(),
         peer_messages(limits),
-        coordinate_resource(limits)
-    ])
+        coordinate_resource(limits),
+    ];
+    tools.extend(super::ask::tool_list());
+    Value::Array(tools)
 }
 
 fn object(properties: Value, required: &[&str]) -> Value {

@@ -264,3 +264,61 @@ fn schemas_are_closed_objects_matching_the_parser() {
         30_000
     );
 }
+
+#[test]
+fn ask_tools_parse_strictly() {
+    use super::ask::{AskCall, Question};
+    let q = |question: &str| Question {
+        question: question.into(),
+        context_files: vec![],
+        timeout_ms: None,
+    };
+    assert_eq!(
+        parse("ask_peer", json!({"peer": "bob", "question": "where is the db url?"})).unwrap(),
+        ToolCall::Ask(AskCall::Ask {
+            peer: "bob".into(),
+            q: q("where is the db url?"),
+            async_: false
+        })
+    );
+    let ToolCall::Ask(AskCall::Ask { q: got, async_, .. }) = parse(
+        "ask_peer_async",
+        json!({"peer": "bob", "question": "q", "contextFiles": ["a/b.rs"], "timeoutMs": 5000}),
+    )
+    .unwrap() else {
+        panic!("not an ask")
+    };
+    assert!(async_);
+    assert_eq!((got.context_files, got.timeout_ms), (vec!["a/b.rs".to_string()], Some(5000)));
+    assert_eq!(
+        parse("ask_result", json!({"peer": "bob", "askId": "a-1"})).unwrap(),
+        ToolCall::Ask(AskCall::Result {
+            peer: "bob".into(),
+            ask_id: "a-1".into(),
+            wait_ms: super::ask::RESULT_WAIT_MS_DEFAULT
+        })
+    );
+    assert_eq!(
+        parse("recommend_peer", json!({"peer": "bob", "topic": "postgres"})).unwrap(),
+        ToolCall::Ask(AskCall::Recommend {
+            peer: "bob".into(),
+            topic: Some("postgres".into()),
+            max_hops: 1
+        })
+    );
+    assert_eq!(
+        parse("peers_list", Value::Null).unwrap(),
+        ToolCall::Ask(AskCall::PeersList { refresh: false })
+    );
+    usage_err("ask_peer", json!({"peer": "bob"}), &["question", "required"]);
+    usage_err("ask_peer", json!({"peer": "bob", "question": "  "}), &["question", "empty"]);
+    usage_err("ask_peer", json!({"peer": "bob", "question": "q", "x": 1}), &["unknown argument `x`"]);
+    usage_err("ask_peer", json!({"peer": "bob", "question": "q", "timeoutMs": 5}), &["timeoutMs"]);
+    usage_err("ask_peer", json!({"peer": "bob", "question": "q", "contextFiles": "a"}), &["contextFiles"]);
+    usage_err("ask_peers", json!({"peers": [], "question": "q"}), &["peers"]);
+    usage_err("ask_peers", json!({"peers": ["a", "a"], "question": "q"}), &["distinct"]);
+    usage_err("ask_peers", json!({"peers": vec!["a"; 9], "question": "q"}), &["peers"]);
+    usage_err("recommend_peer", json!({"peer": "bob", "maxHops": 4}), &["maxHops"]);
+    usage_err("ask_result", json!({"peer": "bob"}), &["askId"]);
+    usage_err("peers_list", json!({"refresh": "yes"}), &["refresh", "boolean"]);
+}

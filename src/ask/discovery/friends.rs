@@ -1,0 +1,210 @@
+//! Adding a verified friend card to `ask.peers` in `<home>/config.json`: a pure merge decision
+//! over the JSON list, and the locked, validated, atomic rewrite of the file around it.
+//!
+//! Unlike dsh-ask-peer, a card never silently replaces a friend: the same name with a different
+//! (or no) pinned key, or the same key under another name, is refused unless the owner says
+//! `--replace`; a replacement keeps the friend's token and mode. A card from the same key
+//! updates the address (the key holder said where it is now) and keeps everything else.
+
+use crate::ask::card::Card;
+use crate::error::{Code, Error, Result};
+use crate::{fsutil, sanitize};
+use serde_json::{Map, Value, json};
+use std::path::Path;
+
+/// Friend modes a card may be added with.
+pub const MODES: [&str; 3] = ["ask", "auto", "deny"];
+/// Most friends in `ask.peers` after an add.
+pub const FRIENDS_MAX: usize = 256;
+/// How long an add waits for the config file's lock.
+const LOCK_WAIT_MS: u64 = 5_000;
+
+/// What an add did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Merged {
+    /// A new friend.
+    Added,
+    /// The same key under the same name: host, port and description refreshed.
+    Updated,
+    /// Nothing changed.
+    Unchanged,
+    /// `--replace`: an existing friend of that name now pins the card's key.
+    Replaced,
+}
+
+impl Merged {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Merged::Added => "added",
+            Merged::Updated => "updated",
+            Merged::Unchanged => "unchanged",
+            Merged::Replaced => "replaced",
+        }
+    }
+}
+
+fn conflict(message: String) -> Error {
+    Error::new(Code::AuthFailed, message)
+}
+
+/// Merges `card` into the `peers` list (pure). `mode` applies to a new friend only.
+pub fn merge(peers: &mut Vec<Value>, card: &Card, mode: &str, replace: bool) -> Result<Merged> {
+    let name = sanitize::line(&card.name, 64);
+    let key_str = |p: &Value| p.get("publicKey").and_then(Value::as_str).map(str::to_string);
+    if let Some(other) = peers.iter().find(|p| {
+        key_str(p).as_deref() == Some(card.public_key.as_str())
+            && p.get("name").and_then(Value::as_str) != Some(card.name.as_str())
+    }) {
+        let other = other.get("name").and_then(Value::as_str).unwrap_or("?");
+        return Err(conflict(format!(
+            "this key already belongs to friend {:?}; the card calls itself {name:?}. Remove one first",
+            sanitize::line(other, 64)
+        )));
+    }
+    let address = |m: &mut Map<String, Value>| {
+        m.insert("host".into(), json!(card.host));
+        m.insert("port".into(), json!(card.port));
+        match &card.description {
+            Some(d) => m.insert("description".into(), json!(d)),
+            None => m.remove("description"),
+        };
+    };
+    let Some(existing) = peers
+        .iter_mut()
+        .find(|p| p.get("name").and_then(Value::as_str) == Some(card.name.as_str()))
+    else {
+        if peers.len() >= FRIENDS_MAX {
+            return Err(Error::new(
+                Code::QueueFull,
+                format!("ask.peers already lists {FRIENDS_MAX} friends"),
+            ));
+        }
+        let mut m = Map::new();
+        m.insert("name".into(), json!(card.name));
+        address(&mut m);
+        m.insert("publicKey".into(), json!(card.public_key));
+        m.insert("mode".into(), json!(mode));
+        peers.push(Value::Object(m));
+        return Ok(Merged::Added);
+    };
+    let Some(m) = existing.as_object_mut() else {
+        return Err(Error::new(
+            Code::ConfigInvalid,
+            format!("ask.peers entry {name:?} is not an object"),
+        ));
+    };
+    let before = m.clone();
+    let pinned = m.get("publicKey").and_then(Value::as_str).map(str::to_string);
+    if pinned.as_deref() == Some(card.public_key.as_str()) {
+        address(m);
+        return Ok(if *m == before {
+            Merged::Unchanged
+        } else {
+            Merged::Updated
+        });
+    }
+    if !replace {
+        let what = if pinned.is_some() {
+            "a different key"
+        } else {
+            "no pinned key (token only)"
+        };
+        return Err(conflict(format!(
+            "a friend named {name:?} already exists with {what}; the card's key is not theirs unless \
+             they confirm it. Compare fingerprints, then add again with --replace"
+        )));
+    }
+    address(m);
+    m.insert("publicKey".into(), json!(card.public_key));
+    Ok(Merged::Replaced)
+}
+
+/// Adds `card` to `<home>/config.json` under the file's lock. `validate` is the configuration
+/// check of the whole file (the same one `peer` runs at start), applied to the new bytes
+/// before they replace the old ones, so an add never leaves an unloadable config.
+pub fn add_to_config(
+    home: &Path,
+    card: &Card,
+    mode: &str,
+    replace: bool,
+    validate: impl Fn(&[u8]) -> Result<()>,
+) -> Result<Merged> {
+    if !MODES.contains(&mode) {
+        return Err(Error::new(
+            Code::Usage,
+            format!("--mode must be one of {}", MODES.join("|")),
+        ));
+    }
+    fsutil::ensure_private_dir(home)?;
+    let path = home.join("config.json");
+    let _lock = fsutil::FileLock::acquire(&home.join("config.json.lock"), LOCK_WAIT_MS)?;
+    let mut root = match fsutil::read_private_bounded(&path, crate::config::CONFIG_FILE_BYTES_MAX) {
+        Ok(bytes) => serde_json::from_slice::<Value>(&bytes).map_err(|e| {
+            Error::new(
+                Code::ConfigInvalid,
+                format!("{}: not valid JSON ({e})", path.display()),
+            )
+        })?,
+        Err(e) if e.code == Code::NotFound => json!({}),
+        Err(e) => return Err(e),
+    };
+    let peers = root
+        .as_object_mut()
+        .ok_or_else(|| Error::new(Code::ConfigInvalid, "the top level must be a JSON object"))?
+        .entry("ask")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or_else(|| Error::new(Code::ConfigInvalid, "ask must be an object"))?
+        .entry("peers")
+        .or_insert_with(|| json!([]));
+    let Value::Array(list) = peers else {
+        return Err(Error::new(Code::ConfigInvalid, "ask.peers must be an array"));
+    };
+    let merged = merge(list, card, mode, replace)?;
+    if merged == Merged::Unchanged {
+        return Ok(merged);
+    }
+    let bytes = serde_json::to_vec_pretty(&root)
+        .map_err(|e| Error::new(Code::Io, format!("cannot encode the configuration: {e}")))?;
+    validate(&bytes)?;
+    fsutil::atomic_write(&path, &bytes, fsutil::Durability::Durable)?;
+    Ok(merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card(name: &str, key: &str, port: u16) -> Card {
+        Card {
+            name: name.into(),
+            host: "10.0.0.2".into(),
+            port,
+            public_key: key.into(),
+            key: [0; 32],
+            description: None,
+            tags: vec![],
+            issued: 0,
+            ttl: 1,
+            payload: Value::Null,
+        }
+    }
+
+    #[test]
+    fn merge_never_silently_replaces() {
+        let mut peers = vec![json!({"name": "bob", "host": "h", "port": 1, "token": "t", "mode": "auto"})];
+        let err = merge(&mut peers, &card("bob", "ed25519:K", 2), "ask", false).unwrap_err();
+        assert!(err.message.contains("--replace"), "{}", err.message);
+        assert_eq!(peers[0]["port"], 1, "nothing changed");
+        assert_eq!(merge(&mut peers, &card("bob", "ed25519:K", 2), "ask", true).unwrap(), Merged::Replaced);
+        assert_eq!((peers[0]["token"].as_str(), peers[0]["mode"].as_str()), (Some("t"), Some("auto")));
+        assert_eq!(merge(&mut peers, &card("bob", "ed25519:K", 3), "ask", false).unwrap(), Merged::Updated);
+        assert_eq!(merge(&mut peers, &card("bob", "ed25519:K", 3), "ask", false).unwrap(), Merged::Unchanged);
+        // A different key under the pinned name, and the pinned key under another name.
+        assert!(merge(&mut peers, &card("bob", "ed25519:X", 3), "ask", false).is_err());
+        assert!(merge(&mut peers, &card("eve", "ed25519:K", 3), "ask", true).is_err());
+        assert_eq!(merge(&mut peers, &card("carol", "ed25519:C", 4), "deny", false).unwrap(), Merged::Added);
+        assert_eq!(peers[1]["mode"], "deny");
+        assert_eq!(peers.len(), 2);
+    }
+}
