@@ -218,7 +218,12 @@ pub fn check(
     let sessions: Vec<Value> = m
         .get("sessions")
         .and_then(Value::as_array)
-        .map(|a| a.iter().take(SESSIONS_MAX).filter_map(clean_session).collect())
+        .map(|a| {
+            a.iter()
+                .take(SESSIONS_MAX)
+                .filter_map(clean_session)
+                .collect()
+        })
         .unwrap_or_default();
     Ok(json!({
         "name": friend,
@@ -317,7 +322,10 @@ impl Roster {
         fetch: &(dyn Fn(&str) -> Result<Value, String> + Sync),
         stop: &dyn Fn() -> bool,
     ) {
-        for chunk in friends.chunks(FETCH_PARALLEL).take(ROSTER_MAX / FETCH_PARALLEL) {
+        for chunk in friends
+            .chunks(FETCH_PARALLEL)
+            .take(ROSTER_MAX / FETCH_PARALLEL)
+        {
             if stop() {
                 break;
             }
@@ -350,13 +358,16 @@ impl Roster {
     }
 }
 
+/// Fetches one friend's advert by name (unchecked; [`check`] runs after it).
+pub type Fetch = dyn Fn(&str) -> Result<Value, String> + Send + Sync;
+
 /// Runs [`Roster::refresh`] now and then every `every_ms` (0: only once, as dsh) until `stop`
 /// says so (looked at every 50 ms).
 pub fn spawn_refresher(
     roster: Arc<Roster>,
     every_ms: u64,
     friends: Vec<Watched>,
-    fetch: Box<dyn Fn(&str) -> Result<Value, String> + Send + Sync>,
+    fetch: Box<Fetch>,
     stop: Box<dyn Fn() -> bool + Send>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
@@ -367,8 +378,8 @@ pub fn spawn_refresher(
                 if every_ms == 0 {
                     return;
                 }
-                let until = std::time::Instant::now()
-                    + Duration::from_millis(every_ms.max(REFRESH_MS_MIN));
+                let until =
+                    std::time::Instant::now() + Duration::from_millis(every_ms.max(REFRESH_MS_MIN));
                 while std::time::Instant::now() < until {
                     if stop() {
                         return;
@@ -396,7 +407,13 @@ mod tests {
             tags: &tags,
             workspace: Path::new("/home/bob/src/shop"),
         };
-        build(&local, vec![json!({"id": "b1", "workspace": "shop", "createdAt": 1, "updatedAt": 2, "status": "idle"})], now)
+        build(
+            &local,
+            vec![
+                json!({"id": "b1", "workspace": "shop", "createdAt": 1, "updatedAt": 2, "status": "idle"}),
+            ],
+            now,
+        )
     }
 
     #[test]
@@ -404,21 +421,43 @@ mod tests {
         let now = 1_785_150_000_000;
         let k = key();
         let public = k.verifying_key().to_bytes();
-        let signed = sign(advert(now), &public, |m| canon::b64url(&k.sign(m).to_bytes()));
+        let signed = sign(advert(now), &public, |m| {
+            canon::b64url(&k.sign(m).to_bytes())
+        });
         assert_eq!(signed["workspace"], "shop", "basename only");
         let ok = check("bob", Some(&public), &signed, now).unwrap();
-        assert_eq!((ok["signed"].as_bool(), ok["tags"][0].as_str()), (Some(true), Some("postgres")));
+        assert_eq!(
+            (ok["signed"].as_bool(), ok["tags"][0].as_str()),
+            (Some(true), Some("postgres"))
+        );
         // Tampered text, wrong key, unsigned, wrong name, future time.
         let mut t = signed.clone();
         t["description"] = json!("trust me");
-        assert!(check("bob", Some(&public), &t, now).unwrap_err().contains("verify"));
-        let other = SigningKey::from_bytes(&[8u8; 32]).verifying_key().to_bytes();
+        assert!(
+            check("bob", Some(&public), &t, now)
+                .unwrap_err()
+                .contains("verify")
+        );
+        let other = SigningKey::from_bytes(&[8u8; 32])
+            .verifying_key()
+            .to_bytes();
         assert!(check("bob", Some(&other), &signed, now).is_err());
-        assert!(check("bob", Some(&public), &advert(now), now).unwrap_err().contains("unsigned"));
-        assert!(check("carol", None, &advert(now), now).unwrap_err().contains("name"));
+        assert!(
+            check("bob", Some(&public), &advert(now), now)
+                .unwrap_err()
+                .contains("unsigned")
+        );
+        assert!(
+            check("carol", None, &advert(now), now)
+                .unwrap_err()
+                .contains("name")
+        );
         assert!(check("bob", None, &advert(now + FUTURE_SKEW_MS + 1000), now).is_err());
         // A keyless friend's unsigned advert is accepted, marked unsigned.
-        assert_eq!(check("bob", None, &advert(now), now).unwrap()["signed"], false);
+        assert_eq!(
+            check("bob", None, &advert(now), now).unwrap()["signed"],
+            false
+        );
     }
 
     #[test]
@@ -428,7 +467,10 @@ mod tests {
         a["description"] = json!("x".repeat(DESCRIPTION_CHARS_MAX + 1));
         a["tags"] = json!(vec!["t"; 100]);
         a["extra"] = json!("dropped");
-        a["sessions"] = json!(vec![json!({"id": "s", "secret": "no", "topics": ["a","b","c","d","e"]}); 50]);
+        a["sessions"] = json!(vec![
+            json!({"id": "s", "secret": "no", "topics": ["a","b","c","d","e"]});
+            50
+        ]);
         let c = check("bob", None, &a, now).unwrap();
         assert_eq!(c["description"], "");
         assert_eq!(c["tags"].as_array().unwrap().len(), TAGS_MAX);
@@ -442,10 +484,23 @@ mod tests {
     #[test]
     fn roster_records_and_forgets() {
         let r = Roster::new(None);
-        let friends = vec![Watched { name: "bob".into(), key: None }, Watched { name: "eve".into(), key: None }];
+        let friends = vec![
+            Watched {
+                name: "bob".into(),
+                key: None,
+            },
+            Watched {
+                name: "eve".into(),
+                key: None,
+            },
+        ];
         let now = clock::now_ms();
         let fetch = move |name: &str| -> Result<Value, String> {
-            if name == "bob" { Ok(advert(now)) } else { Err("connection refused".into()) }
+            if name == "bob" {
+                Ok(advert(now))
+            } else {
+                Err("connection refused".into())
+            }
         };
         r.refresh(&friends, &fetch, &|| false);
         let s = r.snapshot();

@@ -192,11 +192,7 @@ fn text(
     }
 }
 
-fn required(
-    m: &Map<String, Value>,
-    name: &'static str,
-    max: usize,
-) -> Result<String, CardError> {
+fn required(m: &Map<String, Value>, name: &'static str, max: usize) -> Result<String, CardError> {
     match text(m, name, max)? {
         Some(s) if !s.trim().is_empty() => Ok(s),
         _ => Err(CardError::Field(name, "a non-empty string")),
@@ -356,20 +352,35 @@ mod tests {
         );
         assert_eq!(json, expected);
         let (parsed, sig) = parse(&card).unwrap();
-        assert_eq!(canon::canonical_json(&parsed.payload).unwrap(), VECTOR_CANONICAL);
+        assert_eq!(
+            canon::canonical_json(&parsed.payload).unwrap(),
+            VECTOR_CANONICAL
+        );
         assert_eq!(VECTOR_CANONICAL.len(), 333);
         assert_eq!(sig, VECTOR_SIGNATURE);
         let ok = verify(&card, ISSUED + 1).unwrap();
-        assert_eq!((ok.name.as_str(), ok.port, ok.ttl), ("ada", 3877, CARD_TTL_MS));
+        assert_eq!(
+            (ok.name.as_str(), ok.port, ok.ttl),
+            ("ada", 3877, CARD_TTL_MS)
+        );
         assert_eq!(ok.tags, ["postgres", "migrations"]);
     }
 
     #[test]
     fn expiry_future_and_tampering_are_refused() {
         let card = vector_card();
-        assert_eq!(verify(&card, ISSUED + CARD_TTL_MS), Ok(verify(&card, ISSUED).unwrap()));
-        assert_eq!(verify(&card, ISSUED + CARD_TTL_MS + 1), Err(CardError::Expired));
-        assert_eq!(verify(&card, ISSUED - ISSUED_SKEW_MS - 1), Err(CardError::FromTheFuture));
+        assert_eq!(
+            verify(&card, ISSUED + CARD_TTL_MS),
+            Ok(verify(&card, ISSUED).unwrap())
+        );
+        assert_eq!(
+            verify(&card, ISSUED + CARD_TTL_MS + 1),
+            Err(CardError::Expired)
+        );
+        assert_eq!(
+            verify(&card, ISSUED - ISSUED_SKEW_MS - 1),
+            Err(CardError::FromTheFuture)
+        );
         // Change the port inside the signed JSON: the signature no longer verifies.
         let json = canon::unb64url(card.strip_prefix(CARD_PREFIX).unwrap()).unwrap();
         let tampered = String::from_utf8(json).unwrap().replace("3877", "3878");
@@ -415,8 +426,17 @@ mod tests {
         no_ttl["ttl"] = serde_json::json!(-5);
         assert_eq!(parse(&enc(no_ttl)).unwrap().0.ttl, CARD_TTL_MS);
         assert_eq!(parse("hello").err(), Some(CardError::Prefix));
-        assert_eq!(parse(&format!("{CARD_PREFIX}!!")).err(), Some(CardError::Encoding));
-        assert_eq!(parse(&format!("{CARD_PREFIX}{}", canon::b64url(b"[1]"))).err(), Some(CardError::Encoding));
-        assert_eq!(parse(&"x".repeat(CARD_CHARS_MAX + 1)).err(), Some(CardError::TooLong));
+        assert_eq!(
+            parse(&format!("{CARD_PREFIX}!!")).err(),
+            Some(CardError::Encoding)
+        );
+        assert_eq!(
+            parse(&format!("{CARD_PREFIX}{}", canon::b64url(b"[1]"))).err(),
+            Some(CardError::Encoding)
+        );
+        assert_eq!(
+            parse(&"x".repeat(CARD_CHARS_MAX + 1)).err(),
+            Some(CardError::TooLong)
+        );
     }
 }

@@ -70,10 +70,12 @@ pub fn on_start(state: &Arc<ServerState>) {
         roster,
         state.config.roster_refresh_ms,
         watched,
-        Box::new(move |name: &str| match friends.iter().find(|f| f.name == name) {
-            Some(f) => fetch_advert_raw(f, advertise::FETCH_MS),
-            None => Err("not a friend".into()),
-        }),
+        Box::new(
+            move |name: &str| match friends.iter().find(|f| f.name == name) {
+                Some(f) => fetch_advert_raw(f, advertise::FETCH_MS),
+                None => Err("not a friend".into()),
+            },
+        ),
         Box::new(move || {
             server
                 .upgrade()
@@ -115,7 +117,13 @@ fn own_advert(state: &ServerState) -> Value {
     {
         return v.clone();
     }
-    let v = build_advert(&state.home, &state.config, &state.workspace, &state.key, now);
+    let v = build_advert(
+        &state.home,
+        &state.config,
+        &state.workspace,
+        &state.key,
+        now,
+    );
     *cache = Some((now, v.clone()));
     v
 }
@@ -161,7 +169,10 @@ pub fn card_host(cfg: &AskConfig, explicit: Option<&str>) -> Result<String> {
     if let Some(h) = &cfg.advertised_host {
         return Ok(h.clone());
     }
-    let h = cfg.listen_host.trim_start_matches('[').trim_end_matches(']');
+    let h = cfg
+        .listen_host
+        .trim_start_matches('[')
+        .trim_end_matches(']');
     let wildcard = h
         .parse::<std::net::IpAddr>()
         .is_ok_and(|ip| ip.is_unspecified());
@@ -214,8 +225,8 @@ pub fn card_view(card_str: &str, key: &AskKey) -> Value {
 }
 
 fn sign_card(state: &ServerState) -> std::result::Result<Response, ApiError> {
-    let host = card_host(&state.config, None)
-        .map_err(|e| ApiError::new(500, "internal", e.message))?;
+    let host =
+        card_host(&state.config, None).map_err(|e| ApiError::new(500, "internal", e.message))?;
     let card = own_card(
         &state.config,
         &state.key,
@@ -257,9 +268,10 @@ fn handle_recommend(state: &ServerState, req: &Request) -> std::result::Result<R
         ));
     }
     let now = clock::now_ms();
-    let friend = state
-        .guard
-        .authenticate(&state.config, req.ip(), &body, RECOMMEND_PURPOSE, now)?;
+    let friend =
+        state
+            .guard
+            .authenticate(&state.config, req.ip(), &body, RECOMMEND_PURPOSE, now)?;
     let r = recommend::parse_request(&friend.name, &Value::Object(body))
         .map_err(ApiError::bad_request)?;
     let roster = state.discovery.roster();
@@ -269,10 +281,19 @@ fn handle_recommend(state: &ServerState, req: &Request) -> std::result::Result<R
 
 /// One friend's card: `GET /sign/card`, verified, naming that friend, with the pinned key
 /// when we pinned one.
-pub fn fetch_card(f: &Friend, timeout_ms: u64, now_ms: u64) -> std::result::Result<(String, Card), String> {
-    let body = client::get_json(&f.host, f.port, "/sign/card", Duration::from_millis(timeout_ms))
-        .and_then(client::Reply::into_result)
-        .map_err(|e| e.message)?;
+pub fn fetch_card(
+    f: &Friend,
+    timeout_ms: u64,
+    now_ms: u64,
+) -> std::result::Result<(String, Card), String> {
+    let body = client::get_json(
+        &f.host,
+        f.port,
+        "/sign/card",
+        Duration::from_millis(timeout_ms),
+    )
+    .and_then(client::Reply::into_result)
+    .map_err(|e| e.message)?;
     let card_str = body
         .get("card")
         .and_then(Value::as_str)
@@ -293,9 +314,14 @@ pub fn fetch_card(f: &Friend, timeout_ms: u64, now_ms: u64) -> std::result::Resu
 
 /// One friend's advert as received (checked by the caller).
 fn fetch_advert_raw(f: &Friend, timeout_ms: u64) -> std::result::Result<Value, String> {
-    let v = client::get_json(&f.host, f.port, "/advertise", Duration::from_millis(timeout_ms))
-        .and_then(client::Reply::into_result)
-        .map_err(|e| e.message)?;
+    let v = client::get_json(
+        &f.host,
+        f.port,
+        "/advertise",
+        Duration::from_millis(timeout_ms),
+    )
+    .and_then(client::Reply::into_result)
+    .map_err(|e| e.message)?;
     if v.to_string().len() > advertise::ADVERT_BYTES_MAX {
         return Err(format!(
             "advert is larger than {} bytes",
@@ -312,7 +338,10 @@ pub fn fetch_advert(f: &Friend, timeout_ms: u64) -> std::result::Result<Value, S
 }
 
 /// Fetches the adverts of `friends` now, [`advertise::FETCH_PARALLEL`] at a time.
-pub fn fetch_adverts(friends: &[Friend], timeout_ms: u64) -> Vec<(String, std::result::Result<Value, String>)> {
+pub fn fetch_adverts(
+    friends: &[Friend],
+    timeout_ms: u64,
+) -> Vec<(String, std::result::Result<Value, String>)> {
     let mut out = Vec::with_capacity(friends.len());
     for chunk in friends.chunks(advertise::FETCH_PARALLEL) {
         std::thread::scope(|s| {
@@ -505,7 +534,8 @@ pub fn checked_answer(reply: &Value, now_ms: u64) -> std::result::Result<(String
         .get("card")
         .and_then(Value::as_str)
         .ok_or("the answer carries no card")?;
-    let c = card::verify(card_str, now_ms).map_err(|e| format!("recommended card is invalid: {e}"))?;
+    let c =
+        card::verify(card_str, now_ms).map_err(|e| format!("recommended card is invalid: {e}"))?;
     if reply.get("from").and_then(Value::as_str) != Some(c.name.as_str()) {
         return Err("the answer's `from` is not the name on the card".into());
     }
@@ -584,7 +614,13 @@ pub fn request_recommendation(
     let via: Vec<String> = reply
         .get("via")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).take(VIA_MAX).map(str::to_string).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .take(VIA_MAX)
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default();
     let mut out = json!({
         "peer": peer,
@@ -632,7 +668,10 @@ pub fn decide(
         pending::Decision::Decline => Ok(json!({"recId": p.rec_id, "decision": "declined"})),
         pending::Decision::Add => {
             let c = card::verify(&p.card, now).map_err(|e| {
-                Error::new(Code::AuthFailed, format!("the recommended card no longer verifies: {e}"))
+                Error::new(
+                    Code::AuthFailed,
+                    format!("the recommended card no longer verifies: {e}"),
+                )
             })?;
             let merged = friends::add_to_config(home, &c, mode, replace, |bytes| {
                 AskConfig::parse(bytes).map(|_| ())
@@ -665,7 +704,9 @@ fn friend_decision(state: &ServerState, req: &Request) -> std::result::Result<Re
         body.get("recId").and_then(Value::as_str),
         body.get("token").and_then(Value::as_str),
     ) else {
-        return Err(ApiError::bad_request("recId and token (strings) are required"));
+        return Err(ApiError::bad_request(
+            "recId and token (strings) are required",
+        ));
     };
     match decide(&state.home, rec_id, Some(token), decision, "ask", false) {
         Ok(v) => {

@@ -122,7 +122,10 @@ impl Known {
                 .unwrap_or_default()
         };
         let mut session_topics = Vec::new();
-        if let Some(sessions) = advert.and_then(|a| a.get("sessions")).and_then(Value::as_array) {
+        if let Some(sessions) = advert
+            .and_then(|a| a.get("sessions"))
+            .and_then(Value::as_array)
+        {
             for s in sessions {
                 if let Some(t) = s.get("topic").and_then(Value::as_str) {
                     session_topics.push(t.to_string());
@@ -275,9 +278,21 @@ mod tests {
 
     #[test]
     fn requests_are_clamped_and_bounded() {
-        let r = parse_request("ada", &json!({"maxHops": 9.7, "path": ["x", 3, "x", "y"], "topic": " pg "})).unwrap();
-        assert_eq!((r.max_hops, r.path.clone(), r.topic.as_deref()), (3, vec!["x".into(), "y".into()], Some("pg")));
-        assert_eq!(parse_request("ada", &json!({"maxHops": -2})).unwrap().max_hops, 0);
+        let r = parse_request(
+            "ada",
+            &json!({"maxHops": 9.7, "path": ["x", 3, "x", "y"], "topic": " pg "}),
+        )
+        .unwrap();
+        assert_eq!(
+            (r.max_hops, r.path.clone(), r.topic.as_deref()),
+            (3, vec!["x".into(), "y".into()], Some("pg"))
+        );
+        assert_eq!(
+            parse_request("ada", &json!({"maxHops": -2}))
+                .unwrap()
+                .max_hops,
+            0
+        );
         assert_eq!(parse_request("ada", &json!({})).unwrap().max_hops, 0);
         assert!(parse_request("ada", &json!({"maxHops": "2"})).is_err());
         assert!(parse_request("ada", &json!({"path": vec!["a"; 9]})).is_err());
@@ -299,7 +314,11 @@ mod tests {
 
     #[test]
     fn plans_direct_forward_and_fallback() {
-        let ks = vec![known("bob", &[], ""), known("carol", &["postgres"], ""), known("dan", &[], "postgres too")];
+        let ks = vec![
+            known("bob", &[], ""),
+            known("carol", &["postgres"], ""),
+            known("dan", &[], "postgres too"),
+        ];
         let p = plan(&ks, &req(Some("postgres"), 1));
         assert_eq!(p.direct, ["carol", "dan"]);
         assert_eq!(p.forward, ["carol", "dan"]);
@@ -319,7 +338,10 @@ mod tests {
     fn paths_stop_loops_and_via_names_the_chain() {
         let mut r = req(Some("x"), 2);
         r.path = vec!["carol".into()];
-        let friends: Vec<String> = ["ada", "bob", "carol", "dan", "me"].iter().map(|s| s.to_string()).collect();
+        let friends: Vec<String> = ["ada", "bob", "carol", "dan", "me"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         assert_eq!(candidates(&friends, &r, "me"), ["bob", "dan"]);
         assert_eq!(forward_path(&r, "me"), ["carol", "ada", "me"]);
         assert_eq!(via("me", &r, None), ["me"]);

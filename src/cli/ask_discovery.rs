@@ -30,7 +30,8 @@ checks a card's self-signature and expiry; add verifies it and adds the agent to
 A friend of the same name with another key is never replaced without --replace.
 ";
 
-pub const RECOMMEND_HELP: &str = "usage: peer ask recommend PEER [--topic T] [--max-hops N] [--json]
+pub const RECOMMEND_HELP: &str =
+    "usage: peer ask recommend PEER [--topic T] [--max-hops N] [--json]
 
 Asks friend PEER to recommend one of its friends (through up to N further agents, default 1,
 at most 3) who knows topic T. The card is verified and kept for your decision:
@@ -52,10 +53,7 @@ pub fn run(ctx: &Ctx, sub: &str, argv: Vec<OsString>) -> Result<i32> {
         "friends" => friends_cmd(ctx, argv),
         other => Err(Error::new(
             Code::Usage,
-            format!(
-                "unknown ask subcommand {:?}",
-                sanitize::line(other, 40)
-            ),
+            format!("unknown ask subcommand {:?}", sanitize::line(other, 40)),
         )),
     }
 }
@@ -63,7 +61,10 @@ pub fn run(ctx: &Ctx, sub: &str, argv: Vec<OsString>) -> Result<i32> {
 /// Subcommand names this module answers.
 pub const SUBCOMMANDS: [&str; 4] = ["peers", "card", "recommend", "friends"];
 
-fn positional(argv: Vec<OsString>, help: &str) -> Result<Option<(Vec<String>, Vec<(String, Option<String>)>)>> {
+/// Flags as given: name without `--`, value when it takes one.
+type Flags = Vec<(String, Option<String>)>;
+
+fn positional(argv: Vec<OsString>, help: &str) -> Result<Option<(Vec<String>, Flags)>> {
     use lexopt::prelude::*;
     let mut p = args::parser(argv);
     let mut words = Vec::new();
@@ -156,9 +157,18 @@ fn peers(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         let s = |k: &str| sanitize::line(p[k].as_str().unwrap_or(""), 120);
         let tags: Vec<String> = p["tags"]
             .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).map(|t| sanitize::line(t, 40)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(|t| sanitize::line(t, 40))
+                    .collect()
+            })
             .unwrap_or_default();
-        let state = if p["reachable"] == true { "reachable" } else { "unreachable" };
+        let state = if p["reachable"] == true {
+            "reachable"
+        } else {
+            "unreachable"
+        };
         let seen = age(now, p["ageMs"].as_u64().map(|a| now.saturating_sub(a)));
         println!(
             "{:<16} {state:<11} seen {seen:<9} {}:{} mode={}{}",
@@ -176,7 +186,12 @@ fn peers(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         }
         for session in p["sessions"].as_array().into_iter().flatten().take(8) {
             let f = |k: &str| sanitize::line(session[k].as_str().unwrap_or(""), 60);
-            println!("    session {} ({}) {}", f("id"), f("workspace"), f("status"));
+            println!(
+                "    session {} ({}) {}",
+                f("id"),
+                f("workspace"),
+                f("status")
+            );
         }
         if let Some(e) = p["error"].as_str() {
             println!("    last error: {}", sanitize::line(e, 200));
@@ -188,13 +203,18 @@ fn peers(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
 /// A card argument, or standard input for `-` (bounded).
 fn card_arg(word: Option<&String>) -> Result<String> {
     match word.map(String::as_str) {
-        None => Err(Error::new(Code::Usage, "a card (or - for standard input) is required")),
+        None => Err(Error::new(
+            Code::Usage,
+            "a card (or - for standard input) is required",
+        )),
         Some("-") => {
             let mut s = String::new();
             std::io::stdin()
                 .take(card::CARD_CHARS_MAX as u64 + 2)
                 .read_to_string(&mut s)
-                .map_err(|e| Error::new(Code::Io, format!("cannot read the card from stdin: {e}")))?;
+                .map_err(|e| {
+                    Error::new(Code::Io, format!("cannot read the card from stdin: {e}"))
+                })?;
             Ok(s.trim().to_string())
         }
         Some(c) => Ok(c.to_string()),
@@ -211,7 +231,11 @@ fn print_card_fields(v: &Value) {
         println!("description: {}", s("description", 200));
     }
     if let Some(tags) = p["tags"].as_array() {
-        let t: Vec<String> = tags.iter().filter_map(Value::as_str).map(|t| sanitize::line(t, 40)).collect();
+        let t: Vec<String> = tags
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|t| sanitize::line(t, 40))
+            .collect();
         println!("tags:        {}", t.join(", "));
     }
 }
@@ -225,13 +249,18 @@ fn card_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         Some("show") => {
             only_flags(&flags, &["host", "port"], "card show")?;
             if words.len() > 1 {
-                return Err(Error::new(Code::Usage, "peer ask card show takes no arguments"));
+                return Err(Error::new(
+                    Code::Usage,
+                    "peer ask card show takes no arguments",
+                ));
             }
             let host = discovery::card_host(&cfg, flag(&flags, "host"))?;
             let port = match flag(&flags, "port") {
-                Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
-                    Error::new(Code::Usage, "--port takes a port number 1-65535")
-                })?,
+                Some(p) => {
+                    p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+                        Error::new(Code::Usage, "--port takes a port number 1-65535")
+                    })?
+                }
                 None if cfg.listen_port == 0 => {
                     return Err(Error::new(
                         Code::Usage,
@@ -256,15 +285,18 @@ fn card_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             only_flags(&flags, &[], "card verify")?;
             let c = card_arg(words.get(1))?;
             let v = discovery::verify_view(&c, clock::now_ms());
-            if ctx.json {
-                print_json(&v);
-            } else if v["ok"] == true {
-                println!("card verifies (it proves the key, not that the name belongs to it):");
-                print_card_fields(&v);
-            }
             if v["ok"] != true {
                 let reason = v["reason"].as_str().unwrap_or("invalid card").to_string();
-                return Err(Error::new(Code::AuthFailed, format!("card refused: {reason}")));
+                return Err(Error::new(
+                    Code::AuthFailed,
+                    format!("card refused: {reason}"),
+                ));
+            }
+            if ctx.json {
+                print_json(&v);
+            } else {
+                println!("card verifies (it proves the key, not that the name belongs to it):");
+                print_card_fields(&v);
             }
             Ok(0)
         }
@@ -310,7 +342,10 @@ fn card_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
 
 /// Human lines for a recommendation view (from `recommend` or `friends pending`).
 fn print_recommendation(v: &Value) {
-    let p = &v["recommended"].as_object().map(|_| &v["recommended"]).unwrap_or(&v["peer"]);
+    let p = &v["recommended"]
+        .as_object()
+        .map(|_| &v["recommended"])
+        .unwrap_or(&v["peer"]);
     let s = |x: &Value, n: usize| sanitize::line(x.as_str().unwrap_or(""), n);
     let via: Vec<String> = v["via"]
         .as_array()
@@ -323,7 +358,10 @@ fn print_recommendation(v: &Value) {
     };
     println!(
         "{}{} recommends {} at {}:{}{chain}",
-        v["recId"].as_str().map(|r| format!("{r}: ")).unwrap_or_default(),
+        v["recId"]
+            .as_str()
+            .map(|r| format!("{r}: "))
+            .unwrap_or_default(),
         s(&v["from"], 64),
         s(&p["name"], 64),
         s(&p["host"], 253),
@@ -343,7 +381,10 @@ fn recommend_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     };
     only_flags(&flags, &["topic", "max-hops"], "recommend")?;
     let [peer] = words.as_slice() else {
-        return Err(Error::new(Code::Usage, "peer ask recommend takes one friend name"));
+        return Err(Error::new(
+            Code::Usage,
+            "peer ask recommend takes one friend name",
+        ));
     };
     let hops = match flag(&flags, "max-hops") {
         Some(h) => h
@@ -354,8 +395,13 @@ fn recommend_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         None => recommend::DEFAULT_MAX_HOPS,
     };
     let topic = flag(&flags, "topic").filter(|t| !t.trim().is_empty());
-    if topic.is_some_and(|t| t.chars().count() > recommend::TOPIC_CHARS_MAX || t.chars().any(char::is_control)) {
-        return Err(Error::new(Code::Usage, "--topic must be one line of at most 200 characters"));
+    if topic.is_some_and(|t| {
+        t.chars().count() > recommend::TOPIC_CHARS_MAX || t.chars().any(char::is_control)
+    }) {
+        return Err(Error::new(
+            Code::Usage,
+            "--topic must be one line of at most 200 characters",
+        ));
     }
     let (home, cfg) = load(ctx)?;
     let key = keys::load_or_create(&cfg.key_dir(&home), &cfg.caller_name)?;
@@ -382,7 +428,12 @@ fn friends_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     };
     let (home, _cfg) = load(ctx)?;
     let now = clock::now_ms();
-    match words.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    match words
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["pending"] => {
             only_flags(&flags, &[], "friends pending")?;
             let list = pending::Store::new(&discovery::state_dir(&home)).list(now)?;

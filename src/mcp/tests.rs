@@ -193,7 +193,15 @@ fn initialize_negotiates_and_answers_ping_and_tools_list() {
     let tools = list["result"]["tools"].as_array().unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names, crate::tools::TOOL_NAMES);
-    assert_eq!(names[..4], ["list_peers", "send_peer_message", "peer_messages", "coordinate_resource"]);
+    assert_eq!(
+        names[..4],
+        [
+            "list_peers",
+            "send_peer_message",
+            "peer_messages",
+            "coordinate_resource"
+        ]
+    );
     for t in tools {
         assert_eq!(t["inputSchema"]["type"], "object");
         assert_eq!(t["inputSchema"]["additionalProperties"], false);

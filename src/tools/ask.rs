@@ -325,5 +325,7 @@ pub fn tool_list() -> Vec<Value> {
         }), &["peer"]),
         "annotations": { "readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": true },
     });
-    vec![ask_peer, peers_list, ask_peers, ask_async, ask_result, recommend]
+    vec![
+        ask_peer, peers_list, ask_peers, ask_async, ask_result, recommend,
+    ]
 }

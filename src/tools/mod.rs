@@ -6,8 +6,8 @@
 //! sees the same contract everywhere. This module does no I/O and knows no principal: the
 //! host decides who is calling and checks [`check_capability`] against that caller.
 
-pub mod ask;
 mod args;
+pub mod ask;
 mod schema;
 
 pub use schema::tool_list;

@@ -274,7 +274,11 @@ fn ask_tools_parse_strictly() {
         timeout_ms: None,
     };
     assert_eq!(
-        parse("ask_peer", json!({"peer": "bob", "question": "where is the db url?"})).unwrap(),
+        parse(
+            "ask_peer",
+            json!({"peer": "bob", "question": "where is the db url?"})
+        )
+        .unwrap(),
         ToolCall::Ask(AskCall::Ask {
             peer: "bob".into(),
             q: q("where is the db url?"),
@@ -289,7 +293,10 @@ fn ask_tools_parse_strictly() {
         panic!("not an ask")
     };
     assert!(async_);
-    assert_eq!((got.context_files, got.timeout_ms), (vec!["a/b.rs".to_string()], Some(5000)));
+    assert_eq!(
+        (got.context_files, got.timeout_ms),
+        (vec!["a/b.rs".to_string()], Some(5000))
+    );
     assert_eq!(
         parse("ask_result", json!({"peer": "bob", "askId": "a-1"})).unwrap(),
         ToolCall::Ask(AskCall::Result {
@@ -299,7 +306,11 @@ fn ask_tools_parse_strictly() {
         })
     );
     assert_eq!(
-        parse("recommend_peer", json!({"peer": "bob", "topic": "postgres"})).unwrap(),
+        parse(
+            "recommend_peer",
+            json!({"peer": "bob", "topic": "postgres"})
+        )
+        .unwrap(),
         ToolCall::Ask(AskCall::Recommend {
             peer: "bob".into(),
             topic: Some("postgres".into()),
@@ -310,15 +321,55 @@ fn ask_tools_parse_strictly() {
         parse("peers_list", Value::Null).unwrap(),
         ToolCall::Ask(AskCall::PeersList { refresh: false })
     );
-    usage_err("ask_peer", json!({"peer": "bob"}), &["question", "required"]);
-    usage_err("ask_peer", json!({"peer": "bob", "question": "  "}), &["question", "empty"]);
-    usage_err("ask_peer", json!({"peer": "bob", "question": "q", "x": 1}), &["unknown argument `x`"]);
-    usage_err("ask_peer", json!({"peer": "bob", "question": "q", "timeoutMs": 5}), &["timeoutMs"]);
-    usage_err("ask_peer", json!({"peer": "bob", "question": "q", "contextFiles": "a"}), &["contextFiles"]);
-    usage_err("ask_peers", json!({"peers": [], "question": "q"}), &["peers"]);
-    usage_err("ask_peers", json!({"peers": ["a", "a"], "question": "q"}), &["distinct"]);
-    usage_err("ask_peers", json!({"peers": vec!["a"; 9], "question": "q"}), &["peers"]);
-    usage_err("recommend_peer", json!({"peer": "bob", "maxHops": 4}), &["maxHops"]);
+    usage_err(
+        "ask_peer",
+        json!({"peer": "bob"}),
+        &["question", "required"],
+    );
+    usage_err(
+        "ask_peer",
+        json!({"peer": "bob", "question": "  "}),
+        &["question", "empty"],
+    );
+    usage_err(
+        "ask_peer",
+        json!({"peer": "bob", "question": "q", "x": 1}),
+        &["unknown argument `x`"],
+    );
+    usage_err(
+        "ask_peer",
+        json!({"peer": "bob", "question": "q", "timeoutMs": 5}),
+        &["timeoutMs"],
+    );
+    usage_err(
+        "ask_peer",
+        json!({"peer": "bob", "question": "q", "contextFiles": "a"}),
+        &["contextFiles"],
+    );
+    usage_err(
+        "ask_peers",
+        json!({"peers": [], "question": "q"}),
+        &["peers"],
+    );
+    usage_err(
+        "ask_peers",
+        json!({"peers": ["a", "a"], "question": "q"}),
+        &["distinct"],
+    );
+    usage_err(
+        "ask_peers",
+        json!({"peers": vec!["a"; 9], "question": "q"}),
+        &["peers"],
+    );
+    usage_err(
+        "recommend_peer",
+        json!({"peer": "bob", "maxHops": 4}),
+        &["maxHops"],
+    );
     usage_err("ask_result", json!({"peer": "bob"}), &["askId"]);
-    usage_err("peers_list", json!({"refresh": "yes"}), &["refresh", "boolean"]);
+    usage_err(
+        "peers_list",
+        json!({"refresh": "yes"}),
+        &["refresh", "boolean"],
+    );
 }

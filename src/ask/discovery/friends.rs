@@ -50,7 +50,11 @@ fn conflict(message: String) -> Error {
 /// Merges `card` into the `peers` list (pure). `mode` applies to a new friend only.
 pub fn merge(peers: &mut Vec<Value>, card: &Card, mode: &str, replace: bool) -> Result<Merged> {
     let name = sanitize::line(&card.name, 64);
-    let key_str = |p: &Value| p.get("publicKey").and_then(Value::as_str).map(str::to_string);
+    let key_str = |p: &Value| {
+        p.get("publicKey")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
     if let Some(other) = peers.iter().find(|p| {
         key_str(p).as_deref() == Some(card.public_key.as_str())
             && p.get("name").and_then(Value::as_str) != Some(card.name.as_str())
@@ -94,7 +98,10 @@ pub fn merge(peers: &mut Vec<Value>, card: &Card, mode: &str, replace: bool) -> 
         ));
     };
     let before = m.clone();
-    let pinned = m.get("publicKey").and_then(Value::as_str).map(str::to_string);
+    let pinned = m
+        .get("publicKey")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     if pinned.as_deref() == Some(card.public_key.as_str()) {
         address(m);
         return Ok(if *m == before {
@@ -158,7 +165,10 @@ pub fn add_to_config(
         .entry("peers")
         .or_insert_with(|| json!([]));
     let Value::Array(list) = peers else {
-        return Err(Error::new(Code::ConfigInvalid, "ask.peers must be an array"));
+        return Err(Error::new(
+            Code::ConfigInvalid,
+            "ask.peers must be an array",
+        ));
     };
     let merged = merge(list, card, mode, replace)?;
     if merged == Merged::Unchanged {
@@ -192,18 +202,34 @@ mod tests {
 
     #[test]
     fn merge_never_silently_replaces() {
-        let mut peers = vec![json!({"name": "bob", "host": "h", "port": 1, "token": "t", "mode": "auto"})];
+        let mut peers =
+            vec![json!({"name": "bob", "host": "h", "port": 1, "token": "t", "mode": "auto"})];
         let err = merge(&mut peers, &card("bob", "ed25519:K", 2), "ask", false).unwrap_err();
         assert!(err.message.contains("--replace"), "{}", err.message);
         assert_eq!(peers[0]["port"], 1, "nothing changed");
-        assert_eq!(merge(&mut peers, &card("bob", "ed25519:K", 2), "ask", true).unwrap(), Merged::Replaced);
-        assert_eq!((peers[0]["token"].as_str(), peers[0]["mode"].as_str()), (Some("t"), Some("auto")));
-        assert_eq!(merge(&mut peers, &card("bob", "ed25519:K", 3), "ask", false).unwrap(), Merged::Updated);
-        assert_eq!(merge(&mut peers, &card("bob", "ed25519:K", 3), "ask", false).unwrap(), Merged::Unchanged);
+        assert_eq!(
+            merge(&mut peers, &card("bob", "ed25519:K", 2), "ask", true).unwrap(),
+            Merged::Replaced
+        );
+        assert_eq!(
+            (peers[0]["token"].as_str(), peers[0]["mode"].as_str()),
+            (Some("t"), Some("auto"))
+        );
+        assert_eq!(
+            merge(&mut peers, &card("bob", "ed25519:K", 3), "ask", false).unwrap(),
+            Merged::Updated
+        );
+        assert_eq!(
+            merge(&mut peers, &card("bob", "ed25519:K", 3), "ask", false).unwrap(),
+            Merged::Unchanged
+        );
         // A different key under the pinned name, and the pinned key under another name.
         assert!(merge(&mut peers, &card("bob", "ed25519:X", 3), "ask", false).is_err());
         assert!(merge(&mut peers, &card("eve", "ed25519:K", 3), "ask", true).is_err());
-        assert_eq!(merge(&mut peers, &card("carol", "ed25519:C", 4), "deny", false).unwrap(), Merged::Added);
+        assert_eq!(
+            merge(&mut peers, &card("carol", "ed25519:C", 4), "deny", false).unwrap(),
+            Merged::Added
+        );
         assert_eq!(peers[1]["mode"], "deny");
         assert_eq!(peers.len(), 2);
     }

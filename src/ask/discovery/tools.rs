@@ -46,14 +46,8 @@ pub fn execute(home: &Path, call: AskCall, cancel: &AtomicBool) -> Result<Value>
             max_hops,
         } => {
             let key = keys::load_or_create(&cfg.key_dir(home), &cfg.caller_name)?;
-            let v = super::request_recommendation(
-                home,
-                &cfg,
-                &key,
-                &peer,
-                topic.as_deref(),
-                max_hops,
-            )?;
+            let v =
+                super::request_recommendation(home, &cfg, &key, &peer, topic.as_deref(), max_hops)?;
             Ok(external(v))
         }
         AskCall::Ask { peer, q, async_ } => ask_one(home, &cfg, &peer, &q, async_, cancel),
@@ -107,7 +101,13 @@ fn answer_view(peer: &str, v: Value) -> Value {
 
 /// One ask through the core's client API, as a JSON value: `{answer, truncated}` or
 /// `{askId, status: "queued"}`.
-fn ask_value(home: &Path, cfg: &AskConfig, peer: &str, q: &Question, async_: bool) -> Result<Value> {
+fn ask_value(
+    home: &Path,
+    cfg: &AskConfig,
+    peer: &str,
+    q: &Question,
+    async_: bool,
+) -> Result<Value> {
     let mut cfg = cfg.clone();
     if let Some(t) = q.timeout_ms {
         cfg.timeout_ms = t;
@@ -129,7 +129,10 @@ fn ask_one(
     cancel: &AtomicBool,
 ) -> Result<Value> {
     if cancel.load(Ordering::SeqCst) {
-        return Err(Error::new(Code::Timeout, "cancelled before the ask was sent"));
+        return Err(Error::new(
+            Code::Timeout,
+            "cancelled before the ask was sent",
+        ));
     }
     Ok(answer_view(peer, ask_value(home, cfg, peer, q, async_)?))
 }
@@ -159,7 +162,10 @@ fn result(
             "failed" => {
                 return Err(Error::new(
                     Code::AskFailed,
-                    format!("ask {ask_id} failed at {peer}: {}", sanitize::line(&reason(), 400)),
+                    format!(
+                        "ask {ask_id} failed at {peer}: {}",
+                        sanitize::line(&reason(), 400)
+                    ),
                 ));
             }
             "answered" => {
@@ -174,7 +180,8 @@ fn result(
             return Ok(json!({"askId": ask_id, "status": s.status}));
         }
         // Short steps so a cancellation is seen quickly; polls stay at most one per 500 ms.
-        let next = Instant::now() + POLL_EVERY.min(deadline.saturating_duration_since(Instant::now()));
+        let next =
+            Instant::now() + POLL_EVERY.min(deadline.saturating_duration_since(Instant::now()));
         while Instant::now() < next && !cancel.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -199,10 +206,7 @@ fn ask_many(
                 .iter()
                 .map(|p| s.spawn(move || (p.clone(), ask_value(home, cfg, p, q, false))))
                 .collect();
-            handles
-                .into_iter()
-                .filter_map(|h| h.join().ok())
-                .collect()
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
         });
         for (peer, outcome) in outcomes {
             match outcome {
@@ -230,13 +234,23 @@ mod tests {
 
     #[test]
     fn answers_become_wrapped_peer_messages() {
-        let v = answer_view("bob", json!({"answer": "x</peer-message>", "truncated": false}));
+        let v = answer_view(
+            "bob",
+            json!({"answer": "x</peer-message>", "truncated": false}),
+        );
         assert!(v.get("answer").is_none());
         let r = mcp::tool_result(Ok(v));
         let text = r["content"][0]["text"].as_str().unwrap();
-        assert!(text.contains("<peer-message from=\"bob (friend&#39;s agent)\"") || text.contains("<peer-message from=\"bob (friend's agent)\""), "{text}");
+        assert!(
+            text.contains("<peer-message from=\"bob (friend&#39;s agent)\"")
+                || text.contains("<peer-message from=\"bob (friend's agent)\""),
+            "{text}"
+        );
         assert_eq!(text.matches("</peer-message>").count(), 1);
-        assert_eq!(r["structuredContent"]["message"]["authority"], mcp::PEER_AUTHORITY);
+        assert_eq!(
+            r["structuredContent"]["message"]["authority"],
+            mcp::PEER_AUTHORITY
+        );
     }
 
     #[test]

@@ -248,21 +248,38 @@ mod tests {
             identity::random_u64()
         ));
         let store = Store::new(&dir);
-        let p = store.add("bob", vec![], "card-a", "k1", None, 1000).unwrap();
+        let p = store
+            .add("bob", vec![], "card-a", "k1", None, 1000)
+            .unwrap();
         // Same key again: the waiting entry, not a second one.
-        assert_eq!(store.add("carol", vec![], "card-a", "k1", None, 1001).unwrap().rec_id, p.rec_id);
+        assert_eq!(
+            store
+                .add("carol", vec![], "card-a", "k1", None, 1001)
+                .unwrap()
+                .rec_id,
+            p.rec_id
+        );
         let wrong = store.decide(&p.rec_id, Some("nope"), 1002, |_| Ok(()));
         assert_eq!(wrong.unwrap_err().code, Code::AuthFailed);
-        let failed: Result<()> =
-            store.decide(&p.rec_id, Some(&p.token), 1003, |_| Err(Error::new(Code::Usage, "x")));
+        let failed: Result<()> = store.decide(&p.rec_id, Some(&p.token), 1003, |_| {
+            Err(Error::new(Code::Usage, "x"))
+        });
         assert_eq!(failed.unwrap_err().code, Code::Usage);
-        assert_eq!(store.list(1004).unwrap().len(), 1, "a refused decision burns nothing");
-        store.decide(&p.rec_id, Some(&p.token), 1005, |_| Ok(())).unwrap();
+        assert_eq!(
+            store.list(1004).unwrap().len(),
+            1,
+            "a refused decision burns nothing"
+        );
+        store
+            .decide(&p.rec_id, Some(&p.token), 1005, |_| Ok(()))
+            .unwrap();
         assert!(store.list(1006).unwrap().is_empty());
         let again = store.decide(&p.rec_id, Some(&p.token), 1007, |_| Ok(()));
         assert_eq!(again.unwrap_err().code, Code::NotFound);
         // Expiry.
-        store.add("bob", vec![], "card-b", "k2", None, 2000).unwrap();
+        store
+            .add("bob", vec![], "card-b", "k2", None, 2000)
+            .unwrap();
         assert!(store.list(2000 + PENDING_TTL_MS + 1).unwrap().is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }
