@@ -880,3 +880,27 @@ fn across_network_namespaces_ask_recommend_and_mcp() {
         net.names.join(", ")
     );
 }
+
+#[test]
+fn peer_host_runs_the_ask_server_and_advertises_its_session_without_ids() {
+    let ns = Ns::new("host-ask");
+    write_ask(
+        &ns,
+        json!({"callerName": "bob", "listen": true, "listenHost": "127.0.0.1", "listenPort": 0,
+               "description": "payments service", "tags": ["payments"]}),
+    );
+    let host = ns.host(&["--alias", "bob-main"]);
+    let port = host.ready["ask"]["port"].as_u64().expect("ask in the ready line") as u16;
+    let (status, health) = http(port, "GET", "/health", None);
+    assert_eq!((status, health["peer"].as_str()), (200, Some("bob")));
+    let (status, advert) = http(port, "GET", "/advertise", None);
+    assert_eq!(status, 200);
+    assert_eq!(advert["description"], "payments service");
+    let session = &advert["sessions"][0];
+    assert_eq!(session["id"], "bob-main", "{advert}");
+    let text = advert.to_string();
+    for secret in [host.field("sessionId"), host.field("instanceId"), host.field("peerId")] {
+        assert!(!secret.is_empty() && !text.contains(&secret), "{secret} leaked: {text}");
+    }
+    assert!(!text.contains(&ns.work.to_string_lossy().into_owned()), "absolute path leaked");
+}

@@ -84,6 +84,33 @@ pub fn on_start(state: &Arc<ServerState>) {
     );
 }
 
+/// The ask server a session root (`peer host`, `peer mcp`) runs beside itself when the
+/// namespace's `ask.listen` is true; answers run in `ask.workspace`, else the root's
+/// workspace. `None` when `listen` is false.
+pub fn serve_beside_root(
+    home: &Path,
+    workspace: &Path,
+) -> Result<Option<super::server::ServerHandle>> {
+    let mut cfg = AskConfig::load(home)?;
+    if !cfg.listen {
+        return Ok(None);
+    }
+    if cfg.workspace.is_none() {
+        cfg.workspace = Some(workspace.to_path_buf());
+    }
+    super::server::start(home, cfg, None).map(Some)
+}
+
+/// `{listen, port, peer, fingerprint}` of a running ask server, for ready lines.
+pub fn server_view(h: &super::server::ServerHandle) -> Value {
+    json!({
+        "listen": h.state.listen.to_string(),
+        "port": h.state.listen.port(),
+        "peer": h.state.config.caller_name,
+        "fingerprint": h.state.key.fingerprint(),
+    })
+}
+
 fn watched(f: &Friend) -> Watched {
     Watched {
         name: f.name.clone(),

@@ -14,7 +14,8 @@ pub const HELP: &str =
 
 Starts a root for this session: an endpoint, a durable inbox and a presence record. With CMD,
 runs it as a child whose peer commands act for this session, and exits with its status.
-Without CMD, runs until SIGINT or SIGTERM. See peer(1).
+Without CMD, runs until SIGINT or SIGTERM. With ask.listen true in config.json, the ask server
+for friends on other machines runs beside it (peer-ask(1)). See peer(1).
 ";
 
 struct HostArgs {
@@ -63,9 +64,24 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             .map_err(|e| Error::new(Code::Io, format!("cannot install signal handler: {e}")))?;
     }
     let root = Root::start(&a.opts)?;
+    // The cross-machine ask server runs beside the root when `ask.listen` is true.
+    let ask = match crate::ask::discovery::serve_beside_root(
+        &root.ns.home,
+        &root.workspace.workspace,
+    ) {
+        Ok(ask) => ask,
+        Err(e) => {
+            root.shutdown();
+            return Err(e);
+        }
+    };
     let events = root.bus.subscribe();
     if ctx.json {
-        super::print_json(&root.ready_event());
+        let mut ready = root.ready_event();
+        if let Some(h) = &ask {
+            ready["ask"] = crate::ask::discovery::server_view(h);
+        }
+        super::print_json(&ready);
     } else {
         println!(
             "peer host: ready as {} ({}) in {}",
@@ -73,6 +89,9 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             root.peer_id,
             crate::sanitize::line(&root.workspace.workspace.to_string_lossy(), 200)
         );
+        if let Some(h) = &ask {
+            println!("peer host: ask server listening on {}", h.state.listen);
+        }
     }
     let show = |ev: serde_json::Value| print_event(ctx.json, &ev);
     let drain = || {
@@ -85,6 +104,9 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     } else {
         run_child(&root, &a.command, &signal, &drain)?
     };
+    if let Some(h) = ask {
+        h.stop();
+    }
     root.shutdown();
     Ok(status)
 }

@@ -14,8 +14,10 @@ use std::sync::Arc;
 pub const MCP_HELP: &str = "usage: peer mcp [--alias A] [--workspace DIR] [--session-id S]
 
 Runs a root that speaks the Model Context Protocol (revision 2025-11-25) on standard input and
-output, with the tools list_peers, send_peer_message, peer_messages and coordinate_resource.
-Add it to an MCP client as the command 'peer mcp --alias NAME'.
+output, with the tools list_peers, send_peer_message, peer_messages and coordinate_resource,
+and the cross-machine ask tools ask_peer, peers_list, ask_peers, ask_peer_async, ask_result and
+recommend_peer (friends in the "ask" configuration; with ask.listen true the ask server runs
+beside it). Add it to an MCP client as the command 'peer mcp --alias NAME'.
 ";
 
 pub const RUN_CHILD_HELP: &str =
@@ -53,6 +55,18 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         }
     }
     let root = Root::start(&opts)?;
+    // The cross-machine ask server runs beside the root when `ask.listen` is true; it writes
+    // nothing to stdout, which belongs to MCP.
+    let ask = match crate::ask::discovery::serve_beside_root(
+        &root.ns.home,
+        &root.workspace.workspace,
+    ) {
+        Ok(ask) => ask,
+        Err(e) => {
+            root.shutdown();
+            return Err(e);
+        }
+    };
     let events = root
         .bus
         .subscribe()
@@ -66,6 +80,9 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         std::io::stdout(),
         &limits,
     );
+    if let Some(h) = ask {
+        h.stop();
+    }
     root.shutdown();
     result.map(|_| 0)
 }
