@@ -16,7 +16,7 @@ pub const MCP_HELP: &str = "usage: peer mcp [--alias A] [--workspace DIR] [--ses
 Runs a root that speaks the Model Context Protocol (revision 2025-11-25) on standard input and
 output, with the tools list_peers, send_peer_message, peer_messages and coordinate_resource,
 and the cross-machine ask tools ask_peer, peers_list, ask_peers, ask_peer_async, ask_result and
-recommend_peer (friends in the "ask" configuration; with ask.listen true the ask server runs
+recommend_peer (friends in the ask configuration; with ask.listen true the ask server runs
 beside it). Add it to an MCP client as the command 'peer mcp --alias NAME'.
 ";
 
