@@ -91,7 +91,7 @@ impl Floors {
         })
     }
 
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(self) -> Value {
         let mut m = serde_json::Map::new();
         for (name, what, durability) in FLOOR_ROWS {
             let mut v = self.get(name).map(Summary::to_json).unwrap_or(Value::Null);
