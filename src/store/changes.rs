@@ -45,4 +45,3 @@ impl Shared {
         self.changed.notify_all();
     }
 }
-
