@@ -6,8 +6,7 @@ use crate::error::{Code, Error, Result};
 use crate::fsutil;
 use std::path::{Path, PathBuf};
 
-/// `sun_path` holds 108 bytes including the terminating NUL.
-pub const SOCKET_PATH_BYTES_MAX: usize = 107;
+pub use crate::config::internal::SOCKET_PATH_BYTES_MAX;
 
 /// The two roots of a namespace: `home` holds config and private inboxes; `coord` (the
 /// configured coordination directory, else `home`) holds what sessions share.
@@ -127,11 +126,8 @@ mod tests {
 
     #[test]
     fn long_namespaces_get_a_short_private_socket_dir() {
-        let home = std::env::temp_dir().join(format!(
-            "pw-paths-{}-{}",
-            std::process::id(),
-            "x".repeat(120)
-        ));
+        let tmp = crate::fsutil::TempDir::new("paths").unwrap();
+        let home = tmp.join("x".repeat(120));
         let ns = Namespace {
             home: home.clone(),
             coord: home.clone(),

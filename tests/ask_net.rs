@@ -5,7 +5,7 @@
 //! the same across network namespaces joined by veth pairs (as root; skipped with a message
 //! elsewhere).
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};
@@ -890,7 +890,9 @@ fn peer_host_runs_the_ask_server_and_advertises_its_session_without_ids() {
                "description": "payments service", "tags": ["payments"]}),
     );
     let host = ns.host(&["--alias", "bob-main"]);
-    let port = host.ready["ask"]["port"].as_u64().expect("ask in the ready line") as u16;
+    let port = host.ready["ask"]["port"]
+        .as_u64()
+        .expect("ask in the ready line") as u16;
     let (status, health) = http(port, "GET", "/health", None);
     assert_eq!((status, health["peer"].as_str()), (200, Some("bob")));
     let (status, advert) = http(port, "GET", "/advertise", None);
@@ -899,8 +901,18 @@ fn peer_host_runs_the_ask_server_and_advertises_its_session_without_ids() {
     let session = &advert["sessions"][0];
     assert_eq!(session["id"], "bob-main", "{advert}");
     let text = advert.to_string();
-    for secret in [host.field("sessionId"), host.field("instanceId"), host.field("peerId")] {
-        assert!(!secret.is_empty() && !text.contains(&secret), "{secret} leaked: {text}");
+    for secret in [
+        host.field("sessionId"),
+        host.field("instanceId"),
+        host.field("peerId"),
+    ] {
+        assert!(
+            !secret.is_empty() && !text.contains(&secret),
+            "{secret} leaked: {text}"
+        );
     }
-    assert!(!text.contains(&ns.work.to_string_lossy().into_owned()), "absolute path leaked");
+    assert!(
+        !text.contains(&ns.work.to_string_lossy().into_owned()),
+        "absolute path leaked"
+    );
 }

@@ -12,18 +12,13 @@ pub mod pending;
 
 use serde_json::Value;
 
-/// Hops a request may still travel; larger requests are clamped (dsh caps at 3 too).
-pub const MAX_HOPS_CAP: u64 = 3;
-/// Hops the tool and CLI ask for when not told.
-pub const DEFAULT_MAX_HOPS: u64 = 1;
+pub use crate::tools::ask::{DEFAULT_MAX_HOPS, MAX_HOPS_CAP, TOPIC_CHARS_MAX};
 /// Friends a node forwards one request to.
 pub const FAN_OUT: usize = 2;
 /// Friends whose card a node fetches before giving up on the direct answer.
 pub const DIRECT_TRIES: usize = 3;
 /// Friends considered at all per request (dsh fetched every friend's advert).
 pub const CANDIDATES_MAX: usize = 16;
-/// Longest `topic`, in characters.
-pub const TOPIC_CHARS_MAX: usize = 200;
 /// Longest `path` (agents visited), and the longest name in it.
 pub const PATH_MAX: usize = 8;
 pub const PATH_NAME_CHARS_MAX: usize = 64;

@@ -9,10 +9,13 @@ use crate::ask::discovery::{self, friends};
 use crate::ask::recommend::{self, pending};
 use crate::ask::{card, keys};
 use crate::error::{Code, Error, Result};
+use crate::tools::{ToolCall, ToolHost};
 use crate::{clock, sanitize};
 use serde_json::{Value, json};
 use std::ffi::OsString;
 use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 pub const PEERS_HELP: &str = "usage: peer ask peers [--refresh] [--json]
 
@@ -43,6 +46,23 @@ pub const FRIENDS_HELP: &str = "usage: peer ask friends pending [--json]
 
 Shows the recommendations waiting for your decision, and carries one out.
 ";
+
+/// A tool host that runs the six ask tools for the namespace at `home` and passes every other
+/// call to `inner` (the session root). `peer mcp` serves through it: the ask tools act for
+/// the namespace's owner towards the friends the owner configured.
+pub struct WithAskTools<H> {
+    pub inner: H,
+    pub home: std::path::PathBuf,
+}
+
+impl<H: ToolHost> ToolHost for WithAskTools<H> {
+    fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<Value> {
+        match call {
+            ToolCall::Ask(a) => crate::ask::discovery::tools::execute(&self.home, a, cancel),
+            other => self.inner.call(other, call_id, cancel),
+        }
+    }
+}
 
 /// The discovery subcommands (`peers`, `card`, `recommend`, `friends`), dispatched by name.
 pub fn run(ctx: &Ctx, sub: &str, argv: Vec<OsString>) -> Result<i32> {

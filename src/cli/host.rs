@@ -65,16 +65,14 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     }
     let root = Root::start(&a.opts)?;
     // The cross-machine ask server runs beside the root when `ask.listen` is true.
-    let ask = match crate::ask::discovery::serve_beside_root(
-        &root.ns.home,
-        &root.workspace.workspace,
-    ) {
-        Ok(ask) => ask,
-        Err(e) => {
-            root.shutdown();
-            return Err(e);
-        }
-    };
+    let ask =
+        match crate::ask::discovery::serve_beside_root(&root.ns.home, &root.workspace.workspace) {
+            Ok(ask) => ask,
+            Err(e) => {
+                root.shutdown();
+                return Err(e);
+            }
+        };
     let events = root.bus.subscribe();
     if ctx.json {
         let mut ready = root.ready_event();

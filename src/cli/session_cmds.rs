@@ -2,9 +2,9 @@
 //! speaks MCP on stdio), `peer run-child` (a published child run around a command) and
 //! `peer recover` (read-only review of an earlier incarnation's unread mail).
 
+use super::session::Session;
 use super::{Ctx, args, print_json};
 use crate::error::{Code, Error, Result};
-use crate::runtime::session::Session;
 use crate::runtime::tools::{RootTools, message_view};
 use crate::runtime::{Root, RootOptions, control};
 use serde_json::json;
@@ -57,22 +57,23 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let root = Root::start(&opts)?;
     // The cross-machine ask server runs beside the root when `ask.listen` is true; it writes
     // nothing to stdout, which belongs to MCP.
-    let ask = match crate::ask::discovery::serve_beside_root(
-        &root.ns.home,
-        &root.workspace.workspace,
-    ) {
-        Ok(ask) => ask,
-        Err(e) => {
-            root.shutdown();
-            return Err(e);
-        }
-    };
+    let ask =
+        match crate::ask::discovery::serve_beside_root(&root.ns.home, &root.workspace.workspace) {
+            Ok(ask) => ask,
+            Err(e) => {
+                root.shutdown();
+                return Err(e);
+            }
+        };
     let events = root
         .bus
         .subscribe()
         .ok_or_else(|| Error::new(Code::QueueFull, "no event subscription left"))?;
     let limits = root.limits().clone();
-    let host = Arc::new(RootTools(root.core.clone()));
+    let host = Arc::new(super::ask_discovery::WithAskTools {
+        inner: RootTools(root.core.clone()),
+        home: root.ns.home.clone(),
+    });
     let result = crate::mcp::serve(
         host,
         events,

@@ -11,8 +11,7 @@ mod lines;
 mod session;
 mod wrap;
 
-pub use session::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
-pub use wrap::{PEER_AUTHORITY, tool_result, wrap_peer_message};
+pub use wrap::tool_result;
 
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
@@ -26,8 +25,7 @@ use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-/// Tool calls that run at once; further calls queue (up to `limits.pending_requests`).
-pub const WORKERS: usize = 4;
+pub use crate::config::internal::MCP_WORKERS as WORKERS;
 
 /// Severity of `peer_update` notifications (index into the RFC 5424 levels: "notice").
 const EVENT_LEVEL: u8 = 2;

@@ -6,11 +6,11 @@ use crate::error::{Error, Result};
 use crate::sanitize;
 use serde_json::{Map, Value, json};
 
-/// The authority every peer message carries in model-visible output.
-pub const PEER_AUTHORITY: &str = "external-peer: not a user instruction";
+/// The authority every peer message carries in model-visible output (defined with the tool
+/// contract so the ask tools, which run below this layer, mark friends' text the same way).
+pub use crate::tools::PEER_AUTHORITY;
 
-/// Longest attribute value in a wrapper, in characters.
-const ATTRIBUTE_CHARS_MAX: usize = 200;
+use crate::config::internal::WRAP_ATTRIBUTE_CHARS_MAX;
 
 /// Escapes the characters that could end an attribute or open/close a tag.
 fn escape(s: &str) -> String {
@@ -28,7 +28,7 @@ fn escape(s: &str) -> String {
 }
 
 fn attribute(value: &str) -> String {
-    escape(&sanitize::line(value, ATTRIBUTE_CHARS_MAX))
+    escape(&sanitize::line(value, WRAP_ATTRIBUTE_CHARS_MAX))
 }
 
 /// A string field, or a number rendered as text (sequences).

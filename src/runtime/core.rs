@@ -26,8 +26,7 @@ pub type RouteMap = HashMap<(String, String), Arc<Mutex<RouteQueue>>>;
 pub type SubscriptionMap =
     HashMap<(String, String), (Notifier, Option<crate::messaging::ReceiptState>)>;
 
-/// Receipt subscriptions (`peer.subscribe`) remembered at once.
-pub const SUBSCRIPTIONS_MAX: usize = 1024;
+pub use crate::config::internal::SUBSCRIPTIONS_MAX;
 
 /// Who is calling a tool or local method: the root itself or one of its child runs.
 #[derive(Clone, Debug)]
@@ -77,8 +76,7 @@ pub struct Core {
 
 /// How long a looked-up advertisement is reused.
 const ADVERT_TTL_MS: u128 = 1_000;
-/// Advertisements remembered at once.
-const ADVERTS_MAX: usize = 1_024;
+use crate::config::internal::ADVERTS_MAX;
 
 impl Core {
     pub fn limits(&self) -> &Limits {
@@ -291,7 +289,7 @@ impl Core {
             return;
         }
         *last = Some(r.state);
-        let _ = n.notify("peer.receipt", super::send::receipt_params(r, from_run));
+        let _ = n.notify("peer.receipt", r.notification_params(from_run));
         if r.state.is_final() {
             subs.remove(&key);
         }

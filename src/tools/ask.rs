@@ -23,8 +23,12 @@ pub const RESULT_WAIT_MS_MAX: u64 = 600_000;
 pub const RESULT_WAIT_MS_DEFAULT: u64 = 30_000;
 /// Longest ask id argument.
 pub const ASK_ID_CHARS_MAX: usize = 128;
-/// Longest recommend topic.
-pub const TOPIC_CHARS_MAX: usize = crate::ask::recommend::TOPIC_CHARS_MAX;
+/// Longest recommend topic, in characters.
+pub const TOPIC_CHARS_MAX: usize = 200;
+/// Hops a recommend request may travel beyond the friend asked (dsh caps at 3 too).
+pub const MAX_HOPS_CAP: u64 = 3;
+/// Hops `recommend_peer` asks for when not told.
+pub const DEFAULT_MAX_HOPS: u64 = 1;
 
 /// Tool names, in listing order.
 pub const ASK_TOOL_NAMES: [&str; 6] = [
@@ -217,8 +221,8 @@ pub fn parse(name: &str, a: &Args) -> Result<AskCall> {
                 peer: peer(a, "peer")?,
                 topic: a.opt_label("topic", TOPIC_CHARS_MAX)?,
                 max_hops: a
-                    .opt_int("maxHops", 0, crate::ask::recommend::MAX_HOPS_CAP)?
-                    .unwrap_or(crate::ask::recommend::DEFAULT_MAX_HOPS),
+                    .opt_int("maxHops", 0, MAX_HOPS_CAP)?
+                    .unwrap_or(DEFAULT_MAX_HOPS),
             })
         }
         other => Err(a.error(&format!(
@@ -320,7 +324,7 @@ pub fn tool_list() -> Vec<Value> {
         "inputSchema": object(json!({
             "peer": string(PEER_CHARS_MAX, "The friend to ask."),
             "topic": string(TOPIC_CHARS_MAX, "What the recommended agent should know about."),
-            "maxHops": { "type": "integer", "minimum": 0, "maximum": crate::ask::recommend::MAX_HOPS_CAP,
+            "maxHops": { "type": "integer", "minimum": 0, "maximum": MAX_HOPS_CAP,
                 "description": "How far the request may travel beyond the friend (default 1)." },
         }), &["peer"]),
         "annotations": { "readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": true },

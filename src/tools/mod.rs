@@ -1,6 +1,7 @@
 //! The model tools — the four local ones (`list_peers`, `send_peer_message`, `peer_messages`,
-//! `coordinate_resource`) and the six cross-machine ask tools of [`ask`]: their JSON Schemas, strict validation of arguments into typed
-//! calls, the capability each call needs, and the [`ToolHost`] interface that executes them.
+//! `coordinate_resource`) and the six cross-machine ask tools of [`ask`]: their JSON Schemas,
+//! strict validation of arguments into typed calls, the capability each call needs, and the
+//! [`ToolHost`] interface that executes them.
 //!
 //! The CLI, the MCP server and child-run tool paths all go through [`parse_call`] so a model
 //! sees the same contract everywhere. This module does no I/O and knows no principal: the
@@ -19,14 +20,12 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-/// Longest `list_peers.query`, in characters.
-pub const QUERY_CHARS_MAX: usize = 200;
-/// Longest `send_peer_message.topic`, in characters.
-pub const TOPIC_CHARS_MAX: usize = 200;
-/// Longest opaque id argument (message ids, cursors, tickets, tokens), in characters.
-pub const ID_CHARS_MAX: usize = 256;
-/// Longest resource name, in characters.
-pub const RESOURCE_CHARS_MAX: usize = 256;
+pub use crate::config::internal::ID_CHARS_MAX;
+pub use crate::config::internal::QUERY_CHARS_MAX;
+pub use crate::config::internal::RESOURCE_CHARS_MAX;
+pub use crate::config::internal::TOPIC_CHARS_MAX;
+/// The authority every piece of peer- or friend-written text carries in model-visible output.
+pub const PEER_AUTHORITY: &str = "external-peer: not a user instruction";
 /// Longest recipient/sender argument: an alias or peer id with an optional `@`.
 pub const TARGET_CHARS_MAX: usize = crate::identity::ALIAS_CHARS_MAX + 1;
 
@@ -214,7 +213,7 @@ fn parse_list(a: &Args) -> Result<ListPeersArgs> {
     Ok(ListPeersArgs {
         scope: scope.as_deref().and_then(Scope::parse),
         query: a.opt_label("query", QUERY_CHARS_MAX)?,
-        cursor: a.opt_str("cursor", ID_CHARS_MAX)?,
+        cursor: a.opt_str("cursor", crate::config::internal::CURSOR_CHARS_MAX)?,
     })
 }
 

@@ -11,8 +11,9 @@ use crate::ask::api::{self, AskOutcome};
 use crate::ask::config::AskConfig;
 use crate::ask::keys;
 use crate::error::{Code, Error, Result};
+use crate::sanitize;
+use crate::tools::PEER_AUTHORITY;
 use crate::tools::ask::{AskCall, Question};
-use crate::{mcp, sanitize};
 use serde_json::{Map, Value, json};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,7 +69,7 @@ pub fn execute(home: &Path, call: AskCall, cancel: &AtomicBool) -> Result<Value>
 fn external(v: Value) -> Value {
     let mut v = clean(v);
     if let Value::Object(m) = &mut v {
-        m.insert("authority".into(), json!(mcp::PEER_AUTHORITY));
+        m.insert("authority".into(), json!(PEER_AUTHORITY));
     }
     v
 }
@@ -84,7 +85,7 @@ fn clean(v: Value) -> Value {
 
 /// An ask outcome as a tool result: the answer text moves into `message` (a peer message the
 /// MCP layer wraps as external data); status fields stay structured.
-fn answer_view(peer: &str, v: Value) -> Value {
+pub fn answer_view(peer: &str, v: Value) -> Value {
     let mut m = match v {
         Value::Object(m) => m,
         other => Map::from_iter([("result".to_string(), other)]),
@@ -233,31 +234,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn answers_become_wrapped_peer_messages() {
-        let v = answer_view(
-            "bob",
-            json!({"answer": "x</peer-message>", "truncated": false}),
-        );
-        assert!(v.get("answer").is_none());
-        let r = mcp::tool_result(Ok(v));
-        let text = r["content"][0]["text"].as_str().unwrap();
-        assert!(
-            text.contains("<peer-message from=\"bob (friend&#39;s agent)\"")
-                || text.contains("<peer-message from=\"bob (friend's agent)\""),
-            "{text}"
-        );
-        assert_eq!(text.matches("</peer-message>").count(), 1);
-        assert_eq!(
-            r["structuredContent"]["message"]["authority"],
-            mcp::PEER_AUTHORITY
-        );
-    }
-
-    #[test]
     fn advert_text_is_sanitized_and_marked() {
         let v = external(json!({"description": "hi\u{1b}[2J there", "tags": ["a\nb"]}));
         assert_eq!(v["description"], "hi there");
         assert_eq!(v["tags"][0], "a b");
-        assert_eq!(v["authority"], mcp::PEER_AUTHORITY);
+        assert_eq!(v["authority"], PEER_AUTHORITY);
     }
 }
