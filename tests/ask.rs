@@ -4,7 +4,7 @@
 //! Landlock sandbox, and bad input (including a burst of refused asks while an honest caller
 //! is answered). Latency figures are printed, never asserted.
 
-mod common;
+use crate::common;
 
 use common::*;
 use peerwire::ask::auth::sign_body;

@@ -65,6 +65,9 @@ pub struct AskConfig {
     pub listen: bool,
     pub listen_host: String,
     pub listen_port: u16,
+    /// The address friends reach this server at, named in friend cards; unset, `listenHost`
+    /// is used unless it is a wildcard (then cards are refused rather than made unreachable).
+    pub advertised_host: Option<String>,
     pub peers: Vec<Friend>,
     pub require_token: bool,
     /// `None`: the server's working directory.
@@ -101,6 +104,7 @@ impl Default for AskConfig {
             listen: false,
             listen_host: "127.0.0.1".into(),
             listen_port: DEFAULT_PORT,
+            advertised_host: None,
             peers: Vec::new(),
             require_token: true,
             workspace: None,
@@ -179,6 +183,7 @@ impl AskConfig {
                 "listen" => c.listen = boolean(f, value)?,
                 "listenHost" => c.listen_host = host(f, value)?,
                 "listenPort" => c.listen_port = int(f, value, 0, 65_535)? as u16,
+                "advertisedHost" => c.advertised_host = Some(host(f, value)?),
                 "peers" => c.peers = friends(f, value)?,
                 "requireToken" => c.require_token = boolean(f, value)?,
                 "workspace" => c.workspace = Some(absolute(f, value)?),

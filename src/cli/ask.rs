@@ -18,7 +18,7 @@ pub const HELP: &str = "usage:
   peer ask serve [--listen HOST:PORT] [--json]
   peer ask pending [--json]
   peer ask decide ASKID approve|decline [--json]
-  peer ask peers|card|recommend ...
+  peer ask peers|card|recommend|friends ...
 
 Asks a friend's agent on another machine (configured under \"ask\" in config.json), serves
 this machine's ask server, and lets the owner approve or decline asks waiting for consent.
@@ -46,7 +46,7 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         "status" => status(ctx, rest),
         "pending" => pending(ctx, rest),
         "decide" => decide(ctx, rest),
-        "peers" | "card" | "recommend" => super::ask_discovery::run(ctx, first, rest),
+        "peers" | "card" | "recommend" | "friends" => super::ask_discovery::run(ctx, first, rest),
         _ => ask(ctx, argv),
     }
 }

@@ -4,11 +4,14 @@
 pub mod args;
 pub mod ask;
 pub mod ask_discovery;
+pub mod bench;
 pub mod chat;
 pub mod dir;
 pub mod host;
 pub mod lab;
 pub mod msg;
+pub mod res;
+pub mod session;
 pub mod session_cmds;
 
 use crate::error::{Code, Error, Result};
@@ -75,12 +78,12 @@ fn commands() -> Vec<(&'static str, &'static str, Command)> {
         (
             "run",
             "run a command while holding a resource (FIFO, fencing token)",
-            crate::resource::cli::run_cmd,
+            res::run_cmd,
         ),
         (
             "res",
             "resource status, request, grant, release, cancel, set-controller",
-            crate::resource::cli::res_cmd,
+            res::res_cmd,
         ),
         (
             "ask",
@@ -90,7 +93,7 @@ fn commands() -> Vec<(&'static str, &'static str, Command)> {
         (
             "bench",
             "measure peerwire against this machine's floors (built-in benchmark)",
-            crate::bench::cmd,
+            bench::cmd,
         ),
     ]
 }
