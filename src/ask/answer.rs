@@ -12,8 +12,9 @@
 //! paths, `..` and symbolic links that leave it are refused, as are the namespace home and
 //! `keyDir`, and each file is size-bounded.
 
-use super::jobs::Work;
-use super::server::{ApiError, ServerState};
+use super::ServerState;
+use super::config::Mode;
+use super::http::ApiError;
 use serde_json::json;
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -38,6 +39,18 @@ pub struct Answer {
 pub struct ContextFile {
     pub path: String,
     pub content: String,
+}
+
+/// What one approved ask hands to its answerer.
+#[derive(Clone, Debug)]
+pub struct Work {
+    pub ask_id: String,
+    pub caller: String,
+    pub mode: Mode,
+    pub question: String,
+    pub context_paths: Vec<String>,
+    pub files: Vec<ContextFile>,
+    pub timeout_ms: u64,
 }
 
 /// Cuts an answer at `max_chars` characters (pure).
@@ -158,11 +171,11 @@ pub fn run(state: &ServerState, work: &Work) -> Result<Answer, ApiError> {
             "this kernel cannot enforce the Landlock sandbox; refusing to answer",
         ));
     }
-    let scratch = std::env::temp_dir().join(format!("peer-ask-{}", work.ask_id));
-    crate::fsutil::ensure_private_dir(&scratch)
+    // A private scratch directory, the only place the answerer may write; removed on drop.
+    let scratch = crate::fsutil::TempDir::new("ask-scratch")
         .map_err(|e| ApiError::internal(format!("scratch directory: {}", e.message)))?;
-    let result = spawn_and_collect(state, work, argv, &scratch);
-    let _ = std::fs::remove_dir_all(&scratch);
+    let result = spawn_and_collect(state, work, argv, scratch.path());
+    drop(scratch);
     let raw = result?;
     if raw.trim().is_empty() {
         return Err(ApiError::ask_failed("the answerer printed no answer"));
@@ -330,11 +343,7 @@ mod tests {
 
     #[test]
     fn symlinks_out_of_the_workspace_are_refused() {
-        let base = std::env::temp_dir().join(format!(
-            "pw-ctx-{}-{}",
-            std::process::id(),
-            crate::identity::random_u64()
-        ));
+        let base = crate::fsutil::TempDir::new("ctx").unwrap();
         let ws = base.join("ws");
         std::fs::create_dir_all(ws.join("sub")).unwrap();
         std::fs::create_dir_all(base.join("secret")).unwrap();
@@ -351,6 +360,5 @@ mod tests {
             403
         );
         assert_eq!(resolve(&ws, "missing", &[]).unwrap_err().status, 400);
-        let _ = std::fs::remove_dir_all(&base);
     }
 }

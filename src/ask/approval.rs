@@ -5,7 +5,8 @@
 //! them. `POST /ask/decision` takes a decision with its token. No decision within
 //! `approvalTimeoutMs` fails closed.
 
-use super::server::{ApiError, Request, Response, ServerState};
+use super::ServerState;
+use super::http::{ApiError, Request, Response};
 use crate::error::{Code, Error, Result};
 use parking_lot::{Condvar, Mutex};
 use serde_json::{Value, json};
@@ -142,7 +143,7 @@ impl Approvals {
         let valid = map.get(ask_id).is_some_and(|p| {
             p.decision.is_none()
                 && !token.is_empty()
-                && crate::runtime::core::constant_time_eq(token.as_bytes(), p.token.as_bytes())
+                && crate::protocol::handshake::ct_eq(token.as_bytes(), p.token.as_bytes())
         });
         if !valid {
             return Err(ApiError::forbidden("invalid decision token"));
@@ -341,12 +342,8 @@ pub fn decide_local(home: &Path, ask_id: &str, decision: &str) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn approvals() -> (Approvals, PathBuf) {
-        let home = std::env::temp_dir().join(format!(
-            "pw-approve-{}-{}",
-            std::process::id(),
-            crate::identity::random_u64()
-        ));
+    fn approvals() -> (Approvals, crate::fsutil::TempDir) {
+        let home = crate::fsutil::TempDir::new("approve").unwrap();
         let a = Approvals::new(&home, "127.0.0.1:9".parse().unwrap(), 2).unwrap();
         (a, home)
     }
@@ -370,12 +367,11 @@ mod tests {
             Outcome::Declined
         );
         assert!(list_pending(&home).unwrap().is_empty());
-        let _ = std::fs::remove_dir_all(&home);
     }
 
     #[test]
     fn no_decision_fails_closed_and_capacity_is_bounded() {
-        let (a, home) = approvals();
+        let (a, _home) = approvals();
         a.register("x", "ada", "q", &[], 10).unwrap();
         a.register("y", "ada", "q", &[], 10).unwrap();
         assert_eq!(
@@ -387,6 +383,5 @@ mod tests {
             a.wait("x", Duration::from_millis(20), &stop),
             Outcome::TimedOut
         );
-        let _ = std::fs::remove_dir_all(&home);
     }
 }

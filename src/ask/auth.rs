@@ -10,8 +10,8 @@
 //! with neither token nor key cannot call at all.
 
 use super::config::{AskConfig, Friend};
+use super::http::ApiError;
 use super::keys::AskKey;
-use super::server::ApiError;
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, VecDeque};
@@ -65,7 +65,7 @@ pub fn verify_signed(
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::forbidden("public key mismatch"))?;
     match super::canon::parse_sign(presented) {
-        Ok(k) if crate::runtime::core::constant_time_eq(&k, friend_key) => {}
+        Ok(k) if crate::protocol::handshake::ct_eq(&k, friend_key) => {}
         _ => return Err(ApiError::forbidden("public key mismatch")),
     }
     let signature = body
@@ -117,7 +117,7 @@ pub fn check_token(friend: &Friend, body: &Map<String, Value>) -> Result<(), Api
     };
     let presented = body.get("token").and_then(Value::as_str).unwrap_or("");
     if presented.is_empty()
-        || !crate::runtime::core::constant_time_eq(presented.as_bytes(), expected.as_bytes())
+        || !crate::protocol::handshake::ct_eq(presented.as_bytes(), expected.as_bytes())
     {
         return Err(ApiError::forbidden("invalid token"));
     }

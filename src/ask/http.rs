@@ -3,11 +3,13 @@
 //! of body is read (413), separate head and body deadlines so a slow client cannot hold a
 //! connection thread, and responses with dsh-ask-peer's CORS headers. One request per
 //! connection (`connection: close`). The parsing and the response bytes are pure functions;
-//! `read_request` and `write_response` are the thin socket shell around them.
+//! `read_request` and `write_response` are the thin socket shell around them. The request,
+//! response and refusal types every endpoint uses live here too.
 
-use super::server::ApiError;
+use serde_json::{Map, Value, json};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 /// Largest request head (request line and headers) accepted.
@@ -209,6 +211,151 @@ pub fn write_response(stream: &mut TcpStream, status: u16, body: &[u8], timeout:
     let _ = stream.flush();
 }
 
+/// An HTTP-level refusal: status, dsh error code, one-line message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: crate::sanitize::line(&message.into(), 400),
+        }
+    }
+    pub fn bad_request(m: impl Into<String>) -> ApiError {
+        ApiError::new(400, "bad_request", m)
+    }
+    pub fn forbidden(m: impl Into<String>) -> ApiError {
+        ApiError::new(403, "forbidden", m)
+    }
+    pub fn not_found(m: impl Into<String>) -> ApiError {
+        ApiError::new(404, "not_found", m)
+    }
+    pub fn too_large(n: u64) -> ApiError {
+        ApiError::new(
+            413,
+            "payload_too_large",
+            format!(
+                "body of {n} bytes exceeds {} bytes",
+                super::http::BODY_BYTES_MAX
+            ),
+        )
+    }
+    pub fn rate_limited(m: impl Into<String>) -> ApiError {
+        ApiError::new(429, "rate_limited", m)
+    }
+    pub fn ask_failed(m: impl Into<String>) -> ApiError {
+        ApiError::new(500, "ask_failed", m)
+    }
+    pub fn internal(m: impl Into<String>) -> ApiError {
+        ApiError::new(500, "internal", m)
+    }
+    pub fn response(&self) -> Response {
+        Response::json(
+            self.status,
+            json!({"ok": false, "error": {"code": self.code, "message": self.message}}),
+        )
+    }
+}
+
+/// One parsed request.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    /// Lower-case names.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub peer: SocketAddr,
+}
+
+impl Request {
+    /// The body as a JSON object (`400 request body must be JSON` otherwise).
+    pub fn json_object(&self) -> std::result::Result<Map<String, Value>, ApiError> {
+        match serde_json::from_slice::<Value>(&self.body) {
+            Ok(Value::Object(m)) => Ok(m),
+            _ => Err(ApiError::bad_request("request body must be JSON")),
+        }
+    }
+
+    /// A query parameter, percent-decoded.
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        self.query.split('&').find_map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (k == name).then(|| percent_decode(v))
+        })
+    }
+
+    pub fn ip(&self) -> IpAddr {
+        self.peer.ip()
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    fn hex(b: u8) -> Option<u8> {
+        (b as char).to_digit(16).map(|d| d as u8)
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let decoded = match bytes[i] {
+            b'%' if i + 2 < bytes.len() => hex(bytes[i + 1])
+                .zip(hex(bytes[i + 2]))
+                .map(|(h, l)| h * 16 + l),
+            _ => None,
+        };
+        match (decoded, bytes[i]) {
+            (Some(b), _) => {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+            (None, b'+') => out.push(b' '),
+            (None, b) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A response: status and an optional JSON body.
+#[derive(Clone, Debug)]
+pub struct Response {
+    pub status: u16,
+    pub body: Option<Value>,
+}
+
+impl Response {
+    pub fn json(status: u16, body: Value) -> Response {
+        Response {
+            status,
+            body: Some(body),
+        }
+    }
+    pub fn ok(body: Value) -> Response {
+        Response::json(200, body)
+    }
+    pub fn no_content() -> Response {
+        Response {
+            status: 204,
+            body: None,
+        }
+    }
+    pub fn bytes(&self) -> Vec<u8> {
+        match &self.body {
+            Some(v) => serde_json::to_vec(v).unwrap_or_default(),
+            None => Vec::new(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,5 +414,20 @@ mod tests {
         let empty = String::from_utf8(response_bytes(204, b"")).unwrap();
         assert!(empty.starts_with("HTTP/1.1 204 No Content\r\n"));
         assert!(!empty.contains("content-type: application/json"));
+    }
+
+    #[test]
+    fn query_params_decode() {
+        let req = Request {
+            method: "GET".into(),
+            path: "/ask/status".into(),
+            query: "x=1&askId=a%2Db+c&bad=%zz".into(),
+            headers: vec![],
+            body: vec![],
+            peer: "127.0.0.1:1".parse().unwrap(),
+        };
+        assert_eq!(req.query_param("askId").as_deref(), Some("a-b c"));
+        assert_eq!(req.query_param("bad").as_deref(), Some("%zz"));
+        assert_eq!(req.query_param("nope"), None);
     }
 }

@@ -9,10 +9,11 @@
 //! answer to the friend who asked; `GET /ask/status?askId=` (dsh-ask-peer's form) returns only
 //! the status word.
 
-use super::answer::{self, Answer, ContextFile};
+use super::ServerState;
+use super::answer::{self, Answer, Work};
 use super::approval::Outcome;
 use super::config::Mode;
-use super::server::{ApiError, Request, Response, ServerState};
+use super::http::{ApiError, Request, Response};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
@@ -123,18 +124,6 @@ pub fn parse_ask(
         timeout_ms,
         is_async,
     })
-}
-
-/// What one approved ask hands to its answerer.
-#[derive(Clone, Debug)]
-pub struct Work {
-    pub ask_id: String,
-    pub caller: String,
-    pub mode: Mode,
-    pub question: String,
-    pub context_paths: Vec<String>,
-    pub files: Vec<ContextFile>,
-    pub timeout_ms: u64,
 }
 
 struct Job {

@@ -192,6 +192,5 @@ mod tests {
         let public = std::fs::read_to_string(keys.join("ada.pub")).unwrap();
         assert_eq!(public, format!("{}\n", a.sign_string()));
         assert!(!format!("{a:?}").contains("PRIVATE"));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -150,11 +150,7 @@ mod tests {
 
     #[test]
     fn read_roots_leave_out_protected_trees() {
-        let base = std::env::temp_dir().join(format!(
-            "pw-roots-{}-{}",
-            std::process::id(),
-            crate::identity::random_u64()
-        ));
+        let base = crate::fsutil::TempDir::new("roots").unwrap();
         std::fs::create_dir_all(base.join("home/keys")).unwrap();
         std::fs::create_dir_all(base.join("work/src")).unwrap();
         std::os::unix::fs::symlink(base.join("home"), base.join("link")).unwrap();
@@ -165,6 +161,5 @@ mod tests {
         assert!(!roots.contains(&PathBuf::from("/")));
         assert!(roots.contains(&PathBuf::from("/usr")) || !Path::new("/usr").exists());
         assert_eq!(read_roots(&[]), vec![PathBuf::from("/")]);
-        let _ = std::fs::remove_dir_all(&base);
     }
 }
