@@ -916,3 +916,23 @@ fn peer_host_runs_the_ask_server_and_advertises_its_session_without_ids() {
         "absolute path leaked"
     );
 }
+
+#[test]
+fn a_denied_friend_gets_no_recommendation() {
+    let (ada, eve) = (Ns::new("deny-ada"), Ns::new("deny-eve"));
+    write_ask(&eve, json!({"callerName": "eve"}));
+    let eve_key = key_of(&eve);
+    write_ask(
+        &ada,
+        json!({"callerName": "ada", "listenHost": "127.0.0.1", "listenPort": 0, "rosterRefreshMs": 0,
+               "peers": [friend("eve", 1, &eve_key, "deny")]}),
+    );
+    let ada_server = Server::start(&ada, &[]);
+    write_ask(
+        &eve,
+        json!({"callerName": "eve", "peers": [friend("ada", ada_server.port(), &ada_server.key(), "ask")]}),
+    );
+    let (code, _, err) = peer_json(&eve, &[], &["ask", "recommend", "ada", "--topic", "x"]);
+    assert_eq!(code, exit_of("AUTH_FAILED"));
+    assert!(err.contains("policy denies"), "{err}");
+}

@@ -14,7 +14,7 @@ from the environment, PEER_MCP_CMD_A / PEER_MCP_CMD_B (a JSON array or a shell s
 command line wins over the environment, which wins over the script. Servers inherit this
 process's environment (so PEER_HOME reaches them) plus the session's "env".
 
-Each session is initialized and its tools are listed: the four peer tools must be present,
+Each session is initialized and its tools are listed: the ten peer and ask tools must be present,
 each with an object inputSchema. Then every step runs in order. A step:
   {"session": "a",                      # default: the first session
    "tool": "send_peer_message",         # or "ping": true, or "await_notification": {...}
@@ -55,7 +55,8 @@ try:
 except ImportError:  # SDK 1.x spelling
     from mcp.shared.exceptions import McpError as ProtocolError
 
-TOOL_NAMES = ["list_peers", "send_peer_message", "peer_messages", "coordinate_resource"]
+TOOL_NAMES = ["list_peers", "send_peer_message", "peer_messages", "coordinate_resource",
+              "ask_peer", "peers_list", "ask_peers", "ask_peer_async", "ask_result", "recommend_peer"]
 MISSING = object()
 
 

@@ -299,6 +299,16 @@ fn handle_recommend(state: &ServerState, req: &Request) -> std::result::Result<R
         state
             .guard
             .authenticate(&state.config, req.ip(), &body, RECOMMEND_PURPOSE, now)?;
+    // Unlike dsh-ask-peer, `deny` also refuses recommendations: they would reveal this
+    // owner's friends to someone the owner refuses. Each one spends the friend's budget,
+    // since it can cost several outbound fetches.
+    if friend.mode == super::config::Mode::Deny {
+        return Err(ApiError::forbidden(format!(
+            "policy denies requests from \"{}\"",
+            friend.name
+        )));
+    }
+    state.guard.charge_friend(&friend.name, now)?;
     let r = recommend::parse_request(&friend.name, &Value::Object(body))
         .map_err(ApiError::bad_request)?;
     let roster = state.discovery.roster();
