@@ -415,6 +415,7 @@ fn recommend_travels_two_hops_through_a_loop_and_waits_for_the_owner() {
     );
 
     // ada → bob (nobody matches) → carol → dan, who knows: via bob → carol.
+    let started = std::time::Instant::now();
     let (code, rec, err) = peer_json(
         &ada,
         &[],
@@ -436,6 +437,12 @@ fn recommend_travels_two_hops_through_a_loop_and_waits_for_the_owner() {
     );
     assert_eq!(rec["recommended"]["port"], g.port("dan"));
     let rec_id = rec["recId"].as_str().unwrap().to_string();
+    // A figure for the record, never an assertion: the whole CLI run, two hops, four card and
+    // advert fetches on loopback.
+    println!(
+        "two-hop recommend over loopback (whole CLI run): {:?}",
+        started.elapsed()
+    );
 
     // A topic nobody knows with three hops: the path stops the loop (dan may not go back to
     // bob), and carol falls back to the friend it has.
@@ -826,6 +833,7 @@ fn across_network_namespaces_ask_recommend_and_mcp() {
     );
 
     // Two hops: a → b → c, where dan is recommended by carol.
+    let started = std::time::Instant::now();
     let (code, rec, err) = peer_json(
         &ada,
         &net.exec(0),
@@ -845,6 +853,10 @@ fn across_network_namespaces_ask_recommend_and_mcp() {
         (Some("dan"), json!(["bob", "carol"]))
     );
     assert_eq!(rec["recommended"]["host"], "10.201.2.3");
+    println!(
+        "two-hop recommend across namespaces (whole CLI run): {:?}",
+        started.elapsed()
+    );
 
     // bob's card names its advertised host, not the wildcard or loopback.
     let (code, card, err) = peer_json(&bob, &net.exec(1), &["ask", "card", "show"]);
