@@ -352,6 +352,26 @@ mod tests {
     }
 
     #[test]
+    fn our_signed_bodies_verify_the_way_dsh_verifies() {
+        // dsh-ask-peer checks the signature over everything but publicKey and signature, so
+        // the replay-safe members ride along inside the signed bytes.
+        let (_, key) = setup();
+        let body = signed(&key, "ask", "bob", NOW);
+        let bytes =
+            crate::ask::canon::canonical_without(&body, &["publicKey", "signature"]).unwrap();
+        let sign = body["publicKey"].as_str().unwrap();
+        let public = crate::ask::canon::parse_sign(sign).unwrap();
+        assert!(crate::ask::canon::verify(
+            &public,
+            &bytes,
+            body["signature"].as_str().unwrap()
+        ));
+        for k in SIGNED_EXTRA {
+            assert!(body.contains_key(k), "{k}");
+        }
+    }
+
+    #[test]
     fn signed_refusals() {
         let (cfg, key) = setup();
         let g = Guard::new(&cfg);
