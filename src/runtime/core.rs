@@ -127,7 +127,7 @@ impl Core {
     /// The caller for a trusted local request: the root, or a live run named by `runId`.
     pub fn caller_for(&self, run_id: Option<&str>, auto_token: Option<&str>) -> Result<Caller> {
         let automatic =
-            auto_token.is_some_and(|t| constant_time_eq(t.as_bytes(), self.auto_token.as_bytes()));
+            auto_token.is_some_and(|t| identity::ct_eq(t.as_bytes(), self.auto_token.as_bytes()));
         let Some(run_id) = run_id else {
             return Ok(Caller {
                 automatic,
@@ -304,12 +304,4 @@ impl Verifier for PresenceVerifier {
         let ad = self.0.advertisement_of(instance_id)?;
         identity::parse_spki_b64(&ad.public_key)
     }
-}
-
-/// Compares secrets without an early exit on the first differing byte.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
