@@ -65,7 +65,7 @@ pub fn verify_signed(
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::forbidden("public key mismatch"))?;
     match super::canon::parse_sign(presented) {
-        Ok(k) if crate::protocol::handshake::ct_eq(&k, friend_key) => {}
+        Ok(k) if crate::identity::ct_eq(&k, friend_key) => {}
         _ => return Err(ApiError::forbidden("public key mismatch")),
     }
     let signature = body
@@ -117,7 +117,7 @@ pub fn check_token(friend: &Friend, body: &Map<String, Value>) -> Result<(), Api
     };
     let presented = body.get("token").and_then(Value::as_str).unwrap_or("");
     if presented.is_empty()
-        || !crate::protocol::handshake::ct_eq(presented.as_bytes(), expected.as_bytes())
+        || !crate::identity::ct_eq(presented.as_bytes(), expected.as_bytes())
     {
         return Err(ApiError::forbidden("invalid token"));
     }
