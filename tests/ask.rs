@@ -854,3 +854,42 @@ fn timeouts_kill_the_answerer_group_and_limits_answer_429() {
             .is_empty()
     );
 }
+
+#[test]
+fn past_max_connections_callers_get_an_immediate_429() {
+    let ns = Ns::new("ask-conns");
+    let echo = script(&ns, "echo.sh", ECHO);
+    let peers = json!([{"name": "ada", "host": "127.0.0.1", "token": "tok-ada", "mode": "auto"}]);
+    let srv = bob(
+        &ns,
+        &echo,
+        peers,
+        json!({"maxConnections": 1, "headerTimeoutMs": 3000}),
+    );
+    // One slow client holds the only connection thread...
+    let mut slow = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    slow.write_all(b"GET /health HTTP/1.1\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // ...so the next caller is answered 429 by the acceptor itself, at once.
+    let t = Instant::now();
+    let r = get_json("127.0.0.1", srv.port, "/health", T).unwrap();
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str()),
+        (429, Some("rate_limited"))
+    );
+    println!("refused past maxConnections in {:?}", t.elapsed());
+    // Once the slow client finishes, the thread is free again.
+    slow.write_all(b"host: x\r\n\r\n").unwrap();
+    let mut buf = Vec::new();
+    slow.read_to_end(&mut buf).unwrap();
+    assert!(buf.starts_with(b"HTTP/1.1 200 OK"));
+    assert!(eventually(5, || get_json(
+        "127.0.0.1",
+        srv.port,
+        "/health",
+        T
+    )
+    .unwrap()
+    .status
+        == 200));
+}

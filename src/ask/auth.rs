@@ -116,9 +116,7 @@ pub fn check_token(friend: &Friend, body: &Map<String, Value>) -> Result<(), Api
         )));
     };
     let presented = body.get("token").and_then(Value::as_str).unwrap_or("");
-    if presented.is_empty()
-        || !crate::identity::ct_eq(presented.as_bytes(), expected.as_bytes())
-    {
+    if presented.is_empty() || !crate::identity::ct_eq(presented.as_bytes(), expected.as_bytes()) {
         return Err(ApiError::forbidden("invalid token"));
     }
     Ok(())
