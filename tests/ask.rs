@@ -751,3 +751,145 @@ fn config_errors_name_the_field_and_answerers_cannot_ask() {
         Some(exit_of(peerwire::error::Code::CapabilityDenied))
     );
 }
+
+/// Processes whose command line is exactly `argv`.
+fn processes_with(argv: &[&str]) -> usize {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
+        .count()
+}
+
+#[test]
+fn timeouts_kill_the_answerer_group_and_limits_answer_429() {
+    let ns = Ns::new("ask-limits");
+    // A unique sleep length marks this test's processes.
+    let marker = format!(
+        "{}.{}",
+        4000 + std::process::id() % 1000,
+        std::process::id() % 97
+    );
+    let hang = script(
+        &ns,
+        "hang.sh",
+        &format!("cat >/dev/null; sleep {marker} & sleep {marker}"),
+    );
+    let peers = json!([
+        {"name": "ada", "host": "127.0.0.1", "token": "tok-ada", "mode": "auto"},
+        {"name": "cy", "host": "127.0.0.1", "token": "tok-cy", "mode": "auto"},
+    ]);
+    let srv = bob(
+        &ns,
+        &hang,
+        peers,
+        json!({"timeoutMs": 400, "friendAsksPerMinute": 2}),
+    );
+    let r = post(
+        srv.port,
+        "/ask",
+        &token_body("ada", Some("tok-ada"), "hang?"),
+    );
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str()),
+        (500, Some("ask_failed")),
+        "{}",
+        r.body
+    );
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish")
+    );
+    assert!(
+        eventually(5, || processes_with(&["sleep", &marker]) == 0),
+        "the answerer's process group outlived its timeout"
+    );
+    // An async ask is accepted with 202 and an ask id.
+    let mut b = token_body("ada", Some("tok-ada"), "async?");
+    b["async"] = json!(true);
+    let r = post(srv.port, "/ask", &b);
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(r.body["askId"].as_str().unwrap().len(), 36);
+    // ada has spent her two asks this minute; cy has not.
+    let r = post(
+        srv.port,
+        "/ask",
+        &token_body("ada", Some("tok-ada"), "again?"),
+    );
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str()),
+        (429, Some("rate_limited"))
+    );
+    let out = ns.peer(&["--json", "ask", "pending"]);
+    assert!(out.status.success());
+    assert!(eventually(5, || processes_with(&["sleep", &marker]) == 0));
+    drop(srv);
+
+    // Without an answerer configured, an ask fails at once instead of bothering the owner.
+    ask_config(
+        &ns.home,
+        json!({"callerName": "bob", "listenPort": 0,
+        "peers": [{"name": "ada", "host": "127.0.0.1", "token": "tok-ada"}]}),
+    );
+    let srv = Server::start(&ns);
+    let r = post(
+        srv.port,
+        "/ask",
+        &token_body("ada", Some("tok-ada"), "anyone?"),
+    );
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str()),
+        (500, Some("ask_failed"))
+    );
+    assert!(
+        json_of(&ns.peer(&["--json", "ask", "pending"]))["pending"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn past_max_connections_callers_get_an_immediate_429() {
+    let ns = Ns::new("ask-conns");
+    let echo = script(&ns, "echo.sh", ECHO);
+    let peers = json!([{"name": "ada", "host": "127.0.0.1", "token": "tok-ada", "mode": "auto"}]);
+    let srv = bob(
+        &ns,
+        &echo,
+        peers,
+        json!({"maxConnections": 1, "headerTimeoutMs": 3000}),
+    );
+    // One slow client holds the only connection thread...
+    let mut slow = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    slow.write_all(b"GET /health HTTP/1.1\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // ...so the next caller is answered 429 by the acceptor itself, at once.
+    let t = Instant::now();
+    let r = get_json("127.0.0.1", srv.port, "/health", T).unwrap();
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str()),
+        (429, Some("rate_limited"))
+    );
+    println!("refused past maxConnections in {:?}", t.elapsed());
+    // Once the slow client finishes, the thread is free again.
+    slow.write_all(b"host: x\r\n\r\n").unwrap();
+    let mut buf = Vec::new();
+    slow.read_to_end(&mut buf).unwrap();
+    assert!(buf.starts_with(b"HTTP/1.1 200 OK"));
+    assert!(eventually(5, || get_json(
+        "127.0.0.1",
+        srv.port,
+        "/health",
+        T
+    )
+    .unwrap()
+    .status
+        == 200));
+}

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 pub const OUTPUT_BYTES_MAX: usize = 4 << 20;
 const PATH_CHARS_MAX: usize = 1024;
 const EXIT_POLL: Duration = Duration::from_millis(5);
+/// How long the rest of the output may take once the answerer's group is gone.
+const OUTPUT_GRACE: Duration = Duration::from_millis(500);
 
 /// An answer and whether it was cut at `maxAnswerChars`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -159,9 +161,9 @@ pub fn read_context(state: &ServerState, paths: &[String]) -> Result<Vec<Context
         .collect()
 }
 
-/// Runs the answerer for one approved ask.
-pub fn run(state: &ServerState, work: &Work) -> Result<Answer, ApiError> {
-    let Some(argv) = state.config.answer_command.as_ref() else {
+/// Whether this server can answer at all, checked before the owner is asked to approve.
+pub fn ready(state: &ServerState) -> Result<&[String], ApiError> {
+    let Some(argv) = state.config.answer_command.as_deref() else {
         return Err(ApiError::ask_failed(
             "this server has no ask.answerCommand configured",
         ));
@@ -171,6 +173,12 @@ pub fn run(state: &ServerState, work: &Work) -> Result<Answer, ApiError> {
             "this kernel cannot enforce the Landlock sandbox; refusing to answer",
         ));
     }
+    Ok(argv)
+}
+
+/// Runs the answerer for one approved ask.
+pub fn run(state: &ServerState, work: &Work) -> Result<Answer, ApiError> {
+    let argv = ready(state)?;
     // A private scratch directory, the only place the answerer may write; removed on drop.
     let scratch = crate::fsutil::TempDir::new("ask-scratch")
         .map_err(|e| ApiError::internal(format!("scratch directory: {}", e.message)))?;
@@ -222,7 +230,9 @@ fn spawn_and_collect(
         "messages": [],
     });
     let stdin = child.stdin.take();
-    let writer = std::thread::spawn(move || {
+    // Detached: it ends when the answerer's stdin closes, which the group kill guarantees for
+    // every process that stayed in the group.
+    std::thread::spawn(move || {
         if let Some(mut s) = stdin {
             // An answerer that ignores stdin closes it early; that is not an error.
             let _ = s.write_all(input.to_string().as_bytes());
@@ -230,33 +240,58 @@ fn spawn_and_collect(
     });
     let cap = (state.config.max_answer_chars.saturating_mul(4) + 4).min(OUTPUT_BYTES_MAX);
     let stdout = child.stdout.take();
+    let output = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
     let (tx, rx) = crossbeam_channel::bounded(1);
-    let reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        if let Some(s) = stdout {
-            let _ = s.take(cap as u64).read_to_end(&mut buf);
-        }
-        let _ = tx.send(buf.len() >= cap);
-        buf
-    });
+    {
+        let output = output.clone();
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 8192];
+            let mut full = false;
+            if let Some(mut s) = stdout {
+                loop {
+                    match s.read(&mut chunk) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            let mut buf = output.lock();
+                            let room = cap.saturating_sub(buf.len()).min(n);
+                            buf.extend_from_slice(&chunk[..room]);
+                            if buf.len() >= cap {
+                                full = true;
+                                break;
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => break,
+                    }
+                }
+            }
+            let _ = tx.send(full);
+        });
+    }
     let deadline = Instant::now() + Duration::from_millis(work.timeout_ms);
-    let end = wait_exit(pgid, &rx, deadline, &state.stopping);
+    let (end, mut output_done) = wait_exit(pgid, &rx, deadline, &state.stopping);
     // Kill the whole group (stragglers included) before reaping, so the group id cannot have
     // been reused.
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
     let status = child.wait();
-    let _ = writer.join();
-    let out = reader.join().unwrap_or_default();
-    let text = || String::from_utf8_lossy(&out).into_owned();
+    if !output_done {
+        // A process that left the group could hold the pipe open: wait briefly, then give up
+        // on the rest of the output rather than on the thread.
+        output_done = rx.recv_timeout(OUTPUT_GRACE).is_ok();
+    }
+    let text = String::from_utf8_lossy(&output.lock()).into_owned();
     match end {
         End::TimedOut => Err(ApiError::ask_failed(format!(
             "the answerer did not finish within {} ms",
             work.timeout_ms
         ))),
         // More output than any answer may hold: it is cut anyway.
-        End::OutputFull => Ok(text()),
+        End::OutputFull => Ok(text),
+        End::Exited if !output_done => Err(ApiError::ask_failed(
+            "the answerer left a process holding its output open",
+        )),
         End::Exited => match status.ok().and_then(|s| s.code()) {
-            Some(0) => Ok(text()),
+            Some(0) => Ok(text),
             Some(super::sandbox::SANDBOX_REFUSED_EXIT) => Err(ApiError::ask_failed(
                 "the answerer's sandbox could not be enforced",
             )),
@@ -275,31 +310,31 @@ enum End {
 }
 
 /// Waits until the answerer has exited (without reaping it), its output reached the bound,
-/// or the deadline passed.
+/// or the deadline passed; also says whether the output reader has finished.
 fn wait_exit(
     pid: nix::unistd::Pid,
     output_done: &crossbeam_channel::Receiver<bool>,
     deadline: Instant,
     stopping: &std::sync::atomic::AtomicBool,
-) -> End {
+) -> (End, bool) {
     use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
     let mut output_closed = false;
     loop {
         let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
         match waitid(Id::Pid(pid), flags) {
             Ok(WaitStatus::StillAlive) => {}
-            _ => return End::Exited,
+            _ => return (End::Exited, output_closed),
         }
         let now = Instant::now();
         if now >= deadline || stopping.load(std::sync::atomic::Ordering::SeqCst) {
-            return End::TimedOut;
+            return (End::TimedOut, output_closed);
         }
         if output_closed {
             std::thread::sleep(EXIT_POLL.min(deadline - now));
             continue;
         }
         match output_done.recv_timeout(EXIT_POLL.min(deadline - now)) {
-            Ok(true) => return End::OutputFull,
+            Ok(true) => return (End::OutputFull, true),
             Ok(false) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                 output_closed = true
             }

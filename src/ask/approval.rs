@@ -143,7 +143,7 @@ impl Approvals {
         let valid = map.get(ask_id).is_some_and(|p| {
             p.decision.is_none()
                 && !token.is_empty()
-                && crate::protocol::handshake::ct_eq(token.as_bytes(), p.token.as_bytes())
+                && crate::identity::ct_eq(token.as_bytes(), p.token.as_bytes())
         });
         if !valid {
             return Err(ApiError::forbidden("invalid decision token"));

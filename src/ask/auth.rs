@@ -65,7 +65,7 @@ pub fn verify_signed(
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::forbidden("public key mismatch"))?;
     match super::canon::parse_sign(presented) {
-        Ok(k) if crate::protocol::handshake::ct_eq(&k, friend_key) => {}
+        Ok(k) if crate::identity::ct_eq(&k, friend_key) => {}
         _ => return Err(ApiError::forbidden("public key mismatch")),
     }
     let signature = body
@@ -116,9 +116,7 @@ pub fn check_token(friend: &Friend, body: &Map<String, Value>) -> Result<(), Api
         )));
     };
     let presented = body.get("token").and_then(Value::as_str).unwrap_or("");
-    if presented.is_empty()
-        || !crate::protocol::handshake::ct_eq(presented.as_bytes(), expected.as_bytes())
-    {
+    if presented.is_empty() || !crate::identity::ct_eq(presented.as_bytes(), expected.as_bytes()) {
         return Err(ApiError::forbidden("invalid token"));
     }
     Ok(())
@@ -349,6 +347,26 @@ mod tests {
             .authenticate(&cfg, ip(), &body, "ask", NOW + 1)
             .unwrap_err();
         assert!(again.message.contains("replayed"), "{again:?}");
+    }
+
+    #[test]
+    fn our_signed_bodies_verify_the_way_dsh_verifies() {
+        // dsh-ask-peer checks the signature over everything but publicKey and signature, so
+        // the replay-safe members ride along inside the signed bytes.
+        let (_, key) = setup();
+        let body = signed(&key, "ask", "bob", NOW);
+        let bytes =
+            crate::ask::canon::canonical_without(&body, &["publicKey", "signature"]).unwrap();
+        let sign = body["publicKey"].as_str().unwrap();
+        let public = crate::ask::canon::parse_sign(sign).unwrap();
+        assert!(crate::ask::canon::verify(
+            &public,
+            &bytes,
+            body["signature"].as_str().unwrap()
+        ));
+        for k in SIGNED_EXTRA {
+            assert!(body.contains_key(k), "{k}");
+        }
     }
 
     #[test]

@@ -290,6 +290,7 @@ pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, A
         )));
     }
     state.guard.charge_friend(&friend.name, now)?;
+    answer::ready(state)?;
     let files = answer::read_context(state, &ask.context_files)?;
     let work = Work {
         ask_id: new_ask_id(),
