@@ -65,15 +65,17 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     }
     let root = Root::start(&a.opts)?;
     // The cross-machine ask server runs beside the root when `ask.listen` is true.
-    let ask =
-        match crate::ask::discovery::serve_beside_root(&root.ns.home, &root.workspace.workspace) {
-            Ok(ask) => ask,
-            Err(e) => {
-                root.shutdown();
-                return Err(e);
-            }
-        };
-    let events = root.bus.subscribe();
+    let ask = match crate::ask::discovery::serve_beside_root(
+        &root.core.ns.home,
+        &root.core.workspace.workspace,
+    ) {
+        Ok(ask) => ask,
+        Err(e) => {
+            root.shutdown();
+            return Err(e);
+        }
+    };
+    let events = root.core.bus.subscribe();
     if ctx.json {
         let mut ready = root.ready_event();
         if let Some(h) = &ask {
@@ -83,9 +85,9 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     } else {
         println!(
             "peer host: ready as {} ({}) in {}",
-            root.alias,
-            root.peer_id,
-            crate::sanitize::line(&root.workspace.workspace.to_string_lossy(), 200)
+            root.core.alias,
+            root.core.peer_id,
+            crate::sanitize::line(&root.core.workspace.workspace.to_string_lossy(), 200)
         );
         if let Some(h) = &ask {
             println!("peer host: ask server listening on {}", h.state.listen);
@@ -147,11 +149,11 @@ fn run_child(
 ) -> Result<i32> {
     let mut child = std::process::Command::new(&command[0])
         .args(&command[1..])
-        .env("PEER_HOME", &root.ns.home)
-        .env("PEER_INSTANCE_ID", &root.instance_id)
-        .env("PEER_PEER_ID", &root.peer_id)
-        .env("PEER_SESSION_ID", &root.session_id)
-        .env("PEER_ALIAS", &root.alias)
+        .env("PEER_HOME", &root.core.ns.home)
+        .env("PEER_INSTANCE_ID", &root.core.instance_id)
+        .env("PEER_PEER_ID", &root.core.peer_id)
+        .env("PEER_SESSION_ID", &root.core.session_id)
+        .env("PEER_ALIAS", &root.core.alias)
         .env(crate::runtime::control::ENV_CONTROL, &root.control_path)
         .env("PEER_HOLDER_PID", std::process::id().to_string())
         .env_remove(crate::runtime::control::ENV_RUN)

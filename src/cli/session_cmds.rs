@@ -57,22 +57,25 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let root = Root::start(&opts)?;
     // The cross-machine ask server runs beside the root when `ask.listen` is true; it writes
     // nothing to stdout, which belongs to MCP.
-    let ask =
-        match crate::ask::discovery::serve_beside_root(&root.ns.home, &root.workspace.workspace) {
-            Ok(ask) => ask,
-            Err(e) => {
-                root.shutdown();
-                return Err(e);
-            }
-        };
+    let ask = match crate::ask::discovery::serve_beside_root(
+        &root.core.ns.home,
+        &root.core.workspace.workspace,
+    ) {
+        Ok(ask) => ask,
+        Err(e) => {
+            root.shutdown();
+            return Err(e);
+        }
+    };
     let events = root
+        .core
         .bus
         .subscribe()
         .ok_or_else(|| Error::new(Code::QueueFull, "no event subscription left"))?;
-    let limits = root.limits().clone();
+    let limits = root.core.limits().clone();
     let host = Arc::new(super::ask_discovery::WithAskTools {
         inner: RootTools(root.core.clone()),
-        home: root.ns.home.clone(),
+        home: root.core.ns.home.clone(),
     });
     let result = crate::mcp::serve(
         host,
