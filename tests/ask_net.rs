@@ -930,21 +930,59 @@ fn peer_host_runs_the_ask_server_and_advertises_its_session_without_ids() {
 }
 
 #[test]
-fn a_denied_friend_gets_no_recommendation() {
-    let (ada, eve) = (Ns::new("deny-ada"), Ns::new("deny-eve"));
+fn recommend_refuses_a_denied_friend_and_serves_a_token_friend() {
+    let (ada, bob, eve, tom) = (
+        Ns::new("pol-ada"),
+        Ns::new("pol-bob"),
+        Ns::new("pol-eve"),
+        Ns::new("pol-tom"),
+    );
+    write_ask(
+        &bob,
+        json!({"callerName": "bob", "listenHost": "127.0.0.1", "listenPort": 0}),
+    );
+    let bob_server = Server::start(&bob, &[]);
     write_ask(&eve, json!({"callerName": "eve"}));
     let eve_key = key_of(&eve);
+    let token_friend =
+        json!({"name": "tom", "host": "127.0.0.1", "port": 1, "token": "t0m-s3cret"});
     write_ask(
         &ada,
         json!({"callerName": "ada", "listenHost": "127.0.0.1", "listenPort": 0, "rosterRefreshMs": 0,
-               "peers": [friend("eve", 1, &eve_key, "deny")]}),
+               "peers": [friend("eve", 1, &eve_key, "deny"), token_friend,
+                         friend("bob", bob_server.port(), &bob_server.key(), "ask")]}),
     );
     let ada_server = Server::start(&ada, &[]);
+    let ada_entry = |token: Option<&str>| {
+        let mut f = friend("ada", ada_server.port(), &ada_server.key(), "ask");
+        if let Some(t) = token {
+            f["token"] = json!(t);
+            f.as_object_mut().unwrap().remove("publicKey");
+        }
+        f
+    };
     write_ask(
         &eve,
-        json!({"callerName": "eve", "peers": [friend("ada", ada_server.port(), &ada_server.key(), "ask")]}),
+        json!({"callerName": "eve", "peers": [ada_entry(None)]}),
     );
     let (code, _, err) = peer_json(&eve, &[], &["ask", "recommend", "ada", "--topic", "x"]);
     assert_eq!(code, exit_of("AUTH_FAILED"));
     assert!(err.contains("policy denies"), "{err}");
+    // A friend known by its shared token (as dsh-ask-peer configures them) is served.
+    write_ask(
+        &tom,
+        json!({"callerName": "tom", "peers": [ada_entry(Some("t0m-s3cret"))]}),
+    );
+    let (code, rec, err) = peer_json(&tom, &[], &["ask", "recommend", "ada"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (rec["from"].as_str(), rec["status"].as_str()),
+        (Some("bob"), Some("awaiting_user_approval"))
+    );
+    write_ask(
+        &tom,
+        json!({"callerName": "tom", "peers": [ada_entry(Some("wrong"))]}),
+    );
+    let (code, _, err) = peer_json(&tom, &[], &["ask", "recommend", "ada"]);
+    assert_eq!(code, exit_of("AUTH_FAILED"), "{err}");
 }

@@ -422,6 +422,7 @@ pub fn peers_listing(home: &Path, cfg: &AskConfig, refresh: bool) -> Vec<Value> 
                 "port": f.port,
                 "mode": f.mode.name(),
                 "keyed": f.key.is_some(),
+                "fingerprint": f.key.as_ref().map(super::canon::fingerprint),
                 "reachable": s.reachable(),
                 "lastSeen": s.last_seen_ms.map(clock::iso8601),
                 "ageMs": s.last_seen_ms.map(|t| now.saturating_sub(t)),
@@ -759,5 +760,58 @@ fn friend_decision(state: &ServerState, req: &Request) -> std::result::Result<Re
         }
         Err(e) if e.code == Code::AuthFailed => Err(ApiError::forbidden(e.message)),
         Err(e) => Err(ApiError::internal(e.message)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(listen_host: &str, advertised: Option<&str>) -> AskConfig {
+        AskConfig {
+            listen_host: listen_host.into(),
+            advertised_host: advertised.map(str::to_string),
+            ..AskConfig::default()
+        }
+    }
+
+    #[test]
+    fn cards_name_a_reachable_host_or_none() {
+        for wildcard in ["0.0.0.0", "::", "[::]", ""] {
+            let e = card_host(&cfg(wildcard, None), None).unwrap_err();
+            assert_eq!(e.code, Code::ConfigInvalid);
+            assert!(e.message.contains("advertisedHost"), "{}", e.message);
+        }
+        assert_eq!(
+            card_host(&cfg("0.0.0.0", Some("10.0.0.5")), None).unwrap(),
+            "10.0.0.5"
+        );
+        assert_eq!(
+            card_host(&cfg("0.0.0.0", None), Some("h.example")).unwrap(),
+            "h.example"
+        );
+        assert_eq!(
+            card_host(&cfg("192.0.2.4", None), None).unwrap(),
+            "192.0.2.4"
+        );
+        assert_eq!(
+            card_host(&cfg("[2001:db8::1]", None), None).unwrap(),
+            "2001:db8::1"
+        );
+    }
+
+    #[test]
+    fn a_recommendation_must_name_its_own_card() {
+        let key = AskKey::from_seed(&[3u8; 32]);
+        let c = cfg("127.0.0.1", None);
+        let now = clock::now_ms();
+        let card_str = own_card(&c, &key, "127.0.0.1", 9, now);
+        let ok = json!({"ok": true, "from": "local", "card": card_str});
+        assert_eq!(checked_answer(&ok, now).unwrap().1.name, "local");
+        let lying = json!({"ok": true, "from": "carol", "card": card_str});
+        assert!(checked_answer(&lying, now).is_err());
+        let expired = json!({"ok": true, "from": "local", "card": card_str});
+        assert!(checked_answer(&expired, now + card::CARD_TTL_MS + 1).is_err());
+        assert!(checked_answer(&json!({"ok": true, "from": "local"}), now).is_err());
     }
 }

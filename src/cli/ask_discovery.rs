@@ -350,6 +350,11 @@ fn card_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
                     verified.port,
                     view["fingerprint"].as_str().unwrap_or("")
                 );
+                // Friendship is configured on both sides: the new friend needs our card too.
+                println!(
+                    "for {} to accept your asks, give them your card: peer ask card show",
+                    sanitize::line(&verified.name, 64)
+                );
             }
             Ok(0)
         }
