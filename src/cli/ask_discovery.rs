@@ -198,6 +198,9 @@ fn peers(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             s("mode"),
             if p["signed"] == true { " signed" } else { "" }
         );
+        if let Some(f) = p["fingerprint"].as_str() {
+            println!("    key {f}");
+        }
         if !s("description").is_empty() {
             println!("    {}", s("description"));
         }

@@ -58,7 +58,7 @@ impl Pending {
             "peer": peer,
             "card": self.card,
             "createdAt": clock::iso8601(self.created_at_ms),
-            "expiresInMs": (self.created_at_ms + PENDING_TTL_MS).saturating_sub(now_ms),
+            "expiresInMs": self.created_at_ms.saturating_add(PENDING_TTL_MS).saturating_sub(now_ms),
         })
     }
 }
@@ -131,7 +131,7 @@ impl Store {
             )
         })?;
         file.pending
-            .retain(|p| p.created_at_ms + PENDING_TTL_MS >= now_ms);
+            .retain(|p| p.created_at_ms.saturating_add(PENDING_TTL_MS) >= now_ms);
         Ok(file)
     }
 
