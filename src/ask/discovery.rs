@@ -401,11 +401,25 @@ pub fn fetch_adverts(
 pub fn peers_listing(home: &Path, cfg: &AskConfig, refresh: bool) -> Vec<Value> {
     let roster = Roster::new(Some(&state_dir(home)));
     let mut seen = roster.snapshot();
-    let missing = cfg.peers.iter().any(|f| !seen.contains_key(&f.name));
-    if refresh || missing {
-        let now = clock::now_ms();
-        for (name, got) in fetch_adverts(&cfg.peers, advertise::FETCH_MS) {
-            roster.record(&name, got, now);
+    let now = clock::now_ms();
+    // Fetch the friends never tried, and, with a refresh interval, those tried longer ago than
+    // it (no server may be running to keep the roster fresh); the rest come from the roster.
+    let every = cfg.roster_refresh_ms.max(advertise::REFRESH_MS_MIN);
+    let due: Vec<Friend> = cfg
+        .peers
+        .iter()
+        .filter(|f| {
+            refresh
+                || match seen.get(&f.name).and_then(|s| s.checked_at_ms) {
+                    None => true,
+                    Some(at) => cfg.roster_refresh_ms > 0 && now.saturating_sub(at) > every,
+                }
+        })
+        .cloned()
+        .collect();
+    if !due.is_empty() {
+        for (name, got) in fetch_adverts(&due, advertise::FETCH_MS) {
+            roster.record(&name, got, clock::now_ms());
         }
         roster.save();
         seen = roster.snapshot();
