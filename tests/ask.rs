@@ -906,3 +906,28 @@ fn past_max_connections_callers_get_an_immediate_429() {
     .status
         == 200));
 }
+
+#[test]
+fn serve_stops_on_sigterm_and_removes_its_state_file() {
+    let ns = Ns::new("ask-stop");
+    let echo = script(&ns, "echo.sh", ECHO);
+    let mut srv = bob(&ns, &echo, json!([]), json!({}));
+    let pid = srv.child.id();
+    let state_file = ns.home.join(format!("ask/run/{pid}.json"));
+    assert!(state_file.exists());
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&state_file).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = srv.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        !state_file.exists(),
+        "the server removes exactly its own state file"
+    );
+}
