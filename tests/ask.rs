@@ -470,7 +470,8 @@ fn context_files_stay_inside_the_workspace() {
     std::os::unix::fs::symlink(ns.root.join("outside.txt"), ns.work.join("escape")).unwrap();
     std::os::unix::fs::symlink("notes.txt", ns.work.join("inside")).unwrap();
     let peers = json!([{"name": "ada", "host": "127.0.0.1", "token": "tok-ada", "mode": "auto"}]);
-    let srv = bob(&ns, &echo, peers, json!({}));
+    std::fs::write(ns.work.join("big.txt"), "x".repeat(101)).unwrap();
+    let srv = bob(&ns, &echo, peers, json!({"maxContextFileBytes": 100}));
     let ask = |files: Value| {
         let mut b = token_body("ada", Some("tok-ada"), "read this");
         b["contextFiles"] = files;
@@ -483,6 +484,14 @@ fn context_files_stay_inside_the_workspace() {
             .as_str()
             .unwrap()
             .contains("the db url is in .env.example")
+    );
+    let r = ask(json!(["big.txt"]));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds 100 bytes")
     );
     let outside = ns.root.join("outside.txt").to_string_lossy().into_owned();
     for bad in [
@@ -513,7 +522,8 @@ fn answerer_cannot_write_into_the_workspace() {
         &format!(
             "cat >/dev/null; if echo x > {t} 2>/dev/null; then echo wrote; else echo denied; fi; \
              if cat {cfg} >/dev/null 2>&1; then echo config-read; else echo config-denied; fi; \
-             echo scratch > \"$TMPDIR/s\" && echo scratch-ok",
+             echo scratch > \"$TMPDIR/s\" && echo scratch-ok; \
+             grep NoNewPrivs /proc/self/status",
             t = target.display(),
             cfg = ns.home.join("config.json").display()
         ),
@@ -540,7 +550,10 @@ fn answerer_cannot_write_into_the_workspace() {
         &token_body("ada", Some("tok-ada"), "write please"),
     );
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(r.body["answer"], "denied\nconfig-denied\nscratch-ok\n");
+    assert_eq!(
+        r.body["answer"],
+        "denied\nconfig-denied\nscratch-ok\nNoNewPrivs:\t1\n"
+    );
     assert!(!target.exists(), "the answerer wrote into the workspace");
 }
 
@@ -892,4 +905,29 @@ fn past_max_connections_callers_get_an_immediate_429() {
     .unwrap()
     .status
         == 200));
+}
+
+#[test]
+fn serve_stops_on_sigterm_and_removes_its_state_file() {
+    let ns = Ns::new("ask-stop");
+    let echo = script(&ns, "echo.sh", ECHO);
+    let mut srv = bob(&ns, &echo, json!([]), json!({}));
+    let pid = srv.child.id();
+    let state_file = ns.home.join(format!("ask/run/{pid}.json"));
+    assert!(state_file.exists());
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&state_file).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = srv.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        !state_file.exists(),
+        "the server removes exactly its own state file"
+    );
 }

@@ -141,9 +141,7 @@ impl Approvals {
     ) -> std::result::Result<(), ApiError> {
         let mut map = self.pending.lock();
         let valid = map.get(ask_id).is_some_and(|p| {
-            p.decision.is_none()
-                && !token.is_empty()
-                && crate::identity::ct_eq(token.as_bytes(), p.token.as_bytes())
+            p.decision.is_none() && !token.is_empty() && super::auth::secret_eq(token, &p.token)
         });
         if !valid {
             return Err(ApiError::forbidden("invalid decision token"));

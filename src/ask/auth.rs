@@ -116,10 +116,19 @@ pub fn check_token(friend: &Friend, body: &Map<String, Value>) -> Result<(), Api
         )));
     };
     let presented = body.get("token").and_then(Value::as_str).unwrap_or("");
-    if presented.is_empty() || !crate::identity::ct_eq(presented.as_bytes(), expected.as_bytes()) {
+    if presented.is_empty() || !secret_eq(presented, expected) {
         return Err(ApiError::forbidden("invalid token"));
     }
     Ok(())
+}
+
+/// Compares two secrets in constant time without revealing the expected one's length: both
+/// are hashed first, and the fixed-size digests are compared.
+pub fn secret_eq(presented: &str, expected: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    let a = Sha256::digest(presented.as_bytes());
+    let b = Sha256::digest(expected.as_bytes());
+    crate::identity::ct_eq(&a, &b)
 }
 
 /// Token bucket refilled continuously at `per_minute` per minute.
@@ -405,6 +414,13 @@ mod tests {
         let mut float = signed(&key, "ask", "bob", NOW);
         float.insert("timeoutMs".into(), json!(1.5));
         check(&float, "ask", "invalid signature");
+    }
+
+    #[test]
+    fn secrets_compare_by_digest() {
+        assert!(secret_eq("s3cret", "s3cret"));
+        assert!(!secret_eq("s3cre", "s3cret"));
+        assert!(!secret_eq("", "s3cret"));
     }
 
     #[test]
