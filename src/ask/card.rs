@@ -7,6 +7,8 @@
 //!
 //! Pure code: issuing takes a signing function, verifying takes the current time.
 
+#![forbid(unsafe_code)]
+
 use super::canon;
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -8,6 +8,8 @@
 //! fetches per node, a `path` of visited agents that are never asked again, so a "who knows
 //! X?" stays a small tree.
 
+#![forbid(unsafe_code)]
+
 pub mod pending;
 
 use serde_json::Value;
