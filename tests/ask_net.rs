@@ -985,4 +985,29 @@ fn recommend_refuses_a_denied_friend_and_serves_a_token_friend() {
     );
     let (code, _, err) = peer_json(&tom, &[], &["ask", "recommend", "ada"]);
     assert_eq!(code, exit_of("AUTH_FAILED"), "{err}");
+
+    // Adverts: bob's is kept when pinned to bob's key; pinned to another key it is refused,
+    // and the listing says so instead of showing bob's text.
+    let listing = |key: &str| {
+        let bob_entry = json!({"name": "bob", "host": "127.0.0.1", "port": bob_server.port(), "publicKey": key});
+        write_ask(&tom, json!({"callerName": "tom", "peers": [bob_entry]}));
+        let (code, listing, err) = peer_json(&tom, &[], &["ask", "peers", "--refresh"]);
+        assert_eq!(code, 0, "{err}");
+        listing["peers"][0].clone()
+    };
+    let good = listing(&bob_server.key());
+    assert_eq!(
+        (good["reachable"].as_bool(), good["signed"].as_bool()),
+        (Some(true), Some(true))
+    );
+    let forged = listing(&eve_key);
+    assert_eq!(forged["reachable"], false);
+    assert!(
+        forged["error"].as_str().unwrap().contains("another key"),
+        "{forged}"
+    );
+    assert!(
+        forged["description"] == "" && forged["signed"] == false,
+        "{forged}"
+    );
 }

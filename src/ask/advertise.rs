@@ -249,6 +249,10 @@ pub struct Watched {
 pub struct Seen {
     /// The last advert that passed [`check`].
     pub advert: Option<Value>,
+    /// The pinned key (its sign) that advert was checked against, if any: an advert is shown
+    /// only while the friend's entry still pins the same key.
+    #[serde(default)]
+    pub checked_key: Option<String>,
     /// When that advert was fetched (ms since the epoch).
     pub last_seen_ms: Option<u64>,
     /// When the last fetch was tried, and why it failed if it did.
@@ -260,6 +264,12 @@ impl Seen {
     /// Reachable: the last try succeeded.
     pub fn reachable(&self) -> bool {
         self.checked_at_ms.is_some() && self.last_error.is_none()
+    }
+
+    /// The kept advert, if it was checked against `pinned` (the friend's key now).
+    pub fn advert_for(&self, pinned: Option<&[u8; 32]>) -> Option<&Value> {
+        let key = pinned.map(canon::sign_of);
+        self.advert.as_ref().filter(|_| self.checked_key == key)
     }
 }
 
@@ -296,8 +306,14 @@ impl Roster {
         self.seen.lock().get(name).cloned()
     }
 
-    /// Records one fetch outcome (checked by the caller with [`check`]).
-    pub fn record(&self, name: &str, outcome: Result<Value, String>, now_ms: u64) {
+    /// Records one fetch outcome, checked by the caller with [`check`] against `pinned`.
+    pub fn record(
+        &self,
+        name: &str,
+        pinned: Option<&[u8; 32]>,
+        outcome: Result<Value, String>,
+        now_ms: u64,
+    ) {
         let mut seen = self.seen.lock();
         if !seen.contains_key(name) && seen.len() >= ROSTER_MAX {
             return;
@@ -307,6 +323,7 @@ impl Roster {
         match outcome {
             Ok(advert) => {
                 entry.advert = Some(advert);
+                entry.checked_key = pinned.map(canon::sign_of);
                 entry.last_seen_ms = Some(now_ms);
                 entry.last_error = None;
             }
@@ -334,7 +351,7 @@ impl Roster {
                     s.spawn(move || {
                         let got = fetch(&f.name)
                             .and_then(|v| check(&f.name, f.key.as_ref(), &v, clock::now_ms()));
-                        self.record(&f.name, got, clock::now_ms());
+                        self.record(&f.name, f.key.as_ref(), got, clock::now_ms());
                     });
                 }
             });
@@ -504,7 +521,12 @@ mod tests {
         };
         r.refresh(&friends, &fetch, &|| false);
         let s = r.snapshot();
-        assert!(s["bob"].reachable() && s["bob"].advert.is_some());
+        assert!(s["bob"].reachable() && s["bob"].advert_for(None).is_some());
+        let other = [1u8; 32];
+        assert!(
+            s["bob"].advert_for(Some(&other)).is_none(),
+            "checked without that pin"
+        );
         assert!(!s["eve"].reachable() && s["eve"].last_error.is_some());
         r.refresh(&friends[..1], &fetch, &|| false);
         assert_eq!(r.snapshot().len(), 1);

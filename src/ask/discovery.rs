@@ -419,7 +419,8 @@ pub fn peers_listing(home: &Path, cfg: &AskConfig, refresh: bool) -> Vec<Value> 
         .collect();
     if !due.is_empty() {
         for (name, got) in fetch_adverts(&due, advertise::FETCH_MS) {
-            roster.record(&name, got, clock::now_ms());
+            let pinned = cfg.friend(&name).and_then(|f| f.key);
+            roster.record(&name, pinned.as_ref(), got, clock::now_ms());
         }
         roster.save();
         seen = roster.snapshot();
@@ -429,7 +430,7 @@ pub fn peers_listing(home: &Path, cfg: &AskConfig, refresh: bool) -> Vec<Value> 
         .iter()
         .map(|f| {
             let s = seen.get(&f.name).cloned().unwrap_or_default();
-            let ad = s.advert.clone().unwrap_or(Value::Null);
+            let ad = s.advert_for(f.key.as_ref()).cloned().unwrap_or(Value::Null);
             json!({
                 "peer": f.name,
                 "host": f.host,
@@ -526,21 +527,22 @@ pub fn recommend_here(
 /// What each candidate is known to know: the roster's fresh advert, else one fetched now.
 fn known_of(candidates: &[&Friend], roster: Option<&Roster>) -> Vec<recommend::Known> {
     let now = clock::now_ms();
-    let fresh = |name: &str| -> Option<Value> {
-        let seen = roster?.get(name)?;
+    let fresh = |f: &Friend| -> Option<Value> {
+        let seen = roster?.get(&f.name)?;
         let at = seen.last_seen_ms?;
-        (now.saturating_sub(at) <= ROSTER_FRESH_MS).then_some(seen.advert?)
+        let advert = seen.advert_for(f.key.as_ref())?.clone();
+        (now.saturating_sub(at) <= ROSTER_FRESH_MS).then_some(advert)
     };
     let stale: Vec<Friend> = candidates
         .iter()
-        .filter(|f| fresh(&f.name).is_none())
+        .filter(|f| fresh(f).is_none())
         .map(|f| (*f).clone())
         .collect();
     let fetched = fetch_adverts(&stale, advertise::FETCH_MS);
     candidates
         .iter()
         .map(|f| {
-            let advert = fresh(&f.name).or_else(|| {
+            let advert = fresh(f).or_else(|| {
                 fetched
                     .iter()
                     .find(|(n, _)| n == &f.name)
