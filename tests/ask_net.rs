@@ -812,7 +812,11 @@ fn across_network_namespaces_ask_recommend_and_mcp() {
     );
     write_ask(
         &ada,
-        json!({"callerName": "ada", "peers": [peer("bob", "10.201.1.2", 3877, &kb, "ask")]}),
+        // ada's `peer mcp` runs her ask server too (listen); she lists herself as a friend so a
+        // peers_list from inside that session proves the server answers.
+        json!({"callerName": "ada", "listen": true, "listenHost": "10.201.1.1", "listenPort": 3877,
+               "rosterRefreshMs": 0,
+               "peers": [peer("bob", "10.201.1.2", 3877, &kb, "ask"), peer("ada", "10.201.1.1", 3877, &ka, "deny")]}),
     );
     let _servers = [
         Server::start(&bob, &net.exec(1)),
@@ -883,6 +887,8 @@ fn across_network_namespaces_ask_recommend_and_mcp() {
              "expect": {"peer": "bob"}, "expect_text_contains": "answered from another namespace", "timeout_s": 60},
             {"tool": "recommend_peer", "args": {"peer": "bob", "topic": "quantum", "maxHops": 2},
              "expect": {"from": "dan", "via": ["bob", "carol"]}, "timeout_s": 60},
+            {"tool": "peers_list", "args": {"refresh": true},
+             "expect": {"peers.0.reachable": true, "peers.1.peer": "ada", "peers.1.reachable": true, "peers.1.signed": true}},
         ],
     });
     let (ok, _, text) = run_mcp(&ada.root, script);
