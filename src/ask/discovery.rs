@@ -22,7 +22,7 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Timeout of one card fetch (dsh: 2.5 s).
 pub const CARD_FETCH_MS: u64 = 2_500;
@@ -456,6 +456,23 @@ fn no_recommendation(message: &str) -> ApiError {
     ApiError::new(404, "no_recommendation", message)
 }
 
+/// The time one node spends on a request that may still travel `hops`: a parent waits as long
+/// for a forwarded request (see `forward`), so every fetch below is clipped to what is left
+/// and a request tree never outlives its root's wait.
+pub fn node_budget_ms(hops: u64) -> u64 {
+    FORWARD_MS_PER_HOP * (hops + 1) + CARD_FETCH_MS
+}
+
+/// Milliseconds left before `deadline`.
+fn left_ms(deadline: Instant) -> u64 {
+    u64::try_from(
+        deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis(),
+    )
+    .unwrap_or(0)
+}
+
 /// Answers one `/recommend` at this node: score the candidates' adverts (the roster's when
 /// fresh, else fetched now), try the best cards directly, forward with one hop less, fall back
 /// to any friend's card; `{ok, from, card, via?}` or 404 `no_recommendation`.
@@ -479,9 +496,16 @@ pub fn recommend_here(
             "no friend is left to recommend (all were already visited)",
         ));
     }
-    let known = known_of(&candidates, roster);
+    let deadline = Instant::now() + Duration::from_millis(node_budget_ms(req.max_hops));
+    let known = known_of(
+        &candidates,
+        roster,
+        advertise::FETCH_MS.min(left_ms(deadline) / 2),
+    );
     let plan = recommend::plan(&known, req);
     let now = clock::now_ms();
+    // Below this much time a fetch is not started: the answer would come too late anyway.
+    let enough = |ms: u64| ms >= 100;
     let mut tried: Vec<String> = Vec::new();
     let answer = |card_str: String, c: &Card, via: Vec<String>| {
         let mut m = Map::new();
@@ -496,15 +520,23 @@ pub fn recommend_here(
     let mut errors: Vec<String> = Vec::new();
     for name in &plan.direct {
         let Some(f) = cfg.friend(name) else { continue };
+        let t = CARD_FETCH_MS.min(left_ms(deadline));
+        if !enough(t) {
+            break;
+        }
         tried.push(name.clone());
-        match fetch_card(f, CARD_FETCH_MS, now) {
+        match fetch_card(f, t, now) {
             Ok((s, c)) => return Ok(answer(s, &c, recommend::via(me, req, None))),
             Err(e) => errors.push(format!("{name}: {e}")),
         }
     }
     for name in &plan.forward {
         let Some(f) = cfg.friend(name) else { continue };
-        match forward(cfg, key, f, req) {
+        let t = left_ms(deadline);
+        if !enough(t) {
+            break;
+        }
+        match forward(cfg, key, f, req, t) {
             Ok((s, c, child)) => {
                 return Ok(answer(s, &c, recommend::via(me, req, Some(&child))));
             }
@@ -513,7 +545,12 @@ pub fn recommend_here(
     }
     for name in plan.fallback.iter().filter(|n| !tried.contains(n)) {
         let Some(f) = cfg.friend(name) else { continue };
-        match fetch_card(f, CARD_FETCH_MS, now) {
+        let t = CARD_FETCH_MS.min(left_ms(deadline));
+        if !enough(t) {
+            errors.push("the time budget of this request is spent".into());
+            break;
+        }
+        match fetch_card(f, t, now) {
             Ok((s, c)) => return Ok(answer(s, &c, recommend::via(me, req, None))),
             Err(e) => errors.push(format!("{name}: {e}")),
         }
@@ -525,7 +562,11 @@ pub fn recommend_here(
 }
 
 /// What each candidate is known to know: the roster's fresh advert, else one fetched now.
-fn known_of(candidates: &[&Friend], roster: Option<&Roster>) -> Vec<recommend::Known> {
+fn known_of(
+    candidates: &[&Friend],
+    roster: Option<&Roster>,
+    timeout_ms: u64,
+) -> Vec<recommend::Known> {
     let now = clock::now_ms();
     let fresh = |f: &Friend| -> Option<Value> {
         let seen = roster?.get(&f.name)?;
@@ -538,7 +579,7 @@ fn known_of(candidates: &[&Friend], roster: Option<&Roster>) -> Vec<recommend::K
         .filter(|f| fresh(f).is_none())
         .map(|f| (*f).clone())
         .collect();
-    let fetched = fetch_adverts(&stale, advertise::FETCH_MS);
+    let fetched = fetch_adverts(&stale, timeout_ms);
     candidates
         .iter()
         .map(|f| {
@@ -554,17 +595,18 @@ fn known_of(candidates: &[&Friend], roster: Option<&Roster>) -> Vec<recommend::K
 }
 
 /// Forwards `req` to friend `f` with one hop less and this node added to the path, signed by
-/// this node. The answer's card must verify against its own key and name the agent `from`
+/// this node, waiting at most the child's budget (and what this node has left). The answer's card must verify against its own key and name the agent `from`
 /// names.
 fn forward(
     cfg: &AskConfig,
     key: &AskKey,
     f: &Friend,
     req: &recommend::Request,
+    left_ms: u64,
 ) -> std::result::Result<(String, Card, Vec<String>), String> {
     let hops = req.max_hops.saturating_sub(1);
     let path = recommend::forward_path(req, &cfg.caller_name);
-    let timeout = FORWARD_MS_PER_HOP * (hops + 1);
+    let timeout = node_budget_ms(hops).min(left_ms);
     let reply = post_recommend(cfg, key, f, req.topic.as_deref(), hops, &path, timeout)
         .map_err(|e| e.message)?;
     let (card_str, c) = checked_answer(&reply, clock::now_ms())?;
@@ -661,7 +703,8 @@ pub fn request_recommendation(
         )
     })?;
     let hops = max_hops.min(recommend::MAX_HOPS_CAP);
-    let timeout = CARD_FETCH_MS * 3 + FORWARD_MS_PER_HOP * (hops + 1);
+    // The friend's own budget, plus the network and its bookkeeping.
+    let timeout = node_budget_ms(hops) + 1_000;
     let reply = post_recommend(cfg, key, f, topic, hops, &[], timeout)?;
     let now = clock::now_ms();
     let (card_str, c) = checked_answer(&reply, now).map_err(|e| Error::new(Code::AuthFailed, e))?;
@@ -814,6 +857,28 @@ mod tests {
             card_host(&cfg("[2001:db8::1]", None), None).unwrap(),
             "2001:db8::1"
         );
+    }
+
+    #[test]
+    fn a_silent_friend_costs_a_bounded_wait_and_no_recommendation() {
+        // A listener that never answers: connections complete in its backlog, replies never
+        // come, so every fetch runs into its (clipped) timeout.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = silent.local_addr().unwrap().port();
+        let mut c = cfg("127.0.0.1", None);
+        c.caller_name = "bob".into();
+        c.peers = AskConfig::parse(
+            json!({"ask": {"peers": [{"name": "mute", "host": "127.0.0.1", "port": port, "token": "t"}]}})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap()
+        .peers;
+        let key = AskKey::from_seed(&[4u8; 32]);
+        let req = recommend::parse_request("ada", &json!({"maxHops": 0})).unwrap();
+        let e = recommend_here(&c, &key, None, &req).unwrap_err();
+        assert_eq!(e.code, "no_recommendation");
+        assert!(e.message.contains("mute"), "{}", e.message);
     }
 
     #[test]
