@@ -595,7 +595,12 @@ fn bad_input_is_refused_with_its_code() {
     let ns = Ns::new("ask-bad");
     let echo = script(&ns, "echo.sh", ECHO);
     let peers = json!([{"name": "ada", "host": "127.0.0.1", "token": "tok-ada", "mode": "auto"}]);
-    let srv = bob(&ns, &echo, peers, json!({"headerTimeoutMs": 300}));
+    let srv = bob(
+        &ns,
+        &echo,
+        peers,
+        json!({"headerTimeoutMs": 300, "bodyTimeoutMs": 300}),
+    );
     let code = |body: &Value| {
         let r = post(srv.port, "/ask", body);
         (
@@ -753,6 +758,18 @@ fn config_errors_name_the_field_and_answerers_cannot_ask() {
         "{}",
         stderr(&out)
     );
+    // A workspace inside the namespace could not be read by answerers: refused at start.
+    ask_config(
+        &ns.home,
+        json!({"workspace": ns.home.join("ws").to_string_lossy()}),
+    );
+    std::fs::create_dir_all(ns.home.join("ws")).unwrap();
+    let out = ns.peer(&["ask", "serve"]);
+    assert_eq!(
+        out.status.code(),
+        Some(exit_of(peerwire::error::Code::ConfigInvalid))
+    );
+    assert!(stderr(&out).contains("ask.workspace"), "{}", stderr(&out));
     let out = ns
         .cmd(PEER)
         .args(["ask", "x", "q"])
