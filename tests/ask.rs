@@ -391,7 +391,7 @@ fn async_lifecycle_status_needs_credentials_and_results_expire() {
         {"name": "ada", "host": "127.0.0.1", "token": "tok-ada"},
         {"name": "cy", "host": "127.0.0.1", "token": "tok-cy", "mode": "auto"},
     ]);
-    let srv = bob(&ns, &answerer, peers, json!({"resultTtlMs": 1500}));
+    let srv = bob(&ns, &answerer, peers, json!({"resultTtlMs": 3000}));
     let home = ada(&ns.root, srv.port, json!({"token": "tok-ada"}));
     let out = peer_in(&home, &ns, &["--json", "ask", "bob", "later?", "--async"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -435,7 +435,7 @@ fn async_lifecycle_status_needs_credentials_and_results_expire() {
         .success()));
     assert!(eventually(10, || status(&id2)["status"] == "declined"));
     // Results expire resultTtlMs after they finish.
-    assert!(eventually(10, || {
+    assert!(eventually(15, || {
         let out = peer_in(&home, &ns, &["--json", "ask", "status", "bob", &id]);
         out.status.code() == Some(exit_of(peerwire::error::Code::NotFound))
     }));
@@ -595,7 +595,12 @@ fn bad_input_is_refused_with_its_code() {
     let ns = Ns::new("ask-bad");
     let echo = script(&ns, "echo.sh", ECHO);
     let peers = json!([{"name": "ada", "host": "127.0.0.1", "token": "tok-ada", "mode": "auto"}]);
-    let srv = bob(&ns, &echo, peers, json!({"headerTimeoutMs": 300}));
+    let srv = bob(
+        &ns,
+        &echo,
+        peers,
+        json!({"headerTimeoutMs": 300, "bodyTimeoutMs": 300}),
+    );
     let code = |body: &Value| {
         let r = post(srv.port, "/ask", body);
         (
@@ -662,11 +667,27 @@ fn bad_input_is_refused_with_its_code() {
         .unwrap();
     let t = Instant::now();
     let mut buf = [0u8; 64];
-    let n = slow.read(&mut buf).unwrap_or(0);
-    assert_eq!(n, 0, "the server closes a slow head without answering");
+    let n = slow.read(&mut buf);
+    assert!(
+        matches!(n, Ok(0)),
+        "the server closes a slow head without answering: {n:?}"
+    );
     println!(
         "slow-loris connection closed after {:?} (headerTimeoutMs 300)",
         t.elapsed()
+    );
+    // A body that stops short of its content-length is dropped at the body deadline.
+    let mut short = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    short
+        .write_all(b"POST /ask HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"caller\"")
+        .unwrap();
+    short
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let n = short.read(&mut buf);
+    assert!(
+        matches!(n, Ok(0)),
+        "a short body is closed without an answer: {n:?}"
     );
 }
 
@@ -753,6 +774,18 @@ fn config_errors_name_the_field_and_answerers_cannot_ask() {
         "{}",
         stderr(&out)
     );
+    // A workspace inside the namespace could not be read by answerers: refused at start.
+    ask_config(
+        &ns.home,
+        json!({"workspace": ns.home.join("ws").to_string_lossy()}),
+    );
+    std::fs::create_dir_all(ns.home.join("ws")).unwrap();
+    let out = ns.peer(&["ask", "serve"]);
+    assert_eq!(
+        out.status.code(),
+        Some(exit_of(peerwire::error::Code::ConfigInvalid))
+    );
+    assert!(stderr(&out).contains("ask.workspace"), "{}", stderr(&out));
     let out = ns
         .cmd(PEER)
         .args(["ask", "x", "q"])
@@ -800,13 +833,17 @@ fn timeouts_kill_the_answerer_group_and_limits_answer_429() {
         &ns,
         &hang,
         peers,
-        json!({"timeoutMs": 400, "friendAsksPerMinute": 2}),
+        json!({"timeoutMs": 2000, "friendAsksPerMinute": 2}),
     );
-    let r = post(
-        srv.port,
-        "/ask",
-        &token_body("ada", Some("tok-ada"), "hang?"),
+    let port = srv.port;
+    let asking = std::thread::spawn(move || {
+        post(port, "/ask", &token_body("ada", Some("tok-ada"), "hang?"))
+    });
+    assert!(
+        eventually(15, || processes_with(&["sleep", &marker]) == 2),
+        "the answerer and its background child run"
     );
+    let r = asking.join().unwrap();
     assert_eq!(
         (r.status, r.body["error"]["code"].as_str()),
         (500, Some("ask_failed")),
@@ -820,7 +857,7 @@ fn timeouts_kill_the_answerer_group_and_limits_answer_429() {
             .contains("did not finish")
     );
     assert!(
-        eventually(5, || processes_with(&["sleep", &marker]) == 0),
+        eventually(15, || processes_with(&["sleep", &marker]) == 0),
         "the answerer's process group outlived its timeout"
     );
     // An async ask is accepted with 202 and an ask id.
@@ -841,7 +878,7 @@ fn timeouts_kill_the_answerer_group_and_limits_answer_429() {
     );
     let out = ns.peer(&["--json", "ask", "pending"]);
     assert!(out.status.success());
-    assert!(eventually(5, || processes_with(&["sleep", &marker]) == 0));
+    assert!(eventually(15, || processes_with(&["sleep", &marker]) == 0));
     drop(srv);
 
     // Without an answerer configured, an ask fails at once instead of bothering the owner.
@@ -894,6 +931,7 @@ fn past_max_connections_callers_get_an_immediate_429() {
     // Once the slow client finishes, the thread is free again.
     slow.write_all(b"host: x\r\n\r\n").unwrap();
     let mut buf = Vec::new();
+    slow.set_read_timeout(Some(T)).unwrap();
     slow.read_to_end(&mut buf).unwrap();
     assert!(buf.starts_with(b"HTTP/1.1 200 OK"));
     assert!(eventually(5, || get_json(

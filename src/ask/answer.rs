@@ -5,8 +5,10 @@
 //! `{"askId", "caller", "question", "workspace", "contextFiles":[{"path","content"}],
 //!   "messages":[]}`
 //!
-//! `messages` is reserved for the targeted session's recent peer messages and is empty in this
-//! version: the answerer reads what it needs from the workspace itself. Its stdout is the
+//! `messages` is the slot for the targeted session's recent peer messages. It is empty in this
+//! version on purpose: peer messages of local sessions are not handed to an answer that leaves
+//! the machine (dsh-ask-peer copies 60 messages of any advertised session into every answer,
+//! an exfiltration path); the answerer reads what it needs from the workspace itself. Its stdout is the
 //! answer, read up to a byte bound and cut at `maxAnswerChars` (`truncated: true`); the group
 //! is killed at the timeout. `contextFiles` are resolved inside the workspace only: absolute
 //! paths, `..` and symbolic links that leave it are refused, as are the namespace home and

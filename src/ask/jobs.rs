@@ -14,7 +14,7 @@ use super::answer::{self, Answer, Work};
 use super::approval::Outcome;
 use super::config::Mode;
 use super::http::{ApiError, Request, Response};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -138,6 +138,7 @@ struct Job {
 pub struct Jobs {
     map: Mutex<HashMap<String, Job>>,
     answering: Mutex<usize>,
+    freed: Condvar,
     max_stored: usize,
     max_in_flight: usize,
     max_answering: usize,
@@ -151,6 +152,7 @@ impl Drop for Slot<'_> {
     fn drop(&mut self) {
         let mut n = self.0.answering.lock();
         *n = n.saturating_sub(1);
+        self.0.freed.notify_one();
     }
 }
 
@@ -159,6 +161,7 @@ impl Jobs {
         Jobs {
             map: Mutex::new(HashMap::new()),
             answering: Mutex::new(0),
+            freed: Condvar::new(),
             max_stored: config.max_stored_asks,
             max_in_flight: config.max_concurrent_asks + config.max_pending_approvals,
             max_answering: config.max_concurrent_asks,
@@ -166,13 +169,18 @@ impl Jobs {
         }
     }
 
-    /// An answerer slot, or 429 when `maxConcurrentAsks` answerers run.
-    pub fn slot(&self) -> Result<Slot<'_>, ApiError> {
+    /// An answerer slot, waiting up to `wait` for one when `maxConcurrentAsks` answerers run
+    /// (a synchronous ask does not wait; an async one waits up to its timeout); 429 after.
+    pub fn slot(&self, wait: Duration) -> Result<Slot<'_>, ApiError> {
+        let deadline = std::time::Instant::now() + wait;
         let mut n = self.answering.lock();
-        if *n >= self.max_answering {
-            return Err(ApiError::rate_limited(
-                "all answerers are busy; retry later",
-            ));
+        while *n >= self.max_answering {
+            let timed_out = wait.is_zero() || self.freed.wait_until(&mut n, deadline).timed_out();
+            if timed_out && *n >= self.max_answering {
+                return Err(ApiError::rate_limited(
+                    "all answerers are busy; retry later",
+                ));
+            }
         }
         *n += 1;
         Ok(Slot(self))
@@ -302,7 +310,7 @@ pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, A
         timeout_ms: ask.timeout_ms,
     };
     if !ask.is_async {
-        let a = process(state, &work, &|| {})?;
+        let a = process(state, &work, false, &|| {})?;
         return Ok(Response::ok(
             json!({"ok": true, "answer": a.text, "truncated": a.truncated}),
         ));
@@ -318,7 +326,7 @@ pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, A
     let spawned = std::thread::Builder::new()
         .name("ask-async".into())
         .spawn(move || {
-            let result = process(&st, &work, &|| st.jobs.set_running(&work.ask_id));
+            let result = process(&st, &work, true, &|| st.jobs.set_running(&work.ask_id));
             st.jobs.finish(&work.ask_id, result);
         });
     if spawned.is_err() {
@@ -333,6 +341,7 @@ pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, A
 pub fn process(
     state: &ServerState,
     work: &Work,
+    is_async: bool,
     on_running: &dyn Fn(),
 ) -> Result<Answer, ApiError> {
     if work.mode == Mode::Ask {
@@ -358,7 +367,12 @@ pub fn process(
             }
         }
     }
-    let _slot = state.jobs.slot()?;
+    let wait = if is_async {
+        Duration::from_millis(work.timeout_ms)
+    } else {
+        Duration::ZERO
+    };
+    let _slot = state.jobs.slot(wait)?;
     on_running();
     answer::run(state, work)
 }
@@ -433,6 +447,25 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn answerer_slots_are_bounded_and_async_asks_wait_for_one() {
+        let jobs = Arc::new(Jobs::new(&AskConfig {
+            max_concurrent_asks: 1,
+            ..AskConfig::default()
+        }));
+        let held = jobs.slot(Duration::ZERO).unwrap();
+        assert_eq!(jobs.slot(Duration::ZERO).err().unwrap().status, 429);
+        assert_eq!(
+            jobs.slot(Duration::from_millis(20)).err().unwrap().status,
+            429
+        );
+        let j = jobs.clone();
+        let waiter = std::thread::spawn(move || j.slot(Duration::from_secs(10)).is_ok());
+        std::thread::sleep(Duration::from_millis(30));
+        drop(held);
+        assert!(waiter.join().unwrap());
     }
 
     #[test]

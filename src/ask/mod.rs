@@ -124,6 +124,24 @@ pub fn start(
     };
     let workspace = std::fs::canonicalize(&workspace)
         .map_err(|e| Error::io("cannot open workspace", &workspace, &e))?;
+    // The answerer's sandbox hides the namespace and keyDir; a workspace inside them could
+    // neither be read by it nor serve context files.
+    for (what, dir) in [
+        ("the namespace", home.to_path_buf()),
+        ("ask.keyDir", config.key_dir(home)),
+    ] {
+        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+        if workspace.starts_with(&dir) {
+            return Err(Error::new(
+                Code::ConfigInvalid,
+                format!(
+                    "ask.workspace {} lies inside {what} ({}), which answerers cannot read",
+                    workspace.display(),
+                    dir.display()
+                ),
+            ));
+        }
+    }
     let key = keys::load_or_create(&config.key_dir(home), &config.caller_name)?;
     let addr = match bind {
         Some(a) => a,
