@@ -78,9 +78,6 @@ pub fn run(ctx: &Ctx, sub: &str, argv: Vec<OsString>) -> Result<i32> {
     }
 }
 
-/// Subcommand names this module answers.
-pub const SUBCOMMANDS: [&str; 4] = ["peers", "card", "recommend", "friends"];
-
 /// Flags as given: name without `--`, value when it takes one.
 type Flags = Vec<(String, Option<String>)>;
 
