@@ -22,6 +22,8 @@
 //! that the files import each other in one direction only (tests/architecture.rs): endpoint
 //! files depend on the root and on lower files, never on `server`'s internals.
 
+#![forbid(unsafe_code)]
+
 pub mod advertise;
 pub mod answer;
 pub mod api;
