@@ -17,11 +17,13 @@
 use super::ServerState;
 use super::config::Mode;
 use super::http::ApiError;
+use parking_lot::Mutex;
 use serde_json::json;
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Bytes of answerer output read at most (beyond this the answer is cut anyway).
@@ -193,12 +195,13 @@ pub fn run(state: &ServerState, work: &Work) -> Result<Answer, ApiError> {
     Ok(cap_answer(&raw, state.config.max_answer_chars))
 }
 
-fn spawn_and_collect(
+/// `peer ask sandbox-exec … -- answerCommand…` in the workspace, in its own process group,
+/// with the scratch directory as its only writable place and the namespace and keyDir hidden.
+fn answerer_command(
     state: &ServerState,
-    work: &Work,
     argv: &[String],
     scratch: &Path,
-) -> Result<String, ApiError> {
+) -> Result<Command, ApiError> {
     let exe = std::env::current_exe()
         .map_err(|e| ApiError::internal(format!("cannot find the peer binary: {e}")))?;
     let mut cmd = Command::new(exe);
@@ -221,7 +224,51 @@ fn spawn_and_collect(
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let mut child = cmd
+    Ok(cmd)
+}
+
+/// Reads up to `cap` bytes of the answerer's output on a detached thread; the channel says
+/// when it stopped and whether the bound was reached.
+fn read_output(
+    stdout: Option<std::process::ChildStdout>,
+    cap: usize,
+) -> (Arc<Mutex<Vec<u8>>>, crossbeam_channel::Receiver<bool>) {
+    let output = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let out = output.clone();
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 8192];
+        let mut full = false;
+        if let Some(mut s) = stdout {
+            loop {
+                match s.read(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let mut buf = out.lock();
+                        let room = cap.saturating_sub(buf.len()).min(n);
+                        buf.extend_from_slice(&chunk[..room]);
+                        if buf.len() >= cap {
+                            full = true;
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+        }
+        let _ = tx.send(full);
+    });
+    (output, rx)
+}
+
+fn spawn_and_collect(
+    state: &ServerState,
+    work: &Work,
+    argv: &[String],
+    scratch: &Path,
+) -> Result<String, ApiError> {
+    let mut child = answerer_command(state, argv, scratch)?
         .spawn()
         .map_err(|e| ApiError::ask_failed(format!("cannot start the answerer: {e}")))?;
     let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
@@ -241,59 +288,40 @@ fn spawn_and_collect(
         }
     });
     let cap = (state.config.max_answer_chars.saturating_mul(4) + 4).min(OUTPUT_BYTES_MAX);
-    let stdout = child.stdout.take();
-    let output = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    {
-        let output = output.clone();
-        std::thread::spawn(move || {
-            let mut chunk = [0u8; 8192];
-            let mut full = false;
-            if let Some(mut s) = stdout {
-                loop {
-                    match s.read(&mut chunk) {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            let mut buf = output.lock();
-                            let room = cap.saturating_sub(buf.len()).min(n);
-                            buf.extend_from_slice(&chunk[..room]);
-                            if buf.len() >= cap {
-                                full = true;
-                                break;
-                            }
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(_) => break,
-                    }
-                }
-            }
-            let _ = tx.send(full);
-        });
-    }
+    let (output, rx) = read_output(child.stdout.take(), cap);
     let deadline = Instant::now() + Duration::from_millis(work.timeout_ms);
     let (end, mut output_done) = wait_exit(pgid, &rx, deadline, &state.stopping);
     // Kill the whole group (stragglers included) before reaping, so the group id cannot have
     // been reused.
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-    let status = child.wait();
+    let status = child.wait().ok().and_then(|s| s.code());
     if !output_done {
         // A process that left the group could hold the pipe open: wait briefly, then give up
         // on the rest of the output rather than on the thread.
         output_done = rx.recv_timeout(OUTPUT_GRACE).is_ok();
     }
     let text = String::from_utf8_lossy(&output.lock()).into_owned();
+    outcome(end, output_done, status, work.timeout_ms).map(|()| text)
+}
+
+/// How an answerer run ended, as the ask's result (pure).
+fn outcome(
+    end: End,
+    output_done: bool,
+    status: Option<i32>,
+    timeout_ms: u64,
+) -> Result<(), ApiError> {
     match end {
         End::TimedOut => Err(ApiError::ask_failed(format!(
-            "the answerer did not finish within {} ms",
-            work.timeout_ms
+            "the answerer did not finish within {timeout_ms} ms"
         ))),
         // More output than any answer may hold: it is cut anyway.
-        End::OutputFull => Ok(text),
+        End::OutputFull => Ok(()),
         End::Exited if !output_done => Err(ApiError::ask_failed(
             "the answerer left a process holding its output open",
         )),
-        End::Exited => match status.ok().and_then(|s| s.code()) {
-            Some(0) => Ok(text),
+        End::Exited => match status {
+            Some(0) => Ok(()),
             Some(super::sandbox::SANDBOX_REFUSED_EXIT) => Err(ApiError::ask_failed(
                 "the answerer's sandbox could not be enforced",
             )),
@@ -348,6 +376,18 @@ fn wait_exit(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_endings_map_to_results() {
+        assert!(outcome(End::Exited, true, Some(0), 1).is_ok());
+        assert!(outcome(End::OutputFull, false, None, 1).is_ok());
+        let msg = |r: Result<(), ApiError>| r.unwrap_err().message;
+        assert!(msg(outcome(End::TimedOut, true, Some(0), 7)).contains("within 7 ms"));
+        assert!(msg(outcome(End::Exited, false, Some(0), 1)).contains("holding its output"));
+        assert!(msg(outcome(End::Exited, true, Some(125), 1)).contains("sandbox"));
+        assert!(msg(outcome(End::Exited, true, Some(3), 1)).contains("status 3"));
+        assert!(msg(outcome(End::Exited, true, None, 1)).contains("signal"));
+    }
 
     #[test]
     fn answers_are_capped_by_characters() {
