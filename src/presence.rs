@@ -46,6 +46,13 @@ pub struct Advertisement {
     pub alias: String,
     #[serde(default)]
     pub runs: Vec<RunAd>,
+    /// Start time of the record's `pid` (field 22 of `/proc/PID/stat`), so a reader can prove
+    /// the incarnation's process gone even after its pid was reused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_start_time: Option<u64>,
+    /// The boot the process started in (`/proc/sys/kernel/random/boot_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
 }
 
 impl Advertisement {
@@ -379,6 +386,35 @@ fn liveness(pid: i64, updated: Option<u64>, limits: &Limits, now_ms: u64) -> Liv
         return Liveness::Stale(format!("process {pid} is not running"));
     }
     Liveness::Live
+}
+
+/// Why the process behind `entry` provably no longer runs, or None when it runs or nothing can
+/// be proven. Proof is the recorded pid + start time + boot id (a different start time or boot,
+/// no such pid, a zombie), or, for a record without start-time evidence, no process with that
+/// pid at all. The record's age is never evidence: a stopped or suspended process keeps its
+/// record stale and is still the same incarnation.
+pub fn process_gone(entry: &Entry, probe: &crate::resource::evidence::Probe) -> Option<String> {
+    use crate::resource::model::{Life, ProcessEvidence};
+    let pid = u32::try_from(entry.pid).ok().filter(|p| *p > 0)?;
+    let ad = entry.advert.as_ref();
+    let evidence = ad.and_then(|ad| {
+        Some(ProcessEvidence {
+            pid,
+            start_time: ad.process_start_time?,
+            boot_id: ad.boot_id.clone()?,
+        })
+    });
+    match evidence {
+        Some(ev) => match probe.life(&ev) {
+            Life::Gone => Some(format!(
+                "process {pid} (started at tick {}) no longer runs",
+                ev.start_time
+            )),
+            Life::Alive | Life::Unknown => None,
+        },
+        None if !pid_alive(entry.pid) => Some(format!("process {pid} is not running")),
+        None => None,
+    }
 }
 
 /// `kill(pid, 0)`: alive when it succeeds or fails with EPERM. Non-positive pids are dead.

@@ -157,8 +157,13 @@ pub fn describe_receipt(r: &Value) -> String {
     } else {
         s("toPeerId")
     };
+    let reason = r
+        .get("reason")
+        .and_then(serde_json::Value::as_str)
+        .map(|why| format!(" — {}", sanitize::line(why, 300)))
+        .unwrap_or_default();
     format!(
-        "{} {to}{seq}: message {} (correlation {}){err}",
+        "{} {to}{seq}: message {} (correlation {}){err}{reason}",
         s("state"),
         s("messageId"),
         s("correlationId")

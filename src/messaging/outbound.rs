@@ -232,7 +232,8 @@ impl Machine {
         ))
     }
 
-    /// Records for moving an outbox entry to `receipt` (none when it would regress).
+    /// Records for moving an outbox entry to `receipt` (none when it would regress; see
+    /// [`Receipt::may_replace`]).
     fn receipt_records(
         &self,
         entry: &OutboxEntry,
@@ -240,7 +241,7 @@ impl Machine {
         now_ms: u64,
     ) -> Vec<Record> {
         if let Some(cur) = &entry.receipt
-            && !cur.state.may_become(receipt.state)
+            && !receipt.may_replace(cur)
         {
             return Vec::new();
         }

@@ -239,11 +239,7 @@ impl State {
 
     fn set_outbox_receipt(&mut self, to: &str, id: &str, receipt: &Receipt, at_ms: u64) {
         if let Some(e) = self.outbox.get_mut(&(to.to_string(), id.to_string())) {
-            debug_assert!(
-                e.receipt
-                    .as_ref()
-                    .is_none_or(|r| r.state.may_become(receipt.state))
-            );
+            debug_assert!(e.receipt.as_ref().is_none_or(|r| receipt.may_replace(r)));
             e.receipt = Some(receipt.clone());
             e.updated_at_ms = at_ms;
         }
@@ -348,11 +344,7 @@ impl State {
             } => self
                 .outbox
                 .get(&(to_peer_id.clone(), message_id.clone()))
-                .is_some_and(|e| {
-                    e.receipt
-                        .as_ref()
-                        .is_none_or(|r| r.state.may_become(receipt.state))
-                }),
+                .is_some_and(|e| e.receipt.as_ref().is_none_or(|r| receipt.may_replace(r))),
             Record::Event { event } => !self.events.contains_key(&event.cursor),
             Record::InboxRemoved {
                 recipient,

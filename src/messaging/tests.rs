@@ -455,6 +455,49 @@ fn retryable_failures_leave_the_entry_unresolved_refusals_end_it() {
 }
 
 #[test]
+fn a_recipient_receipt_outranks_a_failure_it_never_confirmed() {
+    let mut m = machine();
+    m.outbox_intent(&out("x1", &alice()), NOW).unwrap();
+    // Our own expiry of an entry that never got an answer: sequence 0.
+    m.sweep(NOW + Limits::default().expiry_ms + 1).unwrap();
+    let e = m.outbox_entry("p-alice", "x1").unwrap().clone();
+    assert_eq!(
+        e.receipt.as_ref().map(|r| r.state),
+        Some(ReceiptState::Expired)
+    );
+    // The recipient did hold it (its custody answer was lost) and reports it consumed.
+    let consumed = Receipt {
+        message_id: "x1".into(),
+        from_peer_id: ME.into(),
+        to_peer_id: "p-alice".into(),
+        state: ReceiptState::Consumed,
+        sequence: 7,
+        correlation_id: "x1".into(),
+        at_ms: NOW,
+        reply_message_id: None,
+        code: None,
+    };
+    let (e, recs) = m.record_receipt(&alice(), &consumed, NOW).unwrap();
+    assert_eq!(
+        e.receipt.as_ref().map(|r| r.state),
+        Some(ReceiptState::Consumed)
+    );
+    assert!(!recs.is_empty());
+    // A confirmed failure (the recipient's own expiry, sequence above 0) stays final.
+    let mut expired = consumed.clone();
+    expired.state = ReceiptState::Expired;
+    let mut m2 = machine();
+    m2.outbox_intent(&out("x1", &alice()), NOW).unwrap();
+    m2.record_receipt(&alice(), &expired, NOW).unwrap();
+    let (e, recs) = m2.record_receipt(&alice(), &consumed, NOW).unwrap();
+    assert_eq!(
+        e.receipt.as_ref().map(|r| r.state),
+        Some(ReceiptState::Expired)
+    );
+    assert!(recs.is_empty());
+}
+
+#[test]
 fn replies_are_validated_on_both_sides() {
     // Our side sent x1 to alice; alice's reply is accepted and keeps our correlation.
     let mut m = machine();
@@ -871,7 +914,7 @@ mod model {
             let mut now = NOW;
             let mut log = Vec::new();
             let mut seen: HashMap<(String, u64), (ReceiptState, String)> = HashMap::new();
-            let mut outbox_seen: HashMap<(String, String), ReceiptState> = HashMap::new();
+            let mut outbox_seen: HashMap<(String, String), Receipt> = HashMap::new();
             let mut last_seq: HashMap<String, u64> = HashMap::new();
             for op in &ops {
                 log.extend(run(&mut m, op, &mut now));
@@ -893,9 +936,9 @@ mod model {
                     if let Some(r) = &e.receipt {
                         let key = (e.to.peer_id.clone(), e.message_id.clone());
                         if let Some(old) = outbox_seen.get(&key) {
-                            prop_assert!(*old == r.state || old.may_become(r.state));
+                            prop_assert!(old.state == r.state || r.may_replace(old), "{:?} -> {:?}", old, r);
                         }
-                        outbox_seen.insert(key, r.state);
+                        outbox_seen.insert(key, r.clone());
                     }
                 }
                 for r in [ME, CHILD] {

@@ -136,6 +136,18 @@ pub struct Receipt {
     pub code: Option<String>,
 }
 
+impl Receipt {
+    /// Whether `self` may replace `cur` as the latest receipt of an outbox entry. Progress only
+    /// moves forward; but a failure the recipient never confirmed holding the message for
+    /// (sequence 0: a refusal before acceptance, or the sender's own expiry of an entry it
+    /// never got an answer for) yields to the recipient's own receipt for the message it holds
+    /// (sequence above 0): that receipt is the recipient's statement, ours was an inference.
+    pub fn may_replace(&self, cur: &Receipt) -> bool {
+        cur.state.may_become(self.state)
+            || (cur.state.is_failure() && cur.sequence == 0 && self.sequence > 0)
+    }
+}
+
 /// A message in custody at one of our recipients.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -11,6 +11,7 @@ use crate::error::{Code, Error, Result};
 use crate::messaging::{Principal, RouteQueue};
 use crate::paths::Namespace;
 use crate::presence::{self, Publisher};
+use crate::resource::evidence::Probe;
 use crate::store::StoreHandle;
 use crate::transport::{Notifier, Pool, Target, Verifier};
 use crate::{clock, identity};
@@ -60,9 +61,9 @@ pub struct Core {
     /// Set when the root is shutting down: waits end, workers stop.
     pub stopping: Arc<AtomicBool>,
     pub(crate) routes: Mutex<RouteMap>,
-    /// The last retryable failure of each blocked route, so messages behind its head report
-    /// the real cause.
-    pub(crate) route_errors: Mutex<HashMap<(String, String), Error>>,
+    /// The last retryable failure of each blocked route and when the route started failing,
+    /// so messages behind its head and `peer status` report the real cause.
+    pub(crate) route_errors: Mutex<HashMap<(String, String), (Error, u64)>>,
     pub(crate) subscriptions: Mutex<SubscriptionMap>,
     /// Receipt events already shown to a model, per local peer (in memory: a restarted root
     /// shows them again, which is harmless).
@@ -71,8 +72,22 @@ pub struct Core {
     pub presence_cache: presence::ReadCache,
     /// Recently looked-up advertisements by instance (a short TTL: presence is a hint and a
     /// failed connect or handshake re-reads it).
-    pub(crate) adverts:
-        Mutex<HashMap<String, (std::time::Instant, Option<presence::Advertisement>)>>,
+    pub(crate) adverts: Mutex<HashMap<String, (std::time::Instant, Reach)>>,
+}
+
+/// What a sender knows about another instance, from its presence record and process evidence.
+#[derive(Clone, Debug)]
+pub enum Reach {
+    /// Current record.
+    Live(presence::Advertisement),
+    /// The record is there but has not been refreshed since the given time, and nothing
+    /// proves its process gone: stopped, suspended or slow. Still the same incarnation.
+    Silent(presence::Advertisement, String),
+    /// Provably ended (the reason says how): its owner removed the record or its process no
+    /// longer runs.
+    Gone(String),
+    /// Nothing can be concluded now (unreadable record or directory).
+    Unknown(String),
 }
 
 /// How long a looked-up advertisement is reused.
@@ -151,12 +166,20 @@ impl Core {
 
     /// The live advertisement of another instance (cached for a second).
     pub fn advertisement_of(&self, instance_id: &str) -> Option<presence::Advertisement> {
-        if let Some((at, ad)) = self.adverts.lock().get(instance_id)
+        match self.reach_of(instance_id) {
+            Reach::Live(ad) => Some(ad),
+            _ => None,
+        }
+    }
+
+    /// What presence and process evidence say about another instance (cached for a second).
+    pub fn reach_of(&self, instance_id: &str) -> Reach {
+        if let Some((at, reach)) = self.adverts.lock().get(instance_id)
             && at.elapsed().as_millis() < ADVERT_TTL_MS
         {
-            return ad.clone();
+            return reach.clone();
         }
-        let ad = self.read_advertisement(instance_id);
+        let reach = self.read_reach(instance_id);
         let mut cache = self.adverts.lock();
         if cache.len() >= ADVERTS_MAX {
             cache.retain(|_, (at, _)| at.elapsed().as_millis() < ADVERT_TTL_MS);
@@ -164,10 +187,10 @@ impl Core {
         if cache.len() < ADVERTS_MAX {
             cache.insert(
                 instance_id.to_string(),
-                (std::time::Instant::now(), ad.clone()),
+                (std::time::Instant::now(), reach.clone()),
             );
         }
-        ad
+        reach
     }
 
     /// Forgets a cached advertisement after a failed delivery.
@@ -175,37 +198,70 @@ impl Core {
         self.adverts.lock().remove(instance_id);
     }
 
-    /// The live advertisement of another instance, found by its instance-qualified file name.
-    fn read_advertisement(&self, instance_id: &str) -> Option<presence::Advertisement> {
+    /// Reads the record of another instance, found by its instance-qualified file name, and
+    /// classifies it: live, silent (present but not refreshed; its process may be stopped) or
+    /// gone (no record, or its process provably no longer runs).
+    fn read_reach(&self, instance_id: &str) -> Reach {
         if !identity::is_valid_id(instance_id) {
-            return None;
+            return Reach::Gone(format!("{instance_id:?} is not an instance id"));
         }
         let dir = self.ns.active_agents();
         let suffix = format!(".{instance_id}.json");
-        let names: Vec<String> = std::fs::read_dir(&dir)
-            .ok()?
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(&suffix))
-            .take(8)
-            .collect();
+        let names: Vec<String> = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(&suffix))
+                .take(8)
+                .collect(),
+            Err(e) => return Reach::Unknown(format!("cannot list {}: {e}", dir.display())),
+        };
         let now = clock::now_ms();
-        names
-            .iter()
-            .map(|n| presence::read_one(&dir, n, self.limits(), now))
-            .filter(|e| e.is_live())
-            .filter_map(|e| e.advert)
-            .find(|ad| ad.instance_id == instance_id)
+        let mut unreadable = None;
+        for n in &names {
+            let e = presence::read_one(&dir, n, self.limits(), now);
+            let Some(ad) = e.advert.clone().filter(|ad| ad.instance_id == instance_id) else {
+                if let presence::Liveness::Invalid(why) = &e.liveness {
+                    unreadable = Some(why.clone());
+                }
+                continue;
+            };
+            if e.is_live() {
+                return Reach::Live(ad);
+            }
+            if let Some(why) = presence::process_gone(&e, &Probe::new()) {
+                return Reach::Gone(why);
+            }
+            let since = e
+                .updated_at_ms
+                .map_or_else(|| "an unreadable time".to_string(), clock::iso8601);
+            return Reach::Silent(ad, since);
+        }
+        match unreadable {
+            // A record we cannot read proves nothing either way.
+            Some(why) => Reach::Unknown(format!("its presence record is unreadable: {why}")),
+            None => Reach::Gone("its presence record was removed by its owner".into()),
+        }
     }
 
-    /// Where to reach another instance: `TARGET_ENDED` when it is no longer advertised.
+    /// Where to reach another instance. A silent record (no heartbeat, process still there) is
+    /// still tried: only evidence that the incarnation is gone yields `TARGET_ENDED`.
     pub fn target_of_instance(&self, instance_id: &str) -> Result<Target> {
-        let ad = self.advertisement_of(instance_id).ok_or_else(|| {
-            Error::new(
-                Code::TargetEnded,
-                format!("instance {instance_id} is no longer advertised"),
-            )
-        })?;
+        let ad = match self.reach_of(instance_id) {
+            Reach::Live(ad) | Reach::Silent(ad, _) => ad,
+            Reach::Gone(why) => {
+                return Err(Error::new(
+                    Code::TargetEnded,
+                    format!("instance {instance_id} has ended: {why}"),
+                ));
+            }
+            Reach::Unknown(why) => {
+                return Err(Error::new(
+                    Code::PeerOffline,
+                    format!("instance {instance_id} cannot be reached now: {why}"),
+                ));
+            }
+        };
         let public_key = identity::parse_spki_b64(&ad.public_key)
             .ok_or_else(|| Error::new(Code::AuthFailed, "advertised public key is malformed"))?;
         Ok(Target {
@@ -302,8 +358,13 @@ impl Core {
 pub struct PresenceVerifier(pub Arc<Core>);
 
 impl Verifier for PresenceVerifier {
+    /// A silent record's key is still its owner's statement: an instance that just resumed
+    /// from a stop is authenticated before its next heartbeat.
     fn advertised_key(&self, instance_id: &str) -> Option<[u8; 32]> {
-        let ad = self.0.advertisement_of(instance_id)?;
+        let ad = match self.0.reach_of(instance_id) {
+            Reach::Live(ad) | Reach::Silent(ad, _) => ad,
+            Reach::Gone(_) | Reach::Unknown(_) => return None,
+        };
         identity::parse_spki_b64(&ad.public_key)
     }
 }

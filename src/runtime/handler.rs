@@ -218,7 +218,13 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
         }
         "local.status" => {
             let entry = core.sent_message(&caller.peer_id, req_str(&params, "messageId")?)?;
-            Ok(outbox_view(&entry))
+            let mut v = outbox_view(&entry);
+            if entry.receipt.is_none()
+                && let Some(o) = v.as_object_mut()
+            {
+                o.insert("reason".into(), json!(core.unresolved_reason(&entry)));
+            }
+            Ok(v)
         }
         "local.wait_receipt" => super::tools::wait_receipt(core, &caller, &params),
         "local.run.publish" => {

@@ -160,6 +160,8 @@ impl Root {
                 }
             }),
         );
+        // Our own start evidence lets others prove this incarnation gone once it is.
+        let own = resource::evidence::Probe::new().own().ok();
         let record = Record {
             version: 1,
             pid: std::process::id(),
@@ -199,6 +201,8 @@ impl Root {
                     .map(|r| r.to_string_lossy().into_owned()),
                 alias: alias.clone(),
                 runs: Vec::new(),
+                process_start_time: own.as_ref().map(|e| e.start_time),
+                boot_id: own.map(|e| e.boot_id),
             },
         };
         let secret = control::new_secret();

@@ -75,7 +75,14 @@ impl Core {
                 // directory no longer lists it: its owning root answers for retired runs, and a
                 // vanished owner means the incarnation ended.
                 match self.known_incarnation(name) {
-                    Some(t) if self.advertisement_of(&t.instance_id).is_some() => Ok(t),
+                    Some(t)
+                        if !matches!(
+                            self.reach_of(&t.instance_id),
+                            super::core::Reach::Gone(_)
+                        ) =>
+                    {
+                        Ok(t)
+                    }
                     Some(_) => Err(Error::new(
                         Code::TargetEnded,
                         format!(
@@ -267,7 +274,7 @@ impl Core {
                         self.route_errors
                             .lock()
                             .get(&(from.to_string(), to.peer_id.clone()))
-                            .cloned()
+                            .map(|(e, _)| e.clone())
                     });
                     return want.map(|w| Err(blocked(w, &head, cause)));
                 }
@@ -293,12 +300,13 @@ impl Core {
                 recorded.map(|_| ())
             }
             Err(e) if is_retryable(e.code) => {
-                q.failed(&entry.message_id, self.limits(), clock::now_ms());
+                let now = clock::now_ms();
+                q.failed(&entry.message_id, self.limits(), now);
                 let mut errors = self.route_errors.lock();
-                if errors.len() < 4 * self.limits().connections as usize
-                    || errors.contains_key(&key)
-                {
-                    errors.insert(key, e.clone());
+                if let Some(slot) = errors.get_mut(&key) {
+                    slot.0 = e.clone();
+                } else if errors.len() < 4 * self.limits().connections as usize {
+                    errors.insert(key, (e.clone(), now));
                 }
                 Err(e)
             }
@@ -336,8 +344,10 @@ impl Core {
             }
             Some(r) => Ok(r),
             None => Err(Error::new(
-                Code::PeerOffline,
-                format!("message {message_id} is not yet accepted; it stays in the outbox"),
+                Code::Timeout,
+                format!(
+                    "message {message_id} is not yet acknowledged; it stays queued in the outbox"
+                ),
             )),
         }
     }
@@ -366,6 +376,10 @@ impl Core {
             return Ok(r);
         }
         let target = self.target_of_instance(&entry.to.instance_id)?;
+        let silent = match self.reach_of(&entry.to.instance_id) {
+            super::core::Reach::Silent(_, since) => Some(since),
+            _ => None,
+        };
         let params = json!({
             "version": 1,
             "messageId": entry.message_id,
@@ -393,8 +407,41 @@ impl Core {
                 ) {
                     self.forget_advertisement(&entry.to.instance_id);
                 }
+            })
+            .map_err(|e| match &silent {
+                Some(since) if is_retryable(e.code) => Error::new(
+                    e.code,
+                    format!(
+                        "target not answering since {since} (no heartbeat; its process still exists): {}",
+                        e.message
+                    ),
+                ),
+                _ => e,
             })?;
         parse_receipt(v)
+    }
+
+    /// Why an unresolved outbox entry is still unresolved, for `peer status`: the route's last
+    /// failure and since when, or the head it waits behind.
+    pub fn unresolved_reason(&self, e: &OutboxEntry) -> String {
+        let key = (e.from_peer_id.clone(), e.to.peer_id.clone());
+        let head = self
+            .store
+            .route_pending(&e.from_peer_id, &e.to.peer_id)
+            .ok()
+            .and_then(|p| p.first().map(|h| h.message_id.clone()));
+        if let Some(h) = head.filter(|h| *h != e.message_id) {
+            return format!("waits behind unresolved message {h} on this route");
+        }
+        match self.route_errors.lock().get(&key) {
+            Some((err, since)) => format!(
+                "{} ({}); failing since {}; retried in the background",
+                err.message,
+                err.code.name(),
+                clock::iso8601(*since)
+            ),
+            None => "not yet acknowledged; retried in the background".to_string(),
+        }
     }
 
     /// The runId behind one of our peerIds (live or retired); None for the root.
@@ -561,12 +608,19 @@ impl Core {
     }
 }
 
+/// The answer to a caller whose message is queued but not yet acknowledged. The recipient's
+/// own statements (`QUEUE_FULL`, `RATE_LIMITED`) keep their code; anything else (no answer, a
+/// lost connection, an unreadable record) is `TIMEOUT`: the wait ended, nothing was decided.
 fn blocked(want: &str, head: &str, cause: Option<Error>) -> Error {
     let (code, why) = match cause {
-        Some(e) => (e.code, e.message),
+        Some(e) if matches!(e.code, Code::QueueFull | Code::RateLimited) => (e.code, e.message),
+        Some(e) => (
+            Code::Timeout,
+            format!("not yet acknowledged ({}: {})", e.code.name(), e.message),
+        ),
         None => (
-            Code::PeerOffline,
-            "the recipient did not answer".to_string(),
+            Code::Timeout,
+            "not yet acknowledged: the recipient did not answer".to_string(),
         ),
     };
     if head == want || head.is_empty() {
