@@ -160,3 +160,132 @@ fn target_ended_needs_evidence_that_the_incarnation_is_gone() {
         status_of(&ns, &alice, "e-1")
     );
 }
+
+/// A bare authenticated sender: a presence record with our identity and pid, and a pool.
+struct WireSender {
+    pool: peerwire::transport::Pool,
+    _presence: peerwire::presence::Publisher,
+}
+
+impl WireSender {
+    fn publish(host: &Host) -> WireSender {
+        use peerwire::identity::{self, KeyPair};
+        use peerwire::presence::{Publisher, Record};
+        let bytes = std::fs::read(host.field("presence")).unwrap();
+        let mut rec: Record = serde_json::from_slice(&bytes).unwrap();
+        let keys = std::sync::Arc::new(KeyPair::generate());
+        let instance_id = identity::new_instance_id();
+        rec.pid = std::process::id();
+        rec.session_id = identity::new_session_id();
+        rec.communication.instance_id = instance_id.clone();
+        rec.communication.peer_id = identity::peer_id(&instance_id, None);
+        rec.communication.public_key = keys.spki_b64();
+        rec.communication.endpoint = format!("peer-runtime/{instance_id}.sock");
+        rec.communication.alias = format!("wire-{}", &instance_id[instance_id.len() - 4..]);
+        rec.communication.runs = Vec::new();
+        rec.communication.process_start_time = None;
+        rec.communication.boot_id = None;
+        let dir = Path::new(&host.field("presence"))
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let presence = Publisher::publish(&dir, rec).unwrap();
+        let me = peerwire::transport::LocalIdentity { instance_id, keys };
+        WireSender {
+            pool: peerwire::transport::Pool::new(
+                me,
+                &Limits::default(),
+                std::sync::Arc::new(|_, _, _| {}),
+            ),
+            _presence: presence,
+        }
+    }
+
+    fn send(&self, host: &Host, id: &str, expires_at_ms: u64) -> peerwire::error::Result<Value> {
+        let rec: Value =
+            serde_json::from_slice(&std::fs::read(host.field("presence")).unwrap()).unwrap();
+        let key = rec["communication"]["publicKey"].as_str().unwrap();
+        let target = peerwire::transport::Target {
+            instance_id: host.field("instanceId"),
+            endpoint: host.field("endpoint").into(),
+            public_key: peerwire::identity::parse_spki_b64(key).unwrap(),
+        };
+        self.pool.request(
+            &target,
+            "peer.send",
+            json!({"version": 1, "messageId": id, "to": host.field("peerId"),
+                   "content": "short-lived", "expiresAt": expires_at_ms}),
+            10_000,
+        )
+    }
+}
+
+#[test]
+fn expiry_holds_on_every_read_path_before_any_sweep() {
+    // Default limits: expiryMs is ten minutes, so the sweep runs once a minute and cannot be
+    // what makes these messages expired.
+    let ns = Ns::new("expiry-read");
+    let bob = ns.host(&["--alias", "bob"]);
+    let wire = WireSender::publish(&bob);
+    let soon = peerwire::clock::now_ms() + 700;
+    for id in ["x-read", "x-consume", "x-reply", "x-prepare"] {
+        let r = wire.send(&bob, id, soon).unwrap();
+        assert_eq!(r["state"], json!("accepted"), "{r}");
+    }
+    std::thread::sleep(Duration::from_millis(
+        soon.saturating_sub(peerwire::clock::now_ms()) + 200,
+    ));
+    // Reading: the inbox shows it expired.
+    let read = inbox_with(&bob, "x-read");
+    assert_eq!(read[0]["state"], json!("expired"), "{read:?}");
+    // Consuming fails with EXPIRED, and the message is recorded expired.
+    let o = peer_as(&ns, &bob, &["consume", "x-consume"]);
+    assert_eq!(
+        o.status.code(),
+        Some(Code::Expired.exit_status()),
+        "{}",
+        stderr(&o)
+    );
+    let o = peer_as(&ns, &bob, &["consume", "x-consume"]);
+    assert_eq!(
+        o.status.code(),
+        Some(Code::Expired.exit_status()),
+        "{}",
+        stderr(&o)
+    );
+    // Replying fails with EXPIRED and sends nothing.
+    let o = peer_as(&ns, &bob, &["reply", "x-reply", "too late"]);
+    assert_eq!(
+        o.status.code(),
+        Some(Code::Expired.exit_status()),
+        "{}",
+        stderr(&o)
+    );
+    // Preparing (recording context) fails too.
+    let mut c = client(&bob);
+    let e = c
+        .call(
+            "local.prepare",
+            json!({"version": 1, "messageId": "x-prepare"}),
+            20_000,
+        )
+        .unwrap_err();
+    assert_eq!(e.code, Code::Expired, "{e}");
+    // The sender's retry of the same id sees the expired receipt, not accepted.
+    let again = wire.send(&bob, "x-read", soon);
+    match again {
+        Ok(r) => assert_eq!(r["state"], json!("expired"), "{r}"),
+        Err(e) => assert_eq!(e.code, Code::Expired, "{e}"),
+    }
+    // A model reading its messages is not handed expired mail as new context.
+    let page = c
+        .call(
+            "local.tool",
+            json!({"version": 1, "tool": "peer_messages", "args": {}}),
+            20_000,
+        )
+        .unwrap();
+    for m in page["messages"].as_array().unwrap() {
+        assert_eq!(m["state"], json!("expired"), "{m}");
+    }
+}

@@ -2,7 +2,7 @@
 //! recipient transitions (prepared, consumed, replied) with the context journal; receipt
 //! pushes to original senders; `peer.status`.
 
-use super::machine::{Machine, Outcome};
+use super::machine::{Machine, Outcome, as_of, expiry_due};
 use super::state::{RECEIPT_RESERVE_BYTES, Record, dedup_key, inbox_cost};
 use super::types::{
     ContextEntry, InboundSend, InboxEntry, MessageRef, Principal, PushEntry, Receipt, ReceiptState,
@@ -29,7 +29,7 @@ impl Machine {
             send.message_id.clone(),
             send.to_peer_id.clone(),
         );
-        if let Some(original) = self.dedup_hit(&key, send) {
+        if let Some(original) = self.dedup_hit(&key, send, now_ms) {
             return original.map(|r| (r, Vec::new()));
         }
         Self::check_id("messageId", &send.message_id)?;
@@ -83,6 +83,7 @@ impl Machine {
         &self,
         key: &super::state::DedupKey,
         send: &InboundSend,
+        now_ms: u64,
     ) -> Option<Result<Receipt>> {
         let at = self.state.dedup.get(key)?;
         let Some(e) = self.state.inbox.get(at) else {
@@ -100,7 +101,7 @@ impl Machine {
                 ),
             )));
         }
-        Some(Ok(e.receipt()))
+        Some(Ok(as_of(e, now_ms).receipt()))
     }
 
     fn check_recipient(recipients: &Recipients, to: &str) -> Result<()> {
@@ -173,8 +174,15 @@ impl Machine {
         }
     }
 
-    /// `peer.status`: the current receipt of `from`'s message `message_id` to `to_peer_id`.
-    pub fn status(&self, from: &Principal, message_id: &str, to_peer_id: &str) -> Result<Receipt> {
+    /// `peer.status`: the current receipt of `from`'s message `message_id` to `to_peer_id` (a
+    /// message past its expiry reads as expired).
+    pub fn status(
+        &self,
+        from: &Principal,
+        message_id: &str,
+        to_peer_id: &str,
+        now_ms: u64,
+    ) -> Result<Receipt> {
         let key = (
             from.instance_id.clone(),
             from.run_id.clone(),
@@ -185,7 +193,7 @@ impl Machine {
             .dedup
             .get(&key)
             .and_then(|at| self.state.inbox.get(at))
-            .map(|e| e.receipt())
+            .map(|e| as_of(e, now_ms).receipt())
             .ok_or_else(|| {
                 Error::new(
                     Code::NotFound,
@@ -229,6 +237,9 @@ impl Machine {
         now_ms: u64,
     ) -> Outcome<Receipt> {
         self.check_content(note, &None)?;
+        if let Some(expired) = self.expire_if_due(recipient, r, now_ms)? {
+            return Ok(expired);
+        }
         let e = self.find_inbox(recipient, r)?;
         if e.context_marked || !e.state.may_become(ReceiptState::Prepared) {
             return Ok((e.receipt(), Vec::new()));
@@ -270,6 +281,11 @@ impl Machine {
         reply: Option<String>,
         now_ms: u64,
     ) -> Outcome<Receipt> {
+        if !to.is_failure()
+            && let Some(expired) = self.expire_if_due(recipient, r, now_ms)?
+        {
+            return Ok(expired);
+        }
         let e = self.find_inbox(recipient, r)?;
         if !e.state.may_become(to) {
             return Ok((e.receipt(), Vec::new()));
@@ -287,6 +303,30 @@ impl Machine {
         ));
         let records = self.commit(records);
         Ok((self.find_inbox(recipient, r)?.receipt(), records))
+    }
+
+    /// A message past its expiry cannot be prepared, consumed or replied to: it becomes expired
+    /// now (with the receipt push), and the caller gets that `expired` receipt. None when the
+    /// message is not due.
+    fn expire_if_due(
+        &mut self,
+        recipient: &str,
+        r: &MessageRef,
+        now_ms: u64,
+    ) -> Result<Option<(Receipt, Vec<Record>)>> {
+        let e = self.find_inbox(recipient, r)?;
+        if !expiry_due(e, now_ms) {
+            return Ok(None);
+        }
+        let records = state_records(
+            e,
+            ReceiptState::Expired,
+            None,
+            now_ms,
+            self.state.next_push.max(1),
+        );
+        let records = self.commit(records);
+        Ok(Some((self.find_inbox(recipient, r)?.receipt(), records)))
     }
 
     /// Receipts waiting to be pushed to original senders, oldest first, at most `limit`.

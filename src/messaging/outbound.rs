@@ -48,7 +48,7 @@ impl Machine {
         Self::check_id("messageId", &send.message_id)?;
         self.check_content(&send.content, &send.topic)?;
         let expires_at_ms = self.expiry(send.expires_at_ms, now_ms)?;
-        let correlation_id = self.outbound_correlation(send)?;
+        let correlation_id = self.outbound_correlation(send, now_ms)?;
         let entry = OutboxEntry {
             order: self.state.next_order.max(1),
             from_peer_id: send.from_peer_id.clone(),
@@ -86,8 +86,8 @@ impl Machine {
     }
 
     /// A reply must answer a message our local sender received from exactly the target
-    /// incarnation, and carries that message's correlation id.
-    fn outbound_correlation(&self, send: &OutboundSend) -> Result<String> {
+    /// incarnation and that has not expired, and carries that message's correlation id.
+    fn outbound_correlation(&self, send: &OutboundSend, now_ms: u64) -> Result<String> {
         let Some(reply_to) = &send.reply_to else {
             return Ok(send
                 .correlation_id
@@ -112,6 +112,12 @@ impl Machine {
                     format!("replyTo {reply_to} is not a message {} received from that exact target incarnation", send.from_peer_id),
                 )
             })?;
+        if original.state == ReceiptState::Expired || super::machine::expiry_due(original, now_ms) {
+            return Err(Error::new(
+                Code::Expired,
+                format!("message {reply_to} expired; it can no longer be replied to"),
+            ));
+        }
         match &send.correlation_id {
             Some(c) if *c != original.correlation_id => Err(Error::new(
                 Code::InvalidReply,
@@ -150,7 +156,12 @@ impl Machine {
                 message_id: entry.message_id.clone(),
                 from_peer_id: entry.from_peer_id.clone(),
                 to_peer_id: entry.to.peer_id.clone(),
-                state: ReceiptState::Refused,
+                // The recipient found it past its expiry: expired, not a refusal of content.
+                state: if code == Code::Expired {
+                    ReceiptState::Expired
+                } else {
+                    ReceiptState::Refused
+                },
                 sequence: 0,
                 correlation_id: entry.correlation_id.clone(),
                 at_ms: now_ms,

@@ -217,7 +217,7 @@ fn expiry_rules() {
     assert_eq!(rep.expired_inbox, 1);
     assert!(!recs.is_empty());
     assert_eq!(
-        m.status(&alice(), "m1", ME).unwrap().state,
+        m.status(&alice(), "m1", ME, NOW).unwrap().state,
         ReceiptState::Expired
     );
     let pushes = m.pending_pushes(10);
@@ -327,7 +327,7 @@ fn receipts_never_regress_at_the_recipient() {
     // Expiry after consumption changes nothing.
     m.sweep(NOW + 10 * 3_600_000).unwrap();
     assert_eq!(
-        m.status(&alice(), "m1", ME).unwrap().state,
+        m.status(&alice(), "m1", ME, NOW).unwrap().state,
         ReceiptState::Consumed
     );
     let ctx = m.state().context_of(ME, 1).unwrap();
@@ -419,7 +419,12 @@ fn sender_receipts_never_regress_and_need_the_exact_target() {
         events_after: Some(0),
         ..Default::default()
     };
-    let states: Vec<ReceiptState> = m.read(&q).events.iter().map(|e| e.receipt.state).collect();
+    let states: Vec<ReceiptState> = m
+        .read(&q, NOW)
+        .events
+        .iter()
+        .map(|e| e.receipt.state)
+        .collect();
     assert_eq!(states, vec![ReceiptState::Accepted, ReceiptState::Consumed]);
 }
 
@@ -571,7 +576,7 @@ fn sender_side_reply_needs_a_message_from_that_exact_incarnation() {
         code: None,
     };
     m.outbox_result("p-alice", "x1", Ok(r), NOW + 1).unwrap();
-    let st = m.status(&alice(), "m1", ME).unwrap();
+    let st = m.status(&alice(), "m1", ME, NOW).unwrap();
     assert_eq!(
         (st.state, st.reply_message_id.as_deref()),
         (ReceiptState::Replied, Some("x1"))
@@ -585,11 +590,14 @@ fn status_only_for_the_original_sender() {
     m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
         .unwrap();
     assert_eq!(
-        m.status(&alice(), "m1", ME).unwrap().state,
+        m.status(&alice(), "m1", ME, NOW).unwrap().state,
         ReceiptState::Accepted
     );
-    assert_eq!(code(m.status(&bob(), "m1", ME)), Code::NotFound);
-    assert_eq!(code(m.status(&alice_restarted(), "m1", ME)), Code::NotFound);
+    assert_eq!(code(m.status(&bob(), "m1", ME, NOW)), Code::NotFound);
+    assert_eq!(
+        code(m.status(&alice_restarted(), "m1", ME, NOW)),
+        Code::NotFound
+    );
 }
 
 #[test]
@@ -641,31 +649,43 @@ fn read_filters_pages_and_cursors() {
         limit: 10,
         ..Default::default()
     };
-    let page = m.read(&q);
+    let page = m.read(&q, NOW);
     assert_eq!(
         (page.messages.len(), page.more, page.next_after),
         (2, true, 2)
     );
-    let page2 = m.read(&ReadQuery {
-        after: Some(page.next_after),
-        ..q.clone()
-    });
+    let page2 = m.read(
+        &ReadQuery {
+            after: Some(page.next_after),
+            ..q.clone()
+        },
+        NOW,
+    );
     assert_eq!((page2.messages.len(), page2.more), (2, false));
-    let from_bob = m.read(&ReadQuery {
-        from: Some("p-bob".into()),
-        ..q.clone()
-    });
+    let from_bob = m.read(
+        &ReadQuery {
+            from: Some("p-bob".into()),
+            ..q.clone()
+        },
+        NOW,
+    );
     assert_eq!(from_bob.messages.len(), 1);
-    let by_id = m.read(&ReadQuery {
-        message_id: Some("m3".into()),
-        ..q.clone()
-    });
+    let by_id = m.read(
+        &ReadQuery {
+            message_id: Some("m3".into()),
+            ..q.clone()
+        },
+        NOW,
+    );
     assert_eq!(by_id.messages[0].sequence, 4);
     assert!(
-        m.read(&ReadQuery {
-            recipient_peer_id: CHILD.into(),
-            ..q
-        })
+        m.read(
+            &ReadQuery {
+                recipient_peer_id: CHILD.into(),
+                ..q
+            },
+            NOW
+        )
         .messages
         .is_empty()
     );

@@ -185,11 +185,13 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
                 core.consume(&caller.peer_id, id, note)?
             } else {
                 let e = core.inbox_entry(&caller.peer_id, id)?;
-                core.store.record_context(
+                let r = core.store.record_context(
                     &caller.peer_id,
                     MessageRef::Sequence(e.sequence),
                     note.unwrap_or("prepared"),
-                )?
+                )?;
+                super::send::refuse_expired(&r)?;
+                r
             };
             to_value(&r)
         }

@@ -593,24 +593,41 @@ impl Core {
         self.consume_entry(&e, note.unwrap_or("taken into context by the recipient"))
     }
 
-    /// Records context for `e` (unless already marked), then marks it consumed.
+    /// Records context for `e` (unless already marked), then marks it consumed. A message past
+    /// its expiry is recorded expired instead and the call fails with `EXPIRED`.
     pub fn consume_entry(&self, e: &crate::messaging::InboxEntry, note: &str) -> Result<Receipt> {
         let reference = MessageRef::Sequence(e.sequence);
         if !e.context_marked {
-            self.store
+            let r = self
+                .store
                 .record_context(&e.recipient_peer_id, reference.clone(), note)?;
+            refuse_expired(&r)?;
         }
-        self.store.mark(
+        let r = self.store.mark(
             &e.recipient_peer_id,
             reference,
             crate::messaging::ReceiptState::Consumed,
-        )
+        )?;
+        refuse_expired(&r)?;
+        Ok(r)
     }
 }
 
-/// The answer to a caller whose message is queued but not yet acknowledged. The recipient's
-/// own statements (`QUEUE_FULL`, `RATE_LIMITED`) keep their code; anything else (no answer, a
-/// lost connection, an unreadable record) is `TIMEOUT`: the wait ended, nothing was decided.
+/// A recipient-side transition that found the message expired fails with `EXPIRED`.
+pub fn refuse_expired(r: &Receipt) -> Result<()> {
+    if r.state == crate::messaging::ReceiptState::Expired {
+        return Err(Error::new(
+            Code::Expired,
+            format!(
+                "message {} has expired (recorded {}); it can no longer be consumed or replied to",
+                r.message_id,
+                clock::iso8601(r.at_ms)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn blocked(want: &str, head: &str, cause: Option<Error>) -> Error {
     let (code, why) = match cause {
         Some(e) if matches!(e.code, Code::QueueFull | Code::RateLimited) => (e.code, e.message),

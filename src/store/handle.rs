@@ -210,11 +210,11 @@ impl StoreHandle {
 
     pub fn status(&self, from: Principal, message_id: &str, to_peer_id: &str) -> Result<Receipt> {
         let (id, to) = (message_id.to_string(), to_peer_id.to_string());
-        self.query(move |m| m.status(&from, &id, &to))?
+        self.query(move |m| m.status(&from, &id, &to, crate::clock::now_ms()))?
     }
 
     pub fn read(&self, q: ReadQuery) -> Result<ReadResult> {
-        self.query(move |m| m.read(&q))
+        self.query(move |m| m.read(&q, crate::clock::now_ms()))
     }
 
     pub fn pending_pushes(&self, limit: usize) -> Result<Vec<PushEntry>> {
