@@ -289,3 +289,72 @@ fn expiry_holds_on_every_read_path_before_any_sweep() {
         assert_eq!(m["state"], json!("expired"), "{m}");
     }
 }
+
+#[test]
+fn one_off_sends_are_idempotent_across_invocations_and_leave_no_store_behind() {
+    let ns = Ns::new("oneoff");
+    let bob = ns.host(&["--alias", "bob"]);
+    let to = bob.field("peerId");
+    let stores = ns.home.join("peer-messages");
+    // A shell script's retry loop: 30 invocations, each a one-off root of its own; every
+    // second one repeats the id of the one before it.
+    let script = r#"
+        i=0
+        while [ $i -lt 30 ]; do
+            id="loop-$((i / 2))"
+            peer --home "$H" --json --as alice send "$TO" "text of $id" --message-id "$id" \
+                >>"$OUT" || echo "exit $? for $id" >>"$OUT"
+            i=$((i + 1))
+        done
+    "#;
+    let out = ns.root.join("loop.out");
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .env("H", &ns.home)
+        .env("TO", &to)
+        .env("OUT", &out)
+        .env("PATH", path_with_peer())
+        .env_remove("PEER_CONTROL")
+        .current_dir(&ns.work)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let receipts: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not a receipt: {l}")))
+        .collect();
+    assert_eq!(receipts.len(), 30, "{text}");
+    for pair in receipts.chunks(2) {
+        assert_eq!(pair[0]["state"], json!("accepted"), "{pair:?}");
+        assert_eq!(pair[0]["messageId"], pair[1]["messageId"]);
+        assert_eq!(pair[0]["sequence"], pair[1]["sequence"], "{pair:?}");
+    }
+    for n in 0..15 {
+        assert_eq!(inbox_with(&bob, &format!("loop-{n}")).len(), 1, "loop-{n}");
+    }
+    // New text under a used id: MESSAGE_ID_CONFLICT from a fresh invocation.
+    let o = ns.peer(&[
+        "--as",
+        "alice",
+        "send",
+        &to,
+        "changed",
+        "--message-id",
+        "loop-3",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(Code::MessageIdConflict.exit_status()),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        inbox_with(&bob, "loop-3")[0]["content"],
+        json!("text of loop-3")
+    );
+    // Only bob's store is left: 31 one-off roots reclaimed theirs.
+    let left = files_in(&stores);
+    assert_eq!(left, vec![bob.field("instanceId")], "{left:?}");
+}

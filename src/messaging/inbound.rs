@@ -32,6 +32,9 @@ impl Machine {
         if let Some(original) = self.dedup_hit(&key, send, now_ms) {
             return original.map(|r| (r, Vec::new()));
         }
+        if let Some(moved) = self.origin_hit(from, send, now_ms) {
+            return moved;
+        }
         Self::check_id("messageId", &send.message_id)?;
         if let Some(c) = &send.correlation_id {
             Self::check_id("correlationId", c)?;
@@ -70,6 +73,7 @@ impl Machine {
             state_at_ms: now_ms,
             reply_message_id: None,
             context_marked: false,
+            origin: send.origin.clone(),
         };
         self.check_capacity(&entry)?;
         self.rate.take(&self.limits, &from.instance_id, now_ms);
@@ -102,6 +106,47 @@ impl Machine {
             )));
         }
         Some(Ok(as_of(e, now_ms).receipt()))
+    }
+
+    /// A retry from another incarnation of the same sending session (a restarted sender, a
+    /// later one-off root): the original receipt, with the message's custody moved to the
+    /// incarnation now asking. MESSAGE_ID_CONFLICT when the content changed.
+    fn origin_hit(
+        &mut self,
+        from: &Principal,
+        send: &InboundSend,
+        now_ms: u64,
+    ) -> Option<Outcome<Receipt>> {
+        let origin = send.origin.clone()?;
+        let okey = (
+            origin,
+            from.run_id.clone(),
+            send.message_id.clone(),
+            send.to_peer_id.clone(),
+        );
+        let at = self.state.origins.get(&okey)?.clone();
+        let Some(e) = self.state.inbox.get(&at) else {
+            return Some(Err(Error::new(
+                Code::RecoveryRequired,
+                "the origin index names a missing message",
+            )));
+        };
+        if e.content != send.content || e.topic != send.topic || e.reply_to != send.reply_to {
+            return Some(Err(Error::new(
+                Code::MessageIdConflict,
+                format!(
+                    "message {} was already accepted from this session with different content; use a new message id",
+                    send.message_id
+                ),
+            )));
+        }
+        let records = self.commit(vec![Record::InboxSender {
+            recipient: at.0.clone(),
+            sequence: at.1,
+            from: from.clone(),
+        }]);
+        let e = self.state.inbox.get(&at)?;
+        Some(Ok((as_of(e, now_ms).receipt(), records)))
     }
 
     fn check_recipient(recipients: &Recipients, to: &str) -> Result<()> {

@@ -3,7 +3,8 @@
 //! the recovered state is the acknowledged state by construction.
 
 use super::types::{
-    ContextEntry, InboxEntry, OutboxEntry, PushEntry, Receipt, ReceiptEvent, ReceiptState,
+    ContextEntry, InboxEntry, OutboxEntry, Principal, PushEntry, Receipt, ReceiptEvent,
+    ReceiptState,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -60,10 +61,21 @@ pub enum Record {
     EventRemoved {
         cursor: u64,
     },
+    /// A later incarnation of the message's sending session retried it: custody answers (the
+    /// receipt, later pushes, replies) now go to that incarnation.
+    InboxSender {
+        recipient: String,
+        sequence: u64,
+        from: Principal,
+    },
 }
 
 /// Dedup identity of an inbound message: sender instance, sender run, message id, recipient.
 pub type DedupKey = (String, Option<String>, String, String);
+
+/// Dedup identity across a sending session's incarnations: sender sessionId, sender run,
+/// message id, recipient.
+pub type OriginKey = (String, Option<String>, String, String);
 
 /// The whole custody state of one instance store, with derived indexes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -71,6 +83,7 @@ pub struct State {
     /// (recipient peerId, sequence) → entry.
     pub(crate) inbox: BTreeMap<(String, u64), InboxEntry>,
     pub(crate) dedup: HashMap<DedupKey, (String, u64)>,
+    pub(crate) origins: HashMap<OriginKey, (String, u64)>,
     /// Unconsumed (accepted or prepared) count per recipient.
     pub(crate) unconsumed: HashMap<String, u64>,
     pub(crate) next_sequence: BTreeMap<String, u64>,
@@ -152,6 +165,15 @@ pub(crate) fn dedup_key(e: &InboxEntry) -> DedupKey {
     )
 }
 
+pub(crate) fn origin_key(e: &InboxEntry) -> Option<OriginKey> {
+    Some((
+        e.origin.clone()?,
+        e.from.run_id.clone(),
+        e.message_id.clone(),
+        e.recipient_peer_id.clone(),
+    ))
+}
+
 fn is_unconsumed(s: ReceiptState) -> bool {
     matches!(s, ReceiptState::Accepted | ReceiptState::Prepared)
 }
@@ -219,6 +241,21 @@ impl State {
                     self.live_bytes = self.live_bytes.saturating_sub(ENTRY_OVERHEAD_BYTES);
                 }
             }
+            Record::InboxSender {
+                recipient,
+                sequence,
+                from,
+            } => {
+                let key = (recipient.clone(), *sequence);
+                let Some(e) = self.inbox.get_mut(&key) else {
+                    return;
+                };
+                let old = dedup_key(e);
+                e.from = from.clone();
+                let new = dedup_key(e);
+                self.dedup.remove(&old);
+                self.dedup.insert(new, key);
+            }
         }
     }
 
@@ -260,6 +297,9 @@ impl State {
         }
         self.live_bytes += inbox_cost(&entry) + RECEIPT_RESERVE_BYTES;
         self.dedup.insert(dedup_key(&entry), key.clone());
+        if let Some(o) = origin_key(&entry) {
+            self.origins.insert(o, key.clone());
+        }
         self.inbox.insert(key, entry);
     }
 
@@ -302,6 +342,11 @@ impl State {
             .live_bytes
             .saturating_sub(inbox_cost(&e) + RECEIPT_RESERVE_BYTES);
         self.dedup.remove(&dedup_key(&e));
+        if let Some(o) = origin_key(&e)
+            && self.origins.get(&o) == Some(&key)
+        {
+            self.origins.remove(&o);
+        }
         if let Some(c) = self.context.remove(&key) {
             self.live_bytes = self.live_bytes.saturating_sub(small_cost(&c.note));
         }
@@ -318,6 +363,7 @@ impl State {
                     .inbox
                     .contains_key(&(entry.recipient_peer_id.clone(), entry.sequence))
                     && !self.dedup.contains_key(&dedup_key(entry))
+                    && origin_key(entry).is_none_or(|o| !self.origins.contains_key(&o))
             }
             Record::InboxState {
                 recipient,
@@ -357,6 +403,15 @@ impl State {
                 .outbox
                 .contains_key(&(to_peer_id.clone(), message_id.clone())),
             Record::EventRemoved { cursor } => self.events.contains_key(cursor),
+            Record::InboxSender {
+                recipient,
+                sequence,
+                from,
+            } => inbox(recipient, sequence).is_some_and(|e| {
+                let mut moved = e.clone();
+                moved.from = from.clone();
+                moved.from.run_id == e.from.run_id && !self.dedup.contains_key(&dedup_key(&moved))
+            }),
         }
     }
 

@@ -47,6 +47,7 @@ fn recipients() -> Recipients {
 
 fn send(id: &str, content: &str) -> InboundSend {
     InboundSend {
+        origin: None,
         to_peer_id: ME.into(),
         message_id: id.into(),
         content: content.into(),
@@ -457,6 +458,45 @@ fn retryable_failures_leave_the_entry_unresolved_refusals_end_it() {
         .map(|e| e.message_id)
         .collect();
     assert_eq!(ids, vec!["x2".to_string()]);
+}
+
+#[test]
+fn a_retry_from_another_incarnation_of_the_same_session_gets_the_original() {
+    let mut m = machine();
+    let mut first = send("m1", "hello");
+    first.origin = Some("s-alice".into());
+    let (r1, _) = m.accept(&alice(), &first, &recipients(), NOW).unwrap();
+    // The restarted sender (same session, new instance) retries: no second entry, custody
+    // (and later receipts) move to it.
+    let (r2, recs) = m
+        .accept(&alice_restarted(), &first, &recipients(), NOW)
+        .unwrap();
+    assert_eq!(
+        (r2.sequence, r2.state),
+        (r1.sequence, ReceiptState::Accepted)
+    );
+    assert_eq!(r2.from_peer_id, alice_restarted().peer_id);
+    assert_eq!(recs.len(), 1);
+    assert_eq!(m.state().inbox().count(), 1);
+    assert_eq!(m.state().inbox().next().unwrap().from, alice_restarted());
+    // The old incarnation's own retry no longer matches by instance but still by origin.
+    let (r3, _) = m.accept(&alice(), &first, &recipients(), NOW).unwrap();
+    assert_eq!(r3.sequence, r1.sequence);
+    // New content under the same id from the session: a conflict.
+    let mut changed = first.clone();
+    changed.content = "other".into();
+    assert_eq!(
+        code(m.accept(&alice_restarted(), &changed, &recipients(), NOW)),
+        Code::MessageIdConflict
+    );
+    // Another session's message with the same id is its own message.
+    let mut other = first.clone();
+    other.origin = Some("s-bob".into());
+    let (r4, _) = m.accept(&bob(), &other, &recipients(), NOW).unwrap();
+    assert_ne!(r4.sequence, r1.sequence);
+    // Replay of the journal reproduces the indexes.
+    let image = m.state().image();
+    assert_eq!(State::from_image(image.clone()).image(), image);
 }
 
 #[test]

@@ -39,6 +39,10 @@ pub struct InboundSend {
     pub reply_to: Option<String>,
     pub correlation_id: Option<String>,
     pub expires_at_ms: Option<u64>,
+    /// The sender's sessionId as the presence record its key was verified against states it
+    /// (None when unknown). Dedup spans the session's incarnations: a retry from a restarted
+    /// sender or another one-off root of the same session gets the original receipt.
+    pub origin: Option<String>,
 }
 
 /// What one of our local peers (root or child run) wants to send.
@@ -167,6 +171,9 @@ pub struct InboxEntry {
     pub reply_message_id: Option<String>,
     /// A context marker (explicit or implicit) exists for this message.
     pub context_marked: bool,
+    /// The sender's sessionId at acceptance (see [`InboundSend::origin`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 impl InboxEntry {

@@ -72,7 +72,7 @@ pub struct Core {
     pub presence_cache: presence::ReadCache,
     /// Recently looked-up advertisements by instance (a short TTL: presence is a hint and a
     /// failed connect or handshake re-reads it).
-    pub(crate) adverts: Mutex<HashMap<String, (std::time::Instant, Reach)>>,
+    pub(crate) adverts: Mutex<HashMap<String, (std::time::Instant, Reach, Option<String>)>>,
 }
 
 /// What a sender knows about another instance, from its presence record and process evidence.
@@ -174,23 +174,36 @@ impl Core {
 
     /// What presence and process evidence say about another instance (cached for a second).
     pub fn reach_of(&self, instance_id: &str) -> Reach {
-        if let Some((at, reach)) = self.adverts.lock().get(instance_id)
+        self.reach_and_session(instance_id).0
+    }
+
+    /// The sessionId another instance's presence record states (the record its handshake key
+    /// is verified against), when it has a readable record.
+    pub fn session_of(&self, instance_id: &str) -> Option<String> {
+        if instance_id == self.instance_id {
+            return Some(self.session_id.clone());
+        }
+        self.reach_and_session(instance_id).1
+    }
+
+    fn reach_and_session(&self, instance_id: &str) -> (Reach, Option<String>) {
+        if let Some((at, reach, session)) = self.adverts.lock().get(instance_id)
             && at.elapsed().as_millis() < ADVERT_TTL_MS
         {
-            return reach.clone();
+            return (reach.clone(), session.clone());
         }
-        let reach = self.read_reach(instance_id);
+        let (reach, session) = self.read_reach(instance_id);
         let mut cache = self.adverts.lock();
         if cache.len() >= ADVERTS_MAX {
-            cache.retain(|_, (at, _)| at.elapsed().as_millis() < ADVERT_TTL_MS);
+            cache.retain(|_, (at, _, _)| at.elapsed().as_millis() < ADVERT_TTL_MS);
         }
         if cache.len() < ADVERTS_MAX {
             cache.insert(
                 instance_id.to_string(),
-                (std::time::Instant::now(), reach.clone()),
+                (std::time::Instant::now(), reach.clone(), session.clone()),
             );
         }
-        reach
+        (reach, session)
     }
 
     /// Forgets a cached advertisement after a failed delivery.
@@ -201,9 +214,12 @@ impl Core {
     /// Reads the record of another instance, found by its instance-qualified file name, and
     /// classifies it: live, silent (present but not refreshed; its process may be stopped) or
     /// gone (no record, or its process provably no longer runs).
-    fn read_reach(&self, instance_id: &str) -> Reach {
+    fn read_reach(&self, instance_id: &str) -> (Reach, Option<String>) {
         if !identity::is_valid_id(instance_id) {
-            return Reach::Gone(format!("{instance_id:?} is not an instance id"));
+            return (
+                Reach::Gone(format!("{instance_id:?} is not an instance id")),
+                None,
+            );
         }
         let dir = self.ns.active_agents();
         let suffix = format!(".{instance_id}.json");
@@ -214,7 +230,12 @@ impl Core {
                 .filter(|n| n.ends_with(&suffix))
                 .take(8)
                 .collect(),
-            Err(e) => return Reach::Unknown(format!("cannot list {}: {e}", dir.display())),
+            Err(e) => {
+                return (
+                    Reach::Unknown(format!("cannot list {}: {e}", dir.display())),
+                    None,
+                );
+            }
         };
         let now = clock::now_ms();
         let mut unreadable = None;
@@ -226,22 +247,24 @@ impl Core {
                 }
                 continue;
             };
+            let session = Some(e.session_id.clone()).filter(|s| identity::is_valid_id(s));
             if e.is_live() {
-                return Reach::Live(ad);
+                return (Reach::Live(ad), session);
             }
             if let Some(why) = presence::process_gone(&e, &Probe::new()) {
-                return Reach::Gone(why);
+                return (Reach::Gone(why), None);
             }
             let since = e
                 .updated_at_ms
                 .map_or_else(|| "an unreadable time".to_string(), clock::iso8601);
-            return Reach::Silent(ad, since);
+            return (Reach::Silent(ad, since), session);
         }
-        match unreadable {
+        let reach = match unreadable {
             // A record we cannot read proves nothing either way.
             Some(why) => Reach::Unknown(format!("its presence record is unreadable: {why}")),
             None => Reach::Gone("its presence record was removed by its owner".into()),
-        }
+        };
+        (reach, None)
     }
 
     /// Where to reach another instance. A silent record (no heartbeat, process still there) is

@@ -65,7 +65,9 @@ impl Handler for RootHandler {
         match method {
             "peer.send" => {
                 let who = principal(from, &params)?;
+                let origin = core.session_of(&from.instance_id);
                 let send = InboundSend {
+                    origin,
                     to_peer_id: req_str(&params, "to")?.to_string(),
                     message_id: id_param(&params, "messageId")?
                         .ok_or_else(|| Error::new(Code::Usage, "params.messageId is required"))?,

@@ -42,6 +42,17 @@ pub struct RootOptions {
     pub workspace: Option<PathBuf>,
     /// Presence `mode`: `command` for hosts and CLI roots, `rpc` for MCP.
     pub mode: &'static str,
+    /// A one-off root (`--as`): on shutdown its store directory is removed when nothing in it
+    /// is unresolved (no unacknowledged outbox entry, no unconsumed inbox message).
+    pub one_off: bool,
+}
+
+/// The sessionId of the one-off roots acting as `alias` (`peer --as ALIAS`): one session for
+/// every invocation with that alias in this namespace, so a retry from a later invocation is
+/// recognised by its recipient (dedup spans a session's incarnations) and a later invocation
+/// finds the undelivered messages of an earlier one.
+pub fn one_off_session(alias: &str) -> String {
+    format!("as-{alias}")
 }
 
 /// The capabilities a root grants itself from its configuration.
@@ -67,6 +78,7 @@ pub struct Root {
     pub socket: SocketPlace,
     pub control_path: PathBuf,
     inner: Option<Owned>,
+    one_off: bool,
 }
 
 /// What `shutdown` tears down, in order.
@@ -280,6 +292,7 @@ impl Root {
                 heartbeat,
                 worker,
             }),
+            one_off: opts.one_off,
         })
     }
 
@@ -362,7 +375,19 @@ impl Root {
         drop(stop);
         let _ = handle.join();
         let _ = self.core.publisher.remove();
-        let _ = owned.store.close();
+        // Nothing moves any more (worker joined, endpoint closed): a one-off root whose store
+        // holds nothing unresolved leaves no directory behind.
+        let reclaim = self.one_off
+            && self
+                .core
+                .store
+                .query(|m| m.pending_routes().is_empty() && m.unread().is_empty())
+                .unwrap_or(false);
+        let dir = owned.store.dir().to_path_buf();
+        let closed = owned.store.close();
+        if reclaim && closed.is_ok() {
+            crate::store::remove_store_dir(&dir);
+        }
     }
 }
 

@@ -363,6 +363,7 @@ impl Core {
                 peer_id: entry.from_peer_id.clone(),
             };
             let send = InboundSend {
+                origin: Some(self.session_id.clone()),
                 to_peer_id: entry.to.peer_id.clone(),
                 message_id: entry.message_id.clone(),
                 content: entry.content.clone(),

@@ -241,6 +241,22 @@ fn prepare_journal(
     }
 }
 
+/// Removes a closed store's directory: exactly the files a store creates, then the directory
+/// (left in place if anything else is inside). Only for a store whose owner decided nothing
+/// in it is needed any more.
+pub fn remove_store_dir(dir: &Path) {
+    for name in [
+        paths::JOURNAL,
+        paths::SNAPSHOT,
+        paths::JOURNAL_TMP,
+        paths::IDENTITY,
+        paths::LOCK,
+    ] {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
 /// Removes temp files a crash left behind (`messages.journal.tmp`, `.messages.json.*.tmp`).
 fn remove_stale_temps(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {

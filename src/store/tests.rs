@@ -57,6 +57,7 @@ fn sender(n: u8) -> Principal {
 
 fn send(id: &str) -> InboundSend {
     InboundSend {
+        origin: None,
         to_peer_id: ME.into(),
         message_id: id.into(),
         content: format!("content of {id}"),
@@ -612,6 +613,7 @@ fn two_roots_exchange_a_message_and_its_receipts() {
     let entry = a.outbox_intent(intent.clone()).unwrap();
     assert_eq!(a.route_pending("p-a", ME).unwrap().len(), 1);
     let wire = InboundSend {
+        origin: None,
         to_peer_id: ME.into(),
         message_id: entry.message_id.clone(),
         content: entry.content.clone(),
@@ -671,6 +673,7 @@ fn two_roots_exchange_a_message_and_its_receipts() {
         })
         .unwrap();
     let wire = InboundSend {
+        origin: None,
         to_peer_id: "p-a".into(),
         message_id: reply.message_id.clone(),
         content: reply.content.clone(),
