@@ -72,8 +72,11 @@ pub struct Core {
     pub presence_cache: presence::ReadCache,
     /// Recently looked-up advertisements by instance (a short TTL: presence is a hint and a
     /// failed connect or handshake re-reads it).
-    pub(crate) adverts: Mutex<HashMap<String, (std::time::Instant, Reach, Option<String>)>>,
+    pub(crate) adverts: Mutex<HashMap<String, CachedReach>>,
 }
+
+/// A looked-up instance: when, what it is, and the sessionId its record states.
+pub type CachedReach = (std::time::Instant, Reach, Option<String>);
 
 /// What a sender knows about another instance, from its presence record and process evidence.
 #[derive(Clone, Debug)]
