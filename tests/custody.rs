@@ -3,7 +3,7 @@
 //! a restarted sender finds its predecessors' undelivered mail, and dead presence records are
 //! reclaimed without hiding live peers.
 
-mod common;
+use crate::common;
 
 use common::*;
 use nix::sys::signal::Signal;
