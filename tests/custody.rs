@@ -358,3 +358,58 @@ fn one_off_sends_are_idempotent_across_invocations_and_leave_no_store_behind() {
     let left = files_in(&stores);
     assert_eq!(left, vec![bob.field("instanceId")], "{left:?}");
 }
+
+#[test]
+fn a_truncated_journal_of_a_cleanly_stopped_store_requires_recovery() {
+    let ns = Ns::new("synccut");
+    let alice = ns.host(&["--alias", "alice"]);
+    let mut bob = ns.host(&["--alias", "bob", "--session-id", "s-bob"]);
+    let old = bob.field("instanceId");
+    for n in 0..3 {
+        let o = peer_as(
+            &ns,
+            &alice,
+            &[
+                "send",
+                &bob.field("peerId"),
+                "kept",
+                "--message-id",
+                &format!("k-{n}"),
+            ],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    }
+    bob.signal(Signal::SIGTERM);
+    assert_eq!(bob.wait(), Some(0));
+    let journal =
+        peerwire::store::paths::store_dir(&ns.home, &old).join(peerwire::store::paths::JOURNAL);
+    let full = std::fs::read(&journal).unwrap();
+    let ok = ns.peer(&[
+        "--json",
+        "recover",
+        "--instance",
+        &old,
+        "--session-id",
+        "s-bob",
+    ]);
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    assert_eq!(json_of(&ok)["unread"].as_array().map(Vec::len), Some(3));
+    assert_eq!(json_of(&ok)["tornTail"]["bytes"], json!(0));
+    let header = 32;
+    for cut in [
+        full.len() - 1,
+        full.len() - 40,
+        (full.len() + header) / 2,
+        header + 3,
+    ] {
+        std::fs::write(&journal, &full[..cut]).unwrap();
+        let o = ns.peer(&["recover", "--instance", &old, "--session-id", "s-bob"]);
+        assert_eq!(
+            o.status.code(),
+            Some(Code::RecoveryRequired.exit_status()),
+            "cut at {cut}: {}",
+            stderr(&o)
+        );
+        assert!(stderr(&o).contains("sync point"), "{}", stderr(&o));
+    }
+}

@@ -178,6 +178,7 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
             "sessionId": core.session_id,
             "capabilities": caller.capabilities,
             "eventsDropped": core.bus.dropped(),
+            "store": store_info(core),
             "limits": {"messageBytes": core.limits().message_bytes, "waitMsMax": core.limits().wait_ms_max, "acknowledgementMs": core.limits().acknowledgement_ms},
         })),
         "local.tool" => super::tools::local_tool(core, &caller, &params),
@@ -271,4 +272,14 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
             format!("unknown local method {}", sanitize::line(other, 64)),
         )),
     }
+}
+
+/// What `local.info` tells about the store: what its recovery discarded at open.
+fn store_info(core: &Core) -> Value {
+    let s = core.store.stats();
+    json!({
+        "tornTailBytes": s.torn_tail_bytes,
+        "tornTailBatches": s.torn_tail_batches,
+        "poisoned": s.poisoned,
+    })
 }
