@@ -27,8 +27,7 @@ pub type RouteMap = HashMap<(String, String), Arc<Mutex<RouteQueue>>>;
 pub type SubscriptionMap =
     HashMap<(String, String), (Notifier, Option<crate::messaging::ReceiptState>)>;
 
-/// Receipt subscriptions (`peer.subscribe`) remembered at once.
-pub const SUBSCRIPTIONS_MAX: usize = 1024;
+pub use crate::config::internal::SUBSCRIPTIONS_MAX;
 
 /// Who is calling a tool or local method: the root itself or one of its child runs.
 #[derive(Clone, Debug)]
@@ -95,8 +94,7 @@ pub enum Reach {
 
 /// How long a looked-up advertisement is reused.
 const ADVERT_TTL_MS: u128 = 1_000;
-/// Advertisements remembered at once.
-const ADVERTS_MAX: usize = 1_024;
+use crate::config::internal::ADVERTS_MAX;
 
 impl Core {
     pub fn limits(&self) -> &Limits {
@@ -147,7 +145,7 @@ impl Core {
     /// The caller for a trusted local request: the root, or a live run named by `runId`.
     pub fn caller_for(&self, run_id: Option<&str>, auto_token: Option<&str>) -> Result<Caller> {
         let automatic =
-            auto_token.is_some_and(|t| constant_time_eq(t.as_bytes(), self.auto_token.as_bytes()));
+            auto_token.is_some_and(|t| identity::ct_eq(t.as_bytes(), self.auto_token.as_bytes()));
         let Some(run_id) = run_id else {
             return Ok(Caller {
                 automatic,
@@ -393,12 +391,4 @@ impl Verifier for PresenceVerifier {
         };
         identity::parse_spki_b64(&ad.public_key)
     }
-}
-
-/// Compares secrets without an early exit on the first differing byte.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

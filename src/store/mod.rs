@@ -40,7 +40,6 @@ use writer::{Faults, Job, Writer};
 
 /// File names inside a store directory.
 pub mod paths {
-    use std::path::{Path, PathBuf};
     pub const IDENTITY: &str = "identity.json";
     pub const SNAPSHOT: &str = "messages.json";
     pub const JOURNAL: &str = "messages.journal";
@@ -49,10 +48,7 @@ pub mod paths {
     pub const SYNC: &str = "messages.sync";
     pub const SYNC_TMP_PREFIX: &str = ".messages.sync.";
 
-    /// `<home>/peer-messages/<instance_id>`.
-    pub fn store_dir(home: &Path, instance_id: &str) -> PathBuf {
-        home.join("peer-messages").join(instance_id)
-    }
+    pub use crate::paths::messages_dir as store_dir;
 }
 
 /// An open store: the writer thread and a handle on it.
