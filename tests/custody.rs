@@ -413,3 +413,73 @@ fn a_truncated_journal_of_a_cleanly_stopped_store_requires_recovery() {
         assert!(stderr(&o).contains("sync point"), "{}", stderr(&o));
     }
 }
+
+#[test]
+fn a_failing_sweep_is_visible_in_the_log_and_in_local_info() {
+    use std::os::unix::process::CommandExt;
+    let ns = Ns::new("sweepfail");
+    ns.config(json!({"limits": {"expiryMs": 2000}}));
+    let alice = ns.host(&["--alias", "alice"]);
+    // bob may write files of at most 64 KiB (and ignores SIGXFSZ): his journal's write fails
+    // once it would pass that, which poisons his store; every later sweep fails.
+    let mut bob = ns.host_with(&["--alias", "bob"], |cmd| unsafe {
+        cmd.pre_exec(|| {
+            let limit = nix::libc::rlimit {
+                rlim_cur: 64 * 1024,
+                rlim_max: 64 * 1024,
+            };
+            if nix::libc::setrlimit(nix::libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGXFSZ,
+                nix::sys::signal::SigHandler::SigIgn,
+            )
+            .map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    });
+    let to = bob.field("peerId");
+    let big = "x".repeat(7_900);
+    let mut refused = None;
+    for n in 0..20 {
+        let o = peer_as(
+            &ns,
+            &alice,
+            &["send", &to, &big, "--message-id", &format!("b-{n}")],
+        );
+        if o.status.code() != Some(0) {
+            refused = Some(stderr(&o));
+            break;
+        }
+    }
+    assert!(
+        refused.is_some(),
+        "bob's journal never hit its file size limit"
+    );
+    let info = || {
+        client(&bob)
+            .call("local.info", json!({"version": 1}), 10_000)
+            .unwrap()
+    };
+    assert!(
+        eventually(30, || info()["problems"].as_array().is_some_and(|p| p
+            .iter()
+            .any(|p| p["what"].as_str().is_some_and(|w| w.contains("sweep"))
+                && p["code"] == json!("RECOVERY_REQUIRED")))),
+        "{}",
+        info()
+    );
+    assert_eq!(info()["store"]["poisoned"], json!(true));
+    // The root's log (stderr) says it once, however often the sweep fails.
+    let mut log = bob.child.as_mut().unwrap().stderr.take().unwrap();
+    bob.signal(Signal::SIGTERM);
+    bob.wait();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut log, &mut text).unwrap();
+    let warnings = text
+        .lines()
+        .filter(|l| l.contains("warning") && l.contains("sweep"))
+        .count();
+    assert_eq!(warnings, 1, "{text}");
+}

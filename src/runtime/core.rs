@@ -72,7 +72,24 @@ pub struct Core {
     /// Recently looked-up advertisements by instance (a short TTL: presence is a hint and a
     /// failed connect or handshake re-reads it).
     pub(crate) adverts: Mutex<HashMap<String, CachedReach>>,
+    /// The latest background failures (sweeps, reply bookkeeping), newest last, for
+    /// `local.info`; each is also logged on stderr and published as an event.
+    pub(crate) problems: Mutex<std::collections::VecDeque<Problem>>,
 }
+
+/// One failure the root could not hand to a caller.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Problem {
+    pub at_ms: u64,
+    /// What was being done (`sweep`, `mark replied`).
+    pub what: String,
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// Background failures remembered for `local.info`.
+const PROBLEMS_MAX: usize = 16;
 
 /// A looked-up instance: when, what it is, and the sessionId its record states.
 pub type CachedReach = (std::time::Instant, Reach, Option<String>);
@@ -317,6 +334,47 @@ impl Core {
     pub fn publish_runs(&self) {
         let ads = self.runs.lock().ads();
         let _ = self.publisher.update(|r| r.communication.runs = ads);
+    }
+
+    /// Makes a failure that has no caller to answer visible: stderr (the root's log), the
+    /// event bus and `local.info` (`problems`, the latest few).
+    pub fn report_problem(&self, what: &str, e: &Error) {
+        let p = Problem {
+            at_ms: clock::now_ms(),
+            what: what.to_string(),
+            code: e.code.name(),
+            message: e.message.clone(),
+        };
+        let mut problems = self.problems.lock();
+        // A failure that repeats (a poisoned store fails every sweep) is logged once.
+        if let Some(last) = problems.back_mut()
+            && (last.what.as_str(), last.code, last.message.as_str())
+                == (p.what.as_str(), p.code, p.message.as_str())
+        {
+            last.at_ms = p.at_ms;
+            return;
+        }
+        eprintln!(
+            "peer: warning: {what} failed: {}: {}",
+            p.code,
+            crate::sanitize::line(&p.message, 300)
+        );
+        self.bus.publish(serde_json::json!({
+            "event": "peer_update",
+            "kind": "problem",
+            "what": p.what,
+            "code": p.code,
+            "message": p.message,
+        }));
+        if problems.len() >= PROBLEMS_MAX {
+            problems.pop_front();
+        }
+        problems.push_back(p);
+    }
+
+    /// The remembered background failures, oldest first.
+    pub fn problems(&self) -> Vec<Problem> {
+        self.problems.lock().iter().cloned().collect()
     }
 
     /// (message, event) cursors of what a model was already shown.

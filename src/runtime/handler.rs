@@ -183,6 +183,7 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
             "capabilities": caller.capabilities,
             "eventsDropped": core.bus.dropped(),
             "store": store_info(core),
+            "problems": core.problems(),
             "limits": {"messageBytes": core.limits().message_bytes, "waitMsMax": core.limits().wait_ms_max, "acknowledgementMs": core.limits().acknowledgement_ms},
         })),
         "local.tool" => super::tools::local_tool(core, &caller, &params),
@@ -219,12 +220,24 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
                 message_id: message_id.clone(),
             };
             let r = core.send_reply(&caller, req, &original)?;
-            let _ = core.store.mark_replied(
+            // The reply is in its target's custody; failing to mark the original replied
+            // must not hide that, but must be seen.
+            let marked = core.store.mark_replied(
                 &caller.peer_id,
                 MessageRef::Sequence(original.sequence),
                 &message_id,
             );
-            to_value(&r)
+            let mut v = to_value(&r)?;
+            if let Err(e) = marked {
+                core.report_problem(&format!("marking message {id} replied"), &e);
+                if let Some(o) = v.as_object_mut() {
+                    o.insert(
+                        "markReplied".into(),
+                        json!({"code": e.code.name(), "message": e.message}),
+                    );
+                }
+            }
+            Ok(v)
         }
         "local.status" => {
             let entry = core.sent_message(&caller.peer_id, req_str(&params, "messageId")?)?;

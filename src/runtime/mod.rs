@@ -250,6 +250,7 @@ impl Root {
             model_cursors: Mutex::new(Default::default()),
             presence_cache: presence::ReadCache::default(),
             adverts: Mutex::new(Default::default()),
+            problems: Mutex::new(Default::default()),
         });
         let _ = core_cell.set(Arc::downgrade(&core));
         let started = Self::start_owned(core.clone(), store, me, secret, &socket);
@@ -449,7 +450,9 @@ fn spawn_worker(
                 }
                 core.retry_routes(restart);
                 if last_sweep.elapsed() >= Duration::from_millis(sweep_every) {
-                    let _ = core.store.sweep();
+                    if let Err(e) = core.store.sweep() {
+                        core.report_problem("the expiry and retention sweep", &e);
+                    }
                     last_sweep = Instant::now();
                 }
                 seen = core
