@@ -139,12 +139,13 @@ impl Core {
         })
     }
 
-    /// The principal of one of our own callers, as the receiving side will see it.
-    pub fn principal_of(&self, caller: &Caller) -> Principal {
+    /// The principal of one of this root's own peers (itself or a child run), as a receiving
+    /// side sees it.
+    pub fn principal_of(&self, peer_id: &str, run_id: Option<String>) -> Principal {
         Principal {
             instance_id: self.instance_id.clone(),
-            run_id: caller.run_id.clone(),
-            peer_id: caller.peer_id.clone(),
+            run_id,
+            peer_id: peer_id.to_string(),
         }
     }
 
