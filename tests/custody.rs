@@ -483,3 +483,75 @@ fn a_failing_sweep_is_visible_in_the_log_and_in_local_info() {
         .count();
     assert_eq!(warnings, 1, "{text}");
 }
+
+#[test]
+fn a_restarted_sender_delivers_what_its_dead_predecessor_left_exactly_once() {
+    let ns = Ns::new("restart");
+    quick(&ns);
+    let mut alice = ns.host(&["--alias", "alice", "--session-id", "s-alice"]);
+    let bob = ns.host(&["--alias", "bob"]);
+    let to = bob.field("peerId");
+    let old = alice.field("instanceId");
+    let warm = peer_as(
+        &ns,
+        &alice,
+        &["send", &to, "warm-up", "--message-id", "w-1"],
+    );
+    assert_eq!(warm.status.code(), Some(0), "{}", stderr(&warm));
+    bob.signal(Signal::SIGSTOP);
+    // o-1 goes out on the open connection and waits in bob's socket: bob will take it from
+    // the dead incarnation. o-2 waits behind it and never leaves alice's outbox.
+    for id in ["o-1", "o-2"] {
+        let o = peer_as(
+            &ns,
+            &alice,
+            &["send", &to, &format!("text {id}"), "--message-id", id],
+        );
+        assert_eq!(
+            o.status.code(),
+            Some(Code::Timeout.exit_status()),
+            "{}",
+            stderr(&o)
+        );
+    }
+    alice.signal(Signal::SIGKILL);
+    alice.wait();
+    // Before anyone takes over, the old store shows both as unresolved.
+    let o = ns.peer(&[
+        "--json",
+        "recover",
+        "--instance",
+        &old,
+        "--session-id",
+        "s-alice",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let ids: Vec<String> = json_of(&o)["unresolved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["messageId"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["o-1", "o-2"]);
+    let alice2 = ns.host(&["--alias", "alice", "--session-id", "s-alice"]);
+    for id in ["o-1", "o-2"] {
+        assert_eq!(state_of(&ns, &alice2, id), "unresolved", "{id}");
+    }
+    bob.signal(Signal::SIGCONT);
+    for id in ["o-1", "o-2"] {
+        assert!(
+            eventually(30, || state_of(&ns, &alice2, id) == "accepted"),
+            "{id}: {}",
+            status_of(&ns, &alice2, id)
+        );
+        let held = inbox_with(&bob, id);
+        assert_eq!(held.len(), 1, "{id}: {held:?}");
+        assert_eq!(held[0]["content"], json!(format!("text {id}")));
+    }
+    // bob's later receipts reach the new incarnation.
+    let c = peer_as(&ns, &bob, &["consume", "o-1"]);
+    assert_eq!(c.status.code(), Some(0), "{}", stderr(&c));
+    assert!(eventually(30, || state_of(&ns, &alice2, "o-1") == "consumed"));
+    // Nothing was left in the dead incarnation's store: it is gone.
+    assert!(!peerwire::store::paths::store_dir(&ns.home, &old).exists());
+}

@@ -23,6 +23,19 @@ impl Machine {
         recipients: &Recipients,
         now_ms: u64,
     ) -> Outcome<Receipt> {
+        // An instance whose record is gone is still the session it stated before.
+        let remembered;
+        let send = if send.origin.is_none()
+            && let Some(o) = self.state.origin_of(&from.instance_id)
+        {
+            remembered = InboundSend {
+                origin: Some(o.clone()),
+                ..send.clone()
+            };
+            &remembered
+        } else {
+            send
+        };
         let key = (
             from.instance_id.clone(),
             from.run_id.clone(),

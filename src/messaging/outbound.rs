@@ -286,6 +286,47 @@ impl Machine {
             })
     }
 
+    /// Takes over an unresolved entry of a dead earlier incarnation of our session, to be sent
+    /// as `from_peer_id` (our root). Same target, id, content, correlation and expiry; a new
+    /// place at the end of the send order. Returns false (no change) when an entry with that
+    /// target and id is already here. Errors: QUEUE_FULL (no room: the entry stays where it is).
+    pub fn adopt(&mut self, old: &OutboxEntry, from_peer_id: &str, now_ms: u64) -> Outcome<bool> {
+        if self
+            .state
+            .outbox
+            .contains_key(&(old.to.peer_id.clone(), old.message_id.clone()))
+        {
+            return Ok((false, Vec::new()));
+        }
+        let entry = OutboxEntry {
+            order: self.state.next_order.max(1),
+            from_peer_id: from_peer_id.to_string(),
+            receipt: None,
+            updated_at_ms: now_ms,
+            ..old.clone()
+        };
+        self.check_space(
+            outbox_cost(&entry) + RECEIPT_RESERVE_BYTES,
+            "cannot take over an earlier incarnation's message",
+        )?;
+        Ok((true, self.commit(vec![Record::OutboxAdded { entry }])))
+    }
+
+    /// Forgets an outbox entry another incarnation has taken over (no-op when absent).
+    pub fn hand_over(&mut self, to_peer_id: &str, message_id: &str) -> Outcome<()> {
+        let key = (to_peer_id.to_string(), message_id.to_string());
+        if !self.state.outbox.contains_key(&key) {
+            return Ok(((), Vec::new()));
+        }
+        Ok((
+            (),
+            self.commit(vec![Record::OutboxRemoved {
+                to_peer_id: key.0,
+                message_id: key.1,
+            }]),
+        ))
+    }
+
     /// Unresolved entries of the route `from_peer_id` → `to_peer_id`, in send order.
     pub fn route_pending(&self, from_peer_id: &str, to_peer_id: &str) -> Vec<OutboxEntry> {
         let mut v: Vec<OutboxEntry> = self

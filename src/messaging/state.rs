@@ -81,6 +81,11 @@ pub struct State {
     pub(crate) inbox: BTreeMap<(String, u64), InboxEntry>,
     pub(crate) dedup: HashMap<DedupKey, (String, u64)>,
     pub(crate) origins: HashMap<OriginKey, (String, u64)>,
+    /// The sending session each sender instance stated (from entries that carry an origin),
+    /// so a message processed after its sender's record vanished is still scoped to it.
+    /// instance → (origin, entries from it that carry an origin); an instance is forgotten with
+    /// its last entry.
+    pub(crate) instance_origins: HashMap<String, (String, u64)>,
     /// Unconsumed (accepted or prepared) count per recipient.
     pub(crate) unconsumed: HashMap<String, u64>,
     pub(crate) next_sequence: BTreeMap<String, u64>,
@@ -247,11 +252,13 @@ impl State {
                 let Some(e) = self.inbox.get_mut(&key) else {
                     return;
                 };
-                let old = dedup_key(e);
+                let before = e.clone();
                 e.from = from.clone();
-                let new = dedup_key(e);
-                self.dedup.remove(&old);
-                self.dedup.insert(new, key);
+                let after = e.clone();
+                self.dedup.remove(&dedup_key(&before));
+                self.dedup.insert(dedup_key(&after), key);
+                self.count_origin(&before, false);
+                self.count_origin(&after, true);
             }
         }
     }
@@ -297,7 +304,27 @@ impl State {
         if let Some(o) = origin_key(&entry) {
             self.origins.insert(o, key.clone());
         }
+        self.count_origin(&entry, true);
         self.inbox.insert(key, entry);
+    }
+
+    /// Keeps `instance_origins` in step with the entries that carry an origin.
+    fn count_origin(&mut self, e: &InboxEntry, added: bool) {
+        let Some(origin) = &e.origin else {
+            return;
+        };
+        let instance = e.from.instance_id.clone();
+        if added {
+            self.instance_origins
+                .entry(instance)
+                .or_insert_with(|| (origin.clone(), 0))
+                .1 += 1;
+        } else if let Some(slot) = self.instance_origins.get_mut(&instance) {
+            slot.1 = slot.1.saturating_sub(1);
+            if slot.1 == 0 {
+                self.instance_origins.remove(&instance);
+            }
+        }
     }
 
     fn set_inbox_state(
@@ -339,6 +366,7 @@ impl State {
             .live_bytes
             .saturating_sub(inbox_cost(&e) + RECEIPT_RESERVE_BYTES);
         self.dedup.remove(&dedup_key(&e));
+        self.count_origin(&e, false);
         if let Some(o) = origin_key(&e)
             && self.origins.get(&o) == Some(&key)
         {
@@ -483,6 +511,11 @@ impl State {
     /// Estimated stored bytes (what admission compares with the storage budget).
     pub fn live_bytes(&self) -> u64 {
         self.live_bytes
+    }
+
+    /// The sending session `instance_id` stated with an earlier message, if any.
+    pub fn origin_of(&self, instance_id: &str) -> Option<&String> {
+        self.instance_origins.get(instance_id).map(|(o, _)| o)
     }
 
     /// Unconsumed messages held for `recipient`.

@@ -271,7 +271,8 @@ impl Core {
                 return (Reach::Live(ad), session);
             }
             if let Some(why) = presence::process_gone(&e, &Probe::new()) {
-                return (Reach::Gone(why), None);
+                // What the record stated stays true of the incarnation after it ended.
+                return (Reach::Gone(why), session);
             }
             let since = e
                 .updated_at_ms

@@ -2,6 +2,7 @@
 //! (as later modules arrive) its endpoint, store and tool implementations. A root lives for a
 //! `peer host`, a `peer mcp`, or one `peer --as ALIAS` command.
 
+pub mod adopt;
 pub mod auto;
 pub mod control;
 pub mod core;
@@ -262,6 +263,9 @@ impl Root {
                 return Err(e);
             }
         };
+        // Before the worker starts: what dead predecessors of this session left unresolved is
+        // ours to deliver (the worker's retry pass sends it).
+        adopt::adopt_predecessors(&core);
         let heartbeat = spawn_heartbeat(core.publisher.clone(), core.limits().heartbeat_ms)?;
         // Position the resource event cursor before the ready line, so no change is missed.
         let resource_cursor = resources::publish_events(&core, None);
