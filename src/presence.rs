@@ -240,21 +240,71 @@ pub fn read_matching_cached(
     Ok(out)
 }
 
+/// The record names a reader looks at: at most `presence_files`, the most recently written
+/// first, so records that stopped being refreshed (stale or dead) are the ones left out and can
+/// never crowd out live ones; returned in name order. Names scanned are bounded too
+/// (`PRESENCE_SCAN_FACTOR` × `presence_files`).
 fn list_names(dir: &Path, limits: &Limits) -> Result<Vec<String>> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::io("cannot list", dir, &e)),
     };
+    let keep = limits.presence_files as usize;
+    let scan = keep.saturating_mul(PRESENCE_SCAN_FACTOR);
     let mut names: Vec<String> = rd
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+        .take(scan)
         .collect();
+    if names.len() > keep {
+        let mut stamped: Vec<(std::time::SystemTime, String)> = names
+            .into_iter()
+            .map(|n| {
+                let at = std::fs::symlink_metadata(dir.join(&n))
+                    .and_then(|m| m.modified())
+                    .unwrap_or(std::time::UNIX_EPOCH);
+                (at, n)
+            })
+            .collect();
+        stamped.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        names = stamped.into_iter().take(keep).map(|(_, n)| n).collect();
+    }
     names.sort();
-    names.truncate(limits.presence_files as usize);
     Ok(names)
 }
+
+/// Up to `n` record names not written for more than `staleMs`, the longest unwritten first:
+/// the candidates a reclaimer looks at (listings may leave exactly these out). Scans at most
+/// `PRESENCE_SCAN_FACTOR` × `presence_files` names.
+pub fn unrefreshed_names(dir: &Path, limits: &Limits, n: usize) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let scan = (limits.presence_files as usize).saturating_mul(PRESENCE_SCAN_FACTOR);
+    let cutoff = std::time::SystemTime::now()
+        .checked_sub(std::time::Duration::from_millis(limits.stale_ms))
+        .unwrap_or(std::time::UNIX_EPOCH);
+    let mut old: Vec<(std::time::SystemTime, String)> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+        .take(scan)
+        .filter_map(|n| {
+            let at = std::fs::symlink_metadata(dir.join(&n))
+                .and_then(|m| m.modified())
+                .ok()?;
+            (at < cutoff).then_some((at, n))
+        })
+        .collect();
+    old.sort();
+    old.into_iter().take(n).map(|(_, n)| n).collect()
+}
+
+/// How many names beyond `presenceFiles` a listing may look at (by modification time) to find
+/// the current ones.
+const PRESENCE_SCAN_FACTOR: usize = 16;
 
 /// Reads every `*.json` in the directory (at most `presence_files` of them), never deleting.
 pub fn read_all(dir: &Path, limits: &Limits, now_ms: u64) -> Result<Vec<Entry>> {

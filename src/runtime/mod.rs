@@ -8,6 +8,7 @@ pub mod control;
 pub mod core;
 pub mod events;
 pub mod handler;
+pub mod reclaim;
 pub mod resources;
 pub mod runs;
 pub mod send;
@@ -181,6 +182,7 @@ impl Root {
         // Before the worker starts: what dead predecessors of this session left unresolved is
         // ours to deliver (the worker's retry pass sends it).
         adopt::adopt_predecessors(&core);
+        reclaim::reclaim_dead(&core);
         let heartbeat = spawn_heartbeat(core.publisher.clone(), core.limits().heartbeat_ms)?;
         if let Some(owned) = self.inner.as_mut() {
             owned.heartbeat = Some(heartbeat);
@@ -513,6 +515,8 @@ fn spawn_worker(
                     last_restart.elapsed() >= Duration::from_millis(send::GAVE_UP_RETRY_MS);
                 if restart {
                     last_restart = Instant::now();
+                    // Dead roots' records, sockets and control files, a bounded batch.
+                    reclaim::reclaim_dead(&core);
                 }
                 core.retry_routes(restart);
                 if last_sweep.elapsed() >= Duration::from_millis(sweep_every) {
