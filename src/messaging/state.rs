@@ -84,7 +84,7 @@ pub struct State {
     /// The sending session each sender instance stated (from entries that carry an origin),
     /// so a message processed after its sender's record vanished is still scoped to it.
     /// instance → (origin, entries from it that carry an origin); an instance is forgotten with
-    /// its last entry.
+    /// its last entry (an instance whose entries moved to a later incarnation is kept).
     pub(crate) instance_origins: HashMap<String, (String, u64)>,
     /// Unconsumed (accepted or prepared) count per recipient.
     pub(crate) unconsumed: HashMap<String, u64>,
@@ -257,7 +257,9 @@ impl State {
                 let after = e.clone();
                 self.dedup.remove(&dedup_key(&before));
                 self.dedup.insert(dedup_key(&after), key);
-                self.count_origin(&before, false);
+                // The earlier instance keeps its session mapping (until the store is next
+                // loaded): a late frame of that dead incarnation, processed after its record
+                // is gone, still finds its session.
                 self.count_origin(&after, true);
             }
         }
