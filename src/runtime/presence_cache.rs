@@ -151,7 +151,10 @@ impl PresenceCache {
         let reach = match unreadable {
             // A record we cannot read proves nothing either way.
             Some(why) => Reach::Unknown(format!("its presence record is unreadable: {why}")),
-            None => Reach::Gone("its presence record was removed by its owner".into()),
+            None => Reach::Gone(
+                "its presence record was removed (by its owner on exit, or after its process was proven gone)"
+                    .into(),
+            ),
         };
         (reach, None)
     }
