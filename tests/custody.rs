@@ -227,7 +227,7 @@ fn expiry_holds_on_every_read_path_before_any_sweep() {
     let ns = Ns::new("expiry-read");
     let bob = ns.host(&["--alias", "bob"]);
     let wire = WireSender::publish(&bob);
-    let soon = peerwire::clock::now_ms() + 700;
+    let soon = peerwire::clock::now_ms() + 2_000;
     for id in ["x-read", "x-consume", "x-reply", "x-prepare"] {
         let r = wire.send(&bob, id, soon).unwrap();
         assert_eq!(r["state"], json!("accepted"), "{r}");
