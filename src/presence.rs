@@ -624,6 +624,68 @@ mod tests {
     }
 
     #[test]
+    fn only_process_evidence_proves_an_incarnation_gone() {
+        use crate::resource::evidence::Probe;
+        let probe = Probe::new();
+        let Ok(me) = probe.own() else {
+            return; // no /proc here: nothing can be proven, which the other cases cover
+        };
+        let entry = |pid: i64, start: Option<u64>, boot: Option<String>| {
+            let mut e = invalid("x.json", String::new());
+            e.pid = pid;
+            e.liveness = Liveness::Stale("no heartbeat".into());
+            e.advert = Some(Advertisement {
+                protocol_version: PROTOCOL_VERSION,
+                instance_id: "i-1".into(),
+                peer_id: identity::peer_id("i-1", None),
+                endpoint: "peer-runtime/i-1.sock".into(),
+                public_key: String::new(),
+                capabilities: Vec::new(),
+                scope: "user".into(),
+                workspace: "/w".into(),
+                repository: None,
+                alias: "a".into(),
+                runs: Vec::new(),
+                process_start_time: start,
+                boot_id: boot,
+            });
+            e
+        };
+        let pid = i64::from(me.pid);
+        // This very process, however old its record: not gone.
+        assert_eq!(
+            process_gone(
+                &entry(pid, Some(me.start_time), Some(me.boot_id.clone())),
+                &probe
+            ),
+            None
+        );
+        assert_eq!(process_gone(&entry(pid, None, None), &probe), None);
+        // Same pid, another start time (pid reuse) or another boot: gone.
+        assert!(
+            process_gone(
+                &entry(pid, Some(me.start_time + 1), Some(me.boot_id.clone())),
+                &probe
+            )
+            .is_some()
+        );
+        assert!(
+            process_gone(
+                &entry(pid, Some(me.start_time), Some("other-boot".into())),
+                &probe
+            )
+            .is_some()
+        );
+        // A reaped child: no such process.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = i64::from(child.id());
+        child.wait().unwrap();
+        assert!(process_gone(&entry(dead, None, None), &probe).is_some());
+        // No pid at all proves nothing.
+        assert_eq!(process_gone(&entry(0, None, None), &probe), None);
+    }
+
+    #[test]
     fn file_names_are_instance_qualified_and_safe() {
         assert_eq!(file_name("a/b c", "i-1"), "a_b_c.i-1.json");
     }
