@@ -624,6 +624,41 @@ mod tests {
     }
 
     #[test]
+    fn old_records_never_crowd_out_a_current_one() {
+        let d = tmp();
+        let now = clock::now_ms();
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for n in 0..10 {
+            let name = format!("a-old-{n}.json");
+            write(
+                &d,
+                &name,
+                legacy(0, &clock::iso8601(now - 3_600_000)).as_bytes(),
+            );
+            std::fs::File::options()
+                .write(true)
+                .open(d.join(&name))
+                .unwrap()
+                .set_modified(hour_ago)
+                .unwrap();
+        }
+        write(
+            &d,
+            "z-live.json",
+            legacy(std::process::id(), &clock::iso8601(now)).as_bytes(),
+        );
+        let mut limits = limits();
+        limits.presence_files = 5;
+        let all = read_all(&d, &limits, now).unwrap();
+        assert_eq!(all.len(), 5);
+        assert!(all.iter().any(|e| e.file == "z-live.json" && e.is_live()));
+        // The reclaimer's candidates are the unrefreshed ones, oldest first.
+        let old = unrefreshed_names(&d, &limits, 3);
+        assert_eq!(old.len(), 3);
+        assert!(old.iter().all(|n| n.starts_with("a-old-")));
+    }
+
+    #[test]
     fn only_process_evidence_proves_an_incarnation_gone() {
         use crate::resource::evidence::Probe;
         let probe = Probe::new();
