@@ -81,6 +81,7 @@ fn accept_one(h: &StoreHandle, thread: u64, n: u64, content: &str) {
         peer_id: format!("p-sender{thread}"),
     };
     let send = InboundSend {
+        origin: None,
         to_peer_id: ME.into(),
         message_id: format!("m-{n}"),
         content: content.to_string(),

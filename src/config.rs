@@ -145,7 +145,7 @@ limits! {
     presence_file_bytes, "presenceFileBytes", 64 * 1024, 1_024..=16 << 20,
         "Largest presence record read; bigger files are skipped, never deleted.";
     presence_files, "presenceFiles", 4_096, 1..=1_000_000,
-        "Presence files read per listing.";
+        "Presence files read per listing: the most recently written ones (of at most 16 times as many names), so records that stopped being refreshed are the ones left out. Roots remove the records, sockets and control files of peerwire roots whose process is provably gone (pid plus process start time); other programs' records are never deleted.";
     outgoing_frames, "outgoingFrames", 64, 1..=65_536,
         "Frames queued for writing on one connection.";
     write_ms, "writeMs", 2_000, 1..=600_000,

@@ -13,6 +13,7 @@ mod bench;
 mod chat_tty;
 mod cli;
 mod crash;
+mod custody;
 mod docs;
 mod foundation;
 mod lab;

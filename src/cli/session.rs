@@ -33,10 +33,13 @@ impl Session {
     /// The enclosing session, or a short-lived root for `--as`, or a usage error.
     pub fn open(ctx: &Ctx) -> Result<Session> {
         if let Some(alias) = &ctx.as_alias {
+            crate::identity::validate_alias(alias)?;
             let root = Root::start(&RootOptions {
                 home: ctx.home.clone(),
                 alias: Some(alias.clone()),
+                session_id: Some(crate::runtime::one_off_session(alias)),
                 mode: "command",
+                one_off: true,
                 ..Default::default()
             })?;
             let limits = root.core.limits().clone();

@@ -195,17 +195,54 @@ pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     };
     let home = ctx.home()?;
     let config = crate::config::Config::load(&home)?;
-    let unread = crate::store::recover_unread(&home, &instance, &session_id, &config.limits)?;
+    let review = crate::store::review(&home, &instance, &session_id, &config.limits)?;
+    let unread = &review.unread;
+    let unresolved: Vec<serde_json::Value> = review
+        .unresolved
+        .iter()
+        .map(|e| {
+            let mut v = crate::runtime::tools::outbox_view(e);
+            if let Some(o) = v.as_object_mut() {
+                o.insert(
+                    "reason".into(),
+                    json!("sent by this earlier incarnation; no custody answer was recorded"),
+                );
+            }
+            v
+        })
+        .collect();
+    let torn = json!({"bytes": review.torn_tail_bytes, "batches": review.torn_tail_batches});
     if ctx.json {
         let msgs: Vec<serde_json::Value> = unread.iter().map(|e| message_view(e, None)).collect();
-        print_json(&json!({"instanceId": instance, "sessionId": session_id, "unread": msgs}));
+        print_json(&json!({
+            "instanceId": instance,
+            "sessionId": session_id,
+            "unread": msgs,
+            "unresolved": unresolved,
+            "tornTail": torn,
+        }));
     } else {
         println!(
             "{} unread message(s) of {instance} (review only; nothing was moved):",
             unread.len()
         );
-        for e in &unread {
+        for e in unread {
             println!("{}", super::msg::describe_message(&message_view(e, None)));
+        }
+        if !unresolved.is_empty() {
+            println!(
+                "{} sent message(s) without a custody answer:",
+                unresolved.len()
+            );
+            for v in &unresolved {
+                println!("{}", super::msg::describe_receipt(v));
+            }
+        }
+        if review.torn_tail_bytes > 0 {
+            println!(
+                "a recovery would discard a torn, never-acknowledged tail of {} bytes ({} partial batch)",
+                review.torn_tail_bytes, review.torn_tail_batches
+            );
         }
     }
     Ok(0)

@@ -2,7 +2,7 @@
 //! recipient transitions (prepared, consumed, replied) with the context journal; receipt
 //! pushes to original senders; `peer.status`.
 
-use super::machine::{Machine, Outcome};
+use super::machine::{Machine, Outcome, as_of, expiry_due};
 use super::state::{RECEIPT_RESERVE_BYTES, Record, dedup_key, inbox_cost};
 use super::types::{
     ContextEntry, InboundSend, InboxEntry, MessageRef, Principal, PushEntry, Receipt, ReceiptState,
@@ -23,14 +23,30 @@ impl Machine {
         recipients: &Recipients,
         now_ms: u64,
     ) -> Outcome<Receipt> {
+        // An instance whose record is gone is still the session it stated before.
+        let remembered;
+        let send = if send.origin.is_none()
+            && let Some(o) = self.state.origin_of(&from.instance_id)
+        {
+            remembered = InboundSend {
+                origin: Some(o.clone()),
+                ..send.clone()
+            };
+            &remembered
+        } else {
+            send
+        };
         let key = (
             from.instance_id.clone(),
             from.run_id.clone(),
             send.message_id.clone(),
             send.to_peer_id.clone(),
         );
-        if let Some(original) = self.dedup_hit(&key, send) {
+        if let Some(original) = self.dedup_hit(&key, send, now_ms) {
             return original.map(|r| (r, Vec::new()));
+        }
+        if let Some(moved) = self.origin_hit(from, send, now_ms) {
+            return moved;
         }
         Self::check_id("messageId", &send.message_id)?;
         if let Some(c) = &send.correlation_id {
@@ -70,6 +86,7 @@ impl Machine {
             state_at_ms: now_ms,
             reply_message_id: None,
             context_marked: false,
+            origin: send.origin.clone(),
         };
         self.check_capacity(&entry)?;
         self.rate.take(&self.limits, &from.instance_id, now_ms);
@@ -87,6 +104,7 @@ impl Machine {
         &self,
         key: &super::state::DedupKey,
         send: &InboundSend,
+        now_ms: u64,
     ) -> Option<Result<Receipt>> {
         let at = self.state.dedup.get(key)?;
         let Some(e) = self.state.inbox.get(at) else {
@@ -104,7 +122,48 @@ impl Machine {
                 ),
             )));
         }
-        Some(Ok(e.receipt()))
+        Some(Ok(as_of(e, now_ms).receipt()))
+    }
+
+    /// A retry from another incarnation of the same sending session (a restarted sender, a
+    /// later one-off root): the original receipt, with the message's custody moved to the
+    /// incarnation now asking. MESSAGE_ID_CONFLICT when the content changed.
+    fn origin_hit(
+        &mut self,
+        from: &Principal,
+        send: &InboundSend,
+        now_ms: u64,
+    ) -> Option<Outcome<Receipt>> {
+        let origin = send.origin.clone()?;
+        let okey = (
+            origin,
+            from.run_id.clone(),
+            send.message_id.clone(),
+            send.to_peer_id.clone(),
+        );
+        let at = self.state.origins.get(&okey)?.clone();
+        let Some(e) = self.state.inbox.get(&at) else {
+            return Some(Err(Error::new(
+                Code::RecoveryRequired,
+                "the origin index names a missing message",
+            )));
+        };
+        if e.content != send.content || e.topic != send.topic || e.reply_to != send.reply_to {
+            return Some(Err(Error::new(
+                Code::MessageIdConflict,
+                format!(
+                    "message {} was already accepted from this session with different content; use a new message id",
+                    send.message_id
+                ),
+            )));
+        }
+        let records = self.commit(vec![Record::InboxSender {
+            recipient: at.0.clone(),
+            sequence: at.1,
+            from: from.clone(),
+        }]);
+        let e = self.state.inbox.get(&at)?;
+        Some(Ok((as_of(e, now_ms).receipt(), records)))
     }
 
     fn check_recipient(recipients: &Recipients, to: &str) -> Result<()> {
@@ -177,8 +236,15 @@ impl Machine {
         }
     }
 
-    /// `peer.status`: the current receipt of `from`'s message `message_id` to `to_peer_id`.
-    pub fn status(&self, from: &Principal, message_id: &str, to_peer_id: &str) -> Result<Receipt> {
+    /// `peer.status`: the current receipt of `from`'s message `message_id` to `to_peer_id` (a
+    /// message past its expiry reads as expired).
+    pub fn status(
+        &self,
+        from: &Principal,
+        message_id: &str,
+        to_peer_id: &str,
+        now_ms: u64,
+    ) -> Result<Receipt> {
         let key = (
             from.instance_id.clone(),
             from.run_id.clone(),
@@ -189,7 +255,7 @@ impl Machine {
             .dedup
             .get(&key)
             .and_then(|at| self.state.inbox.get(at))
-            .map(|e| e.receipt())
+            .map(|e| as_of(e, now_ms).receipt())
             .ok_or_else(|| {
                 Error::new(
                     Code::NotFound,
@@ -233,6 +299,9 @@ impl Machine {
         now_ms: u64,
     ) -> Outcome<Receipt> {
         self.check_content(note, &None)?;
+        if let Some(expired) = self.expire_if_due(recipient, r, now_ms)? {
+            return Ok(expired);
+        }
         let e = self.find_inbox(recipient, r)?;
         if e.context_marked || !e.state.may_become(ReceiptState::Prepared) {
             return Ok((e.receipt(), Vec::new()));
@@ -274,6 +343,11 @@ impl Machine {
         reply: Option<String>,
         now_ms: u64,
     ) -> Outcome<Receipt> {
+        if !to.is_failure()
+            && let Some(expired) = self.expire_if_due(recipient, r, now_ms)?
+        {
+            return Ok(expired);
+        }
         let e = self.find_inbox(recipient, r)?;
         if !e.state.may_become(to) {
             return Ok((e.receipt(), Vec::new()));
@@ -291,6 +365,30 @@ impl Machine {
         ));
         let records = self.commit(records);
         Ok((self.find_inbox(recipient, r)?.receipt(), records))
+    }
+
+    /// A message past its expiry cannot be prepared, consumed or replied to: it becomes expired
+    /// now (with the receipt push), and the caller gets that `expired` receipt. None when the
+    /// message is not due.
+    fn expire_if_due(
+        &mut self,
+        recipient: &str,
+        r: &MessageRef,
+        now_ms: u64,
+    ) -> Result<Option<(Receipt, Vec<Record>)>> {
+        let e = self.find_inbox(recipient, r)?;
+        if !expiry_due(e, now_ms) {
+            return Ok(None);
+        }
+        let records = state_records(
+            e,
+            ReceiptState::Expired,
+            None,
+            now_ms,
+            self.state.next_push.max(1),
+        );
+        let records = self.commit(records);
+        Ok(Some((self.find_inbox(recipient, r)?.receipt(), records)))
     }
 
     /// Receipts waiting to be pushed to original senders, oldest first, at most `limit`.

@@ -178,8 +178,9 @@ impl Machine {
     }
 
     /// Trusted local read: one recipient's messages after a sequence cursor, filtered, plus the
-    /// receipt events of that peer's outbox after an event cursor. Pure query.
-    pub fn read(&self, q: &ReadQuery) -> ReadResult {
+    /// receipt events of that peer's outbox after an event cursor. Pure query; a message past
+    /// its `expiresAt` at `now_ms` reads as expired even before a sweep records it.
+    pub fn read(&self, q: &ReadQuery, now_ms: u64) -> ReadResult {
         let page = self.limits.directory_page_size.max(1);
         let limit = if q.limit == 0 || q.limit > page {
             page
@@ -196,7 +197,11 @@ impl Machine {
                     .is_none_or(|r| e.reply_to.as_ref() == Some(r))
                 && q.message_id.as_ref().is_none_or(|m| &e.message_id == m)
         });
-        let messages: Vec<InboxEntry> = matching.by_ref().take(limit).cloned().collect();
+        let messages: Vec<InboxEntry> = matching
+            .by_ref()
+            .take(limit)
+            .map(|e| as_of(e, now_ms))
+            .collect();
         let mut more = matching.next().is_some();
         let next_after = messages.last().map_or(after, |e| e.sequence);
         let mut events = Vec::new();
@@ -230,4 +235,20 @@ impl Machine {
             .cloned()
             .collect()
     }
+}
+
+/// True when `e` is unconsumed and past its expiry at `now_ms`: it is expired, whether or not a
+/// sweep has recorded that yet.
+pub fn expiry_due(e: &InboxEntry, now_ms: u64) -> bool {
+    e.expires_at_ms <= now_ms && e.state.may_become(ReceiptState::Expired)
+}
+
+/// `e` as it stands at `now_ms`: an entry past its expiry reads as expired (at its expiry).
+pub fn as_of(e: &InboxEntry, now_ms: u64) -> InboxEntry {
+    let mut e = e.clone();
+    if expiry_due(&e, now_ms) {
+        e.state = ReceiptState::Expired;
+        e.state_at_ms = e.expires_at_ms;
+    }
+    e
 }

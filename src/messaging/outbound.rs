@@ -48,7 +48,7 @@ impl Machine {
         Self::check_id("messageId", &send.message_id)?;
         self.check_content(&send.content, &send.topic)?;
         let expires_at_ms = self.expiry(send.expires_at_ms, now_ms)?;
-        let correlation_id = self.outbound_correlation(send)?;
+        let correlation_id = self.outbound_correlation(send, now_ms)?;
         let entry = OutboxEntry {
             order: self.state.next_order.max(1),
             from_peer_id: send.from_peer_id.clone(),
@@ -86,8 +86,8 @@ impl Machine {
     }
 
     /// A reply must answer a message our local sender received from exactly the target
-    /// incarnation, and carries that message's correlation id.
-    fn outbound_correlation(&self, send: &OutboundSend) -> Result<String> {
+    /// incarnation and that has not expired, and carries that message's correlation id.
+    fn outbound_correlation(&self, send: &OutboundSend, now_ms: u64) -> Result<String> {
         let Some(reply_to) = &send.reply_to else {
             return Ok(send
                 .correlation_id
@@ -112,6 +112,12 @@ impl Machine {
                     format!("replyTo {reply_to} is not a message {} received from that exact target incarnation", send.from_peer_id),
                 )
             })?;
+        if original.state == ReceiptState::Expired || super::machine::expiry_due(original, now_ms) {
+            return Err(Error::new(
+                Code::Expired,
+                format!("message {reply_to} expired; it can no longer be replied to"),
+            ));
+        }
         match &send.correlation_id {
             Some(c) if *c != original.correlation_id => Err(Error::new(
                 Code::InvalidReply,
@@ -150,7 +156,12 @@ impl Machine {
                 message_id: entry.message_id.clone(),
                 from_peer_id: entry.from_peer_id.clone(),
                 to_peer_id: entry.to.peer_id.clone(),
-                state: ReceiptState::Refused,
+                // The recipient found it past its expiry: expired, not a refusal of content.
+                state: if code == Code::Expired {
+                    ReceiptState::Expired
+                } else {
+                    ReceiptState::Refused
+                },
                 sequence: 0,
                 correlation_id: entry.correlation_id.clone(),
                 at_ms: now_ms,
@@ -232,7 +243,8 @@ impl Machine {
         ))
     }
 
-    /// Records for moving an outbox entry to `receipt` (none when it would regress).
+    /// Records for moving an outbox entry to `receipt` (none when it would regress; see
+    /// [`Receipt::may_replace`]).
     fn receipt_records(
         &self,
         entry: &OutboxEntry,
@@ -240,7 +252,7 @@ impl Machine {
         now_ms: u64,
     ) -> Vec<Record> {
         if let Some(cur) = &entry.receipt
-            && !cur.state.may_become(receipt.state)
+            && !receipt.may_replace(cur)
         {
             return Vec::new();
         }
@@ -272,6 +284,47 @@ impl Machine {
                     format!("no outgoing message {message_id} to {to_peer_id}"),
                 )
             })
+    }
+
+    /// Takes over an unresolved entry of a dead earlier incarnation of our session, to be sent
+    /// as `from_peer_id` (our root). Same target, id, content, correlation and expiry; a new
+    /// place at the end of the send order. Returns false (no change) when an entry with that
+    /// target and id is already here. Errors: QUEUE_FULL (no room: the entry stays where it is).
+    pub fn adopt(&mut self, old: &OutboxEntry, from_peer_id: &str, now_ms: u64) -> Outcome<bool> {
+        if self
+            .state
+            .outbox
+            .contains_key(&(old.to.peer_id.clone(), old.message_id.clone()))
+        {
+            return Ok((false, Vec::new()));
+        }
+        let entry = OutboxEntry {
+            order: self.state.next_order.max(1),
+            from_peer_id: from_peer_id.to_string(),
+            receipt: None,
+            updated_at_ms: now_ms,
+            ..old.clone()
+        };
+        self.check_space(
+            outbox_cost(&entry) + RECEIPT_RESERVE_BYTES,
+            "cannot take over an earlier incarnation's message",
+        )?;
+        Ok((true, self.commit(vec![Record::OutboxAdded { entry }])))
+    }
+
+    /// Forgets an outbox entry another incarnation has taken over (no-op when absent).
+    pub fn hand_over(&mut self, to_peer_id: &str, message_id: &str) -> Outcome<()> {
+        let key = (to_peer_id.to_string(), message_id.to_string());
+        if !self.state.outbox.contains_key(&key) {
+            return Ok(((), Vec::new()));
+        }
+        Ok((
+            (),
+            self.commit(vec![Record::OutboxRemoved {
+                to_peer_id: key.0,
+                message_id: key.1,
+            }]),
+        ))
     }
 
     /// Unresolved entries of the route `from_peer_id` → `to_peer_id`, in send order.

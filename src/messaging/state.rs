@@ -3,7 +3,8 @@
 //! the recovered state is the acknowledged state by construction.
 
 use super::types::{
-    ContextEntry, InboxEntry, OutboxEntry, PushEntry, Receipt, ReceiptEvent, ReceiptState,
+    ContextEntry, InboxEntry, OutboxEntry, Principal, PushEntry, Receipt, ReceiptEvent,
+    ReceiptState,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -57,10 +58,21 @@ pub enum Record {
     EventRemoved {
         cursor: u64,
     },
+    /// A later incarnation of the message's sending session retried it: custody answers (the
+    /// receipt, later pushes, replies) now go to that incarnation.
+    InboxSender {
+        recipient: String,
+        sequence: u64,
+        from: Principal,
+    },
 }
 
 /// Dedup identity of an inbound message: sender instance, sender run, message id, recipient.
 pub type DedupKey = (String, Option<String>, String, String);
+
+/// Dedup identity across a sending session's incarnations: sender sessionId, sender run,
+/// message id, recipient.
+pub type OriginKey = (String, Option<String>, String, String);
 
 /// The whole custody state of one instance store, with derived indexes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -68,6 +80,12 @@ pub struct State {
     /// (recipient peerId, sequence) → entry.
     pub(crate) inbox: BTreeMap<(String, u64), InboxEntry>,
     pub(crate) dedup: HashMap<DedupKey, (String, u64)>,
+    pub(crate) origins: HashMap<OriginKey, (String, u64)>,
+    /// The sending session each sender instance stated (from entries that carry an origin),
+    /// so a message processed after its sender's record vanished is still scoped to it.
+    /// instance → (origin, entries from it that carry an origin); an instance is forgotten with
+    /// its last entry (an instance whose entries moved to a later incarnation is kept).
+    pub(crate) instance_origins: HashMap<String, (String, u64)>,
     /// Unconsumed (accepted or prepared) count per recipient.
     pub(crate) unconsumed: HashMap<String, u64>,
     pub(crate) next_sequence: BTreeMap<String, u64>,
@@ -149,6 +167,15 @@ pub(crate) fn dedup_key(e: &InboxEntry) -> DedupKey {
     )
 }
 
+pub(crate) fn origin_key(e: &InboxEntry) -> Option<OriginKey> {
+    Some((
+        e.origin.clone()?,
+        e.from.run_id.clone(),
+        e.message_id.clone(),
+        e.recipient_peer_id.clone(),
+    ))
+}
+
 fn is_unconsumed(s: ReceiptState) -> bool {
     matches!(s, ReceiptState::Accepted | ReceiptState::Prepared)
 }
@@ -216,6 +243,25 @@ impl State {
                     self.live_bytes = self.live_bytes.saturating_sub(ENTRY_OVERHEAD_BYTES);
                 }
             }
+            Record::InboxSender {
+                recipient,
+                sequence,
+                from,
+            } => {
+                let key = (recipient.clone(), *sequence);
+                let Some(e) = self.inbox.get_mut(&key) else {
+                    return;
+                };
+                let before = e.clone();
+                e.from = from.clone();
+                let after = e.clone();
+                self.dedup.remove(&dedup_key(&before));
+                self.dedup.insert(dedup_key(&after), key);
+                // The earlier instance keeps its session mapping (until the store is next
+                // loaded): a late frame of that dead incarnation, processed after its record
+                // is gone, still finds its session.
+                self.count_origin(&after, true);
+            }
         }
     }
 
@@ -237,9 +283,7 @@ impl State {
     fn set_outbox_receipt(&mut self, to: &str, id: &str, receipt: &Receipt, at_ms: u64) {
         if let Some(e) = self.outbox.get_mut(&(to.to_string(), id.to_string())) {
             assert!(
-                e.receipt
-                    .as_ref()
-                    .is_none_or(|r| r.state.may_become(receipt.state)),
+                e.receipt.as_ref().is_none_or(|r| receipt.may_replace(r)),
                 "receipts move forward only"
             );
             e.receipt = Some(receipt.clone());
@@ -262,7 +306,30 @@ impl State {
         }
         self.live_bytes += inbox_cost(&entry) + RECEIPT_RESERVE_BYTES;
         self.dedup.insert(dedup_key(&entry), key.clone());
+        if let Some(o) = origin_key(&entry) {
+            self.origins.insert(o, key.clone());
+        }
+        self.count_origin(&entry, true);
         self.inbox.insert(key, entry);
+    }
+
+    /// Keeps `instance_origins` in step with the entries that carry an origin.
+    fn count_origin(&mut self, e: &InboxEntry, added: bool) {
+        let Some(origin) = &e.origin else {
+            return;
+        };
+        let instance = e.from.instance_id.clone();
+        if added {
+            self.instance_origins
+                .entry(instance)
+                .or_insert_with(|| (origin.clone(), 0))
+                .1 += 1;
+        } else if let Some(slot) = self.instance_origins.get_mut(&instance) {
+            slot.1 = slot.1.saturating_sub(1);
+            if slot.1 == 0 {
+                self.instance_origins.remove(&instance);
+            }
+        }
     }
 
     fn set_inbox_state(
@@ -304,6 +371,12 @@ impl State {
             .live_bytes
             .saturating_sub(inbox_cost(&e) + RECEIPT_RESERVE_BYTES);
         self.dedup.remove(&dedup_key(&e));
+        self.count_origin(&e, false);
+        if let Some(o) = origin_key(&e)
+            && self.origins.get(&o) == Some(&key)
+        {
+            self.origins.remove(&o);
+        }
         if let Some(c) = self.context.remove(&key) {
             self.live_bytes = self.live_bytes.saturating_sub(small_cost(&c.note));
         }
@@ -320,6 +393,7 @@ impl State {
                     .inbox
                     .contains_key(&(entry.recipient_peer_id.clone(), entry.sequence))
                     && !self.dedup.contains_key(&dedup_key(entry))
+                    && origin_key(entry).is_none_or(|o| !self.origins.contains_key(&o))
             }
             Record::InboxState {
                 recipient,
@@ -346,11 +420,7 @@ impl State {
             } => self
                 .outbox
                 .get(&(to_peer_id.clone(), message_id.clone()))
-                .is_some_and(|e| {
-                    e.receipt
-                        .as_ref()
-                        .is_none_or(|r| r.state.may_become(receipt.state))
-                }),
+                .is_some_and(|e| e.receipt.as_ref().is_none_or(|r| receipt.may_replace(r))),
             Record::Event { event } => !self.events.contains_key(&event.cursor),
             Record::InboxRemoved {
                 recipient,
@@ -363,6 +433,15 @@ impl State {
                 .outbox
                 .contains_key(&(to_peer_id.clone(), message_id.clone())),
             Record::EventRemoved { cursor } => self.events.contains_key(cursor),
+            Record::InboxSender {
+                recipient,
+                sequence,
+                from,
+            } => inbox(recipient, sequence).is_some_and(|e| {
+                let mut moved = e.clone();
+                moved.from = from.clone();
+                moved.from.run_id == e.from.run_id && !self.dedup.contains_key(&dedup_key(&moved))
+            }),
         }
     }
 
@@ -437,6 +516,11 @@ impl State {
     /// Estimated stored bytes (what admission compares with the storage budget).
     pub fn live_bytes(&self) -> u64 {
         self.live_bytes
+    }
+
+    /// The sending session `instance_id` stated with an earlier message, if any.
+    pub fn origin_of(&self, instance_id: &str) -> Option<&String> {
+        self.instance_origins.get(instance_id).map(|(o, _)| o)
     }
 
     /// Unconsumed messages held for `recipient`.

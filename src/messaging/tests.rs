@@ -47,6 +47,7 @@ fn recipients() -> Recipients {
 
 fn send(id: &str, content: &str) -> InboundSend {
     InboundSend {
+        origin: None,
         to_peer_id: ME.into(),
         message_id: id.into(),
         content: content.into(),
@@ -217,7 +218,7 @@ fn expiry_rules() {
     assert_eq!(rep.expired_inbox, 1);
     assert!(!recs.is_empty());
     assert_eq!(
-        m.status(&alice(), "m1", ME).unwrap().state,
+        m.status(&alice(), "m1", ME, NOW).unwrap().state,
         ReceiptState::Expired
     );
     let pushes = m.pending_pushes(10);
@@ -327,7 +328,7 @@ fn receipts_never_regress_at_the_recipient() {
     // Expiry after consumption changes nothing.
     m.sweep(NOW + 10 * 3_600_000).unwrap();
     assert_eq!(
-        m.status(&alice(), "m1", ME).unwrap().state,
+        m.status(&alice(), "m1", ME, NOW).unwrap().state,
         ReceiptState::Consumed
     );
     let ctx = m.state().context_of(ME, 1).unwrap();
@@ -419,7 +420,12 @@ fn sender_receipts_never_regress_and_need_the_exact_target() {
         events_after: Some(0),
         ..Default::default()
     };
-    let states: Vec<ReceiptState> = m.read(&q).events.iter().map(|e| e.receipt.state).collect();
+    let states: Vec<ReceiptState> = m
+        .read(&q, NOW)
+        .events
+        .iter()
+        .map(|e| e.receipt.state)
+        .collect();
     assert_eq!(states, vec![ReceiptState::Accepted, ReceiptState::Consumed]);
 }
 
@@ -452,6 +458,88 @@ fn retryable_failures_leave_the_entry_unresolved_refusals_end_it() {
         .map(|e| e.message_id)
         .collect();
     assert_eq!(ids, vec!["x2".to_string()]);
+}
+
+#[test]
+fn a_retry_from_another_incarnation_of_the_same_session_gets_the_original() {
+    let mut m = machine();
+    let mut first = send("m1", "hello");
+    first.origin = Some("s-alice".into());
+    let (r1, _) = m.accept(&alice(), &first, &recipients(), NOW).unwrap();
+    // The restarted sender (same session, new instance) retries: no second entry, custody
+    // (and later receipts) move to it.
+    let (r2, recs) = m
+        .accept(&alice_restarted(), &first, &recipients(), NOW)
+        .unwrap();
+    assert_eq!(
+        (r2.sequence, r2.state),
+        (r1.sequence, ReceiptState::Accepted)
+    );
+    assert_eq!(r2.from_peer_id, alice_restarted().peer_id);
+    assert_eq!(recs.len(), 1);
+    assert_eq!(m.state().inbox().count(), 1);
+    assert_eq!(m.state().inbox().next().unwrap().from, alice_restarted());
+    // The old incarnation's own retry no longer matches by instance but still by origin.
+    let (r3, _) = m.accept(&alice(), &first, &recipients(), NOW).unwrap();
+    assert_eq!(r3.sequence, r1.sequence);
+    // New content under the same id from the session: a conflict.
+    let mut changed = first.clone();
+    changed.content = "other".into();
+    assert_eq!(
+        code(m.accept(&alice_restarted(), &changed, &recipients(), NOW)),
+        Code::MessageIdConflict
+    );
+    // Another session's message with the same id is its own message.
+    let mut other = first.clone();
+    other.origin = Some("s-bob".into());
+    let (r4, _) = m.accept(&bob(), &other, &recipients(), NOW).unwrap();
+    assert_ne!(r4.sequence, r1.sequence);
+    // Replay of the journal reproduces the indexes.
+    let image = m.state().image();
+    assert_eq!(State::from_image(image.clone()).image(), image);
+}
+
+#[test]
+fn a_recipient_receipt_outranks_a_failure_it_never_confirmed() {
+    let mut m = machine();
+    m.outbox_intent(&out("x1", &alice()), NOW).unwrap();
+    // Our own expiry of an entry that never got an answer: sequence 0.
+    m.sweep(NOW + Limits::default().expiry_ms + 1).unwrap();
+    let e = m.outbox_entry("p-alice", "x1").unwrap().clone();
+    assert_eq!(
+        e.receipt.as_ref().map(|r| r.state),
+        Some(ReceiptState::Expired)
+    );
+    // The recipient did hold it (its custody answer was lost) and reports it consumed.
+    let consumed = Receipt {
+        message_id: "x1".into(),
+        from_peer_id: ME.into(),
+        to_peer_id: "p-alice".into(),
+        state: ReceiptState::Consumed,
+        sequence: 7,
+        correlation_id: "x1".into(),
+        at_ms: NOW,
+        reply_message_id: None,
+        code: None,
+    };
+    let (e, recs) = m.record_receipt(&alice(), &consumed, NOW).unwrap();
+    assert_eq!(
+        e.receipt.as_ref().map(|r| r.state),
+        Some(ReceiptState::Consumed)
+    );
+    assert!(!recs.is_empty());
+    // A confirmed failure (the recipient's own expiry, sequence above 0) stays final.
+    let mut expired = consumed.clone();
+    expired.state = ReceiptState::Expired;
+    let mut m2 = machine();
+    m2.outbox_intent(&out("x1", &alice()), NOW).unwrap();
+    m2.record_receipt(&alice(), &expired, NOW).unwrap();
+    let (e, recs) = m2.record_receipt(&alice(), &consumed, NOW).unwrap();
+    assert_eq!(
+        e.receipt.as_ref().map(|r| r.state),
+        Some(ReceiptState::Expired)
+    );
+    assert!(recs.is_empty());
 }
 
 #[test]
@@ -528,7 +616,7 @@ fn sender_side_reply_needs_a_message_from_that_exact_incarnation() {
         code: None,
     };
     m.outbox_result("p-alice", "x1", Ok(r), NOW + 1).unwrap();
-    let st = m.status(&alice(), "m1", ME).unwrap();
+    let st = m.status(&alice(), "m1", ME, NOW).unwrap();
     assert_eq!(
         (st.state, st.reply_message_id.as_deref()),
         (ReceiptState::Replied, Some("x1"))
@@ -542,11 +630,14 @@ fn status_only_for_the_original_sender() {
     m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
         .unwrap();
     assert_eq!(
-        m.status(&alice(), "m1", ME).unwrap().state,
+        m.status(&alice(), "m1", ME, NOW).unwrap().state,
         ReceiptState::Accepted
     );
-    assert_eq!(code(m.status(&bob(), "m1", ME)), Code::NotFound);
-    assert_eq!(code(m.status(&alice_restarted(), "m1", ME)), Code::NotFound);
+    assert_eq!(code(m.status(&bob(), "m1", ME, NOW)), Code::NotFound);
+    assert_eq!(
+        code(m.status(&alice_restarted(), "m1", ME, NOW)),
+        Code::NotFound
+    );
 }
 
 #[test]
@@ -598,31 +689,43 @@ fn read_filters_pages_and_cursors() {
         limit: 10,
         ..Default::default()
     };
-    let page = m.read(&q);
+    let page = m.read(&q, NOW);
     assert_eq!(
         (page.messages.len(), page.more, page.next_after),
         (2, true, 2)
     );
-    let page2 = m.read(&ReadQuery {
-        after: Some(page.next_after),
-        ..q.clone()
-    });
+    let page2 = m.read(
+        &ReadQuery {
+            after: Some(page.next_after),
+            ..q.clone()
+        },
+        NOW,
+    );
     assert_eq!((page2.messages.len(), page2.more), (2, false));
-    let from_bob = m.read(&ReadQuery {
-        from: Some("p-bob".into()),
-        ..q.clone()
-    });
+    let from_bob = m.read(
+        &ReadQuery {
+            from: Some("p-bob".into()),
+            ..q.clone()
+        },
+        NOW,
+    );
     assert_eq!(from_bob.messages.len(), 1);
-    let by_id = m.read(&ReadQuery {
-        message_id: Some("m3".into()),
-        ..q.clone()
-    });
+    let by_id = m.read(
+        &ReadQuery {
+            message_id: Some("m3".into()),
+            ..q.clone()
+        },
+        NOW,
+    );
     assert_eq!(by_id.messages[0].sequence, 4);
     assert!(
-        m.read(&ReadQuery {
-            recipient_peer_id: CHILD.into(),
-            ..q
-        })
+        m.read(
+            &ReadQuery {
+                recipient_peer_id: CHILD.into(),
+                ..q
+            },
+            NOW
+        )
         .messages
         .is_empty()
     );
@@ -759,12 +862,35 @@ mod model {
 
     #[derive(Clone, Debug)]
     enum Op {
-        Accept { sender: u8, id: u8, child: bool },
-        Mark { seq: u8, consume: bool },
-        Intent { id: u8, sender: u8 },
-        Answer { id: u8, sender: u8, ok: bool },
-        Receipt { id: u8, sender: u8, state: u8 },
-        Sweep { advance_s: u16 },
+        /// `origin`: the sender states its session; senders 0 and 1 are two incarnations of
+        /// one session, sender 2 another.
+        Accept {
+            sender: u8,
+            id: u8,
+            child: bool,
+            origin: bool,
+        },
+        Mark {
+            seq: u8,
+            consume: bool,
+        },
+        Intent {
+            id: u8,
+            sender: u8,
+        },
+        Answer {
+            id: u8,
+            sender: u8,
+            ok: bool,
+        },
+        Receipt {
+            id: u8,
+            sender: u8,
+            state: u8,
+        },
+        Sweep {
+            advance_s: u16,
+        },
     }
 
     fn principal(n: u8) -> Principal {
@@ -777,7 +903,7 @@ mod model {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            5 => (0u8..3, 0u8..8, any::<bool>()).prop_map(|(sender, id, child)| Op::Accept { sender, id, child }),
+            5 => (0u8..3, 0u8..8, any::<bool>(), any::<bool>()).prop_map(|(sender, id, child, origin)| Op::Accept { sender, id, child, origin }),
             3 => (1u8..12, any::<bool>()).prop_map(|(seq, consume)| Op::Mark { seq, consume }),
             2 => (0u8..6, 0u8..3).prop_map(|(id, sender)| Op::Intent { id, sender }),
             2 => (0u8..6, 0u8..3, any::<bool>()).prop_map(|(id, sender, ok)| Op::Answer { id, sender, ok }),
@@ -797,10 +923,18 @@ mod model {
 
     fn run(m: &mut Machine, op: &Op, now: &mut u64) -> Vec<Record> {
         let recs = match op {
-            Op::Accept { sender, id, child } => {
+            Op::Accept {
+                sender,
+                id,
+                child,
+                origin,
+            } => {
                 let mut s = send(&format!("m{id}"), "body");
                 if *child {
                     s.to_peer_id = CHILD.into();
+                }
+                if *origin {
+                    s.origin = Some(format!("s-{}", sender / 2));
                 }
                 m.accept(&principal(*sender), &s, &recipients(), *now)
                     .map(|x| x.1)
@@ -871,7 +1005,7 @@ mod model {
             let mut now = NOW;
             let mut log = Vec::new();
             let mut seen: HashMap<(String, u64), (ReceiptState, String)> = HashMap::new();
-            let mut outbox_seen: HashMap<(String, String), ReceiptState> = HashMap::new();
+            let mut outbox_seen: HashMap<(String, String), Receipt> = HashMap::new();
             let mut last_seq: HashMap<String, u64> = HashMap::new();
             for op in &ops {
                 log.extend(run(&mut m, op, &mut now));
@@ -893,13 +1027,22 @@ mod model {
                     if let Some(r) = &e.receipt {
                         let key = (e.to.peer_id.clone(), e.message_id.clone());
                         if let Some(old) = outbox_seen.get(&key) {
-                            prop_assert!(*old == r.state || old.may_become(r.state));
+                            prop_assert!(old.state == r.state || r.may_replace(old), "{:?} -> {:?}", old, r);
                         }
-                        outbox_seen.insert(key, r.state);
+                        outbox_seen.insert(key, r.clone());
                     }
                 }
                 for r in [ME, CHILD] {
                     prop_assert!(m.state().unconsumed(r) <= limits.inbox_messages);
+                }
+                // One entry per (sending session, run, message id, recipient), whichever
+                // incarnation of the session sent or retried it.
+                let mut by_origin = std::collections::HashSet::new();
+                for e in m.state().inbox() {
+                    if let Some(o) = &e.origin {
+                        let key = (o.clone(), e.from.run_id.clone(), e.message_id.clone(), e.recipient_peer_id.clone());
+                        prop_assert!(by_origin.insert(key), "two entries for one session's message {}", e.message_id);
+                    }
                 }
             }
             let mut replay = State::default();

@@ -39,6 +39,10 @@ pub struct InboundSend {
     pub reply_to: Option<String>,
     pub correlation_id: Option<String>,
     pub expires_at_ms: Option<u64>,
+    /// The sender's sessionId as the presence record its key was verified against states it
+    /// (None when unknown). Dedup spans the session's incarnations: a retry from a restarted
+    /// sender or another one-off root of the same session gets the original receipt.
+    pub origin: Option<String>,
 }
 
 /// What one of our local peers (root or child run) wants to send.
@@ -145,6 +149,16 @@ pub struct Receipt {
 }
 
 impl Receipt {
+    /// Whether `self` may replace `cur` as the latest receipt of an outbox entry. Progress only
+    /// moves forward; but a failure the recipient never confirmed holding the message for
+    /// (sequence 0: a refusal before acceptance, or the sender's own expiry of an entry it
+    /// never got an answer for) yields to the recipient's own receipt for the message it holds
+    /// (sequence above 0): that receipt is the recipient's statement, ours was an inference.
+    pub fn may_replace(&self, cur: &Receipt) -> bool {
+        cur.state.may_become(self.state)
+            || (cur.state.is_failure() && cur.sequence == 0 && self.sequence > 0)
+    }
+
     /// The params of a `peer.receipt` notification: the receipt plus `version` and `fromRun`.
     pub fn notification_params(&self, from_run: Option<&str>) -> serde_json::Value {
         let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
@@ -185,6 +199,9 @@ pub struct InboxEntry {
     pub reply_message_id: Option<String>,
     /// A context marker (explicit or implicit) exists for this message.
     pub context_marked: bool,
+    /// The sender's sessionId at acceptance (see [`InboundSend::origin`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 impl InboxEntry {

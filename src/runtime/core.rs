@@ -8,19 +8,19 @@ use super::runs::Runs;
 use crate::config::{Config, Limits};
 use crate::directory::WorkspaceId;
 use crate::error::{Code, Error, Result};
-use crate::identity;
 use crate::messaging::Principal;
 use crate::paths::Namespace;
 use crate::presence::Publisher;
 use crate::store::StoreHandle;
 use crate::transport::{Pool, Verifier};
+use crate::{clock, identity};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 pub use super::outbox::{Outbox, RouteMap, SubscriptionMap};
-pub use super::presence_cache::PresenceCache;
+pub use super::presence_cache::{PresenceCache, Reach};
 
 /// Who is calling a tool or local method: the root itself or one of its child runs.
 #[derive(Clone, Debug)]
@@ -59,7 +59,24 @@ pub struct Core {
     pub(crate) model_cursors: Mutex<HashMap<String, (u64, u64)>>,
     /// Other instances' presence: parsed records and looked-up advertisements.
     pub presence: PresenceCache,
+    /// The latest background failures (sweeps, reply bookkeeping), newest last, for
+    /// `local.info`; each is also logged on stderr and published as an event.
+    pub(crate) problems: Mutex<std::collections::VecDeque<Problem>>,
 }
+
+/// One failure the root could not hand to a caller.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Problem {
+    pub at_ms: u64,
+    /// What was being done (`sweep`, `mark replied`).
+    pub what: String,
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// Background failures remembered for `local.info`.
+const PROBLEMS_MAX: usize = 16;
 
 impl Core {
     pub fn limits(&self) -> &Limits {
@@ -155,6 +172,55 @@ impl Core {
         let _ = self.publisher.update(|r| r.communication.runs = ads);
     }
 
+    /// The sessionId another instance states in its presence record (ours for ourselves).
+    pub fn session_of(&self, instance_id: &str) -> Option<String> {
+        if instance_id == self.instance_id {
+            return Some(self.session_id.clone());
+        }
+        self.presence.session_of(instance_id)
+    }
+
+    /// Makes a failure that has no caller to answer visible: stderr (the root's log), the
+    /// event bus and `local.info` (`problems`, the latest few).
+    pub fn report_problem(&self, what: &str, e: &Error) {
+        let p = Problem {
+            at_ms: clock::now_ms(),
+            what: what.to_string(),
+            code: e.code.name(),
+            message: e.message.clone(),
+        };
+        let mut problems = self.problems.lock();
+        // A failure that repeats (a poisoned store fails every sweep) is logged once.
+        if let Some(last) = problems.back_mut()
+            && (last.what.as_str(), last.code, last.message.as_str())
+                == (p.what.as_str(), p.code, p.message.as_str())
+        {
+            last.at_ms = p.at_ms;
+            return;
+        }
+        eprintln!(
+            "peer: warning: {what} failed: {}: {}",
+            p.code,
+            crate::sanitize::line(&p.message, 300)
+        );
+        self.bus.publish(serde_json::json!({
+            "event": "peer_update",
+            "kind": "problem",
+            "what": p.what,
+            "code": p.code,
+            "message": p.message,
+        }));
+        if problems.len() >= PROBLEMS_MAX {
+            problems.pop_front();
+        }
+        problems.push_back(p);
+    }
+
+    /// The remembered background failures, oldest first.
+    pub fn problems(&self) -> Vec<Problem> {
+        self.problems.lock().iter().cloned().collect()
+    }
+
     /// (message, event) cursors of what a model was already shown.
     pub fn model_cursors(&self, peer_id: &str) -> (u64, u64) {
         self.model_cursors
@@ -182,8 +248,13 @@ impl Core {
 pub struct PresenceVerifier(pub Arc<Core>);
 
 impl Verifier for PresenceVerifier {
+    /// A silent record's key is still its owner's statement: an instance that just resumed
+    /// from a stop is authenticated before its next heartbeat.
     fn advertised_key(&self, instance_id: &str) -> Option<[u8; 32]> {
-        let ad = self.0.presence.advertisement_of(instance_id)?;
+        let ad = match self.0.presence.reach_of(instance_id) {
+            Reach::Live(ad) | Reach::Silent(ad, _) => ad,
+            Reach::Gone(_) | Reach::Unknown(_) => return None,
+        };
         identity::parse_spki_b64(&ad.public_key)
     }
 }

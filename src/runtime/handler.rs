@@ -67,7 +67,9 @@ impl Handler for RootHandler {
         match method {
             "peer.send" => {
                 let who = principal(from, &params)?;
+                let origin = core.session_of(&from.instance_id);
                 let send = InboundSend {
+                    origin,
                     to_peer_id: req_str(&params, "to")?.to_string(),
                     message_id: id_param(&params, "messageId")?
                         .ok_or_else(|| Error::new(Code::Usage, "params.messageId is required"))?,
@@ -180,6 +182,8 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
             "sessionId": core.session_id,
             "capabilities": caller.capabilities,
             "eventsDropped": core.bus.dropped(),
+            "store": store_info(core),
+            "problems": core.problems(),
             "limits": {"messageBytes": core.limits().message_bytes, "waitMsMax": core.limits().wait_ms_max, "acknowledgementMs": core.limits().acknowledgement_ms},
         })),
         "local.tool" => super::tools::local_tool(core, &caller, &params),
@@ -190,11 +194,13 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
                 core.consume(&caller.peer_id, id, note)?
             } else {
                 let e = core.inbox_entry(&caller.peer_id, id)?;
-                core.store.record_context(
+                let r = core.store.record_context(
                     &caller.peer_id,
                     MessageRef::Sequence(e.sequence),
                     note.unwrap_or("prepared"),
-                )?
+                )?;
+                super::send::refuse_expired(&r)?;
+                r
             };
             to_value(&r)
         }
@@ -214,16 +220,34 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
                 message_id: message_id.clone(),
             };
             let r = core.send_reply(&caller, req, &original)?;
-            let _ = core.store.mark_replied(
+            // The reply is in its target's custody; failing to mark the original replied
+            // must not hide that, but must be seen.
+            let marked = core.store.mark_replied(
                 &caller.peer_id,
                 MessageRef::Sequence(original.sequence),
                 &message_id,
             );
-            to_value(&r)
+            let mut v = to_value(&r)?;
+            if let Err(e) = marked {
+                core.report_problem(&format!("marking message {id} replied"), &e);
+                if let Some(o) = v.as_object_mut() {
+                    o.insert(
+                        "markReplied".into(),
+                        json!({"code": e.code.name(), "message": e.message}),
+                    );
+                }
+            }
+            Ok(v)
         }
         "local.status" => {
             let entry = core.sent_message(&caller.peer_id, req_str(&params, "messageId")?)?;
-            Ok(outbox_view(&entry))
+            let mut v = outbox_view(&entry);
+            if entry.receipt.is_none()
+                && let Some(o) = v.as_object_mut()
+            {
+                o.insert("reason".into(), json!(core.unresolved_reason(&entry)));
+            }
+            Ok(v)
         }
         "local.wait_receipt" => super::tools::wait_receipt(core, &caller, &params),
         "local.run.publish" => {
@@ -268,4 +292,14 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
             ),
         )),
     }
+}
+
+/// What `local.info` tells about the store: what its recovery discarded at open.
+fn store_info(core: &Core) -> Value {
+    let s = core.store.stats();
+    json!({
+        "tornTailBytes": s.torn_tail_bytes,
+        "tornTailBatches": s.torn_tail_batches,
+        "poisoned": s.poisoned,
+    })
 }

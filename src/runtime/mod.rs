@@ -2,6 +2,7 @@
 //! (as later modules arrive) its endpoint, store and tool implementations. A root lives for a
 //! `peer host`, a `peer mcp`, or one `peer --as ALIAS` command.
 
+pub(crate) mod adopt;
 pub(crate) mod auto;
 pub mod control;
 pub mod core;
@@ -9,6 +10,7 @@ pub(crate) mod events;
 pub(crate) mod handler;
 pub(crate) mod outbox;
 pub(crate) mod presence_cache;
+pub(crate) mod reclaim;
 pub(crate) mod resources;
 pub(crate) mod runs;
 pub(crate) mod send;
@@ -45,6 +47,17 @@ pub struct RootOptions {
     pub workspace: Option<PathBuf>,
     /// Presence `mode`: `command` for hosts and CLI roots, `rpc` for MCP.
     pub mode: &'static str,
+    /// A one-off root (`--as`): on shutdown its store directory is removed when nothing in it
+    /// is unresolved (no unacknowledged outbox entry, no unconsumed inbox message).
+    pub one_off: bool,
+}
+
+/// The sessionId of the one-off roots acting as `alias` (`peer --as ALIAS`): one session for
+/// every invocation with that alias in this namespace, so a retry from a later invocation is
+/// recognised by its recipient (dedup spans a session's incarnations) and a later invocation
+/// finds the undelivered messages of an earlier one.
+pub fn one_off_session(alias: &str) -> String {
+    format!("as-{alias}")
 }
 
 /// The capabilities a root grants itself from its configuration.
@@ -70,6 +83,7 @@ pub struct Root {
     pub socket: SocketPlace,
     pub control_path: PathBuf,
     inner: Option<Owned>,
+    one_off: bool,
 }
 
 /// What `shutdown` tears down, in order. The threads are `None` while the root is still
@@ -136,6 +150,7 @@ impl Root {
             stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             outbox: Outbox::default(),
             model_cursors: Mutex::new(Default::default()),
+            problems: Mutex::new(Default::default()),
         });
         let _ = core_cell.set(Arc::downgrade(&core));
         let (endpoint, store, control_path) =
@@ -156,6 +171,7 @@ impl Root {
                 heartbeat: None,
                 worker: None,
             }),
+            one_off: opts.one_off,
         };
         root.core.publisher.refresh()?;
         root.start_threads()?;
@@ -165,6 +181,10 @@ impl Root {
     /// The heartbeat, the root worker and (in auto idle behaviour) the handler runner.
     fn start_threads(&mut self) -> Result<()> {
         let core = self.core.clone();
+        // Before the worker starts: what dead predecessors of this session left unresolved is
+        // ours to deliver (the worker's retry pass sends it); dead roots' leftovers go.
+        adopt::adopt_predecessors(&core);
+        reclaim::reclaim_dead(&core);
         let heartbeat = spawn_heartbeat(core.publisher.clone(), core.limits().heartbeat_ms)?;
         if let Some(owned) = self.inner.as_mut() {
             owned.heartbeat = Some(heartbeat);
@@ -279,7 +299,19 @@ impl Root {
             let _ = handle.join();
         }
         let _ = self.core.publisher.remove();
-        let _ = owned.store.close();
+        // Nothing moves any more (worker joined, endpoint closed): a one-off root whose store
+        // holds nothing unresolved leaves no directory behind.
+        let reclaim = self.one_off
+            && self
+                .core
+                .store
+                .query(|m| m.pending_routes().is_empty() && m.unread().is_empty())
+                .unwrap_or(false);
+        let dir = owned.store.dir().to_path_buf();
+        let closed = owned.store.close();
+        if reclaim && closed.is_ok() {
+            crate::store::remove_store_dir(&dir);
+        }
     }
 }
 
@@ -394,6 +426,7 @@ fn presence_record(
     capabilities: &[String],
 ) -> Record {
     let path_text = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let own = resource::evidence::Probe::new().own().ok();
     Record {
         version: 1,
         pid: std::process::id(),
@@ -430,6 +463,9 @@ fn presence_record(
             repository: workspace.repository.as_deref().map(path_text),
             alias: id.alias.clone(),
             runs: Vec::new(),
+            // Our own start evidence lets others prove this incarnation gone once it is.
+            process_start_time: own.as_ref().map(|e| e.start_time),
+            boot_id: own.map(|e| e.boot_id),
         },
     }
 }
@@ -481,10 +517,14 @@ fn spawn_worker(
                     last_restart.elapsed() >= Duration::from_millis(send::GAVE_UP_RETRY_MS);
                 if restart {
                     last_restart = Instant::now();
+                    // Dead roots' records, sockets and control files, a bounded batch.
+                    reclaim::reclaim_dead(&core);
                 }
                 core.retry_routes(restart);
                 if last_sweep.elapsed() >= Duration::from_millis(sweep_every) {
-                    let _ = core.store.sweep();
+                    if let Err(e) = core.store.sweep() {
+                        core.report_problem("the expiry and retention sweep", &e);
+                    }
                     last_sweep = Instant::now();
                 }
                 seen = core

@@ -19,9 +19,9 @@ pub type SubscriptionMap = HashMap<(String, String), (Notifier, Option<ReceiptSt
 #[derive(Default)]
 pub struct Outbox {
     pub(crate) routes: Mutex<RouteMap>,
-    /// The last retryable failure of each blocked route, so messages behind its head report
-    /// the real cause.
-    pub(crate) route_errors: Mutex<HashMap<(String, String), Error>>,
+    /// The last retryable failure of each blocked route and when the route started failing,
+    /// so messages behind its head and `peer status` report the real cause.
+    pub(crate) route_errors: Mutex<HashMap<(String, String), (Error, u64)>>,
     pub(crate) subscriptions: Mutex<SubscriptionMap>,
 }
 

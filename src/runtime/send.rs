@@ -73,7 +73,14 @@ impl Core {
                 // directory no longer lists it: its owning root answers for retired runs, and a
                 // vanished owner means the incarnation ended.
                 match self.known_incarnation(name) {
-                    Some(t) if self.presence.advertisement_of(&t.instance_id).is_some() => Ok(t),
+                    Some(t)
+                        if !matches!(
+                            self.presence.reach_of(&t.instance_id),
+                            super::core::Reach::Gone(_)
+                        ) =>
+                    {
+                        Ok(t)
+                    }
                     Some(_) => Err(Error::new(
                         Code::TargetEnded,
                         format!(
@@ -266,7 +273,7 @@ impl Core {
                             .route_errors
                             .lock()
                             .get(&(from.to_string(), to.peer_id.clone()))
-                            .cloned()
+                            .map(|(e, _)| e.clone())
                     });
                     return want.map(|w| Err(blocked(w, &head, cause)));
                 }
@@ -292,12 +299,13 @@ impl Core {
                 recorded.map(|_| ())
             }
             Err(e) if is_retryable(e.code) => {
-                q.failed(&entry.message_id, self.limits(), clock::now_ms());
+                let now = clock::now_ms();
+                q.failed(&entry.message_id, self.limits(), now);
                 let mut errors = self.outbox.route_errors.lock();
-                if errors.len() < 4 * self.limits().connections as usize
-                    || errors.contains_key(&key)
-                {
-                    errors.insert(key, e.clone());
+                if let Some(slot) = errors.get_mut(&key) {
+                    slot.0 = e.clone();
+                } else if errors.len() < 4 * self.limits().connections as usize {
+                    errors.insert(key, (e.clone(), now));
                 }
                 Err(e)
             }
@@ -335,8 +343,10 @@ impl Core {
             }
             Some(r) => Ok(r),
             None => Err(Error::new(
-                Code::PeerOffline,
-                format!("message {message_id} is not yet accepted; it stays in the outbox"),
+                Code::Timeout,
+                format!(
+                    "message {message_id} is not yet acknowledged; it stays queued in the outbox"
+                ),
             )),
         }
     }
@@ -348,6 +358,7 @@ impl Core {
         if entry.to.instance_id == self.instance_id {
             let from = self.principal_of(&entry.from_peer_id, from_run);
             let send = InboundSend {
+                origin: Some(self.session_id.clone()),
                 to_peer_id: entry.to.peer_id.clone(),
                 message_id: entry.message_id.clone(),
                 content: entry.content.clone(),
@@ -361,6 +372,10 @@ impl Core {
             return Ok(r);
         }
         let target = self.presence.target_of_instance(&entry.to.instance_id)?;
+        let silent = match self.presence.reach_of(&entry.to.instance_id) {
+            super::core::Reach::Silent(_, since) => Some(since),
+            _ => None,
+        };
         let params = json!({
             "version": 1,
             "messageId": entry.message_id,
@@ -388,8 +403,41 @@ impl Core {
                 ) {
                     self.presence.forget_advertisement(&entry.to.instance_id);
                 }
+            })
+            .map_err(|e| match &silent {
+                Some(since) if is_retryable(e.code) => Error::new(
+                    e.code,
+                    format!(
+                        "target not answering since {since} (no heartbeat; its process still exists): {}",
+                        e.message
+                    ),
+                ),
+                _ => e,
             })?;
         Receipt::from_wire(v)
+    }
+
+    /// Why an unresolved outbox entry is still unresolved, for `peer status`: the route's last
+    /// failure and since when, or the head it waits behind.
+    pub fn unresolved_reason(&self, e: &OutboxEntry) -> String {
+        let key = (e.from_peer_id.clone(), e.to.peer_id.clone());
+        let head = self
+            .store
+            .route_pending(&e.from_peer_id, &e.to.peer_id)
+            .ok()
+            .and_then(|p| p.first().map(|h| h.message_id.clone()));
+        if let Some(h) = head.filter(|h| *h != e.message_id) {
+            return format!("waits behind unresolved message {h} on this route");
+        }
+        match self.outbox.route_errors.lock().get(&key) {
+            Some((err, since)) => format!(
+                "{} ({}); failing since {}; retried in the background",
+                err.message,
+                err.code.name(),
+                clock::iso8601(*since)
+            ),
+            None => "not yet acknowledged; retried in the background".to_string(),
+        }
     }
 
     /// The runId behind one of our peerIds (live or retired); None for the root.
@@ -538,27 +586,51 @@ impl Core {
         self.consume_entry(&e, note.unwrap_or("taken into context by the recipient"))
     }
 
-    /// Records context for `e` (unless already marked), then marks it consumed.
+    /// Records context for `e` (unless already marked), then marks it consumed. A message past
+    /// its expiry is recorded expired instead and the call fails with `EXPIRED`.
     pub fn consume_entry(&self, e: &crate::messaging::InboxEntry, note: &str) -> Result<Receipt> {
         let reference = MessageRef::Sequence(e.sequence);
         if !e.context_marked {
-            self.store
+            let r = self
+                .store
                 .record_context(&e.recipient_peer_id, reference.clone(), note)?;
+            refuse_expired(&r)?;
         }
-        self.store.mark(
+        let r = self.store.mark(
             &e.recipient_peer_id,
             reference,
             crate::messaging::ReceiptState::Consumed,
-        )
+        )?;
+        refuse_expired(&r)?;
+        Ok(r)
     }
+}
+
+/// A recipient-side transition that found the message expired fails with `EXPIRED`.
+pub fn refuse_expired(r: &Receipt) -> Result<()> {
+    if r.state == crate::messaging::ReceiptState::Expired {
+        return Err(Error::new(
+            Code::Expired,
+            format!(
+                "message {} has expired (recorded {}); it can no longer be consumed or replied to",
+                r.message_id,
+                clock::iso8601(r.at_ms)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn blocked(want: &str, head: &str, cause: Option<Error>) -> Error {
     let (code, why) = match cause {
-        Some(e) => (e.code, e.message),
+        Some(e) if matches!(e.code, Code::QueueFull | Code::RateLimited) => (e.code, e.message),
+        Some(e) => (
+            Code::Timeout,
+            format!("not yet acknowledged ({}: {})", e.code.name(), e.message),
+        ),
         None => (
-            Code::PeerOffline,
-            "the recipient did not answer".to_string(),
+            Code::Timeout,
+            "not yet acknowledged: the recipient did not answer".to_string(),
         ),
     };
     if head == want || head.is_empty() {

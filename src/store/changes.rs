@@ -21,6 +21,10 @@ pub struct StoreStats {
     pub generation: u64,
     /// A write failed; nothing is acknowledged any more.
     pub poisoned: bool,
+    /// Bytes of a torn, never-acknowledged journal tail discarded when the store was opened.
+    pub torn_tail_bytes: u64,
+    /// Partial batches (0 or 1) those bytes held.
+    pub torn_tail_batches: u64,
 }
 
 /// What the writer thread and every handle share: the counters and the change count readers

@@ -123,6 +123,18 @@ impl StoreHandle {
         self.write(move |m, _, now| m.outbox_result(&to, &id, answer, now))
     }
 
+    /// Takes over a dead earlier incarnation's unresolved entry (see `Machine::adopt`).
+    pub fn adopt(&self, old: OutboxEntry, from_peer_id: &str) -> Result<bool> {
+        let from = from_peer_id.to_string();
+        self.write(move |m, _, now| m.adopt(&old, &from, now))
+    }
+
+    /// Forgets an entry a later incarnation took over.
+    pub fn hand_over(&self, to_peer_id: &str, message_id: &str) -> Result<()> {
+        let (to, id) = (to_peer_id.to_string(), message_id.to_string());
+        self.write(move |m, _, _| m.hand_over(&to, &id))
+    }
+
     /// `peer.receipt` from the authenticated target.
     pub fn record_receipt(&self, from: Principal, receipt: Receipt) -> Result<OutboxEntry> {
         self.write(move |m, _, now| m.record_receipt(&from, &receipt, now))
@@ -169,11 +181,11 @@ impl StoreHandle {
 
     pub fn status(&self, from: Principal, message_id: &str, to_peer_id: &str) -> Result<Receipt> {
         let (id, to) = (message_id.to_string(), to_peer_id.to_string());
-        self.query(move |m| m.status(&from, &id, &to))?
+        self.query(move |m| m.status(&from, &id, &to, crate::clock::now_ms()))?
     }
 
     pub fn read(&self, q: ReadQuery) -> Result<ReadResult> {
-        self.query(move |m| m.read(&q))
+        self.query(move |m| m.read(&q, crate::clock::now_ms()))
     }
 
     pub fn pending_pushes(&self, limit: usize) -> Result<Vec<PushEntry>> {

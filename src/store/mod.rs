@@ -17,6 +17,7 @@ pub(crate) mod handle;
 pub mod journal;
 pub mod recovery;
 pub(crate) mod snapshot;
+pub(crate) mod syncpoint;
 pub(crate) mod writer;
 
 #[cfg(test)]
@@ -24,7 +25,7 @@ mod tests;
 
 pub use changes::StoreStats;
 pub use handle::StoreHandle;
-pub use recovery::{StoreIdentity, recover_unread};
+pub use recovery::{Review, StoreIdentity, recover_unread, review};
 
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
@@ -44,6 +45,8 @@ pub mod paths {
     pub const JOURNAL: &str = "messages.journal";
     pub const JOURNAL_TMP: &str = "messages.journal.tmp";
     pub const LOCK: &str = "messages.lock";
+    pub const SYNC: &str = "messages.sync";
+    pub const SYNC_TMP_PREFIX: &str = ".messages.sync.";
 
     pub use crate::paths::messages_dir as store_dir;
 }
@@ -105,10 +108,22 @@ impl Store {
         let (file, len, generation, batch_no) =
             prepare_journal(&dir, &loaded.journal, loaded.covered)?;
         remove_stale_temps(&dir);
+        // Everything recovered is durable now: later recoveries must find at least this much.
+        write_sync_point(
+            &dir,
+            &syncpoint::SyncPoint {
+                generation,
+                length: len,
+                batches: batch_no,
+            },
+        )?;
+        let (torn_tail_bytes, torn_tail_batches) = loaded.torn_tail();
         let stats = StoreStats {
             journal_bytes: len,
             generation,
             snapshot_bytes: loaded.snapshot_bytes,
+            torn_tail_bytes,
+            torn_tail_batches,
             ..StoreStats::default()
         };
         let shared = Arc::new(Shared::new(stats));
@@ -193,6 +208,15 @@ fn spawn_writer(
     Ok((tx, thread))
 }
 
+/// Records a journal position as durable and acknowledged (`messages.sync`).
+pub(crate) fn write_sync_point(dir: &Path, p: &syncpoint::SyncPoint) -> Result<()> {
+    fsutil::atomic_write(
+        &dir.join(paths::SYNC),
+        &syncpoint::encode(p),
+        Durability::Durable,
+    )
+}
+
 fn write_identity(dir: &Path, instance_id: &str, session_id: &str) -> Result<()> {
     let id = StoreIdentity {
         format: 1,
@@ -239,7 +263,25 @@ fn prepare_journal(
     }
 }
 
-/// Removes temp files a crash left behind (`messages.journal.tmp`, `.messages.json.*.tmp`).
+/// Removes a closed store's directory: exactly the files a store creates, then the directory
+/// (left in place if anything else is inside). Only for a store whose owner decided nothing
+/// in it is needed any more.
+pub fn remove_store_dir(dir: &Path) {
+    for name in [
+        paths::JOURNAL,
+        paths::SNAPSHOT,
+        paths::JOURNAL_TMP,
+        paths::SYNC,
+        paths::IDENTITY,
+        paths::LOCK,
+    ] {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// Removes temp files a crash left behind (`messages.journal.tmp`, `.messages.json.*.tmp`,
+/// `.messages.sync.*.tmp`).
 fn remove_stale_temps(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -247,7 +289,8 @@ fn remove_stale_temps(dir: &Path) {
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let ours = name == paths::JOURNAL_TMP
-            || (name.starts_with(".messages.json.") && name.ends_with(".tmp"));
+            || ((name.starts_with(".messages.json.") || name.starts_with(paths::SYNC_TMP_PREFIX))
+                && name.ends_with(".tmp"));
         if ours {
             let _ = std::fs::remove_file(e.path());
         }

@@ -1,11 +1,11 @@
 //! Reading a store without changing it: identity association, snapshot + journal replay with
 //! torn-tail classification, and `recover_unread` for operator review of an old instance.
 
-use super::{journal, paths, snapshot};
+use super::{journal, paths, snapshot, syncpoint};
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::fsutil;
-use crate::messaging::{InboxEntry, Machine, State};
+use crate::messaging::{InboxEntry, Machine, OutboxEntry, State};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -107,6 +107,17 @@ pub struct Loaded {
     pub snapshot_bytes: u64,
 }
 
+impl Loaded {
+    /// (bytes, batches) of the torn tail recovery discards: at most one partial batch, since
+    /// only the last frame can be torn.
+    pub fn torn_tail(&self) -> (u64, u64) {
+        match self.journal {
+            JournalFile::Live { torn_bytes, .. } if torn_bytes > 0 => (torn_bytes, 1),
+            _ => (0, 0),
+        }
+    }
+}
+
 fn read_optional(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
     match fsutil::read_private_bounded(path, max) {
         Ok(b) => Ok(Some(b)),
@@ -115,8 +126,20 @@ fn read_optional(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
     }
 }
 
-/// Loads snapshot + journal without modifying anything. Corruption is `RECOVERY_REQUIRED`.
+/// Loads snapshot + journal without modifying anything. Corruption, or a journal holding less
+/// than its last known sync point (`messages.sync`), is `RECOVERY_REQUIRED`.
 pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded> {
+    let sync = read_optional(&dir.join(paths::SYNC), 4096)?
+        .map(|b| syncpoint::decode(&b))
+        .transpose()?;
+    let loaded = load_files(dir, limits)?;
+    if let Some(p) = sync {
+        check_sync_point(&p, loaded.covered, &loaded.journal)?;
+    }
+    Ok(loaded)
+}
+
+fn load_files(dir: &Path, limits: &Limits) -> Result<Loaded> {
     let max = file_bytes_max(limits);
     let snap = read_optional(&dir.join(paths::SNAPSHOT), max)?;
     let snapshot_bytes = snap.as_ref().map_or(0, |b| b.len() as u64);
@@ -190,6 +213,63 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded> {
     })
 }
 
+/// Refuses a journal that holds less than the sync point proves was acknowledged. `covered` is
+/// the generation the snapshot includes.
+pub fn check_sync_point(
+    p: &syncpoint::SyncPoint,
+    covered: u64,
+    journal: &JournalFile,
+) -> Result<()> {
+    let missing = |what: String| {
+        syncpoint::refused(format!(
+            "{what}, but its last known sync point is generation {} with {} batches ({} bytes): acknowledged records are missing",
+            p.generation, p.batches, p.length
+        ))
+    };
+    match journal {
+        JournalFile::Fresh if p.batches > 0 || p.generation > 1 => {
+            Err(missing("messages.journal is missing".into()))
+        }
+        JournalFile::Fresh => Ok(()),
+        // The snapshot includes every record of generations up to `covered`.
+        JournalFile::Covered { .. } if p.generation <= covered => Ok(()),
+        JournalFile::Covered { generation } => Err(missing(format!(
+            "messages.journal is generation {generation}, already covered by the snapshot"
+        ))),
+        JournalFile::Live {
+            generation,
+            valid_len,
+            batches,
+            ..
+        } => {
+            if p.generation > *generation {
+                return Err(missing(format!(
+                    "messages.journal is generation {generation}"
+                )));
+            }
+            if p.generation == *generation && (*batches < p.batches || *valid_len < p.length) {
+                return Err(missing(format!(
+                    "messages.journal holds {batches} complete batches ({valid_len} bytes)"
+                )));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// What an old instance's store holds for review.
+#[derive(Clone, Debug, Default)]
+pub struct Review {
+    /// Unconsumed messages it accepted.
+    pub unread: Vec<InboxEntry>,
+    /// Messages it sent that never got a custody answer.
+    pub unresolved: Vec<OutboxEntry>,
+    /// Bytes of a torn, never-acknowledged journal tail a recovery would discard.
+    pub torn_tail_bytes: u64,
+    /// Partial batches (0 or 1) in that tail.
+    pub torn_tail_batches: u64,
+}
+
 /// Opens an old instance's store read-only, checks that it belongs to `expected_session_id`,
 /// and returns its unconsumed messages for explicit operator review. Nothing is moved,
 /// truncated or rewritten (a torn tail is ignored in memory only). Errors: NOT_FOUND (no such
@@ -200,6 +280,16 @@ pub fn recover_unread(
     expected_session_id: &str,
     limits: &Limits,
 ) -> Result<Vec<InboxEntry>> {
+    Ok(review(home, instance_id, expected_session_id, limits)?.unread)
+}
+
+/// Like [`recover_unread`], with the unresolved outbox entries and the torn tail too.
+pub fn review(
+    home: &Path,
+    instance_id: &str,
+    expected_session_id: &str,
+    limits: &Limits,
+) -> Result<Review> {
     if !crate::identity::is_valid_id(instance_id) {
         return Err(Error::new(
             Code::Usage,
@@ -219,5 +309,56 @@ pub fn recover_unread(
     })?;
     check_identity(&id, instance_id, expected_session_id)?;
     let loaded = load(&dir, limits)?;
-    Ok(Machine::from_state(loaded.state, limits.clone()).unread())
+    let (torn_tail_bytes, torn_tail_batches) = loaded.torn_tail();
+    let m = Machine::from_state(loaded.state, limits.clone());
+    let mut unresolved: Vec<OutboxEntry> = m
+        .state()
+        .outbox()
+        .filter(|e| e.receipt.is_none())
+        .cloned()
+        .collect();
+    unresolved.sort_by_key(|e| e.order);
+    Ok(Review {
+        unread: m.unread(),
+        unresolved,
+        torn_tail_bytes,
+        torn_tail_batches,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::syncpoint::SyncPoint;
+
+    #[test]
+    fn a_journal_below_its_sync_point_is_refused() {
+        let p = SyncPoint {
+            generation: 3,
+            length: 4_096,
+            batches: 17,
+        };
+        let live = |generation, valid_len, batches| JournalFile::Live {
+            generation,
+            valid_len,
+            torn_bytes: 0,
+            batches,
+        };
+        assert!(check_sync_point(&p, 2, &live(3, 4_096, 17)).is_ok());
+        assert!(check_sync_point(&p, 2, &live(3, 5_000, 20)).is_ok());
+        assert!(
+            check_sync_point(&p, 3, &live(4, 32, 0)).is_ok(),
+            "compacted since"
+        );
+        assert!(check_sync_point(&p, 3, &JournalFile::Covered { generation: 3 }).is_ok());
+        for bad in [live(3, 4_000, 16), live(3, 4_096, 16), live(2, 9_000, 40)] {
+            assert_eq!(
+                check_sync_point(&p, 2, &bad).unwrap_err().code,
+                Code::RecoveryRequired,
+                "{bad:?}"
+            );
+        }
+        assert!(check_sync_point(&p, 2, &JournalFile::Covered { generation: 2 }).is_err());
+        assert!(check_sync_point(&p, 0, &JournalFile::Fresh).is_err());
+    }
 }

@@ -1,16 +1,27 @@
 //! `messages.json`: the compacted state, written atomically (temp, fsync, rename, fsync dir).
 //!
-//! `{"format":1,"generation":G,"crc32":C,"state":{…}}` where `state` is the compact JSON of
-//! [`StateImage`] and `C` its crc32. The writer serialises typed values only (fixed field
-//! order, lists, no maps), so re-serialising the parsed image reproduces the written bytes and
-//! the checksum can be verified after parsing. `G` is the last journal generation whose
-//! records the snapshot includes.
+//! `{"format":2,"generation":G,"crc32":C,"state":{…}}` where `state` is the compact JSON of
+//! [`StateImage`] and `C` the crc32 of `G` (8 bytes, little-endian) followed by that JSON, so a
+//! damaged generation is detected like a damaged state. The writer serialises typed values
+//! only (fixed field order, lists, no maps), so re-serialising the parsed image reproduces the
+//! written bytes and the checksum can be verified after parsing. `G` is the last journal
+//! generation whose records the snapshot includes. Format 1 (checksum over the state only) is
+//! still read.
 
 use crate::error::{Code, Error, Result};
 use crate::messaging::StateImage;
 use serde::{Deserialize, Serialize};
 
-pub const SNAPSHOT_FORMAT: u32 = 1;
+pub const SNAPSHOT_FORMAT: u32 = 2;
+/// The earlier format whose checksum did not cover the generation; read, never written.
+const SNAPSHOT_FORMAT_V1: u32 = 1;
+
+fn checksum(generation: u64, body: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&generation.to_le_bytes());
+    h.update(body);
+    h.finalize()
+}
 
 #[derive(Serialize, Deserialize)]
 struct SnapshotFile {
@@ -24,7 +35,7 @@ struct SnapshotFile {
 pub fn encode(image: &StateImage, generation: u64) -> Result<Vec<u8>> {
     let body = serde_json::to_vec(image)
         .map_err(|e| Error::new(Code::Io, format!("cannot encode the snapshot: {e}")))?;
-    let crc = crc32fast::hash(&body);
+    let crc = checksum(generation, &body);
     let mut out = Vec::with_capacity(body.len() + 96);
     out.extend_from_slice(
         format!(
@@ -50,15 +61,18 @@ fn corrupt(what: String) -> Error {
 pub fn decode(bytes: &[u8]) -> Result<(u64, StateImage)> {
     let file: SnapshotFile =
         serde_json::from_slice(bytes).map_err(|e| corrupt(format!("cannot be parsed ({e})")))?;
-    if file.format != SNAPSHOT_FORMAT {
-        return Err(corrupt(format!(
-            "has format {}, this build reads {SNAPSHOT_FORMAT}",
-            file.format
-        )));
-    }
     let body = serde_json::to_vec(&file.state)
         .map_err(|e| corrupt(format!("cannot be re-encoded ({e})")))?;
-    if crc32fast::hash(&body) != file.crc32 {
+    let expected = match file.format {
+        SNAPSHOT_FORMAT => checksum(file.generation, &body),
+        SNAPSHOT_FORMAT_V1 => crc32fast::hash(&body),
+        other => {
+            return Err(corrupt(format!(
+                "has format {other}, this build reads {SNAPSHOT_FORMAT_V1} and {SNAPSHOT_FORMAT}"
+            )));
+        }
+    };
+    if expected != file.crc32 {
         return Err(corrupt("checksum mismatch".into()));
     }
     if file.generation == 0 {
@@ -81,14 +95,32 @@ mod tests {
         let bytes = encode(&image, 4).unwrap();
         let (g, back) = decode(&bytes).unwrap();
         assert_eq!((g, back), (4, image));
-        let body_start = bytes.windows(8).position(|w| w == b"\"state\":").unwrap() + 8;
-        for at in body_start..bytes.len() - 1 {
+        // Every single-bit flip anywhere (format, generation, checksum, state) is refused.
+        for at in 0..bytes.len() {
             let mut x = bytes.clone();
             x[at] ^= 0x01;
             assert_eq!(
                 decode(&x).unwrap_err().code,
                 Code::RecoveryRequired,
                 "flip at {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_flipped_generation_is_refused() {
+        let image = StateImage::default();
+        let bytes = encode(&image, 26).unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        for (from, to) in [("26", "27"), ("26", "24"), ("26", "36")] {
+            let flipped = text.replacen(
+                &format!("\"generation\":{from}"),
+                &format!("\"generation\":{to}"),
+                1,
+            );
+            assert_eq!(
+                decode(flipped.as_bytes()).unwrap_err().code,
+                Code::RecoveryRequired
             );
         }
     }

@@ -45,6 +45,7 @@ fn sender(n: u8) -> Principal {
 
 fn send(id: &str) -> InboundSend {
     InboundSend {
+        origin: None,
         to_peer_id: ME.into(),
         message_id: id.into(),
         content: format!("content of {id}"),
@@ -150,6 +151,8 @@ fn identity_binds_the_store_to_its_session() {
 fn torn_tail_at_every_offset_drops_only_the_last_batch() {
     let home = TempHome::new("torn");
     let s = open(&home, &limits()).unwrap();
+    // A crash keeps the sync point written at open: only what came after it can be torn.
+    let sync_at_open = files(&home.dir())[paths::SYNC].clone();
     let h = s.handle();
     let mut ends = vec![journal_len(&home)];
     let mut images = vec![image(&h)];
@@ -170,6 +173,7 @@ fn torn_tail_at_every_offset_drops_only_the_last_batch() {
                 j.resize(last_end + 512, 0);
             }
             set.insert(paths::JOURNAL.into(), j);
+            set.insert(paths::SYNC.into(), sync_at_open.clone());
             restore(&home, &set);
             let s = open(&home, &limits()).unwrap();
             assert_eq!(
@@ -177,10 +181,59 @@ fn torn_tail_at_every_offset_drops_only_the_last_batch() {
                 images[3],
                 "cut at {cut}, zero fill {zero_fill}"
             );
+            // Recovery says what it discarded.
+            let stats = s.handle().stats();
+            let torn = if zero_fill { last_end + 512 } else { cut } - last_start;
+            assert_eq!(
+                (stats.torn_tail_bytes, stats.torn_tail_batches),
+                (torn as u64, u64::from(torn > 0)),
+                "cut at {cut}, zero fill {zero_fill}"
+            );
             s.close().unwrap();
             assert_eq!(journal_len(&home), last_start, "the torn tail is truncated");
         }
     }
+}
+
+#[test]
+fn a_journal_shorter_than_its_sync_point_requires_recovery_at_every_cut() {
+    let home = TempHome::new("synccut");
+    let s = open(&home, &limits()).unwrap();
+    let h = s.handle();
+    for i in 0..3 {
+        h.accept(sender(1), send(&format!("m{i}"))).unwrap();
+    }
+    // A clean close: its sync point proves every batch was acknowledged.
+    s.close().unwrap();
+    let full = files(&home.dir());
+    let journal = full[paths::JOURNAL].clone();
+    let mut refused = 0;
+    for cut in journal::HEADER_BYTES..journal.len() {
+        for zero_fill in [false, true] {
+            let mut set = full.clone();
+            let mut j = journal[..cut].to_vec();
+            if zero_fill {
+                j.resize(journal.len(), 0);
+            }
+            set.insert(paths::JOURNAL.into(), j);
+            restore(&home, &set);
+            let e = open(&home, &limits()).err().unwrap_or_else(|| {
+                panic!("cut at {cut} (zero fill {zero_fill}) was taken as a torn tail")
+            });
+            assert_eq!(e.code, Code::RecoveryRequired, "cut at {cut}: {e}");
+            assert_eq!(files(&home.dir()), set, "a refused recovery changed files");
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 2 * (journal.len() - journal::HEADER_BYTES));
+    // A damaged sync point is refused too, never ignored.
+    let mut set = full.clone();
+    set.get_mut(paths::SYNC).unwrap()[12] ^= 0x01;
+    restore(&home, &set);
+    assert_eq!(
+        open(&home, &limits()).err().unwrap().code,
+        Code::RecoveryRequired
+    );
 }
 
 #[test]
@@ -600,6 +653,7 @@ fn two_roots_exchange_a_message_and_its_receipts() {
     let entry = a.outbox_intent(intent.clone()).unwrap();
     assert_eq!(a.route_pending("p-a", ME).unwrap().len(), 1);
     let wire = InboundSend {
+        origin: None,
         to_peer_id: ME.into(),
         message_id: entry.message_id.clone(),
         content: entry.content.clone(),
@@ -659,6 +713,7 @@ fn two_roots_exchange_a_message_and_its_receipts() {
         })
         .unwrap();
     let wire = InboundSend {
+        origin: None,
         to_peer_id: "p-a".into(),
         message_id: reply.message_id.clone(),
         content: reply.content.clone(),

@@ -112,6 +112,10 @@ impl Writer {
             self.poison(&e);
         }
         if let Some(tx) = stop {
+            // A clean close records how far the journal was acknowledged.
+            if self.poisoned.is_none() {
+                let _ = super::write_sync_point(&self.dir, &self.sync_point());
+            }
             let _ = tx.send(());
             return true;
         }
@@ -158,6 +162,14 @@ impl Writer {
                 finishes.into_iter().for_each(|fin| fin(Some(&e)));
                 false
             }
+        }
+    }
+
+    fn sync_point(&self) -> super::syncpoint::SyncPoint {
+        super::syncpoint::SyncPoint {
+            generation: self.generation,
+            length: self.len,
+            batches: self.batch_no,
         }
     }
 
@@ -228,6 +240,7 @@ impl Writer {
         self.generation = next;
         self.len = journal::HEADER_BYTES as u64;
         self.batch_no = 0;
+        super::write_sync_point(&self.dir, &self.sync_point())?;
         let mut s = self.shared.stats.lock();
         s.compactions += 1;
         s.snapshot_bytes = bytes.len() as u64;

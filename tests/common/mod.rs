@@ -96,16 +96,20 @@ impl Ns {
 
     /// Starts `peer host --json ARGS` and waits for its ready line.
     pub fn host(&self, args: &[&str]) -> Host {
-        let mut child = self
-            .cmd(PEER)
-            .arg("--json")
+        self.host_with(args, |_| {})
+    }
+
+    /// Like [`Ns::host`], letting `prepare` adjust the command first (limits, signals).
+    pub fn host_with(&self, args: &[&str], prepare: impl FnOnce(&mut Command)) -> Host {
+        let mut cmd = self.cmd(PEER);
+        cmd.arg("--json")
             .arg("host")
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        prepare(&mut cmd);
+        let mut child = cmd.spawn().unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let first = lines.next();
         let ready: Value = match first {
