@@ -118,7 +118,7 @@ pub fn parse(ctx: &Ctx, argv: Vec<OsString>) -> Result<Option<Options>> {
 /// The `peer bench` subcommand.
 pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let Some(opts) = parse(ctx, argv)? else {
-        print!("{HELP}");
+        crate::cli::out::text(HELP)?;
         return Ok(0);
     };
     let started = Instant::now();
@@ -136,11 +136,11 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let sizes = floors::FloorSizes::new(opts.quick);
     let idle_before = machine::idle_check();
     if !opts.json && !idle_before.ok() {
-        eprintln!(
+        crate::cli::out::err_line(&format!(
             "peer bench: warning: not every CPU is ≥ {}% idle ({:.1}% machine-wide); figures will be noisy",
             machine::IDLE_PERCENT_MIN,
             idle_before.machine_idle
-        );
+        ));
     }
     let measured = floors::measure(&floor_dir, &sizes).and_then(|before| {
         let out = e2e::run(&exe, &dir, &plan);
@@ -184,9 +184,9 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         remove_dir(&dir, &opts);
     }
     if opts.json {
-        print_json(&report);
+        print_json(&report)?;
     } else {
-        print!("{}", text(&report, &before, &after, &figs));
+        crate::cli::out::text(&text(&report, &before, &after, &figs))?;
     }
     Ok(if ok { 0 } else { 1 })
 }

@@ -63,7 +63,7 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     if let Some(arg) = p.next().map_err(args::usage)? {
         return match arg {
             Long("help") | Short('h') => {
-                print!("{HELP}");
+                super::out::text(HELP)?;
                 Ok(0)
             }
             other => Err(args::unexpected(other)),
@@ -231,7 +231,7 @@ fn line_mode(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
         match submit(&mut session, composer, &line) {
             Ok(true) => {}
             Ok(false) => break,
-            Err(e) => eprintln!("peer: {}: {}", e.code, e.message),
+            Err(e) => super::out::err_line(&format!("peer: {}: {}", e.code, e.message)),
         }
     }
     session.close();

@@ -1,12 +1,11 @@
 //! `peer host [-- CMD…]`: runs a root for a session until it is told to stop (or until CMD
 //! exits), printing the ready line and events, and cleaning up exactly its own records.
 
-use super::{Ctx, args};
+use super::signals::Stop;
+use super::{Ctx, args, out};
 use crate::error::{Code, Error, Result};
 use crate::runtime::{Root, RootOptions};
 use std::ffi::OsString;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 pub const HELP: &str =
@@ -50,51 +49,56 @@ fn parse(ctx: &Ctx, argv: Vec<OsString>) -> Result<Option<HostArgs>> {
 
 pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let Some(a) = parse(ctx, argv)? else {
-        print!("{HELP}");
+        out::text(HELP)?;
         return Ok(0);
     };
-    let signal = Arc::new(AtomicUsize::new(0));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register_usize(sig, signal.clone(), sig as usize)
-            .map_err(|e| Error::new(Code::Io, format!("cannot install signal handler: {e}")))?;
-    }
+    let stop = ctx.stop()?;
     let root = Root::start(&a.opts)?;
     let events = root.bus.subscribe();
-    if ctx.json {
-        super::print_json(&root.ready_event());
+    let ready = if ctx.json {
+        super::print_json(&root.ready_event())
     } else {
-        println!(
+        out::line(&format!(
             "peer host: ready as {} ({}) in {}",
             root.alias,
             root.peer_id,
             crate::sanitize::line(&root.workspace.workspace.to_string_lossy(), 200)
-        );
+        ))
+    };
+    // Without CMD, a reader of our output that went away ends the host (quietly, after its
+    // cleanup); with CMD, the child owns the session's lifetime and output merely stops.
+    let mut output_open = ready.is_ok();
+    if a.command.is_empty() {
+        ready?;
     }
-    let show = |ev: serde_json::Value| print_event(ctx.json, &ev);
-    let drain = || {
+    let mut drain = || -> Result<()> {
         if let Some(rx) = &events {
-            rx.try_iter().for_each(show);
+            for ev in rx.try_iter() {
+                if output_open && print_event(ctx.json, &ev).is_err() {
+                    output_open = false;
+                }
+            }
+        }
+        if output_open || !a.command.is_empty() {
+            Ok(())
+        } else {
+            Err(out::closed())
         }
     };
     let status = if a.command.is_empty() {
-        wait_for_signal(&signal, &drain)
+        wait_for_signal(&stop, &mut drain)
     } else {
-        run_child(&root, &a.command, &signal, &drain)?
+        run_child(&root, &a.command, &stop, &mut drain)
     };
     root.shutdown();
-    Ok(status)
+    status
 }
 
 /// Events as NDJSON with `--json`; otherwise one sanitized line per arrival (the `notify`
 /// idle behaviour) on stderr, so a hosted command's own stdout stays clean.
-fn print_event(json: bool, ev: &serde_json::Value) {
+fn print_event(json: bool, ev: &serde_json::Value) -> Result<()> {
     if json {
-        super::print_json(ev);
-        return;
+        return super::print_json(ev);
     }
     if ev.get("kind").and_then(serde_json::Value::as_str) == Some("message") {
         let s = |k: &str| {
@@ -103,27 +107,28 @@ fn print_event(json: bool, ev: &serde_json::Value) {
                 .map(|v| crate::sanitize::line(v, 80))
                 .unwrap_or_default()
         };
-        eprintln!(
+        out::err_line(&format!(
             "peer host: message {} from {} (peer inbox to read it)",
             s("messageId"),
             s("from")
-        );
+        ));
     }
+    Ok(())
 }
 
-fn wait_for_signal(signal: &AtomicUsize, drain: &dyn Fn()) -> i32 {
-    while signal.load(Ordering::SeqCst) == 0 {
-        drain();
+fn wait_for_signal(stop: &Stop, drain: &mut dyn FnMut() -> Result<()>) -> Result<i32> {
+    while stop.signal().is_none() {
+        drain()?;
         std::thread::sleep(Duration::from_millis(20));
     }
-    0
+    Ok(0)
 }
 
 fn run_child(
     root: &Root,
     command: &[OsString],
-    signal: &AtomicUsize,
-    drain: &dyn Fn(),
+    stop: &Stop,
+    drain: &mut dyn FnMut() -> Result<()>,
 ) -> Result<i32> {
     let mut child = std::process::Command::new(&command[0])
         .args(&command[1..])
@@ -144,19 +149,20 @@ fn run_child(
         })?;
     let mut forwarded = false;
     loop {
-        drain();
+        drain()?;
         if let Some(status) = child
             .try_wait()
             .map_err(|e| Error::new(Code::Io, format!("cannot wait for child: {e}")))?
         {
             return Ok(exit_code(status));
         }
-        let sig = signal.load(Ordering::SeqCst);
-        if sig != 0 && !forwarded {
+        if let Some(sig) = stop.signal()
+            && !forwarded
+        {
             // Pass the stop request on; the child decides how fast it ends.
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::try_from(sig as i32)
+                nix::sys::signal::Signal::try_from(sig)
                     .unwrap_or(nix::sys::signal::Signal::SIGTERM),
             );
             forwarded = true;

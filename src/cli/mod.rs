@@ -7,12 +7,14 @@ pub mod dir;
 pub mod host;
 pub mod lab;
 pub mod msg;
+pub mod out;
 pub mod session_cmds;
+pub mod signals;
 
 use crate::error::{Code, Error, Result};
 use std::ffi::OsString;
-use std::io::Write;
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 /// Options that every subcommand accepts before or after its name.
 #[derive(Clone, Debug, Default)]
@@ -23,11 +25,28 @@ pub struct Ctx {
     pub json: bool,
     /// `--as ALIAS`: act as a short-lived root of its own instead of the enclosing session.
     pub as_alias: Option<String>,
+    /// Stop signals, installed by the first command part that owns a root (see `signals`).
+    stop: OnceLock<Arc<signals::Stop>>,
 }
 
 impl Ctx {
     pub fn home(&self) -> Result<PathBuf> {
         crate::config::resolve_home(self.home.as_deref())
+    }
+
+    /// Installs the stop-signal handlers (once) and returns them. Only a command that owns a
+    /// root calls this, so the others keep the default "die on SIGINT".
+    pub fn stop(&self) -> Result<Arc<signals::Stop>> {
+        if let Some(s) = self.stop.get() {
+            return Ok(s.clone());
+        }
+        let installed = Arc::new(signals::Stop::install()?);
+        Ok(self.stop.get_or_init(|| installed).clone())
+    }
+
+    /// 128 + the signal that stopped this command's root, if one did.
+    pub fn stopped_status(&self) -> Option<i32> {
+        self.stop.get().and_then(|s| s.exit_status())
     }
 }
 
@@ -94,10 +113,17 @@ pub fn command_names() -> Vec<&'static str> {
 }
 
 /// Prints one JSON value as one line on stdout.
-pub fn print_json(v: &serde_json::Value) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{v}");
-    let _ = out.flush();
+pub fn print_json(v: &serde_json::Value) -> Result<()> {
+    out::json(v)
+}
+
+/// The status a command ends with: its own, or its error reported (a closed standard output
+/// is a quiet success).
+fn finish(name: &str, ctx: &Ctx, result: Result<i32>) -> i32 {
+    match result {
+        Ok(status) => status,
+        Err(e) => report_as(name, ctx, &e),
+    }
 }
 
 /// Entry point of the small tool binaries: global options, one command, the same reporting
@@ -109,10 +135,8 @@ pub fn tool_main(name: &str, cmd: Command) -> i32 {
         Ok(r) => r,
         Err(e) => return report_as(name, &ctx, &e),
     };
-    match cmd(&ctx, rest) {
-        Ok(status) => status,
-        Err(e) => report_as(name, &ctx, &e),
-    }
+    let result = cmd(&ctx, rest);
+    finish(name, &ctx, result)
 }
 
 fn split_tool_globals(ctx: &mut Ctx, args: Vec<OsString>) -> Result<Vec<OsString>> {
@@ -138,16 +162,16 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Err(e) => return report(&ctx, &e),
     };
     let Some(sub) = sub else {
-        print_help();
-        return 0;
+        // No command is a usage error (like git): the usage goes to stderr, status 2.
+        out::err_line(help_text().trim_end());
+        return Code::Usage.exit_status();
     };
     if sub == "help" || sub == "--help" || sub == "-h" {
-        print_help();
-        return 0;
+        return finish("peer", &ctx, out::text(&help_text()).map(|()| 0));
     }
     if sub == "--version" || sub == "-V" {
-        println!("peer {}", env!("CARGO_PKG_VERSION"));
-        return 0;
+        let version = format!("peer {}", env!("CARGO_PKG_VERSION"));
+        return finish("peer", &ctx, out::line(&version).map(|()| 0));
     }
     let Some((_, _, cmd)) = commands().into_iter().find(|(n, _, _)| *n == sub) else {
         let e = Error::new(
@@ -159,10 +183,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
         );
         return report(&ctx, &e);
     };
-    match cmd(&ctx, rest) {
-        Ok(status) => status,
-        Err(e) => report(&ctx, &e),
-    }
+    let result = cmd(&ctx, rest);
+    finish("peer", &ctx, result)
 }
 
 /// Pulls `--home`, `--json` and `--as` out of the argument list (anywhere before `--`), and
@@ -213,22 +235,25 @@ pub fn report(ctx: &Ctx, e: &Error) -> i32 {
     report_as("peer", ctx, e)
 }
 
-fn report_as(name: &str, ctx: &Ctx, e: &Error) -> i32 {
+pub fn report_as(name: &str, ctx: &Ctx, e: &Error) -> i32 {
+    if out::is_closed(e) {
+        return 0;
+    }
     if ctx.json {
         let v = serde_json::json!({"ok": false, "error": {"code": e.code.name(), "message": e.message}});
-        println!("{v}");
+        // A reader that is gone cannot be told; the status still says what happened.
+        let _ = out::json(&v);
     } else {
-        let _ = writeln!(
-            std::io::stderr(),
+        out::err_line(&format!(
             "{name}: {}: {}",
             e.code.name(),
             crate::sanitize::line(&e.message, 2000)
-        );
+        ));
     }
     e.code.exit_status()
 }
 
-fn print_help() {
+fn help_text() -> String {
     let mut out = String::from(
         "peer — authenticated, durable messaging between coding-agent sessions\n\n\
          usage: peer [--home DIR] [--json] [--as ALIAS] COMMAND [ARGS…]\n\ncommands:\n",
@@ -237,5 +262,5 @@ fn print_help() {
         out.push_str(&format!("  {name:<10} {summary}\n"));
     }
     out.push_str("\nRun 'peer COMMAND --help' for a command's options; see peer(1).\n");
-    print!("{out}");
+    out
 }

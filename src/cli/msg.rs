@@ -2,7 +2,7 @@
 //! acts for the enclosing session (through its trusted local channel) or, with `--as`, for a
 //! short-lived root of its own; all of them go through the same tool implementations as MCP.
 
-use super::{Ctx, args, print_json};
+use super::{Ctx, args, out, print_json};
 use crate::error::{Code, Error, Result};
 use crate::runtime::session::Session;
 use crate::sanitize;
@@ -45,6 +45,9 @@ pub const STATUS_HELP: &str = "usage: peer status MSGID
 Shows the custody state of a message this session sent: accepted, prepared, consumed,
 replied, refused or expired, with its original target and correlation.
 ";
+
+/// How long one wait of `peer inbox --follow` lasts before it looks at its output again.
+const FOLLOW_SLICE_MS: u64 = 1_000;
 
 fn read_text(arg: &str, limit: u64) -> Result<String> {
     if arg != "-" {
@@ -127,7 +130,7 @@ pub fn send(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         let params = json!({"messageId": message_id, "state": state, "waitMs": timeout});
         receipt = session.call("local.wait_receipt", params, timeout.saturating_add(5_000))?;
     }
-    print_receipt(ctx, &receipt);
+    print_receipt(ctx, &receipt)?;
     session.close();
     Ok(0)
 }
@@ -194,21 +197,31 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         }
     }
     let mut session = Session::open(ctx)?;
-    let wait_max = session.limits().wait_ms_max;
+    // A follower waits in short slices so it notices, between them, a reader that has gone
+    // (`| head -1`) even when nothing more arrives.
+    let wait_slice = session.limits().wait_ms_max.min(FOLLOW_SLICE_MS);
     let mut envelope = Map::new();
     loop {
         let mut call_args = tool_args.clone();
         if follow {
-            call_args.insert("waitMs".into(), json!(wait_max));
+            call_args.insert("waitMs".into(), json!(wait_slice));
         }
         let page = session.tool(
             "peer_messages",
             serde_json::Value::Object(call_args),
             envelope.clone(),
         )?;
-        print_page(ctx, &page, follow);
+        print_page(ctx, &page, follow)?;
         if !follow {
             break;
+        }
+        if let Some(status) = ctx.stopped_status() {
+            session.close();
+            return Ok(status);
+        }
+        if out::reader_gone() {
+            session.close();
+            return Ok(0);
         }
         if let Some(next) = page.get("cursor").and_then(serde_json::Value::as_u64) {
             tool_args.insert("after".into(), json!(next));
@@ -221,7 +234,7 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     Ok(0)
 }
 
-fn print_page(ctx: &Ctx, page: &Value, stream: bool) {
+fn print_page(ctx: &Ctx, page: &Value, stream: bool) -> Result<()> {
     let empty = Vec::new();
     let messages = page
         .get("messages")
@@ -234,25 +247,25 @@ fn print_page(ctx: &Ctx, page: &Value, stream: bool) {
     if ctx.json {
         if stream {
             for m in messages {
-                print_json(&json!({"event": "message", "message": m}));
+                print_json(&json!({"event": "message", "message": m}))?;
             }
             for e in events {
-                print_json(&json!({"event": "receipt", "receipt": e}));
+                print_json(&json!({"event": "receipt", "receipt": e}))?;
             }
-        } else {
-            print_json(page);
+            return Ok(());
         }
-        return;
+        return print_json(page);
     }
     for m in messages {
-        println!("{}", describe_message(m));
+        out::line(&describe_message(m))?;
     }
     for e in events {
-        println!("receipt: {}", describe_receipt(e));
+        out::line(&format!("receipt: {}", describe_receipt(e)))?;
     }
     if !stream && messages.is_empty() && events.is_empty() {
-        println!("(no new messages)");
+        out::line("(no new messages)")?;
     }
+    Ok(())
 }
 
 /// Human rendering of one inbox message: a header line and the sanitized, indented body. The
@@ -320,7 +333,7 @@ pub fn reply(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         json!({"messageId": id, "content": content, "topic": topic}),
         0,
     )?;
-    print_receipt(ctx, &receipt);
+    print_receipt(ctx, &receipt)?;
     session.close();
     Ok(0)
 }
@@ -342,7 +355,7 @@ pub fn consume(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     };
     let mut session = Session::open(ctx)?;
     let receipt = session.call("local.consume", json!({"messageId": id, "note": note}), 0)?;
-    print_receipt(ctx, &receipt);
+    print_receipt(ctx, &receipt)?;
     session.close();
     Ok(0)
 }
@@ -363,20 +376,20 @@ pub fn status(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     };
     let mut session = Session::open(ctx)?;
     let receipt = session.call("local.status", json!({"messageId": id}), 0)?;
-    print_receipt(ctx, &receipt);
+    print_receipt(ctx, &receipt)?;
     session.close();
     Ok(0)
 }
 
-fn print_receipt(ctx: &Ctx, receipt: &serde_json::Value) {
+fn print_receipt(ctx: &Ctx, receipt: &serde_json::Value) -> Result<()> {
     if ctx.json {
-        print_json(receipt);
+        print_json(receipt)
     } else {
-        println!("{}", describe_receipt(receipt));
+        out::line(&describe_receipt(receipt))
     }
 }
 
 fn help(text: &str) -> Result<i32> {
-    print!("{text}");
+    out::text(text)?;
     Ok(0)
 }

@@ -2,7 +2,7 @@
 //! speaks MCP on stdio), `peer run-child` (a published child run around a command) and
 //! `peer recover` (read-only review of an earlier incarnation's unread mail).
 
-use super::{Ctx, args, print_json};
+use super::{Ctx, args, out, print_json};
 use crate::error::{Code, Error, Result};
 use crate::runtime::session::Session;
 use crate::runtime::tools::{RootTools, message_view};
@@ -46,12 +46,16 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             Long("workspace") => opts.workspace = Some(args::string(&mut p, "--workspace")?.into()),
             Long("session-id") => opts.session_id = Some(args::string(&mut p, "--session-id")?),
             Long("help") | Short('h') => {
-                print!("{MCP_HELP}");
+                out::text(MCP_HELP)?;
                 return Ok(0);
             }
             other => return Err(args::unexpected(other)),
         }
     }
+    // MCP clients stop a server with SIGTERM (or close stdin): both end the same way, through
+    // the root's shutdown, which removes its presence record, socket and control file.
+    let stop = ctx.stop()?;
+    let input = super::signals::StopAwareInput::stdin(stop)?;
     let root = Root::start(&opts)?;
     let events = root
         .bus
@@ -62,7 +66,7 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let result = crate::mcp::serve(
         host,
         events,
-        std::io::stdin().lock(),
+        std::io::BufReader::new(input),
         std::io::stdout(),
         &limits,
     );
@@ -81,7 +85,7 @@ pub fn run_child(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             Long("alias") => alias = Some(args::string(&mut p, "--alias")?),
             Long("delegate-control") => delegate = true,
             Long("help") | Short('h') => {
-                print!("{RUN_CHILD_HELP}");
+                out::text(RUN_CHILD_HELP)?;
                 return Ok(0);
             }
             Value(v) => {
@@ -114,7 +118,7 @@ pub fn run_child(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         .unwrap_or_default()
         .to_string();
     if ctx.json {
-        print_json(&json!({"event": "run", "state": "published", "run": run}));
+        print_json(&json!({"event": "run", "state": "published", "run": run}))?;
     }
     let status = std::process::Command::new(&command[0])
         .args(&command[1..])
@@ -143,7 +147,7 @@ pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             Long("instance") => instance = Some(args::string(&mut p, "--instance")?),
             Long("session-id") => session_id = Some(args::string(&mut p, "--session-id")?),
             Long("help") | Short('h') => {
-                print!("{RECOVER_HELP}");
+                out::text(RECOVER_HELP)?;
                 return Ok(0);
             }
             other => return Err(args::unexpected(other)),
@@ -177,14 +181,14 @@ pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let unread = crate::store::recover_unread(&home, &instance, &session_id, &config.limits)?;
     if ctx.json {
         let msgs: Vec<serde_json::Value> = unread.iter().map(|e| message_view(e, None)).collect();
-        print_json(&json!({"instanceId": instance, "sessionId": session_id, "unread": msgs}));
+        print_json(&json!({"instanceId": instance, "sessionId": session_id, "unread": msgs}))?;
     } else {
-        println!(
+        out::line(&format!(
             "{} unread message(s) of {instance} (review only; nothing was moved):",
             unread.len()
-        );
+        ))?;
         for e in &unread {
-            println!("{}", super::msg::describe_message(&message_view(e, None)));
+            out::line(&super::msg::describe_message(&message_view(e, None)))?;
         }
     }
     Ok(0)

@@ -7,7 +7,7 @@ use super::evidence::Probe;
 use super::gate::{self, RunRequest};
 use super::principal::{Principal, session_holder};
 use super::store::Space;
-use crate::cli::Ctx;
+use crate::cli::{Ctx, out};
 use crate::config::Config;
 use crate::error::{Code, Error, Result};
 use crate::sanitize::line;
@@ -83,7 +83,7 @@ pub fn run_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
             Long("wait") => req.wait_ms = Some(number(p.value().map_err(usage)?, "--wait")?),
             Long("ticket") => req.ticket = Some(string(p.value().map_err(usage)?)?),
             Long("help") | Short('h') => {
-                print!("{RUN_HELP}");
+                out::text(RUN_HELP)?;
                 return Ok(0);
             }
             Arg::Value(first) => {
@@ -132,7 +132,7 @@ pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
             Long("force") => op.insert("force".into(), json!(true)),
             Long("automatic") => op.insert("automatic".into(), json!(true)),
             Long("help") | Short('h') => {
-                print!("{RES_HELP}");
+                out::text(RES_HELP)?;
                 return Ok(0);
             }
             Arg::Value(v) => {
@@ -153,16 +153,16 @@ pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
         "set_controller" => session_holder(&probe, "peer res set-controller")?,
         _ => probe.own()?,
     };
-    let out = coordinate(&home, &cfg, &principal, op, evidence)?;
+    let outcome = coordinate(&home, &cfg, &principal, op, evidence)?;
     if ctx.json {
-        println!("{out}");
+        out::json(&outcome)?;
     } else {
-        print!("{}", human_outcome(&out));
+        out::text(&human_outcome(&outcome))?;
     }
     // `status` of everything shows the healthy resources and names the unreadable files.
-    let corrupt = out.get("corrupt").and_then(Value::as_array);
+    let corrupt = outcome.get("corrupt").and_then(Value::as_array);
     for c in corrupt.into_iter().flatten() {
-        eprintln!("peer: {}: {}", s(c, "code"), s(c, "message"));
+        out::err_line(&format!("peer: {}: {}", s(c, "code"), s(c, "message")));
     }
     Ok(match corrupt {
         Some(c) if !c.is_empty() => Code::RecoveryRequired.exit_status(),
@@ -324,8 +324,13 @@ pub fn human_resource(r: &Value) -> String {
 pub fn peer_res_main(args: Vec<OsString>) -> i32 {
     match peer_res(args) {
         Ok(status) => status,
+        Err(e) if out::is_closed(&e) => 0,
         Err(e) => {
-            eprintln!("peer-res: {}: {}", e.code.name(), line(&e.message, 2000));
+            out::err_line(&format!(
+                "peer-res: {}: {}",
+                e.code.name(),
+                line(&e.message, 2000)
+            ));
             e.code.exit_status()
         }
     }
@@ -339,7 +344,7 @@ fn peer_res(args: Vec<OsString>) -> Result<i32> {
             Long("json") => json_out = true,
             Long("home") => home = Some(std::path::PathBuf::from(p.value().map_err(usage)?)),
             Long("help") | Short('h') => {
-                print!("{PEER_RES_HELP}");
+                out::text(PEER_RES_HELP)?;
                 return Ok(0);
             }
             Arg::Value(v) if name.is_none() => {
@@ -359,14 +364,14 @@ fn peer_res(args: Vec<OsString>) -> Result<i32> {
     let probe = Probe::new();
     let now = crate::clock::now_ms();
     if states.is_empty() && skipped.is_empty() && !json_out {
-        println!("no resources");
+        out::line("no resources")?;
     }
     for st in &states {
         let v = describe(st, &probe, &launches, now);
         if json_out {
-            println!("{v}")
+            out::json(&v)?;
         } else {
-            print!("{}", human_resource(&v))
+            out::text(&human_resource(&v))?;
         }
     }
     report_skipped(&skipped, json_out)
@@ -377,19 +382,19 @@ fn peer_res(args: Vec<OsString>) -> Result<i32> {
 fn report_skipped(skipped: &[super::store::Skipped], json_out: bool) -> Result<i32> {
     for sk in skipped {
         if json_out {
-            println!("{}", super::api::skipped_json(sk));
+            out::json(&super::api::skipped_json(sk))?;
         } else {
-            println!(
+            out::line(&format!(
                 "corrupt  {}  {}",
                 line(&sk.path.display().to_string(), 400),
                 sk.error.code.name()
-            );
+            ))?;
         }
-        eprintln!(
+        out::err_line(&format!(
             "peer-res: {}: {}",
             sk.error.code.name(),
             line(&sk.error.message, 2000)
-        );
+        ));
     }
     Ok(if skipped.is_empty() {
         0

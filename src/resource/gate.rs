@@ -152,17 +152,18 @@ pub fn run(
         Ok(())
     });
     for e in [released.err(), unlisted.err()].into_iter().flatten() {
-        eprintln!(
+        crate::cli::out::err_line(&format!(
             "peer: {}: {}",
             e.code.name(),
             crate::sanitize::line(&e.message, 2000)
-        );
+        ));
     }
     let status = status?;
     if json {
         let v = serde_json::json!({"ok": true, "op": "run", "resource": name, "ticket": grant.ticket,
                                    "token": grant.token, "epoch": grant.epoch, "status": status});
-        println!("{v}");
+        // The child has run; a reader that went away does not change its status.
+        let _ = crate::cli::out::json(&v);
     }
     Ok(status)
 }
@@ -368,11 +369,11 @@ fn supervise(
         Ok(())
     });
     if let Err(e) = recorded {
-        eprintln!(
+        crate::cli::out::err_line(&format!(
             "peer: {}: {}",
             e.code.name(),
             crate::sanitize::line(&e.message, 2000)
-        );
+        ));
     }
     let status = reap_all(pid as i32, signals, space.limits.heartbeat_ms);
     if let Some(t) = terminal {

@@ -34,6 +34,7 @@ impl Session {
     /// The enclosing session, or a short-lived root for `--as`, or a usage error.
     pub fn open(ctx: &Ctx) -> Result<Session> {
         if let Some(alias) = &ctx.as_alias {
+            let stop = ctx.stop()?;
             let root = Root::start(&RootOptions {
                 home: ctx.home.clone(),
                 alias: Some(alias.clone()),
@@ -41,6 +42,14 @@ impl Session {
                 ..Default::default()
             })?;
             let limits = root.limits().clone();
+            // A stop signal wakes every wait of this short-lived root, so the command returns
+            // and closes it normally: its record, socket and control file are removed.
+            let core = root.core.clone();
+            stop.on_stop(move || {
+                core.stopping
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                core.store.wake_waiters();
+            })?;
             return Ok(Session::InProcess {
                 root: Arc::new(root),
                 limits,

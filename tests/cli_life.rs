@@ -1,0 +1,190 @@
+//! The `peer` CLI as people live in it, between real processes: closed pipes end commands
+//! quietly, stop signals make every root remove exactly what it owns, exit statuses follow
+//! env(1)/timeout(1), inbox semantics and paging, terminals owned by the wrapped command.
+
+mod common;
+
+use common::*;
+use nix::sys::signal::Signal;
+use std::io::{BufRead, BufReader};
+use std::os::fd::OwnedFd;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// A pipe whose reader is already closed: every write to it fails with EPIPE, so the outcome
+/// does not depend on who runs first (unlike `| true`).
+fn closed_pipe() -> OwnedFd {
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    write
+}
+
+/// Waits (bounded) for a child and returns its status as the shell reports it.
+fn wait_child(child: &mut Child) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            use std::os::unix::process::ExitStatusExt;
+            return st.code().unwrap_or(128 + st.signal().unwrap_or(0));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("process did not exit in time");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn read_stderr(child: &mut Child) -> String {
+    let mut s = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut s);
+    }
+    s
+}
+
+/// The `.sock` and `.ctl` files and presence records left in the namespace.
+fn leftovers(ns: &Ns) -> Vec<String> {
+    let mut v = files_in(&ns.home.join("active-agents"));
+    v.extend(
+        files_in(&ns.home.join("peer-runtime"))
+            .into_iter()
+            .filter(|f| f.ends_with(".sock") || f.ends_with(".ctl")),
+    );
+    v
+}
+
+fn presence_count(ns: &Ns) -> usize {
+    files_in(&ns.home.join("active-agents"))
+        .iter()
+        .filter(|f| f.ends_with(".json"))
+        .count()
+}
+
+#[test]
+fn a_closed_pipe_ends_every_command_quietly() {
+    let ns = Ns::new("epipe");
+    let _host = ns.host(&["--alias", "alice"]);
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        (PEER_DIR, vec![]),
+        (PEER_DIR, vec!["--json"]),
+        (PEER, vec!["--help"]),
+        (PEER, vec!["--version"]),
+        (PEER, vec!["dir"]),
+        (PEER, vec!["inbox", "--help"]),
+        (PEER_RES, vec![]),
+        (PEER_RES, vec!["--help"]),
+        (PEER, vec!["--as", "carol", "inbox"]),
+    ];
+    for (bin, args) in cases {
+        let o = ns
+            .cmd(bin)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(closed_pipe())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{bin} {args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o), "", "{bin} {args:?} was not quiet");
+    }
+    // The one-off root of `--as carol` removed what it owned.
+    assert_eq!(presence_count(&ns), 1, "{:?}", leftovers(&ns));
+}
+
+#[test]
+fn inbox_follow_into_head_ends_after_the_first_line() {
+    let ns = Ns::new("follow-head");
+    let mut follow = ns
+        .cmd(PEER)
+        .args(["--as", "reader", "--json", "inbox", "--follow"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(20, || presence_count(&ns) == 1),
+        "reader never started"
+    );
+    let o = ns.peer(&["--as", "writer", "send", "@reader", "one line is enough"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // `head -1`: read one line, then close the pipe; nothing more arrives.
+    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("one line is enough"), "{first}");
+    drop(lines);
+    assert_eq!(wait_child(&mut follow), 0, "{}", read_stderr(&mut follow));
+    assert_eq!(read_stderr(&mut follow), "");
+    assert!(leftovers(&ns).is_empty(), "{:?}", leftovers(&ns));
+}
+
+fn signal(child: &Child, sig: Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+}
+
+#[test]
+fn peer_mcp_on_sigterm_removes_its_record_socket_and_control_file() {
+    let ns = Ns::new("mcp-term");
+    let mut mcp = ns
+        .cmd(PEER)
+        .args(["mcp", "--alias", "agent"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The client keeps stdin open, as MCP clients do; SIGTERM is how they stop a server.
+    assert!(
+        eventually(20, || leftovers(&ns).len() == 3),
+        "{:?}",
+        leftovers(&ns)
+    );
+    signal(&mcp, Signal::SIGTERM);
+    assert_eq!(wait_child(&mut mcp), 0, "{}", read_stderr(&mut mcp));
+    assert!(leftovers(&ns).is_empty(), "{:?}", leftovers(&ns));
+}
+
+#[test]
+fn inbox_follow_as_a_one_off_root_cleans_up_on_sigint_and_sigterm() {
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        let ns = Ns::new("follow-sig");
+        let mut follow = ns
+            .cmd(PEER)
+            .args(["--as", "x", "inbox", "--follow"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(
+            eventually(20, || leftovers(&ns).len() == 3),
+            "{:?}",
+            leftovers(&ns)
+        );
+        signal(&follow, sig);
+        assert_eq!(
+            wait_child(&mut follow),
+            128 + sig as i32,
+            "{sig}: {}",
+            read_stderr(&mut follow)
+        );
+        assert!(leftovers(&ns).is_empty(), "{sig}: {:?}", leftovers(&ns));
+    }
+}
+
+#[test]
+fn peer_host_on_sighup_removes_exactly_its_own_files() {
+    let ns = Ns::new("host-hup");
+    let mut a = ns.host(&["--alias", "a"]);
+    let b = ns.host(&["--alias", "b"]);
+    a.signal(Signal::SIGHUP);
+    assert_eq!(a.wait(), Some(0));
+    let left = leftovers(&ns);
+    assert_eq!(left.len(), 3, "{left:?}");
+    assert!(
+        left.iter().all(|f| f.contains(&b.field("instanceId"))),
+        "{left:?}"
+    );
+}
