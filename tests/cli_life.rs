@@ -188,3 +188,74 @@ fn peer_host_on_sighup_removes_exactly_its_own_files() {
         "{left:?}"
     );
 }
+
+/// A file that exists but cannot be executed (mode 0600).
+fn not_executable(ns: &Ns) -> String {
+    let path = ns.work.join("not-exec.sh");
+    std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn wrappers_exit_like_env_and_timeout() {
+    let ns = Ns::new("exits");
+    let noexec = not_executable(&ns);
+    let host = |cmd: &[&str]| {
+        let mut a = vec!["host", "--alias", "w", "--"];
+        a.extend_from_slice(cmd);
+        ns.peer(&a)
+    };
+    let run = |cmd: &[&str]| {
+        let mut a = vec!["run", "--resource", "r", "--"];
+        a.extend_from_slice(cmd);
+        ns.peer(&a)
+    };
+    for (name, wrap) in [("host", &host as &dyn Fn(&[&str]) -> _), ("run", &run)] {
+        // The command's own status, even one that equals a peerwire code's status.
+        let o = wrap(&["sh", "-c", "exit 17"]);
+        assert_eq!(o.status.code(), Some(17), "{name}: {}", stderr(&o));
+        let o = wrap(&["/nonexistent/command"]);
+        assert_eq!(o.status.code(), Some(127), "{name}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("/nonexistent/command"),
+            "{}",
+            stderr(&o)
+        );
+        let o = wrap(&[&noexec]);
+        assert_eq!(o.status.code(), Some(126), "{name}: {}", stderr(&o));
+    }
+    // peerwire's own failure around the command: 125 and the code on stderr.
+    ns.config(serde_json::json!({"enabled": false}));
+    let o = host(&["sh", "-c", "exit 0"]);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("peer: COMMUNICATION_DISABLED: "),
+        "{}",
+        stderr(&o)
+    );
+    let o = ns.peer(&["run", "--resource", "r", "--bogus", "--", "true"]);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).starts_with("peer: USAGE: "), "{}", stderr(&o));
+}
+
+#[test]
+fn peer_without_arguments_prints_usage_and_exits_2() {
+    let ns = Ns::new("noargs");
+    let o = ns.peer(&[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty());
+    assert!(stderr(&o).contains("usage: peer"), "{}", stderr(&o));
+}
+
+#[test]
+fn peer_lab_json_prints_only_json() {
+    let ns = Ns::new("labjson");
+    let o = ns.peer(&["--json", "lab"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(v["ok"], true);
+    assert!(stderr(&o).contains("alice sees replied"), "{}", stderr(&o));
+}

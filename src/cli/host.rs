@@ -48,10 +48,33 @@ fn parse(ctx: &Ctx, argv: Vec<OsString>) -> Result<Option<HostArgs>> {
 }
 
 pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
-    let Some(a) = parse(ctx, argv)? else {
-        out::text(HELP)?;
-        return Ok(0);
+    // With a command, peerwire's own failures exit 125 (see `exit`), whatever their code.
+    let wraps = argv.iter().any(|a| a == "--");
+    let a = match parse(ctx, argv) {
+        Ok(a) => a,
+        Err(e) if wraps => return Ok(super::exit::wrapper_failed(ctx, &e)),
+        Err(e) => return Err(e),
     };
+    if let Some(a) = &a
+        && !a.command.is_empty()
+    {
+        return Ok(match host(ctx, a) {
+            Ok(status) => status,
+            Err(e) => super::exit::wrapper_failed(ctx, &e),
+        });
+    }
+    match a {
+        Some(a) => host(ctx, &a),
+        None => host_help(),
+    }
+}
+
+fn host_help() -> Result<i32> {
+    out::text(HELP)?;
+    Ok(0)
+}
+
+fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     let stop = ctx.stop()?;
     let root = Root::start(&a.opts)?;
     let events = root.bus.subscribe();
@@ -130,7 +153,7 @@ fn run_child(
     stop: &Stop,
     drain: &mut dyn FnMut() -> Result<()>,
 ) -> Result<i32> {
-    let mut child = std::process::Command::new(&command[0])
+    let spawned = std::process::Command::new(&command[0])
         .args(&command[1..])
         .env("PEER_HOME", &root.ns.home)
         .env("PEER_INSTANCE_ID", &root.instance_id)
@@ -140,13 +163,11 @@ fn run_child(
         .env(crate::runtime::control::ENV_CONTROL, &root.control_path)
         .env("PEER_HOLDER_PID", std::process::id().to_string())
         .env_remove(crate::runtime::control::ENV_RUN)
-        .spawn()
-        .map_err(|e| {
-            Error::new(
-                Code::Io,
-                format!("cannot start {}: {e}", command[0].to_string_lossy()),
-            )
-        })?;
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => return Ok(super::exit::spawn_failed("peer host", &command[0], &e)),
+    };
     let mut forwarded = false;
     loop {
         drain()?;

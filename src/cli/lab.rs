@@ -24,6 +24,8 @@ gate. --keep leaves the namespace for inspection. Exits 0 when every step holds.
 struct LabHost {
     child: Child,
     ready: Value,
+    /// Kept open: a host whose output reader is gone ends, as any command on a closed pipe.
+    _events: BufReader<std::process::ChildStdout>,
 }
 
 impl Drop for LabHost {
@@ -103,7 +105,8 @@ impl Lab {
             .take()
             .ok_or_else(|| Error::new(Code::Io, "no stdout from peer host"))?;
         let mut line = String::new();
-        BufReader::new(stdout)
+        let mut events = BufReader::new(stdout);
+        events
             .read_line(&mut line)
             .map_err(|e| Error::new(Code::Io, e.to_string()))?;
         let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
@@ -114,7 +117,11 @@ impl Lab {
                 format!("peer host {alias} did not report ready"),
             ));
         }
-        Ok(LabHost { child, ready })
+        Ok(LabHost {
+            child,
+            ready,
+            _events: events,
+        })
     }
 
     /// Runs `peer ARGS` acting for `host`, returns parsed JSON stdout (last line).

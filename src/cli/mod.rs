@@ -4,6 +4,7 @@
 pub mod args;
 pub mod chat;
 pub mod dir;
+pub mod exit;
 pub mod host;
 pub mod lab;
 pub mod msg;

@@ -75,6 +75,14 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
 }
 
 pub fn run_child(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+    // A wrapper: the command's status, or 125 for peerwire's own failure (`exit`).
+    Ok(match run_child_wrapped(ctx, argv) {
+        Ok(status) => status,
+        Err(e) => super::exit::wrapper_failed(ctx, &e),
+    })
+}
+
+fn run_child_wrapped(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     use lexopt::prelude::*;
     let mut p = args::parser(argv);
     let mut alias = None;
@@ -123,18 +131,18 @@ pub fn run_child(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let status = std::process::Command::new(&command[0])
         .args(&command[1..])
         .env(control::ENV_RUN, &run_id)
-        .status()
-        .map_err(|e| {
-            Error::new(
-                Code::Io,
-                format!("cannot start {}: {e}", command[0].to_string_lossy()),
-            )
-        });
+        .status();
     // Retire whatever happened to the command: later sends to the run get TARGET_ENDED.
     let retired = session.call("local.run.retire", json!({"run": run_id}), 0);
     session.close();
-    let code = super::host::exit_code(status?);
-    retired?;
+    let code = match status {
+        Ok(s) => super::host::exit_code(s),
+        Err(e) => super::exit::spawn_failed("peer run-child", &command[0], &e),
+    };
+    // The command ran: its status stands; a failed retirement is reported beside it.
+    if let Err(e) = retired {
+        super::report(ctx, &e);
+    }
     Ok(code)
 }
 

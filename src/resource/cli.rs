@@ -66,6 +66,14 @@ fn number<T: std::str::FromStr>(v: OsString, flag: &str) -> Result<T> {
 
 /// `peer run`.
 pub fn run_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
+    // A wrapper: the command's status, or 125 for peerwire's own failure (`cli::exit`).
+    Ok(match run_wrapped(ctx, args) {
+        Ok(status) => status,
+        Err(e) => crate::cli::exit::wrapper_failed(ctx, &e),
+    })
+}
+
+fn run_wrapped(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     let mut p = lexopt::Parser::from_args(args);
     let mut req = RunRequest {
         resource: String::new(),

@@ -351,7 +351,20 @@ fn supervise(
     let terminal = Foreground::detect();
     let child = spawn(g, req, terminal.is_some());
     drop(tree_live);
-    let pid = child?.id();
+    let pid = match child {
+        Ok(c) => c.id(),
+        Err(e) => {
+            // The command never ran: env(1)'s 127 (not found) or 126 (not executable).
+            if let Some(t) = terminal {
+                t.restore();
+            }
+            return Ok(crate::cli::exit::spawn_failed(
+                "peer run",
+                &req.command[0],
+                &e,
+            ));
+        }
+    };
     if terminal.is_some() {
         // Also from this side, so the hand-over does not depend on which process runs first.
         hand_to(Pid::from_raw(pid as i32));
@@ -382,7 +395,7 @@ fn supervise(
     Ok(status)
 }
 
-fn spawn(g: &Grant, req: &RunRequest, terminal: bool) -> Result<std::process::Child> {
+fn spawn(g: &Grant, req: &RunRequest, terminal: bool) -> std::io::Result<std::process::Child> {
     let parent = nix::unistd::getpid();
     let mut cmd = std::process::Command::new(&req.command[0]);
     cmd.args(&req.command[1..])
@@ -408,20 +421,7 @@ fn spawn(g: &Grant, req: &RunRequest, terminal: bool) -> Result<std::process::Ch
             Ok(())
         });
     }
-    cmd.spawn().map_err(|e| {
-        let code = if e.kind() == std::io::ErrorKind::NotFound {
-            Code::NotFound
-        } else {
-            Code::Io
-        };
-        Error::new(
-            code,
-            format!(
-                "cannot run {:?}: {e}",
-                crate::sanitize::line(&req.command[0].to_string_lossy(), 80)
-            ),
-        )
-    })
+    cmd.spawn()
 }
 
 /// Forwards signals to the group and reaps until no child is left (ECHILD). Returns the direct
