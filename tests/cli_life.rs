@@ -259,3 +259,122 @@ fn peer_lab_json_prints_only_json() {
     assert_eq!(v["ok"], true);
     assert!(stderr(&o).contains("alice sees replied"), "{}", stderr(&o));
 }
+
+/// Runs `script` inside `peer host --alias bob` and expects it to succeed.
+fn as_bob(ns: &Ns, script: &str) {
+    let o = ns.peer(&["host", "--alias", "bob", "--", "sh", "-c", script]);
+    assert_eq!(o.status.code(), Some(0), "bob's script: {}", stderr(&o));
+}
+
+fn ids_in(text: &str) -> Vec<String> {
+    let mut ids: Vec<String> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.starts_with("m-"))
+        .map(str::to_string)
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+#[test]
+fn inbox_wait_blocks_until_an_unconsumed_message_and_times_out_with_its_own_status() {
+    let ns = Ns::new("inbox-wait");
+    let alice = ns.host(&["--alias", "alice"]);
+    let timeout = exit_of(peerwire::error::Code::Timeout);
+    // Nothing there: the wait runs out with TIMEOUT.
+    let o = peer_as(&ns, &alice, &["inbox", "--wait", "200"]);
+    assert_eq!(o.status.code(), Some(timeout), "{}", stderr(&o));
+    assert!(stderr(&o).starts_with("peer: TIMEOUT: "), "{}", stderr(&o));
+    as_bob(&ns, "peer send @alice first");
+    // One is there: the wait returns at once with it.
+    let o = peer_as(&ns, &alice, &["--json", "inbox", "--wait", "30000"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let page = json_of(&o);
+    let id = page["messages"][0]["messageId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(page["messages"][0]["content"], "first");
+    // Once consumed it no longer ends a wait (a shell loop would spin otherwise)...
+    let o = peer_as(&ns, &alice, &["consume", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = peer_as(&ns, &alice, &["inbox", "--wait", "300"]);
+    assert_eq!(o.status.code(), Some(timeout), "{}", stderr(&o));
+    let o = peer_as(&ns, &alice, &["inbox"]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains(&id));
+    // ...but --all still shows it.
+    let o = peer_as(&ns, &alice, &["inbox", "--all"]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&id),
+        "{}",
+        stderr(&o)
+    );
+    // A waiting reader gets the next message when it arrives.
+    let waiter = ns
+        .cmd(PEER)
+        .env("PEER_CONTROL", alice.field("control"))
+        .args(["--json", "inbox", "--wait", "30000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    as_bob(&ns, "peer send @alice second");
+    let o = waiter.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(json_of(&o)["messages"][0]["content"], "second");
+}
+
+#[test]
+fn inbox_pages_are_bounded_by_bytes_and_people_see_every_page() {
+    let ns = Ns::new("inbox-pages");
+    ns.config(serde_json::json!({"limits": {"directoryPageSize": 9, "ratePerSecond": 1000, "rateBurst": 1000}}));
+    let alice = ns.host(&["--alias", "alice"]);
+    // Ten messages of 7,900 bytes: together above frameBytes (65,536).
+    as_bob(
+        &ns,
+        "for i in $(seq 10); do head -c 7900 /dev/zero | tr '\\0' x | peer send @alice - >/dev/null || exit 1; done",
+    );
+    as_bob(
+        &ns,
+        "for i in $(seq 3); do peer send @alice \"short $i\" >/dev/null || exit 1; done",
+    );
+    // Nine of them (a page by count) would not fit one frame. A person sees every page.
+    let o = peer_as(&ns, &alice, &["inbox"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(ids_in(&text).len(), 13, "{text}");
+    // A script pages with --json: each page fits a frame; more/cursor continue it.
+    let mut seen = Vec::new();
+    let mut args = vec!["--json".to_string(), "inbox".to_string()];
+    for _ in 0..20 {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = peer_as(&ns, &alice, &a);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(
+            o.stdout.len() < 65_536,
+            "a page of {} bytes",
+            o.stdout.len()
+        );
+        let page = json_of(&o);
+        for m in page["messages"].as_array().unwrap() {
+            seen.push(m["messageId"].as_str().unwrap().to_string());
+        }
+        if page["more"] != true {
+            break;
+        }
+        args = vec![
+            "--json".into(),
+            "inbox".into(),
+            "--after".into(),
+            page["cursor"].to_string(),
+            "--events-after".into(),
+            page["eventCursor"].to_string(),
+        ];
+    }
+    let n = seen.len();
+    seen.sort();
+    seen.dedup();
+    assert_eq!((n, seen.len()), (13, 13));
+}

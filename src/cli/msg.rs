@@ -20,12 +20,14 @@ custody receipt once the recipient has the message on disk. With --wait-receipt,
 ";
 
 pub const INBOX_HELP: &str =
-    "usage: peer inbox [--after N] [--from PEER] [--reply-to MSGID] [--message-id ID]
-                  [--wait MS] [--follow]
+    "usage: peer inbox [--all] [--after N] [--events-after E] [--from PEER] [--reply-to MSGID]
+                  [--message-id ID] [--wait MS | --follow]
 
-Prints this session's messages after sequence N and the receipts of its own sent messages.
---wait waits up to MS milliseconds (at most 30000) for something new; --follow keeps streaming
-(NDJSON with --json) until interrupted.
+Prints this session's unconsumed messages (--all: consumed ones too) and the receipts of its
+own sent messages, every page of them. --json prints one page: when \"more\" is true, run
+again with --after CURSOR --events-after EVENTCURSOR. --wait blocks up to MS milliseconds (at
+most 30000) until a message is there (at once when one already is) and exits with TIMEOUT
+when none came; --follow keeps streaming (NDJSON with --json) until interrupted. See peer(1).
 ";
 
 pub const REPLY_HELP: &str = "usage: peer reply MSGID (TEXT | -) [--topic T]
@@ -172,9 +174,15 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     use lexopt::prelude::*;
     let mut p = args::parser(argv);
     let mut tool_args = Map::new();
-    let mut follow = false;
+    let mut envelope = Map::new();
+    let (mut follow, mut all, mut wait) = (false, false, None);
     while let Some(arg) = p.next().map_err(args::usage)? {
         match arg {
+            Long("all") => all = true,
+            Long("events-after") => drop(envelope.insert(
+                "eventsAfter".into(),
+                json!(args::number(&mut p, "--events-after")?),
+            )),
             Long("after") => {
                 drop(tool_args.insert("after".into(), json!(args::number(&mut p, "--after")?)))
             }
@@ -189,32 +197,43 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
                 json!(args::string(&mut p, "--message-id")?),
             )),
             Long("wait") => {
-                drop(tool_args.insert("waitMs".into(), json!(args::millis(&mut p, "--wait")?)))
+                let ms = args::millis(&mut p, "--wait")?;
+                wait = Some(ms);
+                tool_args.insert("waitMs".into(), json!(ms));
             }
             Long("follow") => follow = true,
             Long("help") | Short('h') => return help(INBOX_HELP),
             other => return Err(args::unexpected(other)),
         }
     }
+    if follow && wait.is_some() {
+        return Err(Error::new(Code::Usage, "use --wait or --follow, not both"));
+    }
+    if !all {
+        envelope.insert("unconsumed".into(), json!(true));
+    }
+    if wait.is_some() {
+        // A wait is for a message; receipt updates alone do not end it.
+        envelope.insert("waitFor".into(), json!("message"));
+    }
     let mut session = Session::open(ctx)?;
+    if !follow {
+        let status = print_all_pages(ctx, &mut session, tool_args, envelope, wait, all);
+        session.close();
+        return status;
+    }
     // A follower waits in short slices so it notices, between them, a reader that has gone
     // (`| head -1`) even when nothing more arrives.
     let wait_slice = session.limits().wait_ms_max.min(FOLLOW_SLICE_MS);
-    let mut envelope = Map::new();
     loop {
         let mut call_args = tool_args.clone();
-        if follow {
-            call_args.insert("waitMs".into(), json!(wait_slice));
-        }
+        call_args.insert("waitMs".into(), json!(wait_slice));
         let page = session.tool(
             "peer_messages",
             serde_json::Value::Object(call_args),
             envelope.clone(),
         )?;
-        print_page(ctx, &page, follow)?;
-        if !follow {
-            break;
-        }
+        print_page(ctx, &page, true, all)?;
         if let Some(status) = ctx.stopped_status() {
             session.close();
             return Ok(status);
@@ -230,11 +249,80 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             envelope.insert("eventsAfter".into(), ev);
         }
     }
-    session.close();
+}
+
+/// Most pages a person's `peer inbox` prints in one run; the last line says how to go on.
+const HUMAN_PAGES_MAX: usize = 1_000;
+
+/// `peer inbox` without `--follow`: a person gets every page (each bounded in bytes by the
+/// root); `--json` gets the first page with `more`/`cursor`/`eventCursor` to continue from.
+/// A `--wait` that saw no message ends with TIMEOUT.
+fn print_all_pages(
+    ctx: &Ctx,
+    session: &mut Session,
+    mut tool_args: Map<String, Value>,
+    mut envelope: Map<String, Value>,
+    wait: Option<u64>,
+    all: bool,
+) -> Result<i32> {
+    let mut printed = 0usize;
+    for pages in 0.. {
+        let page = session.tool(
+            "peer_messages",
+            Value::Object(tool_args.clone()),
+            envelope.clone(),
+        )?;
+        let has_messages = page
+            .get("messages")
+            .and_then(Value::as_array)
+            .is_some_and(|m| !m.is_empty());
+        if let Some(ms) = wait
+            && pages == 0
+            && !has_messages
+        {
+            return Err(Error::new(
+                Code::Timeout,
+                format!("no message arrived within {ms} ms"),
+            ));
+        }
+        let more = page.get("more").and_then(Value::as_bool) == Some(true);
+        if ctx.json {
+            print_json(&page)?;
+            return Ok(0);
+        }
+        printed += count(&page, "messages") + count(&page, "events");
+        // "(no messages)" only when the whole run printed nothing.
+        print_page(ctx, &page, printed > 0 || more, all)?;
+        let cursor = page.get("cursor").and_then(Value::as_u64);
+        let events = page.get("eventCursor").and_then(Value::as_u64);
+        if !more {
+            break;
+        }
+        if pages + 1 >= HUMAN_PAGES_MAX {
+            out::line(&format!(
+                "more: peer inbox --after {} --events-after {}",
+                cursor.unwrap_or(0),
+                events.unwrap_or(0)
+            ))?;
+            break;
+        }
+        // Further pages are read at once: the wait, if any, is over.
+        tool_args.insert("waitMs".into(), json!(0));
+        if let Some(c) = cursor {
+            tool_args.insert("after".into(), json!(c));
+        }
+        if let Some(e) = events {
+            envelope.insert("eventsAfter".into(), json!(e));
+        }
+    }
     Ok(0)
 }
 
-fn print_page(ctx: &Ctx, page: &Value, stream: bool) -> Result<()> {
+fn count(page: &Value, key: &str) -> usize {
+    page.get(key).and_then(Value::as_array).map_or(0, Vec::len)
+}
+
+fn print_page(ctx: &Ctx, page: &Value, stream: bool, all: bool) -> Result<()> {
     let empty = Vec::new();
     let messages = page
         .get("messages")
@@ -263,7 +351,11 @@ fn print_page(ctx: &Ctx, page: &Value, stream: bool) -> Result<()> {
         out::line(&format!("receipt: {}", describe_receipt(e)))?;
     }
     if !stream && messages.is_empty() && events.is_empty() {
-        out::line("(no new messages)")?;
+        out::line(if all {
+            "(no messages)"
+        } else {
+            "(no unconsumed messages; peer inbox --all shows consumed ones too)"
+        })?;
     }
     Ok(())
 }

@@ -192,6 +192,8 @@ impl Machine {
                     .as_ref()
                     .is_none_or(|r| e.reply_to.as_ref() == Some(r))
                 && q.message_id.as_ref().is_none_or(|m| &e.message_id == m)
+                && (!q.unconsumed_only
+                    || matches!(e.state, ReceiptState::Accepted | ReceiptState::Prepared))
         });
         let messages: Vec<InboxEntry> = matching.by_ref().take(limit).cloned().collect();
         let mut more = matching.next().is_some();

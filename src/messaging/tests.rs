@@ -912,3 +912,26 @@ mod model {
         }
     }
 }
+
+#[test]
+fn read_of_unconsumed_skips_consumed_messages_and_pages_over_them() {
+    let mut m = machine();
+    for i in 0..3 {
+        m.accept(&alice(), &send(&format!("u{i}"), "a"), &recipients(), NOW)
+            .unwrap();
+    }
+    m.mark(ME, &MessageRef::Sequence(2), ReceiptState::Consumed, NOW)
+        .unwrap();
+    let q = ReadQuery {
+        recipient_peer_id: ME.into(),
+        unconsumed_only: true,
+        ..Default::default()
+    };
+    let seqs: Vec<u64> = m.read(&q).messages.iter().map(|e| e.sequence).collect();
+    assert_eq!(seqs, [1, 3]);
+    let all = ReadQuery {
+        unconsumed_only: false,
+        ..q
+    };
+    assert_eq!(m.read(&all).messages.len(), 3);
+}

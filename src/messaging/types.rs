@@ -271,6 +271,8 @@ pub struct ReadQuery {
     pub limit: u64,
     /// Only receipt events with a cursor above this; None skips events.
     pub events_after: Option<u64>,
+    /// Only messages not yet consumed (accepted or prepared).
+    pub unconsumed_only: bool,
 }
 
 /// The answer to a [`ReadQuery`].

@@ -175,7 +175,7 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
             "sessionId": core.session_id,
             "capabilities": caller.capabilities,
             "eventsDropped": core.bus.dropped(),
-            "limits": {"messageBytes": core.limits().message_bytes, "waitMsMax": core.limits().wait_ms_max, "acknowledgementMs": core.limits().acknowledgement_ms},
+            "limits": {"messageBytes": core.limits().message_bytes, "waitMsMax": core.limits().wait_ms_max, "acknowledgementMs": core.limits().acknowledgement_ms, "frameBytes": core.limits().frame_bytes},
         })),
         "local.tool" => super::tools::local_tool(core, &caller, &params),
         "local.consume" | "local.prepare" => {

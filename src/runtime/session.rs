@@ -87,6 +87,8 @@ impl Session {
             limits.message_bytes = get("messageBytes", limits.message_bytes);
             limits.wait_ms_max = get("waitMsMax", limits.wait_ms_max);
             limits.acknowledgement_ms = get("acknowledgementMs", limits.acknowledgement_ms);
+            limits.frame_bytes = get("frameBytes", limits.frame_bytes);
+            client.set_frame_bytes(limits.frame_bytes);
         }
         Ok(Session::Remote {
             client,
