@@ -378,3 +378,145 @@ fn inbox_pages_are_bounded_by_bytes_and_people_see_every_page() {
     seen.dedup();
     assert_eq!((n, seen.len()), (13, 13));
 }
+
+/// A command running under a real pseudo-terminal (util-linux `script`), with everything it
+/// writes to the terminal collected.
+struct Tty {
+    child: Child,
+    screen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    input: Option<std::process::ChildStdin>,
+}
+
+impl Tty {
+    fn start(ns: &Ns, command: &str, path: &std::ffi::OsStr) -> Tty {
+        let mut child = std::process::Command::new("script")
+            .args(["-q", "-e", "-c", command, "/dev/null"])
+            .current_dir(&ns.work)
+            .env_remove("PEER_CONTROL")
+            .env("PATH", path)
+            .env("TERM", "dumb")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("util-linux script is installed");
+        let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut out = child.stdout.take().unwrap();
+        let sink = screen.clone();
+        let reader = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = out.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let input = child.stdin.take();
+        Tty {
+            child,
+            screen,
+            reader: Some(reader),
+            input,
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.screen.lock().unwrap()).into_owned()
+    }
+
+    fn shown(&self, needle: &str) -> bool {
+        self.text().contains(needle)
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        let input = self.input.as_mut().unwrap();
+        input.write_all(bytes).unwrap();
+        input.flush().unwrap();
+    }
+
+    /// Waits for the end and returns everything the terminal showed.
+    fn finish(mut self) -> (i32, String) {
+        drop(self.input.take());
+        let status = wait_child(&mut self.child);
+        if let Some(r) = self.reader.take() {
+            r.join().unwrap();
+        }
+        (status, self.text())
+    }
+}
+
+/// A hosted command that records where `peer` is found and its control file, then waits for
+/// a `stop` file and prints a marker.
+fn hosted(ns: &Ns, host_args: &str) -> String {
+    let peer = std::path::Path::new(PEER).display().to_string();
+    let script = "command -v peer > where; echo \"$PEER_CONTROL\" > ctl; \
+                  while [ ! -f stop ]; do sleep 0.02; done; echo child-done";
+    format!(
+        "'{peer}' --home '{}' host --alias alice {host_args} -- sh -c '{script}'",
+        ns.home.display()
+    )
+}
+
+/// Starts `hosted` under a terminal, sends alice one message, lets the command finish.
+fn arrival_under_terminal(ns: &Ns, host_args: &str) -> (i32, String) {
+    // A PATH without the build directory: the host must put its own directory first.
+    let tty = Tty::start(
+        ns,
+        &hosted(ns, host_args),
+        std::ffi::OsStr::new("/usr/bin:/bin"),
+    );
+    let ctl = ns.work.join("ctl");
+    assert!(
+        eventually(20, || std::fs::read_to_string(&ctl)
+            .is_ok_and(|s| s.ends_with('\n'))),
+        "the hosted command never started: {}",
+        tty.text()
+    );
+    let o = ns.peer(&["--as", "bob", "send", "@alice", "knock knock"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // The arrival is in alice's inbox (and on the host's event bus) before the command ends.
+    let control = std::fs::read_to_string(&ctl).unwrap().trim().to_string();
+    let o = ns
+        .cmd(PEER)
+        .env("PEER_CONTROL", &control)
+        .args(["inbox"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("knock knock"));
+    std::fs::write(ns.work.join("stop"), b"").unwrap();
+    tty.finish()
+}
+
+#[test]
+fn peer_host_writes_nothing_into_the_terminal_its_command_owns() {
+    let ns = Ns::new("host-tty");
+    let (status, screen) = arrival_under_terminal(&ns, "");
+    assert_eq!(status, 0, "{screen}");
+    assert!(screen.contains("child-done"), "{screen}");
+    assert!(
+        !screen.contains("message"),
+        "a notice reached CMD's terminal: {screen:?}"
+    );
+    assert!(!screen.contains('\u{7}'), "{screen:?}");
+    // `peer` inside the session is the running binary, found through PATH.
+    let dir = std::path::Path::new(PEER).parent().unwrap();
+    let found = std::fs::read_to_string(ns.work.join("where")).unwrap();
+    assert_eq!(found.trim(), dir.join("peer").display().to_string());
+}
+
+#[test]
+fn peer_host_notify_is_opt_in() {
+    let ns = Ns::new("host-notify");
+    let (status, screen) = arrival_under_terminal(&ns, "--notify stderr");
+    assert_eq!(status, 0, "{screen}");
+    assert!(screen.contains("peer host: message m-"), "{screen:?}");
+    let ns = Ns::new("host-bell");
+    let (status, screen) = arrival_under_terminal(&ns, "--notify bell");
+    assert_eq!(status, 0, "{screen}");
+    assert!(screen.contains('\u{7}'), "{screen:?}");
+    assert!(!screen.contains("peer host: message"), "{screen:?}");
+}

@@ -1,24 +1,57 @@
 //! `peer host [-- CMD…]`: runs a root for a session until it is told to stop (or until CMD
 //! exits), printing the ready line and events, and cleaning up exactly its own records.
+//!
+//! While CMD runs it owns the terminal: the host writes nothing into it unless asked to with
+//! `--notify bell|stderr`. Arrivals reach the session through `peer inbox [--follow]`, the
+//! MCP notification, or `--json` events on a stdout that is not a terminal.
 
 use super::signals::Stop;
 use super::{Ctx, args, out};
 use crate::error::{Code, Error, Result};
 use crate::runtime::{Root, RootOptions};
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::time::Duration;
 
-pub const HELP: &str =
-    "usage: peer host [--alias A] [--session-id S] [--workspace DIR] [--json] [-- CMD [ARG…]]
+pub const HELP: &str = "usage: peer host [--alias A] [--session-id S] [--workspace DIR]
+                 [--notify bell|stderr|none] [--json] [-- CMD [ARG…]]
 
 Starts a root for this session: an endpoint, a durable inbox and a presence record. With CMD,
-runs it as a child whose peer commands act for this session, and exits with its status.
-Without CMD, runs until SIGINT or SIGTERM. See peer(1).
+runs it as a child whose peer commands act for this session (the running peer's directory
+first in its PATH), and exits with its status. Without CMD, runs until SIGINT, SIGTERM or
+SIGHUP. --notify says how an arrival is announced: a terminal bell, a line on stderr, or
+nothing (the default while CMD has the terminal; stderr without CMD). See peer(1).
 ";
+
+/// How the host announces an arriving message to a person.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Notify {
+    /// A BEL on stderr: audible or visible per terminal, never text inside CMD's screen.
+    Bell,
+    /// One sanitized line on stderr.
+    Stderr,
+    /// Nothing: `peer inbox`, `--follow` and MCP notifications carry arrivals.
+    None,
+}
+
+impl Notify {
+    fn parse(s: &str) -> Result<Notify> {
+        match s {
+            "bell" => Ok(Notify::Bell),
+            "stderr" => Ok(Notify::Stderr),
+            "none" => Ok(Notify::None),
+            _ => Err(Error::new(
+                Code::Usage,
+                "--notify takes bell, stderr or none",
+            )),
+        }
+    }
+}
 
 struct HostArgs {
     opts: RootOptions,
     command: Vec<OsString>,
+    notify: Option<Notify>,
 }
 
 fn parse(ctx: &Ctx, argv: Vec<OsString>) -> Result<Option<HostArgs>> {
@@ -31,8 +64,10 @@ fn parse(ctx: &Ctx, argv: Vec<OsString>) -> Result<Option<HostArgs>> {
         ..Default::default()
     };
     let mut command = Vec::new();
+    let mut notify = None;
     while let Some(arg) = p.next().map_err(args::usage)? {
         match arg {
+            Long("notify") => notify = Some(Notify::parse(&args::string(&mut p, "--notify")?)?),
             Long("alias") => opts.alias = Some(args::string(&mut p, "--alias")?),
             Long("session-id") => opts.session_id = Some(args::string(&mut p, "--session-id")?),
             Long("workspace") => opts.workspace = Some(args::string(&mut p, "--workspace")?.into()),
@@ -44,7 +79,11 @@ fn parse(ctx: &Ctx, argv: Vec<OsString>) -> Result<Option<HostArgs>> {
             other => return Err(args::unexpected(other)),
         }
     }
-    Ok(Some(HostArgs { opts, command }))
+    Ok(Some(HostArgs {
+        opts,
+        command,
+        notify,
+    }))
 }
 
 pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
@@ -94,10 +133,21 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     if a.command.is_empty() {
         ready?;
     }
+    let shows = Shows {
+        // A terminal on stdout belongs to CMD while it runs: no NDJSON into it either.
+        json: ctx.json && (a.command.is_empty() || !std::io::stdout().is_terminal()),
+        // By default a line on stderr only for a host of its own in a terminal (no CMD, no
+        // --json); never into a terminal CMD owns.
+        notify: a.notify.unwrap_or(if a.command.is_empty() && !ctx.json {
+            Notify::Stderr
+        } else {
+            Notify::None
+        }),
+    };
     let mut drain = || -> Result<()> {
         if let Some(rx) = &events {
             for ev in rx.try_iter() {
-                if output_open && print_event(ctx.json, &ev).is_err() {
+                if output_open && print_event(&shows, &ev).is_err() {
                     output_open = false;
                 }
             }
@@ -117,13 +167,27 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     status
 }
 
-/// Events as NDJSON with `--json`; otherwise one sanitized line per arrival (the `notify`
-/// idle behaviour) on stderr, so a hosted command's own stdout stays clean.
-fn print_event(json: bool, ev: &serde_json::Value) -> Result<()> {
-    if json {
-        return super::print_json(ev);
+/// What the host prints for events.
+struct Shows {
+    /// Every event as NDJSON on stdout.
+    json: bool,
+    /// How an arriving message is announced (besides `json`).
+    notify: Notify,
+}
+
+/// Events as NDJSON when asked for; an arrival announced as `--notify` says (on stderr, so a
+/// hosted command's own stdout stays clean).
+fn print_event(shows: &Shows, ev: &serde_json::Value) -> Result<()> {
+    if shows.json {
+        super::print_json(ev)?;
     }
-    if ev.get("kind").and_then(serde_json::Value::as_str) == Some("message") {
+    if ev.get("kind").and_then(serde_json::Value::as_str) != Some("message") {
+        return Ok(());
+    }
+    if shows.notify == Notify::Bell {
+        out::err_text("\u{7}");
+    }
+    if shows.notify == Notify::Stderr {
         let s = |k: &str| {
             ev.get(k)
                 .and_then(serde_json::Value::as_str)
@@ -153,7 +217,11 @@ fn run_child(
     stop: &Stop,
     drain: &mut dyn FnMut() -> Result<()>,
 ) -> Result<i32> {
-    let spawned = std::process::Command::new(&command[0])
+    let mut child_cmd = std::process::Command::new(&command[0]);
+    if let Some(path) = path_with_own_dir() {
+        child_cmd.env("PATH", path);
+    }
+    let spawned = child_cmd
         .args(&command[1..])
         .env("PEER_HOME", &root.ns.home)
         .env("PEER_INSTANCE_ID", &root.instance_id)
@@ -190,6 +258,19 @@ fn run_child(
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// `PATH` with the running binary's directory first, so `peer` inside the session is this
+/// very peer (the one that started the root and knows its control file format) even when it
+/// is not installed. `None` when the binary's path is unknown.
+fn path_with_own_dir() -> Option<OsString> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?.to_path_buf();
+    let mut paths = vec![dir.clone()];
+    if let Some(p) = std::env::var_os("PATH") {
+        paths.extend(std::env::split_paths(&p).filter(|d| *d != dir));
+    }
+    std::env::join_paths(paths).ok()
 }
 
 /// The shell convention: the exit code, or 128 + signal number.

@@ -53,6 +53,13 @@ pub fn err_line(line: &str) {
         .and_then(|()| err.flush());
 }
 
+/// Writes `text` to standard error as it is (no newline), ignoring failures like
+/// [`err_line`].
+pub fn err_text(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+}
+
 /// Maps a failed write: a broken pipe is [`closed`], anything else an `IO_ERROR`.
 pub fn write_error(e: &std::io::Error) -> Error {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
