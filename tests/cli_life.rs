@@ -2,7 +2,7 @@
 //! quietly, stop signals make every root remove exactly what it owns, exit statuses follow
 //! env(1)/timeout(1), inbox semantics and paging, terminals owned by the wrapped command.
 
-mod common;
+use crate::common;
 
 use common::*;
 use nix::sys::signal::Signal;

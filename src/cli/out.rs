@@ -4,21 +4,18 @@
 //! removed its own files, because the error travels the normal return path instead of a panic
 //! or a restored SIGPIPE that would kill the process before its cleanup.
 
-use crate::error::{Code, Error, Result};
+use crate::error::{Error, Result};
 use std::io::Write;
 use std::os::fd::AsFd;
 
-/// The message of the error that means "standard output is closed"; see [`is_closed`].
-const CLOSED: &str = "standard output was closed by its reader";
-
 /// The error a write to a closed standard output returns.
 pub fn closed() -> Error {
-    Error::new(Code::Io, CLOSED)
+    Error::stdout_closed()
 }
 
 /// True for the error of [`closed`]: the caller ends quietly with status 0.
 pub fn is_closed(e: &Error) -> bool {
-    e.code == Code::Io && e.message == CLOSED
+    e.is_stdout_closed()
 }
 
 /// Writes `text` to standard output as it is and flushes.
@@ -62,11 +59,7 @@ pub fn err_text(text: &str) {
 
 /// Maps a failed write: a broken pipe is [`closed`], anything else an `IO_ERROR`.
 pub fn write_error(e: &std::io::Error) -> Error {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        closed()
-    } else {
-        Error::new(Code::Io, format!("cannot write to standard output: {e}"))
-    }
+    Error::stdout_write(e)
 }
 
 /// True when standard output is a pipe or socket whose reader has gone, found without writing

@@ -1,4 +1,5 @@
-//! Who is acting on a resource from the command line, and which capabilities it has.
+//! Who is acting on a resource, and which capabilities it has. The command line builds its
+//! principal in `cli::res` from the rules below.
 //!
 //! Identity: `--as ALIAS` gives `cli:ALIAS`; otherwise the control file named by `PEER_CONTROL`
 //! (set by the enclosing `peer host`) gives `peer:<peerId>` of the session or of the child run
@@ -23,6 +24,12 @@ pub struct Principal {
     pub capabilities: Vec<String>,
 }
 
+/// The principal id of a session or child run with this peerId: the same for its MCP tools,
+/// its `peer` commands and the gate, so all three agree on who holds what.
+pub fn principal_id(peer_id: &str) -> String {
+    format!("peer:{peer_id}")
+}
+
 /// The capabilities a namespace grants by default.
 pub fn default_capabilities(cfg: &Config) -> Vec<String> {
     let mut caps = vec![CAP_REQUEST.to_string()];
@@ -43,73 +50,6 @@ pub fn restrict(caps: Vec<String>, keep: Option<&str>) -> Vec<String> {
     caps.into_iter()
         .filter(|c| named.contains(&c.as_str()))
         .collect()
-}
-
-impl Principal {
-    /// The principal of a `peer` command-line invocation.
-    pub fn for_cli(alias: Option<&str>, cfg: &Config) -> Principal {
-        let control = std::env::var("PEER_CONTROL").ok().filter(|v| !v.is_empty());
-        let mut granted: Option<Vec<String>> = None;
-        let (id, display) = match (alias, control) {
-            (Some(a), _) => (format!("cli:{a}"), a.to_string()),
-            (None, Some(c)) => match crate::runtime::control::read(std::path::Path::new(&c)) {
-                // The same id the session's own tools use, so the CLI, MCP and the gate agree
-                // on who holds what.
-                Ok(cf) => {
-                    let run = std::env::var(crate::runtime::control::ENV_RUN)
-                        .ok()
-                        .filter(|r| !r.is_empty());
-                    let peer = crate::identity::peer_id(&cf.instance_id, run.as_deref());
-                    if let Some(r) = &run {
-                        // A child run has only what its root gave it; unknown means less.
-                        granted = Some(run_capabilities(&cf, r, &cfg.limits).unwrap_or_default());
-                    }
-                    let alias = std::env::var("PEER_ALIAS").unwrap_or_else(|_| peer.clone());
-                    (crate::runtime::resources::principal_id(&peer), alias)
-                }
-                Err(_) => {
-                    let c = crate::sanitize::line(&c, 120);
-                    (format!("session:{c}"), c)
-                }
-            },
-            (None, None) => {
-                let pid = std::process::id();
-                (format!("cli:pid-{pid}"), format!("pid-{pid}"))
-            }
-        };
-        let keep = std::env::var("PEER_CAPABILITIES").ok();
-        let mut capabilities = restrict(default_capabilities(cfg), keep.as_deref());
-        if let Some(g) = granted {
-            capabilities.retain(|c| c == CAP_REQUEST || g.contains(c));
-        }
-        Principal {
-            id,
-            display: crate::sanitize::line(&display, 120),
-            capabilities,
-        }
-    }
-}
-
-/// The capabilities the root behind `cf` gave child run `run` (`local.info`).
-fn run_capabilities(
-    cf: &crate::runtime::control::ControlFile,
-    run: &str,
-    limits: &crate::config::Limits,
-) -> Result<Vec<String>> {
-    let mut client =
-        crate::transport::LocalClient::connect(&cf.endpoint, cf.secret_bytes()?, limits)?;
-    let info = client.call(
-        "local.info",
-        serde_json::json!({"version": 1, "runId": run}),
-        limits.acknowledgement_ms,
-    )?;
-    Ok(info
-        .get("capabilities")
-        .and_then(serde_json::Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.as_str().map(str::to_string))
-        .collect())
 }
 
 /// Evidence of the enclosing session root named by `PEER_HOLDER_PID`, for operations whose

@@ -368,13 +368,10 @@ mod tests {
     use crate::resource::core::{CAP_REQUEST, Outcome};
     use std::os::unix::process::CommandExt;
 
-    fn space(tag: &str) -> Space {
-        let home = std::env::temp_dir().join(format!(
-            "pw-res-{tag}-{}-{:x}",
-            std::process::id(),
-            crate::identity::random_u64()
-        ));
-        Space::open(&home, &Config::default()).unwrap()
+    fn space(tag: &str) -> (crate::fsutil::TempDir, Space) {
+        let home = crate::fsutil::TempDir::new(&format!("res-{tag}")).unwrap();
+        let space = Space::open(&home, &Config::default()).unwrap();
+        (home, space)
     }
 
     fn me(probe: &Probe) -> Caller {
@@ -391,7 +388,7 @@ mod tests {
 
     #[test]
     fn transaction_round_trip_and_corrupt_file_is_left_alone() {
-        let s = space("tx");
+        let (_home, s) = space("tx");
         let probe = Probe::new();
         let step = s
             .transact(
@@ -418,7 +415,7 @@ mod tests {
 
     #[test]
     fn a_gone_gate_with_a_live_launch_group_keeps_its_grant() {
-        let s = space("group");
+        let (_home, s) = space("group");
         let probe = Probe::new();
         let mut child = std::process::Command::new("sleep")
             .arg("5")
