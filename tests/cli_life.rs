@@ -520,3 +520,70 @@ fn peer_host_notify_is_opt_in() {
     assert!(screen.contains('\u{7}'), "{screen:?}");
     assert!(!screen.contains("peer host: message"), "{screen:?}");
 }
+
+/// The messages bob has received, in order.
+fn contents(ns: &Ns, bob: &Host) -> Vec<String> {
+    let v = json_of(&peer_as(ns, bob, &["--json", "inbox", "--all"]));
+    v["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter_map(|x| x["content"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn chat_edits_lines_with_the_usual_keys_and_keeps_commands_local() {
+    let ns = Ns::new("chat-keys");
+    let alice = ns.host(&["--alias", "alice"]);
+    let bob = ns.host(&["--alias", "bob"]);
+    let peer = std::path::Path::new(PEER).display().to_string();
+    let cmd = format!(
+        "env PEER_CONTROL='{}' '{peer}' --home '{}' chat",
+        alice.field("control"),
+        ns.home.display()
+    );
+    let mut tty = Tty::start(&ns, &cmd, &path_with_peer());
+    assert!(eventually(20, || tty.shown("peer> ")), "no prompt");
+    // /help is answered here and never sent; an unknown /word is refused here.
+    tty.send(b"/help\r");
+    assert!(
+        eventually(20, || tty.shown("Commands stay local")),
+        "{}",
+        tty.text()
+    );
+    tty.send(b"/nonsense\r");
+    assert!(eventually(20, || tty.shown("/nonsense is not a chat command")));
+    // Ctrl-W, Ctrl-Left, Right, End, Backspace, Alt-c, Home, End and Delete edit the line;
+    // none of them inserts anything.
+    tty.send(
+        b"@bob junk\x17hello wrld\x1b[1;5D\x1b[Co\x1b[F x\x7f\x7f\x1bc\x1b[1~\x1b[4~\x1b[3~\r",
+    );
+    assert!(
+        eventually(20, || contents(&ns, &bob).len() == 1),
+        "{}",
+        tty.text()
+    );
+    // SS3 Home, Delete twice; Ctrl-U kills a whole line; Ctrl-A/Ctrl-E move.
+    tty.send(b"zz@bob second\x1bOH\x1b[3~\x1b[3~\r");
+    tty.send(b"@bob nope\x15@bob thd\x01\x05\x02ir\r");
+    assert!(
+        eventually(20, || contents(&ns, &bob).len() == 3),
+        "{}",
+        tty.text()
+    );
+    assert_eq!(contents(&ns, &bob), ["hello world", "second", "third"]);
+    tty.send(b"/quit\r");
+    let (status, screen) = tty.finish();
+    assert_eq!(status, 0, "{screen}");
+    // One line per send: no echo of the typed line, no second "accepted" receipt line.
+    assert_eq!(
+        screen.matches("you → @bob: hello world").count(),
+        1,
+        "{screen:?}"
+    );
+    assert_eq!(screen.matches("accepted").count(), 3, "{screen:?}");
+    assert!(!screen.contains("\r\u{1b}[2K> "), "{screen:?}");
+}

@@ -7,6 +7,7 @@ pub mod chat;
 pub mod dir;
 pub mod exit;
 pub mod host;
+pub mod keys;
 pub mod lab;
 pub mod msg;
 pub mod out;
