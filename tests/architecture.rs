@@ -16,7 +16,15 @@ const LAYERS: &[(&str, &[&str], bool)] = &[
     (
         "foundation",
         &[
-            "error", "sanitize", "clock", "identity", "config", "fsutil", "paths", "mention",
+            "config::internal",
+            "error",
+            "sanitize",
+            "clock",
+            "identity",
+            "config",
+            "fsutil",
+            "paths",
+            "mention",
         ],
         false,
     ),

@@ -33,10 +33,8 @@ Commands stay local; nothing that starts with one / is sent. Keys: Left/Right, C
 Tab completes @names, Up/Down recall history. Incoming messages appear above the prompt.
 ";
 
-/// Lines of history kept.
-const HISTORY_MAX: usize = 500;
-/// Longest line accepted by the composer, in characters.
-const LINE_CHARS_MAX: usize = 8_000;
+use crate::config::internal::CHAT_HISTORY_MAX;
+use crate::config::internal::CHAT_LINE_CHARS_MAX;
 
 /// What the screen shows below the messages: the prompt and the line being edited.
 #[derive(Default)]
@@ -366,7 +364,7 @@ fn interactive(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
             continue;
         };
         let mut c = composer.lock();
-        match c.line.apply(&key, LINE_CHARS_MAX) {
+        match c.line.apply(&key, CHAT_LINE_CHARS_MAX) {
             Action::Edited => {}
             Action::HistoryPrev | Action::HistoryNext => {
                 if history.is_empty() {
@@ -391,7 +389,7 @@ fn interactive(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
                 drop(c);
                 if !line.trim().is_empty() {
                     history.push(line.clone());
-                    if history.len() > HISTORY_MAX {
+                    if history.len() > CHAT_HISTORY_MAX {
                         history.remove(0);
                     }
                     hpos = history.len();
@@ -454,7 +452,7 @@ fn complete_word(c: &mut Line, known: &[String]) {
     };
     let typed = word.chars().count() - 1;
     let rest: String = common.chars().skip(typed).collect();
-    c.insert(&rest, LINE_CHARS_MAX);
+    c.insert(&rest, CHAT_LINE_CHARS_MAX);
 }
 
 #[cfg(test)]

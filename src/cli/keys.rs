@@ -4,8 +4,7 @@
 //! being edited. Unknown sequences become [`Key::Ignored`] as a whole, so no part of one ever
 //! lands in the line, and no control character can be inserted into it.
 
-/// Longest CSI parameter/intermediate run kept; a longer one is still read to its final byte.
-const CSI_PARAMS_MAX: usize = 16;
+use crate::config::internal::CHAT_CSI_PARAMS_MAX as CSI_PARAMS_MAX;
 
 /// One key press, as the editor understands it.
 #[derive(Clone, Debug, PartialEq, Eq)]

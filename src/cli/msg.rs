@@ -4,6 +4,7 @@
 
 use super::session::Session;
 use super::{Ctx, args, out, print_json};
+use crate::config::internal::{FOLLOW_SLICE_MS, INBOX_PAGES_MAX};
 use crate::error::{Code, Error, Result};
 use crate::sanitize;
 use serde_json::{Map, Value, json};
@@ -47,9 +48,6 @@ pub const STATUS_HELP: &str = "usage: peer status MSGID
 Shows the custody state of a message this session sent: accepted, prepared, consumed,
 replied, refused or expired, with its original target and correlation.
 ";
-
-/// How long one wait of `peer inbox --follow` lasts before it looks at its output again.
-const FOLLOW_SLICE_MS: u64 = 1_000;
 
 fn read_text(arg: &str, limit: u64) -> Result<String> {
     if arg != "-" {
@@ -251,9 +249,6 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     }
 }
 
-/// Most pages a person's `peer inbox` prints in one run; the last line says how to go on.
-const HUMAN_PAGES_MAX: usize = 1_000;
-
 /// `peer inbox` without `--follow`: a person gets every page (each bounded in bytes by the
 /// root); `--json` gets the first page with `more`/`cursor`/`eventCursor` to continue from.
 /// A `--wait` that saw no message ends with TIMEOUT.
@@ -298,7 +293,7 @@ fn print_all_pages(
         if !more {
             break;
         }
-        if pages + 1 >= HUMAN_PAGES_MAX {
+        if pages + 1 >= INBOX_PAGES_MAX {
             out::line(&format!(
                 "more: peer inbox --after {} --events-after {}",
                 cursor.unwrap_or(0),

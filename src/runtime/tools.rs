@@ -30,10 +30,6 @@ pub struct CallOptions {
     pub wait_for_message: bool,
 }
 
-/// Room kept in a frame for the JSON-RPC envelope and the page's own fields around the
-/// messages and events of a `peer_messages` page.
-const PAGE_ENVELOPE_BYTES: u64 = 1_024;
-
 /// `local.tool {tool, args, callId?, messageId?, eventsAfter?}`.
 pub fn local_tool(core: &Arc<Core>, caller: &Caller, params: &Map<String, Value>) -> Result<Value> {
     let name = params
@@ -53,7 +49,10 @@ pub fn local_tool(core: &Arc<Core>, caller: &Caller, params: &Map<String, Value>
             Some(_) => {
                 return Err(Error::new(
                     Code::Usage,
-                    "--message-id must be 1-96 chars of [A-Za-z0-9_.-]",
+                    format!(
+                        "--message-id must be 1-{} chars of [A-Za-z0-9_.-]",
+                        crate::config::internal::ID_CHARS_MAX
+                    ),
                 ));
             }
             None => None,
@@ -178,7 +177,7 @@ fn read_messages(
             let budget = core
                 .limits()
                 .frame_bytes
-                .saturating_sub(PAGE_ENVELOPE_BYTES);
+                .saturating_sub(crate::config::internal::PAGE_ENVELOPE_BYTES);
             let starts = (q.after.unwrap_or(0), q.events_after.unwrap_or(0));
             let page = BoundedPage::of(&r, &aliases, starts, budget);
             if opts.consume_on_read {
