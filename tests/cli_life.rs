@@ -587,3 +587,131 @@ fn chat_edits_lines_with_the_usual_keys_and_keeps_commands_local() {
     assert_eq!(screen.matches("accepted").count(), 3, "{screen:?}");
     assert!(!screen.contains("\r\u{1b}[2K> "), "{screen:?}");
 }
+
+#[test]
+fn a_duplicate_alias_is_warned_about_at_start() {
+    let ns = Ns::new("dup-alias");
+    let _alice = ns.host(&["--alias", "alice"]);
+    let o = ns.peer(&["host", "--alias", "alice", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning: alias alice is also used by p-"),
+        "{}",
+        stderr(&o)
+    );
+    let o = ns.peer(&["host", "--alias", "carol", "--", "true"]);
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_git_work_tree_is_one_workspace_and_scope_denied_says_how_to_widen() {
+    let ns = Ns::new("git-ws");
+    let repo = ns.work.join("repo");
+    for d in [".git", "a", "b"] {
+        std::fs::create_dir_all(repo.join(d)).unwrap();
+    }
+    let a = repo.join("a").display().to_string();
+    let b = repo.join("b").display().to_string();
+    let alice = ns.host(&["--alias", "alice", "--workspace", &a]);
+    let _bob = ns.host(&["--alias", "bob", "--workspace", &b]);
+    let mut seen: Vec<String> = ns
+        .listing(&["--workspace", &a])
+        .iter()
+        .filter_map(|p| p["alias"].as_str().map(str::to_string))
+        .collect();
+    seen.sort();
+    assert_eq!(seen, ["alice", "bob"]);
+    assert_eq!(
+        alice.field("workspace"),
+        std::fs::canonicalize(&repo).unwrap().display().to_string()
+    );
+    let o = peer_as(&ns, &alice, &["send", "@bob", "same repository"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // Outside the repository: refused, with the way to widen the scope.
+    let elsewhere = ns.work.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let _carol = ns.host(&[
+        "--alias",
+        "carol",
+        "--workspace",
+        &elsewhere.display().to_string(),
+    ]);
+    let o = peer_as(&ns, &alice, &["send", "@carol", "hi"]);
+    assert_eq!(
+        o.status.code(),
+        Some(exit_of(peerwire::error::Code::ScopeDenied)),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("\"scope\": \"repository\" or \"machine\""),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn human_output_names_peers_by_alias_and_ids_by_prefix() {
+    let ns = Ns::new("names");
+    let alice = ns.host(&["--alias", "alice"]);
+    // bob sends and leaves: the message still says it came from bob.
+    let o = ns.peer(&[
+        "host", "--alias", "bob", "--", "peer", "send", "@alice", "bye",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let sent = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(sent.contains("accepted alice (p-"), "{sent}");
+    let o = peer_as(&ns, &alice, &["inbox"]);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(text.contains("from bob (p-"), "{text}");
+    let id = ids_in(&text).pop().unwrap();
+    // A unique prefix names the message; errors never show Rust debug text.
+    let o = peer_as(&ns, &alice, &["consume", &id[..8]]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&id));
+    let o = peer_as(&ns, &alice, &["consume", "m-nonexistent"]);
+    assert_eq!(
+        o.status.code(),
+        Some(exit_of(peerwire::error::Code::NotFound))
+    );
+    assert!(!stderr(&o).contains("Id("), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no message m-nonexistent"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_queued_run_says_what_it_waits_for() {
+    let ns = Ns::new("run-wait");
+    let mut holder = ns
+        .cmd(PEER)
+        .args(["--as", "alice", "run", "--resource", "port:3000", "--"])
+        .args([
+            "sh",
+            "-c",
+            "touch held; while [ ! -f go ]; do sleep 0.02; done",
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(20, || ns.work.join("held").exists()));
+    let o = ns.peer(&[
+        "run",
+        "--resource",
+        "port:3000",
+        "--wait",
+        "200",
+        "--",
+        "true",
+    ]);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("peer run: waiting for port:3000, held by alice"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(ns.work.join("go"), b"").unwrap();
+    assert_eq!(wait_child(&mut holder), 0);
+}

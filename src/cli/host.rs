@@ -116,6 +116,7 @@ fn host_help() -> Result<i32> {
 fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     let stop = ctx.stop()?;
     let root = Root::start(&a.opts)?;
+    warn_shared_alias(&root, "peer host");
     let events = root.bus.subscribe();
     let ready = if ctx.json {
         super::print_json(&root.ready_event())
@@ -165,6 +166,31 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     };
     root.shutdown();
     status
+}
+
+/// Warns on stderr when another live peer in scope already answers to this root's alias:
+/// sends to it would fail with AMBIGUOUS_TARGET until one of them leaves.
+pub(super) fn warn_shared_alias(root: &Root, program: &str) {
+    let others: Vec<String> = match root.resolve_target(&root.alias) {
+        Ok(t) if t.instance_id != root.instance_id => vec![t.peer_id],
+        // The error names every match, this root included.
+        Err(e) if e.code == Code::AmbiguousTarget => e
+            .message
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .filter(|w| w.starts_with("p-") && *w != root.peer_id)
+            .map(str::to_string)
+            .collect(),
+        _ => return,
+    };
+    if others.is_empty() {
+        return;
+    }
+    out::err_line(&format!(
+        "{program}: warning: alias {} is also used by {} in this scope; sends to @{} fail with AMBIGUOUS_TARGET until one leaves. Pick another --alias, or omit it for a unique generated one.",
+        crate::sanitize::line(&root.alias, 64),
+        others.join(", "),
+        crate::sanitize::line(&root.alias, 64)
+    ));
 }
 
 /// What the host prints for events.

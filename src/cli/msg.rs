@@ -155,10 +155,15 @@ pub fn describe_receipt(r: &Value) -> String {
         .and_then(serde_json::Value::as_str)
         .map(|c| format!(" ({c})"))
         .unwrap_or_default();
-    let to = if r.get("to").and_then(serde_json::Value::as_str).is_some() {
+    let id = if r.get("to").and_then(serde_json::Value::as_str).is_some() {
         s("to")
     } else {
         s("toPeerId")
+    };
+    // People read aliases; the peerId follows for exactness.
+    let to = match r.get("toAlias").and_then(serde_json::Value::as_str) {
+        Some(alias) => format!("{} ({id})", sanitize::line(alias, 64)),
+        None => id,
     };
     format!(
         "{} {to}{seq}: message {} (correlation {}){err}",

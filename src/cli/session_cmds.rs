@@ -57,6 +57,7 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let stop = ctx.stop()?;
     let input = super::signals::StopAwareInput::stdin(stop)?;
     let root = Root::start(&opts)?;
+    super::host::warn_shared_alias(&root, "peer mcp");
     let events = root
         .bus
         .subscribe()

@@ -8,6 +8,8 @@
 /// Longest id we generate and accept on the wire and in tool arguments (`[A-Za-z0-9_.-]`):
 /// message, session, run and correlation ids.
 pub const ID_CHARS_MAX: usize = 96;
+/// Shortest message-id prefix a person may type for a whole id (`m-` plus four characters).
+pub const MESSAGE_ID_PREFIX_MIN: usize = 6;
 /// Longest alias or peerId a target may name (an alias plus its `@`).
 pub const TARGET_NAME_CHARS_MAX: usize = 100;
 /// Longest `list_peers.query`, in characters.
@@ -35,6 +37,8 @@ pub const IDENTITY_FILE_BYTES_MAX: u64 = 64 * 1024;
 pub const PROC_STAT_BYTES_MAX: u64 = 4096;
 /// Directories walked up from a workspace looking for the repository's `.git`.
 pub const REPOSITORY_DEPTH_MAX: usize = 64;
+/// Largest `.git` pointer file or `commondir` file of a linked git work tree read.
+pub const GIT_POINTER_BYTES_MAX: u64 = 4096;
 
 // Sockets.
 

@@ -70,6 +70,7 @@ impl Machine {
             state_at_ms: now_ms,
             reply_message_id: None,
             context_marked: false,
+            from_alias: send.from_alias.clone(),
         };
         self.check_capacity(&entry)?;
         self.rate.take(&self.limits, &from.instance_id, now_ms);

@@ -186,6 +186,30 @@ pub fn run(
     Ok(RunEnd::Exited(status))
 }
 
+/// One stderr line for a queued request: what it waits for and who holds it now.
+fn report_waiting(space: &Space, name: &str, ticket: &str, position: usize) {
+    let held: Vec<String> = match space.read(name) {
+        Ok(Some(state)) => state
+            .holders
+            .iter()
+            .chain(&state.blockers)
+            .take(4)
+            .map(|h| crate::sanitize::line(&h.party.display, 80))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let by = if held.is_empty() {
+        String::new()
+    } else {
+        format!(", held by {}", held.join(", "))
+    };
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "peer run: waiting for {}{by} (ticket {ticket}, {position} ahead in the queue)",
+        crate::sanitize::line(name, 200)
+    );
+}
+
 /// Requests (or reuses) a grant and waits for it; `None` when a signal interrupted the wait.
 fn obtain(
     space: &Space,
@@ -209,7 +233,9 @@ fn obtain(
         probe,
     )?;
     let outcome = match step.outcome {
-        Outcome::Queued { ticket, .. } => {
+        Outcome::Queued { ticket, position } => {
+            // A person at the terminal sees why nothing happens yet.
+            report_waiting(space, name, &ticket, position);
             let wait = req
                 .wait_ms
                 .unwrap_or(space.wait_timeout_ms)

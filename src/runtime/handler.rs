@@ -67,6 +67,7 @@ impl Handler for RootHandler {
         match method {
             "peer.send" => {
                 let who = principal(from, &params)?;
+                let from_alias = core.alias_of(&who);
                 let send = InboundSend {
                     to_peer_id: req_str(&params, "to")?.to_string(),
                     message_id: id_param(&params, "messageId")?
@@ -81,6 +82,7 @@ impl Handler for RootHandler {
                             Error::new(Code::Usage, "params.expiresAt must be epoch milliseconds")
                         })?),
                     },
+                    from_alias,
                 };
                 let reply_to = send.reply_to.clone();
                 let r = core.store.accept(who, send)?;
@@ -210,7 +212,7 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
                 to,
                 content: req_str(&params, "content")?.to_string(),
                 topic: str_param(&params, "topic")?.map(str::to_string),
-                reply_to: Some(id.to_string()),
+                reply_to: Some(original.message_id.clone()),
                 message_id: message_id.clone(),
             };
             let r = core.send_reply(&caller, req, &original)?;

@@ -358,6 +358,7 @@ impl Core {
                 reply_to: entry.reply_to.clone(),
                 correlation_id: Some(entry.correlation_id.clone()),
                 expires_at_ms: Some(entry.expires_at_ms),
+                from_alias: self.alias_of(&from),
             };
             let r = self.store.accept(from, send)?;
             self.announce_arrival(&r, entry.reply_to.as_deref());

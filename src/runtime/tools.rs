@@ -93,6 +93,9 @@ pub fn execute(
             Ok(json!({"peers": page.peers, "cursor": page.cursor}))
         }
         ToolCall::Send(a) => {
+            // The name the caller used for the target, when it was one (not a peerId).
+            let to_alias = (!crate::mention::is_peer_id(&a.to))
+                .then(|| a.to.trim_start_matches('@').to_string());
             let message_id = match (&opts.message_id, &opts.call_id) {
                 (Some(m), _) => m.clone(),
                 (None, Some(c)) => derive_message_id(&caller.peer_id, c),
@@ -113,6 +116,7 @@ pub fn execute(
                 o.insert("to".into(), json!(r.to_peer_id));
                 o.insert("from".into(), json!(r.from_peer_id));
                 o.insert("mentions".into(), json!(mentions));
+                o.insert("toAlias".into(), json!(to_alias));
             }
             Ok(v)
         }
@@ -299,14 +303,18 @@ fn sender_aliases(core: &Core, msgs: &[InboxEntry]) -> HashMap<String, presence:
 
 /// One inbox entry as tools and the CLI show it. The content is peer data.
 pub fn message_view(e: &InboxEntry, ad: Option<&presence::Advertisement>) -> Value {
-    let alias = ad.and_then(|ad| match &e.from.run_id {
-        None => Some(ad.alias.clone()),
-        Some(run) => ad
-            .runs
-            .iter()
-            .find(|r| &r.run_id == run)
-            .map(|r| r.alias.clone()),
-    });
+    // The current advertisement first (an alias may have changed), else the alias the sender
+    // stated when the message arrived, which outlives the sender.
+    let alias = ad
+        .and_then(|ad| match &e.from.run_id {
+            None => Some(ad.alias.clone()),
+            Some(run) => ad
+                .runs
+                .iter()
+                .find(|r| &r.run_id == run)
+                .map(|r| r.alias.clone()),
+        })
+        .or_else(|| e.from_alias.clone());
     json!({
         "sequence": e.sequence,
         "messageId": e.message_id,
