@@ -836,3 +836,35 @@ fn peer_run_json_result_is_the_last_stdout_line_after_every_descendant() {
         "{v}"
     );
 }
+
+/// `peer-res --json` reports an error as one JSON object on stdout, as `peer-dir --json` and
+/// `peer --json` do, with the same exit status as without `--json`.
+#[test]
+fn peer_res_json_errors_are_one_object() {
+    let ns = Ns::new("res-json-err");
+    for (args, code) in [
+        (&["--json", "--bogus"][..], Code::Usage),
+        (&["--json", ""][..], Code::Usage),
+    ] {
+        let out = Command::new(PEER_RES)
+            .arg("--home")
+            .arg(&ns.home)
+            .args(args)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{args:?}: not one JSON object ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        });
+        assert_eq!(v["ok"], Value::Bool(false), "{v}");
+        assert_eq!(v["error"]["code"], Value::from(code.name()), "{v}");
+        assert_eq!(out.status.code(), Some(code.exit_status()));
+        assert!(
+            out.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -117,15 +117,15 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     let stop = ctx.stop()?;
     let root = Root::start(&a.opts)?;
     warn_shared_alias(&root, "peer host");
-    let events = root.bus.subscribe();
+    let events = root.core.bus.subscribe();
     let ready = if ctx.json {
         super::print_json(&root.ready_event())
     } else {
         out::line(&format!(
             "peer host: ready as {} ({}) in {}",
-            root.alias,
-            root.peer_id,
-            crate::sanitize::line(&root.workspace.workspace.to_string_lossy(), 200)
+            root.core.alias,
+            root.core.peer_id,
+            crate::sanitize::line(&root.core.workspace.workspace.to_string_lossy(), 200)
         ))
     };
     // Without CMD, a reader of our output that went away ends the host (quietly, after its
@@ -171,13 +171,13 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
 /// Warns on stderr when another live peer in scope already answers to this root's alias:
 /// sends to it would fail with AMBIGUOUS_TARGET until one of them leaves.
 pub(super) fn warn_shared_alias(root: &Root, program: &str) {
-    let others: Vec<String> = match root.resolve_target(&root.alias) {
-        Ok(t) if t.instance_id != root.instance_id => vec![t.peer_id],
+    let others: Vec<String> = match root.core.resolve_target(&root.core.alias) {
+        Ok(t) if t.instance_id != root.core.instance_id => vec![t.peer_id],
         // The error names every match, this root included.
         Err(e) if e.code == Code::AmbiguousTarget => e
             .message
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-            .filter(|w| w.starts_with("p-") && *w != root.peer_id)
+            .filter(|w| w.starts_with("p-") && *w != root.core.peer_id)
             .map(str::to_string)
             .collect(),
         _ => return,
@@ -187,9 +187,9 @@ pub(super) fn warn_shared_alias(root: &Root, program: &str) {
     }
     out::err_line(&format!(
         "{program}: warning: alias {} is also used by {} in this scope; sends to @{} fail with AMBIGUOUS_TARGET until one leaves. Pick another --alias, or omit it for a unique generated one.",
-        crate::sanitize::line(&root.alias, 64),
+        crate::sanitize::line(&root.core.alias, 64),
         others.join(", "),
-        crate::sanitize::line(&root.alias, 64)
+        crate::sanitize::line(&root.core.alias, 64)
     ));
 }
 
@@ -249,11 +249,11 @@ fn run_child(
     }
     let spawned = child_cmd
         .args(&command[1..])
-        .env("PEER_HOME", &root.ns.home)
-        .env("PEER_INSTANCE_ID", &root.instance_id)
-        .env("PEER_PEER_ID", &root.peer_id)
-        .env("PEER_SESSION_ID", &root.session_id)
-        .env("PEER_ALIAS", &root.alias)
+        .env("PEER_HOME", &root.core.ns.home)
+        .env("PEER_INSTANCE_ID", &root.core.instance_id)
+        .env("PEER_PEER_ID", &root.core.peer_id)
+        .env("PEER_SESSION_ID", &root.core.session_id)
+        .env("PEER_ALIAS", &root.core.alias)
         .env(crate::runtime::control::ENV_CONTROL, &root.control_path)
         .env("PEER_HOLDER_PID", std::process::id().to_string())
         .env_remove(crate::runtime::control::ENV_RUN)

@@ -40,7 +40,7 @@ impl Session {
                 mode: "command",
                 ..Default::default()
             })?;
-            let limits = root.limits().clone();
+            let limits = root.core.limits().clone();
             // A stop signal wakes every wait of this short-lived root, so the command returns
             // and closes it normally: its record, socket and control file are removed.
             let core = root.core.clone();
