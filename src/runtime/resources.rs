@@ -3,7 +3,7 @@
 //! turns resource journal entries into `resource_update` events on the root's bus.
 
 use super::core::{Caller, Core};
-use crate::error::{Code, Error, Result};
+use crate::error::Result;
 use crate::resource::principal::principal_id;
 use crate::resource::{self, EventCursor, Principal};
 use crate::tools::ResourceArgs;
@@ -87,13 +87,7 @@ fn op_json(args: ResourceArgs, wait_ms_max: u64) -> Result<Value> {
             put("op", json!("release"));
             put("resource", json!(resource));
             put("ticket", json!(ticket));
-            if let Some(t) = token {
-                let n: u64 = t.parse().map_err(|_| {
-                    Error::new(
-                        Code::Usage,
-                        "coordinate_resource: token must be a fencing token number",
-                    )
-                })?;
+            if let Some(n) = token {
                 put("token", json!(n));
             }
         }
