@@ -1,5 +1,6 @@
 //! `sessions.communication` in `<ns>/config.json`: every field and limit of the protocol with its
 //! default, validated once at start-up, plus namespace resolution.
+#![forbid(unsafe_code)]
 
 use crate::error::{Code, Error, Result};
 use serde_json::Value;

@@ -12,6 +12,7 @@
 //! - `retention`: expiry and retention sweeps.
 //! - `rate`: per-sender token buckets.
 //! - `ids`: retry-stable and fresh message ids.
+#![forbid(unsafe_code)]
 
 pub mod ids;
 pub mod inbound;

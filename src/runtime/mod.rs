@@ -7,12 +7,16 @@ pub mod control;
 pub mod core;
 pub mod events;
 pub mod handler;
+pub mod outbox;
+pub mod presence_cache;
 pub mod resources;
 pub mod runs;
 pub mod send;
 pub mod tools;
 
 use self::core::{Core, PresenceVerifier};
+use self::outbox::Outbox;
+use self::presence_cache::PresenceCache;
 use crate::clock;
 use crate::config::{Config, IdleBehavior};
 use crate::directory;
@@ -110,7 +114,9 @@ impl Root {
         let store_handle = store.handle();
         store_handle.set_live(&id.peer_id);
         let publisher = Arc::new(Publisher::prepare(&ns.active_agents(), record));
+        let presence = PresenceCache::new(ns.clone(), config.limits.clone());
         let core = Arc::new(Core {
+            presence,
             ns,
             auto_budget: Arc::new(auto::Budget::new(config.limits.automatic_replies)),
             config,
@@ -128,12 +134,8 @@ impl Root {
             auto_token: identity::hex(&token),
             auto: Mutex::new(None),
             stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            routes: Mutex::new(Default::default()),
-            route_errors: Mutex::new(Default::default()),
-            subscriptions: Mutex::new(Default::default()),
+            outbox: Outbox::default(),
             model_cursors: Mutex::new(Default::default()),
-            presence_cache: presence::ReadCache::default(),
-            adverts: Mutex::new(Default::default()),
         });
         let _ = core_cell.set(Arc::downgrade(&core));
         let (endpoint, store, control_path) =
