@@ -193,7 +193,7 @@ impl Core {
                     .map(|r| r.alias.clone()),
             };
         }
-        let ad = self.advertisement_of(&who.instance_id)?;
+        let ad = self.presence.advertisement_of(&who.instance_id)?;
         match &who.run_id {
             None => Some(ad.alias),
             Some(run) => ad

@@ -212,7 +212,7 @@ fn bad_arguments_name_the_argument_and_type() {
     );
     usage_err(
         "coordinate_resource",
-        json!({"op": "release", "resource": "r", "ticket": "a", "token": "b"}),
+        json!({"op": "release", "resource": "r", "ticket": "a", "token": 2}),
         &["not both"],
     );
     usage_err(
