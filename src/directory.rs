@@ -92,10 +92,16 @@ impl Viewer {
                 }
             }
         };
+        self.sees_place(&their_ws, their_repo.as_deref())
+    }
+
+    /// Whether a party that advertises this canonical workspace and repository is in scope
+    /// (also the recipient's check of a `peer.send`, from the sender's advertisement).
+    pub fn sees_place(&self, their_ws: &Path, their_repo: Option<&Path>) -> bool {
         match self.scope {
             Scope::Machine => true,
             Scope::Workspace => their_ws == self.ws.workspace,
-            Scope::Repository => match (&self.ws.repository, &their_repo) {
+            Scope::Repository => match (&self.ws.repository, their_repo) {
                 (Some(a), Some(b)) => a == b,
                 _ => their_ws == self.ws.workspace,
             },

@@ -715,3 +715,34 @@ fn a_queued_run_says_what_it_waits_for() {
     std::fs::write(ns.work.join("go"), b"").unwrap();
     assert_eq!(wait_child(&mut holder), 0);
 }
+
+/// The presence fields Autohand's agent list prints (projectName, model, sessionId, pid,
+/// status) tell peerwire sessions apart: the model names the alias and what the session runs.
+#[test]
+fn presence_tells_sessions_apart_in_autohand_listings() {
+    let ns = Ns::new("presence-v1");
+    let _a = ns.host(&["--alias", "alice"]);
+    let _b = ns.host(&["--alias", "bob", "--", "sleep", "30"]);
+    let dir = ns.home.join("active-agents");
+    let records: Vec<serde_json::Value> = files_in(&dir)
+        .iter()
+        .map(|f| serde_json::from_slice(&std::fs::read(dir.join(f)).unwrap()).unwrap())
+        .collect();
+    let mut models: Vec<&str> = records
+        .iter()
+        .map(|r| r["model"].as_str().unwrap())
+        .collect();
+    models.sort();
+    assert_eq!(models, ["alice (peer host)", "bob (sleep)"]);
+    for r in &records {
+        assert_eq!(r["version"], 1);
+        assert_eq!(r["provider"], "peerwire");
+        assert_eq!(r["mode"], "command");
+        assert_eq!(r["status"], "idle");
+        assert_eq!(r["projectName"], "work");
+        assert_eq!(
+            r["communication"]["alias"],
+            r["model"].as_str().unwrap().split(' ').next().unwrap()
+        );
+    }
+}

@@ -79,6 +79,15 @@ fn parse(ctx: &Ctx, argv: Vec<OsString>) -> Result<Option<HostArgs>> {
             other => return Err(args::unexpected(other)),
         }
     }
+    // Presence shows what the session runs: the command's file name, or the host itself.
+    opts.purpose = Some(match command.first() {
+        Some(c) => std::path::Path::new(c)
+            .file_name()
+            .unwrap_or(c.as_os_str())
+            .to_string_lossy()
+            .into_owned(),
+        None => "peer host".into(),
+    });
     Ok(Some(HostArgs {
         opts,
         command,

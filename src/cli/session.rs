@@ -38,6 +38,7 @@ impl Session {
                 home: ctx.home.clone(),
                 alias: Some(alias.clone()),
                 mode: "command",
+                purpose: Some("peer --as".into()),
                 ..Default::default()
             })?;
             let limits = root.core.limits().clone();

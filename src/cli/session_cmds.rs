@@ -38,6 +38,7 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         home: ctx.home.clone(),
         alias: ctx.as_alias.clone(),
         mode: "rpc",
+        purpose: Some("mcp".into()),
         ..Default::default()
     };
     while let Some(arg) = p.next().map_err(args::usage)? {

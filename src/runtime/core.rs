@@ -179,6 +179,38 @@ impl Core {
         })?
     }
 
+    /// The recipient's scope check of a `peer.send`: the sender's own live advertisement
+    /// (`communication.workspace` and `communication.repository`, the one its handshake was
+    /// checked against) must fall inside this root's configured scope. Our own instance passes.
+    pub fn check_sender_scope(&self, who: &crate::messaging::Principal) -> Result<()> {
+        if who.instance_id == self.instance_id {
+            return Ok(());
+        }
+        let viewer = self.viewer(None)?;
+        let Some(ad) = self.presence.advertisement_of(&who.instance_id) else {
+            return Err(Error::new(
+                Code::ScopeDenied,
+                format!(
+                    "sender {} has no live advertisement to check its scope against",
+                    who.peer_id
+                ),
+            ));
+        };
+        let repo = ad.repository.as_deref().map(std::path::Path::new);
+        if viewer.sees_place(std::path::Path::new(&ad.workspace), repo) {
+            return Ok(());
+        }
+        Err(Error::new(
+            Code::ScopeDenied,
+            format!(
+                "sender {} (workspace {}) is outside the recipient's {} scope; the recipient must set a wider \"scope\" in sessions.communication of its config.json",
+                who.peer_id,
+                crate::sanitize::line(&ad.workspace, 200),
+                viewer.scope.name()
+            ),
+        ))
+    }
+
     /// The alias a sender states for itself in its advertisement (its run's alias for a child
     /// run); our own roots and runs from our own state. `None` when it advertises none.
     pub fn alias_of(&self, who: &crate::messaging::Principal) -> Option<String> {

@@ -67,6 +67,7 @@ impl Handler for RootHandler {
         match method {
             "peer.send" => {
                 let who = principal(from, &params)?;
+                core.check_sender_scope(&who)?;
                 let from_alias = core.alias_of(&who);
                 let send = InboundSend {
                     to_peer_id: req_str(&params, "to")?.to_string(),

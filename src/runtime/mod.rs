@@ -45,6 +45,19 @@ pub struct RootOptions {
     pub workspace: Option<PathBuf>,
     /// Presence `mode`: `command` for hosts and CLI roots, `rpc` for MCP.
     pub mode: &'static str,
+    /// What the root serves (the hosted command's name, `mcp`), shown beside the alias in the
+    /// presence `model` field, which Autohand's agent list prints.
+    pub purpose: Option<String>,
+}
+
+/// The presence `model` text: the alias, and what the root serves when known, so a person
+/// can tell sessions apart in a listing that shows only project, model, session and pid.
+pub fn presence_model(alias: &str, purpose: Option<&str>) -> String {
+    let alias = crate::sanitize::line(alias, 64);
+    match purpose.map(|p| crate::sanitize::line(p, 40)) {
+        Some(p) if !p.trim().is_empty() => format!("{alias} ({})", p.trim()),
+        _ => alias,
+    }
 }
 
 /// The capabilities a root grants itself from its configuration.
@@ -405,7 +418,7 @@ fn presence_record(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
         provider: "peerwire".into(),
-        model: "none".into(),
+        model: presence_model(&id.alias, opts.purpose.as_deref()),
         mode: if opts.mode.is_empty() {
             "command"
         } else {
