@@ -229,10 +229,13 @@ fn print_event(shows: &Shows, ev: &serde_json::Value) -> Result<()> {
                 .map(|v| crate::sanitize::line(v, 80))
                 .unwrap_or_default()
         };
+        let from = match ev.get("fromAlias").and_then(serde_json::Value::as_str) {
+            Some(alias) => format!("{} ({})", crate::sanitize::line(alias, 64), s("from")),
+            None => s("from"),
+        };
         out::err_line(&format!(
-            "peer host: message {} from {} (peer inbox to read it)",
-            s("messageId"),
-            s("from")
+            "peer host: message {} from {from} (peer inbox to read it)",
+            s("messageId")
         ));
     }
     Ok(())

@@ -69,6 +69,7 @@ impl Handler for RootHandler {
                 let who = principal(from, &params)?;
                 core.check_sender_scope(&who)?;
                 let from_alias = core.alias_of(&who);
+                let announced_alias = from_alias.clone();
                 let send = InboundSend {
                     to_peer_id: req_str(&params, "to")?.to_string(),
                     message_id: id_param(&params, "messageId")?
@@ -87,7 +88,7 @@ impl Handler for RootHandler {
                 };
                 let reply_to = send.reply_to.clone();
                 let r = core.store.accept(who, send)?;
-                core.announce_arrival(&r, reply_to.as_deref());
+                core.announce_arrival(&r, reply_to.as_deref(), announced_alias.as_deref());
                 to_value(&r)
             }
             "peer.status" | "peer.subscribe" => {
