@@ -24,6 +24,9 @@ pub(crate) mod principal;
 pub mod store;
 pub(crate) mod terminal;
 
-pub use api::{EventCursor, coordinate, coordinate_cancellable, events_since, release_all};
+pub use api::{
+    EventCursor, Request, coordinate, coordinate_cancellable, coordinate_request, events_since,
+    release_all,
+};
 pub use model::{ProcessEvidence, ResourceState};
 pub use principal::Principal;
