@@ -746,3 +746,26 @@ fn presence_tells_sessions_apart_in_autohand_listings() {
         );
     }
 }
+
+/// Completions come from the same table as --help and work in a real bash.
+#[test]
+fn bash_completion_offers_subcommands_and_their_flags() {
+    let ns = Ns::new("completions");
+    let peer = std::path::Path::new(PEER).display().to_string();
+    let script = format!(
+        "source <('{peer}' completions bash) || exit 9
+         COMP_WORDS=(peer ho); COMP_CWORD=1; _peer; echo \"${{COMPREPLY[@]}}\"
+         COMP_WORDS=(peer --home /x host --no); COMP_CWORD=4; _peer; echo \"${{COMPREPLY[@]}}\"
+         COMP_WORDS=(peer inbox --a); COMP_CWORD=2; _peer; echo \"${{COMPREPLY[@]}}\""
+    );
+    let o = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines, ["host", "--notify", "--all --after --as"], "{text}");
+    let o = ns.peer(&["completions", "tcsh"]);
+    assert_eq!(o.status.code(), Some(2));
+}

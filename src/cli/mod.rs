@@ -4,6 +4,7 @@
 pub(crate) mod args;
 pub(crate) mod bench;
 pub(crate) mod chat;
+pub(crate) mod completions;
 pub mod dir;
 pub(crate) mod exit;
 pub(crate) mod host;
@@ -59,62 +60,124 @@ impl Ctx {
 /// exit status on success.
 pub type Command = fn(&Ctx, Vec<OsString>) -> Result<i32>;
 
-/// The subcommand table: name, one-line summary, implementation.
-fn commands() -> Vec<(&'static str, &'static str, Command)> {
+/// One subcommand: its name, one-line summary, full `--help` text and implementation. The
+/// usage line, `peer --help` and the shell completions all come from this table.
+pub(crate) struct CommandDef {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub help: &'static str,
+    pub run: Command,
+}
+
+const fn def(
+    name: &'static str,
+    summary: &'static str,
+    help: &'static str,
+    run: Command,
+) -> CommandDef {
+    CommandDef {
+        name,
+        summary,
+        help,
+        run,
+    }
+}
+
+/// The subcommand table.
+pub(crate) fn commands() -> Vec<CommandDef> {
     vec![
-        (
+        def(
             "host",
             "run a root for this session (optionally around a command)",
-            host::cmd as Command,
+            host::HELP,
+            host::cmd,
         ),
-        (
+        def(
             "dir",
             "list live peers in scope (same as peer-dir)",
+            dir::HELP,
             dir::cmd,
         ),
-        ("send", "send a message with proof of custody", msg::send),
-        (
+        def(
+            "send",
+            "send a message with proof of custody",
+            msg::SEND_HELP,
+            msg::send,
+        ),
+        def(
             "inbox",
             "read this session's messages and receipts",
+            msg::INBOX_HELP,
             msg::inbox,
         ),
-        ("reply", "reply to a received message", msg::reply),
-        ("consume", "mark a received message consumed", msg::consume),
-        ("status", "show the receipt of a sent message", msg::status),
-        ("chat", "interactive chat with peers", chat::cmd),
-        ("lab", "run the two-session demo", lab::cmd),
-        ("mcp", "a root that speaks MCP on stdio", session_cmds::mcp),
-        (
+        def(
+            "reply",
+            "reply to a received message",
+            msg::REPLY_HELP,
+            msg::reply,
+        ),
+        def(
+            "consume",
+            "mark a received message consumed",
+            msg::CONSUME_HELP,
+            msg::consume,
+        ),
+        def(
+            "status",
+            "show the receipt of a sent message",
+            msg::STATUS_HELP,
+            msg::status,
+        ),
+        def("chat", "interactive chat with peers", chat::HELP, chat::cmd),
+        def("lab", "run the two-session demo", lab::HELP, lab::cmd),
+        def(
+            "mcp",
+            "a root that speaks MCP on stdio",
+            session_cmds::MCP_HELP,
+            session_cmds::mcp,
+        ),
+        def(
             "run-child",
             "run a command as a published child run",
+            session_cmds::RUN_CHILD_HELP,
             session_cmds::run_child,
         ),
-        (
+        def(
             "recover",
             "review an earlier incarnation's unread mail",
+            session_cmds::RECOVER_HELP,
             session_cmds::recover,
         ),
-        (
+        def(
             "run",
             "run a command while holding a resource (FIFO, fencing token)",
+            res::RUN_HELP,
             res::run_cmd,
         ),
-        (
+        def(
             "res",
             "resource status, request, grant, release, cancel, set-controller",
+            res::RES_HELP,
             res::res_cmd,
         ),
-        (
+        def(
             "bench",
             "measure peerwire against this machine's floors (built-in benchmark)",
+            bench::HELP,
             bench::cmd,
+        ),
+        def(
+            "completions",
+            "print a bash, zsh or fish completion script",
+            completions::HELP,
+            completions::cmd,
         ),
     ]
 }
 
 /// The subcommand names, for the documentation tests.
 pub fn command_names() -> Vec<&'static str> {
-    commands().into_iter().map(|(n, _, _)| n).collect()
+    commands().into_iter().map(|c| c.name).collect()
 }
 
 /// Prints one JSON value as one line on stdout.
@@ -163,7 +226,11 @@ pub fn main(args: Vec<OsString>) -> i32 {
         let version = format!("peer {}", env!("CARGO_PKG_VERSION"));
         return finish("peer", &ctx, out::line(&version).map(|()| 0));
     }
-    let Some((_, _, cmd)) = commands().into_iter().find(|(n, _, _)| *n == sub) else {
+    let Some(cmd) = commands()
+        .into_iter()
+        .find(|c| c.name == sub)
+        .map(|c| c.run)
+    else {
         let e = Error::new(
             Code::Usage,
             format!(
@@ -262,7 +329,7 @@ fn help_text() -> String {
         "peer — authenticated, durable messaging between coding-agent sessions\n\n\
          usage: peer [--home DIR] [--json] [--as ALIAS] COMMAND [ARGS…]\n\ncommands:\n",
     );
-    for (name, summary, _) in commands() {
+    for CommandDef { name, summary, .. } in commands() {
         out.push_str(&format!("  {name:<10} {summary}\n"));
     }
     out.push_str("\nRun 'peer COMMAND --help' for a command's options; see peer(1).\n");

@@ -18,7 +18,7 @@ use lexopt::Arg::{self, Long, Short};
 use serde_json::{Value, json};
 use std::ffi::OsString;
 
-const RUN_HELP: &str = "\
+pub(crate) const RUN_HELP: &str = "\
 usage: peer run --resource NAME [--capacity N] [--wait MS] [--ticket T] [--json] -- CMD [ARGS…]
 
 Waits for a grant on NAME (FIFO), records the launch, runs CMD in its own process group with
@@ -31,7 +31,7 @@ every descendant, releases the grant and exits with CMD's status (128+N when kil
   --ticket T       run under an existing grant T (from 'peer res request') instead of requesting
 ";
 
-const RES_HELP: &str = "\
+pub(crate) const RES_HELP: &str = "\
 usage: peer res status [NAME]
        peer res request NAME [--capacity N] [--wait MS] [--epoch E]
        peer res grant NAME TICKET [--epoch E]
