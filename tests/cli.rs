@@ -291,7 +291,7 @@ fn two_auto_peers_stop_at_the_reply_budget() {
     let o = peer_as(&ns, &a, &["send", "@pong", "start"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let count = |h: &Host| -> usize {
-        let v = json_of(&peer_as(&ns, h, &["--json", "inbox"]));
+        let v = json_of(&peer_as(&ns, h, &["--json", "inbox", "--all"]));
         v["messages"].as_array().map_or(0, Vec::len)
     };
     // pong gets the user's message and 3 automatic ones; ping gets 3 automatic replies.

@@ -10,6 +10,7 @@ mod architecture;
 mod bench;
 mod chat_tty;
 mod cli;
+mod cli_life;
 mod crash;
 mod custody;
 mod docs;

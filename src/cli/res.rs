@@ -2,7 +2,7 @@
 //! `peer-res` viewer. Argument parsing with lexopt, human output by default, one JSON object
 //! per result with `--json`; every stored string is sanitized before it reaches a terminal.
 
-use super::Ctx;
+use super::{Ctx, out};
 use crate::config::Config;
 use crate::error::{Code, Error, Result};
 use crate::resource::api::{coordinate, describe};
@@ -18,7 +18,7 @@ use lexopt::Arg::{self, Long, Short};
 use serde_json::{Value, json};
 use std::ffi::OsString;
 
-const RUN_HELP: &str = "\
+pub(crate) const RUN_HELP: &str = "\
 usage: peer run --resource NAME [--capacity N] [--wait MS] [--ticket T] [--json] -- CMD [ARGS…]
 
 Waits for a grant on NAME (FIFO), records the launch, runs CMD in its own process group with
@@ -31,7 +31,7 @@ every descendant, releases the grant and exits with CMD's status (128+N when kil
   --ticket T       run under an existing grant T (from 'peer res request') instead of requesting
 ";
 
-const RES_HELP: &str = "\
+pub(crate) const RES_HELP: &str = "\
 usage: peer res status [NAME]
        peer res request NAME [--capacity N] [--wait MS] [--epoch E]
        peer res grant NAME TICKET [--epoch E]
@@ -69,6 +69,14 @@ fn number<T: std::str::FromStr>(v: OsString, flag: &str) -> Result<T> {
 
 /// `peer run`.
 pub fn run_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
+    // A wrapper: the command's status, or 125 for peerwire's own failure (`cli::exit`).
+    Ok(match run_wrapped(ctx, args) {
+        Ok(status) => status,
+        Err(e) => crate::cli::exit::wrapper_failed(ctx, &e),
+    })
+}
+
+fn run_wrapped(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     let mut p = lexopt::Parser::from_args(args);
     let mut req = RunRequest {
         resource: String::new(),
@@ -86,7 +94,7 @@ pub fn run_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
             Long("wait") => req.wait_ms = Some(number(p.value().map_err(usage)?, "--wait")?),
             Long("ticket") => req.ticket = Some(string(p.value().map_err(usage)?)?),
             Long("help") | Short('h') => {
-                print!("{RUN_HELP}");
+                out::text(RUN_HELP)?;
                 return Ok(0);
             }
             Arg::Value(first) => {
@@ -105,7 +113,10 @@ pub fn run_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     let home = ctx.home()?;
     let cfg = Config::load(&home)?;
     let principal = cli_principal(ctx.as_alias.as_deref(), &cfg);
-    gate::run(&home, &cfg, &principal, &req, ctx.json)
+    Ok(match gate::run(&home, &cfg, &principal, &req, ctx.json)? {
+        gate::RunEnd::Exited(status) => status,
+        gate::RunEnd::NotStarted(e) => super::exit::spawn_failed("peer run", &req.command[0], &e),
+    })
 }
 
 /// `peer res SUBCOMMAND …`.
@@ -135,7 +146,7 @@ pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
             Long("force") => op.insert("force".into(), json!(true)),
             Long("automatic") => op.insert("automatic".into(), json!(true)),
             Long("help") | Short('h') => {
-                print!("{RES_HELP}");
+                out::text(RES_HELP)?;
                 return Ok(0);
             }
             Arg::Value(v) => {
@@ -156,16 +167,16 @@ pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
         "set_controller" => session_holder(&probe, "peer res set-controller")?,
         _ => probe.own()?,
     };
-    let out = coordinate(&home, &cfg, &principal, op, evidence)?;
+    let outcome = coordinate(&home, &cfg, &principal, op, evidence)?;
     if ctx.json {
-        println!("{out}");
+        out::json(&outcome)?;
     } else {
-        print!("{}", human_outcome(&out));
+        out::text(&human_outcome(&outcome))?;
     }
     // `status` of everything shows the healthy resources and names the unreadable files.
-    let corrupt = out.get("corrupt").and_then(Value::as_array);
+    let corrupt = outcome.get("corrupt").and_then(Value::as_array);
     for c in corrupt.into_iter().flatten() {
-        eprintln!("peer: {}: {}", s(c, "code"), s(c, "message"));
+        out::err_line(&format!("peer: {}: {}", s(c, "code"), s(c, "message")));
     }
     Ok(match corrupt {
         Some(c) if !c.is_empty() => Code::RecoveryRequired.exit_status(),
@@ -332,7 +343,7 @@ pub fn peer_res(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     while let Some(arg) = p.next().map_err(usage)? {
         match arg {
             Long("help") | Short('h') => {
-                print!("{PEER_RES_HELP}");
+                out::text(PEER_RES_HELP)?;
                 return Ok(0);
             }
             Arg::Value(v) if name.is_none() => {
@@ -352,14 +363,14 @@ pub fn peer_res(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     let probe = Probe::new();
     let now = crate::clock::now_ms();
     if states.is_empty() && skipped.is_empty() && !json_out {
-        println!("no resources");
+        out::line("no resources")?;
     }
     for st in &states {
         let v = describe(st, &probe, &launches, now);
         if json_out {
-            println!("{v}")
+            out::json(&v)?;
         } else {
-            print!("{}", human_resource(&v))
+            out::text(&human_resource(&v))?;
         }
     }
     report_skipped(&skipped, json_out)
@@ -370,19 +381,19 @@ pub fn peer_res(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
 fn report_skipped(skipped: &[crate::resource::store::Skipped], json_out: bool) -> Result<i32> {
     for sk in skipped {
         if json_out {
-            println!("{}", crate::resource::api::skipped_json(sk));
+            out::json(&crate::resource::api::skipped_json(sk))?;
         } else {
-            println!(
+            out::line(&format!(
                 "corrupt  {}  {}",
                 line(&sk.path.display().to_string(), 400),
                 sk.error.code.name()
-            );
+            ))?;
         }
-        eprintln!(
+        out::err_line(&format!(
             "peer-res: {}: {}",
             sk.error.code.name(),
             line(&sk.error.message, 2000)
-        );
+        ));
     }
     Ok(if skipped.is_empty() {
         0

@@ -34,15 +34,25 @@ impl Session {
     pub fn open(ctx: &Ctx) -> Result<Session> {
         if let Some(alias) = &ctx.as_alias {
             crate::identity::validate_alias(alias)?;
+            let stop = ctx.stop()?;
             let root = Root::start(&RootOptions {
                 home: ctx.home.clone(),
                 alias: Some(alias.clone()),
                 session_id: Some(crate::runtime::one_off_session(alias)),
                 mode: "command",
                 one_off: true,
+                purpose: Some("peer --as".into()),
                 ..Default::default()
             })?;
             let limits = root.core.limits().clone();
+            // A stop signal wakes every wait of this short-lived root, so the command returns
+            // and closes it normally: its record, socket and control file are removed.
+            let core = root.core.clone();
+            stop.on_stop(move || {
+                core.stopping
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                core.store.wake_waiters();
+            })?;
             return Ok(Session::InProcess {
                 root: Arc::new(root),
                 limits,
@@ -80,6 +90,8 @@ impl Session {
             limits.message_bytes = get("messageBytes", limits.message_bytes);
             limits.wait_ms_max = get("waitMsMax", limits.wait_ms_max);
             limits.acknowledgement_ms = get("acknowledgementMs", limits.acknowledgement_ms);
+            limits.frame_bytes = get("frameBytes", limits.frame_bytes);
+            client.set_frame_bytes(limits.frame_bytes);
         }
         Ok(Session::Remote {
             client,

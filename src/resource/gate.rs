@@ -17,7 +17,7 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 use std::ffi::OsString;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -97,14 +97,33 @@ struct Grant {
     epoch: u64,
 }
 
-/// Runs `peer run`; returns the exit status (the command's, or 128+signal).
+/// How a gated command ended.
+#[derive(Debug)]
+pub enum RunEnd {
+    /// It ran (or the wait was interrupted): this exit status, 128+signal when one ended it.
+    Exited(i32),
+    /// It could not be started (not found, not executable); the grant was given back.
+    NotStarted(std::io::Error),
+}
+
+/// Writes a failure that happened beside the command's own outcome on stderr.
+fn report_beside(e: &Error) {
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "peer: {}: {}",
+        e.code.name(),
+        crate::sanitize::line(&e.message, 2000)
+    );
+}
+
+/// Runs `peer run`: the command's end, or the gate's own failure.
 pub fn run(
     home: &Path,
     cfg: &Config,
     principal: &Principal,
     req: &RunRequest,
     json: bool,
-) -> Result<i32> {
+) -> Result<RunEnd> {
     let Some(program) = req.command.first() else {
         return Err(Error::new(Code::Usage, "peer run needs a command after --"));
     };
@@ -121,7 +140,7 @@ pub fn run(
             .take()
             .first()
             .map_or(Signal::SIGINT as i32, |s| *s as i32);
-        return Ok(128 + sig);
+        return Ok(RunEnd::Exited(128 + sig));
     };
     // A signal during the request, or a failed admission, gives the unused grant back.
     let interrupted = signals.take().first().map(|s| 128 + *s as i32);
@@ -135,7 +154,7 @@ pub fn run(
         };
         let _ = space.transact(&name, &caller, cancel, &probe);
         admitted?;
-        return Ok(interrupted.unwrap_or(1));
+        return Ok(RunEnd::Exited(interrupted.unwrap_or(1)));
     }
     let status = supervise(&space, &grant, req, &probe, &signals);
     let released = space.transact(
@@ -152,19 +171,43 @@ pub fn run(
         Ok(())
     });
     for e in [released.err(), unlisted.err()].into_iter().flatten() {
-        eprintln!(
-            "peer: {}: {}",
-            e.code.name(),
-            crate::sanitize::line(&e.message, 2000)
-        );
+        report_beside(&e);
     }
-    let status = status?;
+    let status = match status? {
+        RunEnd::Exited(s) => s,
+        not_started => return Ok(not_started),
+    };
     if json {
         let v = serde_json::json!({"ok": true, "op": "run", "resource": name, "ticket": grant.ticket,
                                    "token": grant.token, "epoch": grant.epoch, "status": status});
-        println!("{v}");
+        // The child has run; a reader that went away does not change its status.
+        let _ = writeln!(std::io::stdout().lock(), "{v}");
     }
-    Ok(status)
+    Ok(RunEnd::Exited(status))
+}
+
+/// One stderr line for a queued request: what it waits for and who holds it now.
+fn report_waiting(space: &Space, name: &str, ticket: &str, position: usize) {
+    let held: Vec<String> = match space.read(name) {
+        Ok(Some(state)) => state
+            .holders
+            .iter()
+            .chain(&state.blockers)
+            .take(4)
+            .map(|h| crate::sanitize::line(&h.party.display, 80))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let by = if held.is_empty() {
+        String::new()
+    } else {
+        format!(", held by {}", held.join(", "))
+    };
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "peer run: waiting for {}{by} (ticket {ticket}, {position} ahead in the queue)",
+        crate::sanitize::line(name, 200)
+    );
 }
 
 /// Requests (or reuses) a grant and waits for it; `None` when a signal interrupted the wait.
@@ -190,7 +233,9 @@ fn obtain(
         probe,
     )?;
     let outcome = match step.outcome {
-        Outcome::Queued { ticket, .. } => {
+        Outcome::Queued { ticket, position } => {
+            // A person at the terminal sees why nothing happens yet.
+            report_waiting(space, name, &ticket, position);
             let wait = req
                 .wait_ms
                 .unwrap_or(space.wait_timeout_ms)
@@ -325,7 +370,7 @@ fn supervise(
     req: &RunRequest,
     probe: &Probe,
     signals: &Signals,
-) -> Result<i32> {
+) -> Result<RunEnd> {
     nix::sys::prctl::set_child_subreaper(true).map_err(|e| {
         Error::new(
             Code::UnsupportedPlatform,
@@ -350,7 +395,16 @@ fn supervise(
     let terminal = Foreground::detect();
     let child = spawn(g, req, terminal.is_some());
     drop(tree_live);
-    let pid = child?.id();
+    let pid = match child {
+        Ok(c) => c.id(),
+        Err(e) => {
+            // The command never ran; the caller turns this into env(1)'s 127 or 126.
+            if let Some(t) = terminal {
+                t.restore();
+            }
+            return Ok(RunEnd::NotStarted(e));
+        }
+    };
     if terminal.is_some() {
         // Also from this side, so the hand-over does not depend on which process runs first.
         hand_to(Pid::from_raw(pid as i32));
@@ -368,20 +422,16 @@ fn supervise(
         Ok(())
     });
     if let Err(e) = recorded {
-        eprintln!(
-            "peer: {}: {}",
-            e.code.name(),
-            crate::sanitize::line(&e.message, 2000)
-        );
+        report_beside(&e);
     }
     let status = reap_all(pid as i32, signals, space.limits.heartbeat_ms);
     if let Some(t) = terminal {
         t.restore();
     }
-    Ok(status)
+    Ok(RunEnd::Exited(status))
 }
 
-fn spawn(g: &Grant, req: &RunRequest, terminal: bool) -> Result<std::process::Child> {
+fn spawn(g: &Grant, req: &RunRequest, terminal: bool) -> std::io::Result<std::process::Child> {
     let parent = nix::unistd::getpid();
     let mut cmd = std::process::Command::new(&req.command[0]);
     cmd.args(&req.command[1..])
@@ -407,20 +457,7 @@ fn spawn(g: &Grant, req: &RunRequest, terminal: bool) -> Result<std::process::Ch
             Ok(())
         });
     }
-    cmd.spawn().map_err(|e| {
-        let code = if e.kind() == std::io::ErrorKind::NotFound {
-            Code::NotFound
-        } else {
-            Code::Io
-        };
-        Error::new(
-            code,
-            format!(
-                "cannot run {:?}: {e}",
-                crate::sanitize::line(&req.command[0].to_string_lossy(), 80)
-            ),
-        )
-    })
+    cmd.spawn()
 }
 
 /// Forwards signals to the group and reaps until no child is left (ECHILD). Returns the direct

@@ -68,6 +68,9 @@ impl Handler for RootHandler {
             "peer.send" => {
                 let who = principal(from, &params)?;
                 let origin = core.session_of(&from.instance_id);
+                core.check_sender_scope(&who)?;
+                let from_alias = core.alias_of(&who);
+                let announced_alias = from_alias.clone();
                 let send = InboundSend {
                     origin,
                     to_peer_id: req_str(&params, "to")?.to_string(),
@@ -83,10 +86,11 @@ impl Handler for RootHandler {
                             Error::new(Code::Usage, "params.expiresAt must be epoch milliseconds")
                         })?),
                     },
+                    from_alias,
                 };
                 let reply_to = send.reply_to.clone();
                 let r = core.store.accept(who, send)?;
-                core.announce_arrival(&r, reply_to.as_deref());
+                core.announce_arrival(&r, reply_to.as_deref(), announced_alias.as_deref());
                 to_value(&r)
             }
             "peer.status" | "peer.subscribe" => {
@@ -184,7 +188,7 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
             "eventsDropped": core.bus.dropped(),
             "store": store_info(core),
             "problems": core.problems(),
-            "limits": {"messageBytes": core.limits().message_bytes, "waitMsMax": core.limits().wait_ms_max, "acknowledgementMs": core.limits().acknowledgement_ms},
+            "limits": {"messageBytes": core.limits().message_bytes, "waitMsMax": core.limits().wait_ms_max, "acknowledgementMs": core.limits().acknowledgement_ms, "frameBytes": core.limits().frame_bytes},
         })),
         "local.tool" => super::tools::local_tool(core, &caller, &params),
         "local.consume" | "local.prepare" => {
@@ -216,7 +220,7 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
                 to,
                 content: req_str(&params, "content")?.to_string(),
                 topic: str_param(&params, "topic")?.map(str::to_string),
-                reply_to: Some(id.to_string()),
+                reply_to: Some(original.message_id.clone()),
                 message_id: message_id.clone(),
             };
             let r = core.send_reply(&caller, req, &original)?;

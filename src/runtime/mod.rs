@@ -50,6 +50,9 @@ pub struct RootOptions {
     /// A one-off root (`--as`): on shutdown its store directory is removed when nothing in it
     /// is unresolved (no unacknowledged outbox entry, no unconsumed inbox message).
     pub one_off: bool,
+    /// What the root serves (the hosted command's name, `mcp`), shown beside the alias in the
+    /// presence `model` field, which Autohand's agent list prints.
+    pub purpose: Option<String>,
 }
 
 /// The sessionId of the one-off roots acting as `alias` (`peer --as ALIAS`): one session for
@@ -58,6 +61,16 @@ pub struct RootOptions {
 /// finds the undelivered messages of an earlier one.
 pub fn one_off_session(alias: &str) -> String {
     format!("as-{alias}")
+}
+
+/// The presence `model` text: the alias, and what the root serves when known, so a person
+/// can tell sessions apart in a listing that shows only project, model, session and pid.
+pub fn presence_model(alias: &str, purpose: Option<&str>) -> String {
+    let alias = crate::sanitize::line(alias, 64);
+    match purpose.map(|p| crate::sanitize::line(p, 40)) {
+        Some(p) if !p.trim().is_empty() => format!("{alias} ({})", p.trim()),
+        _ => alias,
+    }
 }
 
 /// The capabilities a root grants itself from its configuration.
@@ -438,7 +451,7 @@ fn presence_record(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
         provider: "peerwire".into(),
-        model: "none".into(),
+        model: presence_model(&id.alias, opts.purpose.as_deref()),
         mode: if opts.mode.is_empty() {
             "command"
         } else {

@@ -54,6 +54,13 @@ impl LocalClient {
         Ok(client)
     }
 
+    /// Adopts the root's own `frameBytes` (from `local.info`): its answers and our requests
+    /// are bounded by what the root allows, not by this process's defaults.
+    pub fn set_frame_bytes(&mut self, frame_bytes: u64) {
+        self.limits.frame_bytes = frame_bytes;
+        self.reader.set_frame_bytes(frame_bytes);
+    }
+
     /// Calls `method` and waits up to `timeout_ms` (0: `acknowledgementMs`) for its answer.
     pub fn call(&mut self, method: &str, params: Value, timeout_ms: u64) -> Result<Value> {
         let ms = if timeout_ms == 0 {
