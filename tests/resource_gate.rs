@@ -4,6 +4,7 @@
 
 use peerwire::error::Code;
 use peerwire::resource::model::name_hash;
+use peerwire::resource::seal;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -700,9 +701,11 @@ fn a_holder_without_decidable_evidence_needs_an_operator() {
         .home
         .join("peer-resources")
         .join(format!("{}.json", name_hash("r")));
-    let mut state: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    // An operator's edit: the file is re-sealed with a correct checksum.
+    let sealed = std::fs::read(&path).unwrap();
+    let mut state: Value = serde_json::from_slice(seal::open(&sealed).unwrap()).unwrap();
     state["holders"][0]["evidence"]["start_time"] = 0.into();
-    std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+    std::fs::write(&path, seal::seal(&serde_json::to_vec(&state).unwrap())).unwrap();
     let out = finish(ns.gate("r", &[], "echo ran >> log"));
     assert_eq!(
         code_of(&out),

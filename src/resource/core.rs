@@ -37,6 +37,10 @@ pub struct Env<'a> {
     pub allow_control: bool,
     /// Liveness of a recorded process; the ticket id lets the shell consult the launch ledger.
     pub life: &'a dyn Fn(&str, &ProcessEvidence) -> Life,
+    /// The resource's fence: `next_token` and the policy epoch never start below these, even
+    /// when the file was restored from an older copy or recreated.
+    pub token_floor: u64,
+    pub epoch_floor: u64,
 }
 
 /// How a release names its reservation.
@@ -144,6 +148,8 @@ pub fn apply(
         events: Vec::new(),
         env,
     };
+    tx.state.next_token = tx.state.next_token.max(env.token_floor);
+    tx.state.policy.epoch = tx.state.policy.epoch.max(env.epoch_floor);
     if !existed
         && !matches!(
             op,

@@ -4,7 +4,8 @@
 //! that owns a command's whole process tree. No daemon: processes coordinate through private
 //! files under `<coord>/peer-resources/`.
 //!
-//! - `model`: the resource file's shape and validation.
+//! - `model`: the resource file's shape and validation; the fence (high-water marks).
+//! - `seal`: the checksummed envelope of every file under `peer-resources/`.
 //! - `core`: the pure decision of one transaction (`apply`).
 //! - `evidence`: process-start evidence from `/proc` and liveness verdicts.
 //! - `store`: locked, validated, atomic transactions on resource files and `launches.json`.
@@ -23,6 +24,7 @@ pub mod gate;
 pub mod model;
 pub mod notify;
 pub mod principal;
+pub mod seal;
 pub mod store;
 pub mod terminal;
 
