@@ -2,7 +2,7 @@
 //!
 //! Identity: `--as ALIAS` gives `cli:ALIAS`; otherwise the control file named by `PEER_CONTROL`
 //! (set by the enclosing `peer host`) gives `peer:<peerId>` of the session or of the child run
-//! in `PEER_RUN_ID`, the id its MCP/tool calls use (`session:<value>` when the file cannot be
+//! its control file is bound to (or, with the root's file, in `PEER_RUN_ID`), the id its MCP/tool calls use (`session:<value>` when the file cannot be
 //! read); otherwise `cli:pid-<pid>`. Capabilities: `resource.request` always,
 //! `resource.control` only when `allowResourceControl` is true — and, for a child run, only
 //! when its root reports that the run was given it (`run-child --delegate-control`).
@@ -56,9 +56,12 @@ impl Principal {
                 // The same id the session's own tools use, so the CLI, MCP and the gate agree
                 // on who holds what.
                 Ok(cf) => {
-                    let run = std::env::var(crate::runtime::control::ENV_RUN)
-                        .ok()
-                        .filter(|r| !r.is_empty());
+                    // A run's own control file decides the run; the variable only for the root.
+                    let run = cf.run_id.clone().or_else(|| {
+                        std::env::var(crate::runtime::control::ENV_RUN)
+                            .ok()
+                            .filter(|r| !r.is_empty())
+                    });
                     let peer = crate::identity::peer_id(&cf.instance_id, run.as_deref());
                     if let Some(r) = &run {
                         // A child run has only what its root gave it; unknown means less.

@@ -79,7 +79,10 @@ mod tests {
             for bit in 0..8 {
                 let mut bad = sealed.clone();
                 bad[i] ^= 1 << bit;
-                assert!(open(&bad).is_err(), "flip of bit {bit} at byte {i} accepted");
+                assert!(
+                    open(&bad).is_err(),
+                    "flip of bit {bit} at byte {i} accepted"
+                );
             }
         }
         assert_eq!(open(b"").unwrap_err(), Broken::Frame);

@@ -491,7 +491,9 @@ mod tests {
             let mut bad = good.clone();
             bad[i] ^= 1 << (i % 8);
             std::fs::write(&path, &bad).unwrap();
-            let e = s.transact("db", &me(&probe), Op::Status, &probe).unwrap_err();
+            let e = s
+                .transact("db", &me(&probe), Op::Status, &probe)
+                .unwrap_err();
             assert_eq!(e.code, Code::RecoveryRequired, "byte {i}: {e}");
             assert_eq!(std::fs::read(&path).unwrap(), bad, "byte {i} rewritten");
         }
@@ -550,7 +552,9 @@ mod tests {
         let last = bad.len() - 3;
         bad[last] ^= 1;
         std::fs::write(&fence, &bad).unwrap();
-        let e = s.transact("db", &me(&probe), Op::Status, &probe).unwrap_err();
+        let e = s
+            .transact("db", &me(&probe), Op::Status, &probe)
+            .unwrap_err();
         assert_eq!(e.code, Code::RecoveryRequired);
         assert!(e.message.contains("fence"), "{e}");
         assert_eq!(std::fs::read(&fence).unwrap(), bad);

@@ -42,6 +42,8 @@ pub struct Caller {
 
 pub struct Core {
     pub ns: Namespace,
+    /// The endpoint's socket; control files live in its directory.
+    pub socket_path: std::path::PathBuf,
     pub config: Config,
     pub workspace: WorkspaceId,
     pub session_id: String,
@@ -81,6 +83,14 @@ const ADVERT_TTL_MS: u128 = 1_000;
 const ADVERTS_MAX: usize = 1_024;
 
 impl Core {
+    /// The directory holding this root's control file and its runs' control files.
+    pub fn control_dir(&self) -> std::path::PathBuf {
+        self.socket_path
+            .parent()
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| self.ns.runtime_dir())
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.config.limits
     }

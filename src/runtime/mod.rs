@@ -209,6 +209,7 @@ impl Root {
         // Bind before advertising: a published endpoint is one that answers.
         let publisher = Arc::new(Publisher::publish(&ns.active_agents(), record)?);
         let core = Arc::new(Core {
+            socket_path: socket.path.clone(),
             ns,
             auto_budget: Arc::new(auto::Budget::new(config.limits.automatic_replies)),
             config,
@@ -306,13 +307,9 @@ impl Root {
             instance_id: core.instance_id.clone(),
             peer_id: core.peer_id.clone(),
             home: core.ns.home.clone(),
+            run_id: None,
         };
-        let dir = socket
-            .path
-            .parent()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| core.ns.runtime_dir());
-        match control::write(&dir, &cf) {
+        match control::write(&core.control_dir(), &cf) {
             Ok(path) => Ok((endpoint, store, path)),
             Err(e) => {
                 endpoint.shutdown();
@@ -354,6 +351,14 @@ impl Root {
         let _ = owned.worker.join();
         owned.endpoint.shutdown();
         control::remove(&self.control_path, &self.core.instance_id);
+        for run in self.core.runs.lock().live() {
+            let path = control::path_in(
+                &self.core.control_dir(),
+                &self.core.instance_id,
+                Some(&run.run_id),
+            );
+            control::remove(&path, &self.core.instance_id);
+        }
         let (stop, handle) = owned.heartbeat;
         drop(stop);
         let _ = handle.join();

@@ -62,9 +62,13 @@ impl Session {
             cf.secret_bytes()?,
             &limits,
         )?);
-        let run_id = std::env::var(control::ENV_RUN)
-            .ok()
-            .filter(|s| !s.is_empty());
+        // A run's own control file names its run (the root enforces it); otherwise the
+        // variable names which of the root's runs this command acts as.
+        let run_id = cf.run_id.clone().or_else(|| {
+            std::env::var(control::ENV_RUN)
+                .ok()
+                .filter(|s| !s.is_empty())
+        });
         let auto = std::env::var(super::auto::ENV_AUTO)
             .ok()
             .filter(|s| !s.is_empty());
@@ -126,7 +130,7 @@ impl Session {
                 };
                 client.call(method, Value::Object(p), timeout)
             }
-            Session::InProcess { root, .. } => handler::local_request(&root.core, method, p),
+            Session::InProcess { root, .. } => handler::local_request(&root.core, None, method, p),
         }
     }
 

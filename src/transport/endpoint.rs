@@ -264,11 +264,14 @@ fn handshake(shared: &Shared, reader: &mut FrameReader, out: &Outgoing) -> Optio
     let mut responder = Responder::new(nonce);
     let verifier = shared.verifier.clone();
     let lookup = move |id: &str| verifier.advertised_key(id);
+    let handler = shared.handler.clone();
+    let run_secret = move |secret: &[u8; 32]| handler.run_for_secret(secret);
     let mut remember = |n: &[u8; 32]| shared.nonces.lock().insert(n);
     let mut ctx = ResponderCtx {
         instance_id: &shared.me.instance_id,
         keys: &shared.me.keys,
         local_secret: &shared.local_secret,
+        run_secret: &run_secret,
         advertised_key: &lookup,
         remember_nonce: &mut remember,
     };
@@ -341,7 +344,7 @@ fn serve_authenticated(
             instance_id: instance_id.clone(),
             run_id: run_id.clone(),
         }),
-        Channel::Local => None,
+        Channel::Local | Channel::Run { .. } => None,
     };
     loop {
         let deadline = Instant::now() + Duration::from_millis(shared.limits.idle_ms);
@@ -398,9 +401,12 @@ fn dispatch(
     notifier: &Notifier,
 ) -> Vec<u8> {
     let checked = rpc::check_version(&params).and_then(|()| access::authorize(channel, method));
-    let result = checked.and_then(|()| match peer {
-        Some(from) => shared.handler.peer_request(from, method, params, notifier),
-        None => shared.handler.local_request(method, params, notifier),
+    let result = checked.and_then(|()| match (peer, channel) {
+        (Some(from), _) => shared.handler.peer_request(from, method, params, notifier),
+        (None, Channel::Run { run_id }) => {
+            shared.handler.run_request(run_id, method, params, notifier)
+        }
+        (None, _) => shared.handler.local_request(method, params, notifier),
     });
     let frame = match result {
         Ok(value) => rpc::encode_result(id, &value),
