@@ -2,8 +2,9 @@
 //!
 //! Identity: `--as ALIAS` gives `cli:ALIAS`; otherwise the control file named by `PEER_CONTROL`
 //! (set by the enclosing `peer host`) gives `peer:<peerId>` of the session or of the child run
-//! its control file is bound to (or, with the root's file, in `PEER_RUN_ID`), the id its MCP/tool calls use (`session:<value>` when the file cannot be
-//! read); otherwise `cli:pid-<pid>`. Capabilities: `resource.request` always,
+//! its control file is bound to (or, with the root's file, the run in `PEER_RUN_ID`), the id
+//! its MCP/tool calls use (`session:<value>` when the file cannot be read); otherwise
+//! `cli:pid-<pid>`. Capabilities: `resource.request` always,
 //! `resource.control` only when `allowResourceControl` is true — and, for a child run, only
 //! when its root reports that the run was given it (`run-child --delegate-control`).
 //! `PEER_CAPABILITIES` (a comma list) can only DROP capabilities from that default — it exists
