@@ -855,3 +855,82 @@ fn peer_run_json_result_is_the_last_stdout_line_after_every_descendant() {
         "{v}"
     );
 }
+
+#[test]
+fn a_holder_must_be_the_callers_own_and_an_operator_can_always_release() {
+    let ns = Ns::new("holderpid");
+    // init, and a process of this uid in another session, are refused as anchors.
+    let mut init = ns.peer();
+    init.args(["--as", "me", "--json", "res", "request", "db:x"])
+        .env("PEER_HOLDER_PID", "1");
+    let out = init.output().unwrap();
+    assert_eq!(
+        code_of(&out),
+        Code::CapabilityDenied.exit_status(),
+        "{}",
+        stderr(&out)
+    );
+    let mut detached = Command::new("sleep");
+    detached.arg("60");
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut detached, || {
+            nix::unistd::setsid()
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut other = Session(detached.spawn().unwrap());
+    let out = res(&ns, "me", Some(&other), &["request", "db:x"]);
+    assert_eq!(
+        code_of(&out),
+        Code::CapabilityDenied.exit_status(),
+        "{}",
+        stderr(&out)
+    );
+    let said = format!("{}{}", stderr(&out), String::from_utf8_lossy(&out.stdout));
+    assert!(said.contains("not related"), "{said}");
+    let _ = other.0.kill();
+    // A process of the caller's own session is accepted; a stranger cannot release it, an
+    // operator's forced release can, and the journal records who did it.
+    let s = Session::start();
+    let g = json_of(&res(&ns, "me", Some(&s), &["request", "db:x"]));
+    assert_eq!(g["state"], "granted", "{g}");
+    let out = res(
+        &ns,
+        "stranger",
+        None,
+        &["release", "db:x", "--ticket", "t-1"],
+    );
+    assert_eq!(code_of(&out), Code::CapabilityDenied.exit_status());
+    let out = res(&ns, "stranger", None, &["release", "db:x", "--force"]);
+    assert_eq!(
+        code_of(&out),
+        Code::Usage.exit_status(),
+        "must name a ticket"
+    );
+    let out = res(
+        &ns,
+        "operator",
+        None,
+        &["release", "db:x", "--ticket", "t-1", "--force"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("override: cli:operator released ticket t-1"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(json_of(&out)["state"], "released");
+    let st = ns.status("db:x");
+    assert_eq!(st["holders"].as_array().map(Vec::len), Some(0), "{st}");
+    let path = ns
+        .home
+        .join("peer-resources")
+        .join(format!("{}.json", name_hash("db:x")));
+    let body: Value =
+        serde_json::from_slice(seal::open(&std::fs::read(path).unwrap()).unwrap()).unwrap();
+    let last = body["journal"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["kind"], "released_by_override", "{last}");
+    assert_eq!(last["by"], "cli:operator", "{last}");
+}

@@ -332,3 +332,21 @@ fn a_child_run_that_sheds_its_variables_is_still_the_run() {
         .collect();
     assert!(left.is_empty(), "run control files left behind: {left:?}");
 }
+
+#[test]
+fn a_detached_command_of_the_session_anchors_to_the_root_it_proves_by_its_socket() {
+    // In another session (setsid) the root is neither an ancestor in the same session nor a
+    // descendant: the kernel's SO_PEERCRED on the root's socket is what vouches for it.
+    let ns = Ns::new("resdetach");
+    let d = sync_dir(&ns);
+    let script = format!(
+        "setsid -w peer --json res request db > {out} 2> {err}",
+        out = d.join("out").display(),
+        err = d.join("err").display(),
+    );
+    let mut host = ns.host(&["--alias", "root", "--", "sh", "-c", &script]);
+    assert_eq!(host.wait(), Some(0));
+    let err = std::fs::read_to_string(d.join("err")).unwrap_or_default();
+    let out = last_json_line(&d.join("out"));
+    assert_eq!(out["state"], "granted", "{out} {err}");
+}

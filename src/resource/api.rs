@@ -183,16 +183,23 @@ fn parse_op(kind: &str, v: &Value) -> Result<Parsed> {
             ticket: need_ticket()?,
             epoch,
         },
-        "release" => Op::Release {
-            target: match (ticket.clone(), u64_field(v, "token")) {
+        "release" => {
+            let target = match (ticket.clone(), u64_field(v, "token")) {
                 (Some(t), None) => Target::Ticket(t),
                 (None, Some(n)) => Target::Token(n),
                 (None, None) => Target::Mine,
                 (Some(_), Some(_)) => {
                     return Err(usage("release names a ticket or a token, not both"));
                 }
-            },
-        },
+            };
+            // Only the command line sets this (`peer res release --force`); the model tool's
+            // strict arguments have no such field.
+            if v.get("override").and_then(Value::as_bool) == Some(true) {
+                Op::Override { target }
+            } else {
+                Op::Release { target }
+            }
+        }
         "cancel_request" => Op::Cancel {
             ticket: need_ticket()?,
         },

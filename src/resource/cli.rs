@@ -32,13 +32,15 @@ const RES_HELP: &str = "\
 usage: peer res status [NAME]
        peer res request NAME [--capacity N] [--wait MS] [--epoch E]
        peer res grant NAME TICKET [--epoch E]
-       peer res release NAME [--ticket T | --token N]
+       peer res release NAME [--ticket T | --token N] [--force]
        peer res cancel NAME TICKET
        peer res set-controller NAME [--capacity N] [--force] [--automatic]
 
 request and set-controller act for the enclosing session: they need PEER_HOLDER_PID (set by the
-session root) so the grant or controller lives as long as that process. For one command, use
-'peer run --resource NAME -- CMD'. With --json each result is one JSON object.
+session root) so the grant or controller lives as long as that process; it must be this
+command, its descendant, a process of its session or its session's root. For one command, use
+'peer run --resource NAME -- CMD'. release --force (with --ticket or --token) is the operator's
+override for any holder; it is logged. With --json each result is one JSON object.
 ";
 
 const PEER_RES_HELP: &str = "\
@@ -142,7 +144,12 @@ pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
             other => return Err(usage(other.unexpected())),
         };
     }
-    let op = build_op(&words, op)?;
+    let mut op = build_op(&words, op)?;
+    let forced = op["op"] == "release" && op.get("force") == Some(&json!(true));
+    if forced && let Some(o) = op.as_object_mut() {
+        o.remove("force");
+        o.insert("override".into(), json!(true));
+    }
     let home = ctx.home()?;
     let cfg = Config::load(&home)?;
     let principal = Principal::for_cli(ctx.as_alias.as_deref(), &cfg);
@@ -154,6 +161,17 @@ pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
         _ => probe.own()?,
     };
     let out = coordinate(&home, &cfg, &principal, op, evidence)?;
+    if forced {
+        // The durable record is the resource journal's released_by_override event; this line
+        // is for whoever watches the operator's terminal or logs.
+        eprintln!(
+            "peer: override: {} released ticket {} (token {}) of {} regardless of its holder",
+            line(&principal.id, 120),
+            s(&out, "ticket"),
+            s(&out, "token"),
+            s(&out, "resource"),
+        );
+    }
     if ctx.json {
         println!("{out}");
     } else {

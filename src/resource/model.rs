@@ -132,6 +132,9 @@ pub struct Event {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub token: Option<u64>,
     pub at: u64,
+    /// Who acted, recorded for operator overrides (the audit trail of a forced release).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub by: Option<String>,
 }
 
 /// Everything stored about one resource.

@@ -134,6 +134,7 @@ pub fn session_holder(probe: &Probe, what: &str) -> Result<ProcessEvidence> {
         .trim()
         .parse()
         .map_err(|_| Error::new(Code::Usage, "PEER_HOLDER_PID must be a process id"))?;
+    check_holder(pid)?;
     probe.evidence(pid).map_err(|e| {
         Error::new(
             Code::Usage,
@@ -145,9 +146,78 @@ pub fn session_holder(probe: &Probe, what: &str) -> Result<ProcessEvidence> {
     })
 }
 
+/// A grant is anchored only to a process the caller answers for: itself, one of its
+/// descendants, a process of its own session (same uid), or the root of the enclosing peer
+/// session as the kernel reports it on the root's socket (SO_PEERCRED). Never pid 1 or
+/// another user's process: such an anchor would outlive everyone who could release it.
+pub fn check_holder(pid: u32) -> Result<()> {
+    use super::evidence::{descends_from, owner_of};
+    let me = std::process::id();
+    if pid == me {
+        return Ok(());
+    }
+    let refuse = |why: &str| {
+        Error::new(
+            Code::CapabilityDenied,
+            format!(
+                "PEER_HOLDER_PID {pid} {why}; a holder must be this command, its descendant, a process of its session, or its peer session's root"
+            ),
+        )
+    };
+    if pid <= 1 {
+        return Err(refuse("is init"));
+    }
+    let uid = nix::unistd::getuid().as_raw();
+    match owner_of(pid) {
+        None => return Err(refuse("is not a running process")),
+        Some(owner) if owner != uid => return Err(refuse(&format!("belongs to uid {owner}"))),
+        Some(_) => {}
+    }
+    if descends_from(pid, me) {
+        return Ok(());
+    }
+    let sid = |p: Option<nix::unistd::Pid>| nix::unistd::getsid(p).ok();
+    let theirs = i32::try_from(pid).ok().map(nix::unistd::Pid::from_raw);
+    if theirs.is_some() && sid(theirs).is_some() && sid(theirs) == sid(None) {
+        return Ok(());
+    }
+    if enclosing_root_pid() == Some(pid) {
+        return Ok(());
+    }
+    Err(refuse("is not related to this command"))
+}
+
+/// The pid of the enclosing session's root, proven by SO_PEERCRED after `local.hello`.
+fn enclosing_root_pid() -> Option<u32> {
+    let cf = crate::runtime::control::from_env().ok()??;
+    let limits = crate::config::Limits::default();
+    let client =
+        crate::transport::LocalClient::connect(&cf.endpoint, cf.secret_bytes().ok()?, &limits)
+            .ok()?;
+    client.root_pid()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn holders_must_be_related_to_the_caller() {
+        check_holder(std::process::id()).unwrap();
+        assert_eq!(check_holder(1).unwrap_err().code, Code::CapabilityDenied);
+        assert_eq!(check_holder(0).unwrap_err().code, Code::CapabilityDenied);
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        check_holder(child.id()).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(
+            check_holder(child.id()).unwrap_err().code,
+            Code::CapabilityDenied
+        );
+    }
 
     #[test]
     fn capabilities_can_only_be_dropped() {
