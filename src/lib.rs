@@ -8,6 +8,7 @@ pub mod config;
 pub mod directory;
 pub mod error;
 pub mod fsutil;
+pub mod hardening;
 pub mod identity;
 pub mod mcp;
 pub mod mention;

@@ -29,6 +29,13 @@ pub struct ControlFile {
     pub run_id: Option<String>,
 }
 
+/// The secret's text is wiped when a control file value is dropped.
+impl Drop for ControlFile {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.secret);
+    }
+}
+
 impl ControlFile {
     pub fn secret_bytes(&self) -> Result<[u8; 32]> {
         identity::unb64(&self.secret)

@@ -207,6 +207,7 @@ pub fn local_request(
             "sessionId": core.session_id,
             "capabilities": caller.capabilities,
             "eventsDropped": core.bus.dropped(),
+            "dumpable": crate::hardening::is_dumpable(),
             "limits": {"messageBytes": core.limits().message_bytes, "waitMsMax": core.limits().wait_ms_max, "acknowledgementMs": core.limits().acknowledgement_ms},
         })),
         "local.tool" => super::tools::local_tool(core, &caller, &params),
@@ -319,7 +320,7 @@ fn write_run_control(
     run: &super::runs::Run,
     secret: &[u8; 32],
 ) -> Result<std::path::PathBuf> {
-    let mut cf = control::ControlFile {
+    let cf = control::ControlFile {
         version: 1,
         endpoint: core.socket_path.clone(),
         secret: identity::b64(secret),
@@ -328,9 +329,8 @@ fn write_run_control(
         home: core.ns.home.clone(),
         run_id: Some(run.run_id.clone()),
     };
-    let written = control::write(&core.control_dir(), &cf);
-    zeroize::Zeroize::zeroize(&mut cf.secret);
-    written
+    // The text form of the secret is wiped when `cf` drops.
+    control::write(&core.control_dir(), &cf)
 }
 
 /// What `peer status` shows for one outbox entry.

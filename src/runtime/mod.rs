@@ -138,6 +138,8 @@ impl Root {
             }
             None => identity::generated_alias(&workspace.workspace),
         };
+        // Before any secret or key exists in this process's memory.
+        crate::hardening::no_core_dumps()?;
         let instance_id = identity::new_instance_id();
         let peer_id = identity::peer_id(&instance_id, None);
         let keys = Arc::new(KeyPair::generate());
@@ -201,7 +203,7 @@ impl Root {
                 runs: Vec::new(),
             },
         };
-        let secret = control::new_secret();
+        let secret = zeroize::Zeroizing::new(control::new_secret());
         let mut token = [0u8; 16];
         identity::random_bytes(&mut token);
         let store_handle = store.handle();
@@ -235,7 +237,7 @@ impl Root {
             adverts: Mutex::new(Default::default()),
         });
         let _ = core_cell.set(Arc::downgrade(&core));
-        let started = Self::start_owned(core.clone(), store, me, secret, &socket);
+        let started = Self::start_owned(core.clone(), store, me, &secret, &socket);
         let (endpoint, store, control_path) = match started {
             Ok(v) => v,
             Err((e, store)) => {
@@ -285,7 +287,7 @@ impl Root {
         core: Arc<Core>,
         store: Store,
         me: LocalIdentity,
-        secret: [u8; 32],
+        secret: &[u8; 32],
         socket: &SocketPlace,
     ) -> std::result::Result<(Endpoint, Store, PathBuf), (Error, Store)> {
         let limits = core.limits().clone();
@@ -293,7 +295,7 @@ impl Root {
             &socket.path,
             me,
             &limits,
-            secret,
+            *secret,
             Arc::new(handler::RootHandler(core.clone())),
             Arc::new(PresenceVerifier(core.clone())),
         ) {
@@ -303,7 +305,7 @@ impl Root {
         let cf = control::ControlFile {
             version: 1,
             endpoint: socket.path.clone(),
-            secret: identity::b64(&secret),
+            secret: identity::b64(secret),
             instance_id: core.instance_id.clone(),
             peer_id: core.peer_id.clone(),
             home: core.ns.home.clone(),

@@ -56,6 +56,8 @@ impl Session {
     }
 
     fn connect(cf: ControlFile) -> Result<Session> {
+        // This process now holds the root's (or a run's) secret.
+        crate::hardening::no_core_dumps()?;
         let mut limits = Limits::default();
         let mut client = Box::new(LocalClient::connect(
             &cf.endpoint,

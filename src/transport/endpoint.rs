@@ -28,7 +28,8 @@ const SOCKET_PATH_BYTES_MAX: usize = 107;
 struct Shared {
     me: LocalIdentity,
     limits: Limits,
-    local_secret: [u8; 32],
+    /// Wiped when the endpoint's last connection thread lets go of it.
+    local_secret: zeroize::Zeroizing<[u8; 32]>,
     handler: Arc<dyn Handler>,
     verifier: Arc<dyn Verifier>,
     nonces: Mutex<RecentNonces>,
@@ -65,7 +66,7 @@ impl Endpoint {
         let shared = Arc::new(Shared {
             me,
             limits: limits.clone(),
-            local_secret,
+            local_secret: zeroize::Zeroizing::new(local_secret),
             handler,
             verifier,
             nonces: Mutex::new(RecentNonces::new(
