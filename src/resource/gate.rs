@@ -25,6 +25,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// The errno the pre-exec check returns when the gate died before the exec (no allocation
+/// between fork and exec, so the reason travels as a number).
+const GATE_GONE: nix::errno::Errno = nix::errno::Errno::ESRCH;
+
 /// What `peer run` was asked to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunRequest {
@@ -389,8 +393,11 @@ fn spawn(g: &Grant, req: &RunRequest, terminal: bool) -> Result<std::process::Ch
         .env("PEER_RESOURCE", &g.name)
         .env("PEER_TICKET", &g.ticket)
         .process_group(0);
-    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
-    // calls (prctl, getppid, sigprocmask, tcsetpgrp, getpid); it allocates nothing. The child
+    // SAFETY: the closure runs between fork and exec in a threaded process, so it may only
+    // make async-signal-safe calls: prctl, getpid, getppid, sigemptyset/sigaddset,
+    // pthread_sigmask and tcsetpgrp. It allocates nothing: its errors are bare errno values
+    // (`io::Error::from(Errno)` is the allocation-free OS variant) and are worded by the
+    // parent after `spawn` returns. A unit test keeps allocating calls out of it. The child
     // dies with the gate, so a SIGKILLed gate does not leave its direct child holding the
     // resource unseen.
     unsafe {
@@ -400,26 +407,25 @@ fn spawn(g: &Grant, req: &RunRequest, terminal: bool) -> Result<std::process::Ch
                 hand_to(nix::unistd::getpid());
             }
             if nix::unistd::getppid() != parent {
-                return Err(std::io::Error::other(
-                    "the gate ended before the command started",
-                ));
+                return Err(std::io::Error::from(GATE_GONE));
             }
             Ok(())
         });
     }
     cmd.spawn().map_err(|e| {
+        let program = crate::sanitize::line(&req.command[0].to_string_lossy(), 80);
+        if e.raw_os_error() == Some(GATE_GONE as i32) {
+            return Error::new(
+                Code::Io,
+                format!("cannot run {program:?}: the gate ended before the command started"),
+            );
+        }
         let code = if e.kind() == std::io::ErrorKind::NotFound {
             Code::NotFound
         } else {
             Code::Io
         };
-        Error::new(
-            code,
-            format!(
-                "cannot run {:?}: {e}",
-                crate::sanitize::line(&req.command[0].to_string_lossy(), 80)
-            ),
-        )
+        Error::new(code, format!("cannot run {program:?}: {e}"))
     })
 }
 
@@ -455,5 +461,57 @@ fn reap_all(child: i32, signals: &Signals, fallback_ms: u64) -> i32 {
             nix::poll::PollTimeout::from(fallback_ms.min(u64::from(u16::MAX)) as u16),
         );
         signals.drain();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The text of every closure handed to `pre_exec` in `source`, up to its closing `});`.
+    fn pre_exec_bodies(source: &str) -> Vec<&str> {
+        let mut out = Vec::new();
+        let mut rest = source;
+        while let Some(at) = rest.find(".pre_exec(move ||") {
+            let body = &rest[at..];
+            let end = body.find("\n        });").unwrap_or(body.len());
+            out.push(&body[..end]);
+            rest = &body[end..];
+        }
+        out
+    }
+
+    #[test]
+    fn the_pre_exec_closure_calls_nothing_that_allocates() {
+        // Between fork and exec only async-signal-safe calls are allowed: any of these would
+        // allocate (or format) in a child that may have inherited a held allocator lock.
+        const FORBIDDEN: [&str; 10] = [
+            "Error::other",
+            "Error::new",
+            "format!",
+            "vec!",
+            "Vec::",
+            "String",
+            "to_string",
+            "to_owned",
+            "Box::",
+            "println!",
+        ];
+        let source = include_str!("gate.rs");
+        let source = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
+        let bodies = pre_exec_bodies(source);
+        assert_eq!(bodies.len(), 1, "the gate has one pre-exec closure");
+        for body in bodies {
+            for word in FORBIDDEN {
+                assert!(
+                    !body.contains(word),
+                    "pre-exec closure uses {word}:\n{body}"
+                );
+            }
+        }
+        let terminal = include_str!("terminal.rs");
+        let hand_to = &terminal[terminal.find("pub fn hand_to").unwrap()..];
+        let hand_to = &hand_to[..hand_to.find("\n}\n").unwrap()];
+        for word in FORBIDDEN {
+            assert!(!hand_to.contains(word), "hand_to uses {word}");
+        }
     }
 }
