@@ -18,12 +18,8 @@ use peerwire::resource::notify::Watch;
 use peerwire::resource::store::Space;
 use std::time::{Duration, Instant};
 
-fn temp_home(tag: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!(
-        "pw-bench-{tag}-{}-{:x}",
-        std::process::id(),
-        peerwire::identity::random_u64()
-    ))
+fn temp_home(tag: &str) -> peerwire::fsutil::TempDir {
+    peerwire::fsutil::TempDir::new(&format!("bench-{tag}")).expect("temp home")
 }
 
 fn caller(id: &str, probe: &Probe) -> Caller {
@@ -80,7 +76,6 @@ fn bench(c: &mut Criterion) {
     c.bench_function("resource/handoff_to_waiter", |b| {
         b.iter_custom(|iters| handoff(&space, &probe, iters))
     });
-    let _ = std::fs::remove_dir_all(&home);
 }
 
 /// Channels between the holder (bench thread) and the waiter thread.

@@ -12,21 +12,14 @@ use peerwire::messaging::{InboundSend, Principal};
 use peerwire::store::{Store, StoreHandle};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 const ME: &str = "p-bench";
 
-fn temp_home(tag: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!(
-        "pw-bench-{tag}-{}-{:x}",
-        std::process::id(),
-        peerwire::identity::random_u64()
-    ));
-    peerwire::fsutil::ensure_private_dir(&p).expect("temp home");
-    p
+fn temp_home(tag: &str) -> peerwire::fsutil::TempDir {
+    peerwire::fsutil::TempDir::new(&format!("bench-{tag}")).expect("temp home")
 }
 
 fn bench_limits() -> Limits {
@@ -42,7 +35,8 @@ fn bench_limits() -> Limits {
 }
 
 struct Bench {
-    home: PathBuf,
+    /// Removed after the store closes (fields drop after `Drop::drop`).
+    _home: peerwire::fsutil::TempDir,
     store: Option<Store>,
     next: Arc<AtomicU64>,
 }
@@ -54,7 +48,7 @@ impl Bench {
             .expect("open store");
         store.handle().set_live(ME);
         Bench {
-            home,
+            _home: home,
             store: Some(store),
             next: Arc::new(AtomicU64::new(0)),
         }
@@ -77,7 +71,6 @@ impl Drop for Bench {
             );
             let _ = s.close();
         }
-        let _ = std::fs::remove_dir_all(&self.home);
     }
 }
 
@@ -123,7 +116,6 @@ fn floor_append_fdatasync(c: &mut Criterion, when: &str) {
             f.sync_data().expect("fdatasync");
         })
     });
-    let _ = std::fs::remove_dir_all(&home);
 }
 
 fn accept_latency(c: &mut Criterion) {

@@ -138,12 +138,8 @@ impl Verifier for Adverts {
 }
 
 /// A bound endpoint and a pool with one warm authenticated connection to it.
-fn warm_pair() -> (std::path::PathBuf, Endpoint, Pool, Target) {
-    let dir = std::env::temp_dir().join(format!(
-        "pw-bench-{}-{:x}",
-        std::process::id(),
-        identity::random_u64()
-    ));
+fn warm_pair() -> (peerwire::fsutil::TempDir, Endpoint, Pool, Target) {
+    let dir = peerwire::fsutil::TempDir::new("bench-transport").expect("temp dir");
     let limits = Limits::default();
     let a = LocalIdentity {
         instance_id: identity::new_instance_id(),
@@ -175,7 +171,7 @@ fn warm_pair() -> (std::path::PathBuf, Endpoint, Pool, Target) {
 }
 
 fn round_trips(c: &mut Criterion) {
-    let (dir, endpoint, pool, target) = warm_pair();
+    let (_dir, endpoint, pool, target) = warm_pair();
     let params = payload();
     let mut group = c.benchmark_group("round trip");
     group.bench_function("Pool -> Endpoint echo (authenticated, warm)", |bch| {
@@ -188,7 +184,6 @@ fn round_trips(c: &mut Criterion) {
     });
     group.finish();
     endpoint.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The same request payload for both round trips.
@@ -285,7 +280,7 @@ fn time_block(out: &mut Vec<u64>, mut trip: impl FnMut() -> bool) {
 /// Issue 4's target, measured honestly: echo, warm Pool -> Endpoint and the JSON work are
 /// timed trip by trip in alternating blocks of the same run, then compared by medians.
 fn ratio(_: &mut Criterion) {
-    let (dir, endpoint, pool, target) = warm_pair();
+    let (_dir, endpoint, pool, target) = warm_pair();
     let params = payload();
     let mut echo = echo_pair();
     let line = rpc::encode_request(&Id::Num(3), "peer.send", &params);
@@ -329,7 +324,6 @@ fn ratio(_: &mut Criterion) {
     drop(echo.reader);
     let _ = echo.thread.join();
     endpoint.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 criterion_group! {

@@ -263,14 +263,10 @@ fn candidates<'a>(
     out
 }
 
-/// Resolves `@alias`, `alias` or an exact peerId to one live target in scope.
+/// Resolves `@alias`, `alias` or an exact peerId to one live target in scope, reading
+/// presence through the long-lived root's `cache`.
 /// None → `PEER_OFFLINE` (or `TARGET_ENDED` for a peerId whose record is stale, `SCOPE_DENIED`
 /// when only out-of-scope peers match); several → `AMBIGUOUS_TARGET`.
-pub fn resolve(ns: &Namespace, limits: &Limits, viewer: &Viewer, target: &str) -> Result<Target> {
-    resolve_cached(ns, limits, viewer, target, &presence::ReadCache::default())
-}
-
-/// [`resolve`] with a presence cache kept by a long-lived root.
 pub fn resolve_cached(
     ns: &Namespace,
     limits: &Limits,

@@ -306,18 +306,71 @@ impl Drop for FileLock {
     }
 }
 
+/// A private (0700) directory with a unique name under the system temporary directory (or
+/// another parent), removed with everything in it when dropped. The one temporary-directory
+/// helper of unit tests, integration tests and benchmarks.
+#[derive(Debug)]
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// `<temp>/pw-<tag>-<pid>-<random>`; `tag` only helps a person tell leftovers apart.
+    pub fn new(tag: &str) -> Result<TempDir> {
+        TempDir::new_in(&std::env::temp_dir(), tag)
+    }
+
+    /// Like [`TempDir::new`] under `parent`.
+    pub fn new_in(parent: &Path, tag: &str) -> Result<TempDir> {
+        let tag: String = tag
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+            .take(40)
+            .collect();
+        let path = parent.join(format!(
+            "pw-{tag}-{}-{:016x}",
+            std::process::id(),
+            crate::identity::random_u64()
+        ));
+        ensure_private_dir(&path)?;
+        Ok(TempDir { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `path().join(p)`.
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.path.join(p)
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn tmpdir(tag: &str) -> PathBuf {
-        let p = std::env::temp_dir().join(format!(
-            "pw-fsutil-{tag}-{}-{:x}",
-            std::process::id(),
-            crate::identity::random_u64()
-        ));
-        ensure_private_dir(&p).unwrap();
-        p
+    fn tmpdir(tag: &str) -> TempDir {
+        TempDir::new(&format!("fsutil-{tag}")).unwrap()
     }
 
     #[test]

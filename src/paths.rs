@@ -127,11 +127,8 @@ mod tests {
 
     #[test]
     fn long_namespaces_get_a_short_private_socket_dir() {
-        let home = std::env::temp_dir().join(format!(
-            "pw-paths-{}-{}",
-            std::process::id(),
-            "x".repeat(120)
-        ));
+        let tmp = crate::fsutil::TempDir::new("paths").unwrap();
+        let home = tmp.join("x".repeat(120));
         let ns = Namespace {
             home: home.clone(),
             coord: home.clone(),

@@ -483,14 +483,8 @@ mod tests {
         )
     }
 
-    fn tmp() -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "pw-presence-{}-{:x}",
-            std::process::id(),
-            identity::random_u64()
-        ));
-        fsutil::ensure_private_dir(&d).unwrap();
-        d
+    fn tmp() -> fsutil::TempDir {
+        fsutil::TempDir::new("presence").unwrap()
     }
 
     fn write(dir: &Path, name: &str, body: &[u8]) {

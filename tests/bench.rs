@@ -23,18 +23,6 @@ const FLOORS: [&str; 6] = [
     "verify",
 ];
 
-fn temp_dir() -> std::path::PathBuf {
-    let mut r = [0u8; 4];
-    getrandom::fill(&mut r).unwrap();
-    let d = std::env::temp_dir().join(format!(
-        "peerwire-test-bench-{}-{}",
-        std::process::id(),
-        u32::from_le_bytes(r)
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 fn number(v: &Value, what: &str) -> f64 {
     v.as_f64()
         .unwrap_or_else(|| panic!("{what} is not a number: {v}"))
@@ -42,7 +30,8 @@ fn number(v: &Value, what: &str) -> f64 {
 
 #[test]
 fn quick_bench_reports_every_figure_beside_its_floor_with_nothing_lost() {
-    let dir = temp_dir();
+    let tmp = peerwire::fsutil::TempDir::new("bench").unwrap();
+    let dir = tmp.path().to_path_buf();
     let out = Command::new(env!("CARGO_BIN_EXE_peer"))
         .args(["bench", "--quick", "--json", "--dir"])
         .arg(&dir)
@@ -50,7 +39,6 @@ fn quick_bench_reports_every_figure_beside_its_floor_with_nothing_lost() {
         .output()
         .unwrap();
     let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
-    let _ = std::fs::remove_dir_all(&dir);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let r: Value = serde_json::from_str(stdout.trim())

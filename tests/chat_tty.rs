@@ -2,7 +2,7 @@
 //! @mention sends it, and a message that arrives while a line is being typed is printed above
 //! the prompt, sanitized, with the half-typed line redrawn intact.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -2,7 +2,7 @@
 //! a reply and checks exit codes; typed errors for bad input; sanitized output; child runs that
 //! route through their parent and end with TARGET_ENDED; two auto peers stopping at the budget.
 
-mod common;
+use crate::common;
 
 use common::*;
 use nix::sys::signal::Signal;

@@ -11,7 +11,7 @@
 //! power-loss durability of the fdatasync itself is covered by the store's own reasoning and
 //! its torn-tail unit tests, not by anything a test process can do.
 
-mod common;
+use crate::common;
 
 use common::*;
 use nix::sys::signal::Signal;

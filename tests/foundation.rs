@@ -1,7 +1,7 @@
 //! Issue 3: presence, directory, `peer host` and `peer-dir` between real processes, and each
 //! bad input of the foundation refused with its message.
 
-mod common;
+use crate::common;
 
 use common::*;
 use nix::sys::signal::Signal;

@@ -1,6 +1,6 @@
 //! The README's demo: `peer lab` runs green from a fresh temporary namespace.
 
-mod common;
+use crate::common;
 
 use common::*;
 

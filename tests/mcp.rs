@@ -1,7 +1,7 @@
 //! Issue 6: two `peer mcp` roots driven by the official MCP Python SDK client exchange a
 //! message, a reply and receipts, and every tool's bad input comes back as its typed error.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -3,7 +3,7 @@
 //! INVALID_REPLY, QUEUE_FULL and its same-id retry, rate limiting without duplicates, expiry,
 //! retention, restart without acting on old mail (and `peer recover`), MESSAGE_TOO_LARGE.
 
-mod common;
+use crate::common;
 
 use common::*;
 use nix::sys::signal::Signal;

@@ -3,6 +3,7 @@
 //! coordinator's own state, never through sleeps; every wait is bounded.
 
 use peerwire::error::Code;
+use peerwire::fsutil::TempDir;
 use peerwire::resource::model::name_hash;
 use peerwire::resource::seal;
 use serde_json::Value;
@@ -18,20 +19,17 @@ const BOUND: Duration = Duration::from_secs(30);
 /// A private namespace, removed when the test ends.
 struct Ns {
     home: PathBuf,
+    /// Removes `home` on drop.
+    _dir: TempDir,
 }
 
 impl Ns {
     fn new(tag: &str) -> Ns {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let home =
-            std::env::temp_dir().join(format!("pw-restest-{tag}-{}-{nanos:x}", std::process::id()));
-        std::fs::create_dir_all(&home).unwrap();
-        std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .unwrap();
-        Ns { home }
+        let dir = TempDir::new(&format!("restest-{tag}")).unwrap();
+        Ns {
+            home: dir.path().to_path_buf(),
+            _dir: dir,
+        }
     }
 
     fn with_control(tag: &str) -> Ns {
@@ -106,12 +104,6 @@ impl Ns {
 
     fn read(&self, name: &str) -> String {
         std::fs::read_to_string(self.file(name)).unwrap_or_default()
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.home);
     }
 }
 

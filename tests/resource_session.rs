@@ -4,7 +4,7 @@
 //! `resource_update` events on `peer host --json`; child runs without `resource.control`
 //! unless delegated. Ordering comes from files and the coordinator's state; waits are bounded.
 
-mod common;
+use crate::common;
 
 use common::*;
 use peerwire::config::Limits;

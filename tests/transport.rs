@@ -3,7 +3,7 @@
 //! `LocalClient`. Every hostile case is followed by a check that the host still serves a good
 //! client.
 
-mod common;
+use crate::common;
 
 use common::{Host, Ns, PEER, eventually};
 use peerwire::config::Limits;

@@ -1,6 +1,6 @@
-//! The `peer-res` viewer: all the work is in `peerwire::resource::cli`.
+//! The `peer-res` viewer: all the work is in `peerwire::cli::res`.
 
 fn main() {
-    let status = peerwire::resource::cli::peer_res_main(std::env::args_os().skip(1).collect());
+    let status = peerwire::cli::res::peer_res_main(std::env::args_os().skip(1).collect());
     std::process::exit(status);
 }

@@ -91,7 +91,7 @@ impl Floors {
         })
     }
 
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(self) -> Value {
         let mut m = serde_json::Map::new();
         for (name, what, durability) in FLOOR_ROWS {
             let mut v = self.get(name).map(Summary::to_json).unwrap_or(Value::Null);
@@ -258,12 +258,7 @@ mod tests {
 
     #[test]
     fn tiny_floors_measure_every_row() {
-        let dir = std::env::temp_dir().join(format!(
-            "peerwire-bench-floors-{}-{:x}",
-            std::process::id(),
-            identity::random_u64()
-        ));
-        fsutil::ensure_private_dir(&dir).unwrap();
+        let dir = crate::fsutil::TempDir::new("bench-floors").unwrap();
         let sizes = FloorSizes {
             trips: 5,
             trips_warmup: 2,

@@ -189,12 +189,7 @@ mod tests {
 
     #[test]
     fn first_line_only_when_complete() {
-        let dir = std::env::temp_dir().join(format!(
-            "peerwire-bench-hosts-{}-{:x}",
-            std::process::id(),
-            crate::identity::random_u64()
-        ));
-        crate::fsutil::ensure_private_dir(&dir).unwrap();
+        let dir = crate::fsutil::TempDir::new("bench-hosts").unwrap();
         let p = dir.join("x.out");
         std::fs::write(&p, b"{\"event\":\"rea").unwrap();
         let partial = first_line(&p);

@@ -4,10 +4,10 @@
 //! typed is redrawn intact. Everything from peers is sanitized before it reaches the terminal.
 
 use super::msg::{describe_message, describe_receipt};
+use super::session::Session;
 use super::{Ctx, args};
 use crate::error::{Code, Error, Result};
 use crate::mention;
-use crate::runtime::session::Session;
 use parking_lot::Mutex;
 use serde_json::{Map, json};
 use std::ffi::OsString;

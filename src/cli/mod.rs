@@ -2,11 +2,14 @@
 //! an `Error` into `peer: CODE: message` (or a JSON object) and an exit status.
 
 pub mod args;
+pub mod bench;
 pub mod chat;
 pub mod dir;
 pub mod host;
 pub mod lab;
 pub mod msg;
+pub mod res;
+pub mod session;
 pub mod session_cmds;
 
 use crate::error::{Code, Error, Result};
@@ -73,17 +76,17 @@ fn commands() -> Vec<(&'static str, &'static str, Command)> {
         (
             "run",
             "run a command while holding a resource (FIFO, fencing token)",
-            crate::resource::cli::run_cmd,
+            res::run_cmd,
         ),
         (
             "res",
             "resource status, request, grant, release, cancel, set-controller",
-            crate::resource::cli::res_cmd,
+            res::res_cmd,
         ),
         (
             "bench",
             "measure peerwire against this machine's floors (built-in benchmark)",
-            crate::bench::cmd,
+            bench::cmd,
         ),
     ]
 }

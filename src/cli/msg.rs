@@ -2,9 +2,9 @@
 //! acts for the enclosing session (through its trusted local channel) or, with `--as`, for a
 //! short-lived root of its own; all of them go through the same tool implementations as MCP.
 
+use super::session::Session;
 use super::{Ctx, args, print_json};
 use crate::error::{Code, Error, Result};
-use crate::runtime::session::Session;
 use crate::sanitize;
 use serde_json::{Map, Value, json};
 use std::ffi::OsString;

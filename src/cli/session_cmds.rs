@@ -2,9 +2,9 @@
 //! speaks MCP on stdio), `peer run-child` (a published child run around a command) and
 //! `peer recover` (read-only review of an earlier incarnation's unread mail).
 
+use super::session::Session;
 use super::{Ctx, args, print_json};
 use crate::error::{Code, Error, Result};
-use crate::runtime::session::Session;
 use crate::runtime::tools::{RootTools, message_view};
 use crate::runtime::{Root, RootOptions, control};
 use serde_json::json;

@@ -11,8 +11,7 @@ mod lines;
 mod session;
 mod wrap;
 
-pub use session::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
-pub use wrap::{PEER_AUTHORITY, tool_result, wrap_peer_message};
+pub use wrap::tool_result;
 
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};

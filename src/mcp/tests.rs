@@ -2,6 +2,8 @@
 //! fake host blocks on flags and reports through channels; receive timeouts only turn a hang
 //! into a failure.
 
+use super::session::LATEST_PROTOCOL_VERSION;
+use super::wrap::PEER_AUTHORITY;
 use super::*;
 use crate::tools::{MessagesArgs, SendArgs};
 use crossbeam_channel::{Receiver, Sender, unbounded};

@@ -69,6 +69,14 @@ pub enum ReceiptState {
 }
 
 impl ReceiptState {
+    /// Whether a wait for `wanted` is over at `self`: reached, failed, or moved past a point
+    /// from which `wanted` can no longer come.
+    pub fn reached(self, wanted: ReceiptState) -> bool {
+        self == wanted
+            || self.is_failure()
+            || (self != ReceiptState::Refused && !self.may_become(wanted) && !wanted.is_failure())
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ReceiptState::Accepted => "accepted",
@@ -134,6 +142,28 @@ pub struct Receipt {
     /// The refusal code name (e.g. `QUEUE_FULL`) for a `refused` receipt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
+}
+
+impl Receipt {
+    /// The params of a `peer.receipt` notification: the receipt plus `version` and `fromRun`.
+    pub fn notification_params(&self, from_run: Option<&str>) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        if let Some(o) = v.as_object_mut() {
+            o.insert("version".into(), serde_json::json!(1));
+            o.insert("fromRun".into(), serde_json::json!(from_run));
+        }
+        v
+    }
+
+    /// A receipt a peer sent (an answer to `peer.send` or a `peer.receipt` notification).
+    pub fn from_wire(v: serde_json::Value) -> crate::error::Result<Receipt> {
+        serde_json::from_value(v).map_err(|e| {
+            crate::error::Error::new(
+                crate::error::Code::InvalidRequest,
+                format!("the peer answered with a malformed receipt: {e}"),
+            )
+        })
+    }
 }
 
 /// A message in custody at one of our recipients.

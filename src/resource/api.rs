@@ -517,11 +517,7 @@ mod tests {
 
     #[test]
     fn coordinate_and_events_since_follow_the_journal() {
-        let home = std::env::temp_dir().join(format!(
-            "pw-api-{}-{:x}",
-            std::process::id(),
-            crate::identity::random_u64()
-        ));
+        let home = crate::fsutil::TempDir::new("api").unwrap();
         let cfg = Config::default();
         let who = Principal {
             id: "cli:a".into(),
@@ -590,11 +586,7 @@ mod tests {
 
     #[test]
     fn a_cancelled_wait_gives_its_ticket_back_and_corrupt_files_are_listed_apart() {
-        let home = std::env::temp_dir().join(format!(
-            "pw-api-c-{}-{:x}",
-            std::process::id(),
-            crate::identity::random_u64()
-        ));
+        let home = crate::fsutil::TempDir::new("api-c").unwrap();
         let cfg = Config::default();
         let who = |id: &str| Principal {
             id: id.into(),
@@ -639,11 +631,7 @@ mod tests {
 
     #[test]
     fn release_all_gives_back_a_principals_grants_and_tickets_only() {
-        let home = std::env::temp_dir().join(format!(
-            "pw-api-r-{}-{:x}",
-            std::process::id(),
-            crate::identity::random_u64()
-        ));
+        let home = crate::fsutil::TempDir::new("api-r").unwrap();
         let cfg = Config::default();
         let who = |id: &str| Principal {
             id: id.into(),

@@ -14,10 +14,8 @@
 //! - `api`: `coordinate`, `wait_for_grant`, `describe`, `events_since`.
 //! - `gate`: `peer run`.
 //! - `terminal`: terminal foreground hand-over for interactive commands under `peer run`.
-//! - `cli`: `peer run`, `peer res …` and the `peer-res` viewer.
 
 pub mod api;
-pub mod cli;
 pub mod core;
 pub mod evidence;
 pub mod gate;

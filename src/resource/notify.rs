@@ -129,12 +129,7 @@ mod tests {
 
     #[test]
     fn replacing_the_resource_file_or_closing_the_live_file_wakes() {
-        let dir = std::env::temp_dir().join(format!(
-            "pw-notify-{}-{:x}",
-            std::process::id(),
-            crate::identity::random_u64()
-        ));
-        crate::fsutil::ensure_private_dir(&dir).unwrap();
+        let dir = crate::fsutil::TempDir::new("notify").unwrap();
         let w = Watch::new(&dir, "abc").unwrap();
         assert_eq!(w.wait(10, None).unwrap(), Wake::Timeout);
         crate::fsutil::atomic_write(

@@ -1,4 +1,5 @@
-//! Who is acting on a resource from the command line, and which capabilities it has.
+//! Who is acting on a resource, and which capabilities it has. The command line builds its
+//! principal in `cli::res` from the rules below.
 //!
 //! Identity: `--as ALIAS` gives `cli:ALIAS`; otherwise the control file named by `PEER_CONTROL`
 //! (set by the enclosing `peer host`) gives `peer:<peerId>` of the session or of the child run
@@ -24,6 +25,12 @@ pub struct Principal {
     pub capabilities: Vec<String>,
 }
 
+/// The principal id of a session or child run with this peerId: the same for its MCP tools,
+/// its `peer` commands and the gate, so all three agree on who holds what.
+pub fn principal_id(peer_id: &str) -> String {
+    format!("peer:{peer_id}")
+}
+
 /// The capabilities a namespace grants by default.
 pub fn default_capabilities(cfg: &Config) -> Vec<String> {
     let mut caps = vec![CAP_REQUEST.to_string()];
@@ -46,79 +53,14 @@ pub fn restrict(caps: Vec<String>, keep: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-impl Principal {
-    /// The principal of a `peer` command-line invocation.
-    pub fn for_cli(alias: Option<&str>, cfg: &Config) -> Principal {
-        let control = std::env::var("PEER_CONTROL").ok().filter(|v| !v.is_empty());
-        let mut granted: Option<Vec<String>> = None;
-        let (id, display) = match (alias, control) {
-            (Some(a), _) => (format!("cli:{a}"), a.to_string()),
-            (None, Some(c)) => match crate::runtime::control::read(std::path::Path::new(&c)) {
-                // The same id the session's own tools use, so the CLI, MCP and the gate agree
-                // on who holds what.
-                Ok(cf) => {
-                    // A run's own control file decides the run; the variable only for the root.
-                    let run = cf.run_id.clone().or_else(|| {
-                        std::env::var(crate::runtime::control::ENV_RUN)
-                            .ok()
-                            .filter(|r| !r.is_empty())
-                    });
-                    let peer = crate::identity::peer_id(&cf.instance_id, run.as_deref());
-                    if let Some(r) = &run {
-                        // A child run has only what its root gave it; unknown means less.
-                        granted = Some(run_capabilities(&cf, r, &cfg.limits).unwrap_or_default());
-                    }
-                    let alias = std::env::var("PEER_ALIAS").unwrap_or_else(|_| peer.clone());
-                    (crate::runtime::resources::principal_id(&peer), alias)
-                }
-                Err(_) => {
-                    let c = crate::sanitize::line(&c, 120);
-                    (format!("session:{c}"), c)
-                }
-            },
-            (None, None) => {
-                let pid = std::process::id();
-                (format!("cli:pid-{pid}"), format!("pid-{pid}"))
-            }
-        };
-        let keep = std::env::var("PEER_CAPABILITIES").ok();
-        let mut capabilities = restrict(default_capabilities(cfg), keep.as_deref());
-        if let Some(g) = granted {
-            capabilities.retain(|c| c == CAP_REQUEST || g.contains(c));
-        }
-        Principal {
-            id,
-            display: crate::sanitize::line(&display, 120),
-            capabilities,
-        }
-    }
-}
-
-/// The capabilities the root behind `cf` gave child run `run` (`local.info`).
-fn run_capabilities(
-    cf: &crate::runtime::control::ControlFile,
-    run: &str,
-    limits: &crate::config::Limits,
-) -> Result<Vec<String>> {
-    let mut client =
-        crate::transport::LocalClient::connect(&cf.endpoint, cf.secret_bytes()?, limits)?;
-    let info = client.call(
-        "local.info",
-        serde_json::json!({"version": 1, "runId": run}),
-        limits.acknowledgement_ms,
-    )?;
-    Ok(info
-        .get("capabilities")
-        .and_then(serde_json::Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.as_str().map(str::to_string))
-        .collect())
-}
-
 /// Evidence of the enclosing session root named by `PEER_HOLDER_PID`, for operations whose
 /// effect outlives the short-lived CLI (`peer res request`, `set-controller`).
-pub fn session_holder(probe: &Probe, what: &str) -> Result<ProcessEvidence> {
+/// `session_root` proves the enclosing session root's pid when asked (see [`check_holder`]).
+pub fn session_holder(
+    probe: &Probe,
+    what: &str,
+    session_root: fn() -> Option<u32>,
+) -> Result<ProcessEvidence> {
     let Some(raw) = std::env::var("PEER_HOLDER_PID")
         .ok()
         .filter(|v| !v.is_empty())
@@ -134,7 +76,7 @@ pub fn session_holder(probe: &Probe, what: &str) -> Result<ProcessEvidence> {
         .trim()
         .parse()
         .map_err(|_| Error::new(Code::Usage, "PEER_HOLDER_PID must be a process id"))?;
-    check_holder(pid)?;
+    check_holder(pid, session_root)?;
     probe.evidence(pid).map_err(|e| {
         Error::new(
             Code::Usage,
@@ -148,9 +90,9 @@ pub fn session_holder(probe: &Probe, what: &str) -> Result<ProcessEvidence> {
 
 /// A grant is anchored only to a process the caller answers for: itself, one of its
 /// descendants, a process of its own session (same uid), or the root of the enclosing peer
-/// session as the kernel reports it on the root's socket (SO_PEERCRED). Never pid 1 or
-/// another user's process: such an anchor would outlive everyone who could release it.
-pub fn check_holder(pid: u32) -> Result<()> {
+/// session as the kernel reports it on the root's socket (`session_root`, asked last). Never
+/// pid 1 or another user's process: such an anchor would outlive everyone who could release it.
+pub fn check_holder(pid: u32, session_root: fn() -> Option<u32>) -> Result<()> {
     use super::evidence::{descends_from, owner_of};
     let me = std::process::id();
     if pid == me {
@@ -181,20 +123,10 @@ pub fn check_holder(pid: u32) -> Result<()> {
     if theirs.is_some() && sid(theirs).is_some() && sid(theirs) == sid(None) {
         return Ok(());
     }
-    if enclosing_root_pid() == Some(pid) {
+    if session_root() == Some(pid) {
         return Ok(());
     }
     Err(refuse("is not related to this command"))
-}
-
-/// The pid of the enclosing session's root, proven by SO_PEERCRED after `local.hello`.
-fn enclosing_root_pid() -> Option<u32> {
-    let cf = crate::runtime::control::from_env().ok()??;
-    let limits = crate::config::Limits::default();
-    let client =
-        crate::transport::LocalClient::connect(&cf.endpoint, cf.secret_bytes().ok()?, &limits)
-            .ok()?;
-    client.root_pid()
 }
 
 #[cfg(test)]
@@ -203,18 +135,25 @@ mod tests {
 
     #[test]
     fn holders_must_be_related_to_the_caller() {
-        check_holder(std::process::id()).unwrap();
-        assert_eq!(check_holder(1).unwrap_err().code, Code::CapabilityDenied);
-        assert_eq!(check_holder(0).unwrap_err().code, Code::CapabilityDenied);
+        let none = || None;
+        check_holder(std::process::id(), none).unwrap();
+        assert_eq!(
+            check_holder(1, none).unwrap_err().code,
+            Code::CapabilityDenied
+        );
+        assert_eq!(
+            check_holder(0, none).unwrap_err().code,
+            Code::CapabilityDenied
+        );
         let mut child = std::process::Command::new("sleep")
             .arg("5")
             .spawn()
             .unwrap();
-        check_holder(child.id()).unwrap();
+        check_holder(child.id(), none).unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(
-            check_holder(child.id()).unwrap_err().code,
+            check_holder(child.id(), none).unwrap_err().code,
             Code::CapabilityDenied
         );
     }

@@ -407,13 +407,10 @@ mod tests {
     use crate::resource::core::{CAP_REQUEST, Outcome};
     use std::os::unix::process::CommandExt;
 
-    fn space(tag: &str) -> Space {
-        let home = std::env::temp_dir().join(format!(
-            "pw-res-{tag}-{}-{:x}",
-            std::process::id(),
-            crate::identity::random_u64()
-        ));
-        Space::open(&home, &Config::default()).unwrap()
+    fn space(tag: &str) -> (crate::fsutil::TempDir, Space) {
+        let home = crate::fsutil::TempDir::new(&format!("res-{tag}")).unwrap();
+        let space = Space::open(&home, &Config::default()).unwrap();
+        (home, space)
     }
 
     fn me(probe: &Probe) -> Caller {
@@ -430,7 +427,7 @@ mod tests {
 
     #[test]
     fn transaction_round_trip_and_corrupt_file_is_left_alone() {
-        let s = space("tx");
+        let (_home, s) = space("tx");
         let probe = Probe::new();
         let step = s
             .transact(
@@ -482,7 +479,7 @@ mod tests {
 
     #[test]
     fn every_flipped_byte_of_a_resource_file_is_refused_and_left_alone() {
-        let s = space("flip");
+        let (_home, s) = space("flip");
         let probe = Probe::new();
         request(&s, &probe);
         let path = s.resource_path("db");
@@ -512,12 +509,11 @@ mod tests {
             );
             assert_eq!(std::fs::read(&ledger_path).unwrap(), bad);
         }
-        let _ = std::fs::remove_dir_all(s.dir.parent().unwrap());
     }
 
     #[test]
     fn fencing_tokens_never_go_backwards_across_restored_or_removed_files() {
-        let s = space("fence");
+        let (_home, s) = space("fence");
         let probe = Probe::new();
         assert_eq!(request(&s, &probe), 1);
         let path = s.resource_path("db");
@@ -558,12 +554,11 @@ mod tests {
         assert_eq!(e.code, Code::RecoveryRequired);
         assert!(e.message.contains("fence"), "{e}");
         assert_eq!(std::fs::read(&fence).unwrap(), bad);
-        let _ = std::fs::remove_dir_all(s.dir.parent().unwrap());
     }
 
     #[test]
     fn a_gone_gate_with_a_live_launch_group_keeps_its_grant() {
-        let s = space("group");
+        let (_home, s) = space("group");
         let probe = Probe::new();
         let mut child = std::process::Command::new("sleep")
             .arg("5")

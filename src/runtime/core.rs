@@ -301,7 +301,7 @@ impl Core {
             return;
         }
         *last = Some(r.state);
-        let _ = n.notify("peer.receipt", super::send::receipt_params(r, from_run));
+        let _ = n.notify("peer.receipt", r.notification_params(from_run));
         if r.state.is_final() {
             subs.remove(&key);
         }

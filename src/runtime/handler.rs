@@ -4,9 +4,10 @@
 
 use super::control;
 use super::core::Core;
-use super::send::{SendRequest, parse_receipt};
+use super::send::SendRequest;
+use super::tools::outbox_view;
 use crate::error::{Code, Error, Result};
-use crate::messaging::{InboundSend, MessageRef, Principal, ReceiptState};
+use crate::messaging::{InboundSend, MessageRef, Principal, Receipt};
 use crate::transport::{Handler, Notifier, PeerInfo};
 use crate::{identity, sanitize};
 use serde_json::{Map, Value, json};
@@ -98,7 +99,7 @@ impl Handler for RootHandler {
             }
             "peer.receipt" => {
                 let who = principal(from, &params)?;
-                let r = parse_receipt(Value::Object(params))?;
+                let r = Receipt::from_wire(Value::Object(params))?;
                 if r.to_peer_id != who.peer_id {
                     return Err(Error::new(
                         Code::InvalidRequest,
@@ -163,7 +164,7 @@ impl RootHandler {
         }
         if let (Ok(who), Ok(r)) = (
             principal(from, &params),
-            parse_receipt(Value::Object(params)),
+            Receipt::from_wire(Value::Object(params)),
         ) && r.to_peer_id == who.peer_id
             && let Ok(entry) = self.0.store.record_receipt(who, r)
             && let Some(latest) = &entry.receipt
@@ -331,34 +332,4 @@ fn write_run_control(
     };
     // The text form of the secret is wiped when `cf` drops.
     control::write(&core.control_dir(), &cf)
-}
-
-/// What `peer status` shows for one outbox entry.
-pub fn outbox_view(e: &crate::messaging::OutboxEntry) -> Value {
-    let (state, code) = match &e.receipt {
-        Some(r) => (r.state.name(), r.code.clone()),
-        None => ("unresolved", None),
-    };
-    json!({
-        "messageId": e.message_id,
-        "to": e.to.peer_id,
-        "toPeerId": e.to.peer_id,
-        "toInstanceId": e.to.instance_id,
-        "toRunId": e.to.run_id,
-        "correlationId": e.correlation_id,
-        "replyTo": e.reply_to,
-        "state": state,
-        "sequence": e.receipt.as_ref().map(|r| r.sequence),
-        "replyMessageId": e.receipt.as_ref().and_then(|r| r.reply_message_id.clone()),
-        "error": code.map(|c| json!({"code": c})),
-        "createdAtMs": e.created_at_ms,
-        "updatedAtMs": e.updated_at_ms,
-    })
-}
-
-/// The rank used to decide whether a waited-for state has been reached.
-pub fn state_reached(current: ReceiptState, wanted: ReceiptState) -> bool {
-    current == wanted
-        || current.is_failure()
-        || (current != ReceiptState::Refused && !current.may_become(wanted) && !wanted.is_failure())
 }

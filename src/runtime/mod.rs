@@ -10,7 +10,6 @@ pub mod handler;
 pub mod resources;
 pub mod runs;
 pub mod send;
-pub mod session;
 pub mod tools;
 
 use self::core::{Core, PresenceVerifier};

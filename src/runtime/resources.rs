@@ -4,16 +4,12 @@
 
 use super::core::{Caller, Core};
 use crate::error::{Code, Error, Result};
+use crate::resource::principal::principal_id;
 use crate::resource::{self, EventCursor, Principal};
 use crate::tools::ResourceArgs;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// The principal id of a root or run: the same whichever adapter (CLI, MCP, gate) acts for it.
-pub fn principal_id(peer_id: &str) -> String {
-    format!("peer:{peer_id}")
-}
 
 /// Runs one `coordinate_resource` call for `caller`. A request's wait is capped at
 /// `Limits.wait_ms_max` (the tool bound; `peer run` has its own, `resourceWaitTimeoutMs`) and

@@ -83,7 +83,7 @@ impl Runs {
     pub fn by_secret(&self, secret: &[u8; 32]) -> Option<String> {
         let mut found = None;
         for (run_id, s) in &self.secrets {
-            if super::core::constant_time_eq(s.as_slice(), secret) {
+            if crate::protocol::handshake::ct_eq(s.as_slice(), secret) {
                 found = Some(run_id.clone());
             }
         }

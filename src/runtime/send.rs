@@ -394,7 +394,7 @@ impl Core {
                     self.forget_advertisement(&entry.to.instance_id);
                 }
             })?;
-        parse_receipt(v)
+        Receipt::from_wire(v)
     }
 
     /// The runId behind one of our peerIds (live or retired); None for the root.
@@ -469,7 +469,7 @@ impl Core {
             .request(
                 &target,
                 "peer.receipt",
-                receipt_params(receipt, from_run.as_deref()),
+                receipt.notification_params(from_run.as_deref()),
                 self.limits().acknowledgement_ms,
             )
             .map(|_| ())
@@ -580,23 +580,4 @@ fn blocked(want: &str, head: &str, cause: Option<Error>) -> Error {
             format!("{why}; message {want} waits behind unresolved message {head} on this route"),
         )
     }
-}
-
-/// `peer.receipt` params: the receipt and the run of ours it belongs to.
-pub fn receipt_params(r: &Receipt, from_run: Option<&str>) -> Value {
-    let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
-    if let Some(o) = v.as_object_mut() {
-        o.insert("version".into(), json!(1));
-        o.insert("fromRun".into(), json!(from_run));
-    }
-    v
-}
-
-pub fn parse_receipt(v: Value) -> Result<Receipt> {
-    serde_json::from_value(v).map_err(|e| {
-        Error::new(
-            Code::InvalidRequest,
-            format!("the peer answered with a malformed receipt: {e}"),
-        )
-    })
 }

@@ -3,7 +3,6 @@
 //! bounded abortable waits, and results shaped for both people and models.
 
 use super::core::{Caller, Core};
-use super::handler::{outbox_view, state_reached};
 use super::send::SendRequest;
 use crate::directory::{self, ListOptions};
 use crate::error::{Code, Error, Result};
@@ -288,7 +287,7 @@ pub fn wait_receipt(
         let generation = core.store.change_generation();
         let entry = core.sent_message(&caller.peer_id, &id)?;
         if let Some(r) = &entry.receipt
-            && state_reached(r.state, wanted)
+            && r.state.reached(wanted)
         {
             return Ok(outbox_view(&entry));
         }
@@ -325,4 +324,27 @@ impl ToolHost for RootTools {
         };
         execute(&self.0, &caller, call, &opts, cancel)
     }
+}
+
+/// What `peer status` shows for one outbox entry.
+pub fn outbox_view(e: &crate::messaging::OutboxEntry) -> Value {
+    let (state, code) = match &e.receipt {
+        Some(r) => (r.state.name(), r.code.clone()),
+        None => ("unresolved", None),
+    };
+    json!({
+        "messageId": e.message_id,
+        "to": e.to.peer_id,
+        "toPeerId": e.to.peer_id,
+        "toInstanceId": e.to.instance_id,
+        "toRunId": e.to.run_id,
+        "correlationId": e.correlation_id,
+        "replyTo": e.reply_to,
+        "state": state,
+        "sequence": e.receipt.as_ref().map(|r| r.sequence),
+        "replyMessageId": e.receipt.as_ref().and_then(|r| r.reply_message_id.clone()),
+        "error": code.map(|c| json!({"code": c})),
+        "createdAtMs": e.created_at_ms,
+        "updatedAtMs": e.updated_at_ms,
+    })
 }

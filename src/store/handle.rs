@@ -2,6 +2,7 @@
 //! only after its record is durable (or fails); reads see only durable state. Includes the
 //! change notification readers block on (bounded by `waitMsMax`, abortable).
 
+use super::changes::{Shared, StoreStats};
 use super::writer::{Job, ReadFn, WriteFn};
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
@@ -10,51 +11,10 @@ use crate::messaging::{
     PushEntry, ReadQuery, ReadResult, Receipt, ReceiptState, Recipients, SweepReport,
 };
 use crossbeam_channel::{Sender, bounded};
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::RwLock;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// Counters of the writer, for tests, benchmarks and `peer bench`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StoreStats {
-    /// Jobs (reads and writes) taken from the queue.
-    pub jobs: u64,
-    /// Batches that wrote a frame.
-    pub batches: u64,
-    /// fdatasync calls on the journal (one per written batch).
-    pub syncs: u64,
-    pub records: u64,
-    /// Most jobs taken in one batch.
-    pub max_batch: u64,
-    pub compactions: u64,
-    pub journal_bytes: u64,
-    pub snapshot_bytes: u64,
-    pub generation: u64,
-    /// A write failed; nothing is acknowledged any more.
-    pub poisoned: bool,
-}
-
-pub(crate) struct Shared {
-    pub stats: Mutex<StoreStats>,
-    changes: Mutex<u64>,
-    changed: Condvar,
-}
-
-impl Shared {
-    pub fn new(stats: StoreStats) -> Shared {
-        Shared {
-            stats: Mutex::new(stats),
-            changes: Mutex::new(0),
-            changed: Condvar::new(),
-        }
-    }
-
-    pub fn bump_changes(&self) {
-        *self.changes.lock() += 1;
-        self.changed.notify_all();
-    }
-}
 
 /// Longest slice a waiter sleeps before re-checking its cancellation flag.
 const CANCEL_POLL_MS: u64 = 50;

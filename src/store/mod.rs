@@ -12,6 +12,7 @@
 //!   generation by temp file + rename + dir fsync; recovery ignores covered generations.
 //! - Admission keeps snapshot + journal within `storageBytes` (see `Machine::storage_budget`).
 
+mod changes;
 pub mod handle;
 pub mod journal;
 pub mod recovery;
@@ -21,14 +22,15 @@ pub(crate) mod writer;
 #[cfg(test)]
 mod tests;
 
-pub use handle::{StoreHandle, StoreStats};
+pub use changes::StoreStats;
+pub use handle::StoreHandle;
 pub use recovery::{StoreIdentity, recover_unread};
 
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::fsutil::{self, Durability, FileLock};
 use crate::messaging::{Machine, Recipients};
-use handle::Shared;
+use changes::Shared;
 use parking_lot::RwLock;
 use recovery::JournalFile;
 use std::path::{Path, PathBuf};

@@ -11,26 +11,14 @@ const INSTANCE: &str = "i-00000000000000aa";
 const SESSION: &str = "s-1";
 const ME: &str = "p-me";
 
-struct TempHome(PathBuf);
+struct TempHome(fsutil::TempDir);
 
 impl TempHome {
     fn new(tag: &str) -> TempHome {
-        let p = std::env::temp_dir().join(format!(
-            "pw-store-{tag}-{}-{:x}",
-            std::process::id(),
-            crate::identity::random_u64()
-        ));
-        fsutil::ensure_private_dir(&p).unwrap();
-        TempHome(p)
+        TempHome(fsutil::TempDir::new(&format!("store-{tag}")).unwrap())
     }
     fn dir(&self) -> PathBuf {
         paths::store_dir(&self.0, INSTANCE)
-    }
-}
-
-impl Drop for TempHome {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

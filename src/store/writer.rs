@@ -5,7 +5,7 @@
 //! error and poisons the writer: nothing later is acknowledged until the root restarts and
 //! recovers from the journal. Compaction runs after the batch is answered.
 
-use super::handle::Shared;
+use super::changes::Shared;
 use super::{journal, paths, snapshot};
 use crate::error::{Code, Error, Result};
 use crate::fsutil::{self, Durability, FileLock};

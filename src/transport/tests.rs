@@ -13,31 +13,13 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Generous bound for "eventually": never a performance assertion.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "pw-t-{}-{:x}",
-            std::process::id(),
-            identity::random_u64()
-        ));
-        crate::fsutil::ensure_private_dir(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use crate::fsutil::TempDir;
 
 #[derive(Default)]
 struct Adverts(Mutex<HashMap<String, [u8; 32]>>);
@@ -259,11 +241,11 @@ fn endpoint_and_pool_are_send_and_sync() {
 
 #[test]
 fn two_endpoints_authenticate_mutually_and_exchange_requests() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let (pool_a, notes_a) = pool_for(&a, &l);
     let (pool_b, _) = pool_for(&b, &l);
     for i in 0..3 {
@@ -299,11 +281,11 @@ fn two_endpoints_authenticate_mutually_and_exchange_requests() {
 
 #[test]
 fn local_only_methods_are_refused_over_the_peer_channel() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let (pool, _) = pool_for(&a, &l);
     for m in [
         "peer.read",
@@ -330,10 +312,10 @@ fn local_only_methods_are_refused_over_the_peer_channel() {
 
 #[test]
 fn local_channel_needs_the_secret() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
     let mut client = LocalClient::connect(&a.target.endpoint, SECRET, &l).unwrap();
     let v = client.call("resource.request", json!({"r": 1}), 0).unwrap();
     assert_eq!(v["local"], json!(true));
@@ -345,7 +327,7 @@ fn local_channel_needs_the_secret() {
         .err()
         .unwrap();
     assert_eq!(e.code, Code::AuthFailed);
-    let e = LocalClient::connect(&dir.0.join("missing.sock"), SECRET, &l)
+    let e = LocalClient::connect(&dir.join("missing.sock"), SECRET, &l)
         .err()
         .unwrap();
     assert_eq!(e.code, Code::PeerOffline);
@@ -353,11 +335,11 @@ fn local_channel_needs_the_secret() {
 
 #[test]
 fn oversize_frames_are_answered_then_closed() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     // Without a newline, before the handshake.
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.send(&vec![b'x'; 2048]);
@@ -375,11 +357,11 @@ fn oversize_frames_are_answered_then_closed() {
 
 #[test]
 fn byte_at_a_time_delivery_works() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.authenticate(&a.me, &b.target, [2; 32]);
     let frame = rpc::encode_request(&Id::Num(9), "test.echo", &json!({"text": "snow ☃ é"}));
@@ -392,11 +374,11 @@ fn byte_at_a_time_delivery_works() {
 
 #[test]
 fn a_thousand_coalesced_frames_are_all_answered_in_order() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.authenticate(&a.me, &b.target, [3; 32]);
     let mut batch = Vec::new();
@@ -420,11 +402,11 @@ fn a_thousand_coalesced_frames_are_all_answered_in_order() {
 
 #[test]
 fn invalid_utf8_and_bad_json_lose_only_that_frame() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.authenticate(&a.me, &b.target, [4; 32]);
     raw.send(b"{\"a\":\"\xff\xfe\"}\n");
@@ -445,14 +427,14 @@ fn invalid_utf8_and_bad_json_lose_only_that_frame() {
 
 #[test]
 fn deeply_nested_json_is_an_error_not_a_crash() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = Limits {
         frame_bytes: 256 * 1024,
         ..limits()
     };
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.authenticate(&a.me, &b.target, [5; 32]);
     let mut deep = vec![b'['; 100_000];
@@ -470,9 +452,9 @@ fn deeply_nested_json_is_an_error_not_a_crash() {
 
 #[test]
 fn a_method_before_the_handshake_is_refused_and_closed() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
-    let b = node(&dir.0, "b", &adverts, &limits());
+    let b = node(&dir, "b", &adverts, &limits());
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.send(&rpc::encode_request(
         &Id::Num(1),
@@ -485,11 +467,11 @@ fn a_method_before_the_handshake_is_refused_and_closed() {
 
 #[test]
 fn a_proof_over_a_different_transcript_is_refused() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let mut raw = Raw::connect(&b.target.endpoint);
     let expected = Expected {
         instance_id: b.me.instance_id.clone(),
@@ -525,11 +507,11 @@ fn a_proof_over_a_different_transcript_is_refused() {
 
 #[test]
 fn a_replayed_nonce_is_refused() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let mut first = Raw::connect(&b.target.endpoint);
     first.authenticate(&a.me, &b.target, [7; 32]);
     let mut replay = Raw::connect(&b.target.endpoint);
@@ -549,12 +531,12 @@ fn a_replayed_nonce_is_refused() {
 
 #[test]
 fn a_valid_key_with_the_wrong_instance_id_is_refused() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
-    let c = node(&dir.0, "c", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
+    let c = node(&dir, "c", &adverts, &l);
     // A holds its own valid key but claims to be C.
     let mut raw = Raw::connect(&b.target.endpoint);
     let expected = Expected {
@@ -569,13 +551,13 @@ fn a_valid_key_with_the_wrong_instance_id_is_refused() {
 
 #[test]
 fn a_silent_client_is_released_at_the_handshake_deadline() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = Limits {
         handshake_ms: 200,
         ..limits()
     };
-    let b = node(&dir.0, "b", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let endpoint = b.endpoint.as_ref().unwrap();
     let mut raw = Raw::connect(&b.target.endpoint);
     eventually("the connection is admitted", || {
@@ -590,11 +572,11 @@ fn a_silent_client_is_released_at_the_handshake_deadline() {
 
 #[test]
 fn two_hundred_connections_at_once_are_bounded_and_refused_cleanly() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let endpoint = b.endpoint.as_ref().unwrap();
     let mut conns: Vec<Raw> = (0..200).map(|_| Raw::connect(&b.target.endpoint)).collect();
     eventually("the bound is reached", || {
@@ -618,11 +600,11 @@ fn two_hundred_connections_at_once_are_bounded_and_refused_cleanly() {
 
 #[test]
 fn stale_incarnation_offline_and_reconnect() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let mut b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let mut b = node(&dir, "b", &adverts, &l);
     let (pool, _) = pool_for(&a, &l);
     pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
     // B restarts as a new incarnation on the same path.
@@ -631,7 +613,7 @@ fn stale_incarnation_offline_and_reconnect() {
         .request(&b.target, "test.echo", json!({}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::PeerOffline, "{e}");
-    let b2 = node(&dir.0, "b", &adverts, &l);
+    let b2 = node(&dir, "b", &adverts, &l);
     let e = pool
         .request(&b.target, "test.echo", json!({}), 0)
         .unwrap_err();
@@ -642,14 +624,14 @@ fn stale_incarnation_offline_and_reconnect() {
 
 #[test]
 fn deadlines_bounds_and_disconnects_settle_requests() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = Limits {
         pending_requests: 1,
         ..limits()
     };
-    let a = node(&dir.0, "a", &adverts, &l);
-    let mut b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let mut b = node(&dir, "b", &adverts, &l);
     let (pool, _) = pool_for(&a, &l);
     let pool = Arc::new(pool);
     // Connect first, so the short deadline below covers only the request.
@@ -678,15 +660,15 @@ fn deadlines_bounds_and_disconnects_settle_requests() {
 
 #[test]
 fn the_pool_keeps_at_most_its_connection_bound() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = Limits {
         connections: 1,
         ..limits()
     };
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
-    let c = node(&dir.0, "c", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
+    let c = node(&dir, "c", &adverts, &l);
     let (pool, _) = pool_for(&a, &l);
     pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
     pool.request(&c.target, "test.echo", json!({}), 0).unwrap();
@@ -697,7 +679,7 @@ fn the_pool_keeps_at_most_its_connection_bound() {
 
 #[test]
 fn a_peer_that_never_reads_cannot_wedge_the_endpoint() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = Limits {
         write_ms: 200,
@@ -705,8 +687,8 @@ fn a_peer_that_never_reads_cannot_wedge_the_endpoint() {
         frame_bytes: 4096,
         ..limits()
     };
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let endpoint = b.endpoint.as_ref().unwrap();
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.authenticate(&a.me, &b.target, [9; 32]);
@@ -733,10 +715,10 @@ fn a_peer_that_never_reads_cannot_wedge_the_endpoint() {
 
 #[test]
 fn shutdown_removes_only_its_own_socket() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let mut a = node(&dir.0, "a", &adverts, &l);
+    let mut a = node(&dir, "a", &adverts, &l);
     let path = a.target.endpoint.clone();
     let e = Endpoint::bind(
         &path,
@@ -760,7 +742,7 @@ fn shutdown_removes_only_its_own_socket() {
         "our socket is removed"
     );
     // Someone else's file at the path survives our shutdown.
-    let mut b = node(&dir.0, "b", &adverts, &l);
+    let mut b = node(&dir, "b", &adverts, &l);
     let bpath = b.target.endpoint.clone();
     std::fs::remove_file(&bpath).unwrap();
     std::fs::write(&bpath, b"not ours").unwrap();
@@ -771,15 +753,15 @@ fn shutdown_removes_only_its_own_socket() {
 #[test]
 fn socket_file_is_private() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
-    let a = node(&dir.0, "a", &adverts, &limits());
+    let a = node(&dir, "a", &adverts, &limits());
     let mode = std::fs::symlink_metadata(&a.target.endpoint)
         .unwrap()
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600);
-    let long = dir.0.join("x".repeat(120));
+    let long = dir.join("x".repeat(120));
     let e = Endpoint::bind(
         &long,
         a.me.clone(),
@@ -809,14 +791,14 @@ fn incoming_parse_is_used_for_handshake_answers() {
 
 #[test]
 fn idle_authenticated_connections_are_closed() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = Limits {
         idle_ms: 200,
         ..limits()
     };
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.authenticate(&a.me, &b.target, [10; 32]);
     raw.expect_error(Code::Timeout);
@@ -853,11 +835,11 @@ fn notifications_are_bounded_by_the_outgoing_queue() {
 
 #[test]
 fn a_panicking_handler_releases_its_connection() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let endpoint = b.endpoint.as_ref().unwrap();
     let (pool, _) = pool_for(&a, &l);
     let e = pool
@@ -873,11 +855,11 @@ fn a_panicking_handler_releases_its_connection() {
 
 #[test]
 fn concurrent_requests_on_one_connection_are_routed_by_id() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let (pool, _) = pool_for(&a, &l);
     let pool = Arc::new(pool);
     let threads: Vec<_> = (0..8)
@@ -904,11 +886,11 @@ fn concurrent_requests_on_one_connection_are_routed_by_id() {
 
 #[test]
 fn notifications_interleaved_with_requests_all_reach_the_sink_in_order() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let (pool, notes) = pool_for(&a, &l);
     // Each note is queued before its answer, so the requesting thread reads most of them;
     // the last ones may be left to the background reader.
@@ -939,11 +921,11 @@ fn notifications_interleaved_with_requests_all_reach_the_sink_in_order() {
 
 #[test]
 fn a_panicking_sink_ends_only_its_connection_and_never_the_caller() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let sink: NotificationSink = Arc::new(|_: &PeerInfo, method: &str, _| {
         assert_ne!(method, "test.note", "this sink panics on purpose");
     });
@@ -960,11 +942,11 @@ fn a_panicking_sink_ends_only_its_connection_and_never_the_caller() {
 
 #[test]
 fn a_handshake_delivered_byte_by_byte_succeeds() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let mut raw = Raw::connect(&b.target.endpoint);
     let expected = Expected {
         instance_id: b.me.instance_id.clone(),
@@ -989,17 +971,17 @@ fn a_handshake_delivered_byte_by_byte_succeeds() {
 
 #[test]
 fn silent_responders_time_out_and_dead_sockets_are_offline() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = Limits {
         handshake_ms: 200,
         ..limits()
     };
-    let a = node(&dir.0, "a", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
     let (pool, _) = pool_for(&a, &l);
     let keys = KeyPair::generate();
     // A listener that accepts but never answers the hello.
-    let path = dir.0.join("mute.sock");
+    let path = dir.join("mute.sock");
     let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
     let target = Target {
         instance_id: "i-mute".into(),
@@ -1022,14 +1004,14 @@ fn silent_responders_time_out_and_dead_sockets_are_offline() {
 fn a_full_listen_backlog_times_out_instead_of_hanging() {
     use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
     use std::os::fd::AsRawFd;
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = Limits {
         handshake_ms: 200,
         ..limits()
     };
-    let a = node(&dir.0, "a", &adverts, &l);
-    let path = dir.0.join("frozen.sock");
+    let a = node(&dir, "a", &adverts, &l);
+    let path = dir.join("frozen.sock");
     let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
     let addr = UnixAddr::new(&path).unwrap();
     let mut held = Vec::new();
@@ -1057,11 +1039,11 @@ fn a_full_listen_backlog_times_out_instead_of_hanging() {
 
 #[test]
 fn oversize_answers_become_errors_and_local_notifications_arrive() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
-    let a = node(&dir.0, "a", &adverts, &l);
-    let b = node(&dir.0, "b", &adverts, &l);
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
     let (pool, _) = pool_for(&a, &l);
     let e = pool
         .request(&b.target, "test.huge", json!({}), 0)

@@ -2,6 +2,7 @@
 //! binaries started as separate processes, and bounded polling helpers.
 #![allow(dead_code)]
 
+pub use peerwire::fsutil::TempDir;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -16,18 +17,23 @@ pub struct Ns {
     pub root: PathBuf,
     pub home: PathBuf,
     pub work: PathBuf,
+    /// Removes `root` and everything under it on drop.
+    _dir: TempDir,
 }
 
 impl Ns {
     pub fn new(tag: &str) -> Ns {
-        let mut rnd = [0u8; 6];
-        getrandom::fill(&mut rnd).unwrap();
-        let hex: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
-        let root = std::env::temp_dir().join(format!("pwt-{tag}-{}-{hex}", std::process::id()));
+        let dir = TempDir::new(tag).unwrap();
+        let root = dir.path().to_path_buf();
         let home = root.join("ns");
         let work = root.join("work");
         std::fs::create_dir_all(&work).unwrap();
-        Ns { root, home, work }
+        Ns {
+            root,
+            home,
+            work,
+            _dir: dir,
+        }
     }
 
     /// Writes `<home>/config.json` with `sessions.communication` = `comm`.
@@ -130,12 +136,6 @@ pub fn path_with_peer() -> std::ffi::OsString {
         paths.extend(std::env::split_paths(&p));
     }
     std::env::join_paths(paths).unwrap()
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
 }
 
 /// A running `peer host`; killed on drop if still running.

@@ -3,12 +3,12 @@
 //! ALIAS` as a short-lived root of its own in this process. Both paths run the same local
 //! methods.
 
-use super::control::{self, ControlFile};
-use super::handler;
-use super::{Root, RootOptions};
-use crate::cli::Ctx;
+use super::Ctx;
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
+use crate::runtime::control::{self, ControlFile};
+use crate::runtime::handler;
+use crate::runtime::{Root, RootOptions};
 use crate::transport::LocalClient;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -71,7 +71,7 @@ impl Session {
                 .ok()
                 .filter(|s| !s.is_empty())
         });
-        let auto = std::env::var(super::auto::ENV_AUTO)
+        let auto = std::env::var(crate::runtime::auto::ENV_AUTO)
             .ok()
             .filter(|s| !s.is_empty());
         let info = client.call(

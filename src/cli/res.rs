@@ -2,14 +2,17 @@
 //! `peer-res` viewer. Argument parsing with lexopt, human output by default, one JSON object
 //! per result with `--json`; every stored string is sanitized before it reaches a terminal.
 
-use super::api::{coordinate, describe};
-use super::evidence::Probe;
-use super::gate::{self, RunRequest};
-use super::principal::{Principal, session_holder};
-use super::store::Space;
-use crate::cli::Ctx;
+use super::Ctx;
 use crate::config::Config;
 use crate::error::{Code, Error, Result};
+use crate::resource::api::{coordinate, describe};
+use crate::resource::core::CAP_REQUEST;
+use crate::resource::evidence::Probe;
+use crate::resource::gate::{self, RunRequest};
+use crate::resource::principal::{
+    Principal, default_capabilities, principal_id, restrict, session_holder,
+};
+use crate::resource::store::Space;
 use crate::sanitize::line;
 use lexopt::Arg::{self, Long, Short};
 use serde_json::{Value, json};
@@ -103,7 +106,7 @@ pub fn run_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     }
     let home = ctx.home()?;
     let cfg = Config::load(&home)?;
-    let principal = Principal::for_cli(ctx.as_alias.as_deref(), &cfg);
+    let principal = cli_principal(ctx.as_alias.as_deref(), &cfg);
     gate::run(&home, &cfg, &principal, &req, ctx.json)
 }
 
@@ -152,12 +155,12 @@ pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     }
     let home = ctx.home()?;
     let cfg = Config::load(&home)?;
-    let principal = Principal::for_cli(ctx.as_alias.as_deref(), &cfg);
+    let principal = cli_principal(ctx.as_alias.as_deref(), &cfg);
     let probe = Probe::new();
     let kind = op["op"].as_str().unwrap_or("");
     let evidence = match kind {
-        "request" => session_holder(&probe, "peer res request")?,
-        "set_controller" => session_holder(&probe, "peer res set-controller")?,
+        "request" => session_holder(&probe, "peer res request", enclosing_root_pid)?,
+        "set_controller" => session_holder(&probe, "peer res set-controller", enclosing_root_pid)?,
         _ => probe.own()?,
     };
     let out = coordinate(&home, &cfg, &principal, op, evidence)?;
@@ -361,7 +364,7 @@ fn peer_res(args: Vec<OsString>) -> Result<i32> {
                 return Ok(0);
             }
             Arg::Value(v) if name.is_none() => {
-                name = Some(super::model::canonical_name(&string(v)?)?)
+                name = Some(crate::resource::model::canonical_name(&string(v)?)?)
             }
             other => return Err(usage(other.unexpected())),
         }
@@ -392,10 +395,10 @@ fn peer_res(args: Vec<OsString>) -> Result<i32> {
 
 /// Lists the resource files that could not be read after the healthy ones; any makes the
 /// exit status RECOVERY_REQUIRED so scripts notice while people still see everything else.
-fn report_skipped(skipped: &[super::store::Skipped], json_out: bool) -> Result<i32> {
+fn report_skipped(skipped: &[crate::resource::store::Skipped], json_out: bool) -> Result<i32> {
     for sk in skipped {
         if json_out {
-            println!("{}", super::api::skipped_json(sk));
+            println!("{}", crate::resource::api::skipped_json(sk));
         } else {
             println!(
                 "corrupt  {}  {}",
@@ -414,4 +417,83 @@ fn report_skipped(skipped: &[super::store::Skipped], json_out: bool) -> Result<i
     } else {
         Code::RecoveryRequired.exit_status()
     })
+}
+
+/// The pid of the enclosing session's root, proven by the kernel (SO_PEERCRED) on the root's
+/// socket after `local.hello` succeeded with the control file's secret.
+fn enclosing_root_pid() -> Option<u32> {
+    let cf = crate::runtime::control::from_env().ok()??;
+    let limits = crate::config::Limits::default();
+    let client =
+        crate::transport::LocalClient::connect(&cf.endpoint, cf.secret_bytes().ok()?, &limits)
+            .ok()?;
+    client.root_pid()
+}
+
+/// The principal of a `peer` command-line invocation.
+fn cli_principal(alias: Option<&str>, cfg: &Config) -> Principal {
+    let control = std::env::var("PEER_CONTROL").ok().filter(|v| !v.is_empty());
+    let mut granted: Option<Vec<String>> = None;
+    let (id, display) = match (alias, control) {
+        (Some(a), _) => (format!("cli:{a}"), a.to_string()),
+        (None, Some(c)) => match crate::runtime::control::read(std::path::Path::new(&c)) {
+            // The same id the session's own tools use, so the CLI, MCP and the gate agree
+            // on who holds what.
+            Ok(cf) => {
+                // A run's own control file decides the run; the variable only for the root.
+                let run = cf.run_id.clone().or_else(|| {
+                    std::env::var(crate::runtime::control::ENV_RUN)
+                        .ok()
+                        .filter(|r| !r.is_empty())
+                });
+                let peer = crate::identity::peer_id(&cf.instance_id, run.as_deref());
+                if let Some(r) = &run {
+                    // A child run has only what its root gave it; unknown means less.
+                    granted = Some(run_capabilities(&cf, r, &cfg.limits).unwrap_or_default());
+                }
+                let alias = std::env::var("PEER_ALIAS").unwrap_or_else(|_| peer.clone());
+                (principal_id(&peer), alias)
+            }
+            Err(_) => {
+                let c = crate::sanitize::line(&c, 120);
+                (format!("session:{c}"), c)
+            }
+        },
+        (None, None) => {
+            let pid = std::process::id();
+            (format!("cli:pid-{pid}"), format!("pid-{pid}"))
+        }
+    };
+    let keep = std::env::var("PEER_CAPABILITIES").ok();
+    let mut capabilities = restrict(default_capabilities(cfg), keep.as_deref());
+    if let Some(g) = granted {
+        capabilities.retain(|c| c == CAP_REQUEST || g.contains(c));
+    }
+    Principal {
+        id,
+        display: crate::sanitize::line(&display, 120),
+        capabilities,
+    }
+}
+
+/// The capabilities the root behind `cf` gave child run `run` (`local.info`).
+fn run_capabilities(
+    cf: &crate::runtime::control::ControlFile,
+    run: &str,
+    limits: &crate::config::Limits,
+) -> Result<Vec<String>> {
+    let mut client =
+        crate::transport::LocalClient::connect(&cf.endpoint, cf.secret_bytes()?, limits)?;
+    let info = client.call(
+        "local.info",
+        serde_json::json!({"version": 1, "runId": run}),
+        limits.acknowledgement_ms,
+    )?;
+    Ok(info
+        .get("capabilities")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.as_str().map(str::to_string))
+        .collect())
 }
