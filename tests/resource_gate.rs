@@ -926,3 +926,64 @@ fn a_holder_must_be_the_callers_own_and_an_operator_can_always_release() {
     assert_eq!(last["kind"], "released_by_override", "{last}");
     assert_eq!(last["by"], "cli:operator", "{last}");
 }
+
+#[test]
+fn a_corrupt_ledger_and_a_failed_release_get_one_answer_everywhere() {
+    let ns = Ns::new("oneanswer");
+    // The command damages the launch ledger while it runs: the gate's release then fails,
+    // and that failure is the run's answer (not "ok" beside an error line).
+    let ledger = ns.home.join("peer-resources").join("launches.json");
+    let script = format!("printf garbage > '{}'", ledger.display());
+    let mut c = ns.peer();
+    let out = c
+        .current_dir(&ns.home)
+        .args([
+            "--json",
+            "run",
+            "--resource",
+            "db",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        code_of(&out),
+        Code::RecoveryRequired.exit_status(),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("RECOVERY_REQUIRED"),
+        "{}",
+        stderr(&out)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(text.lines().last().unwrap_or("null")).unwrap();
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["status"], 0, "{v}");
+    assert_eq!(v["error"]["code"], "RECOVERY_REQUIRED", "{v}");
+    // `peer res status` and `peer-res` agree: RECOVERY_REQUIRED, the file left as it is.
+    for args in [&["res", "status", "db"][..], &["res", "status"][..]] {
+        let out = ns.peer().args(args).output().unwrap();
+        assert_eq!(
+            code_of(&out),
+            Code::RecoveryRequired.exit_status(),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let viewer = Command::new(PEER_RES)
+        .arg("--home")
+        .arg(&ns.home)
+        .arg("db")
+        .output()
+        .unwrap();
+    assert_eq!(
+        viewer.status.code(),
+        Some(Code::RecoveryRequired.exit_status())
+    );
+    assert_eq!(std::fs::read(&ledger).unwrap(), b"garbage");
+}

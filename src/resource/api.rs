@@ -65,7 +65,13 @@ pub fn coordinate_cancellable(
         .map(canonical_name)
         .transpose()?;
     if kind == "status" && resource.is_none() {
-        let (states, skipped) = space.list_checked()?;
+        let (states, mut skipped) = space.list_checked()?;
+        if let Err(error) = space.read_ledger() {
+            skipped.push(Skipped {
+                path: space.ledger_path(),
+                error,
+            });
+        }
         let all: Vec<Value> = states
             .iter()
             .map(|s| describe(s, &probe, &[], crate::clock::now_ms()))
@@ -154,7 +160,8 @@ fn finish(
     }
     let mut out = outcome_json(kind, name, &step.outcome);
     if matches!(step.outcome, Outcome::Status) {
-        let launches = space.read_ledger().map(|l| l.launches).unwrap_or_default();
+        // A corrupt ledger is the same RECOVERY_REQUIRED here as in `peer-res`.
+        let launches = space.read_ledger()?.launches;
         out["resources"] = json!([describe(
             &step.state,
             probe,

@@ -155,7 +155,11 @@ pub fn run(
             .retain(|x| !(x.hash == name_hash(&name) && x.ticket == grant.ticket));
         Ok(())
     });
-    for e in [released.err(), unlisted.err()].into_iter().flatten() {
+    let failures: Vec<Error> = [released.err(), unlisted.err()]
+        .into_iter()
+        .flatten()
+        .collect();
+    for e in &failures {
         eprintln!(
             "peer: {}: {}",
             e.code.name(),
@@ -163,12 +167,19 @@ pub fn run(
         );
     }
     let status = status?;
+    // One failure, one answer: a release that failed is the run's result (the command's own
+    // status stays in "status"), never an "ok" with an error beside it.
+    let failed = failures.first();
     if json {
-        let v = serde_json::json!({"ok": true, "op": "run", "resource": name, "ticket": grant.ticket,
-                                   "token": grant.token, "epoch": grant.epoch, "status": status});
+        let mut v = serde_json::json!({"ok": failed.is_none(), "op": "run", "resource": name,
+                                       "ticket": grant.ticket, "token": grant.token,
+                                       "epoch": grant.epoch, "status": status});
+        if let Some(e) = failed {
+            v["error"] = serde_json::json!({"code": e.code.name(), "message": e.message});
+        }
         println!("{v}");
     }
-    Ok(status)
+    Ok(failed.map_or(status, |e| e.code.exit_status()))
 }
 
 /// Requests (or reuses) a grant and waits for it; `None` when a signal interrupted the wait.
