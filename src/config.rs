@@ -5,8 +5,9 @@ use crate::error::{Code, Error, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// Largest config file we read; anything bigger is refused before parsing.
-pub const CONFIG_FILE_BYTES_MAX: u64 = 1 << 20;
+pub mod internal;
+
+pub use internal::CONFIG_FILE_BYTES_MAX;
 
 /// How far a root's authority reaches when listing and messaging.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -41,218 +42,228 @@ pub enum IdleBehavior {
     Auto,
 }
 
-/// Every bound of the runtime. The first block is the seed's table with its defaults; the
-/// second holds peerwire's own bounds, documented in `peer-config(5)`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Limits {
-    pub frame_bytes: u64,
-    pub message_bytes: u64,
-    pub inbox_messages: u64,
-    pub pending_requests: u64,
-    pub connections: u64,
-    pub storage_bytes: u64,
-    pub rate_per_second: u64,
-    pub rate_burst: u64,
-    pub handshake_ms: u64,
-    pub acknowledgement_ms: u64,
-    pub expiry_ms: u64,
-    pub max_expiry_ms: u64,
-    pub retention_ms: u64,
-    pub automatic_replies: u64,
-    pub directory_page_size: u64,
-    pub published_runs: u64,
-    // peerwire's own bounds.
-    pub heartbeat_ms: u64,
-    pub stale_ms: u64,
-    pub inbound_connections: u64,
-    pub wait_ms_max: u64,
-    pub presence_file_bytes: u64,
-    pub presence_files: u64,
-    pub outgoing_frames: u64,
-    pub write_ms: u64,
-    pub idle_ms: u64,
-    pub recent_nonces: u64,
-    pub journal_bytes: u64,
-    pub commit_batch: u64,
-    pub route_retries: u64,
-    pub resource_file_bytes: u64,
-    pub resource_history: u64,
-    pub resource_tickets: u64,
-    pub lock_ms: u64,
+/// One bound of [`Limits`]: its JSON name, default, accepted range and the sentence
+/// peer-config(5) prints for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitDef {
+    pub name: &'static str,
+    pub default: u64,
+    pub min: u64,
+    pub max: u64,
+    pub doc: &'static str,
 }
 
-/// The limit names as they appear in JSON, in the order of [`Limits`]' fields.
-pub const LIMIT_NAMES: [&str; 33] = [
-    "frameBytes",
-    "messageBytes",
-    "inboxMessages",
-    "pendingRequests",
-    "connections",
-    "storageBytes",
-    "ratePerSecond",
-    "rateBurst",
-    "handshakeMs",
-    "acknowledgementMs",
-    "expiryMs",
-    "maxExpiryMs",
-    "retentionMs",
-    "automaticReplies",
-    "directoryPageSize",
-    "publishedRuns",
-    "heartbeatMs",
-    "staleMs",
-    "inboundConnections",
-    "waitMsMax",
-    "presenceFileBytes",
-    "presenceFiles",
-    "outgoingFrames",
-    "writeMs",
-    "idleMs",
-    "recentNonces",
-    "journalBytes",
-    "commitBatch",
-    "routeRetries",
-    "resourceFileBytes",
-    "resourceHistory",
-    "resourceTickets",
-    "lockMs",
-];
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            frame_bytes: 65_536,
-            message_bytes: 8_000,
-            inbox_messages: 32,
-            pending_requests: 32,
-            connections: 16,
-            storage_bytes: 10 * 1024 * 1024,
-            rate_per_second: 10,
-            rate_burst: 20,
-            handshake_ms: 2_000,
-            acknowledgement_ms: 2_000,
-            expiry_ms: 10 * 60 * 1000,
-            max_expiry_ms: 60 * 60 * 1000,
-            retention_ms: 24 * 60 * 60 * 1000,
-            automatic_replies: 8,
-            directory_page_size: 50,
-            published_runs: 64,
-            heartbeat_ms: 5_000,
-            stale_ms: 15_000,
-            inbound_connections: 64,
-            wait_ms_max: 30_000,
-            presence_file_bytes: 64 * 1024,
-            presence_files: 4_096,
-            outgoing_frames: 64,
-            write_ms: 2_000,
-            idle_ms: 10 * 60 * 1000,
-            recent_nonces: 4_096,
-            journal_bytes: 4 * 1024 * 1024,
-            commit_batch: 1_024,
-            route_retries: 5,
-            resource_file_bytes: 1024 * 1024,
-            resource_history: 256,
-            resource_tickets: 1_024,
-            lock_ms: 5_000,
+/// Longest `resourceWaitTimeoutMs`: a week.
+pub const RESOURCE_WAIT_TIMEOUT_MS_MAX: u64 = 7 * DAY_MS;
+
+/// Defines [`Limits`] (fields, defaults, lookup by JSON name) and [`LIMITS`] (names, ranges and
+/// documentation) from one table, so a limit is written down exactly once.
+macro_rules! limits {
+    ($($field:ident, $json:literal, $default:expr, $min:literal..=$max:expr, $doc:literal;)*) => {
+        /// Every bound of the runtime that `sessions.communication.limits` may change. Each is
+        /// defined once in the table below: field, JSON name, default, accepted range and the
+        /// peer-config(5) sentence.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub struct Limits {
+            $(#[doc = $doc] pub $field: u64,)*
         }
-    }
+
+        impl Default for Limits {
+            fn default() -> Limits {
+                Limits { $($field: $default,)* }
+            }
+        }
+
+        /// The table of limits, in the order of [`Limits`]' fields and of peer-config(5).
+        pub const LIMITS: &[LimitDef] = &[
+            $(LimitDef { name: $json, default: $default, min: $min, max: $max, doc: $doc },)*
+        ];
+
+        impl Limits {
+            fn slot(&mut self, name: &str) -> Option<&mut u64> {
+                match name {
+                    $($json => Some(&mut self.$field),)*
+                    _ => None,
+                }
+            }
+
+            /// Reads one limit by its JSON name (for reports and tests).
+            pub fn get(&self, name: &str) -> Option<u64> {
+                match name {
+                    $($json => Some(self.$field),)*
+                    _ => None,
+                }
+            }
+        }
+    };
 }
+
+limits! {
+    frame_bytes, "frameBytes", 65_536, 1_024..=16 << 20,
+        "Largest frame on a socket, in bytes, checked before any JSON parsing. An oversize frame is answered with FRAME_TOO_LARGE and the connection is closed.";
+    message_bytes, "messageBytes", 8_000, 1..=2 << 20,
+        "Largest message content in UTF-8 bytes (MESSAGE_TOO_LARGE). The largest message, escaped, must fit one frame (see the rules below).";
+    inbox_messages, "inboxMessages", 32, 1..=10_000_000,
+        "Unconsumed messages per recipient; beyond it a send gets QUEUE_FULL and nothing accepted is dropped.";
+    pending_requests, "pendingRequests", 32, 1..=65_536,
+        "Requests in flight on one connection.";
+    connections, "connections", 16, 1..=4_096,
+        "Cached outbound authenticated connections; the least recently used is closed first.";
+    storage_bytes, "storageBytes", 10 << 20, 1..=1 << 40,
+        "Bytes of one instance's message store (snapshot and journal). Must hold at least one largest message with its bookkeeping.";
+    rate_per_second, "ratePerSecond", 10, 1..=10_000_000,
+        "Token-bucket refill rate of accepted messages per sender.";
+    rate_burst, "rateBurst", 20, 1..=10_000_000,
+        "Token-bucket size per sender (RATE_LIMITED beyond).";
+    handshake_ms, "handshakeMs", 2_000, 1..=600_000,
+        "Time a connection has to finish the handshake; silent clients are dropped then.";
+    acknowledgement_ms, "acknowledgementMs", 2_000, 1..=600_000,
+        "Deadline of one request on an authenticated connection (TIMEOUT).";
+    expiry_ms, "expiryMs", 600_000, 1..=DAY_MS * 365,
+        "Default lifetime of an unconsumed message. Must not exceed maxExpiryMs.";
+    max_expiry_ms, "maxExpiryMs", 3_600_000, 1..=DAY_MS * 365,
+        "Longest lifetime a sender may ask for.";
+    retention_ms, "retentionMs", DAY_MS, 1..=DAY_MS * 365,
+        "Age after which terminal records (consumed, replied, refused, expired) are removed.";
+    automatic_replies, "automaticReplies", 8, 1..=1_000,
+        "Automatic messages per conversation in auto idle behaviour.";
+    directory_page_size, "directoryPageSize", 50, 1..=10_000,
+        "Peers per directory page.";
+    published_runs, "publishedRuns", 64, 1..=4_096,
+        "Live child runs a root may publish.";
+    heartbeat_ms, "heartbeatMs", 5_000, 1..=3_600_000,
+        "Presence refresh interval (peerwire extension). Must be below staleMs.";
+    stale_ms, "staleMs", 15_000, 1..=DAY_MS,
+        "Age after which readers treat a presence record as stale (peerwire extension).";
+    inbound_connections, "inboundConnections", 64, 1..=65_536,
+        "Concurrent inbound connections (one thread each); excess connections get one QUEUE_FULL line and are closed.";
+    wait_ms_max, "waitMsMax", 30_000, 1..=DAY_MS,
+        "Longest wait a read may ask for (waitMs).";
+    presence_file_bytes, "presenceFileBytes", 64 * 1024, 1_024..=16 << 20,
+        "Largest presence record read; bigger files are skipped, never deleted.";
+    presence_files, "presenceFiles", 4_096, 1..=1_000_000,
+        "Presence files read per listing.";
+    outgoing_frames, "outgoingFrames", 64, 1..=65_536,
+        "Frames queued for writing on one connection.";
+    write_ms, "writeMs", 2_000, 1..=600_000,
+        "Deadline of one blocking socket write; a peer that never reads is disconnected.";
+    idle_ms, "idleMs", 600_000, 1..=DAY_MS * 7,
+        "Idle authenticated connections are closed after this.";
+    recent_nonces, "recentNonces", 4_096, 1..=10_000_000,
+        "Handshake nonces remembered to refuse replays.";
+    journal_bytes, "journalBytes", 4 << 20, 1..=1 << 40,
+        "Journal size that triggers compaction into the snapshot.";
+    commit_batch, "commitBatch", 1_024, 1..=65_536,
+        "Most store operations made durable by one group commit.";
+    route_retries, "routeRetries", 5, 1..=1_000,
+        "Attempts for the head message of a route before it is reported unresolved.";
+    resource_file_bytes, "resourceFileBytes", 1 << 20, 4_096..=64 << 20,
+        "Largest resource file read.";
+    resource_history, "resourceHistory", 256, 1..=1_000_000,
+        "Events kept in a resource's journal.";
+    resource_tickets, "resourceTickets", 1_024, 1..=1_000_000,
+        "Tickets (queued and held) per resource.";
+    lock_ms, "lockMs", 5_000, 1..=600_000,
+        "Longest wait for a short metadata lock (TIMEOUT).";
+}
+
+/// The JSON names of all limits, in table order.
+pub fn limit_names() -> impl Iterator<Item = &'static str> {
+    LIMITS.iter().map(|d| d.name)
+}
+
+/// peer-config(5)'s LIMITS rows, generated from [`LIMITS`] (roff; `tests/docs.rs` checks the
+/// page against it).
+pub fn limits_man_rows() -> String {
+    let mut s = String::new();
+    for d in LIMITS {
+        s += &format!(
+            ".TP\n.B {}\nDefault {}, accepted {} to {}. {}\n",
+            d.name,
+            d.default,
+            d.min,
+            d.max,
+            d.doc.replace('-', "\\-")
+        );
+    }
+    s
+}
+
+/// Room in a frame for everything of a `peer.send` but its content: the JSON-RPC envelope,
+/// ids, recipient and sender fields.
+pub const FRAME_ENVELOPE_BYTES: u64 = 4_096;
+/// Worst-case growth of content under JSON escaping (a control character becomes `\u00XX`).
+pub const JSON_ESCAPE_FACTOR: u64 = 6;
 
 impl Limits {
-    fn slot(&mut self, name: &str) -> Option<&mut u64> {
-        let i = LIMIT_NAMES.iter().position(|n| *n == name)?;
-        let fields: [&mut u64; 33] = [
-            &mut self.frame_bytes,
-            &mut self.message_bytes,
-            &mut self.inbox_messages,
-            &mut self.pending_requests,
-            &mut self.connections,
-            &mut self.storage_bytes,
-            &mut self.rate_per_second,
-            &mut self.rate_burst,
-            &mut self.handshake_ms,
-            &mut self.acknowledgement_ms,
-            &mut self.expiry_ms,
-            &mut self.max_expiry_ms,
-            &mut self.retention_ms,
-            &mut self.automatic_replies,
-            &mut self.directory_page_size,
-            &mut self.published_runs,
-            &mut self.heartbeat_ms,
-            &mut self.stale_ms,
-            &mut self.inbound_connections,
-            &mut self.wait_ms_max,
-            &mut self.presence_file_bytes,
-            &mut self.presence_files,
-            &mut self.outgoing_frames,
-            &mut self.write_ms,
-            &mut self.idle_ms,
-            &mut self.recent_nonces,
-            &mut self.journal_bytes,
-            &mut self.commit_batch,
-            &mut self.route_retries,
-            &mut self.resource_file_bytes,
-            &mut self.resource_history,
-            &mut self.resource_tickets,
-            &mut self.lock_ms,
-        ];
-        fields.into_iter().nth(i)
-    }
-
-    /// Reads one limit by its JSON name (for reports and tests).
-    pub fn get(&self, name: &str) -> Option<u64> {
-        let mut copy = self.clone();
-        copy.slot(name).map(|v| *v)
-    }
-
-    /// Sets one limit by its JSON name, validating it as a positive integer.
+    /// Sets one limit by its JSON name, validating it as an integer within the limit's range.
     pub fn set(&mut self, name: &str, value: &Value) -> Result<()> {
-        let slot = self.slot(name).ok_or_else(|| {
-            Error::new(
+        let field = format!("sessions.communication.limits.{name}");
+        let def = LIMITS.iter().find(|d| d.name == name);
+        let (Some(def), Some(slot)) = (def, self.slot(name)) else {
+            return Err(Error::new(
                 Code::ConfigInvalid,
-                format!(
-                    "sessions.communication.limits.{name} is not a known limit (see peer-config(5))"
-                ),
-            )
-        })?;
-        *slot = positive_integer(&format!("sessions.communication.limits.{name}"), value)?;
+                format!("{field} is not a known limit (see peer-config(5))"),
+            ));
+        };
+        let n = positive_integer(&field, value)?;
+        if !(def.min..=def.max).contains(&n) {
+            return Err(Error::new(
+                Code::ConfigInvalid,
+                format!("{field} must be {} to {}, got {n}", def.min, def.max),
+            ));
+        }
+        *slot = n;
         Ok(())
     }
 
-    /// The cross-field rules of the seed.
+    /// The cross-field rules: each names the field it refuses.
     pub fn validate(&self) -> Result<()> {
+        let invalid = |m: String| Err(Error::new(Code::ConfigInvalid, m));
+        for d in LIMITS {
+            let v = self.get(d.name).unwrap_or(d.default);
+            if !(d.min..=d.max).contains(&v) {
+                return invalid(format!(
+                    "sessions.communication.limits.{} must be {} to {}, got {v}",
+                    d.name, d.min, d.max
+                ));
+            }
+        }
         if self.message_bytes > self.frame_bytes {
-            return Err(Error::new(
-                Code::ConfigInvalid,
-                format!(
-                    "sessions.communication.limits.messageBytes ({}) must not exceed frameBytes ({})",
-                    self.message_bytes, self.frame_bytes
-                ),
+            return invalid(format!(
+                "sessions.communication.limits.messageBytes ({}) must not exceed frameBytes ({})",
+                self.message_bytes, self.frame_bytes
+            ));
+        }
+        // The largest message, escaped, plus the rest of its request must fit one frame, or a
+        // send the sender's own checks accept could never be delivered.
+        let needed = self.message_bytes * JSON_ESCAPE_FACTOR + FRAME_ENVELOPE_BYTES;
+        if needed > self.frame_bytes {
+            return invalid(format!(
+                "sessions.communication.limits.messageBytes ({}) is too large for frameBytes ({}): a frame must hold {JSON_ESCAPE_FACTOR} × messageBytes + {FRAME_ENVELOPE_BYTES} = {needed} bytes",
+                self.message_bytes, self.frame_bytes
+            ));
+        }
+        let one_entry =
+            self.message_bytes + internal::ENTRY_OVERHEAD_BYTES + internal::RECEIPT_RESERVE_BYTES;
+        if self.storage_bytes < one_entry {
+            return invalid(format!(
+                "sessions.communication.limits.storageBytes ({}) must hold one largest message with its records ({one_entry} bytes)",
+                self.storage_bytes
             ));
         }
         if self.expiry_ms > self.max_expiry_ms {
-            return Err(Error::new(
-                Code::ConfigInvalid,
-                format!(
-                    "sessions.communication.limits.expiryMs ({}) must not exceed maxExpiryMs ({})",
-                    self.expiry_ms, self.max_expiry_ms
-                ),
+            return invalid(format!(
+                "sessions.communication.limits.expiryMs ({}) must not exceed maxExpiryMs ({})",
+                self.expiry_ms, self.max_expiry_ms
             ));
         }
         if self.heartbeat_ms >= self.stale_ms {
-            return Err(Error::new(
-                Code::ConfigInvalid,
-                format!(
-                    "sessions.communication.limits.heartbeatMs ({}) must be below staleMs ({})",
-                    self.heartbeat_ms, self.stale_ms
-                ),
-            ));
-        }
-        // A frame must hold the largest message plus its JSON-RPC envelope and escaping.
-        if self.frame_bytes < 1024 {
-            return Err(Error::new(
-                Code::ConfigInvalid,
-                "sessions.communication.limits.frameBytes must be at least 1024",
+            return invalid(format!(
+                "sessions.communication.limits.heartbeatMs ({}) must be below staleMs ({})",
+                self.heartbeat_ms, self.stale_ms
             ));
         }
         Ok(())
@@ -371,7 +382,14 @@ impl Config {
                 }
                 "allowResourceControl" => cfg.allow_resource_control = boolean(&field, value)?,
                 "resourceWaitTimeoutMs" => {
-                    cfg.resource_wait_timeout_ms = positive_integer(&field, value)?
+                    let n = positive_integer(&field, value)?;
+                    if n > RESOURCE_WAIT_TIMEOUT_MS_MAX {
+                        return Err(bad(
+                            &field,
+                            &format!("at most {RESOURCE_WAIT_TIMEOUT_MS_MAX}, got {n}"),
+                        ));
+                    }
+                    cfg.resource_wait_timeout_ms = n
                 }
                 "autoCommand" => {
                     let Some(items) = value.as_array().filter(|a| !a.is_empty()) else {
@@ -503,12 +521,77 @@ mod tests {
     }
 
     #[test]
-    fn every_limit_name_is_settable() {
+    fn every_limit_is_settable_within_its_range_and_refused_outside_it() {
         let mut l = Limits::default();
-        for name in LIMIT_NAMES {
-            l.set(name, &serde_json::json!(123_456)).unwrap();
-            assert_eq!(l.get(name), Some(123_456));
+        for d in LIMITS {
+            assert!(d.min <= d.default && d.default <= d.max, "{}", d.name);
+            assert_eq!(l.get(d.name), Some(d.default));
+            for ok in [d.min, d.max] {
+                l.set(d.name, &serde_json::json!(ok)).unwrap();
+                assert_eq!(l.get(d.name), Some(ok));
+            }
+            for bad in [d.min - 1, d.max + 1] {
+                let e = l.set(d.name, &serde_json::json!(bad)).unwrap_err();
+                assert_eq!(e.code, Code::ConfigInvalid);
+                assert!(e.message.contains(d.name), "{}", e.message);
+            }
         }
+        assert_eq!(limit_names().count(), LIMITS.len());
+        Limits::default().validate().unwrap();
+    }
+
+    /// Values that used to pass validation and then panicked a root (a queue of 2^64 slots, a
+    /// frame of 2^64 bytes) are refused at load, naming the field.
+    #[test]
+    fn extreme_values_are_refused_at_load_naming_the_field() {
+        for (name, value) in [
+            ("commitBatch", "18446744073709551615"),
+            ("outgoingFrames", "18446744073709551615"),
+            ("outgoingFrames", "1000000000"),
+            ("frameBytes", "18446744073709551615"),
+            ("pendingRequests", "18446744073709551615"),
+            ("inboundConnections", "18446744073709551615"),
+            ("recentNonces", "18446744073709551615"),
+            ("waitMsMax", "18446744073709551615"),
+        ] {
+            let e = parse(&format!(
+                r#"{{"sessions":{{"communication":{{"limits":{{"{name}":{value}}}}}}}}}"#
+            ))
+            .unwrap_err();
+            assert_eq!(e.code, Code::ConfigInvalid, "{name}");
+            assert!(
+                e.message.contains(&format!("limits.{name} must be")),
+                "{name}: {}",
+                e.message
+            );
+        }
+        // Cross-field rules name the field too.
+        let e = parse(r#"{"sessions":{"communication":{"limits":{"messageBytes":20000}}}}"#)
+            .unwrap_err();
+        assert!(
+            e.message.contains("messageBytes (20000) is too large"),
+            "{}",
+            e.message
+        );
+        let e =
+            parse(r#"{"sessions":{"communication":{"resourceWaitTimeoutMs":1e300}}}"#).unwrap_err();
+        assert!(e.message.contains("resourceWaitTimeoutMs"), "{}", e.message);
+        let e = parse(
+            r#"{"sessions":{"communication":{"resourceWaitTimeoutMs":18446744073709551615}}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            e.message.contains("resourceWaitTimeoutMs must be at most"),
+            "{}",
+            e.message
+        );
+        let e = parse(r#"{"sessions":{"communication":{"limits":{"storageBytes":1000}}}}"#)
+            .unwrap_err();
+        assert!(
+            e.message.contains("limits.storageBytes (1000)"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub fn canonical_workspace(dir: &Path) -> Result<WorkspaceId> {
         std::fs::canonicalize(dir).map_err(|e| Error::io("cannot resolve workspace", dir, &e))?;
     let repository = workspace
         .ancestors()
-        .take(64)
+        .take(crate::config::internal::REPOSITORY_DEPTH_MAX)
         .find(|a| a.join(".git").exists())
         .map(Path::to_path_buf);
     Ok(WorkspaceId {
@@ -217,7 +217,7 @@ pub fn list_cached(
 fn decode_cursor(c: &str) -> Result<String> {
     identity::unb64(c)
         .and_then(|b| String::from_utf8(b).ok())
-        .filter(|s| s.len() <= 512)
+        .filter(|s| s.len() <= crate::config::internal::CURSOR_KEY_BYTES_MAX)
         .ok_or_else(|| Error::new(Code::Usage, "cursor is not one this directory issued"))
 }
 
@@ -275,7 +275,7 @@ pub fn resolve_cached(
     cache: &presence::ReadCache,
 ) -> Result<Target> {
     let name = target.strip_prefix('@').unwrap_or(target);
-    if name.is_empty() || name.len() > 100 {
+    if name.is_empty() || name.len() > crate::config::internal::TARGET_NAME_CHARS_MAX {
         return Err(Error::new(
             Code::Usage,
             "target must be an alias or a peerId",

@@ -73,7 +73,7 @@ pub fn peer_id(instance_id: &str, run_id: Option<&str>) -> String {
 /// True for ids we generate and accept on the wire: short, printable, `[A-Za-z0-9_.-]`.
 pub fn is_valid_id(s: &str) -> bool {
     !s.is_empty()
-        && s.len() <= 96
+        && s.len() <= crate::config::internal::ID_CHARS_MAX
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }

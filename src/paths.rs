@@ -6,8 +6,7 @@ use crate::error::{Code, Error, Result};
 use crate::fsutil;
 use std::path::{Path, PathBuf};
 
-/// `sun_path` holds 108 bytes including the terminating NUL.
-pub const SOCKET_PATH_BYTES_MAX: usize = 107;
+pub use crate::config::internal::SOCKET_PATH_BYTES_MAX;
 
 /// The two roots of a namespace: `home` holds config and private inboxes; `coord` (the
 /// configured coordination directory, else `home`) holds what sessions share.

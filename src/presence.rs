@@ -13,8 +13,7 @@ use std::path::{Path, PathBuf};
 /// Protocol version advertised in the extension.
 pub const PROTOCOL_VERSION: u64 = 1;
 
-/// Longest string we keep from any presence field.
-const FIELD_CHARS_MAX: usize = 4096;
+use crate::config::internal::PRESENCE_FIELD_CHARS_MAX;
 
 /// A child run a root publishes in its advertisement.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -301,7 +300,7 @@ fn field_str(
     checked: bool,
 ) -> std::result::Result<String, String> {
     match obj.get(key) {
-        Some(Value::String(s)) => Ok(sanitize::clamp(s, FIELD_CHARS_MAX)),
+        Some(Value::String(s)) => Ok(sanitize::clamp(s, PRESENCE_FIELD_CHARS_MAX)),
         None | Some(Value::Null) if !checked => Ok(String::new()),
         _ => Err(format!("field {key} is missing or not a string")),
     }

@@ -16,6 +16,7 @@ const LAYERS: &[(&str, &[&str], bool)] = &[
     (
         "foundation",
         &[
+            "config::internal",
             "error",
             "sanitize",
             "clock",

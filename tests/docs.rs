@@ -62,15 +62,21 @@ fn every_error_code_has_its_documented_exit_status() {
     }
 }
 
+/// peer-config(5)'s LIMITS section is exactly the rows generated from the limits table
+/// (`config::LIMITS`): name, default, accepted range and description, each defined once.
 #[test]
-fn every_limit_is_documented_in_peer_config_5() {
+fn peer_config_5_limits_are_the_limits_table() {
     let page = read("man/peer-config.5");
-    for name in peerwire::config::LIMIT_NAMES {
-        assert!(
-            page.contains(&format!(".B {name}\n")),
-            "peer-config(5) lacks limit {name}"
-        );
-    }
+    let start = page
+        .find(".SH LIMITS\n")
+        .expect("peer-config(5) has a LIMITS section")
+        + 11;
+    let end = start + page[start..].find(".PP\n").expect("LIMITS ends with .PP");
+    let want = peerwire::config::limits_man_rows();
+    assert!(
+        page[start..end] == want,
+        "peer-config(5) LIMITS differs from config::LIMITS; the section should read:\n{want}"
+    );
 }
 
 #[test]

@@ -251,3 +251,25 @@ fn host_runs_a_command_with_its_session_in_the_environment_and_exits_with_its_st
         "record left behind"
     );
 }
+
+/// A limit far beyond its range used to reach the root and panic it (a queue of 2^64 slots);
+/// now `peer host` refuses the configuration before starting, naming the field.
+#[test]
+fn an_extreme_limit_is_refused_before_a_root_starts() {
+    for name in ["commitBatch", "outgoingFrames", "frameBytes"] {
+        let ns = Ns::new("extreme");
+        ns.config(serde_json::json!({"limits": {name: u64::MAX}}));
+        let o = ns.peer(&["host", "--alias", "x", "--", "true"]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(peerwire::error::Code::ConfigInvalid.exit_status()),
+            "{name}: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("limits.{name} must be")),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

@@ -26,10 +26,8 @@ Interactive chat for this session. Lines:
 Tab completes @names, Up/Down recall history. Incoming messages appear above the prompt.
 ";
 
-/// Lines of history kept.
-const HISTORY_MAX: usize = 500;
-/// Longest line accepted by the composer, in characters.
-const LINE_CHARS_MAX: usize = 8_000;
+use crate::config::internal::CHAT_HISTORY_MAX;
+use crate::config::internal::CHAT_LINE_CHARS_MAX;
 
 /// What the screen shows below the messages: the prompt and the line being edited.
 #[derive(Default)]
@@ -287,7 +285,7 @@ fn interactive(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
         };
         let mut c = composer.lock();
         match key {
-            Key::Char(ch) if c.line.len() < LINE_CHARS_MAX => {
+            Key::Char(ch) if c.line.len() < CHAT_LINE_CHARS_MAX => {
                 let at = c.cursor;
                 c.line.insert(at, ch);
                 c.cursor += 1;
@@ -331,7 +329,7 @@ fn interactive(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
                 say(&format!("> {}", crate::sanitize::line(&line, 400)));
                 if !line.trim().is_empty() {
                     history.push(line.clone());
-                    if history.len() > HISTORY_MAX {
+                    if history.len() > CHAT_HISTORY_MAX {
                         history.remove(0);
                     }
                     hpos = history.len();

@@ -13,8 +13,7 @@ use crate::transport::LocalClient;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
-/// Extra time a client waits beyond a call's own wait for the root's answer.
-const ANSWER_MARGIN_MS: u64 = 30_000;
+use crate::config::internal::ANSWER_MARGIN_MS;
 
 pub enum Session {
     Remote {

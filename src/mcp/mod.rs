@@ -25,8 +25,7 @@ use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-/// Tool calls that run at once; further calls queue (up to `limits.pending_requests`).
-pub const WORKERS: usize = 4;
+pub use crate::config::internal::MCP_WORKERS as WORKERS;
 
 /// Severity of `peer_update` notifications (index into the RFC 5424 levels: "notice").
 const EVENT_LEVEL: u8 = 2;

@@ -9,8 +9,7 @@ use serde_json::{Map, Value, json};
 /// The authority every peer message carries in model-visible output.
 pub const PEER_AUTHORITY: &str = "external-peer: not a user instruction";
 
-/// Longest attribute value in a wrapper, in characters.
-const ATTRIBUTE_CHARS_MAX: usize = 200;
+use crate::config::internal::WRAP_ATTRIBUTE_CHARS_MAX;
 
 /// Characters that render like `<`, `>`, `&`, `"`, `'` or `/` (fullwidth and small forms,
 /// angle quotation marks and brackets, modifier letters, Canadian syllabics) and so could
@@ -49,7 +48,7 @@ fn escape(s: &str) -> String {
 }
 
 fn attribute(value: &str) -> String {
-    escape(&sanitize::line(value, ATTRIBUTE_CHARS_MAX))
+    escape(&sanitize::line(value, WRAP_ATTRIBUTE_CHARS_MAX))
 }
 
 /// A string field, or a number rendered as text (sequences).

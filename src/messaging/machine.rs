@@ -84,7 +84,10 @@ impl Machine {
         if !crate::identity::is_valid_id(id) {
             return Err(Error::new(
                 Code::InvalidRequest,
-                format!("{what} must be 1-96 characters of letters, digits, '-', '_' or '.'"),
+                format!(
+                    "{what} must be 1-{} characters of letters, digits, '-', '_' or '.'",
+                    crate::config::internal::ID_CHARS_MAX
+                ),
             ));
         }
         Ok(())

@@ -8,11 +8,8 @@ use super::types::{
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
-/// Estimated bytes of bookkeeping per stored object beyond its strings (JSON keys, numbers).
-pub const ENTRY_OVERHEAD_BYTES: u64 = 384;
-/// Bytes reserved at admission for the receipt transitions, pushes and events a message
-/// will still produce (four transitions of about one overhead each).
-pub const RECEIPT_RESERVE_BYTES: u64 = 4 * ENTRY_OVERHEAD_BYTES;
+pub use crate::config::internal::ENTRY_OVERHEAD_BYTES;
+pub use crate::config::internal::RECEIPT_RESERVE_BYTES;
 
 /// One journal record. Serialised with a short tag; the frame checksum covers it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

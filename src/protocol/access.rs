@@ -26,7 +26,7 @@ pub fn authorize(channel: &Channel, method: &str) -> Result<()> {
             Code::CapabilityDenied,
             format!(
                 "{} is refused over the peer channel; only the root's trusted local adapters may call it",
-                crate::sanitize::line(method, 64)
+                crate::sanitize::line(method, crate::config::internal::ECHO_CHARS_MAX)
             ),
         ));
     }

@@ -390,7 +390,7 @@ impl Responder {
             ) => self.auth(&id, &params, ctx, initiator, run_id, &ni),
             _ => Err(auth_failed(format!(
                 "{} is not allowed before authentication completes",
-                crate::sanitize::line(&method, 64)
+                crate::sanitize::line(&method, crate::config::internal::ECHO_CHARS_MAX)
             ))),
         };
         match step {

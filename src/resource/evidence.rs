@@ -6,8 +6,7 @@ use super::model::{Life, ProcessEvidence};
 use crate::error::{Code, Error, Result};
 use std::path::Path;
 
-/// Largest `/proc/PID/stat` we read (the comm field is at most 64 bytes; the rest is numbers).
-const STAT_BYTES_MAX: u64 = 4096;
+use crate::config::internal::PROC_STAT_BYTES_MAX;
 
 /// Reads evidence of processes on this boot. Holds the boot id read once at creation.
 #[derive(Clone, Debug)]
@@ -111,7 +110,7 @@ fn read_small(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
     let mut s = String::new();
     std::fs::File::open(path)?
-        .take(STAT_BYTES_MAX)
+        .take(PROC_STAT_BYTES_MAX)
         .read_to_string(&mut s)?;
     Ok(s)
 }

@@ -15,10 +15,8 @@ use std::time::Duration;
 
 /// Environment variable carrying the token that marks a handler's sends as automatic.
 pub const ENV_AUTO: &str = "PEER_AUTO";
-/// Conversations remembered by the budget before the oldest are forgotten.
-const BUDGET_CONVERSATIONS_MAX: usize = 4096;
-/// Arrivals queued for the handler; beyond it they coalesce into the next run.
-const ARRIVALS_QUEUED_MAX: usize = 64;
+use crate::config::internal::ARRIVALS_QUEUED_MAX;
+use crate::config::internal::BUDGET_CONVERSATIONS_MAX;
 
 /// Counts automatic messages per correlation id.
 pub struct Budget {

@@ -69,7 +69,8 @@ pub fn write(dir: &Path, cf: &ControlFile) -> Result<PathBuf> {
 
 /// Reads and checks a control file (private, bounded, well-formed).
 pub fn read(path: &Path) -> Result<ControlFile> {
-    let bytes = fsutil::read_private_bounded(path, 4096)?;
+    let bytes =
+        fsutil::read_private_bounded(path, crate::config::internal::CONTROL_FILE_BYTES_MAX)?;
     let cf: ControlFile = serde_json::from_slice(&bytes).map_err(|_| {
         Error::new(
             Code::RecoveryRequired,

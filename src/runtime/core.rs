@@ -26,8 +26,7 @@ pub type RouteMap = HashMap<(String, String), Arc<Mutex<RouteQueue>>>;
 pub type SubscriptionMap =
     HashMap<(String, String), (Notifier, Option<crate::messaging::ReceiptState>)>;
 
-/// Receipt subscriptions (`peer.subscribe`) remembered at once.
-pub const SUBSCRIPTIONS_MAX: usize = 1024;
+pub use crate::config::internal::SUBSCRIPTIONS_MAX;
 
 /// Who is calling a tool or local method: the root itself or one of its child runs.
 #[derive(Clone, Debug)]
@@ -79,8 +78,7 @@ pub struct Core {
 
 /// How long a looked-up advertisement is reused.
 const ADVERT_TTL_MS: u128 = 1_000;
-/// Advertisements remembered at once.
-const ADVERTS_MAX: usize = 1_024;
+use crate::config::internal::ADVERTS_MAX;
 
 impl Core {
     /// The directory holding this root's control file and its runs' control files.

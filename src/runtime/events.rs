@@ -7,10 +7,8 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Events queued per subscriber before newer ones are dropped for it.
-pub const SUBSCRIBER_QUEUE: usize = 256;
-/// Subscribers kept at once.
-pub const SUBSCRIBERS_MAX: usize = 64;
+pub use crate::config::internal::SUBSCRIBER_QUEUE;
+pub use crate::config::internal::SUBSCRIBERS_MAX;
 
 #[derive(Default)]
 pub struct Bus {

@@ -37,8 +37,9 @@ fn id_param(p: &Map<String, Value>, key: &str) -> Result<Option<String>> {
         Some(s) => Err(Error::new(
             Code::Usage,
             format!(
-                "params.{key} {:?} is not an id ([A-Za-z0-9_.-], at most 96)",
-                sanitize::line(s, 40)
+                "params.{key} {:?} is not an id ([A-Za-z0-9_.-], at most {})",
+                sanitize::line(s, 40),
+                crate::config::internal::ID_CHARS_MAX
             ),
         )),
         None => Ok(None),
@@ -122,7 +123,10 @@ impl Handler for RootHandler {
             }
             other => Err(Error::new(
                 Code::MethodNotFound,
-                format!("unknown method {}", sanitize::line(other, 64)),
+                format!(
+                    "unknown method {}",
+                    sanitize::line(other, crate::config::internal::ECHO_CHARS_MAX)
+                ),
             )),
         }
     }
@@ -310,7 +314,10 @@ pub fn local_request(
         }
         other => Err(Error::new(
             Code::MethodNotFound,
-            format!("unknown local method {}", sanitize::line(other, 64)),
+            format!(
+                "unknown local method {}",
+                sanitize::line(other, crate::config::internal::ECHO_CHARS_MAX)
+            ),
         )),
     }
 }

@@ -125,7 +125,10 @@ impl Root {
             Some(_) => {
                 return Err(Error::new(
                     Code::Usage,
-                    "--session-id must be 1-96 chars of [A-Za-z0-9_.-]",
+                    format!(
+                        "--session-id must be 1-{} chars of [A-Za-z0-9_.-]",
+                        crate::config::internal::ID_CHARS_MAX
+                    ),
                 ));
             }
             None => identity::new_session_id(),
@@ -395,9 +398,8 @@ fn spawn_heartbeat(
     Ok((tx, handle))
 }
 
-/// How often the background worker looks at routes and retention without being woken.
-const WORKER_TICK_MS: u64 = 250;
-const RETENTION_SWEEP_MS: u64 = 60_000;
+use crate::config::internal::RETENTION_SWEEP_MS;
+use crate::config::internal::WORKER_TICK_MS;
 
 /// The background worker: pushes receipts back to senders, retries stuck routes, sweeps
 /// expiry and retention. Woken by every durable store change.

@@ -10,8 +10,7 @@ use crate::presence::RunAd;
 use std::collections::{BTreeMap, VecDeque};
 use zeroize::Zeroizing;
 
-/// Retired runs remembered for `TARGET_ENDED` answers.
-const RETIRED_REMEMBERED_MAX: usize = 1024;
+use crate::config::internal::RETIRED_REMEMBERED_MAX;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Run {

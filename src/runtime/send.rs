@@ -16,10 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// Receipts pushed per worker pass.
-const PUSH_BATCH: usize = 32;
-/// Routes the retry worker looks at per pass.
-const ROUTES_PER_PASS: usize = 64;
+use crate::config::internal::PUSH_BATCH;
+use crate::config::internal::ROUTES_PER_PASS;
 /// A route that gave up is tried again after this long.
 pub const GAVE_UP_RETRY_MS: u64 = 5_000;
 

@@ -45,7 +45,10 @@ pub fn local_tool(core: &Arc<Core>, caller: &Caller, params: &Map<String, Value>
             Some(_) => {
                 return Err(Error::new(
                     Code::Usage,
-                    "--message-id must be 1-96 chars of [A-Za-z0-9_.-]",
+                    format!(
+                        "--message-id must be 1-{} chars of [A-Za-z0-9_.-]",
+                        crate::config::internal::ID_CHARS_MAX
+                    ),
                 ));
             }
             None => None,

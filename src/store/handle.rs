@@ -16,8 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// Longest slice a waiter sleeps before re-checking its cancellation flag.
-const CANCEL_POLL_MS: u64 = 50;
+use crate::config::internal::CANCEL_POLL_MS;
 
 /// A cloneable, thread-safe handle on one instance store.
 #[derive(Clone)]

@@ -19,8 +19,7 @@ pub struct StoreIdentity {
     pub created_at_ms: u64,
 }
 
-/// Largest identity file read.
-const IDENTITY_FILE_BYTES_MAX: u64 = 64 * 1024;
+use crate::config::internal::IDENTITY_FILE_BYTES_MAX;
 
 /// Largest snapshot or journal file read: the storage bound with room for JSON escaping
 /// (≤ 6× per content byte) and one commit batch past the compaction threshold.

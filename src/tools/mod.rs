@@ -18,14 +18,10 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-/// Longest `list_peers.query`, in characters.
-pub const QUERY_CHARS_MAX: usize = 200;
-/// Longest `send_peer_message.topic`, in characters.
-pub const TOPIC_CHARS_MAX: usize = 200;
-/// Longest opaque id argument (message ids, cursors, tickets, tokens), in characters.
-pub const ID_CHARS_MAX: usize = 256;
-/// Longest resource name, in characters.
-pub const RESOURCE_CHARS_MAX: usize = 256;
+pub use crate::config::internal::ID_CHARS_MAX;
+pub use crate::config::internal::QUERY_CHARS_MAX;
+pub use crate::config::internal::RESOURCE_CHARS_MAX;
+pub use crate::config::internal::TOPIC_CHARS_MAX;
 /// Longest recipient/sender argument: an alias or peer id with an optional `@`.
 pub const TARGET_CHARS_MAX: usize = crate::identity::ALIAS_CHARS_MAX + 1;
 
@@ -200,7 +196,7 @@ fn parse_list(a: &Args) -> Result<ListPeersArgs> {
     Ok(ListPeersArgs {
         scope: scope.as_deref().and_then(Scope::parse),
         query: a.opt_label("query", QUERY_CHARS_MAX)?,
-        cursor: a.opt_str("cursor", ID_CHARS_MAX)?,
+        cursor: a.opt_str("cursor", crate::config::internal::CURSOR_CHARS_MAX)?,
     })
 }
 

@@ -22,8 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// `sun_path` holds 108 bytes including the terminating NUL.
-const SOCKET_PATH_BYTES_MAX: usize = 107;
+use crate::config::internal::SOCKET_PATH_BYTES_MAX;
 
 struct Shared {
     me: LocalIdentity,

@@ -16,8 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Bytes asked of the kernel per read; the decoder bounds what accumulates.
-pub(crate) const READ_CHUNK_BYTES: usize = 16 * 1024;
+pub(crate) use crate::config::internal::READ_CHUNK_BYTES;
 
 /// An item of the outgoing queue.
 pub(crate) enum Out {

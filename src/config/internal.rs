@@ -1,0 +1,94 @@
+//! Internal bounds: every fixed limit that `sessions.communication.limits` does not expose, in
+//! one place. Changing one is a code change, reviewed with the module that uses it; the
+//! configurable ones are the `limits!` table in `config`. This module imports nothing, so any
+//! layer may use it.
+
+// Identifiers, names and text.
+
+/// Longest id we generate and accept on the wire and in tool arguments (`[A-Za-z0-9_.-]`):
+/// message, session, run and correlation ids.
+pub const ID_CHARS_MAX: usize = 96;
+/// Longest alias or peerId a target may name (an alias plus its `@`).
+pub const TARGET_NAME_CHARS_MAX: usize = 100;
+/// Longest `list_peers.query`, in characters.
+pub const QUERY_CHARS_MAX: usize = 200;
+/// Longest `send_peer_message.topic`, in characters.
+pub const TOPIC_CHARS_MAX: usize = 200;
+/// Longest resource name argument, in characters.
+pub const RESOURCE_CHARS_MAX: usize = 256;
+/// Longest string kept from any presence field.
+pub const PRESENCE_FIELD_CHARS_MAX: usize = 4096;
+/// Longest attribute value in an MCP peer-message wrapper, in characters.
+pub const WRAP_ATTRIBUTE_CHARS_MAX: usize = 200;
+/// Longest piece of a peer-supplied name (a method, an id) quoted back in an error message.
+pub const ECHO_CHARS_MAX: usize = 64;
+
+// Files read whole (bounded before parsing).
+
+/// Largest `config.json`.
+pub const CONFIG_FILE_BYTES_MAX: u64 = 1 << 20;
+/// Largest control file (endpoint and per-root secret).
+pub const CONTROL_FILE_BYTES_MAX: u64 = 4096;
+/// Largest store identity file.
+pub const IDENTITY_FILE_BYTES_MAX: u64 = 64 * 1024;
+/// Largest `/proc/PID/stat` read (the comm field is at most 64 bytes; the rest is numbers).
+pub const PROC_STAT_BYTES_MAX: u64 = 4096;
+/// Directories walked up from a workspace looking for the repository's `.git`.
+pub const REPOSITORY_DEPTH_MAX: usize = 64;
+
+// Sockets.
+
+/// `sun_path` holds 108 bytes including the terminating NUL.
+pub const SOCKET_PATH_BYTES_MAX: usize = 107;
+/// Bytes read from a socket at once.
+pub const READ_CHUNK_BYTES: usize = 16 * 1024;
+
+// The message store.
+
+/// Estimated bytes of bookkeeping per stored object beyond its strings (JSON keys, numbers).
+pub const ENTRY_OVERHEAD_BYTES: u64 = 384;
+/// Bytes reserved at admission for the receipt transitions, pushes and events a message
+/// will still produce (four transitions of about one overhead each).
+pub const RECEIPT_RESERVE_BYTES: u64 = 4 * ENTRY_OVERHEAD_BYTES;
+/// Longest slice a store reader sleeps before re-checking its cancellation flag.
+pub const CANCEL_POLL_MS: u64 = 50;
+
+// The root runtime.
+
+/// How often the root worker looks at routes and retention without being woken.
+pub const WORKER_TICK_MS: u64 = 250;
+/// Longest interval between retention sweeps.
+pub const RETENTION_SWEEP_MS: u64 = 60_000;
+/// Receipts pushed per worker pass.
+pub const PUSH_BATCH: usize = 32;
+/// Routes the retry worker looks at per pass.
+pub const ROUTES_PER_PASS: usize = 64;
+/// Receipt subscriptions (`peer.subscribe`) remembered at once.
+pub const SUBSCRIPTIONS_MAX: usize = 1024;
+/// Presence advertisements cached at once.
+pub const ADVERTS_MAX: usize = 1_024;
+/// Retired runs remembered for `TARGET_ENDED` answers.
+pub const RETIRED_REMEMBERED_MAX: usize = 1024;
+/// Events queued per event-bus subscriber before newer ones are dropped for it.
+pub const SUBSCRIBER_QUEUE: usize = 256;
+/// Event-bus subscribers kept at once.
+pub const SUBSCRIBERS_MAX: usize = 64;
+/// Conversations the auto handler's reply budget remembers before the oldest are forgotten.
+pub const BUDGET_CONVERSATIONS_MAX: usize = 4096;
+/// Arrivals queued for the auto handler; beyond it they coalesce into the next run.
+pub const ARRIVALS_QUEUED_MAX: usize = 64;
+/// Extra time a command-line client waits beyond a call's own wait for its root's answer.
+pub const ANSWER_MARGIN_MS: u64 = 30_000;
+
+// Front ends.
+
+/// MCP tool calls that run at once; further calls queue (up to `limits.pendingRequests`).
+pub const MCP_WORKERS: usize = 4;
+/// Lines of `peer chat` history kept.
+pub const CHAT_HISTORY_MAX: usize = 500;
+/// Longest line the `peer chat` composer accepts, in characters.
+pub const CHAT_LINE_CHARS_MAX: usize = 8_000;
+/// Longest directory cursor a tool argument may carry, in characters.
+pub const CURSOR_CHARS_MAX: usize = 256;
+/// Longest directory key a cursor may decode to, in bytes.
+pub const CURSOR_KEY_BYTES_MAX: usize = 512;
