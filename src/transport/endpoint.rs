@@ -3,6 +3,7 @@
 //! authenticated calls until the peer leaves, idles past `idleMs`, or breaks the framing.
 //! Shutdown removes the socket only if it is still the inode this endpoint created.
 
+use super::admission::{Admission, Class};
 use super::wire::{self, FrameReader, Notifier, Outgoing, ReadEvent};
 use super::{Handler, LocalIdentity, PeerInfo, Verifier};
 use crate::config::Limits;
@@ -35,6 +36,8 @@ struct Shared {
     stopping: AtomicBool,
     /// Live connections, so shutdown can cut them; the map's size is the thread count.
     conns: Mutex<HashMap<u64, Arc<UnixStream>>>,
+    /// Budgets of unauthenticated, peer and local connections.
+    admission: Mutex<Admission>,
     next_conn: AtomicU64,
 }
 
@@ -73,6 +76,7 @@ impl Endpoint {
             )),
             stopping: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
+            admission: Mutex::new(Admission::new(limits.inbound_connections)),
             next_conn: AtomicU64::new(0),
         });
         let (s, l) = (shared.clone(), listener.clone());
@@ -188,7 +192,9 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
     }
 }
 
-/// Starts a connection thread, or refuses with one error line when the bound is reached.
+/// Starts a connection thread. A full unauthenticated budget cuts its oldest connection
+/// (which is then answered AUTH_FAILED by its own thread); the thread count stays within
+/// [`Admission::threads_max`].
 fn admit(shared: &Arc<Shared>, stream: UnixStream) {
     let Ok(handle) = stream.try_clone() else {
         return;
@@ -196,10 +202,16 @@ fn admit(shared: &Arc<Shared>, stream: UnixStream) {
     let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     {
         let mut conns = shared.conns.lock();
-        if conns.len() as u64 >= shared.limits.inbound_connections {
-            drop(conns);
+        let mut admission = shared.admission.lock();
+        if conns.len() >= admission.threads_max() {
+            drop((conns, admission));
             refuse_busy(stream, shared.limits.write_ms);
             return;
+        }
+        if let Some(old) = admission.arrive(id)
+            && let Some(cut) = conns.get(&old)
+        {
+            cut_unauthenticated(cut);
         }
         conns.insert(id, Arc::new(handle));
     }
@@ -211,10 +223,11 @@ fn admit(shared: &Arc<Shared>, stream: UnixStream) {
                 shared: s.clone(),
                 id,
             };
-            serve(&s, stream);
+            serve(&s, stream, id);
         });
     if spawned.is_err() {
         shared.conns.lock().remove(&id);
+        shared.admission.lock().leave(id);
     }
 }
 
@@ -228,7 +241,25 @@ struct Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         self.shared.conns.lock().remove(&self.id);
+        self.shared.admission.lock().leave(self.id);
     }
+}
+
+/// Answers the oldest unauthenticated connection with one error line (a single non-blocking
+/// send: the acceptor never waits on a client) and closes it; its thread then ends.
+fn cut_unauthenticated(stream: &UnixStream) {
+    use nix::sys::socket::{MsgFlags, send};
+    let err = Error::new(
+        Code::QueueFull,
+        "too many connections still in the handshake; this, the oldest, was closed: retry",
+    );
+    let line = rpc::encode_error(None, &err);
+    let _ = send(
+        stream.as_raw_fd(),
+        &line,
+        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+    );
+    let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
 fn refuse_busy(mut stream: UnixStream, write_ms: u64) {
@@ -240,7 +271,7 @@ fn refuse_busy(mut stream: UnixStream, write_ms: u64) {
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
-fn serve(shared: &Shared, stream: UnixStream) {
+fn serve(shared: &Shared, stream: UnixStream, id: u64) {
     let Ok(out) = Outgoing::spawn(
         &stream,
         shared.limits.outgoing_frames,
@@ -251,6 +282,18 @@ fn serve(shared: &Shared, stream: UnixStream) {
     let _close = wire::CloseOnDrop(out.clone());
     let mut reader = FrameReader::new(stream, shared.limits.frame_bytes);
     if let Some(channel) = handshake(shared, &mut reader, &out) {
+        let class = match channel {
+            Channel::Peer { .. } => Class::Peer,
+            Channel::Local | Channel::Run { .. } => Class::Local,
+        };
+        if !shared.admission.lock().authenticate(id, class) {
+            let err = Error::new(
+                Code::QueueFull,
+                "too many connections (inboundConnections); retry later",
+            );
+            let _ = out.send(rpc::encode_error(None, &err));
+            return;
+        }
         let notifier = Notifier::new(out.clone(), shared.limits.frame_bytes);
         serve_authenticated(shared, &mut reader, &out, &channel, &notifier);
     }

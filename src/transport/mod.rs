@@ -4,6 +4,7 @@
 //! connection count is bounded by `Limits`; the sender of a request is always the authenticated
 //! connection, never a field of the request.
 
+mod admission;
 mod endpoint;
 mod local;
 mod pool;
