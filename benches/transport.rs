@@ -277,7 +277,7 @@ fn time_block(out: &mut Vec<u64>, mut trip: impl FnMut() -> bool) {
     }
 }
 
-/// Issue 4's target, measured honestly: echo, warm Pool -> Endpoint and the JSON work are
+/// The transport's warm-path target, measured honestly: echo, warm Pool -> Endpoint and the JSON work are
 /// timed trip by trip in alternating blocks of the same run, then compared by medians.
 fn ratio(_: &mut Criterion) {
     let (_dir, endpoint, pool, target) = warm_pair();

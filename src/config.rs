@@ -1,4 +1,4 @@
-//! `sessions.communication` in `<ns>/config.json`: every field and limit of the seed with its
+//! `sessions.communication` in `<ns>/config.json`: every field and limit of the protocol with its
 //! default, validated once at start-up, plus namespace resolution.
 
 use crate::error::{Code, Error, Result};
@@ -486,7 +486,7 @@ mod tests {
     }
 
     #[test]
-    fn defaults_match_the_seed() {
+    fn defaults_match_the_protocol() {
         let c = parse("{}").unwrap();
         assert_eq!(c.enabled, None);
         assert_eq!(c.scope, Scope::Workspace);

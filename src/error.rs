@@ -1,4 +1,4 @@
-//! The one error type of peerwire: a seed error code, a one-line message, and the mappings of
+//! The one error type of peerwire: a protocol error code, a one-line message, and the mappings of
 //! each code to a JSON-RPC error number and a CLI exit status.
 
 use std::fmt;

@@ -70,6 +70,17 @@ pub fn peer_id(instance_id: &str, run_id: Option<&str>) -> String {
     format!("p-{}", &hex(&h.finalize())[..24])
 }
 
+/// Constant-time equality for secrets: no early exit on the first differing byte, and the
+/// accumulated difference passes `black_box` so the compiler cannot add one (length is not
+/// secret). The one comparison of secrets in the crate.
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
 /// True for ids we generate and accept on the wire: short, printable, `[A-Za-z0-9_.-]`.
 pub fn is_valid_id(s: &str) -> bool {
     !s.is_empty()

@@ -8,6 +8,16 @@ use std::path::{Path, PathBuf};
 
 pub use crate::config::internal::SOCKET_PATH_BYTES_MAX;
 
+/// `<home>/peer-messages/<instanceId>`: one incarnation's message store.
+pub fn messages_dir(home: &Path, instance_id: &str) -> PathBuf {
+    home.join("peer-messages").join(instance_id)
+}
+
+/// `<coord>/peer-resources`: the resource files and the launch ledger.
+pub fn resources_dir(coord: &Path) -> PathBuf {
+    coord.join("peer-resources")
+}
+
 /// The two roots of a namespace: `home` holds config and private inboxes; `coord` (the
 /// configured coordination directory, else `home`) holds what sessions share.
 #[derive(Clone, Debug)]
@@ -32,10 +42,10 @@ impl Namespace {
         self.coord.join("peer-runtime")
     }
     pub fn messages_dir(&self, instance_id: &str) -> PathBuf {
-        self.home.join("peer-messages").join(instance_id)
+        messages_dir(&self.home, instance_id)
     }
     pub fn resources_dir(&self) -> PathBuf {
-        self.coord.join("peer-resources")
+        resources_dir(&self.coord)
     }
 
     /// Checks (and creates when missing) the namespace roots and the shared directories.

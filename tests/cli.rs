@@ -1,4 +1,4 @@
-//! Issue 6 through the `peer` CLI between real processes: a shell script that sends, waits for
+//! The `peer` CLI between real processes: a shell script that sends, waits for
 //! a reply and checks exit codes; typed errors for bad input; sanitized output; child runs that
 //! route through their parent and end with TARGET_ENDED; two auto peers stopping at the budget.
 

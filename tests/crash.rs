@@ -1,4 +1,4 @@
-//! Durability under SIGKILL between real `peer host` processes (issue 5's crash rule): a
+//! Durability under SIGKILL between real `peer host` processes (the crash rule of custody): a
 //! sender streams messages with explicit ids through its trusted local channel while the
 //! receiver (or the sender) is killed after a random delay. Every message the sender saw
 //! `accepted` must be in that receiving incarnation's store exactly once; retries of the

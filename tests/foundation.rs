@@ -1,4 +1,4 @@
-//! Issue 3: presence, directory, `peer host` and `peer-dir` between real processes, and each
+//! Presence, directory, `peer host` and `peer-dir` between real processes, and each
 //! bad input of the foundation refused with its message.
 
 use crate::common;

@@ -1,4 +1,4 @@
-//! Issue 6: two `peer mcp` roots driven by the official MCP Python SDK client exchange a
+//! Two `peer mcp` roots driven by the official MCP Python SDK client exchange a
 //! message, a reply and receipts, and every tool's bad input comes back as its typed error.
 
 use crate::common;

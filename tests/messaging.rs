@@ -1,4 +1,4 @@
-//! Issue 5's messaging rules between real `peer host` processes: retry-stable ids and
+//! The custody rules of messaging between real `peer host` processes: retry-stable ids and
 //! MESSAGE_ID_CONFLICT, per-route order with a stuck head, forward-only receipts,
 //! INVALID_REPLY, QUEUE_FULL and its same-id retry, rate limiting without duplicates, expiry,
 //! retention, restart without acting on old mail (and `peer recover`), MESSAGE_TOO_LARGE.

@@ -987,3 +987,35 @@ fn a_corrupt_ledger_and_a_failed_release_get_one_answer_everywhere() {
     );
     assert_eq!(std::fs::read(&ledger).unwrap(), b"garbage");
 }
+
+/// `peer-res --json` reports an error as one JSON object on stdout, as `peer-dir --json` and
+/// `peer --json` do, with the same exit status as without `--json`.
+#[test]
+fn peer_res_json_errors_are_one_object() {
+    let ns = Ns::new("res-json-err");
+    for (args, code) in [
+        (&["--json", "--bogus"][..], Code::Usage),
+        (&["--json", ""][..], Code::Usage),
+    ] {
+        let out = Command::new(PEER_RES)
+            .arg("--home")
+            .arg(&ns.home)
+            .args(args)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{args:?}: not one JSON object ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        });
+        assert_eq!(v["ok"], Value::Bool(false), "{v}");
+        assert_eq!(v["error"]["code"], Value::from(code.name()), "{v}");
+        assert_eq!(out.status.code(), Some(code.exit_status()));
+        assert!(
+            out.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,6 +1,8 @@
-//! The `peer-res` viewer: all the work is in `peerwire::cli::res`.
+//! The `peer-res` viewer: a thin shell over `peerwire::cli::res`.
 
 fn main() {
-    let status = peerwire::cli::res::peer_res_main(std::env::args_os().skip(1).collect());
-    std::process::exit(status);
+    std::process::exit(peerwire::cli::tool_main(
+        "peer-res",
+        peerwire::cli::res::peer_res,
+    ));
 }

@@ -108,29 +108,14 @@ pub fn print_json(v: &serde_json::Value) {
 pub fn tool_main(name: &str, cmd: Command) -> i32 {
     let mut ctx = Ctx::default();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let rest = match split_tool_globals(&mut ctx, args) {
-        Ok(r) => r,
+    let rest = match parse_globals(&mut ctx, args, false) {
+        Ok((_, rest)) => rest,
         Err(e) => return report_as(name, &ctx, &e),
     };
     match cmd(&ctx, rest) {
         Ok(status) => status,
         Err(e) => report_as(name, &ctx, &e),
     }
-}
-
-fn split_tool_globals(ctx: &mut Ctx, args: Vec<OsString>) -> Result<Vec<OsString>> {
-    // Tools have no subcommand: every non-global argument belongs to the command.
-    let mut rest = Vec::new();
-    let mut it = args.into_iter();
-    while let Some(a) = it.next() {
-        match a.to_str() {
-            Some("--json") => ctx.json = true,
-            Some("--home") => ctx.home = Some(PathBuf::from(value_of(&mut it, "--home")?)),
-            Some(s) if s.starts_with("--home=") => ctx.home = Some(PathBuf::from(&s[7..])),
-            _ => rest.push(a),
-        }
-    }
-    Ok(rest)
 }
 
 /// Entry point of the `peer` binary; returns the process exit status.
@@ -174,6 +159,17 @@ pub fn split_globals(
     ctx: &mut Ctx,
     args: Vec<OsString>,
 ) -> Result<(Option<String>, Vec<OsString>)> {
+    parse_globals(ctx, args, true)
+}
+
+/// The one parser of global options. With `subcommand`, the first non-option word (or
+/// `--help`/`--version`) is the subcommand; without it (the `peer-dir`/`peer-res` tools, which
+/// have no `--as`), every other argument belongs to the command.
+fn parse_globals(
+    ctx: &mut Ctx,
+    args: Vec<OsString>,
+    subcommand: bool,
+) -> Result<(Option<String>, Vec<OsString>)> {
     let mut sub = None;
     let mut rest = Vec::new();
     let mut it = args.into_iter();
@@ -185,19 +181,22 @@ pub fn split_globals(
         }
         let s = a.to_string_lossy().into_owned();
         match s.as_str() {
-            "--" => {
+            "--" if subcommand => {
                 passthrough = true;
                 rest.push(a);
             }
             "--json" => ctx.json = true,
             "--home" => ctx.home = Some(PathBuf::from(value_of(&mut it, "--home")?)),
-            "--as" => {
+            _ if s.starts_with("--home=") => ctx.home = Some(PathBuf::from(&s[7..])),
+            "--as" if subcommand => {
                 ctx.as_alias = Some(value_of(&mut it, "--as")?.to_string_lossy().into_owned())
             }
-            _ if s.starts_with("--home=") => ctx.home = Some(PathBuf::from(&s[7..])),
-            _ if s.starts_with("--as=") => ctx.as_alias = Some(s[5..].to_string()),
-            _ if sub.is_none() && !s.starts_with('-') => sub = Some(s),
-            _ if sub.is_none() && (s == "--help" || s == "-h" || s == "--version" || s == "-V") => {
+            _ if subcommand && s.starts_with("--as=") => ctx.as_alias = Some(s[5..].to_string()),
+            _ if subcommand && sub.is_none() && !s.starts_with('-') => sub = Some(s),
+            _ if subcommand
+                && sub.is_none()
+                && (s == "--help" || s == "-h" || s == "--version" || s == "-V") =>
+            {
                 sub = Some(s)
             }
             _ => rest.push(a),

@@ -342,23 +342,13 @@ pub fn human_resource(r: &Value) -> String {
 }
 
 /// The `peer-res` binary: returns its exit status.
-pub fn peer_res_main(args: Vec<OsString>) -> i32 {
-    match peer_res(args) {
-        Ok(status) => status,
-        Err(e) => {
-            eprintln!("peer-res: {}: {}", e.code.name(), line(&e.message, 2000));
-            e.code.exit_status()
-        }
-    }
-}
-
-fn peer_res(args: Vec<OsString>) -> Result<i32> {
+/// The `peer-res` viewer (`tool_main` handles `--home` and `--json`, and reports errors the
+/// way `peer` does: a JSON object with `--json`).
+pub fn peer_res(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     let mut p = lexopt::Parser::from_args(args);
-    let (mut json_out, mut home, mut name) = (false, None, None);
+    let (json_out, mut name) = (ctx.json, None);
     while let Some(arg) = p.next().map_err(usage)? {
         match arg {
-            Long("json") => json_out = true,
-            Long("home") => home = Some(std::path::PathBuf::from(p.value().map_err(usage)?)),
             Long("help") | Short('h') => {
                 print!("{PEER_RES_HELP}");
                 return Ok(0);
@@ -369,7 +359,7 @@ fn peer_res(args: Vec<OsString>) -> Result<i32> {
             other => return Err(usage(other.unexpected())),
         }
     }
-    let home = crate::config::resolve_home(home.as_deref())?;
+    let home = ctx.home()?;
     let cfg = Config::load(&home)?;
     let space = Space::existing(&home, &cfg);
     let (states, skipped) = match &name {

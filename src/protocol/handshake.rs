@@ -79,14 +79,7 @@ pub fn transcript(
     out
 }
 
-/// Constant-time equality for secrets (length is not secret).
-pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
-}
+pub use crate::identity::ct_eq;
 
 /// Initiator nonces seen recently by a responder, so a replayed hello is refused. Bounded:
 /// the oldest entry leaves when `capacity` is reached.

@@ -484,7 +484,7 @@ pub fn events_since(
     cursor: &EventCursor,
 ) -> Result<(Vec<Value>, EventCursor)> {
     let space = Space {
-        dir: coord.join("peer-resources"),
+        dir: crate::paths::resources_dir(coord),
         limits: limits.clone(),
         allow_control: false,
         wait_timeout_ms: 0,

@@ -1,4 +1,4 @@
-//! Resource coordination (the seed's ResourceCoordinator and CommandCoordinationGate): named
+//! Resource coordination (the protocol's ResourceCoordinator and CommandCoordinationGate): named
 //! capacity-N resources with a strict FIFO queue, fencing tokens, versioned controller
 //! policies with epochs, reclamation from process-start evidence, and the `peer run` gate
 //! that owns a command's whole process tree. No daemon: processes coordinate through private

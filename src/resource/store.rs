@@ -12,6 +12,7 @@ use super::seal;
 use crate::config::{Config, Limits};
 use crate::error::{Code, Error, Result};
 use crate::fsutil::{self, Durability, FileLock};
+use crate::paths::Namespace;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -63,11 +64,7 @@ pub struct Space {
 impl Space {
     /// `<coord>/peer-resources` for a loaded config; creates it private.
     pub fn open(home: &Path, cfg: &Config) -> Result<Space> {
-        let coord = cfg
-            .coordination_directory
-            .clone()
-            .unwrap_or_else(|| home.to_path_buf());
-        let dir = coord.join("peer-resources");
+        let dir = Namespace::new(home.to_path_buf(), cfg).resources_dir();
         fsutil::ensure_private_dir(&dir)?;
         Ok(Space {
             dir,
@@ -79,12 +76,8 @@ impl Space {
 
     /// The same namespace without creating anything (read-only viewers).
     pub fn existing(home: &Path, cfg: &Config) -> Space {
-        let coord = cfg
-            .coordination_directory
-            .clone()
-            .unwrap_or_else(|| home.to_path_buf());
         Space {
-            dir: coord.join("peer-resources"),
+            dir: Namespace::new(home.to_path_buf(), cfg).resources_dir(),
             limits: cfg.limits.clone(),
             allow_control: cfg.allow_resource_control,
             wait_timeout_ms: cfg.resource_wait_timeout_ms,

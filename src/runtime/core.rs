@@ -114,12 +114,13 @@ impl Core {
         })
     }
 
-    /// The principal of one of our own callers, as the receiving side will see it.
-    pub fn principal_of(&self, caller: &Caller) -> Principal {
+    /// The principal of one of this root's own peers (itself or a child run), as a receiving
+    /// side sees it.
+    pub fn principal_of(&self, peer_id: &str, run_id: Option<String>) -> Principal {
         Principal {
             instance_id: self.instance_id.clone(),
-            run_id: caller.run_id.clone(),
-            peer_id: caller.peer_id.clone(),
+            run_id,
+            peer_id: peer_id.to_string(),
         }
     }
 
@@ -137,7 +138,7 @@ impl Core {
     /// The caller for a trusted local request: the root, or a live run named by `runId`.
     pub fn caller_for(&self, run_id: Option<&str>, auto_token: Option<&str>) -> Result<Caller> {
         let automatic =
-            auto_token.is_some_and(|t| constant_time_eq(t.as_bytes(), self.auto_token.as_bytes()));
+            auto_token.is_some_and(|t| identity::ct_eq(t.as_bytes(), self.auto_token.as_bytes()));
         let Some(run_id) = run_id else {
             return Ok(Caller {
                 automatic,
@@ -314,12 +315,4 @@ impl Verifier for PresenceVerifier {
         let ad = self.0.advertisement_of(instance_id)?;
         identity::parse_spki_b64(&ad.public_key)
     }
-}
-
-/// Compares secrets without an early exit on the first differing byte.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

@@ -82,7 +82,7 @@ impl Runs {
     pub fn by_secret(&self, secret: &[u8; 32]) -> Option<String> {
         let mut found = None;
         for (run_id, s) in &self.secrets {
-            if crate::protocol::handshake::ct_eq(s.as_slice(), secret) {
+            if crate::identity::ct_eq(s.as_slice(), secret) {
                 found = Some(run_id.clone());
             }
         }

@@ -345,11 +345,7 @@ impl Core {
     fn deliver(&self, entry: &OutboxEntry) -> Result<Receipt> {
         let from_run = self.run_of_peer(&entry.from_peer_id);
         if entry.to.instance_id == self.instance_id {
-            let from = Principal {
-                instance_id: self.instance_id.clone(),
-                run_id: from_run,
-                peer_id: entry.from_peer_id.clone(),
-            };
+            let from = self.principal_of(&entry.from_peer_id, from_run);
             let send = InboundSend {
                 to_peer_id: entry.to.peer_id.clone(),
                 message_id: entry.message_id.clone(),
@@ -453,11 +449,7 @@ impl Core {
         let from_run = self.run_of_peer(&receipt.to_peer_id);
         self.notify_subscriber(&to.instance_id, receipt, from_run.as_deref());
         if to.instance_id == self.instance_id {
-            let me = Principal {
-                instance_id: self.instance_id.clone(),
-                run_id: from_run,
-                peer_id: receipt.to_peer_id.clone(),
-            };
+            let me = self.principal_of(&receipt.to_peer_id, from_run);
             self.store.record_receipt(me, receipt.clone())?;
             self.announce_receipt(receipt);
             return Ok(());

@@ -39,17 +39,13 @@ use writer::{Faults, Job, Writer};
 
 /// File names inside a store directory.
 pub mod paths {
-    use std::path::{Path, PathBuf};
     pub const IDENTITY: &str = "identity.json";
     pub const SNAPSHOT: &str = "messages.json";
     pub const JOURNAL: &str = "messages.journal";
     pub const JOURNAL_TMP: &str = "messages.journal.tmp";
     pub const LOCK: &str = "messages.lock";
 
-    /// `<home>/peer-messages/<instance_id>`.
-    pub fn store_dir(home: &Path, instance_id: &str) -> PathBuf {
-        home.join("peer-messages").join(instance_id)
-    }
+    pub use crate::paths::messages_dir as store_dir;
 }
 
 /// An open store: the writer thread and a handle on it.

@@ -25,7 +25,7 @@ pub use crate::config::internal::TOPIC_CHARS_MAX;
 /// Longest recipient/sender argument: an alias or peer id with an optional `@`.
 pub const TARGET_CHARS_MAX: usize = crate::identity::ALIAS_CHARS_MAX + 1;
 
-/// Capability names (seed: "Capabilities include message.send, …").
+/// Capability names, as the protocol lists them ("Capabilities include message.send, …").
 pub const CAP_MESSAGE_SEND: &str = "message.send";
 pub const CAP_MESSAGE_RECEIVE: &str = "message.receive";
 pub const CAP_MESSAGE_WAIT: &str = "message.wait";

@@ -76,10 +76,6 @@ impl Admission {
         self.pending.retain(|p| *p != id);
         self.authenticated.remove(&id);
     }
-
-    pub fn pending(&self) -> usize {
-        self.pending.len()
-    }
 }
 
 #[cfg(test)]
@@ -93,7 +89,7 @@ mod tests {
         for id in 0..80 {
             evicted.extend(a.arrive(id));
         }
-        assert_eq!(a.pending(), 16);
+        assert_eq!(a.pending.len(), 16);
         assert_eq!(
             evicted,
             (0..64).collect::<Vec<_>>(),
@@ -101,7 +97,7 @@ mod tests {
         );
         assert_eq!(a.arrive(1000), Some(64));
         assert!(a.authenticate(1000, Class::Local));
-        assert_eq!(a.pending(), 15);
+        assert_eq!(a.pending.len(), 15);
         assert!(a.threads_max() >= 16 + 64);
     }
 
