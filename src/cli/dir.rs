@@ -122,6 +122,9 @@ fn print_table(peers: &[Value], cursor: Option<&str>) {
         if let Some(reason) = p.get("reason").and_then(Value::as_str) {
             println!("    {}: {}", cell(p, "state"), reason);
         }
+        if let Some(why) = p.get("messagingError").and_then(Value::as_str) {
+            println!("    messaging: {why}");
+        }
     }
     if let Some(c) = cursor {
         println!("more: peer-dir --cursor {c}");

@@ -213,6 +213,10 @@ pub fn local_request(
             "capabilities": caller.capabilities,
             "eventsDropped": core.bus.dropped(),
             "dumpable": crate::hardening::is_dumpable(),
+            "store": match core.degraded() {
+                None => json!({"state": "ok"}),
+                Some(why) => json!({"state": "failed", "recovery": why}),
+            },
             "limits": {"messageBytes": core.limits().message_bytes, "waitMsMax": core.limits().wait_ms_max, "acknowledgementMs": core.limits().acknowledgement_ms},
         })),
         "local.tool" => super::tools::local_tool(core, &caller, &params),

@@ -203,6 +203,7 @@ impl Root {
                     .map(|r| r.to_string_lossy().into_owned()),
                 alias: alias.clone(),
                 runs: Vec::new(),
+                degraded: None,
             },
         };
         let secret = zeroize::Zeroizing::new(control::new_secret());
@@ -417,7 +418,12 @@ fn spawn_worker(
                 (l.expiry_ms.min(l.retention_ms) / 4).clamp(WORKER_TICK_MS, RETENTION_SWEEP_MS);
             let mut last_restart = Instant::now();
             let mut seen = core.store.change_generation();
+            let mut degraded = false;
             while !core.stopping.load(Ordering::SeqCst) {
+                if !degraded && core.store.stats().poisoned {
+                    degraded = true;
+                    core.advertise_degraded();
+                }
                 core.push_receipts();
                 resource_cursor = resources::publish_events(&core, resource_cursor);
                 let restart =
