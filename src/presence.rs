@@ -412,18 +412,25 @@ pub struct Publisher {
 
 impl Publisher {
     /// Writes the first version of our record.
-    pub fn publish(dir: &Path, mut record: Record) -> Result<Publisher> {
+    pub fn publish(dir: &Path, record: Record) -> Result<Publisher> {
+        let publisher = Publisher::prepare(dir, record);
+        publisher.write()?;
+        Ok(publisher)
+    }
+
+    /// A publisher for `record` that has written nothing yet: the first `refresh` (or
+    /// `update`) publishes it. A root prepares its record before its endpoint exists and
+    /// publishes it once the endpoint answers.
+    pub fn prepare(dir: &Path, mut record: Record) -> Publisher {
         let path = dir.join(file_name(
             &record.session_id,
             &record.communication.instance_id,
         ));
         record.updated_at = clock::iso8601(clock::now_ms());
-        let publisher = Publisher {
+        Publisher {
             path,
             record: parking_lot::Mutex::new(record),
-        };
-        publisher.write()?;
-        Ok(publisher)
+        }
     }
 
     pub fn path(&self) -> &Path {

@@ -933,7 +933,12 @@ fn a_corrupt_ledger_and_a_failed_release_get_one_answer_everywhere() {
     // The command damages the launch ledger while it runs: the gate's release then fails,
     // and that failure is the run's answer (not "ok" beside an error line).
     let ledger = ns.home.join("peer-resources").join("launches.json");
-    let script = format!("printf garbage > '{}'", ledger.display());
+    // It waits until the gate has recorded its evidence (the gate's last ledger write before
+    // the release), so the damage is not replaced by that write.
+    let script = format!(
+        "i=0; until grep -q '\"child\":{{' '{l}'; do i=$((i+1)); [ $i -gt 3000 ] && exit 9; sleep 0.01; done; printf garbage > '{l}'",
+        l = ledger.display()
+    );
     let mut c = ns.peer();
     let out = c
         .current_dir(&ns.home)

@@ -39,7 +39,7 @@ impl Session {
                 mode: "command",
                 ..Default::default()
             })?;
-            let limits = root.limits().clone();
+            let limits = root.core.limits().clone();
             return Ok(Session::InProcess {
                 root: Arc::new(root),
                 limits,

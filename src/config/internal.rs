@@ -65,6 +65,8 @@ pub const PUSH_BATCH: usize = 32;
 pub const ROUTES_PER_PASS: usize = 64;
 /// Receipt subscriptions (`peer.subscribe`) remembered at once.
 pub const SUBSCRIPTIONS_MAX: usize = 1024;
+/// Local peers whose model-shown cursors are remembered at once.
+pub const MODEL_CURSORS_MAX: usize = 1024;
 /// Presence advertisements cached at once.
 pub const ADVERTS_MAX: usize = 1_024;
 /// Retired runs remembered for `TARGET_ENDED` answers.

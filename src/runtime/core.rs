@@ -8,12 +8,12 @@ use super::runs::Runs;
 use crate::config::{Config, Limits};
 use crate::directory::WorkspaceId;
 use crate::error::{Code, Error, Result};
-use crate::messaging::{Principal, RouteQueue};
+use crate::identity;
+use crate::messaging::Principal;
 use crate::paths::Namespace;
-use crate::presence::{self, Publisher};
+use crate::presence::Publisher;
 use crate::store::StoreHandle;
-use crate::transport::{Notifier, Pool, Target, Verifier};
-use crate::{clock, identity};
+use crate::transport::{Pool, Verifier};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,14 +22,8 @@ use std::sync::atomic::AtomicBool;
 /// What a root whose message store failed a write advertises and answers in `local.info`.
 pub const STORE_FAILED: &str = "the message store failed a write (disk full or read-only) and accepts nothing more; everything acknowledged is in its journal: free space or make the disk writable, then restart this root (peer host, peer mcp) to recover";
 
-/// Route queues by (sender peerId, recipient peerId).
-pub type RouteMap = HashMap<(String, String), Arc<Mutex<RouteQueue>>>;
-
-/// Subscribed senders by (sender instance, message id), with the last state notified.
-pub type SubscriptionMap =
-    HashMap<(String, String), (Notifier, Option<crate::messaging::ReceiptState>)>;
-
-pub use crate::config::internal::SUBSCRIPTIONS_MAX;
+pub use super::outbox::{Outbox, RouteMap, SubscriptionMap};
+pub use super::presence_cache::PresenceCache;
 
 /// Who is calling a tool or local method: the root itself or one of its child runs.
 #[derive(Clone, Debug)]
@@ -63,25 +57,14 @@ pub struct Core {
     pub auto: Mutex<Option<Runner>>,
     /// Set when the root is shutting down: waits end, workers stop.
     pub stopping: Arc<AtomicBool>,
-    pub(crate) routes: Mutex<RouteMap>,
-    /// The last retryable failure of each blocked route, so messages behind its head report
-    /// the real cause.
-    pub(crate) route_errors: Mutex<HashMap<(String, String), Error>>,
-    pub(crate) subscriptions: Mutex<SubscriptionMap>,
+    /// Route queues, their last failures and receipt subscriptions.
+    pub(crate) outbox: Outbox,
     /// Receipt events already shown to a model, per local peer (in memory: a restarted root
     /// shows them again, which is harmless).
     pub(crate) model_cursors: Mutex<HashMap<String, (u64, u64)>>,
-    /// Parsed presence records, reused while unchanged on disk.
-    pub presence_cache: presence::ReadCache,
-    /// Recently looked-up advertisements by instance (a short TTL: presence is a hint and a
-    /// failed connect or handshake re-reads it).
-    pub(crate) adverts:
-        Mutex<HashMap<String, (std::time::Instant, Option<presence::Advertisement>)>>,
+    /// Other instances' presence: parsed records and looked-up advertisements.
+    pub presence: PresenceCache,
 }
-
-/// How long a looked-up advertisement is reused.
-const ADVERT_TTL_MS: u128 = 1_000;
-use crate::config::internal::ADVERTS_MAX;
 
 impl Core {
     /// The directory holding this root's control file and its runs' control files.
@@ -161,72 +144,6 @@ impl Core {
         })
     }
 
-    /// The live advertisement of another instance (cached for a second).
-    pub fn advertisement_of(&self, instance_id: &str) -> Option<presence::Advertisement> {
-        if let Some((at, ad)) = self.adverts.lock().get(instance_id)
-            && at.elapsed().as_millis() < ADVERT_TTL_MS
-        {
-            return ad.clone();
-        }
-        let ad = self.read_advertisement(instance_id);
-        let mut cache = self.adverts.lock();
-        if cache.len() >= ADVERTS_MAX {
-            cache.retain(|_, (at, _)| at.elapsed().as_millis() < ADVERT_TTL_MS);
-        }
-        if cache.len() < ADVERTS_MAX {
-            cache.insert(
-                instance_id.to_string(),
-                (std::time::Instant::now(), ad.clone()),
-            );
-        }
-        ad
-    }
-
-    /// Forgets a cached advertisement after a failed delivery.
-    pub fn forget_advertisement(&self, instance_id: &str) {
-        self.adverts.lock().remove(instance_id);
-    }
-
-    /// The live advertisement of another instance, found by its instance-qualified file name.
-    fn read_advertisement(&self, instance_id: &str) -> Option<presence::Advertisement> {
-        if !identity::is_valid_id(instance_id) {
-            return None;
-        }
-        let dir = self.ns.active_agents();
-        let suffix = format!(".{instance_id}.json");
-        let names: Vec<String> = std::fs::read_dir(&dir)
-            .ok()?
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(&suffix))
-            .take(8)
-            .collect();
-        let now = clock::now_ms();
-        names
-            .iter()
-            .map(|n| presence::read_one(&dir, n, self.limits(), now))
-            .filter(|e| e.is_live())
-            .filter_map(|e| e.advert)
-            .find(|ad| ad.instance_id == instance_id)
-    }
-
-    /// Where to reach another instance: `TARGET_ENDED` when it is no longer advertised.
-    pub fn target_of_instance(&self, instance_id: &str) -> Result<Target> {
-        let ad = self.advertisement_of(instance_id).ok_or_else(|| {
-            Error::new(
-                Code::TargetEnded,
-                format!("instance {instance_id} is no longer advertised"),
-            )
-        })?;
-        let public_key = identity::parse_spki_b64(&ad.public_key)
-            .ok_or_else(|| Error::new(Code::AuthFailed, "advertised public key is malformed"))?;
-        Ok(Target {
-            instance_id: ad.instance_id.clone(),
-            endpoint: self.ns.endpoint_path(&ad.endpoint)?,
-            public_key,
-        })
-    }
-
     /// The latest outbox entry `from` sent under `message_id` (whatever its target).
     pub fn sent_message(
         &self,
@@ -275,7 +192,7 @@ impl Core {
     /// Advances the model's cursors; never moves them back.
     pub fn advance_model_cursors(&self, peer_id: &str, messages: Option<u64>, events: u64) {
         let mut m = self.model_cursors.lock();
-        if m.len() >= 1024 && !m.contains_key(peer_id) {
+        if m.len() >= crate::config::internal::MODEL_CURSORS_MAX && !m.contains_key(peer_id) {
             return;
         }
         let c = m.entry(peer_id.to_string()).or_insert((0, 0));
@@ -284,42 +201,6 @@ impl Core {
         }
         c.1 = c.1.max(events);
     }
-
-    /// Remembers a receipt subscription of a connected sender (bounded).
-    pub fn subscribe(&self, sender_instance: &str, message_id: &str, notifier: &Notifier) {
-        let mut subs = self.subscriptions.lock();
-        subs.retain(|_, (n, _)| !n.is_closed());
-        if subs.len() < SUBSCRIPTIONS_MAX {
-            subs.insert(
-                (sender_instance.to_string(), message_id.to_string()),
-                (notifier.clone(), None),
-            );
-        }
-    }
-
-    /// Tells a subscribed sender about a receipt change once per state (durable pushes may
-    /// be retried many times; notifications are not repeated). Final states end the
-    /// subscription.
-    pub fn notify_subscriber(
-        &self,
-        sender_instance: &str,
-        r: &crate::messaging::Receipt,
-        from_run: Option<&str>,
-    ) {
-        let key = (sender_instance.to_string(), r.message_id.clone());
-        let mut subs = self.subscriptions.lock();
-        let Some((n, last)) = subs.get_mut(&key) else {
-            return;
-        };
-        if *last == Some(r.state) {
-            return;
-        }
-        *last = Some(r.state);
-        let _ = n.notify("peer.receipt", r.notification_params(from_run));
-        if r.state.is_final() {
-            subs.remove(&key);
-        }
-    }
 }
 
 /// Presence-backed key lookup for the endpoint's handshake.
@@ -327,7 +208,7 @@ pub struct PresenceVerifier(pub Arc<Core>);
 
 impl Verifier for PresenceVerifier {
     fn advertised_key(&self, instance_id: &str) -> Option<[u8; 32]> {
-        let ad = self.0.advertisement_of(instance_id)?;
+        let ad = self.0.presence.advertisement_of(instance_id)?;
         identity::parse_spki_b64(&ad.public_key)
     }
 }

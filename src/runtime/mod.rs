@@ -7,12 +7,16 @@ pub mod control;
 pub mod core;
 pub mod events;
 pub mod handler;
+pub mod outbox;
+pub mod presence_cache;
 pub mod resources;
 pub mod runs;
 pub mod send;
 pub mod tools;
 
 use self::core::{Core, PresenceVerifier};
+use self::outbox::Outbox;
+use self::presence_cache::PresenceCache;
 use crate::clock;
 use crate::config::{Config, IdleBehavior};
 use crate::directory;
@@ -68,161 +72,62 @@ pub struct Root {
     inner: Option<Owned>,
 }
 
-/// What `shutdown` tears down, in order.
+/// What `shutdown` tears down, in order. The threads are `None` while the root is still
+/// starting, so a start that fails half-way is undone by the same `stop`.
 struct Owned {
     endpoint: Endpoint,
     store: Store,
-    heartbeat: (Sender<()>, JoinHandle<()>),
-    worker: JoinHandle<()>,
+    heartbeat: Option<(Sender<()>, JoinHandle<()>)>,
+    worker: Option<JoinHandle<()>>,
 }
 
-impl std::ops::Deref for Root {
-    type Target = Core;
-    fn deref(&self) -> &Core {
-        &self.core
-    }
+/// Who a new root is: ids, alias, keys and where its socket goes.
+struct Identity {
+    session_id: String,
+    instance_id: String,
+    peer_id: String,
+    alias: String,
+    keys: Arc<KeyPair>,
+    socket: SocketPlace,
 }
 
 impl Root {
     /// Loads and validates the configuration, prepares the namespace, creates the identity,
-    /// opens the store, binds the endpoint and publishes presence. Fails with
+    /// opens the store, binds the endpoint, writes the control file and only then publishes
+    /// presence: a published endpoint is one that answers. Fails with
     /// `COMMUNICATION_DISABLED` when the file says so.
     pub fn start(opts: &RootOptions) -> Result<Root> {
-        let home = crate::config::resolve_home(opts.home.as_deref())?;
-        // Refuse an unsafe namespace before reading anything inside it.
-        if let Ok(meta) = std::fs::symlink_metadata(&home)
-            && meta.file_type().is_symlink()
-        {
-            return Err(Error::new(
-                Code::UnsafePath,
-                format!(
-                    "{} is a symbolic link; use the real directory as --home",
-                    home.display()
-                ),
-            ));
-        }
-        let config = Config::load(&home)?;
-        if config.enabled == Some(false) {
-            return Err(Error::new(
-                Code::CommunicationDisabled,
-                format!(
-                    "sessions.communication.enabled is false in {}; set it to true in each participant and restart",
-                    home.join("config.json").display()
-                ),
-            ));
-        }
-        let ns = Namespace::new(home, &config);
-        ns.prepare()?;
-        let cwd = match &opts.workspace {
-            Some(w) => w.clone(),
-            None => std::env::current_dir().map_err(|e| {
-                Error::new(Code::Io, format!("cannot read the current directory: {e}"))
-            })?,
-        };
-        let workspace = directory::canonical_workspace(&cwd)?;
-        let session_id = match &opts.session_id {
-            Some(s) if identity::is_valid_id(s) => s.clone(),
-            Some(_) => {
-                return Err(Error::new(
-                    Code::Usage,
-                    format!(
-                        "--session-id must be 1-{} chars of [A-Za-z0-9_.-]",
-                        crate::config::internal::ID_CHARS_MAX
-                    ),
-                ));
-            }
-            None => identity::new_session_id(),
-        };
-        let alias = match opts.alias.clone().or_else(|| config.alias.clone()) {
-            Some(a) => {
-                identity::validate_alias(&a)?;
-                a
-            }
-            None => identity::generated_alias(&workspace.workspace),
-        };
         // Before any secret or key exists in this process's memory.
         crate::hardening::no_core_dumps()?;
-        let instance_id = identity::new_instance_id();
-        let peer_id = identity::peer_id(&instance_id, None);
-        let keys = Arc::new(KeyPair::generate());
-        let socket = paths::socket_place(&ns, &instance_id)?;
-        let capabilities = root_capabilities(&config);
-        let limits = config.limits.clone();
-        let store = Store::open(&ns.home, &instance_id, &session_id, &limits)?;
+        let (ns, config) = open_namespace(opts.home.as_deref())?;
+        let workspace = workspace_of(opts)?;
+        let id = identify(opts, &ns, &config, &workspace)?;
+        let store = Store::open(&ns.home, &id.instance_id, &id.session_id, &config.limits)?;
         let me = LocalIdentity {
-            instance_id: instance_id.clone(),
-            keys: keys.clone(),
+            instance_id: id.instance_id.clone(),
+            keys: id.keys.clone(),
         };
         let core_cell: Arc<OnceLock<Weak<Core>>> = Arc::new(OnceLock::new());
-        let sink_cell = core_cell.clone();
-        let pool = Pool::new(
-            me.clone(),
-            &limits,
-            Arc::new(move |from, method, params| {
-                if let Some(core) = sink_cell.get().and_then(Weak::upgrade) {
-                    handler::RootHandler(core).on_notification(from, method, params);
-                }
-            }),
-        );
-        let record = Record {
-            version: 1,
-            pid: std::process::id(),
-            session_id: session_id.clone(),
-            workspace_root: workspace.workspace.to_string_lossy().into_owned(),
-            project_name: workspace
-                .workspace
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            provider: "peerwire".into(),
-            model: "none".into(),
-            mode: if opts.mode.is_empty() {
-                "command"
-            } else {
-                opts.mode
-            }
-            .into(),
-            status: "idle".into(),
-            started_at: clock::iso8601(clock::now_ms()),
-            updated_at: String::new(),
-            message_count: 0,
-            context_percent: 100,
-            tokens_used: 0,
-            communication: Advertisement {
-                protocol_version: presence::PROTOCOL_VERSION,
-                instance_id: instance_id.clone(),
-                peer_id: peer_id.clone(),
-                endpoint: socket.advertised.clone(),
-                public_key: keys.spki_b64(),
-                capabilities: capabilities.clone(),
-                scope: config.scope.name().into(),
-                workspace: workspace.workspace.to_string_lossy().into_owned(),
-                repository: workspace
-                    .repository
-                    .as_ref()
-                    .map(|r| r.to_string_lossy().into_owned()),
-                alias: alias.clone(),
-                runs: Vec::new(),
-                degraded: None,
-            },
-        };
-        let secret = zeroize::Zeroizing::new(control::new_secret());
+        let pool = notifying_pool(me.clone(), &config.limits, core_cell.clone());
+        let capabilities = root_capabilities(&config);
+        let record = presence_record(opts, &config, &workspace, &id, &capabilities);
         let mut token = [0u8; 16];
         identity::random_bytes(&mut token);
         let store_handle = store.handle();
-        store_handle.set_live(&peer_id);
-        // Bind before advertising: a published endpoint is one that answers.
-        let publisher = Arc::new(Publisher::publish(&ns.active_agents(), record)?);
+        store_handle.set_live(&id.peer_id);
+        let publisher = Arc::new(Publisher::prepare(&ns.active_agents(), record));
+        let presence = PresenceCache::new(ns.clone(), config.limits.clone());
         let core = Arc::new(Core {
-            socket_path: socket.path.clone(),
+            socket_path: id.socket.path.clone(),
+            presence,
             ns,
             auto_budget: Arc::new(auto::Budget::new(config.limits.automatic_replies)),
             config,
             workspace,
-            session_id,
-            instance_id,
-            peer_id,
-            alias,
+            session_id: id.session_id,
+            instance_id: id.instance_id,
+            peer_id: id.peer_id,
+            alias: id.alias,
             capabilities,
             store: store_handle,
             pool,
@@ -232,32 +137,54 @@ impl Root {
             auto_token: identity::hex(&token),
             auto: Mutex::new(None),
             stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            routes: Mutex::new(Default::default()),
-            route_errors: Mutex::new(Default::default()),
-            subscriptions: Mutex::new(Default::default()),
+            outbox: Outbox::default(),
             model_cursors: Mutex::new(Default::default()),
-            presence_cache: presence::ReadCache::default(),
-            adverts: Mutex::new(Default::default()),
         });
         let _ = core_cell.set(Arc::downgrade(&core));
-        let started = Self::start_owned(core.clone(), store, me, &secret, &socket);
-        let (endpoint, store, control_path) = match started {
-            Ok(v) => v,
-            Err((e, store)) => {
-                let _ = core.publisher.remove();
-                let _ = store.close();
-                return Err(e);
-            }
+        // Wiped from this stack frame when start returns; the endpoint keeps its own copy.
+        let secret = zeroize::Zeroizing::new(control::new_secret());
+        let (endpoint, store, control_path) =
+            Self::start_owned(core.clone(), store, me, &secret, &id.socket).map_err(
+                |(e, store)| {
+                    let _ = store.close();
+                    e
+                },
+            )?;
+        // From here on, dropping `root` undoes everything started so far.
+        let mut root = Root {
+            core,
+            socket: id.socket,
+            control_path,
+            inner: Some(Owned {
+                endpoint,
+                store,
+                heartbeat: None,
+                worker: None,
+            }),
         };
+        root.core.publisher.refresh()?;
+        root.start_threads()?;
+        Ok(root)
+    }
+
+    /// The heartbeat, the root worker and (in auto idle behaviour) the handler runner.
+    fn start_threads(&mut self) -> Result<()> {
+        let core = self.core.clone();
         let heartbeat = spawn_heartbeat(core.publisher.clone(), core.limits().heartbeat_ms)?;
+        if let Some(owned) = self.inner.as_mut() {
+            owned.heartbeat = Some(heartbeat);
+        }
         // Position the resource event cursor before the ready line, so no change is missed.
         let resource_cursor = resources::publish_events(&core, None);
         let worker = spawn_worker(core.clone(), resource_cursor)?;
+        if let Some(owned) = self.inner.as_mut() {
+            owned.worker = Some(worker);
+        }
         if core.config.idle_behavior == IdleBehavior::Auto {
             let env = vec![
                 (
                     control::ENV_CONTROL.to_string(),
-                    control_path.to_string_lossy().into_owned(),
+                    self.control_path.to_string_lossy().into_owned(),
                 ),
                 (
                     "PEER_HOME".to_string(),
@@ -272,17 +199,7 @@ impl Root {
             let command = core.config.auto_command.clone().unwrap_or_default();
             *core.auto.lock() = Some(auto::Runner::start(command, env, core.auto_budget.clone())?);
         }
-        Ok(Root {
-            core,
-            socket,
-            control_path,
-            inner: Some(Owned {
-                endpoint,
-                store,
-                heartbeat,
-                worker,
-            }),
-        })
+        Ok(())
     }
 
     #[allow(clippy::result_large_err)]
@@ -327,14 +244,14 @@ impl Root {
     pub fn ready_event(&self) -> Value {
         json!({
             "event": "ready",
-            "peerId": self.peer_id,
-            "instanceId": self.instance_id,
-            "sessionId": self.session_id,
-            "alias": self.alias,
+            "peerId": self.core.peer_id,
+            "instanceId": self.core.instance_id,
+            "sessionId": self.core.session_id,
+            "alias": self.core.alias,
             "endpoint": self.socket.path.to_string_lossy(),
             "control": self.control_path.to_string_lossy(),
-            "presence": self.publisher.path().to_string_lossy(),
-            "workspace": self.workspace.workspace.to_string_lossy(),
+            "presence": self.core.publisher.path().to_string_lossy(),
+            "workspace": self.core.workspace.workspace.to_string_lossy(),
             "pid": std::process::id(),
         })
     }
@@ -353,7 +270,9 @@ impl Root {
         if let Some(runner) = self.core.auto.lock().take() {
             runner.shutdown();
         }
-        let _ = owned.worker.join();
+        if let Some(worker) = owned.worker {
+            let _ = worker.join();
+        }
         owned.endpoint.shutdown();
         control::remove(&self.control_path, &self.core.instance_id);
         for run in self.core.runs.lock().live() {
@@ -364,9 +283,10 @@ impl Root {
             );
             control::remove(&path, &self.core.instance_id);
         }
-        let (stop, handle) = owned.heartbeat;
-        drop(stop);
-        let _ = handle.join();
+        if let Some((stop, handle)) = owned.heartbeat {
+            drop(stop);
+            let _ = handle.join();
+        }
         let _ = self.core.publisher.remove();
         let _ = owned.store.close();
     }
@@ -375,6 +295,152 @@ impl Root {
 impl Drop for Root {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Resolves the namespace, refuses a symlinked one before reading anything inside it, loads
+/// the configuration and prepares the shared directories.
+fn open_namespace(home: Option<&std::path::Path>) -> Result<(Namespace, Config)> {
+    let home = crate::config::resolve_home(home)?;
+    if let Ok(meta) = std::fs::symlink_metadata(&home)
+        && meta.file_type().is_symlink()
+    {
+        return Err(Error::new(
+            Code::UnsafePath,
+            format!(
+                "{} is a symbolic link; use the real directory as --home",
+                home.display()
+            ),
+        ));
+    }
+    let config = Config::load(&home)?;
+    if config.enabled == Some(false) {
+        return Err(Error::new(
+            Code::CommunicationDisabled,
+            format!(
+                "sessions.communication.enabled is false in {}; set it to true in each participant and restart",
+                home.join("config.json").display()
+            ),
+        ));
+    }
+    let ns = Namespace::new(home, &config);
+    ns.prepare()?;
+    Ok((ns, config))
+}
+
+/// The canonical workspace: `--workspace` or the current directory.
+fn workspace_of(opts: &RootOptions) -> Result<directory::WorkspaceId> {
+    let cwd = match &opts.workspace {
+        Some(w) => w.clone(),
+        None => std::env::current_dir()
+            .map_err(|e| Error::new(Code::Io, format!("cannot read the current directory: {e}")))?,
+    };
+    directory::canonical_workspace(&cwd)
+}
+
+/// A new incarnation's ids, alias, key pair and socket place.
+fn identify(
+    opts: &RootOptions,
+    ns: &Namespace,
+    config: &Config,
+    workspace: &directory::WorkspaceId,
+) -> Result<Identity> {
+    let session_id = match &opts.session_id {
+        Some(s) if identity::is_valid_id(s) => s.clone(),
+        Some(_) => {
+            return Err(Error::new(
+                Code::Usage,
+                format!(
+                    "--session-id must be 1-{} chars of [A-Za-z0-9_.-]",
+                    crate::config::internal::ID_CHARS_MAX
+                ),
+            ));
+        }
+        None => identity::new_session_id(),
+    };
+    let alias = match opts.alias.clone().or_else(|| config.alias.clone()) {
+        Some(a) => {
+            identity::validate_alias(&a)?;
+            a
+        }
+        None => identity::generated_alias(&workspace.workspace),
+    };
+    let instance_id = identity::new_instance_id();
+    Ok(Identity {
+        session_id,
+        peer_id: identity::peer_id(&instance_id, None),
+        socket: paths::socket_place(ns, &instance_id)?,
+        instance_id,
+        alias,
+        keys: Arc::new(KeyPair::generate()),
+    })
+}
+
+/// The outbound pool, whose notifications (pushed receipts) go to the root's handler once the
+/// core exists.
+fn notifying_pool(
+    me: LocalIdentity,
+    limits: &crate::config::Limits,
+    core_cell: Arc<OnceLock<Weak<Core>>>,
+) -> Pool {
+    Pool::new(
+        me,
+        limits,
+        Arc::new(move |from, method, params| {
+            if let Some(core) = core_cell.get().and_then(Weak::upgrade) {
+                handler::RootHandler(core).on_notification(from, method, params);
+            }
+        }),
+    )
+}
+
+/// This root's presence record (presence v1 plus its `communication` advertisement).
+fn presence_record(
+    opts: &RootOptions,
+    config: &Config,
+    workspace: &directory::WorkspaceId,
+    id: &Identity,
+    capabilities: &[String],
+) -> Record {
+    let path_text = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    Record {
+        version: 1,
+        pid: std::process::id(),
+        session_id: id.session_id.clone(),
+        workspace_root: path_text(&workspace.workspace),
+        project_name: workspace
+            .workspace
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        provider: "peerwire".into(),
+        model: "none".into(),
+        mode: if opts.mode.is_empty() {
+            "command"
+        } else {
+            opts.mode
+        }
+        .into(),
+        status: "idle".into(),
+        started_at: clock::iso8601(clock::now_ms()),
+        updated_at: String::new(),
+        message_count: 0,
+        context_percent: 100,
+        tokens_used: 0,
+        communication: Advertisement {
+            protocol_version: presence::PROTOCOL_VERSION,
+            instance_id: id.instance_id.clone(),
+            peer_id: id.peer_id.clone(),
+            endpoint: id.socket.advertised.clone(),
+            public_key: id.keys.spki_b64(),
+            capabilities: capabilities.to_vec(),
+            scope: config.scope.name().into(),
+            workspace: path_text(&workspace.workspace),
+            repository: workspace.repository.as_deref().map(path_text),
+            alias: id.alias.clone(),
+            runs: Vec::new(),
+            degraded: None,
+        },
     }
 }
 

@@ -58,7 +58,7 @@ impl Core {
             self.limits(),
             &viewer,
             name,
-            &self.presence_cache,
+            &self.presence.files,
         ) {
             Ok(t) => Ok(TargetRef {
                 peer_id: t.peer_id,
@@ -73,7 +73,7 @@ impl Core {
                 // directory no longer lists it: its owning root answers for retired runs, and a
                 // vanished owner means the incarnation ended.
                 match self.known_incarnation(name) {
-                    Some(t) if self.advertisement_of(&t.instance_id).is_some() => Ok(t),
+                    Some(t) if self.presence.advertisement_of(&t.instance_id).is_some() => Ok(t),
                     Some(_) => Err(Error::new(
                         Code::TargetEnded,
                         format!(
@@ -208,7 +208,7 @@ impl Core {
     }
 
     fn route_queue(&self, from: &str, to: &str) -> Arc<Mutex<RouteQueue>> {
-        let mut routes = self.routes.lock();
+        let mut routes = self.outbox.routes.lock();
         if routes.len() > 4 * self.limits().connections as usize {
             routes.retain(|_, q| Arc::strong_count(q) > 1 || q.lock().failures() > 0);
         }
@@ -262,7 +262,8 @@ impl Core {
                         .map(|e| e.message_id.clone())
                         .unwrap_or_default();
                     let cause = last_err.take().or_else(|| {
-                        self.route_errors
+                        self.outbox
+                            .route_errors
                             .lock()
                             .get(&(from.to_string(), to.peer_id.clone()))
                             .cloned()
@@ -287,12 +288,12 @@ impl Core {
         match outcome {
             Ok(_) => {
                 q.resolved(&entry.message_id);
-                self.route_errors.lock().remove(&key);
+                self.outbox.route_errors.lock().remove(&key);
                 recorded.map(|_| ())
             }
             Err(e) if is_retryable(e.code) => {
                 q.failed(&entry.message_id, self.limits(), clock::now_ms());
-                let mut errors = self.route_errors.lock();
+                let mut errors = self.outbox.route_errors.lock();
                 if errors.len() < 4 * self.limits().connections as usize
                     || errors.contains_key(&key)
                 {
@@ -359,7 +360,7 @@ impl Core {
             self.announce_arrival(&r, entry.reply_to.as_deref());
             return Ok(r);
         }
-        let target = self.target_of_instance(&entry.to.instance_id)?;
+        let target = self.presence.target_of_instance(&entry.to.instance_id)?;
         let params = json!({
             "version": 1,
             "messageId": entry.message_id,
@@ -385,7 +386,7 @@ impl Core {
                     e.code,
                     Code::PeerOffline | Code::TargetEnded | Code::AuthFailed | Code::Disconnected
                 ) {
-                    self.forget_advertisement(&entry.to.instance_id);
+                    self.presence.forget_advertisement(&entry.to.instance_id);
                 }
             })?;
         Receipt::from_wire(v)
@@ -447,14 +448,15 @@ impl Core {
 
     fn push_one(&self, to: &Principal, receipt: &Receipt) -> Result<()> {
         let from_run = self.run_of_peer(&receipt.to_peer_id);
-        self.notify_subscriber(&to.instance_id, receipt, from_run.as_deref());
+        self.outbox
+            .notify_subscriber(&to.instance_id, receipt, from_run.as_deref());
         if to.instance_id == self.instance_id {
             let me = self.principal_of(&receipt.to_peer_id, from_run);
             self.store.record_receipt(me, receipt.clone())?;
             self.announce_receipt(receipt);
             return Ok(());
         }
-        let target = self.target_of_instance(&to.instance_id)?;
+        let target = self.presence.target_of_instance(&to.instance_id)?;
         self.pool
             .request(
                 &target,
