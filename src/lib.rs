@@ -22,3 +22,6 @@ pub(crate) mod sanitize;
 pub mod store;
 pub(crate) mod tools;
 pub mod transport;
+
+#[cfg(test)]
+mod fuzz_tests;

@@ -1,5 +1,6 @@
 //! Faults and adversaries that need privileges to stage: a full disk under a running root (a
-//! tmpfs in a private mount namespace). Each test says "skipped" and returns when the machine
+//! tmpfs in a private mount namespace) and another uid (`setpriv` to 65534) trying to read or
+//! reach a root. Each test says "skipped" and returns when the machine
 //! cannot stage it (not root, or no `unshare -m`), so the suite stays green everywhere and
 //! bites in CI, which runs as root.
 
@@ -122,4 +123,86 @@ fn a_store_that_failed_a_write_advertises_it_and_says_how_to_recover() {
     );
     std::fs::write(coord.join("stop"), "").unwrap();
     let _ = full.wait();
+}
+
+/// Runs `sh -c script` as uid/gid 65534 (nobody) with no supplementary groups.
+fn as_other_uid(script: &str) -> std::process::Output {
+    Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
+        .env_remove("PEER_CONTROL")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn another_uid_can_neither_read_nor_reach_a_root() {
+    let staged = nix::unistd::geteuid().is_root()
+        && Command::new("setpriv")
+            .args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                "true",
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !staged {
+        eprintln!("skipped: needs root and setpriv");
+        return;
+    }
+    let ns = Ns::new("otheruid");
+    // Everything above the namespace is traversable, so only peerwire's own modes protect it.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&ns.root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let host = ns.host(&["--alias", "guarded"]);
+    let control = host.field("control");
+    let presence = host.field("presence");
+    let endpoint = host.field("endpoint");
+    for (what, script) in [
+        ("read the control file", format!("cat '{control}'")),
+        ("read the presence record", format!("cat '{presence}'")),
+        (
+            "list the message stores",
+            format!("ls '{}/peer-messages'", ns.home.display()),
+        ),
+        (
+            "use the session as its adapter",
+            format!(
+                "PEER_CONTROL='{control}' '{PEER}' --home '{}' inbox",
+                ns.home.display()
+            ),
+        ),
+        ("see the socket", format!("test -e '{endpoint}'")),
+        (
+            "list the directory",
+            format!("'{PEER}' --home '{}' dir", ns.home.display()),
+        ),
+    ] {
+        let out = as_other_uid(&script);
+        assert!(
+            !out.status.success(),
+            "uid 65534 could {what}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("secret"),
+            "{what} leaked the secret"
+        );
+    }
+    // The owner is unaffected.
+    let out = peer_as(&ns, &host, &["--json", "inbox"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let _: Value = json_of(&out);
 }

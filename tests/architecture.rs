@@ -46,7 +46,7 @@ const LAYERS: &[(&str, &[&str], bool)] = &[
         false,
     ),
     ("runtime", &["runtime", "ask"], true),
-    ("front ends", &["bench", "mcp", "cli"], false),
+    ("front ends", &["bench", "mcp", "cli", "fuzz_tests"], false),
 ];
 
 /// One source file: its module path (`a::b`) and its code without comments and strings.
