@@ -479,6 +479,12 @@ fn peer_res_json_shows_holder_queue_and_launch() {
     wait_until("t-2 to queue", || {
         ns.tickets("port:3000", "queue") == ["t-2"]
     });
+    // The gate adds the command's evidence to the ledger just after spawning it.
+    wait_until("the launch to record its command", || {
+        ns.status("port:3000")["launches"][0]["childPid"]
+            .as_u64()
+            .is_some()
+    });
     let s = ns.status("port:3000");
     assert_eq!(s["resource"], "port:3000");
     assert_eq!(

@@ -118,26 +118,7 @@ pub fn figures(before: &Floors, after: &Floors, out: &Outcome) -> Vec<Figure> {
     inbox.peers = out.peers_first;
     v.push(inbox);
     let fsync_rate = ratio(1e6, sync);
-    for t in &out.throughput {
-        let rate = ratio(t.messages as f64, t.seconds);
-        v.push(Figure {
-            key: format!("throughput{}", t.senders),
-            label: format!(
-                "accepted msg/s, {} concurrent sender process(es) → 1 receiver",
-                t.senders
-            ),
-            unit: "msg/s",
-            latency: Summary::of(&t.latency),
-            value: rate,
-            floor_label: "fsync-per-message rate (1 / fdatasync)".to_string(),
-            floor: fsync_rate,
-            ratio: ratio(rate, fsync_rate),
-            durability: CUSTODY,
-            also: None,
-            target: (t.senders >= 64).then_some("≥ 5× the fsync-per-message rate"),
-            peers: t.peers,
-        });
-    }
+    v.extend(out.throughput.iter().map(|t| throughput(t, fsync_rate)));
     if out.crowd > out.peers_first {
         let s = Summary::of(&out.warm_crowded);
         crowded.key = "warmAcceptCrowded".to_string();
@@ -155,6 +136,28 @@ pub fn figures(before: &Floors, after: &Floors, out: &Outcome) -> Vec<Figure> {
         v.push(crowded);
     }
     v
+}
+
+/// One throughput run against the fsync-per-message rate.
+fn throughput(t: &super::e2e::Throughput, fsync_rate: f64) -> Figure {
+    let rate = ratio(t.messages as f64, t.seconds);
+    Figure {
+        key: format!("throughput{}", t.senders),
+        label: format!(
+            "accepted msg/s, {} concurrent sender process(es) → 1 receiver",
+            t.senders
+        ),
+        unit: "msg/s",
+        latency: Summary::of(&t.latency),
+        value: rate,
+        floor_label: "fsync-per-message rate (1 / fdatasync)".to_string(),
+        floor: fsync_rate,
+        ratio: ratio(rate, fsync_rate),
+        durability: CUSTODY,
+        also: None,
+        target: (t.senders >= 64).then_some("≥ 5× the fsync-per-message rate"),
+        peers: t.peers,
+    }
 }
 
 /// The receiver's and first sender's process counters as JSON.

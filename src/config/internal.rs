@@ -2,6 +2,7 @@
 //! one place. Changing one is a code change, reviewed with the module that uses it; the
 //! configurable ones are the `limits!` table in `config`. This module imports nothing, so any
 //! layer may use it.
+#![forbid(unsafe_code)]
 
 // Identifiers, names and text.
 

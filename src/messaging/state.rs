@@ -221,7 +221,7 @@ impl State {
 
     fn add_context(&mut self, entry: &ContextEntry) {
         let key = (entry.recipient_peer_id.clone(), entry.sequence);
-        debug_assert!(
+        assert!(
             !self.context.contains_key(&key),
             "one context marker per message"
         );
@@ -236,10 +236,11 @@ impl State {
 
     fn set_outbox_receipt(&mut self, to: &str, id: &str, receipt: &Receipt, at_ms: u64) {
         if let Some(e) = self.outbox.get_mut(&(to.to_string(), id.to_string())) {
-            debug_assert!(
+            assert!(
                 e.receipt
                     .as_ref()
-                    .is_none_or(|r| r.state.may_become(receipt.state))
+                    .is_none_or(|r| r.state.may_become(receipt.state)),
+                "receipts move forward only"
             );
             e.receipt = Some(receipt.clone());
             e.updated_at_ms = at_ms;

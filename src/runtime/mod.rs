@@ -2,17 +2,17 @@
 //! (as later modules arrive) its endpoint, store and tool implementations. A root lives for a
 //! `peer host`, a `peer mcp`, or one `peer --as ALIAS` command.
 
-pub mod auto;
+pub(crate) mod auto;
 pub mod control;
 pub mod core;
-pub mod events;
-pub mod handler;
-pub mod outbox;
-pub mod presence_cache;
-pub mod resources;
-pub mod runs;
-pub mod send;
-pub mod tools;
+pub(crate) mod events;
+pub(crate) mod handler;
+pub(crate) mod outbox;
+pub(crate) mod presence_cache;
+pub(crate) mod resources;
+pub(crate) mod runs;
+pub(crate) mod send;
+pub(crate) mod tools;
 
 use self::core::{Core, PresenceVerifier};
 use self::outbox::Outbox;
