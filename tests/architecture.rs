@@ -386,10 +386,10 @@ fn imports_point_down_the_layers_without_cycles() {
         }
     }
     if let Some(c) = find_cycle(&unit_edges) {
-        problems.push(format!("cycle between units: {}", c.join(" → ")));
+        problems.push(format!("cycle between units: {} → {}", c.join(" → "), c[0]));
     }
     if let Some(c) = find_cycle(&file_edges) {
-        problems.push(format!("cycle between files: {}", c.join(" → ")));
+        problems.push(format!("cycle between files: {} → {}", c.join(" → "), c[0]));
     }
     assert!(problems.is_empty(), "\n{}", problems.join("\n"));
 }
