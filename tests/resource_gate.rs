@@ -271,6 +271,63 @@ fn a_killed_gates_surviving_workload_keeps_the_grant_until_it_ends() {
 }
 
 #[test]
+fn a_killed_gates_detached_workload_keeps_the_grant_until_it_ends() {
+    // A daemonizing workload (`setsid`): its own session and process group, which the
+    // command's group does not cover. The gate records that group in the ledger.
+    let ns = Ns::new("detached");
+    let mut holder = ns.gate(
+        "port:3000",
+        &[],
+        "setsid sleep 30 & echo $! > bg.pid; while [ ! -f never ]; do sleep 0.05; done",
+    );
+    wait_until("the detached workload to start", || {
+        ns.read("bg.pid").ends_with('\n')
+    });
+    let bg: i32 = ns.read("bg.pid").trim().parse().unwrap();
+    wait_until("the gate to record the detached group", || {
+        ns.status("port:3000")["launches"][0]["groups"]
+            .as_array()
+            .is_some_and(|g| g.contains(&Value::from(bg)))
+    });
+    assert_eq!(
+        ns.status("port:3000")["launches"][0]["tracking"],
+        "subreaper+groups"
+    );
+    let next = ns.gate("port:3000", &[], "echo next >> log");
+    wait_until("t-2 to queue", || {
+        ns.tickets("port:3000", "queue") == ["t-2"]
+    });
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    // The gate and the command's group are gone (parent-death signal); the daemon is not.
+    let out = ns
+        .peer()
+        .args(["--json", "res", "status", "port:3000"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["resources"][0]["holders"][0]["ticket"], "t-1",
+        "the daemon's grant was reclaimed while it runs: {v}"
+    );
+    assert_eq!(
+        ns.read("log"),
+        "",
+        "the next holder started beside the daemon"
+    );
+    assert!(
+        Command::new("kill")
+            .arg(bg.to_string())
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = finish(next);
+    assert_eq!(code_of(&out), 0, "{}", stderr(&out));
+    assert_eq!(ns.read("log"), "next\n");
+}
+
+#[test]
 fn a_double_forked_grandchild_is_owned_and_waited_for() {
     let ns = Ns::new("fork");
     let first = ns.gate("port:3000", &[], "(sleep 0.3; echo done >> log) & exit 0");

@@ -93,6 +93,40 @@ fn scan_proc(mut each: impl FnMut(i64, i64, i64, char) -> bool) -> Option<()> {
     Some(())
 }
 
+/// Process groups of the live descendants of `root` other than `except` (the command's own
+/// group): where daemonizing descendants went with `setsid` or `setpgid`. Bounded by the
+/// process table; `None` when `/proc` cannot be listed.
+pub fn descendant_groups(root: u32, except: i32) -> Option<Vec<i32>> {
+    let mut table: Vec<(i64, i64, i64)> = Vec::new();
+    scan_proc(|pid, ppid, pgrp, state| {
+        if !matches!(state, 'Z' | 'X') {
+            table.push((pid, ppid, pgrp));
+        }
+        false
+    })?;
+    let mut inside = vec![i64::from(root)];
+    let mut groups = Vec::new();
+    // Parents may be listed after their children: repeat until no new descendant appears.
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for &(pid, ppid, pgrp) in &table {
+            if inside.contains(&ppid) && !inside.contains(&pid) {
+                inside.push(pid);
+                grew = true;
+                if let Ok(g) = i32::try_from(pgrp)
+                    && g > 1
+                    && g != except
+                    && !groups.contains(&g)
+                {
+                    groups.push(g);
+                }
+            }
+        }
+    }
+    Some(groups)
+}
+
 /// Live (non-zombie) children of `parent`: for a subreaper, this includes re-parented
 /// descendants that left the command's process group.
 pub fn children_of(parent: u32) -> Vec<i32> {

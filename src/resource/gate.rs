@@ -306,6 +306,7 @@ fn admit(
         gate: caller.party.evidence.clone(),
         child: None,
         pgid: None,
+        groups: Vec::new(),
         started_at: crate::clock::now_ms(),
     };
     let op = Op::Admit {
@@ -389,7 +390,9 @@ fn supervise(
             crate::sanitize::line(&e.message, 2000)
         );
     }
-    let status = reap_all(pid as i32, signals, space.limits.heartbeat_ms);
+    let mut tracked: Vec<i32> = Vec::new();
+    let mut track = || track_groups(space, g, pid as i32, &mut tracked);
+    let status = reap_all(pid as i32, signals, space.limits.heartbeat_ms, &mut track);
     if let Some(t) = terminal {
         t.restore();
     }
@@ -440,11 +443,53 @@ fn spawn(g: &Grant, req: &RunRequest, terminal: bool) -> Result<std::process::Ch
     })
 }
 
+/// Process groups recorded per launch, at most.
+const TRACKED_GROUPS_MAX: usize = 32;
+/// How often the gate looks for descendants that left the command's process group.
+const GROUP_SCAN_MS: u64 = 200;
+
+/// Records in the launch ledger any new process group (a `setsid` daemon's session) that a
+/// descendant of the command created, so that a killed gate does not free the resource while
+/// such a daemon still runs. The record can lag a fresh daemon by one scan.
+fn track_groups(space: &Space, g: &Grant, command_group: i32, tracked: &mut Vec<i32>) {
+    let Some(found) = super::evidence::descendant_groups(std::process::id(), command_group) else {
+        return;
+    };
+    let before = tracked.len();
+    for group in found {
+        if !tracked.contains(&group) && tracked.len() < TRACKED_GROUPS_MAX {
+            tracked.push(group);
+        }
+    }
+    if tracked.len() == before {
+        return;
+    }
+    let groups = tracked.clone();
+    let recorded = space.update_ledger(|l| {
+        if let Some(x) = l
+            .launches
+            .iter_mut()
+            .find(|x| x.hash == name_hash(&g.name) && x.ticket == g.ticket)
+        {
+            x.groups = groups;
+        }
+        Ok(())
+    });
+    if let Err(e) = recorded {
+        eprintln!(
+            "peer: {}: {}",
+            e.code.name(),
+            crate::sanitize::line(&e.message, 2000)
+        );
+    }
+}
+
 /// Forwards signals to the group and reaps until no child is left (ECHILD). Returns the direct
 /// child's status, 128+signal when a signal killed it.
-fn reap_all(child: i32, signals: &Signals, fallback_ms: u64) -> i32 {
+fn reap_all(child: i32, signals: &Signals, fallback_ms: u64, on_tick: &mut dyn FnMut()) -> i32 {
     let mut status = None;
     loop {
+        on_tick();
         loop {
             match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(p, code)) if p.as_raw() == child => status = Some(code),
@@ -469,7 +514,7 @@ fn reap_all(child: i32, signals: &Signals, fallback_ms: u64) -> i32 {
         )];
         let _ = nix::poll::poll(
             &mut fds,
-            nix::poll::PollTimeout::from(fallback_ms.min(u64::from(u16::MAX)) as u16),
+            nix::poll::PollTimeout::from(fallback_ms.min(GROUP_SCAN_MS) as u16),
         );
         signals.drain();
     }

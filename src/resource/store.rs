@@ -35,6 +35,11 @@ pub struct Launch {
     pub gate: ProcessEvidence,
     pub child: Option<ProcessEvidence>,
     pub pgid: Option<i32>,
+    /// Process groups (a detached session's group is its session) that descendants of the
+    /// command created, recorded by the gate as it finds them: the launch lives while any of
+    /// them runs, even after the gate was killed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<i32>,
     pub started_at: u64,
 }
 
@@ -289,11 +294,18 @@ impl Space {
             return Life::Gone;
         };
         let child = launch.child.as_ref().map_or(Life::Gone, |c| probe.life(c));
-        let group = launch.pgid.map_or(Life::Gone, group_life);
-        match (child, group) {
-            (Life::Alive, _) | (_, Life::Alive) => Life::Alive,
-            (Life::Unknown, _) | (_, Life::Unknown) => Life::Unknown,
-            _ => Life::Gone,
+        let groups = launch
+            .pgid
+            .iter()
+            .chain(&launch.groups)
+            .map(|g| group_life(*g));
+        let all: Vec<Life> = std::iter::once(child).chain(groups).collect();
+        if all.contains(&Life::Alive) {
+            Life::Alive
+        } else if all.contains(&Life::Unknown) {
+            Life::Unknown
+        } else {
+            Life::Gone
         }
     }
 
@@ -574,6 +586,7 @@ mod tests {
             gate: ghost.clone(),
             child: None,
             pgid: Some(child.id() as i32),
+            groups: Vec::new(),
             started_at: 0,
         };
         s.update_ledger(|l| {
