@@ -270,36 +270,47 @@ fn a_killed_gates_surviving_workload_keeps_the_grant_until_it_ends() {
     assert_eq!(ns.read("log"), "next\n");
 }
 
-#[test]
-fn a_killed_gates_detached_workload_keeps_the_grant_until_it_ends() {
-    // A daemonizing workload (`setsid`): its own session and process group, which the
-    // command's group does not cover. The gate records that group in the ledger.
-    let ns = Ns::new("detached");
-    let mut holder = ns.gate(
-        "port:3000",
-        &[],
-        "setsid sleep 30 & echo $! > bg.pid; while [ ! -f never ]; do sleep 0.05; done",
-    );
+/// A daemonizing workload (`setsid`: its own session and process group, which the command's
+/// group does not cover) outlives its SIGKILLed gate; the grant must stay until it ends.
+/// `cgroup`: whether the gate may use a cgroup v2 per launch (`PEER_GATE_CGROUP`); returns
+/// the tracking mode the launch ran under.
+fn detached_workload_keeps_the_grant(cgroup: bool) -> String {
+    let ns = Ns::new(if cgroup { "detached-cg" } else { "detached" });
+    let mut gate = ns.peer();
+    gate.current_dir(&ns.home)
+        .env("PEER_GATE_CGROUP", if cgroup { "1" } else { "0" })
+        .args(["run", "--resource", "port:3000", "--", "sh", "-c"])
+        .arg("setsid sleep 30 & echo $! > bg.pid; exec sleep 60")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut holder = gate.spawn().unwrap();
     wait_until("the detached workload to start", || {
         ns.read("bg.pid").ends_with('\n')
     });
     let bg: i32 = ns.read("bg.pid").trim().parse().unwrap();
-    wait_until("the gate to record the detached group", || {
-        ns.status("port:3000")["launches"][0]["groups"]
-            .as_array()
-            .is_some_and(|g| g.contains(&Value::from(bg)))
+    let mut mode = String::new();
+    wait_until("the gate to track the detached workload", || {
+        let launch = &ns.status("port:3000")["launches"][0];
+        mode = launch["tracking"].as_str().unwrap_or_default().to_string();
+        mode == "cgroup"
+            || launch["groups"]
+                .as_array()
+                .is_some_and(|g| g.contains(&Value::from(bg)))
     });
-    assert_eq!(
-        ns.status("port:3000")["launches"][0]["tracking"],
-        "subreaper+groups"
-    );
     let next = ns.gate("port:3000", &[], "echo next >> log");
     wait_until("t-2 to queue", || {
         ns.tickets("port:3000", "queue") == ["t-2"]
     });
+    let command = ns.status("port:3000")["launches"][0]["childPid"]
+        .as_u64()
+        .unwrap();
     holder.kill().unwrap();
     holder.wait().unwrap();
-    // The gate and the command's group are gone (parent-death signal); the daemon is not.
+    // The gate and the command (parent-death signal) are gone before anyone looks, so only
+    // the daemon's own tracking can keep the grant.
+    wait_until("the killed gate's command to end", || {
+        std::fs::read_to_string(format!("/proc/{command}/stat")).map_or(true, |s| s.contains(") Z"))
+    });
     let out = ns
         .peer()
         .args(["--json", "res", "status", "port:3000"])
@@ -308,7 +319,7 @@ fn a_killed_gates_detached_workload_keeps_the_grant_until_it_ends() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         v["resources"][0]["holders"][0]["ticket"], "t-1",
-        "the daemon's grant was reclaimed while it runs: {v}"
+        "{mode}: the daemon's grant was reclaimed while it runs: {v}"
     );
     assert_eq!(
         ns.read("log"),
@@ -325,6 +336,22 @@ fn a_killed_gates_detached_workload_keeps_the_grant_until_it_ends() {
     let out = finish(next);
     assert_eq!(code_of(&out), 0, "{}", stderr(&out));
     assert_eq!(ns.read("log"), "next\n");
+    mode
+}
+
+#[test]
+fn a_killed_gates_detached_workload_keeps_the_grant_with_recorded_groups() {
+    assert_eq!(detached_workload_keeps_the_grant(false), "subreaper+groups");
+}
+
+#[test]
+fn a_killed_gates_detached_workload_keeps_the_grant_in_a_cgroup_when_writable() {
+    // Without a writable cgroup v2 the gate falls back, and says so.
+    let mode = detached_workload_keeps_the_grant(true);
+    assert!(mode == "cgroup" || mode == "subreaper+groups", "{mode}");
+    if mode != "cgroup" {
+        eprintln!("no writable cgroup v2 here: the fallback was tested instead");
+    }
 }
 
 #[test]

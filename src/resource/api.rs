@@ -525,7 +525,8 @@ pub fn describe(s: &ResourceState, probe: &Probe, launches: &[Launch], now: u64)
         .map(|l| {
             json!({"ticket": l.ticket, "token": l.token, "epoch": l.epoch, "command": l.command, "display": l.display,
                    "gatePid": l.gate.pid, "childPid": l.child.as_ref().map(|c| c.pid), "pgid": l.pgid,
-                   "groups": l.groups, "tracking": "subreaper+groups",
+                   "groups": l.groups, "cgroup": l.cgroup,
+                   "tracking": if l.cgroup.is_some() { "cgroup" } else { "subreaper+groups" },
                    "startedAt": l.started_at, "ageMs": now.saturating_sub(l.started_at)})
         })
         .collect();

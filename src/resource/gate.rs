@@ -5,7 +5,7 @@
 
 use super::api::{caller_of, wait_for_grant};
 use super::core::{Caller, Op, Outcome};
-use super::evidence::{Probe, group_life};
+use super::evidence::Probe;
 use super::model::{Life, ProcessEvidence, name_hash};
 use super::notify::Watch;
 use super::principal::Principal;
@@ -18,7 +18,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 use std::ffi::OsString;
 use std::io::Read;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -307,6 +307,7 @@ fn admit(
         child: None,
         pgid: None,
         groups: Vec::new(),
+        cgroup: None,
         started_at: crate::clock::now_ms(),
     };
     let op = Op::Admit {
@@ -324,14 +325,15 @@ fn admit(
     Ok(())
 }
 
-/// Ledger bookkeeping: an entry stays while its gate, child or process group may still run.
+/// Ledger bookkeeping: an entry stays while its gate or anything it started may still run
+/// (command, process groups, cgroup). A dropped entry's empty cgroup is removed with it.
 fn still_running(l: &Launch, probe: &Probe) -> bool {
-    let lives = [
-        probe.life(&l.gate),
-        l.child.as_ref().map_or(Life::Gone, |c| probe.life(c)),
-        l.pgid.map_or(Life::Gone, group_life),
-    ];
-    lives.iter().any(|x| *x != Life::Gone)
+    let running =
+        probe.life(&l.gate) != Life::Gone || super::store::workload_life(l, probe) != Life::Gone;
+    if !running && let Some(path) = &l.cgroup {
+        super::cgroup::remove(path);
+    }
+    running
 }
 
 /// Spawns the command and owns its whole process tree until every descendant is reaped.
@@ -364,7 +366,17 @@ fn supervise(
         )
     })?;
     let terminal = Foreground::detect();
-    let child = spawn(g, req, terminal.is_some());
+    let hash = name_hash(&g.name);
+    let tag = format!("{}-{}-{}", &hash[..12], g.ticket, std::process::id());
+    let cgroup = super::cgroup::create(&tag);
+    let procs_fd = cgroup.as_ref().map(|c| c.procs.as_raw_fd());
+    let child = spawn(g, req, terminal.is_some(), procs_fd);
+    let cgroup_path = cgroup.map(|c| c.path);
+    if child.is_err()
+        && let Some(path) = &cgroup_path
+    {
+        super::cgroup::remove(path);
+    }
     drop(tree_live);
     let pid = child?.id();
     if terminal.is_some() {
@@ -380,6 +392,7 @@ fn supervise(
         {
             x.child = child_evidence.clone();
             x.pgid = Some(pid as i32);
+            x.cgroup = cgroup_path.clone();
         }
         Ok(())
     });
@@ -391,15 +404,28 @@ fn supervise(
         );
     }
     let mut tracked: Vec<i32> = Vec::new();
-    let mut track = || track_groups(space, g, pid as i32, &mut tracked);
+    // In a cgroup every descendant stays tracked; otherwise look for detached groups.
+    let mut track = || {
+        if cgroup_path.is_none() {
+            track_groups(space, g, pid as i32, &mut tracked);
+        }
+    };
     let status = reap_all(pid as i32, signals, space.limits.heartbeat_ms, &mut track);
+    if let Some(path) = &cgroup_path {
+        super::cgroup::remove(path);
+    }
     if let Some(t) = terminal {
         t.restore();
     }
     Ok(status)
 }
 
-fn spawn(g: &Grant, req: &RunRequest, terminal: bool) -> Result<std::process::Child> {
+fn spawn(
+    g: &Grant,
+    req: &RunRequest,
+    terminal: bool,
+    cgroup_procs: Option<std::os::fd::RawFd>,
+) -> Result<std::process::Child> {
     let parent = nix::unistd::getpid();
     let mut cmd = std::process::Command::new(&req.command[0]);
     cmd.args(&req.command[1..])
@@ -408,14 +434,20 @@ fn spawn(g: &Grant, req: &RunRequest, terminal: bool) -> Result<std::process::Ch
         .env("PEER_TICKET", &g.ticket)
         .process_group(0);
     // SAFETY: the closure runs between fork and exec in a threaded process, so it may only
-    // make async-signal-safe calls: prctl, getpid, getppid, sigemptyset/sigaddset,
-    // pthread_sigmask and tcsetpgrp. It allocates nothing: its errors are bare errno values
+    // make async-signal-safe calls: write (of "0" to the launch cgroup's cgroup.procs, opened
+    // by the parent), prctl, getpid, getppid, sigemptyset/sigaddset, pthread_sigmask and
+    // tcsetpgrp. It allocates nothing: its errors are bare errno values
     // (`io::Error::from(Errno)` is the allocation-free OS variant) and are worded by the
     // parent after `spawn` returns. A unit test keeps allocating calls out of it. The child
     // dies with the gate, so a SIGKILLed gate does not leave its direct child holding the
     // resource unseen.
     unsafe {
         cmd.pre_exec(move || {
+            if let Some(fd) = cgroup_procs
+                && nix::libc::write(fd, b"0".as_ptr().cast(), 1) != 1
+            {
+                return Err(std::io::Error::last_os_error());
+            }
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
             if terminal {
                 hand_to(nix::unistd::getpid());

@@ -13,9 +13,11 @@
 //! - `principal`: who acts from the command line, and with which capabilities.
 //! - `api`: `coordinate`, `wait_for_grant`, `describe`, `events_since`.
 //! - `gate`: `peer run`.
+//! - `cgroup`: a cgroup v2 per launch, when writable.
 //! - `terminal`: terminal foreground hand-over for interactive commands under `peer run`.
 
 pub mod api;
+pub(crate) mod cgroup;
 pub mod core;
 pub mod evidence;
 pub(crate) mod gate;

@@ -40,6 +40,10 @@ pub struct Launch {
     /// them runs, even after the gate was killed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<i32>,
+    /// The launch's own cgroup v2, when the gate could create one: it holds every
+    /// descendant, and the launch lives while it is populated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<PathBuf>,
     pub started_at: u64,
 }
 
@@ -293,20 +297,7 @@ impl Space {
         else {
             return Life::Gone;
         };
-        let child = launch.child.as_ref().map_or(Life::Gone, |c| probe.life(c));
-        let groups = launch
-            .pgid
-            .iter()
-            .chain(&launch.groups)
-            .map(|g| group_life(*g));
-        let all: Vec<Life> = std::iter::once(child).chain(groups).collect();
-        if all.contains(&Life::Alive) {
-            Life::Alive
-        } else if all.contains(&Life::Unknown) {
-            Life::Unknown
-        } else {
-            Life::Gone
-        }
+        workload_life(launch, probe)
     }
 
     /// Ledger entries of `name`, as holders a policy change must adopt.
@@ -393,6 +384,26 @@ impl Space {
             ));
         }
         fsutil::atomic_write(&self.ledger_path(), &bytes, Durability::Durable)
+    }
+}
+
+/// Liveness of what a launch started: its command, its process group, the groups of
+/// descendants that detached, and its cgroup; alive when any of them is.
+pub fn workload_life(launch: &Launch, probe: &Probe) -> Life {
+    let child = launch.child.as_ref().map_or(Life::Gone, |c| probe.life(c));
+    let groups = launch
+        .pgid
+        .iter()
+        .chain(&launch.groups)
+        .map(|g| group_life(*g));
+    let cgroup = launch.cgroup.as_deref().map(super::cgroup::life);
+    let all: Vec<Life> = std::iter::once(child).chain(groups).chain(cgroup).collect();
+    if all.contains(&Life::Alive) {
+        Life::Alive
+    } else if all.contains(&Life::Unknown) {
+        Life::Unknown
+    } else {
+        Life::Gone
     }
 }
 
@@ -587,6 +598,7 @@ mod tests {
             child: None,
             pgid: Some(child.id() as i32),
             groups: Vec::new(),
+            cgroup: None,
             started_at: 0,
         };
         s.update_ledger(|l| {
