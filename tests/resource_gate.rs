@@ -355,6 +355,35 @@ fn a_killed_gates_detached_workload_keeps_the_grant_in_a_cgroup_when_writable() 
 }
 
 #[test]
+fn kill_on_release_ends_what_the_command_left_running_in_both_tracking_modes() {
+    for cgroup in ["1", "0"] {
+        let ns = Ns::new("killrel");
+        let out = ns
+            .peer()
+            .current_dir(&ns.home)
+            .env("PEER_GATE_CGROUP", cgroup)
+            .args([
+                "run",
+                "--kill-on-release",
+                "--resource",
+                "r",
+                "--",
+                "sh",
+                "-c",
+            ])
+            .arg("setsid sleep 60 & echo $! > bg.pid; sleep 0.3")
+            .output()
+            .unwrap();
+        assert_eq!(code_of(&out), 0, "{}", stderr(&out));
+        let bg = ns.read("bg.pid").trim().to_string();
+        wait_until("the detached workload to be killed", || {
+            std::fs::read_to_string(format!("/proc/{bg}/stat")).map_or(true, |s| s.contains(") Z"))
+        });
+        assert!(ns.tickets("r", "holders").is_empty());
+    }
+}
+
+#[test]
 fn a_double_forked_grandchild_is_owned_and_waited_for() {
     let ns = Ns::new("fork");
     let first = ns.gate("port:3000", &[], "(sleep 0.3; echo done >> log) & exit 0");

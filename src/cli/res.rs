@@ -19,7 +19,8 @@ use serde_json::{Value, json};
 use std::ffi::OsString;
 
 const RUN_HELP: &str = "\
-usage: peer run --resource NAME [--capacity N] [--wait MS] [--ticket T] [--json] -- CMD [ARGS…]
+usage: peer run --resource NAME [--capacity N] [--wait MS] [--ticket T] [--kill-on-release]
+                [--json] -- CMD [ARGS…]
 
 Waits for a grant on NAME (FIFO), records the launch, runs CMD in its own process group with
 PEER_RESOURCE, PEER_TICKET and PEER_FENCING_TOKEN set, forwards SIGINT/SIGTERM/SIGHUP, waits for
@@ -29,6 +30,8 @@ every descendant, releases the grant and exits with CMD's status (128+N when kil
   --capacity N     capacity when this request creates the resource (default 1)
   --wait MS        give up after MS ms (default and maximum: resourceWaitTimeoutMs)
   --ticket T       run under an existing grant T (from 'peer res request') instead of requesting
+  --kill-on-release  when CMD exits, kill what it left running (its cgroup, or its process
+                   groups) instead of waiting for it
 ";
 
 const RES_HELP: &str = "\
@@ -77,6 +80,7 @@ pub fn run_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
         capacity: None,
         wait_ms: None,
         ticket: None,
+        kill_on_release: false,
         command: Vec::new(),
     };
     while let Some(arg) = p.next().map_err(usage)? {
@@ -87,6 +91,7 @@ pub fn run_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
             }
             Long("wait") => req.wait_ms = Some(number(p.value().map_err(usage)?, "--wait")?),
             Long("ticket") => req.ticket = Some(string(p.value().map_err(usage)?)?),
+            Long("kill-on-release") => req.kill_on_release = true,
             Long("help") | Short('h') => {
                 print!("{RUN_HELP}");
                 return Ok(0);

@@ -80,6 +80,11 @@ pub fn life(path: &Path) -> Life {
     }
 }
 
+/// Kills every process in the launch cgroup (`cgroup.kill`, Linux 5.14+).
+pub fn kill(path: &Path) {
+    let _ = std::fs::write(path.join("cgroup.kill"), b"1");
+}
+
 /// Removes an empty launch cgroup (a populated one is left: it still holds the resource).
 pub fn remove(path: &Path) {
     if life(path) == Life::Gone {

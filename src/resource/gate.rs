@@ -38,6 +38,8 @@ pub struct RunRequest {
     pub wait_ms: Option<u64>,
     /// Use this existing grant (from `peer res request`) instead of requesting a new one.
     pub ticket: Option<String>,
+    /// When the command exits, kill what it left running instead of waiting for it.
+    pub kill_on_release: bool,
     pub command: Vec<OsString>,
 }
 
@@ -410,7 +412,34 @@ fn supervise(
             track_groups(space, g, pid as i32, &mut tracked);
         }
     };
-    let status = reap_all(pid as i32, signals, space.limits.heartbeat_ms, &mut track);
+    let kill_rest = || {
+        if let Some(path) = &cgroup_path {
+            super::cgroup::kill(path);
+        }
+        // Also without a cgroup: the command's group, the groups that detached, and anything
+        // re-parented to the gate.
+        let _ = nix::sys::signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        for g in
+            super::evidence::descendant_groups(std::process::id(), pid as i32).unwrap_or_default()
+        {
+            let _ = nix::sys::signal::killpg(Pid::from_raw(g), Signal::SIGKILL);
+        }
+        for c in super::evidence::children_of(std::process::id()) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(c), Signal::SIGKILL);
+        }
+    };
+    let on_exit: Option<&dyn Fn()> = if req.kill_on_release {
+        Some(&kill_rest)
+    } else {
+        None
+    };
+    let status = reap_all(
+        pid as i32,
+        signals,
+        space.limits.heartbeat_ms,
+        &mut track,
+        on_exit,
+    );
     if let Some(path) = &cgroup_path {
         super::cgroup::remove(path);
     }
@@ -518,9 +547,22 @@ fn track_groups(space: &Space, g: &Grant, command_group: i32, tracked: &mut Vec<
 
 /// Forwards signals to the group and reaps until no child is left (ECHILD). Returns the direct
 /// child's status, 128+signal when a signal killed it.
-fn reap_all(child: i32, signals: &Signals, fallback_ms: u64, on_tick: &mut dyn FnMut()) -> i32 {
+fn reap_all(
+    child: i32,
+    signals: &Signals,
+    fallback_ms: u64,
+    on_tick: &mut dyn FnMut(),
+    on_child_exit: Option<&dyn Fn()>,
+) -> i32 {
     let mut status = None;
+    let mut exit_handled = false;
     loop {
+        if status.is_some() && !exit_handled {
+            exit_handled = true;
+            if let Some(f) = on_child_exit {
+                f();
+            }
+        }
         on_tick();
         loop {
             match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
