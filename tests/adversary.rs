@@ -1,6 +1,6 @@
 //! Faults and adversaries that need privileges to stage: a full disk under a running root (a
-//! tmpfs in a private mount namespace) and another uid (`setpriv` to 65534) trying to read or
-//! reach a root. Each test says "skipped" and returns when the machine
+//! tmpfs in a private mount namespace), another uid (`setpriv` to 65534) trying to read or
+//! reach a root, and planted symlinks, foreign directories and forged presence records. Each test says "skipped" and returns when the machine
 //! cannot stage it (not root, or no `unshare -m`), so the suite stays green everywhere and
 //! bites in CI, which runs as root.
 
@@ -205,4 +205,74 @@ fn another_uid_can_neither_read_nor_reach_a_root() {
     let out = peer_as(&ns, &host, &["--json", "inbox"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let _: Value = json_of(&out);
+}
+
+#[test]
+fn planted_symlinks_foreign_directories_and_records_are_refused_not_followed() {
+    let ns = Ns::new("planted");
+    let elsewhere = ns.root.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    peerwire::fsutil::ensure_private_dir(&ns.home).unwrap();
+    // A symlink where the runtime directory belongs: the root refuses to start, names the
+    // path, and writes nothing through the link.
+    std::os::unix::fs::symlink(&elsewhere, ns.home.join("peer-runtime")).unwrap();
+    let out = ns.peer(&["--json", "host", "--alias", "victim", "--", "true"]);
+    assert_eq!(
+        out.status.code(),
+        Some(peerwire::error::Code::UnsafePath.exit_status()),
+        "{}",
+        stderr(&out)
+    );
+    let said = format!("{}{}", stderr(&out), String::from_utf8_lossy(&out.stdout));
+    assert!(
+        said.contains("peer-runtime") && said.contains("symbolic link"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    std::fs::remove_file(ns.home.join("peer-runtime")).unwrap();
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped the foreign-owner cases: needs root");
+        return;
+    }
+    let nobody = Some(nix::unistd::Uid::from_raw(65534));
+    // A runtime directory pre-created by another uid.
+    std::fs::create_dir(ns.home.join("peer-runtime")).unwrap();
+    nix::unistd::chown(&ns.home.join("peer-runtime"), nobody, None).unwrap();
+    let out = ns.peer(&["--json", "host", "--alias", "victim", "--", "true"]);
+    let said = format!("{}{}", stderr(&out), String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(peerwire::error::Code::UnsafePath.exit_status()),
+        "{said}"
+    );
+    assert!(said.contains("uid 65534"), "{said}");
+    std::fs::remove_dir(ns.home.join("peer-runtime")).unwrap();
+    // A presence record planted by another uid is listed as invalid, never used.
+    let host = ns.host(&["--alias", "real"]);
+    let agents = Path::new(&host.field("presence"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let planted = agents.join("forged.i-forged.json");
+    let mut forged: Value =
+        serde_json::from_slice(&std::fs::read(host.field("presence")).unwrap()).unwrap();
+    forged["communication"]["alias"] = json!("impostor");
+    std::fs::write(&planted, forged.to_string()).unwrap();
+    nix::unistd::chown(&planted, nobody, None).unwrap();
+    let listing = ns.listing(&["--all"]);
+    assert!(
+        listing.iter().any(|p| p["alias"] == json!("real")),
+        "{listing:?}"
+    );
+    assert!(
+        !listing
+            .iter()
+            .any(|p| p["alias"] == json!("impostor") && p["messaging"] == json!(true)),
+        "{listing:?}"
+    );
+    let out = peer_as(&ns, &host, &["--json", "send", "@impostor", "hi"]);
+    assert!(
+        !out.status.success(),
+        "a planted record was used as a target"
+    );
 }
