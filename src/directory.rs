@@ -165,8 +165,12 @@ fn descriptors(entry: &Entry, viewer: &Viewer, now_ms: u64) -> Vec<Descriptor> {
             "ageMs": age_ms,
             "state": state,
             "reason": reason.as_deref().map(|r| sanitize::line(r, 200)),
-            "messaging": entry.advert.is_some() && entry.is_live(),
-            "messagingError": entry.advert_error.as_deref().map(|r| sanitize::line(r, 200)),
+            "messaging": entry.advert.as_ref().is_some_and(|a| a.degraded.is_none()) && entry.is_live(),
+            "messagingError": entry
+                .advert_error
+                .as_deref()
+                .or(entry.advert.as_ref().and_then(|a| a.degraded.as_deref()))
+                .map(|r| sanitize::line(r, 400)),
             "self": entry.advert.as_ref().is_some_and(|a| Some(&a.instance_id) == viewer.self_instance.as_ref()),
             "inScope": viewer.sees(entry),
         })

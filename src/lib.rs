@@ -8,6 +8,7 @@ pub mod config;
 pub(crate) mod directory;
 pub mod error;
 pub mod fsutil;
+pub mod hardening;
 pub mod identity;
 pub(crate) mod mcp;
 pub(crate) mod mention;
@@ -21,3 +22,6 @@ pub(crate) mod sanitize;
 pub mod store;
 pub(crate) mod tools;
 pub mod transport;
+
+#[cfg(test)]
+mod fuzz_tests;

@@ -355,3 +355,32 @@ fn mentions_and_chat_share_one_parser() {
         .collect();
     assert_eq!(texts, ["first line", "second line"]);
 }
+
+#[test]
+fn a_host_holding_secrets_is_not_dumpable() {
+    let ns = Ns::new("dumpable");
+    let host = ns.host(&["--alias", "keeper"]);
+    let cf =
+        peerwire::runtime::control::read(std::path::Path::new(&host.field("control"))).unwrap();
+    let mut client = peerwire::transport::LocalClient::connect(
+        &cf.endpoint,
+        cf.secret_bytes().unwrap(),
+        &peerwire::config::Limits::default(),
+    )
+    .unwrap();
+    let info = client
+        .call("local.info", json!({"version": 1}), 5_000)
+        .unwrap();
+    assert_eq!(info["dumpable"], json!(false), "{info}");
+    // The kernel's view (telling only when the tests do not run as root): the files of a
+    // non-dumpable process belong to root, whoever runs it.
+    if !nix::unistd::getuid().is_root() {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(format!("/proc/{}/environ", host.pid())).unwrap();
+        assert_eq!(
+            meta.uid(),
+            0,
+            "/proc/PID of a non-dumpable process is root's"
+        );
+    }
+}

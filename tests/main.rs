@@ -6,6 +6,7 @@
 
 mod common;
 
+mod adversary;
 mod architecture;
 mod bench;
 mod chat_tty;

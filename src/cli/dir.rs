@@ -126,6 +126,9 @@ fn table(peers: &[Value], cursor: Option<&str>) -> String {
         if let Some(reason) = p.get("reason").and_then(Value::as_str) {
             let _ = writeln!(out, "    {}: {}", cell(p, "state"), reason);
         }
+        if let Some(why) = p.get("messagingError").and_then(Value::as_str) {
+            println!("    messaging: {why}");
+        }
     }
     if let Some(c) = cursor {
         let _ = writeln!(out, "more: peer-dir --cursor {c}");

@@ -68,15 +68,21 @@ impl Session {
     }
 
     fn connect(cf: ControlFile) -> Result<Session> {
+        // This process now holds the root's (or a run's) secret.
+        crate::hardening::no_core_dumps()?;
         let mut limits = Limits::default();
         let mut client = Box::new(LocalClient::connect(
             &cf.endpoint,
             cf.secret_bytes()?,
             &limits,
         )?);
-        let run_id = std::env::var(control::ENV_RUN)
-            .ok()
-            .filter(|s| !s.is_empty());
+        // A run's own control file names its run (the root enforces it); otherwise the
+        // variable names which of the root's runs this command acts as.
+        let run_id = cf.run_id.clone().or_else(|| {
+            std::env::var(control::ENV_RUN)
+                .ok()
+                .filter(|s| !s.is_empty())
+        });
         let auto = std::env::var(crate::runtime::auto::ENV_AUTO)
             .ok()
             .filter(|s| !s.is_empty());
@@ -140,7 +146,7 @@ impl Session {
                 };
                 client.call(method, Value::Object(p), timeout)
             }
-            Session::InProcess { root, .. } => handler::local_request(&root.core, method, p),
+            Session::InProcess { root, .. } => handler::local_request(&root.core, None, method, p),
         }
     }
 

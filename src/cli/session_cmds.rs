@@ -128,11 +128,19 @@ fn run_child_wrapped(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         .and_then(serde_json::Value::as_str)
         .unwrap_or_default()
         .to_string();
+    let run_control = run
+        .get("control")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     if ctx.json {
         print_json(&json!({"event": "run", "state": "published", "run": run}))?;
     }
+    // The command gets the run's own control file, never the root's: what it may do is bound
+    // to the run by the secret it holds.
     let status = std::process::Command::new(&command[0])
         .args(&command[1..])
+        .env(control::ENV_CONTROL, &run_control)
         .env(control::ENV_RUN, &run_id)
         .status();
     // Retire whatever happened to the command: later sends to the run get TARGET_ENDED.

@@ -19,6 +19,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+/// What a root whose message store failed a write advertises and answers in `local.info`.
+pub const STORE_FAILED: &str = "the message store failed a write (disk full or read-only) and accepts nothing more; everything acknowledged is in its journal: free space or make the disk writable, then restart this root (peer host, peer mcp) to recover";
+
 pub use super::outbox::{Outbox, RouteMap, SubscriptionMap};
 pub use super::presence_cache::{PresenceCache, Reach};
 
@@ -35,6 +38,8 @@ pub struct Caller {
 
 pub struct Core {
     pub ns: Namespace,
+    /// The endpoint's socket; control files live in its directory.
+    pub socket_path: std::path::PathBuf,
     pub config: Config,
     pub workspace: WorkspaceId,
     pub session_id: String,
@@ -79,6 +84,14 @@ pub struct Problem {
 const PROBLEMS_MAX: usize = 16;
 
 impl Core {
+    /// The directory holding this root's control file and its runs' control files.
+    pub fn control_dir(&self) -> std::path::PathBuf {
+        self.socket_path
+            .parent()
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| self.ns.runtime_dir())
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.config.limits
     }
@@ -254,6 +267,18 @@ impl Core {
     }
 
     /// Rewrites our presence record with the current runs.
+    /// Why this root cannot take messages and how its owner recovers, once its store failed
+    /// a write; `None` while healthy.
+    pub fn degraded(&self) -> Option<&'static str> {
+        self.store.stats().poisoned.then_some(STORE_FAILED)
+    }
+
+    /// Tells every reader of the presence record that messaging is off, and why.
+    pub fn advertise_degraded(&self) {
+        let reason = self.degraded().map(str::to_string);
+        let _ = self.publisher.update(|r| r.communication.degraded = reason);
+    }
+
     pub fn publish_runs(&self) {
         let ads = self.runs.lock().ads();
         let _ = self.publisher.update(|r| r.communication.runs = ads);

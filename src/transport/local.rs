@@ -61,6 +61,14 @@ impl LocalClient {
         self.reader.set_frame_bytes(frame_bytes);
     }
 
+    /// The pid of the process that listens on the root's socket, as the kernel reports it
+    /// (SO_PEERCRED): evidence of which process the root is, not a claim it made.
+    pub fn root_pid(&self) -> Option<u32> {
+        use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+        let cred = getsockopt(&self.stream, PeerCredentials).ok()?;
+        u32::try_from(cred.pid()).ok()
+    }
+
     /// Calls `method` and waits up to `timeout_ms` (0: `acknowledgementMs`) for its answer.
     pub fn call(&mut self, method: &str, params: Value, timeout_ms: u64) -> Result<Value> {
         let ms = if timeout_ms == 0 {
