@@ -62,11 +62,20 @@ pub enum Code {
     Disconnected,
     /// An operating-system call failed.
     Io,
+    /// The friend's owner declined the ask.
+    AskDeclined,
+    /// No owner decision came within `approvalTimeoutMs`; the ask failed closed.
+    ApprovalUnavailable,
+    /// The answerer failed: it exited with an error, timed out, printed nothing, or its
+    /// sandbox could not be enforced.
+    AskFailed,
+    /// A friend knew nobody to recommend.
+    NoRecommendation,
 }
 
 impl Code {
     /// All codes, in exit-status order; used by the docs test and `peer(1)`.
-    pub const ALL: [Code; 27] = [
+    pub const ALL: [Code; 31] = [
         Code::Usage,
         Code::CommunicationDisabled,
         Code::ScopeDenied,
@@ -94,6 +103,10 @@ impl Code {
         Code::MethodNotFound,
         Code::Disconnected,
         Code::Io,
+        Code::AskDeclined,
+        Code::ApprovalUnavailable,
+        Code::AskFailed,
+        Code::NoRecommendation,
     ];
 
     /// The wire and CLI name.
@@ -126,6 +139,10 @@ impl Code {
             Code::MethodNotFound => "METHOD_NOT_FOUND",
             Code::Disconnected => "DISCONNECTED",
             Code::Io => "IO_ERROR",
+            Code::AskDeclined => "ASK_DECLINED",
+            Code::ApprovalUnavailable => "APPROVAL_UNAVAILABLE",
+            Code::AskFailed => "ASK_FAILED",
+            Code::NoRecommendation => "NO_RECOMMENDATION",
         }
     }
 

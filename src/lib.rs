@@ -1,6 +1,7 @@
 //! peerwire: authenticated, durable messaging and resource coordination between AI
 //! coding-agent sessions on one machine. See ARCHITECTURE.md for the map.
 
+pub mod ask;
 pub(crate) mod bench;
 pub mod cli;
 pub mod clock;

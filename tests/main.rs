@@ -8,6 +8,7 @@ mod common;
 
 mod adversary;
 mod architecture;
+mod ask;
 mod bench;
 mod chat_tty;
 mod cli;

@@ -2,6 +2,8 @@
 //! an `Error` into `peer: CODE: message` (or a JSON object) and an exit status.
 
 pub(crate) mod args;
+pub(crate) mod ask;
+pub(crate) mod ask_discovery;
 pub(crate) mod bench;
 pub(crate) mod chat;
 pub(crate) mod completions;
@@ -159,6 +161,12 @@ pub(crate) fn commands() -> Vec<CommandDef> {
             "resource status, request, grant, release, cancel, set-controller",
             res::RES_HELP,
             res::res_cmd,
+        ),
+        def(
+            "ask",
+            "ask a friend's agent on another machine; serve and decide asks",
+            ask::HELP,
+            ask::cmd,
         ),
         def(
             "bench",
