@@ -69,6 +69,18 @@ impl Stop {
         self.wake.as_fd()
     }
 
+    /// Blocks until a stop signal arrives (no polling: one `poll` on the wake descriptor).
+    pub fn wait(&self) {
+        let mut fds = [PollFd::new(self.fd(), PollFlags::POLLIN)];
+        loop {
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(n) if n > 0 => return,
+                Err(nix::errno::Errno::EINTR) | Ok(_) => continue,
+                Err(_) => return,
+            }
+        }
+    }
+
     /// Runs `f` on a thread of its own once a stop signal arrives (used to wake a root's
     /// blocking waits so the main thread can shut it down).
     pub fn on_stop(self: &Arc<Self>, f: impl FnOnce() + Send + 'static) -> Result<()> {

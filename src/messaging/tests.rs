@@ -1071,7 +1071,12 @@ fn read_of_unconsumed_skips_consumed_messages_and_pages_over_them() {
         unconsumed_only: true,
         ..Default::default()
     };
-    let seqs: Vec<u64> = m.read(&q, NOW).messages.iter().map(|e| e.sequence).collect();
+    let seqs: Vec<u64> = m
+        .read(&q, NOW)
+        .messages
+        .iter()
+        .map(|e| e.sequence)
+        .collect();
     assert_eq!(seqs, [1, 3]);
     let all = ReadQuery {
         unconsumed_only: false,
