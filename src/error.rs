@@ -180,6 +180,9 @@ impl fmt::Display for Code {
     }
 }
 
+/// The message of [`Error::stdout_closed`].
+const STDOUT_CLOSED: &str = "standard output was closed by its reader";
+
 /// A failure: its code and a one-line message that names what failed and, where there is
 /// one, the fix. Messages never contain secrets or raw peer text.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,6 +204,27 @@ impl Error {
     /// An I/O failure on a named path.
     pub fn io(what: &str, path: &std::path::Path, err: &std::io::Error) -> Error {
         Error::new(Code::Io, format!("{what} {}: {err}", path.display()))
+    }
+
+    /// A write to standard output failed: a reader that went away (EPIPE) gives
+    /// [`Error::stdout_closed`], anything else `IO_ERROR`.
+    pub fn stdout_write(e: &std::io::Error) -> Error {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            Error::stdout_closed()
+        } else {
+            Error::new(Code::Io, format!("cannot write to standard output: {e}"))
+        }
+    }
+
+    /// Standard output's reader went away: not a failure, every entry point ends quietly
+    /// with status 0 (after a root's normal cleanup, which a panic or SIGPIPE would skip).
+    pub fn stdout_closed() -> Error {
+        Error::new(Code::Io, STDOUT_CLOSED)
+    }
+
+    /// True for [`Error::stdout_closed`].
+    pub fn is_stdout_closed(&self) -> bool {
+        self.code == Code::Io && self.message == STDOUT_CLOSED
     }
 
     /// The JSON-RPC error object for the wire: `{"code":N,"message":…,"data":{"code":NAME}}`.

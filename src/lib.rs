@@ -9,6 +9,7 @@ pub mod config;
 pub(crate) mod directory;
 pub mod error;
 pub mod fsutil;
+pub mod hardening;
 pub mod identity;
 pub(crate) mod mcp;
 pub(crate) mod mention;
@@ -22,3 +23,6 @@ pub(crate) mod sanitize;
 pub mod store;
 pub(crate) mod tools;
 pub mod transport;
+
+#[cfg(test)]
+mod fuzz_tests;

@@ -6,12 +6,14 @@
 
 mod common;
 
+mod adversary;
 mod architecture;
 mod ask;
 mod ask_net;
 mod bench;
 mod chat_tty;
 mod cli;
+mod cli_life;
 mod crash;
 mod custody;
 mod docs;

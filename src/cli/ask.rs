@@ -1,16 +1,13 @@
 //! `peer ask`: ask a friend on another machine, run the ask server, and decide pending asks.
 //! `peer ask peers|card|recommend` belong to `ask_discovery`. See peer-ask(1).
 
-use super::{Ctx, args};
+use super::{Ctx, args, out};
 use crate::ask::api::{self, AskOutcome};
 use crate::ask::config::AskConfig;
 use crate::error::{Code, Error, Result};
 use serde_json::json;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 pub const HELP: &str = "usage:
   peer ask PEER QUESTION [--context-file F]... [--async] [--json]
@@ -39,7 +36,7 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     }
     match first {
         "--help" | "-h" | "help" => {
-            print!("{HELP}");
+            out::text(HELP)?;
             Ok(0)
         }
         "serve" => serve(ctx, rest),
@@ -89,7 +86,7 @@ fn ask(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             Long("context-file") => files.push(args::string(&mut p, "--context-file")?),
             Long("async") => is_async = true,
             Long("help") | Short('h') => {
-                print!("{HELP}");
+                out::text(HELP)?;
                 return Ok(0);
             }
             Value(v) => pos.push(
@@ -111,11 +108,11 @@ fn ask(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             if ctx.json {
                 super::print_json(
                     &json!({"ok": true, "peer": peer, "answer": answer, "truncated": truncated}),
-                );
+                )?;
             } else {
-                println!("{}", crate::sanitize::text(&answer));
+                out::line(&crate::sanitize::text(&answer))?;
                 if truncated {
-                    eprintln!("peer ask: the answer was cut at the peer's maxAnswerChars");
+                    out::err_line("peer ask: the answer was cut at the peer's maxAnswerChars");
                 }
             }
         }
@@ -123,9 +120,9 @@ fn ask(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             if ctx.json {
                 super::print_json(
                     &json!({"ok": true, "peer": peer, "askId": ask_id, "status": "queued"}),
-                );
+                )?;
             } else {
-                println!("{ask_id}");
+                out::line(&ask_id)?;
             }
         }
     }
@@ -134,7 +131,7 @@ fn ask(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
 
 fn status(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let Some(pos) = positionals(argv, 2, "status PEER ASKID")? else {
-        print!("{HELP}");
+        out::text(HELP)?;
         return Ok(0);
     };
     let (home, config) = load(ctx)?;
@@ -148,14 +145,14 @@ fn status(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         if let Some(e) = &s.error {
             v["error"] = json!(e);
         }
-        super::print_json(&v);
+        super::print_json(&v)?;
     } else {
-        println!("{}", crate::sanitize::line(&s.status, 20));
+        out::line(&crate::sanitize::line(&s.status, 20))?;
         if let Some(a) = &s.answer {
-            println!("{}", crate::sanitize::text(a));
+            out::line(&crate::sanitize::text(a))?;
         }
         if let Some(e) = &s.error {
-            println!("error: {}", crate::sanitize::line(e, 400));
+            out::line(&format!("error: {}", crate::sanitize::line(e, 400)))?;
         }
     }
     Ok(0)
@@ -163,25 +160,25 @@ fn status(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
 
 fn pending(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     if positionals(argv, 0, "pending")?.is_none() {
-        print!("{HELP}");
+        out::text(HELP)?;
         return Ok(0);
     }
     let home = ctx.home()?;
     let list = crate::ask::approval::list_pending(&home)?;
     if ctx.json {
         let items: Vec<_> = list.iter().map(|p| p.to_json()).collect();
-        super::print_json(&json!({"ok": true, "pending": items}));
+        super::print_json(&json!({"ok": true, "pending": items}))?;
     } else if list.is_empty() {
-        println!("no asks are waiting for a decision");
+        out::line("no asks are waiting for a decision")?;
     } else {
         for p in &list {
-            println!(
+            out::line(&format!(
                 "{}  from {}  until {}  {}",
                 p.ask_id,
                 crate::sanitize::line(&p.caller, 64),
                 p.expires_at,
                 crate::sanitize::line(&p.question, 200)
-            );
+            ))?;
         }
     }
     Ok(0)
@@ -189,15 +186,15 @@ fn pending(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
 
 fn decide(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let Some(pos) = positionals(argv, 2, "decide ASKID approve|decline")? else {
-        print!("{HELP}");
+        out::text(HELP)?;
         return Ok(0);
     };
     let home = ctx.home()?;
     crate::ask::approval::decide_local(&home, &pos[0], &pos[1])?;
     if ctx.json {
-        super::print_json(&json!({"ok": true, "askId": pos[0], "decision": pos[1]}));
+        super::print_json(&json!({"ok": true, "askId": pos[0], "decision": pos[1]}))?;
     } else {
-        println!("{}: {}", pos[0], pos[1]);
+        out::line(&format!("{}: {}", pos[0], pos[1]))?;
     }
     Ok(0)
 }
@@ -215,21 +212,13 @@ fn serve(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
                 })?);
             }
             Long("help") | Short('h') => {
-                print!("{HELP}");
+                out::text(HELP)?;
                 return Ok(0);
             }
             other => return Err(args::unexpected(other)),
         }
     }
-    let signal = Arc::new(AtomicUsize::new(0));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register_usize(sig, signal.clone(), sig as usize)
-            .map_err(|e| Error::new(Code::Io, format!("cannot install signal handler: {e}")))?;
-    }
+    let stop = ctx.stop()?;
     let (home, config) = load(ctx)?;
     let server = crate::ask::server::start(&home, config, bind)?;
     let st = &server.state;
@@ -239,19 +228,17 @@ fn serve(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             "peer": st.config.caller_name, "publicKey": st.key.sign_string(),
             "fingerprint": st.key.fingerprint(), "sandbox": st.sandbox.name(),
             "workspace": st.workspace.to_string_lossy(), "pid": std::process::id(),
-        }));
+        }))?;
     } else {
-        println!(
+        out::line(&format!(
             "peer ask serve: {} listening on {} (key {}, sandbox {})",
             st.config.caller_name,
             st.listen,
             st.key.fingerprint(),
             st.sandbox.name()
-        );
+        ))?;
     }
-    while signal.load(Ordering::SeqCst) == 0 {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    stop.wait();
     server.stop();
     Ok(0)
 }

@@ -3,7 +3,7 @@
 //! (advert text, card fields, `via`) is sanitized before it reaches the terminal; decision
 //! tokens are never printed.
 
-use super::{Ctx, args, print_json};
+use super::{Ctx, args, out, print_json};
 use crate::ask::config::AskConfig;
 use crate::ask::discovery::{self, friends};
 use crate::ask::recommend::{self, pending};
@@ -89,7 +89,7 @@ fn positional(argv: Vec<OsString>, help: &str) -> Result<Option<(Vec<String>, Fl
     while let Some(arg) = p.next().map_err(args::usage)? {
         match arg {
             Long("help") | Short('h') => {
-                print!("{help}");
+                out::text(help)?;
                 return Ok(None);
             }
             Long(flag @ ("refresh" | "replace")) => flags.push((flag.to_string(), None)),
@@ -163,11 +163,11 @@ fn peers(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let (home, cfg) = load(ctx)?;
     let list = discovery::peers_listing(&home, &cfg, flag(&flags, "refresh").is_some());
     if ctx.json {
-        print_json(&json!({"peers": list}));
+        print_json(&json!({"peers": list}))?;
         return Ok(0);
     }
     if list.is_empty() {
-        println!("no friends configured (ask.peers in config.json, or 'peer ask card add')");
+        out::line("no friends configured (ask.peers in config.json, or 'peer ask card add')")?;
     }
     let now = clock::now_ms();
     for p in &list {
@@ -187,34 +187,34 @@ fn peers(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             "unreachable"
         };
         let seen = age(now, p["ageMs"].as_u64().map(|a| now.saturating_sub(a)));
-        println!(
+        out::line(&format!(
             "{:<16} {state:<11} seen {seen:<9} {}:{} mode={}{}",
             s("peer"),
             s("host"),
             p["port"],
             s("mode"),
             if p["signed"] == true { " signed" } else { "" }
-        );
+        ))?;
         if let Some(f) = p["fingerprint"].as_str() {
-            println!("    key {f}");
+            out::line(&format!("    key {f}"))?;
         }
         if !s("description").is_empty() {
-            println!("    {}", s("description"));
+            out::line(&format!("    {}", s("description")))?;
         }
         if !tags.is_empty() {
-            println!("    tags: {}", tags.join(", "));
+            out::line(&format!("    tags: {}", tags.join(", ")))?;
         }
         for session in p["sessions"].as_array().into_iter().flatten().take(8) {
             let f = |k: &str| sanitize::line(session[k].as_str().unwrap_or(""), 60);
-            println!(
+            out::line(&format!(
                 "    session {} ({}) {}",
                 f("id"),
                 f("workspace"),
                 f("status")
-            );
+            ))?;
         }
         if let Some(e) = p["error"].as_str() {
-            println!("    last error: {}", sanitize::line(e, 200));
+            out::line(&format!("    last error: {}", sanitize::line(e, 200)))?;
         }
     }
     Ok(0)
@@ -241,14 +241,17 @@ fn card_arg(word: Option<&String>) -> Result<String> {
     }
 }
 
-fn print_card_fields(v: &Value) {
+fn print_card_fields(v: &Value) -> Result<()> {
     let p = &v["peer"];
     let s = |k: &str, n: usize| sanitize::line(p[k].as_str().unwrap_or(""), n);
-    println!("name:        {}", s("name", 64));
-    println!("address:     {}:{}", s("host", 253), p["port"]);
-    println!("fingerprint: {}", v["fingerprint"].as_str().unwrap_or(""));
+    out::line(&format!("name:        {}", s("name", 64)))?;
+    out::line(&format!("address:     {}:{}", s("host", 253), p["port"]))?;
+    out::line(&format!(
+        "fingerprint: {}",
+        v["fingerprint"].as_str().unwrap_or("")
+    ))?;
     if !s("description", 200).is_empty() {
-        println!("description: {}", s("description", 200));
+        out::line(&format!("description: {}", s("description", 200)))?;
     }
     if let Some(tags) = p["tags"].as_array() {
         let t: Vec<String> = tags
@@ -256,8 +259,9 @@ fn print_card_fields(v: &Value) {
             .filter_map(Value::as_str)
             .map(|t| sanitize::line(t, 40))
             .collect();
-        println!("tags:        {}", t.join(", "));
+        out::line(&format!("tags:        {}", t.join(", ")))?;
     }
+    Ok(())
 }
 
 fn card_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
@@ -293,11 +297,14 @@ fn card_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             let c = discovery::own_card(&cfg, &key, &host, port, clock::now_ms());
             let view = discovery::card_view(&c, &key);
             if ctx.json {
-                print_json(&view);
+                print_json(&view)?;
             } else {
-                println!("{c}");
-                println!("fingerprint: {}", key.fingerprint());
-                println!("expires:     {}", view["expiresAt"].as_str().unwrap_or(""));
+                out::line(&c)?;
+                out::line(&format!("fingerprint: {}", key.fingerprint()))?;
+                out::line(&format!(
+                    "expires:     {}",
+                    view["expiresAt"].as_str().unwrap_or("")
+                ))?;
             }
             Ok(0)
         }
@@ -313,10 +320,10 @@ fn card_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
                 ));
             }
             if ctx.json {
-                print_json(&v);
+                print_json(&v)?;
             } else {
-                println!("card verifies (it proves the key, not that the name belongs to it):");
-                print_card_fields(&v);
+                out::line("card verifies (it proves the key, not that the name belongs to it):")?;
+                print_card_fields(&v)?;
             }
             Ok(0)
         }
@@ -340,21 +347,21 @@ fn card_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
                 "mode": mode,
             });
             if ctx.json {
-                print_json(&view);
+                print_json(&view)?;
             } else {
-                println!(
+                out::line(&format!(
                     "{} friend {} ({}:{}, {}), mode {mode}",
                     merged.name(),
                     sanitize::line(&verified.name, 64),
                     sanitize::line(&verified.host, 253),
                     verified.port,
                     view["fingerprint"].as_str().unwrap_or("")
-                );
+                ))?;
                 // Friendship is configured on both sides: the new friend needs our card too.
-                println!(
+                out::line(&format!(
                     "for {} to accept your asks, give them your card: peer ask card show",
                     sanitize::line(&verified.name, 64)
-                );
+                ))?;
             }
             Ok(0)
         }
@@ -366,7 +373,7 @@ fn card_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
 }
 
 /// Human lines for a recommendation view (from `recommend` or `friends pending`).
-fn print_recommendation(v: &Value) {
+fn print_recommendation(v: &Value) -> Result<()> {
     let p = &v["recommended"]
         .as_object()
         .map(|_| &v["recommended"])
@@ -381,7 +388,7 @@ fn print_recommendation(v: &Value) {
     } else {
         format!(" via {}", via.join(" → "))
     };
-    println!(
+    out::line(&format!(
         "{}{} recommends {} at {}:{}{chain}",
         v["recId"]
             .as_str()
@@ -391,13 +398,14 @@ fn print_recommendation(v: &Value) {
         s(&p["name"], 64),
         s(&p["host"], 253),
         p["port"]
-    );
+    ))?;
     if !s(&p["description"], 200).is_empty() {
-        println!("    {}", s(&p["description"], 200));
+        out::line(&format!("    {}", s(&p["description"], 200)))?;
     }
     if let Some(f) = v["fingerprint"].as_str() {
-        println!("    fingerprint {f}");
+        out::line(&format!("    fingerprint {f}"))?;
     }
+    Ok(())
 }
 
 fn recommend_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
@@ -432,16 +440,16 @@ fn recommend_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let key = keys::load_or_create(&cfg.key_dir(&home), &cfg.caller_name)?;
     let v = discovery::request_recommendation(&home, &cfg, &key, peer, topic, hops)?;
     if ctx.json {
-        print_json(&v);
+        print_json(&v)?;
         return Ok(0);
     }
-    print_recommendation(&v);
+    print_recommendation(&v)?;
     match v["status"].as_str() {
-        Some("awaiting_user_approval") => println!(
+        Some("awaiting_user_approval") => out::line(&format!(
             "    decide with: peer ask friends decide {} add|decline",
             v["recId"].as_str().unwrap_or("")
-        ),
-        Some(other) => println!("    ({other}; nothing to decide)"),
+        ))?,
+        Some(other) => out::line(&format!("    ({other}; nothing to decide)"))?,
         None => {}
     }
     Ok(0)
@@ -473,11 +481,13 @@ fn friends_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
                 })
                 .collect();
             if ctx.json {
-                print_json(&json!({"pending": views}));
+                print_json(&json!({"pending": views}))?;
             } else if views.is_empty() {
-                println!("no recommendations are waiting");
+                out::line("no recommendations are waiting")?;
             } else {
-                views.iter().for_each(print_recommendation);
+                for v in &views {
+                    print_recommendation(v)?;
+                }
             }
             Ok(0)
         }
@@ -494,17 +504,17 @@ fn friends_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
                 flag(&flags, "replace").is_some(),
             )?;
             if ctx.json {
-                print_json(&v);
+                print_json(&v)?;
             } else if let Some(p) = v.get("peer") {
-                println!(
+                out::line(&format!(
                     "{} friend {} ({}:{})",
                     v["result"].as_str().unwrap_or("added"),
                     sanitize::line(p["name"].as_str().unwrap_or(""), 64),
                     sanitize::line(p["host"].as_str().unwrap_or(""), 253),
                     p["port"]
-                );
+                ))?;
             } else {
-                println!("declined {}", sanitize::line(rec_id, 40));
+                out::line(&format!("declined {}", sanitize::line(rec_id, 40)))?;
             }
             Ok(0)
         }
