@@ -159,6 +159,14 @@ impl Approvals {
         Ok(())
     }
 
+    /// Withdraws an ask nobody will wait for (its job could not be created or started).
+    pub fn forget(&self, ask_id: &str) {
+        let mut map = self.pending.lock();
+        if map.remove(ask_id).is_some() {
+            self.write_owner_file(&map);
+        }
+    }
+
     pub fn wake_all(&self) {
         self.changed.notify_all();
     }

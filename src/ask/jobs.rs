@@ -309,6 +309,9 @@ pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, A
         files,
         timeout_ms: ask.timeout_ms,
     };
+    // Registered before anything answers the caller, so `peer ask pending` sees an ask the
+    // moment its 202 is out.
+    register_approval(state, &work)?;
     if !ask.is_async {
         let a = process(state, &work, false, &|| {})?;
         return Ok(Response::ok(
@@ -320,7 +323,10 @@ pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, A
     } else {
         Status::Running
     };
-    state.jobs.create(&work.ask_id, &work.caller, first)?;
+    if let Err(e) = state.jobs.create(&work.ask_id, &work.caller, first) {
+        state.approvals.forget(&work.ask_id);
+        return Err(e);
+    }
     let ask_id = work.ask_id.clone();
     let st = state.clone();
     let spawned = std::thread::Builder::new()
@@ -330,6 +336,7 @@ pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, A
             st.jobs.finish(&work.ask_id, result);
         });
     if spawned.is_err() {
+        state.approvals.forget(&ask_id);
         state
             .jobs
             .finish(&ask_id, Err(ApiError::internal("cannot start the ask")));
@@ -337,7 +344,22 @@ pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, A
     Ok(Response::json(202, json!({"ok": true, "askId": ask_id})))
 }
 
-/// Approval (in `ask` mode), then one answerer in a slot.
+/// In `ask` mode, puts the ask before the owner (nothing in the other modes).
+fn register_approval(state: &ServerState, work: &Work) -> Result<(), ApiError> {
+    if work.mode != Mode::Ask {
+        return Ok(());
+    }
+    state.approvals.register(
+        &work.ask_id,
+        &work.caller,
+        &work.question,
+        &work.context_paths,
+        state.config.approval_timeout_ms,
+    )
+}
+
+/// The owner's decision (in `ask` mode; registered by [`register_approval`]), then one
+/// answerer in a slot.
 pub fn process(
     state: &ServerState,
     work: &Work,
@@ -345,13 +367,6 @@ pub fn process(
     on_running: &dyn Fn(),
 ) -> Result<Answer, ApiError> {
     if work.mode == Mode::Ask {
-        state.approvals.register(
-            &work.ask_id,
-            &work.caller,
-            &work.question,
-            &work.context_paths,
-            state.config.approval_timeout_ms,
-        )?;
         let wait = Duration::from_millis(state.config.approval_timeout_ms);
         match state.approvals.wait(&work.ask_id, wait, &state.stopping) {
             Outcome::Approved => {}
