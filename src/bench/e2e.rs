@@ -38,6 +38,9 @@ pub struct Plan {
     pub crowded: usize,
     /// (concurrent senders, messages per sender) for each throughput run.
     pub throughput: Vec<(usize, usize)>,
+    /// History: a fresh sender's CPU per message over its first `history.0` sends, and again
+    /// over `history.0` sends once `history.1` have been sent.
+    pub history: (usize, usize),
 }
 
 impl Plan {
@@ -55,6 +58,10 @@ impl Plan {
                 .iter()
                 .map(|&k| (k, (total / k.max(1)).max(2)))
                 .collect(),
+            history: {
+                let first = (5 * n).clamp(100, 2_500);
+                (first, 10 * first)
+            },
         }
     }
 
@@ -66,6 +73,8 @@ impl Plan {
             + self.probes
             + self.crowded
             + self.throughput.iter().map(|(k, m)| k * m).sum::<usize>()
+            + self.history.0
+            + self.history.1
     }
 
     pub fn senders_max(&self) -> usize {
@@ -102,6 +111,27 @@ pub struct Throughput {
     pub peers: usize,
 }
 
+/// CPU cost per message of one fresh sender, early and after a long history.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct History {
+    /// Messages in each measured window.
+    pub window: usize,
+    /// Messages sent before the second window starts.
+    pub sent: usize,
+    /// Sender CPU µs per message over its first `window` sends.
+    pub first_cpu_us: f64,
+    /// Sender CPU µs per message over `window` sends after `sent`.
+    pub after_cpu_us: f64,
+    /// The receiver's CPU µs per message over the same two windows.
+    pub first_rx_cpu_us: f64,
+    pub after_rx_cpu_us: f64,
+    /// The sender's resident set after the second window.
+    pub sender_rss_kb: u64,
+    /// Send latencies of the two windows.
+    pub first_latency: super::stats::Summary,
+    pub after_latency: super::stats::Summary,
+}
+
 /// Peak counters seen while sampling, next to the idle reading.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Counters {
@@ -122,6 +152,7 @@ pub struct Outcome {
     pub cold: Vec<f64>,
     pub inbox: Vec<f64>,
     pub throughput: Vec<Throughput>,
+    pub history: Option<History>,
     pub receiver: Counters,
     pub sender: Counters,
     pub audits: Vec<(String, Audit)>,
@@ -299,6 +330,70 @@ impl Run<'_> {
             let r = self.crowded(plan.crowded);
             self.after("warmCrowded", r);
         }
+        let r = self.history(plan.history);
+        self.after("history", r);
+    }
+
+    /// A fresh sender host sends `window` messages, then until `sent` have gone, then
+    /// `window` more: its CPU per message in the first and the last window.
+    fn history(&mut self, (window, sent): (usize, usize)) -> Result<()> {
+        let [home, ws, logs] = layout(&self.dir);
+        let hp = HostPlan {
+            exe: self.exe,
+            home: &home,
+            workspace: &ws,
+            logs: &logs,
+        };
+        let host = hosts::start_all(&hp, &["bench-history".to_string()])?
+            .pop()
+            .ok_or_else(|| Error::new(Code::Io, "bench: the history sender did not start"))?;
+        let (pid, rx_pid) = (host.pid, self.rx.pid);
+        let mut a = Adapter::connect(&host.control, &self.limits)?;
+        self.tx.push(host);
+        let cpu = |pid| {
+            (
+                machine::thread_cpu_ns(pid),
+                machine::process_cpu_us(pid).unwrap_or(0.0),
+            )
+        };
+        let used = |pid, (t0, c0): &(std::collections::HashMap<u32, u64>, f64)| {
+            let (t1, c1) = cpu(pid);
+            machine::cpu_between(t0, &t1, c1 - c0)
+        };
+        let to = self.rx.peer_id.clone();
+        let mut h = History {
+            window,
+            sent,
+            ..History::default()
+        };
+        let mut i = 0;
+        let mut send_window = |run: &mut Self, n: usize| -> Result<(f64, f64, Vec<f64>)> {
+            let (c0, r0) = (cpu(pid), cpu(rx_pid));
+            let mut lat = Vec::with_capacity(n);
+            for _ in 0..n {
+                let id = run.id("history", i);
+                i += 1;
+                let t = Instant::now();
+                if let Err(e) = a.send(&to, &body("history", i), &id) {
+                    run.failed.push(id.clone());
+                    return Err(Error::new(e.code, format!("message {id}: {}", e.message)));
+                }
+                lat.push(micros_since(t));
+                run.accepted.push(id);
+            }
+            let per = |d: f64| d / n.max(1) as f64;
+            Ok((per(used(pid, &c0)), per(used(rx_pid, &r0)), lat))
+        };
+        let (c, r, lat) = send_window(self, window)?;
+        (h.first_cpu_us, h.first_rx_cpu_us) = (c, r);
+        h.first_latency = super::stats::Summary::of(&lat);
+        send_window(self, sent.saturating_sub(window))?;
+        let (c, r, lat) = send_window(self, window)?;
+        (h.after_cpu_us, h.after_rx_cpu_us) = (c, r);
+        h.after_latency = super::stats::Summary::of(&lat);
+        h.sender_rss_kb = machine::proc_counters(pid).map_or(0, |p| p.rss_kb);
+        self.out.history = Some(h);
+        Ok(())
     }
 
     /// Starts senders until there are `k` (not timed).

@@ -121,6 +121,7 @@ pub fn run(opts: &Options) -> Result<i32> {
         "floors": {"before": before.to_json(), "after": after.to_json(), "ratioBasis": "mean of the before and after medians"},
         "figures": figs.iter().map(report::Figure::to_json).collect::<Vec<_>>(),
         "process": report::process_json(&out),
+        "history": report::history_json(&out),
         "integrity": report::integrity_json(&out),
         "hostExits": out.host_exits.iter().filter(|(_, c)| *c != Some(0)).map(|(a, c)| json!({"alias": a, "exit": c})).collect::<Vec<_>>(),
         "elapsedMs": started.elapsed().as_millis() as u64,
@@ -179,6 +180,19 @@ fn text(
         p["receiver"]["idle"]["threads"],
         p["receiver"]["peak"]["threads"]
     );
+    let h = &r["history"];
+    if h.is_object() {
+        s += &format!(
+            "history: sender CPU {} → {} µs/msg, receiver {} → {} µs/msg (first {} vs after {} sent); sender RSS {} kB after\n",
+            h["senderCpuUsPerMessage"]["first"],
+            h["senderCpuUsPerMessage"]["after"],
+            h["receiverCpuUsPerMessage"]["first"],
+            h["receiverCpuUsPerMessage"]["after"],
+            h["window"],
+            h["sentBefore"],
+            h["senderRssKbAfter"]
+        );
+    }
     let i = &r["integrity"];
     s += &format!(
         "integrity: {} accepted, {} lost, {} duplicates, {} unexpected, {} failed sends ({} of them in the inbox after all)\n",

@@ -154,7 +154,45 @@ pub fn figures(before: &Floors, after: &Floors, out: &Outcome) -> Vec<Figure> {
         crowded.peers = out.crowd;
         v.push(crowded);
     }
+    if let Some(h) = &out.history {
+        v.push(Figure {
+            key: "history".to_string(),
+            label: format!(
+                "sender CPU µs per message over {} sends after {} sent (median/p99: their latency)",
+                h.window, h.sent
+            ),
+            unit: "us",
+            latency: h.after_latency,
+            value: h.after_cpu_us,
+            floor_label: format!("its CPU per message over its first {} sends", h.window),
+            floor: h.first_cpu_us,
+            ratio: ratio(h.after_cpu_us, h.first_cpu_us),
+            durability: CUSTODY,
+            also: None,
+            target: Some("≤ 1.2× the first window; sender RSS ≤ 16 MB"),
+            peers: out.crowd.max(out.peers_first) + 1,
+        });
+    }
     v
+}
+
+/// The history phase in full: both windows, sender and receiver CPU, sender RSS.
+pub fn history_json(out: &Outcome) -> Value {
+    let Some(h) = &out.history else {
+        return Value::Null;
+    };
+    json!({
+        "window": h.window,
+        "sentBefore": h.sent,
+        "senderCpuUsPerMessage": {"first": round2(h.first_cpu_us), "after": round2(h.after_cpu_us)},
+        "receiverCpuUsPerMessage": {"first": round2(h.first_rx_cpu_us), "after": round2(h.after_rx_cpu_us)},
+        "senderRssKbAfter": h.sender_rss_kb,
+        "latency": {
+            "first": {"n": h.first_latency.n, "medianUs": round2(h.first_latency.median), "p99Us": round2(h.first_latency.p99)},
+            "after": {"n": h.after_latency.n, "medianUs": round2(h.after_latency.median), "p99Us": round2(h.after_latency.p99)},
+        },
+        "cpuSource": "/proc/PID/stat utime+stime (clock ticks)",
+    })
 }
 
 /// The receiver's and first sender's process counters as JSON.

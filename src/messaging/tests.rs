@@ -430,6 +430,67 @@ fn sender_receipts_never_regress_and_need_the_exact_target() {
 }
 
 #[test]
+fn resolved_entries_leave_the_route_index_and_keep_only_a_digest() {
+    let mut m = machine();
+    let accepted = |id: &str| Receipt {
+        message_id: id.into(),
+        from_peer_id: ME.into(),
+        to_peer_id: "p-alice".into(),
+        state: ReceiptState::Accepted,
+        sequence: 1,
+        correlation_id: id.into(),
+        at_ms: NOW,
+        reply_message_id: None,
+        code: None,
+    };
+    let long = |id: &str| {
+        let mut o = out(id, &alice());
+        o.content = format!("{id} {}", "x".repeat(500));
+        o
+    };
+    for id in ["h1", "h2", "h3"] {
+        m.outbox_intent(&long(id), NOW).unwrap();
+    }
+    m.outbox_intent(&out("b1", &bob()), NOW).unwrap();
+    let ids = |m: &Machine| -> Vec<String> {
+        m.route_pending(ME, "p-alice")
+            .into_iter()
+            .map(|e| e.message_id)
+            .collect()
+    };
+    assert_eq!(ids(&m), ["h1", "h2", "h3"]);
+    assert_eq!(m.route_head(ME, "p-alice").unwrap().message_id, "h1");
+    assert_eq!(m.pending_routes().len(), 2);
+    let before = m.state().live_bytes();
+    m.outbox_result("p-alice", "h2", Ok(accepted("h2")), NOW)
+        .unwrap();
+    assert_eq!(ids(&m), ["h1", "h3"]);
+    let e = m.state().outbox_get("p-alice", "h2").unwrap().clone();
+    assert!(e.content.is_empty());
+    assert!(e.has_content(&long("h2").content) && !e.has_content(&long("h1").content));
+    // The dropped body no longer counts against the storage budget.
+    assert!(m.state().live_bytes() < before);
+    // A retry with the same content gets the original; other content still conflicts.
+    let (again, recs) = m.outbox_intent(&long("h2"), NOW).unwrap();
+    assert!(recs.is_empty() && again.receipt.is_some());
+    let mut other = long("h2");
+    other.content = "changed".into();
+    assert_eq!(code(m.outbox_intent(&other, NOW)), Code::MessageIdConflict);
+    for id in ["h1", "h3"] {
+        m.outbox_result("p-alice", id, Ok(accepted(id)), NOW)
+            .unwrap();
+    }
+    assert!(ids(&m).is_empty() && m.route_head(ME, "p-alice").is_none());
+    assert_eq!(
+        m.pending_routes(),
+        vec![(ME.to_string(), "p-bob".to_string())]
+    );
+    assert_eq!(m.state().outbox_by_id("h2").count(), 1);
+    // The indexes are derived: a snapshot image rebuilds exactly the same state.
+    assert_eq!(State::from_image(m.state().image()), *m.state());
+}
+
+#[test]
 fn retryable_failures_leave_the_entry_unresolved_refusals_end_it() {
     let mut m = machine();
     m.outbox_intent(&out("x1", &alice()), NOW).unwrap();

@@ -324,8 +324,8 @@ impl Core {
         self.store
             .query(move |m| {
                 m.state()
-                    .outbox()
-                    .filter(|e| e.from_peer_id == me && e.message_id == id)
+                    .outbox_by_id(&id)
+                    .filter(|e| e.from_peer_id == me)
                     .max_by_key(|e| e.order)
                     .cloned()
             })?

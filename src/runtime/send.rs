@@ -532,11 +532,10 @@ impl Core {
         };
         for (from, to_peer) in routes.into_iter().take(ROUTES_PER_PASS) {
             let (f, t) = (from.clone(), to_peer.clone());
-            let head = self.store.query(move |m| m.route_pending(&f, &t));
-            let Ok(pending) = head else { continue };
-            let Some(target) = pending.first().map(|e| e.to.clone()) else {
-                continue;
-            };
+            let head = self
+                .store
+                .query(move |m| m.route_head(&f, &t).map(|e| e.to.clone()));
+            let Ok(Some(target)) = head else { continue };
             {
                 let queue = self.route_queue(&from, &to_peer);
                 // A sender is working this route right now: leave it to them.
