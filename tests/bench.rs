@@ -84,6 +84,8 @@ fn quick_bench_reports_every_figure_beside_its_floor_with_nothing_lost() {
     assert_eq!(i["failedSends"], 0, "{i}");
     assert!(number(&i["accepted"], "accepted") >= 6.0);
     assert_eq!(i["phases"].as_array().unwrap().len(), 8);
+    assert!(number(&r["idle"]["wakeupsPerSecond"], "idle wakeups") >= 0.0);
+    assert!(number(&r["idle"]["rssKb"], "idle rss") > 0.0);
     let h = &r["history"];
     assert_eq!(h["window"], 100, "{h}");
     assert_eq!(h["sentBefore"], 1000, "{h}");

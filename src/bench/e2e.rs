@@ -132,6 +132,14 @@ pub struct History {
     pub after_latency: super::stats::Summary,
 }
 
+/// An idle receiver over a quiet window: how often its threads woke, and its resident set.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Idle {
+    pub seconds: f64,
+    pub wakeups_per_second: f64,
+    pub rss_kb: u64,
+}
+
 /// Peak counters seen while sampling, next to the idle reading.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Counters {
@@ -153,6 +161,7 @@ pub struct Outcome {
     pub inbox: Vec<f64>,
     pub throughput: Vec<Throughput>,
     pub history: Option<History>,
+    pub idle: Option<Idle>,
     pub receiver: Counters,
     pub sender: Counters,
     pub audits: Vec<(String, Audit)>,
@@ -202,7 +211,7 @@ struct Run<'a> {
 }
 
 /// Runs phase 2 in a fresh namespace under `dir`.
-pub fn run(exe: &Path, dir: &Path, plan: &Plan) -> Outcome {
+pub fn run(exe: &Path, dir: &Path, plan: &Plan, idle_ms: u64) -> Outcome {
     let mut out = Outcome::default();
     let mut run = match setup(exe, dir, plan) {
         Ok(r) => r,
@@ -214,6 +223,7 @@ pub fn run(exe: &Path, dir: &Path, plan: &Plan) -> Outcome {
     let stop = Arc::new(AtomicBool::new(false));
     let pids = [run.rx.pid, run.tx.first().map_or(0, |h| h.pid)];
     std::thread::sleep(Duration::from_millis(SETTLE_MS));
+    run.out.idle = Some(idle(run.rx.pid, idle_ms));
     let sampler = spawn_sampler(pids, stop.clone());
     run.phases(plan);
     stop.store(true, Ordering::SeqCst);
@@ -304,6 +314,20 @@ fn spawn_sampler(pids: [u32; 2], stop: Arc<AtomicBool>) -> std::thread::JoinHand
         }
         c
     })
+}
+
+/// Watches an idle process for `ms` milliseconds without touching it.
+fn idle(pid: u32, ms: u64) -> Idle {
+    let before = machine::context_switches(pid);
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_millis(ms));
+    let seconds = t.elapsed().as_secs_f64();
+    let woke = machine::context_switches(pid).saturating_sub(before);
+    Idle {
+        seconds,
+        wakeups_per_second: woke as f64 / seconds.max(1e-3),
+        rss_kb: machine::proc_counters(pid).map_or(0, |p| p.rss_kb),
+    }
 }
 
 fn micros_since(t: Instant) -> f64 {

@@ -66,6 +66,25 @@ pub fn parse_proc_ticks(line: &str) -> Option<(String, u64)> {
     Some((comm, utime + stime))
 }
 
+/// Context switches (voluntary + involuntary) of every live thread of `pid` so far: each is
+/// one wake-up of a thread that had been sleeping or was preempted.
+pub fn context_switches(pid: u32) -> u64 {
+    let dir = Path::new("/proc").join(pid.to_string()).join("task");
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .take(PROCESSES_MAX)
+        .filter_map(|e| read_small(&e.path().join("status")))
+        .map(|text| {
+            text.lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
+}
+
 /// CPU time (user + system) one process has used so far, in microseconds, from clock ticks.
 pub fn process_cpu_us(pid: u32) -> Option<f64> {
     let line = read_small(&Path::new("/proc").join(pid.to_string()).join("stat"))?;

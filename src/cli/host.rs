@@ -4,6 +4,7 @@
 use super::{Ctx, args};
 use crate::error::{Code, Error, Result};
 use crate::runtime::{Root, RootOptions};
+use crossbeam_channel::Receiver;
 use std::ffi::OsString;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,6 +63,7 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         signal_hook::flag::register_usize(sig, signal.clone(), sig as usize)
             .map_err(|e| Error::new(Code::Io, format!("cannot install signal handler: {e}")))?;
     }
+    let signalled = signal_channel()?;
     let root = Root::start(&a.opts)?;
     let events = root.bus.subscribe();
     if ctx.json {
@@ -81,7 +83,7 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         }
     };
     let status = if a.command.is_empty() {
-        wait_for_signal(&signal, &drain)
+        wait_for_signal(&signal, events.as_ref(), &signalled, &show)
     } else {
         run_child(&root, &a.command, &signal, &drain)?
     };
@@ -111,12 +113,53 @@ fn print_event(json: bool, ev: &serde_json::Value) {
     }
 }
 
-fn wait_for_signal(signal: &AtomicUsize, drain: &dyn Fn()) -> i32 {
+/// Blocks until a stop signal, printing events as they arrive: no periodic wake-up.
+fn wait_for_signal(
+    signal: &AtomicUsize,
+    events: Option<&Receiver<serde_json::Value>>,
+    signalled: &Receiver<()>,
+    show: &dyn Fn(serde_json::Value),
+) -> i32 {
+    let never = crossbeam_channel::never();
+    let mut events = events.unwrap_or(&never);
     while signal.load(Ordering::SeqCst) == 0 {
-        drain();
-        std::thread::sleep(Duration::from_millis(20));
+        crossbeam_channel::select! {
+            recv(events) -> ev => match ev {
+                Ok(ev) => show(ev),
+                // The bus is gone: only a signal can end the wait now.
+                Err(_) => events = &never,
+            },
+            recv(signalled) -> _ => {}
+        }
     }
     0
+}
+
+/// A channel that receives one message per stop signal (SIGINT, SIGTERM, SIGHUP): the signal
+/// handler writes to a socket that a small thread blocks on.
+fn signal_channel() -> Result<Receiver<()>> {
+    use std::io::Read;
+    let io =
+        |e: std::io::Error| Error::new(Code::Io, format!("cannot install signal handler: {e}"));
+    let (mut read, write) = std::os::unix::net::UnixStream::pair().map_err(io)?;
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::low_level::pipe::register(sig, write.try_clone().map_err(io)?).map_err(io)?;
+    }
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut buf = [0u8; 16];
+            while matches!(read.read(&mut buf), Ok(n) if n > 0) {
+                let _ = tx.try_send(());
+            }
+        })
+        .map_err(io)?;
+    Ok(rx)
 }
 
 fn run_child(

@@ -87,6 +87,7 @@ struct Owned {
     store: Store,
     heartbeat: (Sender<()>, JoinHandle<()>),
     worker: JoinHandle<()>,
+    resource_events: (std::os::unix::net::UnixStream, JoinHandle<()>),
 }
 
 impl std::ops::Deref for Root {
@@ -269,7 +270,8 @@ impl Root {
         let heartbeat = spawn_heartbeat(core.publisher.clone(), core.limits().heartbeat_ms)?;
         // Position the resource event cursor before the ready line, so no change is missed.
         let resource_cursor = resources::publish_events(&core, None);
-        let worker = spawn_worker(core.clone(), resource_cursor)?;
+        let resource_events = resources::spawn_events(core.clone(), resource_cursor)?;
+        let worker = spawn_worker(core.clone())?;
         if core.config.idle_behavior == IdleBehavior::Auto {
             let env = vec![
                 (
@@ -298,6 +300,7 @@ impl Root {
                 store,
                 heartbeat,
                 worker,
+                resource_events,
             }),
             one_off: opts.one_off,
         })
@@ -376,6 +379,9 @@ impl Root {
             runner.shutdown();
         }
         let _ = owned.worker.join();
+        let (stop, handle) = owned.resource_events;
+        drop(stop);
+        let _ = handle.join();
         owned.endpoint.shutdown();
         control::remove(&self.control_path, &self.core.instance_id);
         let (stop, handle) = owned.heartbeat;
@@ -429,39 +435,47 @@ use crate::config::internal::RETENTION_SWEEP_MS;
 use crate::config::internal::WORKER_TICK_MS;
 
 /// The background worker: pushes receipts back to senders, retries stuck routes, sweeps
-/// expiry and retention. Woken by every durable store change.
-fn spawn_worker(
-    core: Arc<Core>,
-    mut resource_cursor: Option<resource::EventCursor>,
-) -> Result<JoinHandle<()>> {
+/// expiry and retention. It sleeps until a durable store change (or the root stopping, which
+/// wakes it) or its next deadline: the next sweep, and while routes or receipt pushes are
+/// still unresolved, the next retry. An idle root with nothing unresolved sleeps until the
+/// next sweep.
+fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("root-worker".into())
         .spawn(move || {
             let mut last_sweep = Instant::now();
             // Expiry and retention are honoured within a quarter of their configured span.
             let l = core.limits();
-            let sweep_every =
-                (l.expiry_ms.min(l.retention_ms) / 4).clamp(WORKER_TICK_MS, RETENTION_SWEEP_MS);
+            let sweep_every = Duration::from_millis(
+                (l.expiry_ms.min(l.retention_ms) / 4).clamp(WORKER_TICK_MS, RETENTION_SWEEP_MS),
+            );
             let mut last_restart = Instant::now();
             let mut seen = core.store.change_generation();
             while !core.stopping.load(Ordering::SeqCst) {
                 core.push_receipts();
-                resource_cursor = resources::publish_events(&core, resource_cursor);
                 let restart =
                     last_restart.elapsed() >= Duration::from_millis(send::GAVE_UP_RETRY_MS);
                 if restart {
                     last_restart = Instant::now();
                 }
                 core.retry_routes(restart);
-                if last_sweep.elapsed() >= Duration::from_millis(sweep_every) {
+                if last_sweep.elapsed() >= sweep_every {
                     if let Err(e) = core.store.sweep() {
                         core.report_problem("the expiry and retention sweep", &e);
                     }
                     last_sweep = Instant::now();
                 }
-                seen = core
+                let unresolved = core
                     .store
-                    .wait_for_change(seen, WORKER_TICK_MS, &core.stopping);
+                    .query(|m| !m.pending_routes().is_empty() || !m.pending_pushes(1).is_empty())
+                    .unwrap_or(true);
+                let mut wait = sweep_every.saturating_sub(last_sweep.elapsed());
+                if unresolved {
+                    wait = wait.min(Duration::from_millis(WORKER_TICK_MS));
+                }
+                seen =
+                    core.store
+                        .wait_for_change_woken(seen, wait.as_millis() as u64, &core.stopping);
             }
         })
         .map_err(|e| {

@@ -250,6 +250,25 @@ impl StoreHandle {
         *changes
     }
 
+    /// Like [`wait_for_change`](Self::wait_for_change) for a flag whose setter always calls
+    /// [`wake_waiters`](Self::wake_waiters) afterwards (the root's stopping flag): it sleeps
+    /// until a change, the deadline or that wake-up, with no periodic re-check.
+    pub fn wait_for_change_woken(&self, seen: u64, wait_ms: u64, cancel: &AtomicBool) -> u64 {
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
+        let mut changes = self.shared.changes.lock();
+        while *changes <= seen && !cancel.load(Ordering::Acquire) {
+            if self
+                .shared
+                .changed
+                .wait_until(&mut changes, deadline)
+                .timed_out()
+            {
+                break;
+            }
+        }
+        *changes
+    }
+
     /// Wakes every waiter so it re-checks its cancellation flag now.
     pub fn wake_waiters(&self) {
         let _guard = self.shared.changes.lock();
