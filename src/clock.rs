@@ -1,4 +1,5 @@
 //! Wall-clock time in epoch milliseconds and its ISO-8601 form, as presence records need.
+#![forbid(unsafe_code)]
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -1,5 +1,6 @@
 //! `sessions.communication` in `<ns>/config.json`: every field and limit of the protocol with its
 //! default, validated once at start-up, plus namespace resolution.
+#![forbid(unsafe_code)]
 
 use crate::error::{Code, Error, Result};
 use serde_json::Value;
@@ -144,7 +145,7 @@ limits! {
     presence_file_bytes, "presenceFileBytes", 64 * 1024, 1_024..=16 << 20,
         "Largest presence record read; bigger files are skipped, never deleted.";
     presence_files, "presenceFiles", 4_096, 1..=1_000_000,
-        "Presence files read per listing.";
+        "Presence files read per listing: the most recently written ones (of at most 16 times as many names), so records that stopped being refreshed are the ones left out. Roots remove the records, sockets and control files of peerwire roots whose process is provably gone (pid plus process start time); other programs' records are never deleted.";
     outgoing_frames, "outgoingFrames", 64, 1..=65_536,
         "Frames queued for writing on one connection.";
     write_ms, "writeMs", 2_000, 1..=600_000,
@@ -350,78 +351,83 @@ impl Config {
         };
         let mut cfg = Config::default();
         for (key, value) in obj {
-            let field = format!("sessions.communication.{key}");
-            match key.as_str() {
-                "enabled" => cfg.enabled = Some(boolean(&field, value)?),
-                "scope" => {
-                    cfg.scope = string(&field, value).and_then(|s| {
-                        Scope::parse(s)
-                            .ok_or_else(|| bad(&field, "workspace, repository or machine"))
-                    })?
-                }
-                "idleBehavior" => {
-                    cfg.idle_behavior = match string(&field, value)? {
-                        "notify" => IdleBehavior::Notify,
-                        "auto" => IdleBehavior::Auto,
-                        _ => return Err(bad(&field, "notify or auto")),
-                    }
-                }
-                "alias" => {
-                    let alias = string(&field, value)?;
-                    crate::identity::validate_alias(alias).map_err(|e| {
-                        Error::new(Code::ConfigInvalid, format!("{field}: {}", e.message))
-                    })?;
-                    cfg.alias = Some(alias.to_string());
-                }
-                "coordinationDirectory" => {
-                    let dir = string(&field, value)?;
-                    if !Path::new(dir).is_absolute() {
-                        return Err(bad(&field, "an absolute path"));
-                    }
-                    cfg.coordination_directory = Some(PathBuf::from(dir));
-                }
-                "allowResourceControl" => cfg.allow_resource_control = boolean(&field, value)?,
-                "resourceWaitTimeoutMs" => {
-                    let n = positive_integer(&field, value)?;
-                    if n > RESOURCE_WAIT_TIMEOUT_MS_MAX {
-                        return Err(bad(
-                            &field,
-                            &format!("at most {RESOURCE_WAIT_TIMEOUT_MS_MAX}, got {n}"),
-                        ));
-                    }
-                    cfg.resource_wait_timeout_ms = n
-                }
-                "autoCommand" => {
-                    let Some(items) = value.as_array().filter(|a| !a.is_empty()) else {
-                        return Err(bad(&field, "a non-empty array of strings"));
-                    };
-                    let mut argv = Vec::with_capacity(items.len());
-                    for item in items {
-                        argv.push(string(&field, item)?.to_string());
-                    }
-                    cfg.auto_command = Some(argv);
-                }
-                "limits" => {
-                    let Some(limits) = value.as_object() else {
-                        return Err(bad(&field, "an object"));
-                    };
-                    for (name, v) in limits {
-                        cfg.limits.set(name, v)?;
-                    }
-                }
-                _ => {
-                    return Err(Error::new(
-                        Code::ConfigInvalid,
-                        format!("{field} is not a known setting (see peer-config(5))"),
-                    ));
-                }
-            }
+            cfg.set(key, value)?;
         }
         cfg.limits.validate()?;
         Ok(cfg)
     }
-}
 
+    /// Sets one `sessions.communication` field from its JSON value, validating it.
+    fn set(&mut self, key: &str, value: &Value) -> Result<()> {
+        let cfg = self;
+        let field = format!("sessions.communication.{key}");
+        match key {
+            "enabled" => cfg.enabled = Some(boolean(&field, value)?),
+            "scope" => {
+                cfg.scope = string(&field, value).and_then(|s| {
+                    Scope::parse(s).ok_or_else(|| bad(&field, "workspace, repository or machine"))
+                })?
+            }
+            "idleBehavior" => {
+                cfg.idle_behavior = match string(&field, value)? {
+                    "notify" => IdleBehavior::Notify,
+                    "auto" => IdleBehavior::Auto,
+                    _ => return Err(bad(&field, "notify or auto")),
+                }
+            }
+            "alias" => {
+                let alias = string(&field, value)?;
+                crate::identity::validate_alias(alias).map_err(|e| {
+                    Error::new(Code::ConfigInvalid, format!("{field}: {}", e.message))
+                })?;
+                cfg.alias = Some(alias.to_string());
+            }
+            "coordinationDirectory" => {
+                let dir = string(&field, value)?;
+                if !Path::new(dir).is_absolute() {
+                    return Err(bad(&field, "an absolute path"));
+                }
+                cfg.coordination_directory = Some(PathBuf::from(dir));
+            }
+            "allowResourceControl" => cfg.allow_resource_control = boolean(&field, value)?,
+            "resourceWaitTimeoutMs" => {
+                let n = positive_integer(&field, value)?;
+                if n > RESOURCE_WAIT_TIMEOUT_MS_MAX {
+                    return Err(bad(
+                        &field,
+                        &format!("at most {RESOURCE_WAIT_TIMEOUT_MS_MAX}, got {n}"),
+                    ));
+                }
+                cfg.resource_wait_timeout_ms = n
+            }
+            "autoCommand" => {
+                let Some(items) = value.as_array().filter(|a| !a.is_empty()) else {
+                    return Err(bad(&field, "a non-empty array of strings"));
+                };
+                let mut argv = Vec::with_capacity(items.len());
+                for item in items {
+                    argv.push(string(&field, item)?.to_string());
+                }
+                cfg.auto_command = Some(argv);
+            }
+            "limits" => {
+                let Some(limits) = value.as_object() else {
+                    return Err(bad(&field, "an object"));
+                };
+                for (name, v) in limits {
+                    cfg.limits.set(name, v)?;
+                }
+            }
+            _ => {
+                return Err(Error::new(
+                    Code::ConfigInvalid,
+                    format!("{field} is not a known setting (see peer-config(5))"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
 fn bad(field: &str, expected: &str) -> Error {
     Error::new(Code::ConfigInvalid, format!("{field} must be {expected}"))
 }

@@ -4,6 +4,7 @@
 //! A leading mention routes; an inline mention is metadata only and never changes the text.
 //! Names follow the alias rules of [`crate::identity::validate_alias`] or the peer-id shape
 //! `p-` + 24 lowercase hex digits. Emails (`a@b.c`) and `@` inside words are not mentions.
+#![forbid(unsafe_code)]
 
 /// The result of parsing one composer line or message.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -240,21 +240,71 @@ pub fn read_matching_cached(
     Ok(out)
 }
 
+/// The record names a reader looks at: at most `presence_files`, the most recently written
+/// first, so records that stopped being refreshed (stale or dead) are the ones left out and can
+/// never crowd out live ones; returned in name order. Names scanned are bounded too
+/// (`PRESENCE_SCAN_FACTOR` × `presence_files`).
 fn list_names(dir: &Path, limits: &Limits) -> Result<Vec<String>> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::io("cannot list", dir, &e)),
     };
+    let keep = limits.presence_files as usize;
+    let scan = keep.saturating_mul(PRESENCE_SCAN_FACTOR);
     let mut names: Vec<String> = rd
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+        .take(scan)
         .collect();
+    if names.len() > keep {
+        let mut stamped: Vec<(std::time::SystemTime, String)> = names
+            .into_iter()
+            .map(|n| {
+                let at = std::fs::symlink_metadata(dir.join(&n))
+                    .and_then(|m| m.modified())
+                    .unwrap_or(std::time::UNIX_EPOCH);
+                (at, n)
+            })
+            .collect();
+        stamped.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        names = stamped.into_iter().take(keep).map(|(_, n)| n).collect();
+    }
     names.sort();
-    names.truncate(limits.presence_files as usize);
     Ok(names)
 }
+
+/// Up to `n` record names not written for more than `staleMs`, the longest unwritten first:
+/// the candidates a reclaimer looks at (listings may leave exactly these out). Scans at most
+/// `PRESENCE_SCAN_FACTOR` × `presence_files` names.
+pub fn unrefreshed_names(dir: &Path, limits: &Limits, n: usize) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let scan = (limits.presence_files as usize).saturating_mul(PRESENCE_SCAN_FACTOR);
+    let cutoff = std::time::SystemTime::now()
+        .checked_sub(std::time::Duration::from_millis(limits.stale_ms))
+        .unwrap_or(std::time::UNIX_EPOCH);
+    let mut old: Vec<(std::time::SystemTime, String)> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+        .take(scan)
+        .filter_map(|n| {
+            let at = std::fs::symlink_metadata(dir.join(&n))
+                .and_then(|m| m.modified())
+                .ok()?;
+            (at < cutoff).then_some((at, n))
+        })
+        .collect();
+    old.sort();
+    old.into_iter().take(n).map(|(_, n)| n).collect()
+}
+
+/// How many names beyond `presenceFiles` a listing may look at (by modification time) to find
+/// the current ones.
+const PRESENCE_SCAN_FACTOR: usize = 16;
 
 /// Reads every `*.json` in the directory (at most `presence_files` of them), never deleting.
 pub fn read_all(dir: &Path, limits: &Limits, now_ms: u64) -> Result<Vec<Entry>> {
@@ -437,18 +487,25 @@ pub struct Publisher {
 
 impl Publisher {
     /// Writes the first version of our record.
-    pub fn publish(dir: &Path, mut record: Record) -> Result<Publisher> {
+    pub fn publish(dir: &Path, record: Record) -> Result<Publisher> {
+        let publisher = Publisher::prepare(dir, record);
+        publisher.write()?;
+        Ok(publisher)
+    }
+
+    /// A publisher for `record` that has written nothing yet: the first `refresh` (or
+    /// `update`) publishes it. A root prepares its record before its endpoint exists and
+    /// publishes it once the endpoint answers.
+    pub fn prepare(dir: &Path, mut record: Record) -> Publisher {
         let path = dir.join(file_name(
             &record.session_id,
             &record.communication.instance_id,
         ));
         record.updated_at = clock::iso8601(clock::now_ms());
-        let publisher = Publisher {
+        Publisher {
             path,
             record: parking_lot::Mutex::new(record),
-        };
-        publisher.write()?;
-        Ok(publisher)
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -564,6 +621,103 @@ mod tests {
         // Nothing was deleted.
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 8);
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn old_records_never_crowd_out_a_current_one() {
+        let d = tmp();
+        let now = clock::now_ms();
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for n in 0..10 {
+            let name = format!("a-old-{n}.json");
+            write(
+                &d,
+                &name,
+                legacy(0, &clock::iso8601(now - 3_600_000)).as_bytes(),
+            );
+            std::fs::File::options()
+                .write(true)
+                .open(d.join(&name))
+                .unwrap()
+                .set_modified(hour_ago)
+                .unwrap();
+        }
+        write(
+            &d,
+            "z-live.json",
+            legacy(std::process::id(), &clock::iso8601(now)).as_bytes(),
+        );
+        let mut limits = limits();
+        limits.presence_files = 5;
+        let all = read_all(&d, &limits, now).unwrap();
+        assert_eq!(all.len(), 5);
+        assert!(all.iter().any(|e| e.file == "z-live.json" && e.is_live()));
+        // The reclaimer's candidates are the unrefreshed ones, oldest first.
+        let old = unrefreshed_names(&d, &limits, 3);
+        assert_eq!(old.len(), 3);
+        assert!(old.iter().all(|n| n.starts_with("a-old-")));
+    }
+
+    #[test]
+    fn only_process_evidence_proves_an_incarnation_gone() {
+        use crate::resource::evidence::Probe;
+        let probe = Probe::new();
+        let Ok(me) = probe.own() else {
+            return; // no /proc here: nothing can be proven, which the other cases cover
+        };
+        let entry = |pid: i64, start: Option<u64>, boot: Option<String>| {
+            let mut e = invalid("x.json", String::new());
+            e.pid = pid;
+            e.liveness = Liveness::Stale("no heartbeat".into());
+            e.advert = Some(Advertisement {
+                protocol_version: PROTOCOL_VERSION,
+                instance_id: "i-1".into(),
+                peer_id: identity::peer_id("i-1", None),
+                endpoint: "peer-runtime/i-1.sock".into(),
+                public_key: String::new(),
+                capabilities: Vec::new(),
+                scope: "user".into(),
+                workspace: "/w".into(),
+                repository: None,
+                alias: "a".into(),
+                runs: Vec::new(),
+                process_start_time: start,
+                boot_id: boot,
+            });
+            e
+        };
+        let pid = i64::from(me.pid);
+        // This very process, however old its record: not gone.
+        assert_eq!(
+            process_gone(
+                &entry(pid, Some(me.start_time), Some(me.boot_id.clone())),
+                &probe
+            ),
+            None
+        );
+        assert_eq!(process_gone(&entry(pid, None, None), &probe), None);
+        // Same pid, another start time (pid reuse) or another boot: gone.
+        assert!(
+            process_gone(
+                &entry(pid, Some(me.start_time + 1), Some(me.boot_id.clone())),
+                &probe
+            )
+            .is_some()
+        );
+        assert!(
+            process_gone(
+                &entry(pid, Some(me.start_time), Some("other-boot".into())),
+                &probe
+            )
+            .is_some()
+        );
+        // A reaped child: no such process.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = i64::from(child.id());
+        child.wait().unwrap();
+        assert!(process_gone(&entry(dead, None, None), &probe).is_some());
+        // No pid at all proves nothing.
+        assert_eq!(process_gone(&entry(0, None, None), &probe), None);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Makes text from peers and files safe to print: strips terminal escape sequences, C0/C1
 //! controls, bidirectional overrides and zero-width characters, and clamps length.
+#![forbid(unsafe_code)]
 
 /// Removes escape sequences and invisible or direction-changing characters, keeping `\n` and
 /// `\t` so multi-line message bodies stay readable.

@@ -3,8 +3,12 @@
 //! receiver (or the sender) is killed after a random delay. Every message the sender saw
 //! `accepted` must be in that receiving incarnation's store exactly once; retries of the
 //! unacknowledged ones to the next incarnation converge to exactly one entry there; the
-//! receiver never holds a message the sender's outbox does not know. Also: a killed host's
-//! journal with a flipped byte needs recovery and is left untouched; a torn tail is ignored.
+//! receiver never holds a message the sender's outbox does not know. A third loop restarts one
+//! sender session 100 times (SIGKILL mid-stream, or SIGSTOP/SIGCONT then a clean stop) while
+//! the receiver is stopped past staleMs in some rounds: every message the sender's root took
+//! custody of ends delivered exactly once, with no sender record contradicting the receiver.
+//! About 370 kill and stop points in all. Also: a killed host's journal with a flipped byte
+//! needs recovery and is left untouched; a torn tail is ignored.
 //!
 //! SIGKILL keeps the page cache, so these loops prove the ordering (journal write before the
 //! answer, outbox intent before the first byte, replay of whatever the dead process wrote);
@@ -406,4 +410,210 @@ fn a_killed_hosts_journal_torn_or_flipped_is_reviewed_or_refused_untouched() {
     std::fs::write(&journal, &whole).unwrap();
     let o = recover(&ns, &bob_instance, "s-other");
     assert_ne!(o.status.code(), Some(0));
+}
+
+/// Rounds of the mixed sender-restart test (each ≥ 1 kill or stop point).
+const ROUNDS: usize = 100;
+
+#[test]
+fn sender_restarts_and_stops_deliver_every_message_exactly_once() {
+    // A sender session (fixed --session-id) restarted every round: SIGKILLed mid-stream, or
+    // stopped (SIGSTOP/SIGCONT) and then terminated cleanly; the receiver is stopped longer
+    // than staleMs in some rounds. Nobody retries by hand: each new incarnation takes over what
+    // its dead predecessors left unresolved. At the end every id a send call answered
+    // `accepted` or "not yet acknowledged" is in the receiver's store exactly once, nothing
+    // else is, no sender store is left with an unresolved entry, and no sender record
+    // contradicts the receiver's (a failure where the receiver holds the message).
+    let ns = Ns::new("crashmix");
+    ns.config(json!({"limits": {
+        "acknowledgementMs": 200,
+        "routeRetries": 1,
+        "heartbeatMs": 100,
+        "staleMs": 500,
+        "ratePerSecond": 1_000_000,
+        "rateBurst": 1_000_000,
+        "inboxMessages": 1_000_000,
+    }}));
+    let limits = Config::load(&ns.home).unwrap().limits;
+    let bob = ns.host(&["--alias", "bob"]);
+    let to = bob.field("peerId");
+    let (mut kills, mut stops) = (0usize, 0usize);
+    // Ids the sender's root took custody of (answered accepted or "queued"), and ids whose
+    // call died with the root (custody unknown).
+    let (mut owed, mut unknown) = (BTreeSet::new(), BTreeSet::new());
+    let mut instances = Vec::new();
+    for round in 0..ROUNDS {
+        let mut alice = ns.host(&["--alias", "alice", "--session-id", "s-mix"]);
+        instances.push(alice.field("instanceId"));
+        let started = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = {
+            let (c, to) = (client(&alice), to.clone());
+            let (started, stop) = (started.clone(), stop.clone());
+            std::thread::spawn(move || stream_custody(c, to, format!("mx{round}"), started, stop))
+        };
+        assert!(eventually(10, || started.load(Ordering::SeqCst)));
+        std::thread::sleep(Duration::from_micros(rand_below(20_000)));
+        match round % 4 {
+            // The receiver stops for longer than staleMs while the sender keeps going.
+            1 => {
+                bob.signal(Signal::SIGSTOP);
+                stops += 1;
+                std::thread::sleep(Duration::from_millis(300 + rand_below(600)));
+                bob.signal(Signal::SIGCONT);
+                alice.signal(Signal::SIGKILL);
+                kills += 1;
+            }
+            // The sender itself is stopped, resumed and ends cleanly.
+            3 => {
+                alice.signal(Signal::SIGSTOP);
+                stops += 1;
+                std::thread::sleep(Duration::from_millis(rand_below(300)));
+                alice.signal(Signal::SIGCONT);
+                alice.signal(Signal::SIGTERM);
+            }
+            _ => {
+                alice.signal(Signal::SIGKILL);
+                kills += 1;
+            }
+        }
+        alice.wait();
+        stop.store(true, Ordering::SeqCst);
+        let (custody, died) = worker.join().unwrap();
+        owed.extend(custody);
+        unknown.extend(died);
+    }
+    // The last incarnation takes over whatever is left and delivers it.
+    let alice = ns.host(&["--alias", "alice", "--session-id", "s-mix"]);
+    let me = alice.field("instanceId");
+    let unresolved = || -> Vec<String> {
+        let mut left = Vec::new();
+        for inst in instances.iter().chain([&me]) {
+            if let Ok(r) = store::review(&ns.home, inst, "s-mix", &limits) {
+                left.extend(r.unresolved.into_iter().map(|e| e.message_id));
+            }
+        }
+        left
+    };
+    assert!(
+        eventually(60, || unresolved().is_empty()),
+        "still unresolved at the end: {:?}",
+        unresolved()
+    );
+    let got = inbox_from_all(&mut client(&bob));
+    let held = counts(got.iter().map(|m| m["messageId"].as_str().unwrap_or("")));
+    let (mut lost, mut duplicated, mut phantom, mut contradictions) = (0, 0, 0, 0);
+    for id in &owed {
+        if !held.contains_key(id) {
+            lost += 1;
+            eprintln!("LOST {id}");
+        }
+    }
+    for (id, n) in &held {
+        if *n > 1 {
+            duplicated += n - 1;
+            eprintln!("DUPLICATED {id} x{n}");
+        }
+        if !owed.contains(id) && !unknown.contains(id) {
+            phantom += 1;
+            eprintln!("PHANTOM {id}");
+        }
+    }
+    // Every sender record still on disk agrees with the receiver.
+    let state_at_bob: BTreeMap<String, String> = got
+        .iter()
+        .map(|m| {
+            (
+                m["messageId"].as_str().unwrap_or("").to_string(),
+                m["state"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    for inst in instances.iter().chain([&me]) {
+        let dir = paths::store_dir(&ns.home, inst);
+        let Ok(loaded) = store::recovery::load(&dir, &limits) else {
+            continue;
+        };
+        for e in loaded.state.outbox() {
+            let Some(r) = &e.receipt else { continue };
+            let at_bob = state_at_bob.get(&e.message_id);
+            let contradicts = match at_bob {
+                Some(_) => r.state.is_failure(),
+                None => !r.state.is_failure(),
+            };
+            if contradicts {
+                contradictions += 1;
+                eprintln!(
+                    "CONTRADICTION {}: sender says {:?}, receiver holds {at_bob:?}",
+                    e.message_id, r.state
+                );
+            }
+        }
+    }
+    eprintln!(
+        "sender restarts: {ROUNDS} rounds, {kills} kills, {stops} stops, {} owed, {} unknown, \
+         {} held; lost {lost}, duplicated {duplicated}, phantom {phantom}, contradictions \
+         {contradictions}",
+        owed.len(),
+        unknown.len(),
+        held.len()
+    );
+    assert!(owed.len() > ROUNDS, "the stream barely ran");
+    assert_eq!((lost, duplicated, phantom, contradictions), (0, 0, 0, 0));
+}
+
+/// Sends fresh ids until `stop` or the first failure; returns (ids the root took custody of:
+/// answered accepted or "not yet acknowledged, still queued"; ids whose call ended without a
+/// custody answer from the root, e.g. because the root died).
+fn stream_custody(
+    mut c: LocalClient,
+    to: String,
+    prefix: String,
+    started: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+) -> (Vec<String>, Vec<String>) {
+    let (mut custody, mut died) = (Vec::new(), Vec::new());
+    for n in 0..STREAM_MAX {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let id = format!("{prefix}-{n}");
+        let r = send(&mut c, &to, &id);
+        started.store(true, Ordering::SeqCst);
+        match r {
+            Ok(v) => {
+                assert_eq!(v["state"], json!("accepted"), "{v}");
+                custody.push(id);
+            }
+            Err(e) if e.code == Code::Timeout && e.message.contains("stays in the outbox") => {
+                custody.push(id);
+            }
+            Err(_) => {
+                died.push(id);
+                break;
+            }
+        }
+    }
+    (custody, died)
+}
+
+/// Every message of a recipient (any sender), through its local channel.
+fn inbox_from_all(c: &mut LocalClient) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut after = 0u64;
+    loop {
+        let page = c
+            .call(
+                "local.tool",
+                json!({"version": 1, "tool": "peer_messages", "args": {"after": after}}),
+                20_000,
+            )
+            .unwrap();
+        out.extend(page["messages"].as_array().cloned().unwrap_or_default());
+        let next = page["cursor"].as_u64().unwrap_or(after);
+        if page["more"] != json!(true) || next <= after {
+            return out;
+        }
+        after = next;
+    }
 }

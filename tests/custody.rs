@@ -227,7 +227,7 @@ fn expiry_holds_on_every_read_path_before_any_sweep() {
     let ns = Ns::new("expiry-read");
     let bob = ns.host(&["--alias", "bob"]);
     let wire = WireSender::publish(&bob);
-    let soon = peerwire::clock::now_ms() + 700;
+    let soon = peerwire::clock::now_ms() + 2_000;
     for id in ["x-read", "x-consume", "x-reply", "x-prepare"] {
         let r = wire.send(&bob, id, soon).unwrap();
         assert_eq!(r["state"], json!("accepted"), "{r}");
@@ -554,4 +554,128 @@ fn a_restarted_sender_delivers_what_its_dead_predecessor_left_exactly_once() {
     assert!(eventually(30, || state_of(&ns, &alice2, "o-1") == "consumed"));
     // Nothing was left in the dead incarnation's store: it is gone.
     assert!(!peerwire::store::paths::store_dir(&ns.home, &old).exists());
+}
+
+/// A pid that no longer runs (a reaped child of ours).
+fn dead_pid() -> u32 {
+    let mut c = std::process::Command::new("true").spawn().unwrap();
+    let pid = c.id();
+    c.wait().unwrap();
+    pid
+}
+
+#[test]
+fn dead_records_are_reclaimed_and_never_hide_a_live_peer() {
+    let ns = Ns::new("reclaim");
+    ns.config(json!({"limits": {"presenceFiles": 50, "heartbeatMs": 100, "staleMs": 1000}}));
+    let bob = ns.host(&["--alias", "bob"]);
+    let agents = Path::new(&bob.field("presence"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let template: Value =
+        serde_json::from_slice(&std::fs::read(bob.field("presence")).unwrap()).unwrap();
+    let runtime = Path::new(&bob.field("control"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let shared_runtime = template["communication"]["endpoint"]
+        .as_str()
+        .unwrap()
+        .starts_with("peer-runtime/");
+    // 200 records of dead peerwire roots, named to sort before bob's, with their sockets and
+    // control files; and 5 records of another program (no `communication`), also dead.
+    let mut planted = Vec::new();
+    let pids: Vec<u32> = (0..205).map(|_| dead_pid()).collect();
+    for (n, pid) in pids.iter().take(200).enumerate() {
+        let instance = peerwire::identity::new_instance_id();
+        let mut rec = template.clone();
+        rec["pid"] = json!(pid);
+        rec["sessionId"] = json!(format!("aaa-dead-{n}"));
+        let c = &mut rec["communication"];
+        c["instanceId"] = json!(instance);
+        c["peerId"] = json!(peerwire::identity::peer_id(&instance, None));
+        c["alias"] = json!(format!("dead{n}"));
+        c["processStartTime"] = json!(1);
+        let name = format!("aaa-dead-{n}.{instance}.json");
+        if shared_runtime {
+            c["endpoint"] = json!(format!("peer-runtime/{instance}.sock"));
+            let sock = runtime.join(format!("{instance}.sock"));
+            drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+            control::write(
+                &runtime,
+                &control::ControlFile {
+                    version: 1,
+                    endpoint: sock,
+                    secret: peerwire::identity::b64(&[7u8; 32]),
+                    instance_id: instance.clone(),
+                    peer_id: peerwire::identity::peer_id(&instance, None),
+                    home: ns.home.clone(),
+                },
+            )
+            .unwrap();
+        }
+        peerwire::fsutil::atomic_write(
+            &agents.join(&name),
+            rec.to_string().as_bytes(),
+            peerwire::fsutil::Durability::Visible,
+        )
+        .unwrap();
+        planted.push((name, instance));
+    }
+    let mut foreign = Vec::new();
+    for (n, pid) in pids.iter().skip(200).enumerate() {
+        let mut rec = template.clone();
+        rec.as_object_mut().unwrap().remove("communication");
+        rec["pid"] = json!(pid);
+        rec["sessionId"] = json!(format!("aaa-autohand-{n}"));
+        let name = format!("aaa-autohand-{n}.json");
+        peerwire::fsutil::atomic_write(
+            &agents.join(&name),
+            rec.to_string().as_bytes(),
+            peerwire::fsutil::Durability::Visible,
+        )
+        .unwrap();
+        foreign.push(name);
+    }
+    // Listings keep the most recently refreshed records: bob is listed despite 205 dead ones
+    // sorting first and presenceFiles 50.
+    assert!(
+        eventually(20, || ns
+            .listing(&["--all"])
+            .iter()
+            .any(|p| p["alias"] == json!("bob"))),
+        "{:?}",
+        ns.listing(&["--all"])
+    );
+    // A root reclaims the dead peerwire records, sockets and control files once they have not
+    // been written for staleMs; alice reaches bob.
+    std::thread::sleep(Duration::from_millis(1_200));
+    let alice = ns.host(&["--alias", "alice"]);
+    assert!(
+        eventually(30, || planted
+            .iter()
+            .all(|(name, _)| !agents.join(name).exists())),
+        "dead records are still there: {}",
+        planted
+            .iter()
+            .filter(|(n, _)| agents.join(n).exists())
+            .count()
+    );
+    if shared_runtime {
+        for (_, instance) in &planted {
+            assert!(!runtime.join(format!("{instance}.sock")).exists());
+            assert!(!runtime.join(format!("{instance}.ctl")).exists());
+        }
+    }
+    for name in &foreign {
+        assert!(
+            agents.join(name).exists(),
+            "{name} of another program was deleted"
+        );
+    }
+    assert!(Path::new(&bob.field("presence")).exists());
+    assert!(Path::new(&bob.field("control")).exists());
+    let o = peer_as(&ns, &alice, &["send", "@bob", "after the cleanup"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }

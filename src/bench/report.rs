@@ -118,26 +118,7 @@ pub fn figures(before: &Floors, after: &Floors, out: &Outcome) -> Vec<Figure> {
     inbox.peers = out.peers_first;
     v.push(inbox);
     let fsync_rate = ratio(1e6, sync);
-    for t in &out.throughput {
-        let rate = ratio(t.messages as f64, t.seconds);
-        v.push(Figure {
-            key: format!("throughput{}", t.senders),
-            label: format!(
-                "accepted msg/s, {} concurrent sender process(es) → 1 receiver",
-                t.senders
-            ),
-            unit: "msg/s",
-            latency: Summary::of(&t.latency),
-            value: rate,
-            floor_label: "fsync-per-message rate (1 / fdatasync)".to_string(),
-            floor: fsync_rate,
-            ratio: ratio(rate, fsync_rate),
-            durability: CUSTODY,
-            also: None,
-            target: (t.senders >= 64).then_some("≥ 5× the fsync-per-message rate"),
-            peers: t.peers,
-        });
-    }
+    v.extend(out.throughput.iter().map(|t| throughput(t, fsync_rate)));
     if out.crowd > out.peers_first {
         let s = Summary::of(&out.warm_crowded);
         crowded.key = "warmAcceptCrowded".to_string();
@@ -155,25 +136,30 @@ pub fn figures(before: &Floors, after: &Floors, out: &Outcome) -> Vec<Figure> {
         v.push(crowded);
     }
     if let Some(h) = &out.history {
-        v.push(Figure {
-            key: "history".to_string(),
-            label: format!(
-                "sender CPU µs per message over {} sends after {} sent (median/p99: their latency)",
-                h.window, h.sent
-            ),
-            unit: "us",
-            latency: h.after_latency,
-            value: h.after_cpu_us,
-            floor_label: format!("its CPU per message over its first {} sends", h.window),
-            floor: h.first_cpu_us,
-            ratio: ratio(h.after_cpu_us, h.first_cpu_us),
-            durability: CUSTODY,
-            also: None,
-            target: Some("≤ 1.2× the first window; sender RSS ≤ 16 MB"),
-            peers: out.crowd.max(out.peers_first) + 1,
-        });
+        v.push(history(h, out.crowd.max(out.peers_first) + 1));
     }
     v
+}
+
+/// The history row: CPU per message after a long history against the first window's.
+fn history(h: &super::e2e::History, peers: usize) -> Figure {
+    Figure {
+        key: "history".to_string(),
+        label: format!(
+            "sender CPU µs per message over {} sends after {} sent (median/p99: their latency)",
+            h.window, h.sent
+        ),
+        unit: "us",
+        latency: h.after_latency,
+        value: h.after_cpu_us,
+        floor_label: format!("its CPU per message over its first {} sends", h.window),
+        floor: h.first_cpu_us,
+        ratio: ratio(h.after_cpu_us, h.first_cpu_us),
+        durability: CUSTODY,
+        also: None,
+        target: Some("≤ 1.2× the first window; sender RSS ≤ 16 MB"),
+        peers,
+    }
 }
 
 /// The history phase in full: both windows, sender and receiver CPU, sender RSS.
@@ -191,8 +177,30 @@ pub fn history_json(out: &Outcome) -> Value {
             "first": {"n": h.first_latency.n, "medianUs": round2(h.first_latency.median), "p99Us": round2(h.first_latency.p99)},
             "after": {"n": h.after_latency.n, "medianUs": round2(h.after_latency.median), "p99Us": round2(h.after_latency.p99)},
         },
-        "cpuSource": "/proc/PID/stat utime+stime (clock ticks)",
+        "cpuSource": "/proc/PID/task/*/schedstat (clock ticks of /proc/PID/stat when threads exited)",
     })
+}
+
+/// One throughput run against the fsync-per-message rate.
+fn throughput(t: &super::e2e::Throughput, fsync_rate: f64) -> Figure {
+    let rate = ratio(t.messages as f64, t.seconds);
+    Figure {
+        key: format!("throughput{}", t.senders),
+        label: format!(
+            "accepted msg/s, {} concurrent sender process(es) → 1 receiver",
+            t.senders
+        ),
+        unit: "msg/s",
+        latency: Summary::of(&t.latency),
+        value: rate,
+        floor_label: "fsync-per-message rate (1 / fdatasync)".to_string(),
+        floor: fsync_rate,
+        ratio: ratio(rate, fsync_rate),
+        durability: CUSTODY,
+        also: None,
+        target: (t.senders >= 64).then_some("≥ 5× the fsync-per-message rate"),
+        peers: t.peers,
+    }
 }
 
 /// The receiver's and first sender's process counters as JSON.

@@ -65,15 +65,15 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     }
     let signalled = signal_channel()?;
     let root = Root::start(&a.opts)?;
-    let events = root.bus.subscribe();
+    let events = root.core.bus.subscribe();
     if ctx.json {
         super::print_json(&root.ready_event());
     } else {
         println!(
             "peer host: ready as {} ({}) in {}",
-            root.alias,
-            root.peer_id,
-            crate::sanitize::line(&root.workspace.workspace.to_string_lossy(), 200)
+            root.core.alias,
+            root.core.peer_id,
+            crate::sanitize::line(&root.core.workspace.workspace.to_string_lossy(), 200)
         );
     }
     let show = |ev: serde_json::Value| print_event(ctx.json, &ev);
@@ -170,11 +170,11 @@ fn run_child(
 ) -> Result<i32> {
     let mut child = std::process::Command::new(&command[0])
         .args(&command[1..])
-        .env("PEER_HOME", &root.ns.home)
-        .env("PEER_INSTANCE_ID", &root.instance_id)
-        .env("PEER_PEER_ID", &root.peer_id)
-        .env("PEER_SESSION_ID", &root.session_id)
-        .env("PEER_ALIAS", &root.alias)
+        .env("PEER_HOME", &root.core.ns.home)
+        .env("PEER_INSTANCE_ID", &root.core.instance_id)
+        .env("PEER_PEER_ID", &root.core.peer_id)
+        .env("PEER_SESSION_ID", &root.core.session_id)
+        .env("PEER_ALIAS", &root.core.alias)
         .env(crate::runtime::control::ENV_CONTROL, &root.control_path)
         .env("PEER_HOLDER_PID", std::process::id().to_string())
         .env_remove(crate::runtime::control::ENV_RUN)

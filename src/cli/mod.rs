@@ -1,16 +1,16 @@
 //! The `peer` command line: global options, subcommand dispatch, and the one place that turns
 //! an `Error` into `peer: CODE: message` (or a JSON object) and an exit status.
 
-pub mod args;
-pub mod bench;
-pub mod chat;
+pub(crate) mod args;
+pub(crate) mod bench;
+pub(crate) mod chat;
 pub mod dir;
-pub mod host;
-pub mod lab;
-pub mod msg;
+pub(crate) mod host;
+pub(crate) mod lab;
+pub(crate) mod msg;
 pub mod res;
-pub mod session;
-pub mod session_cmds;
+pub(crate) mod session;
+pub(crate) mod session_cmds;
 
 use crate::error::{Code, Error, Result};
 use std::ffi::OsString;

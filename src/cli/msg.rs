@@ -157,13 +157,19 @@ pub fn describe_receipt(r: &Value) -> String {
     } else {
         s("toPeerId")
     };
+    let unmarked = r
+        .get("markReplied")
+        .and_then(|e| e.get("code"))
+        .and_then(serde_json::Value::as_str)
+        .map(|c| format!(" (the original could not be marked replied: {c})"))
+        .unwrap_or_default();
     let reason = r
         .get("reason")
         .and_then(serde_json::Value::as_str)
         .map(|why| format!(" — {}", sanitize::line(why, 300)))
         .unwrap_or_default();
     format!(
-        "{} {to}{seq}: message {} (correlation {}){err}{reason}",
+        "{} {to}{seq}: message {} (correlation {}){err}{unmarked}{reason}",
         s("state"),
         s("messageId"),
         s("correlationId")

@@ -42,7 +42,7 @@ impl Session {
                 one_off: true,
                 ..Default::default()
             })?;
-            let limits = root.limits().clone();
+            let limits = root.core.limits().clone();
             return Ok(Session::InProcess {
                 root: Arc::new(root),
                 limits,

@@ -54,10 +54,11 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     }
     let root = Root::start(&opts)?;
     let events = root
+        .core
         .bus
         .subscribe()
         .ok_or_else(|| Error::new(Code::QueueFull, "no event subscription left"))?;
-    let limits = root.limits().clone();
+    let limits = root.core.limits().clone();
     let host = Arc::new(RootTools(root.core.clone()));
     let result = crate::mcp::serve(
         host,

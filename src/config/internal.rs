@@ -2,6 +2,7 @@
 //! one place. Changing one is a code change, reviewed with the module that uses it; the
 //! configurable ones are the `limits!` table in `config`. This module imports nothing, so any
 //! layer may use it.
+#![forbid(unsafe_code)]
 
 // Identifiers, names and text.
 
@@ -65,6 +66,8 @@ pub const PUSH_BATCH: usize = 32;
 pub const ROUTES_PER_PASS: usize = 64;
 /// Receipt subscriptions (`peer.subscribe`) remembered at once.
 pub const SUBSCRIPTIONS_MAX: usize = 1024;
+/// Local peers whose model-shown cursors are remembered at once.
+pub const MODEL_CURSORS_MAX: usize = 1024;
 /// Presence advertisements cached at once.
 pub const ADVERTS_MAX: usize = 1_024;
 /// Retired runs remembered for `TARGET_ENDED` answers.

@@ -90,7 +90,11 @@ impl Machine {
         };
         self.check_capacity(&entry)?;
         self.rate.take(&self.limits, &from.instance_id, now_ms);
-        debug_assert_eq!(dedup_key(&entry), key);
+        assert_eq!(
+            dedup_key(&entry),
+            key,
+            "the entry deduplicates under its own key"
+        );
         let receipt = entry.receipt();
         Ok((receipt, self.commit(vec![Record::InboxAdded { entry }])))
     }

@@ -43,7 +43,7 @@ impl Machine {
     /// Applies `records` to the state and hands them back for the journal.
     pub(crate) fn commit(&mut self, records: Vec<Record>) -> Vec<Record> {
         for r in &records {
-            debug_assert!(
+            assert!(
                 self.state.fits(r),
                 "an operation produced a record that does not fit: {r:?}"
             );

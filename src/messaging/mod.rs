@@ -12,16 +12,17 @@
 //! - `retention`: expiry and retention sweeps.
 //! - `rate`: per-sender token buckets.
 //! - `ids`: retry-stable and fresh message ids.
+#![forbid(unsafe_code)]
 
-pub mod ids;
-pub mod inbound;
-pub mod machine;
-pub mod outbound;
+pub(crate) mod ids;
+pub(crate) mod inbound;
+pub(crate) mod machine;
+pub(crate) mod outbound;
 pub mod rate;
-pub mod retention;
-pub mod route;
-pub mod state;
-pub mod types;
+pub(crate) mod retention;
+pub(crate) mod route;
+pub(crate) mod state;
+pub(crate) mod types;
 
 #[cfg(test)]
 mod tests;

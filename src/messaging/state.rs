@@ -84,7 +84,7 @@ pub struct State {
     /// The sending session each sender instance stated (from entries that carry an origin),
     /// so a message processed after its sender's record vanished is still scoped to it.
     /// instance → (origin, entries from it that carry an origin); an instance is forgotten with
-    /// its last entry.
+    /// its last entry (an instance whose entries moved to a later incarnation is kept).
     pub(crate) instance_origins: HashMap<String, (String, u64)>,
     /// Unconsumed (accepted or prepared) count per recipient.
     pub(crate) unconsumed: HashMap<String, u64>,
@@ -273,7 +273,9 @@ impl State {
                 let after = e.clone();
                 self.dedup.remove(&dedup_key(&before));
                 self.dedup.insert(dedup_key(&after), key);
-                self.count_origin(&before, false);
+                // The earlier instance keeps its session mapping (until the store is next
+                // loaded): a late frame of that dead incarnation, processed after its record
+                // is gone, still finds its session.
                 self.count_origin(&after, true);
             }
         }
@@ -281,7 +283,7 @@ impl State {
 
     fn add_context(&mut self, entry: &ContextEntry) {
         let key = (entry.recipient_peer_id.clone(), entry.sequence);
-        debug_assert!(
+        assert!(
             !self.context.contains_key(&key),
             "one context marker per message"
         );
@@ -301,7 +303,10 @@ impl State {
         let Some(e) = self.outbox.get_mut(&(to.to_string(), id.to_string())) else {
             return;
         };
-        debug_assert!(e.receipt.as_ref().is_none_or(|r| receipt.may_replace(r)));
+        assert!(
+            e.receipt.as_ref().is_none_or(|r| receipt.may_replace(r)),
+            "receipts move forward only"
+        );
         let resolves = e.receipt.is_none();
         let before = outbox_cost(e);
         e.receipt = Some(receipt.clone());

@@ -923,12 +923,35 @@ mod model {
 
     #[derive(Clone, Debug)]
     enum Op {
-        Accept { sender: u8, id: u8, child: bool },
-        Mark { seq: u8, consume: bool },
-        Intent { id: u8, sender: u8 },
-        Answer { id: u8, sender: u8, ok: bool },
-        Receipt { id: u8, sender: u8, state: u8 },
-        Sweep { advance_s: u16 },
+        /// `origin`: the sender states its session; senders 0 and 1 are two incarnations of
+        /// one session, sender 2 another.
+        Accept {
+            sender: u8,
+            id: u8,
+            child: bool,
+            origin: bool,
+        },
+        Mark {
+            seq: u8,
+            consume: bool,
+        },
+        Intent {
+            id: u8,
+            sender: u8,
+        },
+        Answer {
+            id: u8,
+            sender: u8,
+            ok: bool,
+        },
+        Receipt {
+            id: u8,
+            sender: u8,
+            state: u8,
+        },
+        Sweep {
+            advance_s: u16,
+        },
     }
 
     fn principal(n: u8) -> Principal {
@@ -941,7 +964,7 @@ mod model {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            5 => (0u8..3, 0u8..8, any::<bool>()).prop_map(|(sender, id, child)| Op::Accept { sender, id, child }),
+            5 => (0u8..3, 0u8..8, any::<bool>(), any::<bool>()).prop_map(|(sender, id, child, origin)| Op::Accept { sender, id, child, origin }),
             3 => (1u8..12, any::<bool>()).prop_map(|(seq, consume)| Op::Mark { seq, consume }),
             2 => (0u8..6, 0u8..3).prop_map(|(id, sender)| Op::Intent { id, sender }),
             2 => (0u8..6, 0u8..3, any::<bool>()).prop_map(|(id, sender, ok)| Op::Answer { id, sender, ok }),
@@ -961,10 +984,18 @@ mod model {
 
     fn run(m: &mut Machine, op: &Op, now: &mut u64) -> Vec<Record> {
         let recs = match op {
-            Op::Accept { sender, id, child } => {
+            Op::Accept {
+                sender,
+                id,
+                child,
+                origin,
+            } => {
                 let mut s = send(&format!("m{id}"), "body");
                 if *child {
                     s.to_peer_id = CHILD.into();
+                }
+                if *origin {
+                    s.origin = Some(format!("s-{}", sender / 2));
                 }
                 m.accept(&principal(*sender), &s, &recipients(), *now)
                     .map(|x| x.1)
@@ -1064,6 +1095,15 @@ mod model {
                 }
                 for r in [ME, CHILD] {
                     prop_assert!(m.state().unconsumed(r) <= limits.inbox_messages);
+                }
+                // One entry per (sending session, run, message id, recipient), whichever
+                // incarnation of the session sent or retried it.
+                let mut by_origin = std::collections::HashSet::new();
+                for e in m.state().inbox() {
+                    if let Some(o) = &e.origin {
+                        let key = (o.clone(), e.from.run_id.clone(), e.message_id.clone(), e.recipient_peer_id.clone());
+                        prop_assert!(by_origin.insert(key), "two entries for one session's message {}", e.message_id);
+                    }
                 }
             }
             let mut replay = State::default();

@@ -2,6 +2,7 @@
 //! before parsing, JSON-RPC 2.0 message shapes, the mutual Ed25519 handshake and the rules for
 //! which methods each channel may call. `transport` drives these over sockets; `peer-protocol(7)`
 //! is the byte-exact specification.
+#![forbid(unsafe_code)]
 
 pub mod access;
 pub mod frame;

@@ -46,6 +46,30 @@ pub fn coordinate(
     coordinate_cancellable(home, cfg, principal, op, evidence, &|| false)
 }
 
+/// One typed coordination request: the resource (`None` only for a status of every
+/// resource), the operation, and how long a request may wait for its grant (0: do not wait).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub resource: Option<String>,
+    pub op: Op,
+    pub wait_ms: u64,
+}
+
+impl Request {
+    /// The operation's name in answers (`"op"`).
+    fn kind(&self) -> &'static str {
+        match self.op {
+            Op::Status => "status",
+            Op::Request { .. } => "request",
+            Op::Grant { .. } => "grant",
+            Op::Admit { .. } => "admit",
+            Op::Release { .. } => "release",
+            Op::Cancel { .. } => "cancel_request",
+            Op::SetController { .. } => "set_controller",
+        }
+    }
+}
+
 /// [`coordinate`] whose wait for a grant ends early, with the ticket cancelled and
 /// `"state":"cancelled"`, once `cancelled()` says so (checked every tenth of
 /// `Limits.heartbeat_ms`): a tool call the client abandoned must not keep a queue slot.
@@ -57,14 +81,33 @@ pub fn coordinate_cancellable(
     evidence: ProcessEvidence,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<Value> {
+    let request = parse_request(&op)?;
+    coordinate_request(home, cfg, principal, request, evidence, cancelled)
+}
+
+/// Runs one typed request (the JSON form is parsed by [`coordinate`]; the model tool maps
+/// its arguments straight onto a [`Request`]).
+pub fn coordinate_request(
+    home: &Path,
+    cfg: &Config,
+    principal: &Principal,
+    request: Request,
+    evidence: ProcessEvidence,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Value> {
     let space = Space::open(home, cfg)?;
     let probe = Probe::new();
     let caller = caller_of(principal, evidence);
-    let kind = str_field(&op, "op")?.ok_or_else(|| usage("op is required"))?;
-    let resource = str_field(&op, "resource")?
+    let kind = request.kind();
+    let resource = request
+        .resource
+        .as_deref()
         .map(canonical_name)
         .transpose()?;
-    if kind == "status" && resource.is_none() {
+    let Some(name) = resource else {
+        if request.op != Op::Status {
+            return Err(usage(&format!("{kind} needs a resource")));
+        }
         let (states, skipped) = space.list_checked()?;
         let all: Vec<Value> = states
             .iter()
@@ -75,13 +118,40 @@ pub fn coordinate_cancellable(
             out["corrupt"] = skipped.iter().map(skipped_json).collect();
         }
         return Ok(out);
-    }
-    let name = resource.ok_or_else(|| usage(&format!("{kind} needs a resource")))?;
-    let (op, wait_ms) = parse_op(kind, &op)?;
-    let step = space.transact(&name, &caller, op, &probe)?;
+    };
+    let step = space.transact(&name, &caller, request.op, &probe)?;
     finish(
-        &space, &name, &caller, &probe, kind, step, wait_ms, cancelled,
+        &space,
+        &name,
+        &caller,
+        &probe,
+        kind,
+        step,
+        request.wait_ms,
+        cancelled,
     )
+}
+
+/// The JSON form of a request: `{"op", "resource", …}` with the fields of its operation.
+pub(crate) fn parse_request(v: &Value) -> Result<Request> {
+    let kind = str_field(v, "op")?.ok_or_else(|| usage("op is required"))?;
+    let resource = str_field(v, "resource")?.map(canonical_name).transpose()?;
+    if resource.is_none() {
+        if kind == "status" {
+            return Ok(Request {
+                resource: None,
+                op: Op::Status,
+                wait_ms: 0,
+            });
+        }
+        return Err(usage(&format!("{kind} needs a resource")));
+    }
+    let (op, wait_ms) = parse_op(kind, v)?;
+    Ok(Request {
+        resource,
+        op,
+        wait_ms,
+    })
 }
 
 /// Gives back everything `principal` reserved for itself outside a running command: cancels

@@ -2,6 +2,7 @@
 //! (FIFO queueing, grants, fencing tokens, epochs, reclamation from process evidence,
 //! controller authority) without touching files, clocks or processes. The I/O shell in
 //! `store` feeds it the current file, the time and a liveness probe, and writes the result.
+#![forbid(unsafe_code)]
 
 use super::model::{
     Controller, Event, Holder, Life, Party, ProcessEvidence, ResourceState, Revoked, Ticket,

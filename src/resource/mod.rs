@@ -17,13 +17,16 @@
 pub mod api;
 pub mod core;
 pub mod evidence;
-pub mod gate;
+pub(crate) mod gate;
 pub mod model;
 pub mod notify;
-pub mod principal;
+pub(crate) mod principal;
 pub mod store;
-pub mod terminal;
+pub(crate) mod terminal;
 
-pub use api::{EventCursor, coordinate, coordinate_cancellable, events_since, release_all};
+pub use api::{
+    EventCursor, Request, coordinate, coordinate_cancellable, coordinate_request, events_since,
+    release_all,
+};
 pub use model::{ProcessEvidence, ResourceState};
 pub use principal::Principal;

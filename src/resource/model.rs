@@ -1,6 +1,7 @@
 //! The on-disk shape of one resource (`<coord>/peer-resources/<hash>.json`): canonical names,
 //! the versioned policy, tickets, holders, adopted blockers, counters and the bounded event
 //! journal, with the validation run right after every read and right before every write.
+#![forbid(unsafe_code)]
 
 use crate::error::{Code, Error, Result};
 use serde::{Deserialize, Serialize};

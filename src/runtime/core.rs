@@ -8,26 +8,19 @@ use super::runs::Runs;
 use crate::config::{Config, Limits};
 use crate::directory::WorkspaceId;
 use crate::error::{Code, Error, Result};
-use crate::messaging::{Principal, RouteQueue};
+use crate::messaging::Principal;
 use crate::paths::Namespace;
-use crate::presence::{self, Publisher};
-use crate::resource::evidence::Probe;
+use crate::presence::Publisher;
 use crate::store::StoreHandle;
-use crate::transport::{Notifier, Pool, Target, Verifier};
+use crate::transport::{Pool, Verifier};
 use crate::{clock, identity};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-/// Route queues by (sender peerId, recipient peerId).
-pub type RouteMap = HashMap<(String, String), Arc<Mutex<RouteQueue>>>;
-
-/// Subscribed senders by (sender instance, message id), with the last state notified.
-pub type SubscriptionMap =
-    HashMap<(String, String), (Notifier, Option<crate::messaging::ReceiptState>)>;
-
-pub use crate::config::internal::SUBSCRIPTIONS_MAX;
+pub use super::outbox::{Outbox, RouteMap, SubscriptionMap};
+pub use super::presence_cache::{PresenceCache, Reach};
 
 /// Who is calling a tool or local method: the root itself or one of its child runs.
 #[derive(Clone, Debug)]
@@ -59,19 +52,13 @@ pub struct Core {
     pub auto: Mutex<Option<Runner>>,
     /// Set when the root is shutting down: waits end, workers stop.
     pub stopping: Arc<AtomicBool>,
-    pub(crate) routes: Mutex<RouteMap>,
-    /// The last retryable failure of each blocked route and when the route started failing,
-    /// so messages behind its head and `peer status` report the real cause.
-    pub(crate) route_errors: Mutex<HashMap<(String, String), (Error, u64)>>,
-    pub(crate) subscriptions: Mutex<SubscriptionMap>,
+    /// Route queues, their last failures and receipt subscriptions.
+    pub(crate) outbox: Outbox,
     /// Receipt events already shown to a model, per local peer (in memory: a restarted root
     /// shows them again, which is harmless).
     pub(crate) model_cursors: Mutex<HashMap<String, (u64, u64)>>,
-    /// Parsed presence records, reused while unchanged on disk.
-    pub presence_cache: presence::ReadCache,
-    /// Recently looked-up advertisements by instance (a short TTL: presence is a hint and a
-    /// failed connect or handshake re-reads it).
-    pub(crate) adverts: Mutex<HashMap<String, CachedReach>>,
+    /// Other instances' presence: parsed records and looked-up advertisements.
+    pub presence: PresenceCache,
     /// The latest background failures (sweeps, reply bookkeeping), newest last, for
     /// `local.info`; each is also logged on stderr and published as an event.
     pub(crate) problems: Mutex<std::collections::VecDeque<Problem>>,
@@ -90,28 +77,6 @@ pub struct Problem {
 
 /// Background failures remembered for `local.info`.
 const PROBLEMS_MAX: usize = 16;
-
-/// A looked-up instance: when, what it is, and the sessionId its record states.
-pub type CachedReach = (std::time::Instant, Reach, Option<String>);
-
-/// What a sender knows about another instance, from its presence record and process evidence.
-#[derive(Clone, Debug)]
-pub enum Reach {
-    /// Current record.
-    Live(presence::Advertisement),
-    /// The record is there but has not been refreshed since the given time, and nothing
-    /// proves its process gone: stopped, suspended or slow. Still the same incarnation.
-    Silent(presence::Advertisement, String),
-    /// Provably ended (the reason says how): its owner removed the record or its process no
-    /// longer runs.
-    Gone(String),
-    /// Nothing can be concluded now (unreadable record or directory).
-    Unknown(String),
-}
-
-/// How long a looked-up advertisement is reused.
-const ADVERT_TTL_MS: u128 = 1_000;
-use crate::config::internal::ADVERTS_MAX;
 
 impl Core {
     pub fn limits(&self) -> &Limits {
@@ -183,137 +148,6 @@ impl Core {
         })
     }
 
-    /// The live advertisement of another instance (cached for a second).
-    pub fn advertisement_of(&self, instance_id: &str) -> Option<presence::Advertisement> {
-        match self.reach_of(instance_id) {
-            Reach::Live(ad) => Some(ad),
-            _ => None,
-        }
-    }
-
-    /// What presence and process evidence say about another instance (cached for a second).
-    pub fn reach_of(&self, instance_id: &str) -> Reach {
-        self.reach_and_session(instance_id).0
-    }
-
-    /// The sessionId another instance's presence record states (the record its handshake key
-    /// is verified against), when it has a readable record.
-    pub fn session_of(&self, instance_id: &str) -> Option<String> {
-        if instance_id == self.instance_id {
-            return Some(self.session_id.clone());
-        }
-        self.reach_and_session(instance_id).1
-    }
-
-    fn reach_and_session(&self, instance_id: &str) -> (Reach, Option<String>) {
-        if let Some((at, reach, session)) = self.adverts.lock().get(instance_id)
-            && at.elapsed().as_millis() < ADVERT_TTL_MS
-        {
-            return (reach.clone(), session.clone());
-        }
-        let (reach, session) = self.read_reach(instance_id);
-        let mut cache = self.adverts.lock();
-        if cache.len() >= ADVERTS_MAX {
-            cache.retain(|_, (at, _, _)| at.elapsed().as_millis() < ADVERT_TTL_MS);
-        }
-        if cache.len() < ADVERTS_MAX {
-            cache.insert(
-                instance_id.to_string(),
-                (std::time::Instant::now(), reach.clone(), session.clone()),
-            );
-        }
-        (reach, session)
-    }
-
-    /// Forgets a cached advertisement after a failed delivery.
-    pub fn forget_advertisement(&self, instance_id: &str) {
-        self.adverts.lock().remove(instance_id);
-    }
-
-    /// Reads the record of another instance, found by its instance-qualified file name, and
-    /// classifies it: live, silent (present but not refreshed; its process may be stopped) or
-    /// gone (no record, or its process provably no longer runs).
-    fn read_reach(&self, instance_id: &str) -> (Reach, Option<String>) {
-        if !identity::is_valid_id(instance_id) {
-            return (
-                Reach::Gone(format!("{instance_id:?} is not an instance id")),
-                None,
-            );
-        }
-        let dir = self.ns.active_agents();
-        let suffix = format!(".{instance_id}.json");
-        let names: Vec<String> = match std::fs::read_dir(&dir) {
-            Ok(rd) => rd
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.ends_with(&suffix))
-                .take(8)
-                .collect(),
-            Err(e) => {
-                return (
-                    Reach::Unknown(format!("cannot list {}: {e}", dir.display())),
-                    None,
-                );
-            }
-        };
-        let now = clock::now_ms();
-        let mut unreadable = None;
-        for n in &names {
-            let e = presence::read_one(&dir, n, self.limits(), now);
-            let Some(ad) = e.advert.clone().filter(|ad| ad.instance_id == instance_id) else {
-                if let presence::Liveness::Invalid(why) = &e.liveness {
-                    unreadable = Some(why.clone());
-                }
-                continue;
-            };
-            let session = Some(e.session_id.clone()).filter(|s| identity::is_valid_id(s));
-            if e.is_live() {
-                return (Reach::Live(ad), session);
-            }
-            if let Some(why) = presence::process_gone(&e, &Probe::new()) {
-                // What the record stated stays true of the incarnation after it ended.
-                return (Reach::Gone(why), session);
-            }
-            let since = e
-                .updated_at_ms
-                .map_or_else(|| "an unreadable time".to_string(), clock::iso8601);
-            return (Reach::Silent(ad, since), session);
-        }
-        let reach = match unreadable {
-            // A record we cannot read proves nothing either way.
-            Some(why) => Reach::Unknown(format!("its presence record is unreadable: {why}")),
-            None => Reach::Gone("its presence record was removed by its owner".into()),
-        };
-        (reach, None)
-    }
-
-    /// Where to reach another instance. A silent record (no heartbeat, process still there) is
-    /// still tried: only evidence that the incarnation is gone yields `TARGET_ENDED`.
-    pub fn target_of_instance(&self, instance_id: &str) -> Result<Target> {
-        let ad = match self.reach_of(instance_id) {
-            Reach::Live(ad) | Reach::Silent(ad, _) => ad,
-            Reach::Gone(why) => {
-                return Err(Error::new(
-                    Code::TargetEnded,
-                    format!("instance {instance_id} has ended: {why}"),
-                ));
-            }
-            Reach::Unknown(why) => {
-                return Err(Error::new(
-                    Code::PeerOffline,
-                    format!("instance {instance_id} cannot be reached now: {why}"),
-                ));
-            }
-        };
-        let public_key = identity::parse_spki_b64(&ad.public_key)
-            .ok_or_else(|| Error::new(Code::AuthFailed, "advertised public key is malformed"))?;
-        Ok(Target {
-            instance_id: ad.instance_id.clone(),
-            endpoint: self.ns.endpoint_path(&ad.endpoint)?,
-            public_key,
-        })
-    }
-
     /// The latest outbox entry `from` sent under `message_id` (whatever its target).
     pub fn sent_message(
         &self,
@@ -336,6 +170,14 @@ impl Core {
     pub fn publish_runs(&self) {
         let ads = self.runs.lock().ads();
         let _ = self.publisher.update(|r| r.communication.runs = ads);
+    }
+
+    /// The sessionId another instance states in its presence record (ours for ourselves).
+    pub fn session_of(&self, instance_id: &str) -> Option<String> {
+        if instance_id == self.instance_id {
+            return Some(self.session_id.clone());
+        }
+        self.presence.session_of(instance_id)
     }
 
     /// Makes a failure that has no caller to answer visible: stderr (the root's log), the
@@ -391,7 +233,7 @@ impl Core {
     /// Advances the model's cursors; never moves them back.
     pub fn advance_model_cursors(&self, peer_id: &str, messages: Option<u64>, events: u64) {
         let mut m = self.model_cursors.lock();
-        if m.len() >= 1024 && !m.contains_key(peer_id) {
+        if m.len() >= crate::config::internal::MODEL_CURSORS_MAX && !m.contains_key(peer_id) {
             return;
         }
         let c = m.entry(peer_id.to_string()).or_insert((0, 0));
@@ -399,42 +241,6 @@ impl Core {
             c.0 = c.0.max(n);
         }
         c.1 = c.1.max(events);
-    }
-
-    /// Remembers a receipt subscription of a connected sender (bounded).
-    pub fn subscribe(&self, sender_instance: &str, message_id: &str, notifier: &Notifier) {
-        let mut subs = self.subscriptions.lock();
-        subs.retain(|_, (n, _)| !n.is_closed());
-        if subs.len() < SUBSCRIPTIONS_MAX {
-            subs.insert(
-                (sender_instance.to_string(), message_id.to_string()),
-                (notifier.clone(), None),
-            );
-        }
-    }
-
-    /// Tells a subscribed sender about a receipt change once per state (durable pushes may
-    /// be retried many times; notifications are not repeated). Final states end the
-    /// subscription.
-    pub fn notify_subscriber(
-        &self,
-        sender_instance: &str,
-        r: &crate::messaging::Receipt,
-        from_run: Option<&str>,
-    ) {
-        let key = (sender_instance.to_string(), r.message_id.clone());
-        let mut subs = self.subscriptions.lock();
-        let Some((n, last)) = subs.get_mut(&key) else {
-            return;
-        };
-        if *last == Some(r.state) {
-            return;
-        }
-        *last = Some(r.state);
-        let _ = n.notify("peer.receipt", r.notification_params(from_run));
-        if r.state.is_final() {
-            subs.remove(&key);
-        }
     }
 }
 
@@ -445,7 +251,7 @@ impl Verifier for PresenceVerifier {
     /// A silent record's key is still its owner's statement: an instance that just resumed
     /// from a stop is authenticated before its next heartbeat.
     fn advertised_key(&self, instance_id: &str) -> Option<[u8; 32]> {
-        let ad = match self.0.reach_of(instance_id) {
+        let ad = match self.0.presence.reach_of(instance_id) {
             Reach::Live(ad) | Reach::Silent(ad, _) => ad,
             Reach::Gone(_) | Reach::Unknown(_) => return None,
         };

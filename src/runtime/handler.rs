@@ -95,7 +95,7 @@ impl Handler for RootHandler {
                     .ok_or_else(|| Error::new(Code::Usage, "params.messageId is required"))?;
                 let r = core.store.status(who, &id, req_str(&params, "to")?)?;
                 if method == "peer.subscribe" {
-                    core.subscribe(&from.instance_id, &id, notify);
+                    core.outbox.subscribe(&from.instance_id, &id, notify);
                 }
                 to_value(&r)
             }

@@ -2,18 +2,23 @@
 //! (as later modules arrive) its endpoint, store and tool implementations. A root lives for a
 //! `peer host`, a `peer mcp`, or one `peer --as ALIAS` command.
 
-pub mod adopt;
-pub mod auto;
+pub(crate) mod adopt;
+pub(crate) mod auto;
 pub mod control;
 pub mod core;
-pub mod events;
-pub mod handler;
-pub mod resources;
-pub mod runs;
-pub mod send;
-pub mod tools;
+pub(crate) mod events;
+pub(crate) mod handler;
+pub(crate) mod outbox;
+pub(crate) mod presence_cache;
+pub(crate) mod reclaim;
+pub(crate) mod resources;
+pub(crate) mod runs;
+pub(crate) mod send;
+pub(crate) mod tools;
 
 use self::core::{Core, PresenceVerifier};
+use self::outbox::Outbox;
+use self::presence_cache::PresenceCache;
 use crate::clock;
 use crate::config::{Config, IdleBehavior};
 use crate::directory;
@@ -81,162 +86,60 @@ pub struct Root {
     one_off: bool,
 }
 
-/// What `shutdown` tears down, in order.
+/// What `shutdown` tears down, in order. The threads are `None` while the root is still
+/// starting, so a start that fails half-way is undone by the same `stop`.
 struct Owned {
     endpoint: Endpoint,
     store: Store,
-    heartbeat: (Sender<()>, JoinHandle<()>),
-    worker: JoinHandle<()>,
-    resource_events: (std::os::unix::net::UnixStream, JoinHandle<()>),
+    heartbeat: Option<(Sender<()>, JoinHandle<()>)>,
+    worker: Option<JoinHandle<()>>,
+    resource_events: Option<(std::os::unix::net::UnixStream, JoinHandle<()>)>,
 }
 
-impl std::ops::Deref for Root {
-    type Target = Core;
-    fn deref(&self) -> &Core {
-        &self.core
-    }
+/// Who a new root is: ids, alias, keys and where its socket goes.
+struct Identity {
+    session_id: String,
+    instance_id: String,
+    peer_id: String,
+    alias: String,
+    keys: Arc<KeyPair>,
+    socket: SocketPlace,
 }
 
 impl Root {
     /// Loads and validates the configuration, prepares the namespace, creates the identity,
-    /// opens the store, binds the endpoint and publishes presence. Fails with
+    /// opens the store, binds the endpoint, writes the control file and only then publishes
+    /// presence: a published endpoint is one that answers. Fails with
     /// `COMMUNICATION_DISABLED` when the file says so.
     pub fn start(opts: &RootOptions) -> Result<Root> {
-        let home = crate::config::resolve_home(opts.home.as_deref())?;
-        // Refuse an unsafe namespace before reading anything inside it.
-        if let Ok(meta) = std::fs::symlink_metadata(&home)
-            && meta.file_type().is_symlink()
-        {
-            return Err(Error::new(
-                Code::UnsafePath,
-                format!(
-                    "{} is a symbolic link; use the real directory as --home",
-                    home.display()
-                ),
-            ));
-        }
-        let config = Config::load(&home)?;
-        if config.enabled == Some(false) {
-            return Err(Error::new(
-                Code::CommunicationDisabled,
-                format!(
-                    "sessions.communication.enabled is false in {}; set it to true in each participant and restart",
-                    home.join("config.json").display()
-                ),
-            ));
-        }
-        let ns = Namespace::new(home, &config);
-        ns.prepare()?;
-        let cwd = match &opts.workspace {
-            Some(w) => w.clone(),
-            None => std::env::current_dir().map_err(|e| {
-                Error::new(Code::Io, format!("cannot read the current directory: {e}"))
-            })?,
-        };
-        let workspace = directory::canonical_workspace(&cwd)?;
-        let session_id = match &opts.session_id {
-            Some(s) if identity::is_valid_id(s) => s.clone(),
-            Some(_) => {
-                return Err(Error::new(
-                    Code::Usage,
-                    format!(
-                        "--session-id must be 1-{} chars of [A-Za-z0-9_.-]",
-                        crate::config::internal::ID_CHARS_MAX
-                    ),
-                ));
-            }
-            None => identity::new_session_id(),
-        };
-        let alias = match opts.alias.clone().or_else(|| config.alias.clone()) {
-            Some(a) => {
-                identity::validate_alias(&a)?;
-                a
-            }
-            None => identity::generated_alias(&workspace.workspace),
-        };
-        let instance_id = identity::new_instance_id();
-        let peer_id = identity::peer_id(&instance_id, None);
-        let keys = Arc::new(KeyPair::generate());
-        let socket = paths::socket_place(&ns, &instance_id)?;
-        let capabilities = root_capabilities(&config);
-        let limits = config.limits.clone();
-        let store = Store::open(&ns.home, &instance_id, &session_id, &limits)?;
+        let (ns, config) = open_namespace(opts.home.as_deref())?;
+        let workspace = workspace_of(opts)?;
+        let id = identify(opts, &ns, &config, &workspace)?;
+        let store = Store::open(&ns.home, &id.instance_id, &id.session_id, &config.limits)?;
         let me = LocalIdentity {
-            instance_id: instance_id.clone(),
-            keys: keys.clone(),
+            instance_id: id.instance_id.clone(),
+            keys: id.keys.clone(),
         };
         let core_cell: Arc<OnceLock<Weak<Core>>> = Arc::new(OnceLock::new());
-        let sink_cell = core_cell.clone();
-        let pool = Pool::new(
-            me.clone(),
-            &limits,
-            Arc::new(move |from, method, params| {
-                if let Some(core) = sink_cell.get().and_then(Weak::upgrade) {
-                    handler::RootHandler(core).on_notification(from, method, params);
-                }
-            }),
-        );
-        // Our own start evidence lets others prove this incarnation gone once it is.
-        let own = resource::evidence::Probe::new().own().ok();
-        let record = Record {
-            version: 1,
-            pid: std::process::id(),
-            session_id: session_id.clone(),
-            workspace_root: workspace.workspace.to_string_lossy().into_owned(),
-            project_name: workspace
-                .workspace
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            provider: "peerwire".into(),
-            model: "none".into(),
-            mode: if opts.mode.is_empty() {
-                "command"
-            } else {
-                opts.mode
-            }
-            .into(),
-            status: "idle".into(),
-            started_at: clock::iso8601(clock::now_ms()),
-            updated_at: String::new(),
-            message_count: 0,
-            context_percent: 100,
-            tokens_used: 0,
-            communication: Advertisement {
-                protocol_version: presence::PROTOCOL_VERSION,
-                instance_id: instance_id.clone(),
-                peer_id: peer_id.clone(),
-                endpoint: socket.advertised.clone(),
-                public_key: keys.spki_b64(),
-                capabilities: capabilities.clone(),
-                scope: config.scope.name().into(),
-                workspace: workspace.workspace.to_string_lossy().into_owned(),
-                repository: workspace
-                    .repository
-                    .as_ref()
-                    .map(|r| r.to_string_lossy().into_owned()),
-                alias: alias.clone(),
-                runs: Vec::new(),
-                process_start_time: own.as_ref().map(|e| e.start_time),
-                boot_id: own.map(|e| e.boot_id),
-            },
-        };
-        let secret = control::new_secret();
+        let pool = notifying_pool(me.clone(), &config.limits, core_cell.clone());
+        let capabilities = root_capabilities(&config);
+        let record = presence_record(opts, &config, &workspace, &id, &capabilities);
         let mut token = [0u8; 16];
         identity::random_bytes(&mut token);
         let store_handle = store.handle();
-        store_handle.set_live(&peer_id);
-        // Bind before advertising: a published endpoint is one that answers.
-        let publisher = Arc::new(Publisher::publish(&ns.active_agents(), record)?);
+        store_handle.set_live(&id.peer_id);
+        let publisher = Arc::new(Publisher::prepare(&ns.active_agents(), record));
+        let presence = PresenceCache::new(ns.clone(), config.limits.clone());
         let core = Arc::new(Core {
+            presence,
             ns,
             auto_budget: Arc::new(auto::Budget::new(config.limits.automatic_replies)),
             config,
             workspace,
-            session_id,
-            instance_id,
-            peer_id,
-            alias,
+            session_id: id.session_id,
+            instance_id: id.instance_id,
+            peer_id: id.peer_id,
+            alias: id.alias,
             capabilities,
             store: store_handle,
             pool,
@@ -246,37 +149,63 @@ impl Root {
             auto_token: identity::hex(&token),
             auto: Mutex::new(None),
             stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            routes: Mutex::new(Default::default()),
-            route_errors: Mutex::new(Default::default()),
-            subscriptions: Mutex::new(Default::default()),
+            outbox: Outbox::default(),
             model_cursors: Mutex::new(Default::default()),
-            presence_cache: presence::ReadCache::default(),
-            adverts: Mutex::new(Default::default()),
             problems: Mutex::new(Default::default()),
         });
         let _ = core_cell.set(Arc::downgrade(&core));
-        let started = Self::start_owned(core.clone(), store, me, secret, &socket);
-        let (endpoint, store, control_path) = match started {
-            Ok(v) => v,
-            Err((e, store)) => {
-                let _ = core.publisher.remove();
-                let _ = store.close();
-                return Err(e);
-            }
+        let (endpoint, store, control_path) =
+            Self::start_owned(core.clone(), store, me, control::new_secret(), &id.socket).map_err(
+                |(e, store)| {
+                    let _ = store.close();
+                    e
+                },
+            )?;
+        // From here on, dropping `root` undoes everything started so far.
+        let mut root = Root {
+            core,
+            socket: id.socket,
+            control_path,
+            inner: Some(Owned {
+                endpoint,
+                store,
+                heartbeat: None,
+                worker: None,
+                resource_events: None,
+            }),
+            one_off: opts.one_off,
         };
+        root.core.publisher.refresh()?;
+        root.start_threads()?;
+        Ok(root)
+    }
+
+    /// The heartbeat, the root worker and (in auto idle behaviour) the handler runner.
+    fn start_threads(&mut self) -> Result<()> {
+        let core = self.core.clone();
         // Before the worker starts: what dead predecessors of this session left unresolved is
-        // ours to deliver (the worker's retry pass sends it).
+        // ours to deliver (the worker's retry pass sends it); dead roots' leftovers go.
         adopt::adopt_predecessors(&core);
+        reclaim::reclaim_dead(&core);
         let heartbeat = spawn_heartbeat(core.publisher.clone(), core.limits().heartbeat_ms)?;
+        if let Some(owned) = self.inner.as_mut() {
+            owned.heartbeat = Some(heartbeat);
+        }
         // Position the resource event cursor before the ready line, so no change is missed.
         let resource_cursor = resources::publish_events(&core, None);
         let resource_events = resources::spawn_events(core.clone(), resource_cursor)?;
+        if let Some(owned) = self.inner.as_mut() {
+            owned.resource_events = Some(resource_events);
+        }
         let worker = spawn_worker(core.clone())?;
+        if let Some(owned) = self.inner.as_mut() {
+            owned.worker = Some(worker);
+        }
         if core.config.idle_behavior == IdleBehavior::Auto {
             let env = vec![
                 (
                     control::ENV_CONTROL.to_string(),
-                    control_path.to_string_lossy().into_owned(),
+                    self.control_path.to_string_lossy().into_owned(),
                 ),
                 (
                     "PEER_HOME".to_string(),
@@ -291,19 +220,7 @@ impl Root {
             let command = core.config.auto_command.clone().unwrap_or_default();
             *core.auto.lock() = Some(auto::Runner::start(command, env, core.auto_budget.clone())?);
         }
-        Ok(Root {
-            core,
-            socket,
-            control_path,
-            inner: Some(Owned {
-                endpoint,
-                store,
-                heartbeat,
-                worker,
-                resource_events,
-            }),
-            one_off: opts.one_off,
-        })
+        Ok(())
     }
 
     #[allow(clippy::result_large_err)]
@@ -352,14 +269,14 @@ impl Root {
     pub fn ready_event(&self) -> Value {
         json!({
             "event": "ready",
-            "peerId": self.peer_id,
-            "instanceId": self.instance_id,
-            "sessionId": self.session_id,
-            "alias": self.alias,
+            "peerId": self.core.peer_id,
+            "instanceId": self.core.instance_id,
+            "sessionId": self.core.session_id,
+            "alias": self.core.alias,
             "endpoint": self.socket.path.to_string_lossy(),
             "control": self.control_path.to_string_lossy(),
-            "presence": self.publisher.path().to_string_lossy(),
-            "workspace": self.workspace.workspace.to_string_lossy(),
+            "presence": self.core.publisher.path().to_string_lossy(),
+            "workspace": self.core.workspace.workspace.to_string_lossy(),
             "pid": std::process::id(),
         })
     }
@@ -378,15 +295,19 @@ impl Root {
         if let Some(runner) = self.core.auto.lock().take() {
             runner.shutdown();
         }
-        let _ = owned.worker.join();
-        let (stop, handle) = owned.resource_events;
-        drop(stop);
-        let _ = handle.join();
+        if let Some(worker) = owned.worker {
+            let _ = worker.join();
+        }
+        if let Some((stop, handle)) = owned.resource_events {
+            drop(stop);
+            let _ = handle.join();
+        }
         owned.endpoint.shutdown();
         control::remove(&self.control_path, &self.core.instance_id);
-        let (stop, handle) = owned.heartbeat;
-        drop(stop);
-        let _ = handle.join();
+        if let Some((stop, handle)) = owned.heartbeat {
+            drop(stop);
+            let _ = handle.join();
+        }
         let _ = self.core.publisher.remove();
         // Nothing moves any more (worker joined, endpoint closed): a one-off root whose store
         // holds nothing unresolved leaves no directory behind.
@@ -407,6 +328,155 @@ impl Root {
 impl Drop for Root {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Resolves the namespace, refuses a symlinked one before reading anything inside it, loads
+/// the configuration and prepares the shared directories.
+fn open_namespace(home: Option<&std::path::Path>) -> Result<(Namespace, Config)> {
+    let home = crate::config::resolve_home(home)?;
+    if let Ok(meta) = std::fs::symlink_metadata(&home)
+        && meta.file_type().is_symlink()
+    {
+        return Err(Error::new(
+            Code::UnsafePath,
+            format!(
+                "{} is a symbolic link; use the real directory as --home",
+                home.display()
+            ),
+        ));
+    }
+    let config = Config::load(&home)?;
+    if config.enabled == Some(false) {
+        return Err(Error::new(
+            Code::CommunicationDisabled,
+            format!(
+                "sessions.communication.enabled is false in {}; set it to true in each participant and restart",
+                home.join("config.json").display()
+            ),
+        ));
+    }
+    let ns = Namespace::new(home, &config);
+    ns.prepare()?;
+    Ok((ns, config))
+}
+
+/// The canonical workspace: `--workspace` or the current directory.
+fn workspace_of(opts: &RootOptions) -> Result<directory::WorkspaceId> {
+    let cwd = match &opts.workspace {
+        Some(w) => w.clone(),
+        None => std::env::current_dir()
+            .map_err(|e| Error::new(Code::Io, format!("cannot read the current directory: {e}")))?,
+    };
+    directory::canonical_workspace(&cwd)
+}
+
+/// A new incarnation's ids, alias, key pair and socket place.
+fn identify(
+    opts: &RootOptions,
+    ns: &Namespace,
+    config: &Config,
+    workspace: &directory::WorkspaceId,
+) -> Result<Identity> {
+    let session_id = match &opts.session_id {
+        Some(s) if identity::is_valid_id(s) => s.clone(),
+        Some(_) => {
+            return Err(Error::new(
+                Code::Usage,
+                format!(
+                    "--session-id must be 1-{} chars of [A-Za-z0-9_.-]",
+                    crate::config::internal::ID_CHARS_MAX
+                ),
+            ));
+        }
+        None => identity::new_session_id(),
+    };
+    let alias = match opts.alias.clone().or_else(|| config.alias.clone()) {
+        Some(a) => {
+            identity::validate_alias(&a)?;
+            a
+        }
+        None => identity::generated_alias(&workspace.workspace),
+    };
+    let instance_id = identity::new_instance_id();
+    Ok(Identity {
+        session_id,
+        peer_id: identity::peer_id(&instance_id, None),
+        socket: paths::socket_place(ns, &instance_id)?,
+        instance_id,
+        alias,
+        keys: Arc::new(KeyPair::generate()),
+    })
+}
+
+/// The outbound pool, whose notifications (pushed receipts) go to the root's handler once the
+/// core exists.
+fn notifying_pool(
+    me: LocalIdentity,
+    limits: &crate::config::Limits,
+    core_cell: Arc<OnceLock<Weak<Core>>>,
+) -> Pool {
+    Pool::new(
+        me,
+        limits,
+        Arc::new(move |from, method, params| {
+            if let Some(core) = core_cell.get().and_then(Weak::upgrade) {
+                handler::RootHandler(core).on_notification(from, method, params);
+            }
+        }),
+    )
+}
+
+/// This root's presence record (presence v1 plus its `communication` advertisement).
+fn presence_record(
+    opts: &RootOptions,
+    config: &Config,
+    workspace: &directory::WorkspaceId,
+    id: &Identity,
+    capabilities: &[String],
+) -> Record {
+    let path_text = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let own = resource::evidence::Probe::new().own().ok();
+    Record {
+        version: 1,
+        pid: std::process::id(),
+        session_id: id.session_id.clone(),
+        workspace_root: path_text(&workspace.workspace),
+        project_name: workspace
+            .workspace
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        provider: "peerwire".into(),
+        model: "none".into(),
+        mode: if opts.mode.is_empty() {
+            "command"
+        } else {
+            opts.mode
+        }
+        .into(),
+        status: "idle".into(),
+        started_at: clock::iso8601(clock::now_ms()),
+        updated_at: String::new(),
+        message_count: 0,
+        context_percent: 100,
+        tokens_used: 0,
+        communication: Advertisement {
+            protocol_version: presence::PROTOCOL_VERSION,
+            instance_id: id.instance_id.clone(),
+            peer_id: id.peer_id.clone(),
+            endpoint: id.socket.advertised.clone(),
+            public_key: id.keys.spki_b64(),
+            capabilities: capabilities.to_vec(),
+            scope: config.scope.name().into(),
+            workspace: path_text(&workspace.workspace),
+            repository: workspace.repository.as_deref().map(path_text),
+            alias: id.alias.clone(),
+            runs: Vec::new(),
+            // Our own start evidence lets others prove this incarnation gone once it is.
+            process_start_time: own.as_ref().map(|e| e.start_time),
+            boot_id: own.map(|e| e.boot_id),
+        },
     }
 }
 
@@ -437,8 +507,8 @@ use crate::config::internal::WORKER_TICK_MS;
 /// The background worker: pushes receipts back to senders, retries stuck routes, sweeps
 /// expiry and retention. It sleeps until a durable store change (or the root stopping, which
 /// wakes it) or its next deadline: the next sweep, and while routes or receipt pushes are
-/// still unresolved, the next retry. An idle root with nothing unresolved sleeps until the
-/// next sweep.
+/// still unresolved, the next retry; the periodic reclaim of dead roots' records. An idle root
+/// with nothing unresolved wakes only for those.
 fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("root-worker".into())
@@ -457,6 +527,8 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                     last_restart.elapsed() >= Duration::from_millis(send::GAVE_UP_RETRY_MS);
                 if restart {
                     last_restart = Instant::now();
+                    // Dead roots' records, sockets and control files, a bounded batch.
+                    reclaim::reclaim_dead(&core);
                 }
                 core.retry_routes(restart);
                 if last_sweep.elapsed() >= sweep_every {
@@ -469,7 +541,11 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                     .store
                     .query(|m| !m.pending_routes().is_empty() || !m.pending_pushes(1).is_empty())
                     .unwrap_or(true);
-                let mut wait = sweep_every.saturating_sub(last_sweep.elapsed());
+                // Dead roots are reclaimed every GAVE_UP_RETRY_MS, so that is a deadline too.
+                let restart_every = Duration::from_millis(send::GAVE_UP_RETRY_MS);
+                let mut wait = sweep_every
+                    .saturating_sub(last_sweep.elapsed())
+                    .min(restart_every.saturating_sub(last_restart.elapsed()));
                 if unresolved {
                     wait = wait.min(Duration::from_millis(WORKER_TICK_MS));
                 }

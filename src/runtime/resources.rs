@@ -1,13 +1,14 @@
-//! `coordinate_resource` for the root's callers: maps the tool's arguments onto the resource
-//! coordinator with the caller as principal and this root's process as holder evidence, and
+//! `coordinate_resource` for the root's callers: maps the tool's arguments onto a typed
+//! resource request with the caller as principal and this root's process as holder evidence, and
 //! turns resource journal entries into `resource_update` events on the root's bus.
 
 use super::core::{Caller, Core};
 use crate::error::{Code, Error, Result};
+use crate::resource::core::{Op, Target};
 use crate::resource::principal::principal_id;
 use crate::resource::{self, EventCursor, Principal};
 use crate::tools::ResourceArgs;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -27,9 +28,16 @@ pub fn coordinate(
     };
     let evidence = resource::evidence::Probe::new().own()?;
     let home = core.ns.home.clone();
-    let op = op_json(args, core.limits().wait_ms_max)?;
+    let request = request_of(args, core.limits().wait_ms_max)?;
     let cancelled = || cancel.load(Ordering::SeqCst) || core.stopping.load(Ordering::SeqCst);
-    resource::coordinate_cancellable(&home, &core.config, &principal, op, evidence, &cancelled)
+    resource::coordinate_request(
+        &home,
+        &core.config,
+        &principal,
+        request,
+        evidence,
+        &cancelled,
+    )
 }
 
 /// Gives back what a retiring child run (`peer_id`) still reserves: its queued tickets and its
@@ -45,77 +53,87 @@ pub fn release_run(core: &Core, peer_id: &str) -> Result<usize> {
     resource::release_all(&core.ns.home, &core.config, &principal, evidence)
 }
 
-fn op_json(args: ResourceArgs, wait_ms_max: u64) -> Result<Value> {
-    let mut m = Map::new();
-    let mut put = |k: &str, v: Value| {
-        if !v.is_null() {
-            m.insert(k.to_string(), v);
-        }
+/// The tool's arguments as a typed coordination request (a request waits at most
+/// `wait_ms_max`).
+fn request_of(args: ResourceArgs, wait_ms_max: u64) -> Result<resource::Request> {
+    let capacity = |c: Option<u64>| {
+        c.map(|c| u32::try_from(c).map_err(|_| Error::new(Code::Usage, "capacity is too large")))
+            .transpose()
     };
-    match args {
-        ResourceArgs::Status { resource } => {
-            put("op", json!("status"));
-            put("resource", json!(resource));
-        }
+    let (resource, op, wait_ms) = match args {
+        ResourceArgs::Status { resource } => (resource, Op::Status, 0),
         ResourceArgs::Request {
             resource,
-            capacity,
+            capacity: c,
             wait_ms,
             epoch,
-        } => {
-            put("op", json!("request"));
-            put("epoch", json!(epoch));
-            put("resource", json!(resource));
-            put("capacity", json!(capacity));
-            put("waitMs", json!(wait_ms.map(|w| w.min(wait_ms_max))));
-        }
+        } => (
+            Some(resource),
+            Op::Request {
+                capacity: capacity(c)?,
+                epoch,
+            },
+            wait_ms.map_or(0, |w| w.min(wait_ms_max)),
+        ),
         ResourceArgs::Grant {
             resource,
             ticket,
             epoch,
-        } => {
-            put("op", json!("grant"));
-            put("epoch", json!(epoch));
-            put("resource", json!(resource));
-            put("ticket", json!(ticket));
-        }
+        } => (Some(resource), Op::Grant { ticket, epoch }, 0),
         ResourceArgs::Release {
             resource,
             ticket,
             token,
         } => {
-            put("op", json!("release"));
-            put("resource", json!(resource));
-            put("ticket", json!(ticket));
-            if let Some(t) = token {
-                let n: u64 = t.parse().map_err(|_| {
-                    Error::new(
+            let token = token
+                .map(|t| {
+                    t.parse::<u64>().map_err(|_| {
+                        Error::new(
+                            Code::Usage,
+                            "coordinate_resource: token must be a fencing token number",
+                        )
+                    })
+                })
+                .transpose()?;
+            // A bad name is reported before a contradictory target, as the JSON form does.
+            resource::model::canonical_name(&resource)?;
+            let target = match (ticket, token) {
+                (Some(t), None) => Target::Ticket(t),
+                (None, Some(n)) => Target::Token(n),
+                (None, None) => Target::Mine,
+                (Some(_), Some(_)) => {
+                    return Err(Error::new(
                         Code::Usage,
-                        "coordinate_resource: token must be a fencing token number",
-                    )
-                })?;
-                put("token", json!(n));
-            }
+                        "release names a ticket or a token, not both",
+                    ));
+                }
+            };
+            (Some(resource), Op::Release { target }, 0)
         }
         ResourceArgs::CancelRequest { resource, ticket } => {
-            put("op", json!("cancel_request"));
-            put("resource", json!(resource));
-            put("ticket", json!(ticket));
+            (Some(resource), Op::Cancel { ticket }, 0)
         }
         ResourceArgs::SetController {
             resource,
-            capacity,
+            capacity: c,
             force,
             automatic,
-        } => {
-            put("op", json!("set_controller"));
-            put("automatic", json!(automatic));
-            put("resource", json!(resource));
-            put("capacity", json!(capacity));
-            put("force", json!(force));
-        }
-    }
-    Ok(Value::Object(m))
+        } => (
+            Some(resource),
+            Op::SetController {
+                capacity: capacity(c)?,
+                force,
+                automatic,
+                ledger: Vec::new(),
+            },
+            0,
+        ),
+    };
+    Ok(resource::Request {
+        resource,
+        op,
+        wait_ms,
+    })
 }
 
 /// Polls the resource journals and publishes new `resource_update` events; returns the
@@ -208,4 +226,93 @@ pub fn spawn_events(
             )
         })?;
     Ok((stop, handle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::api::parse_request;
+    use serde_json::json;
+
+    /// The tool's typed path gives the request the JSON path (`peer res`) gives for the same
+    /// call, including its errors.
+    #[test]
+    fn tool_arguments_map_to_the_request_their_json_form_parses_to() {
+        let r = |s: &str| s.to_string();
+        let same = [
+            (
+                ResourceArgs::Status { resource: None },
+                json!({"op": "status"}),
+            ),
+            (
+                ResourceArgs::Request {
+                    resource: r("port:1"),
+                    capacity: Some(2),
+                    wait_ms: Some(5_000),
+                    epoch: Some(3),
+                },
+                json!({"op": "request", "resource": "port:1", "capacity": 2, "waitMs": 1_000, "epoch": 3}),
+            ),
+            (
+                ResourceArgs::Grant {
+                    resource: r("port:1"),
+                    ticket: r("t-1"),
+                    epoch: None,
+                },
+                json!({"op": "grant", "resource": "port:1", "ticket": "t-1"}),
+            ),
+            (
+                ResourceArgs::Release {
+                    resource: r(" port:1 "),
+                    ticket: None,
+                    token: Some(r("7")),
+                },
+                json!({"op": "release", "resource": "port:1", "token": 7}),
+            ),
+            (
+                ResourceArgs::Release {
+                    resource: r("port:1"),
+                    ticket: None,
+                    token: None,
+                },
+                json!({"op": "release", "resource": "port:1"}),
+            ),
+            (
+                ResourceArgs::CancelRequest {
+                    resource: r("port:1"),
+                    ticket: r("t-2"),
+                },
+                json!({"op": "cancel_request", "resource": "port:1", "ticket": "t-2"}),
+            ),
+            (
+                ResourceArgs::SetController {
+                    resource: r("port:1"),
+                    capacity: None,
+                    force: true,
+                    automatic: false,
+                },
+                json!({"op": "set_controller", "resource": "port:1", "force": true}),
+            ),
+        ];
+        for (args, v) in same {
+            let mut typed = request_of(args.clone(), 1_000).unwrap();
+            typed.resource = typed
+                .resource
+                .map(|n| crate::resource::model::canonical_name(&n).unwrap());
+            assert_eq!(typed, parse_request(&v).unwrap(), "{args:?}");
+        }
+        let both = ResourceArgs::Release {
+            resource: r("port:1"),
+            ticket: Some(r("t")),
+            token: Some(r("1")),
+        };
+        assert_eq!(request_of(both, 1).unwrap_err().code, Code::Usage);
+        let big = ResourceArgs::Request {
+            resource: r("port:1"),
+            capacity: Some(u64::from(u32::MAX) + 1),
+            wait_ms: None,
+            epoch: None,
+        };
+        assert_eq!(request_of(big, 1).unwrap_err().code, Code::Usage);
+    }
 }

@@ -58,7 +58,7 @@ impl Core {
             self.limits(),
             &viewer,
             name,
-            &self.presence_cache,
+            &self.presence.files,
         ) {
             Ok(t) => Ok(TargetRef {
                 peer_id: t.peer_id,
@@ -75,7 +75,7 @@ impl Core {
                 match self.known_incarnation(name) {
                     Some(t)
                         if !matches!(
-                            self.reach_of(&t.instance_id),
+                            self.presence.reach_of(&t.instance_id),
                             super::core::Reach::Gone(_)
                         ) =>
                     {
@@ -215,7 +215,7 @@ impl Core {
     }
 
     fn route_queue(&self, from: &str, to: &str) -> Arc<Mutex<RouteQueue>> {
-        let mut routes = self.routes.lock();
+        let mut routes = self.outbox.routes.lock();
         if routes.len() > 4 * self.limits().connections as usize {
             routes.retain(|_, q| Arc::strong_count(q) > 1 || q.lock().failures() > 0);
         }
@@ -269,7 +269,8 @@ impl Core {
                         .map(|e| e.message_id.clone())
                         .unwrap_or_default();
                     let cause = last_err.take().or_else(|| {
-                        self.route_errors
+                        self.outbox
+                            .route_errors
                             .lock()
                             .get(&(from.to_string(), to.peer_id.clone()))
                             .map(|(e, _)| e.clone())
@@ -294,13 +295,13 @@ impl Core {
         match outcome {
             Ok(_) => {
                 q.resolved(&entry.message_id);
-                self.route_errors.lock().remove(&key);
+                self.outbox.route_errors.lock().remove(&key);
                 recorded.map(|_| ())
             }
             Err(e) if is_retryable(e.code) => {
                 let now = clock::now_ms();
                 q.failed(&entry.message_id, self.limits(), now);
-                let mut errors = self.route_errors.lock();
+                let mut errors = self.outbox.route_errors.lock();
                 if let Some(slot) = errors.get_mut(&key) {
                     slot.0 = e.clone();
                 } else if errors.len() < 4 * self.limits().connections as usize {
@@ -370,8 +371,8 @@ impl Core {
             self.announce_arrival(&r, entry.reply_to.as_deref());
             return Ok(r);
         }
-        let target = self.target_of_instance(&entry.to.instance_id)?;
-        let silent = match self.reach_of(&entry.to.instance_id) {
+        let target = self.presence.target_of_instance(&entry.to.instance_id)?;
+        let silent = match self.presence.reach_of(&entry.to.instance_id) {
             super::core::Reach::Silent(_, since) => Some(since),
             _ => None,
         };
@@ -400,7 +401,7 @@ impl Core {
                     e.code,
                     Code::PeerOffline | Code::TargetEnded | Code::AuthFailed | Code::Disconnected
                 ) {
-                    self.forget_advertisement(&entry.to.instance_id);
+                    self.presence.forget_advertisement(&entry.to.instance_id);
                 }
             })
             .map_err(|e| match &silent {
@@ -428,7 +429,7 @@ impl Core {
         if let Some(h) = head.filter(|h| *h != e.message_id) {
             return format!("waits behind unresolved message {h} on this route");
         }
-        match self.route_errors.lock().get(&key) {
+        match self.outbox.route_errors.lock().get(&key) {
             Some((err, since)) => format!(
                 "{} ({}); failing since {}; retried in the background",
                 err.message,
@@ -495,14 +496,15 @@ impl Core {
 
     fn push_one(&self, to: &Principal, receipt: &Receipt) -> Result<()> {
         let from_run = self.run_of_peer(&receipt.to_peer_id);
-        self.notify_subscriber(&to.instance_id, receipt, from_run.as_deref());
+        self.outbox
+            .notify_subscriber(&to.instance_id, receipt, from_run.as_deref());
         if to.instance_id == self.instance_id {
             let me = self.principal_of(&receipt.to_peer_id, from_run);
             self.store.record_receipt(me, receipt.clone())?;
             self.announce_receipt(receipt);
             return Ok(());
         }
-        let target = self.target_of_instance(&to.instance_id)?;
+        let target = self.presence.target_of_instance(&to.instance_id)?;
         self.pool
             .request(
                 &target,

@@ -82,7 +82,7 @@ pub fn execute(
                 core.limits(),
                 &viewer,
                 &opts,
-                &core.presence_cache,
+                &core.presence.files,
             )?;
             Ok(json!({"peers": page.peers, "cursor": page.cursor}))
         }
@@ -215,7 +215,7 @@ fn sender_aliases(core: &Core, msgs: &[InboxEntry]) -> HashMap<String, presence:
         if m.from.instance_id == core.instance_id {
             continue;
         }
-        if let Some(ad) = core.advertisement_of(&m.from.instance_id) {
+        if let Some(ad) = core.presence.advertisement_of(&m.from.instance_id) {
             out.insert(m.from.instance_id.clone(), ad);
         }
         if out.len() > 64 {

@@ -130,7 +130,7 @@ pub fn encode_frame(batch: u64, records: &[Record]) -> Result<Vec<u8>> {
         .map_err(|e| Error::new(Code::Io, format!("cannot encode a journal batch: {e}")))?;
     let len = u32::try_from(payload.len())
         .map_err(|_| Error::new(Code::Io, "journal batch exceeds 4 GiB"))?;
-    debug_assert!(payload.last() != Some(&0), "a payload never ends in 0x00");
+    assert!(payload.last() != Some(&0), "a payload never ends in 0x00");
     let mut f = Vec::with_capacity(FRAME_HEADER_BYTES + payload.len());
     f.extend_from_slice(&len.to_le_bytes());
     f.extend_from_slice(&len_crc(len).to_le_bytes());

@@ -13,11 +13,11 @@
 //! - Admission keeps snapshot + journal within `storageBytes` (see `Machine::storage_budget`).
 
 mod changes;
-pub mod handle;
+pub(crate) mod handle;
 pub mod journal;
 pub mod recovery;
-pub mod snapshot;
-pub mod syncpoint;
+pub(crate) mod snapshot;
+pub(crate) mod syncpoint;
 pub(crate) mod writer;
 
 #[cfg(test)]

@@ -134,7 +134,7 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded> {
         .transpose()?;
     let loaded = load_files(dir, limits)?;
     if let Some(p) = sync {
-        syncpoint::check(&p, loaded.covered, &loaded.journal)?;
+        check_sync_point(&p, loaded.covered, &loaded.journal)?;
     }
     Ok(loaded)
 }
@@ -213,6 +213,50 @@ fn load_files(dir: &Path, limits: &Limits) -> Result<Loaded> {
     })
 }
 
+/// Refuses a journal that holds less than the sync point proves was acknowledged. `covered` is
+/// the generation the snapshot includes.
+pub fn check_sync_point(
+    p: &syncpoint::SyncPoint,
+    covered: u64,
+    journal: &JournalFile,
+) -> Result<()> {
+    let missing = |what: String| {
+        syncpoint::refused(format!(
+            "{what}, but its last known sync point is generation {} with {} batches ({} bytes): acknowledged records are missing",
+            p.generation, p.batches, p.length
+        ))
+    };
+    match journal {
+        JournalFile::Fresh if p.batches > 0 || p.generation > 1 => {
+            Err(missing("messages.journal is missing".into()))
+        }
+        JournalFile::Fresh => Ok(()),
+        // The snapshot includes every record of generations up to `covered`.
+        JournalFile::Covered { .. } if p.generation <= covered => Ok(()),
+        JournalFile::Covered { generation } => Err(missing(format!(
+            "messages.journal is generation {generation}, already covered by the snapshot"
+        ))),
+        JournalFile::Live {
+            generation,
+            valid_len,
+            batches,
+            ..
+        } => {
+            if p.generation > *generation {
+                return Err(missing(format!(
+                    "messages.journal is generation {generation}"
+                )));
+            }
+            if p.generation == *generation && (*batches < p.batches || *valid_len < p.length) {
+                return Err(missing(format!(
+                    "messages.journal holds {batches} complete batches ({valid_len} bytes)"
+                )));
+            }
+            Ok(())
+        }
+    }
+}
+
 /// What an old instance's store holds for review.
 #[derive(Clone, Debug, Default)]
 pub struct Review {
@@ -280,4 +324,41 @@ pub fn review(
         torn_tail_bytes,
         torn_tail_batches,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::syncpoint::SyncPoint;
+
+    #[test]
+    fn a_journal_below_its_sync_point_is_refused() {
+        let p = SyncPoint {
+            generation: 3,
+            length: 4_096,
+            batches: 17,
+        };
+        let live = |generation, valid_len, batches| JournalFile::Live {
+            generation,
+            valid_len,
+            torn_bytes: 0,
+            batches,
+        };
+        assert!(check_sync_point(&p, 2, &live(3, 4_096, 17)).is_ok());
+        assert!(check_sync_point(&p, 2, &live(3, 5_000, 20)).is_ok());
+        assert!(
+            check_sync_point(&p, 3, &live(4, 32, 0)).is_ok(),
+            "compacted since"
+        );
+        assert!(check_sync_point(&p, 3, &JournalFile::Covered { generation: 3 }).is_ok());
+        for bad in [live(3, 4_000, 16), live(3, 4_096, 16), live(2, 9_000, 40)] {
+            assert_eq!(
+                check_sync_point(&p, 2, &bad).unwrap_err().code,
+                Code::RecoveryRequired,
+                "{bad:?}"
+            );
+        }
+        assert!(check_sync_point(&p, 2, &JournalFile::Covered { generation: 2 }).is_err());
+        assert!(check_sync_point(&p, 0, &JournalFile::Fresh).is_err());
+    }
 }

@@ -8,7 +8,6 @@
 //! `{"format":1,"generation":G,"length":L,"batches":N,"crc32":C}`, C the crc32 of G, L and N
 //! (8 bytes each, little-endian).
 
-use super::recovery::JournalFile;
 use crate::error::{Code, Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -51,7 +50,7 @@ pub fn encode(p: &SyncPoint) -> Vec<u8> {
     .into_bytes()
 }
 
-fn refused(what: String) -> Error {
+pub(crate) fn refused(what: String) -> Error {
     Error::new(
         Code::RecoveryRequired,
         format!("{what}; the store was left untouched: preserve it and inspect before recovering"),
@@ -75,52 +74,12 @@ pub fn decode(bytes: &[u8]) -> Result<SyncPoint> {
     Ok(p)
 }
 
-/// Refuses a journal that holds less than the sync point proves was acknowledged. `covered` is
-/// the generation the snapshot includes.
-pub fn check(p: &SyncPoint, covered: u64, journal: &JournalFile) -> Result<()> {
-    let missing = |what: String| {
-        refused(format!(
-            "{what}, but its last known sync point is generation {} with {} batches ({} bytes): acknowledged records are missing",
-            p.generation, p.batches, p.length
-        ))
-    };
-    match journal {
-        JournalFile::Fresh if p.batches > 0 || p.generation > 1 => {
-            Err(missing("messages.journal is missing".into()))
-        }
-        JournalFile::Fresh => Ok(()),
-        // The snapshot includes every record of generations up to `covered`.
-        JournalFile::Covered { .. } if p.generation <= covered => Ok(()),
-        JournalFile::Covered { generation } => Err(missing(format!(
-            "messages.journal is generation {generation}, already covered by the snapshot"
-        ))),
-        JournalFile::Live {
-            generation,
-            valid_len,
-            batches,
-            ..
-        } => {
-            if p.generation > *generation {
-                return Err(missing(format!(
-                    "messages.journal is generation {generation}"
-                )));
-            }
-            if p.generation == *generation && (*batches < p.batches || *valid_len < p.length) {
-                return Err(missing(format!(
-                    "messages.journal holds {batches} complete batches ({valid_len} bytes)"
-                )));
-            }
-            Ok(())
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn round_trip_bit_flips_and_the_check() {
+    fn round_trip_and_bit_flips() {
         let p = SyncPoint {
             generation: 3,
             length: 4_096,
@@ -133,24 +92,5 @@ mod tests {
             x[at] ^= 0x01;
             assert!(decode(&x).is_err(), "flip at {at} accepted");
         }
-        let live = |generation, valid_len, batches| JournalFile::Live {
-            generation,
-            valid_len,
-            torn_bytes: 0,
-            batches,
-        };
-        assert!(check(&p, 2, &live(3, 4_096, 17)).is_ok());
-        assert!(check(&p, 2, &live(3, 5_000, 20)).is_ok());
-        assert!(check(&p, 3, &live(4, 32, 0)).is_ok(), "compacted since");
-        assert!(check(&p, 3, &JournalFile::Covered { generation: 3 }).is_ok());
-        for bad in [live(3, 4_000, 16), live(3, 4_096, 16), live(2, 9_000, 40)] {
-            assert_eq!(
-                check(&p, 2, &bad).unwrap_err().code,
-                Code::RecoveryRequired,
-                "{bad:?}"
-            );
-        }
-        assert!(check(&p, 2, &JournalFile::Covered { generation: 2 }).is_err());
-        assert!(check(&p, 0, &JournalFile::Fresh).is_err());
     }
 }

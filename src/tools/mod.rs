@@ -5,6 +5,7 @@
 //! The CLI, the MCP server and child-run tool paths all go through [`parse_call`] so a model
 //! sees the same contract everywhere. This module does no I/O and knows no principal: the
 //! host decides who is calling and checks [`check_capability`] against that caller.
+#![forbid(unsafe_code)]
 
 mod args;
 mod schema;

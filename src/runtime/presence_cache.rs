@@ -1,0 +1,188 @@
+//! What a root knows about other instances' presence: parsed presence records reused while
+//! unchanged on disk, and instances looked up for a short time (presence is a hint; a failed
+//! connect or handshake forgets the entry and re-reads it), classified live, silent, gone or
+//! unknown (`Reach`): only evidence — the record removed, or its process provably gone — makes
+//! an incarnation gone; age alone never does.
+
+use crate::config::Limits;
+use crate::config::internal::ADVERTS_MAX;
+use crate::error::{Code, Error, Result};
+use crate::paths::Namespace;
+use crate::presence;
+use crate::resource::evidence::Probe;
+use crate::transport::Target;
+use crate::{clock, identity};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+
+/// How long a looked-up advertisement is reused.
+const ADVERT_TTL_MS: u128 = 1_000;
+
+pub struct PresenceCache {
+    ns: Namespace,
+    limits: Limits,
+    /// Parsed presence records, reused while unchanged on disk.
+    pub files: presence::ReadCache,
+    /// Recently looked-up instances.
+    adverts: Mutex<HashMap<String, CachedReach>>,
+}
+
+/// A looked-up instance: when, what it is, and the sessionId its record states.
+type CachedReach = (std::time::Instant, Reach, Option<String>);
+
+/// What a sender knows about another instance, from its presence record and process evidence.
+#[derive(Clone, Debug)]
+pub enum Reach {
+    /// Current record.
+    Live(presence::Advertisement),
+    /// The record is there but has not been refreshed since the given time, and nothing
+    /// proves its process gone: stopped, suspended or slow. Still the same incarnation.
+    Silent(presence::Advertisement, String),
+    /// Provably ended (the reason says how): its owner removed the record or its process no
+    /// longer runs.
+    Gone(String),
+    /// Nothing can be concluded now (unreadable record or directory).
+    Unknown(String),
+}
+
+impl PresenceCache {
+    pub fn new(ns: Namespace, limits: Limits) -> PresenceCache {
+        PresenceCache {
+            ns,
+            limits,
+            files: presence::ReadCache::default(),
+            adverts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The live advertisement of another instance (cached for a second).
+    pub fn advertisement_of(&self, instance_id: &str) -> Option<presence::Advertisement> {
+        match self.reach_of(instance_id) {
+            Reach::Live(ad) => Some(ad),
+            _ => None,
+        }
+    }
+
+    /// What presence and process evidence say about another instance (cached for a second).
+    pub fn reach_of(&self, instance_id: &str) -> Reach {
+        self.reach_and_session(instance_id).0
+    }
+
+    /// The sessionId another instance's presence record states (the record its handshake key
+    /// is verified against), when it has a readable record.
+    pub fn session_of(&self, instance_id: &str) -> Option<String> {
+        self.reach_and_session(instance_id).1
+    }
+
+    fn reach_and_session(&self, instance_id: &str) -> (Reach, Option<String>) {
+        if let Some((at, reach, session)) = self.adverts.lock().get(instance_id)
+            && at.elapsed().as_millis() < ADVERT_TTL_MS
+        {
+            return (reach.clone(), session.clone());
+        }
+        let (reach, session) = self.read_reach(instance_id);
+        let mut cache = self.adverts.lock();
+        if cache.len() >= ADVERTS_MAX {
+            cache.retain(|_, (at, _, _)| at.elapsed().as_millis() < ADVERT_TTL_MS);
+        }
+        if cache.len() < ADVERTS_MAX {
+            cache.insert(
+                instance_id.to_string(),
+                (std::time::Instant::now(), reach.clone(), session.clone()),
+            );
+        }
+        (reach, session)
+    }
+
+    /// Forgets a cached advertisement after a failed delivery.
+    pub fn forget_advertisement(&self, instance_id: &str) {
+        self.adverts.lock().remove(instance_id);
+    }
+
+    /// Reads the record of another instance, found by its instance-qualified file name, and
+    /// classifies it: live, silent (present but not refreshed; its process may be stopped) or
+    /// gone (no record, or its process provably no longer runs).
+    fn read_reach(&self, instance_id: &str) -> (Reach, Option<String>) {
+        if !identity::is_valid_id(instance_id) {
+            return (
+                Reach::Gone(format!("{instance_id:?} is not an instance id")),
+                None,
+            );
+        }
+        let dir = self.ns.active_agents();
+        let suffix = format!(".{instance_id}.json");
+        let names: Vec<String> = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(&suffix))
+                .take(8)
+                .collect(),
+            Err(e) => {
+                return (
+                    Reach::Unknown(format!("cannot list {}: {e}", dir.display())),
+                    None,
+                );
+            }
+        };
+        let now = clock::now_ms();
+        let mut unreadable = None;
+        for n in &names {
+            let e = presence::read_one(&dir, n, &self.limits, now);
+            let Some(ad) = e.advert.clone().filter(|ad| ad.instance_id == instance_id) else {
+                if let presence::Liveness::Invalid(why) = &e.liveness {
+                    unreadable = Some(why.clone());
+                }
+                continue;
+            };
+            let session = Some(e.session_id.clone()).filter(|s| identity::is_valid_id(s));
+            if e.is_live() {
+                return (Reach::Live(ad), session);
+            }
+            if let Some(why) = presence::process_gone(&e, &Probe::new()) {
+                // What the record stated stays true of the incarnation after it ended.
+                return (Reach::Gone(why), session);
+            }
+            let since = e
+                .updated_at_ms
+                .map_or_else(|| "an unreadable time".to_string(), clock::iso8601);
+            return (Reach::Silent(ad, since), session);
+        }
+        let reach = match unreadable {
+            // A record we cannot read proves nothing either way.
+            Some(why) => Reach::Unknown(format!("its presence record is unreadable: {why}")),
+            None => Reach::Gone(
+                "its presence record was removed (by its owner on exit, or after its process was proven gone)"
+                    .into(),
+            ),
+        };
+        (reach, None)
+    }
+
+    /// Where to reach another instance. A silent record (no heartbeat, process still there) is
+    /// still tried: only evidence that the incarnation is gone yields `TARGET_ENDED`.
+    pub fn target_of_instance(&self, instance_id: &str) -> Result<Target> {
+        let ad = match self.reach_of(instance_id) {
+            Reach::Live(ad) | Reach::Silent(ad, _) => ad,
+            Reach::Gone(why) => {
+                return Err(Error::new(
+                    Code::TargetEnded,
+                    format!("instance {instance_id} has ended: {why}"),
+                ));
+            }
+            Reach::Unknown(why) => {
+                return Err(Error::new(
+                    Code::PeerOffline,
+                    format!("instance {instance_id} cannot be reached now: {why}"),
+                ));
+            }
+        };
+        let public_key = identity::parse_spki_b64(&ad.public_key)
+            .ok_or_else(|| Error::new(Code::AuthFailed, "advertised public key is malformed"))?;
+        Ok(Target {
+            instance_id: ad.instance_id.clone(),
+            endpoint: self.ns.endpoint_path(&ad.endpoint)?,
+            public_key,
+        })
+    }
+}
