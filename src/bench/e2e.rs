@@ -700,7 +700,9 @@ mod tests {
         assert_eq!(p.probes, 10);
         assert_eq!(p.throughput, vec![(1, 80), (8, 10), (64, 2)]);
         assert_eq!(p.crowded, 5);
-        assert_eq!(p.total(), 3 + 20 + 3 + 10 + 5 + 80 + 80 + 128);
+        assert_eq!(p.history, (100, 1000));
+        assert_eq!(p.total(), 3 + 20 + 3 + 10 + 5 + 80 + 80 + 128 + 100 + 1000);
+        assert_eq!(Plan::new(1000, &[1]).history, (2500, 25_000));
         assert_eq!(p.senders_max(), 64);
         let o = p.overrides();
         assert_eq!(o["inboxMessages"], json!(2 * p.total() as u64 + 1024));
