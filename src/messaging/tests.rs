@@ -349,6 +349,46 @@ fn receipts_never_regress_at_the_recipient() {
 }
 
 #[test]
+fn a_page_is_consumed_in_one_write_and_stops_at_an_expired_message() {
+    let mut m = machine();
+    let r = recipients();
+    for id in ["c1", "c2", "c3"] {
+        m.accept(&alice(), &send(id, "x"), &r, NOW).unwrap();
+    }
+    m.record_context(ME, &MessageRef::Sequence(2), "", NOW)
+        .unwrap();
+    let page = vec![
+        (MessageRef::Sequence(1), false),
+        (MessageRef::Sequence(2), true),
+    ];
+    let ((receipts, failed), records) = m.consume_page(ME, &page, "read", NOW).unwrap();
+    assert!(failed.is_none());
+    assert_eq!(receipts.len(), 2);
+    assert!(receipts.iter().all(|r| r.state == ReceiptState::Consumed));
+    // One context record for the unmarked message, none for the marked one.
+    let contexts = records
+        .iter()
+        .filter(|r| matches!(r, Record::Context { .. }))
+        .count();
+    assert_eq!(contexts, 1);
+    // Past its expiry: the page stops there with the expired receipt, nothing after it moves.
+    let late = NOW + Limits::default().max_expiry_ms + 1;
+    let page = vec![
+        (MessageRef::Sequence(3), false),
+        (MessageRef::Sequence(99), false),
+    ];
+    let ((receipts, failed), _) = m.consume_page(ME, &page, "read", late).unwrap();
+    assert!(failed.is_none());
+    assert_eq!(receipts.len(), 1);
+    assert_eq!(receipts[0].state, ReceiptState::Expired);
+    // An unknown message ends the page with its error; earlier ones stay consumed.
+    let page = vec![(MessageRef::Sequence(99), false)];
+    let ((receipts, failed), _) = m.consume_page(ME, &page, "read", NOW).unwrap();
+    assert!(receipts.is_empty());
+    assert_eq!(failed.unwrap().code, Code::NotFound);
+}
+
+#[test]
 fn consuming_without_prepare_records_implicit_context() {
     let mut m = machine();
     m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)

@@ -160,6 +160,17 @@ impl StoreHandle {
         self.write(move |m, _, now| m.record_context(&recipient, &message, &note, now))
     }
 
+    /// Consumes a page with one durable write (see `Machine::consume_page`).
+    pub fn consume_page(
+        &self,
+        recipient: &str,
+        page: Vec<(MessageRef, bool)>,
+        note: &str,
+    ) -> Result<(Vec<Receipt>, Option<Error>)> {
+        let (recipient, note) = (recipient.to_string(), note.to_string());
+        self.write(move |m, _, now| m.consume_page(&recipient, &page, &note, now))
+    }
+
     pub fn mark_replied(
         &self,
         recipient: &str,
