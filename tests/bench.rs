@@ -85,6 +85,10 @@ fn quick_bench_reports_every_figure_beside_its_floor_with_nothing_lost() {
     assert!(number(&i["accepted"], "accepted") >= 6.0);
     assert_eq!(i["phases"].as_array().unwrap().len(), 8);
     assert!(number(&r["idle"]["wakeupsPerSecond"], "idle wakeups") >= 0.0);
+    let fsyncs = r["fsyncsPerMessage"].as_array().unwrap();
+    assert_eq!(fsyncs.len(), 4, "{fsyncs:?}");
+    // Every accepted message cost the receiver at least one shared fdatasync batch.
+    assert!(number(&fsyncs[0]["receiver"], "warm receiver fsyncs") > 0.0);
     assert!(number(&r["idle"]["rssKb"], "idle rss") > 0.0);
     let h = &r["history"];
     assert_eq!(h["window"], 100, "{h}");

@@ -162,6 +162,9 @@ pub struct Outcome {
     pub throughput: Vec<Throughput>,
     pub history: Option<History>,
     pub idle: Option<Idle>,
+    /// Journal fdatasyncs counted by the roots (`local.info`) per phase: (phase, messages,
+    /// senders' syncs, receiver's syncs).
+    pub fsyncs: Vec<(String, usize, u64, u64)>,
     pub receiver: Counters,
     pub sender: Counters,
     pub audits: Vec<(String, Audit)>,
@@ -486,11 +489,21 @@ impl Run<'_> {
     }
 
     fn warm(&mut self, plan: &Plan) -> Result<()> {
+        let mut counted = None;
         for i in 0..plan.warmup + plan.warm {
+            if i == plan.warmup {
+                counted = Some((self.a1.syncs()?, self.b.syncs()?));
+            }
             let us = self.send_one("warm", i)?;
             if i >= plan.warmup {
                 self.out.warm.push(us);
             }
+        }
+        if let Some((s0, r0)) = counted {
+            let (s1, r1) = (self.a1.syncs()?, self.b.syncs()?);
+            self.out
+                .fsyncs
+                .push(("warm".into(), plan.warm, s1 - s0, r1 - r0));
         }
         Ok(())
     }
@@ -604,9 +617,13 @@ impl Run<'_> {
 
     fn throughput(&mut self, k: usize, m: usize) -> Result<()> {
         let mut adapters = Vec::with_capacity(k);
+        let mut sender_syncs = 0;
         for h in self.tx.iter().take(k) {
-            adapters.push(Adapter::connect(&h.control, &self.limits)?);
+            let mut a = Adapter::connect(&h.control, &self.limits)?;
+            sender_syncs += a.syncs()?;
+            adapters.push(a);
         }
+        let receiver_syncs = self.b.syncs()?;
         let barrier = Arc::new(std::sync::Barrier::new(adapters.len() + 1));
         let to = self.rx.peer_id.clone();
         let threads: Vec<_> = adapters
@@ -630,11 +647,13 @@ impl Run<'_> {
                             // One failure ends this sender; the others go on.
                             Err(e) => {
                                 let e = Error::new(e.code, format!("message {id}: {}", e.message));
-                                return (lat, ids, Some((id, e)));
+                                let syncs = a.syncs().unwrap_or(0);
+                                return (lat, ids, Some((id, e)), syncs);
                             }
                         }
                     }
-                    (lat, ids, None)
+                    let syncs = a.syncs().unwrap_or(0);
+                    (lat, ids, None, syncs)
                 })
             })
             .collect();
@@ -647,9 +666,11 @@ impl Run<'_> {
             latency: Vec::new(),
             peers: 1 + self.tx.len(),
         };
+        let mut sender_after = 0;
         for t in threads {
             match t.join() {
-                Ok((lat, ids, err)) => {
+                Ok((lat, ids, err, syncs)) => {
+                    sender_after += syncs;
                     run.latency.extend(lat);
                     run.messages += ids.len();
                     self.accepted.extend(ids);
@@ -664,6 +685,13 @@ impl Run<'_> {
             }
         }
         run.seconds = start.elapsed().as_secs_f64();
+        let receiver_after = self.b.syncs()?;
+        self.out.fsyncs.push((
+            format!("throughput{k}"),
+            run.messages,
+            sender_after.saturating_sub(sender_syncs),
+            receiver_after.saturating_sub(receiver_syncs),
+        ));
         self.out.throughput.push(run);
         Ok(())
     }

@@ -124,6 +124,7 @@ pub fn run(opts: &Options) -> Result<i32> {
         "figures": figs.iter().map(report::Figure::to_json).collect::<Vec<_>>(),
         "process": report::process_json(&out),
         "history": report::history_json(&out),
+        "fsyncsPerMessage": report::fsyncs_json(&out),
         "idle": out.idle.map(|i| json!({"seconds": stats::round2(i.seconds), "wakeupsPerSecond": stats::round2(i.wakeups_per_second), "rssKb": i.rss_kb, "target": "≤ 1 wakeup/s between heartbeats, RSS ≤ 4 MiB", "source": "/proc/PID/task/*/status voluntary + nonvoluntary ctxt_switches"})),
         "integrity": report::integrity_json(&out),
         "hostExits": out.host_exits.iter().filter(|(_, c)| *c != Some(0)).map(|(a, c)| json!({"alias": a, "exit": c})).collect::<Vec<_>>(),
@@ -183,6 +184,16 @@ fn text(
         p["receiver"]["idle"]["threads"],
         p["receiver"]["peak"]["threads"]
     );
+    for f in r["fsyncsPerMessage"].as_array().into_iter().flatten() {
+        s += &format!(
+            "fdatasyncs per message, {}: {} (senders {}, receiver {}) over {} messages\n",
+            f["phase"].as_str().unwrap_or("?"),
+            f["total"],
+            f["senders"],
+            f["receiver"],
+            f["messages"]
+        );
+    }
     if let Some(i) = r["idle"].as_object() {
         s += &format!(
             "idle receiver: {} wakeups/s over {} s, RSS {} kB (target ≤ 1 wakeup/s, ≤ 4096 kB)\n",

@@ -10,6 +10,10 @@ use serde_json::{Value, json};
 /// Durability of every end-to-end figure, as the runtime's contract states it.
 const CUSTODY: &str = "receipt only after the receiver's inbox fdatasync (sender outbox persisted first; concurrent commits may share one fdatasync)";
 
+/// Fewer samples than this give no real p99: the text table puts it in parentheses and the
+/// JSON says `p99FromEnoughSamples: false`.
+pub const P99_SAMPLES_MIN: usize = 200;
+
 /// One reported figure.
 #[derive(Clone, Debug)]
 pub struct Figure {
@@ -57,6 +61,7 @@ impl Figure {
             "n": self.latency.n,
             "medianUs": round2(self.latency.median),
             "p99Us": round2(self.latency.p99),
+            "p99FromEnoughSamples": self.latency.n >= P99_SAMPLES_MIN,
             "value": round2(self.value),
             "floor": {"label": self.floor_label, "value": round2(self.floor)},
             "ratio": round2(self.ratio),
@@ -160,6 +165,19 @@ fn history(h: &super::e2e::History, peers: usize) -> Figure {
         target: Some("≤ 1.2× the first window; sender RSS ≤ 16 MB"),
         peers,
     }
+}
+
+/// Journal fdatasyncs per accepted message, counted by the roots themselves, per phase.
+pub fn fsyncs_json(out: &Outcome) -> Value {
+    let per = |n: u64, m: usize| round2(n as f64 / m.max(1) as f64);
+    Value::Array(
+        out.fsyncs
+            .iter()
+            .map(|(phase, m, s, r)| {
+                json!({"phase": phase, "messages": m, "senders": per(*s, *m), "receiver": per(*r, *m), "total": per(s + r, *m)})
+            })
+            .collect(),
+    )
 }
 
 /// The history phase in full: both windows, sender and receiver CPU, sender RSS.
@@ -278,7 +296,11 @@ pub fn figures_text(figs: &[Figure]) -> String {
             f.latency.n,
             value,
             micros_text(f.latency.median),
-            micros_text(f.latency.p99),
+            if f.latency.n >= P99_SAMPLES_MIN {
+                micros_text(f.latency.p99)
+            } else {
+                format!("({})", micros_text(f.latency.p99))
+            },
             ratio_text(f.ratio),
             f.floor_label,
             floor
