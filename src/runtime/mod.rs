@@ -522,7 +522,7 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
             let mut last_restart = Instant::now();
             let mut seen = core.store.change_generation();
             while !core.stopping.load(Ordering::SeqCst) {
-                core.push_receipts();
+                let pushes = core.push_receipts();
                 let restart =
                     last_restart.elapsed() >= Duration::from_millis(send::GAVE_UP_RETRY_MS);
                 if restart {
@@ -530,17 +530,14 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                     // Dead roots' records, sockets and control files, a bounded batch.
                     reclaim::reclaim_dead(&core);
                 }
-                core.retry_routes(restart);
+                let routes = core.retry_routes(restart);
                 if last_sweep.elapsed() >= sweep_every {
                     if let Err(e) = core.store.sweep() {
                         core.report_problem("the expiry and retention sweep", &e);
                     }
                     last_sweep = Instant::now();
                 }
-                let unresolved = core
-                    .store
-                    .query(|m| !m.pending_routes().is_empty() || !m.pending_pushes(1).is_empty())
-                    .unwrap_or(true);
+                let unresolved = pushes || routes;
                 // Dead roots are reclaimed every GAVE_UP_RETRY_MS, so that is a deadline too.
                 let restart_every = Duration::from_millis(send::GAVE_UP_RETRY_MS);
                 let mut wait = sweep_every

@@ -473,12 +473,13 @@ impl Core {
         }
     }
 
-    /// Pushes pending recipient-side receipts to their senders; returns how many moved.
-    pub fn push_receipts(&self) -> usize {
+    /// Pushes pending recipient-side receipts to their senders; returns whether any were
+    /// pending (so the caller retries soon), true also when the store could not say.
+    pub fn push_receipts(&self) -> bool {
         let Ok(pushes) = self.store.pending_pushes(PUSH_BATCH) else {
-            return 0;
+            return true;
         };
-        let mut moved = 0;
+        let pending = !pushes.is_empty();
         for p in pushes {
             let delivered = self.push_one(&p.to, &p.receipt);
             match delivered {
@@ -487,11 +488,9 @@ impl Core {
                 // The sender is gone or refuses: its copy stays as it was; ours is final.
                 Err(_) => {}
             }
-            if self.store.receipt_delivered(p.cursor).is_ok() {
-                moved += 1;
-            }
+            let _ = self.store.receipt_delivered(p.cursor);
         }
-        moved
+        pending
     }
 
     fn push_one(&self, to: &Principal, receipt: &Receipt) -> Result<()> {
@@ -527,11 +526,13 @@ impl Core {
 
     /// One pass of the route retrier: every route with an unresolved head gets one
     /// non-waiting drive. Heads that gave up start over when `restart_gave_up` is set (the
-    /// worker does so every `GAVE_UP_RETRY_MS`).
-    pub fn retry_routes(&self, restart_gave_up: bool) {
+    /// worker does so every `GAVE_UP_RETRY_MS`). Returns whether any route was unresolved
+    /// (true also when the store could not say).
+    pub fn retry_routes(&self, restart_gave_up: bool) -> bool {
         let Ok(routes) = self.store.pending_routes() else {
-            return;
+            return true;
         };
+        let pending = !routes.is_empty();
         for (from, to_peer) in routes.into_iter().take(ROUTES_PER_PASS) {
             let (f, t) = (from.clone(), to_peer.clone());
             let head = self
@@ -552,6 +553,7 @@ impl Core {
             }
             let _ = self.drive_route(&from, &target, None, false);
         }
+        pending
     }
 
     /// Local reads of one recipient entry by message id (for consume/reply).
