@@ -52,6 +52,17 @@ impl Core {
                 ));
             }
         }
+        // Read before resolving: a change after this makes the cached entry invalid.
+        let mtime = self.presence.directory_mtime();
+        // Liveness still comes from evidence: a process provably gone is not reused.
+        if let Some(t) = self.presence.cached_name(name, mtime)
+            && matches!(
+                self.presence.reach_of(&t.instance_id),
+                super::core::Reach::Live(_)
+            )
+        {
+            return Ok(t);
+        }
         let viewer = self.viewer(None)?;
         match directory::resolve_cached(
             &self.ns,
@@ -60,11 +71,15 @@ impl Core {
             name,
             &self.presence.files,
         ) {
-            Ok(t) => Ok(TargetRef {
-                peer_id: t.peer_id,
-                instance_id: t.instance_id,
-                run_id: t.run_id,
-            }),
+            Ok(t) => {
+                let t = TargetRef {
+                    peer_id: t.peer_id,
+                    instance_id: t.instance_id,
+                    run_id: t.run_id,
+                };
+                self.presence.remember_name(name, mtime, &t);
+                Ok(t)
+            }
             Err(e)
                 if matches!(e.code, Code::PeerOffline | Code::TargetEnded)
                     && crate::mention::is_peer_id(name) =>
