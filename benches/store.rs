@@ -89,6 +89,7 @@ fn accept_one(h: &StoreHandle, thread: u64, n: u64, content: &str) {
         reply_to: None,
         correlation_id: None,
         expires_at_ms: None,
+        from_alias: None,
     };
     h.accept(from, send).expect("accept");
 }

@@ -79,6 +79,7 @@ fn handshake(c: &mut Criterion) {
                 instance_id: "i-b",
                 keys: &rkeys,
                 local_secret: &secret,
+                run_secret: &|_: &[u8; 32]| None,
                 advertised_key: &lookup,
                 remember_nonce: &mut remember,
             };

@@ -139,7 +139,7 @@ limits! {
     stale_ms, "staleMs", 15_000, 1..=DAY_MS,
         "Age after which readers treat a presence record as stale (peerwire extension).";
     inbound_connections, "inboundConnections", 64, 1..=65_536,
-        "Concurrent inbound connections (one thread each); excess connections get one QUEUE_FULL line and are closed.";
+        "Concurrent authenticated connections (one thread each), the last eighth reserved for the root's own local adapters; excess ones get one QUEUE_FULL line and are closed. Connections still in the handshake have their own budget (a quarter, at least 8): when it is full the oldest is answered QUEUE_FULL and closed.";
     wait_ms_max, "waitMsMax", 30_000, 1..=DAY_MS,
         "Longest wait a read may ask for (waitMs).";
     presence_file_bytes, "presenceFileBytes", 64 * 1024, 1_024..=16 << 20,

@@ -16,19 +16,55 @@ pub struct WorkspaceId {
     pub repository: Option<PathBuf>,
 }
 
-/// Resolves symlinks and finds the repository root (the nearest ancestor holding `.git`).
+/// Resolves symlinks; inside a git work tree the workspace is the work tree's root (the
+/// nearest ancestor holding `.git`), so sessions in `repo/a` and `repo/b` share it. The
+/// repository is the main work tree of the repository it belongs to: the same root, or for a
+/// linked work tree (`git worktree add`, `.git` a file) the root its common git directory
+/// belongs to, so the `repository` scope joins the work trees of one repository.
 pub fn canonical_workspace(dir: &Path) -> Result<WorkspaceId> {
-    let workspace =
+    let real =
         std::fs::canonicalize(dir).map_err(|e| Error::io("cannot resolve workspace", dir, &e))?;
-    let repository = workspace
+    let root = real
         .ancestors()
         .take(crate::config::internal::REPOSITORY_DEPTH_MAX)
         .find(|a| a.join(".git").exists())
         .map(Path::to_path_buf);
+    let Some(root) = root else {
+        return Ok(WorkspaceId {
+            workspace: real,
+            repository: None,
+        });
+    };
+    let repository = main_work_tree(&root).unwrap_or_else(|| root.clone());
     Ok(WorkspaceId {
-        workspace,
-        repository,
+        workspace: root,
+        repository: Some(repository),
     })
+}
+
+/// For a linked work tree (`.git` is a file `gitdir: <repo>/.git/worktrees/<name>`), the main
+/// work tree: the parent of the common git directory named by `<gitdir>/commondir`. `None`
+/// for an ordinary repository or anything unreadable (each file read is bounded).
+fn main_work_tree(root: &Path) -> Option<PathBuf> {
+    let dot_git = root.join(".git");
+    if !std::fs::symlink_metadata(&dot_git).ok()?.is_file() {
+        return None;
+    }
+    let read = |p: &Path| -> Option<String> {
+        use std::io::Read;
+        let mut s = String::new();
+        std::fs::File::open(p)
+            .ok()?
+            .take(crate::config::internal::GIT_POINTER_BYTES_MAX)
+            .read_to_string(&mut s)
+            .ok()?;
+        Some(s.trim().to_string())
+    };
+    let gitdir = read(&dot_git)?;
+    let gitdir = root.join(gitdir.strip_prefix("gitdir:")?.trim());
+    let common = gitdir.join(read(&gitdir.join("commondir"))?);
+    let common = std::fs::canonicalize(common).ok()?;
+    common.parent().map(Path::to_path_buf)
 }
 
 /// Who is looking, and how far they may see.
@@ -56,10 +92,16 @@ impl Viewer {
                 }
             }
         };
+        self.sees_place(&their_ws, their_repo.as_deref())
+    }
+
+    /// Whether a party that advertises this canonical workspace and repository is in scope
+    /// (also the recipient's check of a `peer.send`, from the sender's advertisement).
+    pub fn sees_place(&self, their_ws: &Path, their_repo: Option<&Path>) -> bool {
         match self.scope {
             Scope::Machine => true,
             Scope::Workspace => their_ws == self.ws.workspace,
-            Scope::Repository => match (&self.ws.repository, &their_repo) {
+            Scope::Repository => match (&self.ws.repository, their_repo) {
                 (Some(a), Some(b)) => a == b,
                 _ => their_ws == self.ws.workspace,
             },
@@ -123,8 +165,12 @@ fn descriptors(entry: &Entry, viewer: &Viewer, now_ms: u64) -> Vec<Descriptor> {
             "ageMs": age_ms,
             "state": state,
             "reason": reason.as_deref().map(|r| sanitize::line(r, 200)),
-            "messaging": entry.advert.is_some() && entry.is_live(),
-            "messagingError": entry.advert_error.as_deref().map(|r| sanitize::line(r, 200)),
+            "messaging": entry.advert.as_ref().is_some_and(|a| a.degraded.is_none()) && entry.is_live(),
+            "messagingError": entry
+                .advert_error
+                .as_deref()
+                .or(entry.advert.as_ref().and_then(|a| a.degraded.as_deref()))
+                .map(|r| sanitize::line(r, 400)),
             "self": entry.advert.as_ref().is_some_and(|a| Some(&a.instance_id) == viewer.self_instance.as_ref()),
             "inScope": viewer.sees(entry),
         })
@@ -304,7 +350,16 @@ pub fn resolve_cached(
         1 => target_of(live[0].0, live[0].1),
         0 if out_of_scope => Err(Error::new(
             Code::ScopeDenied,
-            format!("{shown} is outside your {} scope", viewer.scope.name()),
+            format!(
+                "{shown} is outside your {} scope ({}); to reach it, set \"scope\": \"{}\" in sessions.communication of the namespace's config.json on both sides and restart, or run both sessions in one workspace (a git work tree counts as one)",
+                viewer.scope.name(),
+                crate::sanitize::line(&viewer.ws.workspace.to_string_lossy(), 200),
+                if viewer.scope == Scope::Workspace {
+                    "repository\" or \"machine"
+                } else {
+                    "machine"
+                }
+            ),
         )),
         0 if stale && name.starts_with("p-") => Err(Error::new(
             Code::TargetEnded,

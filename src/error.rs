@@ -62,11 +62,20 @@ pub enum Code {
     Disconnected,
     /// An operating-system call failed.
     Io,
+    /// The friend's owner declined the ask.
+    AskDeclined,
+    /// No owner decision came within `approvalTimeoutMs`; the ask failed closed.
+    ApprovalUnavailable,
+    /// The answerer failed: it exited with an error, timed out, printed nothing, or its
+    /// sandbox could not be enforced.
+    AskFailed,
+    /// A friend knew nobody to recommend.
+    NoRecommendation,
 }
 
 impl Code {
     /// All codes, in exit-status order; used by the docs test and `peer(1)`.
-    pub const ALL: [Code; 27] = [
+    pub const ALL: [Code; 31] = [
         Code::Usage,
         Code::CommunicationDisabled,
         Code::ScopeDenied,
@@ -94,6 +103,10 @@ impl Code {
         Code::MethodNotFound,
         Code::Disconnected,
         Code::Io,
+        Code::AskDeclined,
+        Code::ApprovalUnavailable,
+        Code::AskFailed,
+        Code::NoRecommendation,
     ];
 
     /// The wire and CLI name.
@@ -126,6 +139,10 @@ impl Code {
             Code::MethodNotFound => "METHOD_NOT_FOUND",
             Code::Disconnected => "DISCONNECTED",
             Code::Io => "IO_ERROR",
+            Code::AskDeclined => "ASK_DECLINED",
+            Code::ApprovalUnavailable => "APPROVAL_UNAVAILABLE",
+            Code::AskFailed => "ASK_FAILED",
+            Code::NoRecommendation => "NO_RECOMMENDATION",
         }
     }
 
@@ -163,6 +180,9 @@ impl fmt::Display for Code {
     }
 }
 
+/// The message of [`Error::stdout_closed`].
+const STDOUT_CLOSED: &str = "standard output was closed by its reader";
+
 /// A failure: its code and a one-line message that names what failed and, where there is
 /// one, the fix. Messages never contain secrets or raw peer text.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -184,6 +204,27 @@ impl Error {
     /// An I/O failure on a named path.
     pub fn io(what: &str, path: &std::path::Path, err: &std::io::Error) -> Error {
         Error::new(Code::Io, format!("{what} {}: {err}", path.display()))
+    }
+
+    /// A write to standard output failed: a reader that went away (EPIPE) gives
+    /// [`Error::stdout_closed`], anything else `IO_ERROR`.
+    pub fn stdout_write(e: &std::io::Error) -> Error {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            Error::stdout_closed()
+        } else {
+            Error::new(Code::Io, format!("cannot write to standard output: {e}"))
+        }
+    }
+
+    /// Standard output's reader went away: not a failure, every entry point ends quietly
+    /// with status 0 (after a root's normal cleanup, which a panic or SIGPIPE would skip).
+    pub fn stdout_closed() -> Error {
+        Error::new(Code::Io, STDOUT_CLOSED)
+    }
+
+    /// True for [`Error::stdout_closed`].
+    pub fn is_stdout_closed(&self) -> bool {
+        self.code == Code::Io && self.message == STDOUT_CLOSED
     }
 
     /// The JSON-RPC error object for the wire: `{"code":N,"message":…,"data":{"code":NAME}}`.

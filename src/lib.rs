@@ -1,6 +1,7 @@
 //! peerwire: authenticated, durable messaging and resource coordination between AI
 //! coding-agent sessions on one machine. See ARCHITECTURE.md for the map.
 
+pub mod ask;
 pub(crate) mod bench;
 pub mod cli;
 pub mod clock;
@@ -8,6 +9,7 @@ pub mod config;
 pub(crate) mod directory;
 pub mod error;
 pub mod fsutil;
+pub mod hardening;
 pub mod identity;
 pub(crate) mod mcp;
 pub(crate) mod mention;
@@ -21,3 +23,6 @@ pub(crate) mod sanitize;
 pub mod store;
 pub(crate) mod tools;
 pub mod transport;
+
+#[cfg(test)]
+mod fuzz_tests;

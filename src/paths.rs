@@ -88,6 +88,17 @@ pub struct SocketPlace {
 /// private directory under `$XDG_RUNTIME_DIR` or `/tmp/peerwire-<uid>`, named by a hash of the
 /// namespace so that two namespaces never share one.
 pub fn socket_place(ns: &Namespace, instance_id: &str) -> Result<SocketPlace> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut bases = Vec::new();
+    if let Some(xdg) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        bases.push(PathBuf::from(xdg).join("peerwire"));
+    }
+    bases.push(PathBuf::from(format!("/tmp/peerwire-{uid}")));
+    socket_place_in(ns, instance_id, &bases)
+}
+
+/// [`socket_place`] with the candidate short base directories given.
+fn socket_place_in(ns: &Namespace, instance_id: &str, bases: &[PathBuf]) -> Result<SocketPlace> {
     let name = format!("{instance_id}.sock");
     let primary = ns.runtime_dir().join(&name);
     if primary.as_os_str().len() <= SOCKET_PATH_BYTES_MAX {
@@ -97,12 +108,6 @@ pub fn socket_place(ns: &Namespace, instance_id: &str) -> Result<SocketPlace> {
         });
     }
     let tag = &crate::identity::sha256_hex(&[ns.coord.as_os_str().as_encoded_bytes()])[..12];
-    let uid = nix::unistd::geteuid().as_raw();
-    let mut bases = Vec::new();
-    if let Some(xdg) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
-        bases.push(PathBuf::from(xdg).join("peerwire"));
-    }
-    bases.push(PathBuf::from(format!("/tmp/peerwire-{uid}")));
     let mut last_err = None;
     for base in bases {
         let dir = base.join(tag);
@@ -111,12 +116,12 @@ pub fn socket_place(ns: &Namespace, instance_id: &str) -> Result<SocketPlace> {
             continue;
         }
         // Both levels must be ours, 0700, and not links: /tmp is shared with other users.
-        match fsutil::ensure_private_dir(&base).and_then(|_| fsutil::ensure_private_dir(&dir)) {
+        match fsutil::ensure_private_dir(base).and_then(|_| fsutil::ensure_private_dir(&dir)) {
             Ok(()) => {
                 let advertised = path.to_string_lossy().into_owned();
                 return Ok(SocketPlace { path, advertised });
             }
-            Err(e) => last_err = Some(e),
+            Err(e) => last_err = Some(fallback_refused(&primary, base, e)),
         }
     }
     Err(last_err.unwrap_or_else(|| {
@@ -128,6 +133,43 @@ pub fn socket_place(ns: &Namespace, instance_id: &str) -> Result<SocketPlace> {
             ),
         )
     }))
+}
+
+/// Explains a refused short fallback directory: why a fallback was needed, which directory,
+/// who owns it, and what to do, instead of the generic "use a namespace you own".
+fn fallback_refused(primary: &Path, base: &Path, e: Error) -> Error {
+    use std::os::unix::fs::MetadataExt;
+    if e.code != Code::UnsafePath {
+        return e;
+    }
+    let why = format!(
+        "the socket path {} is {} bytes, over the {SOCKET_PATH_BYTES_MAX} a Unix socket allows, so peerwire needs a short private directory",
+        primary.display(),
+        primary.as_os_str().len()
+    );
+    let fix = "set XDG_RUNTIME_DIR to a private directory you own, or use a shorter --home or coordinationDirectory";
+    let Ok(meta) = std::fs::symlink_metadata(base) else {
+        return Error::new(Code::UnsafePath, format!("{why}; {}; {fix}", e.message));
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() == me {
+        return Error::new(Code::UnsafePath, format!("{why}; {}; {fix}", e.message));
+    }
+    let owner = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(meta.uid()))
+        .ok()
+        .flatten()
+        .map_or_else(
+            || format!("uid {}", meta.uid()),
+            |u| format!("{} (uid {})", u.name, meta.uid()),
+        );
+    Error::new(
+        Code::UnsafePath,
+        format!(
+            "{why}; {} belongs to {owner}, not to you (uid {me}), so it was not used: another user created it before you, possibly to watch or intercept your sockets; have it removed (as {owner} or root: rm -r '{}'), or {fix}",
+            base.display(),
+            base.display()
+        ),
+    )
 }
 
 #[cfg(test)]
@@ -153,5 +195,45 @@ mod tests {
         let p = socket_place(&short, "i-1").unwrap();
         assert_eq!(p.advertised, "peer-runtime/i-1.sock");
         assert!(ns.endpoint_path("../x").is_err());
+    }
+
+    #[test]
+    fn a_foreign_fallback_directory_is_named_with_its_owner_and_the_fix() {
+        // Changing a directory's owner needs root; without it there is nothing to stage.
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let tmp = crate::fsutil::TempDir::new("paths-foreign").unwrap();
+        let base = tmp.join("peerwire-x");
+        std::fs::create_dir(&base).unwrap();
+        nix::unistd::chown(&base, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        let home = tmp.join("y".repeat(120));
+        let ns = Namespace {
+            home: home.clone(),
+            coord: home,
+        };
+        let e =
+            socket_place_in(&ns, "i-0123456789abcdef", std::slice::from_ref(&base)).unwrap_err();
+        assert_eq!(e.code, Code::UnsafePath);
+        let base_text = base.display().to_string();
+        for needle in [
+            base_text.as_str(),
+            "uid 65534",
+            "not to you",
+            "XDG_RUNTIME_DIR",
+            "rm -r",
+            "over the 107",
+        ] {
+            assert!(
+                e.message.contains(needle),
+                "{needle:?} missing: {}",
+                e.message
+            );
+        }
+        assert!(
+            !e.message.contains("use a namespace you own"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -52,6 +52,10 @@ pub struct Advertisement {
     /// The boot the process started in (`/proc/sys/kernel/random/boot_id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
+    /// Set when the root can no longer accept messages (its store failed a write): what
+    /// happened and how its owner recovers. The directory then lists it without messaging.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
 }
 
 impl Advertisement {
@@ -83,6 +87,13 @@ impl Advertisement {
         }
         if identity::validate_alias(&self.alias).is_err() {
             return Err("alias is invalid".into());
+        }
+        if self
+            .degraded
+            .as_ref()
+            .is_some_and(|d| d.chars().count() > PRESENCE_FIELD_CHARS_MAX)
+        {
+            return Err("degraded is too long".into());
         }
         if self.capabilities.len() > 16 || self.capabilities.iter().any(|c| c.len() > 40) {
             return Err("capabilities list is too long".into());
@@ -683,6 +694,7 @@ mod tests {
                 runs: Vec::new(),
                 process_start_time: start,
                 boot_id: boot,
+                degraded: None,
             });
             e
         };

@@ -25,13 +25,19 @@ const LAYERS: &[(&str, &[&str], bool)] = &[
             "fsutil",
             "paths",
             "mention",
+            "hardening",
         ],
         false,
     ),
     ("protocol", &["protocol", "tools"], false),
     (
         "pure cores",
-        &["messaging", "resource::core", "resource::model"],
+        &[
+            "messaging",
+            "resource::core",
+            "resource::model",
+            "resource::seal",
+        ],
         false,
     ),
     (
@@ -40,7 +46,7 @@ const LAYERS: &[(&str, &[&str], bool)] = &[
         false,
     ),
     ("runtime", &["runtime", "ask"], true),
-    ("front ends", &["bench", "mcp", "cli"], false),
+    ("front ends", &["bench", "mcp", "cli", "fuzz_tests"], false),
 ];
 
 /// One source file: its module path (`a::b`) and its code without comments and strings.

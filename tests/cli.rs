@@ -291,7 +291,7 @@ fn two_auto_peers_stop_at_the_reply_budget() {
     let o = peer_as(&ns, &a, &["send", "@pong", "start"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let count = |h: &Host| -> usize {
-        let v = json_of(&peer_as(&ns, h, &["--json", "inbox"]));
+        let v = json_of(&peer_as(&ns, h, &["--json", "inbox", "--all"]));
         v["messages"].as_array().map_or(0, Vec::len)
     };
     // pong gets the user's message and 3 automatic ones; ping gets 3 automatic replies.
@@ -354,4 +354,33 @@ fn mentions_and_chat_share_one_parser() {
         .map(|m| m["content"].as_str().unwrap())
         .collect();
     assert_eq!(texts, ["first line", "second line"]);
+}
+
+#[test]
+fn a_host_holding_secrets_is_not_dumpable() {
+    let ns = Ns::new("dumpable");
+    let host = ns.host(&["--alias", "keeper"]);
+    let cf =
+        peerwire::runtime::control::read(std::path::Path::new(&host.field("control"))).unwrap();
+    let mut client = peerwire::transport::LocalClient::connect(
+        &cf.endpoint,
+        cf.secret_bytes().unwrap(),
+        &peerwire::config::Limits::default(),
+    )
+    .unwrap();
+    let info = client
+        .call("local.info", json!({"version": 1}), 5_000)
+        .unwrap();
+    assert_eq!(info["dumpable"], json!(false), "{info}");
+    // The kernel's view (telling only when the tests do not run as root): the files of a
+    // non-dumpable process belong to root, whoever runs it.
+    if !nix::unistd::getuid().is_root() {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(format!("/proc/{}/environ", host.pid())).unwrap();
+        assert_eq!(
+            meta.uid(),
+            0,
+            "/proc/PID of a non-dumpable process is root's"
+        );
+    }
 }

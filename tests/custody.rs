@@ -611,6 +611,7 @@ fn dead_records_are_reclaimed_and_never_hide_a_live_peer() {
                     instance_id: instance.clone(),
                     peer_id: peerwire::identity::peer_id(&instance, None),
                     home: ns.home.clone(),
+                    run_id: None,
                 },
             )
             .unwrap();

@@ -6,10 +6,13 @@
 
 mod common;
 
+mod adversary;
 mod architecture;
+mod ask;
 mod bench;
 mod chat_tty;
 mod cli;
+mod cli_life;
 mod crash;
 mod custody;
 mod docs;

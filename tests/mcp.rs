@@ -80,3 +80,39 @@ fn two_mcp_roots_exchange_messages_receipts_and_typed_errors() {
     let (ok, text) = run_script(&ns, script);
     assert!(ok, "MCP script failed:\n{text}");
 }
+
+/// Every id, cursor and token a tool returns goes back in where a tool asks for one, through
+/// the official SDK client: the fencing token as `request` returns it (a number), tickets,
+/// message ids, peerIds and cursors.
+#[test]
+fn every_returned_id_and_token_is_accepted_back() {
+    let ns = Ns::new("mcp-roundtrip");
+    let script = json!({
+        "sessions": {"a": server(&ns, "alice"), "b": server(&ns, "bob")},
+        "steps": [
+            {"session": "a", "tool": "coordinate_resource", "args": {"op": "request", "resource": "port:3000"},
+             "expect": {"state": "granted"}, "save": {"token": "token", "ticket1": "ticket"}},
+            {"session": "a", "tool": "coordinate_resource", "args": {"op": "release", "resource": "port:3000", "token": "${token}"}},
+            {"session": "a", "tool": "coordinate_resource", "args": {"op": "request", "resource": "port:3000"},
+             "expect": {"state": "granted"}, "save": {"ticket2": "ticket"}},
+            {"session": "a", "tool": "coordinate_resource", "args": {"op": "release", "resource": "port:3000", "ticket": "${ticket2}"}},
+            {"session": "a", "tool": "coordinate_resource", "args": {"op": "status", "resource": "port:3000"},
+             "expect": {"resources.0.holders": []}},
+            {"session": "a", "tool": "list_peers", "args": {"query": "bob"}, "save": {"bob": "peers.0.peerId"},
+             "retry": {"attempts": 20, "delay_ms": 100}},
+            {"session": "a", "tool": "send_peer_message", "args": {"to": "${bob}", "content": "to a peerId"},
+             "expect": {"state": "accepted"}, "save": {"m1": "messageId", "bob_again": "to"}},
+            {"session": "a", "tool": "send_peer_message", "args": {"to": "${bob_again}", "content": "to the receipt's to"},
+             "expect": {"state": "accepted"}},
+            {"session": "b", "tool": "peer_messages", "args": {"waitMs": 5000},
+             "save": {"from": "messages.0.from", "got": "messages.0.messageId", "cursor": "cursor"}},
+            {"session": "b", "tool": "peer_messages", "args": {"after": 0, "messageId": "${got}", "from": "${from}"},
+             "expect": {"messages.0.messageId": "${m1}"}},
+            {"session": "b", "tool": "peer_messages", "args": {"after": "${cursor}"}},
+            {"session": "b", "tool": "send_peer_message", "args": {"to": "${from}", "content": "reply", "replyTo": "${got}"},
+             "expect": {"state": "accepted"}}
+        ]
+    });
+    let (ok, text) = run_script(&ns, script);
+    assert!(ok, "{text}");
+}

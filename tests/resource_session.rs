@@ -250,14 +250,15 @@ fn peer_host_json_prints_resource_updates_of_other_sessions() {
     }
 }
 
-/// `set-controller` from a child run of a root that has `resource.control`.
-fn child_set_controller(delegate: bool) -> (Option<i32>, String) {
+/// `set-controller` from a child run of a root that has `resource.control`, the command
+/// prefixed by `prefix` (e.g. `env -u PEER_RUN_ID` to shed the run's variable).
+fn child_set_controller(delegate: bool, prefix: &str) -> (Option<i32>, String) {
     let ns = Ns::new(if delegate { "resdeleg" } else { "resnodeleg" });
     ns.config(json!({"allowResourceControl": true}));
     let d = sync_dir(&ns);
     let flag = if delegate { "--delegate-control" } else { "" };
     let script = format!(
-        "peer run-child --alias w {flag} -- sh -c 'peer res set-controller db 2> {err}; echo $? > {rc}'",
+        "peer run-child --alias w {flag} -- sh -c '{prefix} peer res set-controller db 2> {err}; echo $? > {rc}'",
         err = d.join("err").display(),
         rc = d.join("rc").display(),
     );
@@ -270,9 +271,82 @@ fn child_set_controller(delegate: bool) -> (Option<i32>, String) {
 
 #[test]
 fn a_child_run_gets_resource_control_only_when_delegated() {
-    let (rc, err) = child_set_controller(false);
+    let (rc, err) = child_set_controller(false, "");
     assert_eq!(rc, Some(Code::CapabilityDenied.exit_status()), "{err}");
     assert!(err.contains("CAPABILITY_DENIED"), "{err}");
-    let (rc, err) = child_set_controller(true);
+    let (rc, err) = child_set_controller(true, "");
     assert_eq!(rc, Some(0), "{err}");
+}
+
+#[test]
+fn a_child_run_that_sheds_its_variables_is_still_the_run() {
+    // The run's capabilities come from the secret its control file holds, not from
+    // PEER_RUN_ID: dropping or changing the variable gains nothing.
+    for prefix in ["env -u PEER_RUN_ID", "env PEER_RUN_ID=r-0000000000000000"] {
+        let (rc, err) = child_set_controller(false, prefix);
+        assert_eq!(
+            rc,
+            Some(Code::CapabilityDenied.exit_status()),
+            "{prefix}: {err}"
+        );
+    }
+    // Sending without the variable still sends as the run, never as the root.
+    let ns = Ns::new("runsend");
+    let d = sync_dir(&ns);
+    let _other = ns.host(&["--alias", "other"]);
+    let script = format!(
+        "peer run-child --alias w -- sh -c 'env -u PEER_RUN_ID peer --json send @other hi > {out} 2>&1; env -u PEER_RUN_ID peer --json run-child -- true > {nested} 2>&1; echo $? > {rc}; cat \"$PEER_CONTROL\" > /dev/null && echo own > {ctl}'",
+        out = d.join("send.json").display(),
+        nested = d.join("nested").display(),
+        rc = d.join("rc").display(),
+        ctl = d.join("ctl").display(),
+    );
+    let mut host = ns.host(&["--alias", "root", "--", "sh", "-c", &script]);
+    assert_eq!(host.wait(), Some(0));
+    let sent = last_json_line(&d.join("send.json"));
+    assert_eq!(sent["state"], "accepted", "{sent}");
+    let from = sent["from"].as_str().unwrap_or_default().to_string();
+    assert!(!from.is_empty(), "{sent}");
+    assert_ne!(from, host.field("peerId"), "sent as the root");
+    let nested = std::fs::read_to_string(d.join("nested")).unwrap_or_default();
+    assert_eq!(
+        std::fs::read_to_string(d.join("rc"))
+            .unwrap_or_default()
+            .trim(),
+        Code::CapabilityDenied.exit_status().to_string(),
+        "a run cannot publish runs: {nested}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("ctl"))
+            .unwrap_or_default()
+            .trim(),
+        "own"
+    );
+    let control = host.field("control");
+    let dir = Path::new(&control).parent().unwrap();
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&host.field("instanceId")))
+        .collect();
+    assert!(left.is_empty(), "run control files left behind: {left:?}");
+}
+
+#[test]
+fn a_detached_command_of_the_session_anchors_to_the_root_it_proves_by_its_socket() {
+    // In another session (setsid) the root is neither an ancestor in the same session nor a
+    // descendant: the kernel's SO_PEERCRED on the root's socket is what vouches for it.
+    let ns = Ns::new("resdetach");
+    let d = sync_dir(&ns);
+    let script = format!(
+        "setsid -w peer --json res request db > {out} 2> {err}",
+        out = d.join("out").display(),
+        err = d.join("err").display(),
+    );
+    let mut host = ns.host(&["--alias", "root", "--", "sh", "-c", &script]);
+    assert_eq!(host.wait(), Some(0));
+    let err = std::fs::read_to_string(d.join("err")).unwrap_or_default();
+    let out = last_json_line(&d.join("out"));
+    assert_eq!(out["state"], "granted", "{out} {err}");
 }

@@ -8,6 +8,12 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v groff >/dev/null 2>&1 || need_apt+=(groff-base)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+command -v script >/dev/null 2>&1 || need_apt+=(util-linux)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+# `python3 -m venv` needs ensurepip, which Debian ships separately as python3-venv.
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  need_apt+=(python3-venv)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq >/dev/null
@@ -19,11 +25,16 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 if [ -f tests/requirements.txt ]; then
-  if [ ! -x .venv/bin/python ]; then
+  # The pinned SDK version, from the one line of tests/requirements.txt that names it.
+  sdk=$(sed -n 's/^mcp==\([0-9.]*\).*/\1/p' tests/requirements.txt)
+  # A venv left half-created (no python, no pip) by an interrupted run is made again.
+  if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+    rm -rf .venv
     python3 -m venv .venv
   fi
-  if ! .venv/bin/python -c 'import mcp' >/dev/null 2>&1; then
-    .venv/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
+  have=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true)
+  if [ "$have" != "$sdk" ]; then
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
   fi
   export PEER_TEST_PYTHON="$PWD/.venv/bin/python"
 fi

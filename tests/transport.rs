@@ -1034,3 +1034,18 @@ fn peer_requests_are_validated_and_each_sender_sees_only_its_own_messages() {
     assert_eq!(theirs["fromPeerId"], json!(intruder.peer_id));
     assert_serves(&b, &client);
 }
+
+#[test]
+fn idle_unauthenticated_connections_cannot_lock_the_sessions_own_cli_out() {
+    let ns = Ns::new("prehandshake");
+    let host = ns.host(&["--alias", "busy"]);
+    let r = remote(&host);
+    for round in 0..2 {
+        // 80 same-uid connections that never say hello, more than inboundConnections (64).
+        let idle: Vec<Raw> = (0..80).map(|_| Raw::connect(&r.endpoint)).collect();
+        let out = peer_in(&ns, &r, &["inbox"]);
+        let v = json_out(&out);
+        assert!(v["messages"].is_array(), "round {round}: {v}");
+        drop(idle);
+    }
+}

@@ -15,6 +15,7 @@ pub mod stats;
 
 use crate::error::{Code, Error, Result};
 use serde_json::{Value, json};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -81,7 +82,8 @@ pub fn run(opts: &Options) -> Result<i32> {
     let sizes = floors::FloorSizes::new(opts.quick);
     let idle_before = machine::idle_check();
     if !opts.json && !idle_before.ok() {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "peer bench: warning: not every CPU is ≥ {}% idle ({:.1}% machine-wide); figures will be noisy",
             machine::IDLE_PERCENT_MIN,
             idle_before.machine_idle
@@ -134,11 +136,19 @@ pub fn run(opts: &Options) -> Result<i32> {
         remove_dir(&dir, opts);
     }
     if opts.json {
-        println!("{report}");
+        write_stdout(&format!("{report}\n"))?;
     } else {
-        print!("{}", text(&report, &before, &after, &figs));
+        write_stdout(&text(&report, &before, &after, &figs))?;
     }
     Ok(if ok { 0 } else { 1 })
+}
+
+/// Writes the report; a reader that went away is `Error::stdout_closed` (a quiet end).
+fn write_stdout(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| Error::stdout_write(&e))
 }
 
 fn remove_dir(dir: &std::path::Path, opts: &Options) {

@@ -59,7 +59,7 @@ pub fn parse(ctx: &Ctx, argv: Vec<OsString>) -> Result<Option<Options>> {
 /// The `peer bench` subcommand.
 pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let Some(opts) = parse(ctx, argv)? else {
-        print!("{HELP}");
+        super::out::text(HELP)?;
         return Ok(0);
     };
     crate::bench::run(&opts)

@@ -2,7 +2,10 @@
 //! it the current recipient; plain text goes to the current recipient; Tab completes `@names`;
 //! Up/Down walk the history; incoming messages are printed between prompts and the line being
 //! typed is redrawn intact. Everything from peers is sanitized before it reaches the terminal.
+//! Keys are decoded and applied by the pure state machines of `keys`; `/commands` never leave
+//! this process, and a sent line never carries a control character.
 
+use super::keys::{Action, Decoder, Key, Line};
 use super::msg::{describe_message, describe_receipt};
 use super::session::Session;
 use super::{Ctx, args};
@@ -20,9 +23,13 @@ pub const HELP: &str = "usage: peer chat
 Interactive chat for this session. Lines:
   @alias text   send text to alias (and make it the current recipient)
   text          send to the current recipient
+  //text        send text that starts with /
   /to alias     change the current recipient
   /who          list peers in scope
-  /quit         leave (also Ctrl-D)
+  /help         show this help
+  /quit         leave (also Ctrl-C, or Ctrl-D on an empty line)
+Commands stay local; nothing that starts with one / is sent. Keys: Left/Right, Ctrl-Left/Right
+(word), Home/End (Ctrl-A/E), Backspace, Delete, Ctrl-U/K (to start/end), Ctrl-W (word before),
 Tab completes @names, Up/Down recall history. Incoming messages appear above the prompt.
 ";
 
@@ -32,8 +39,7 @@ use crate::config::internal::CHAT_LINE_CHARS_MAX;
 /// What the screen shows below the messages: the prompt and the line being edited.
 #[derive(Default)]
 struct Composer {
-    line: Vec<char>,
-    cursor: usize,
+    line: Line,
     recipient: Option<String>,
 }
 
@@ -45,8 +51,8 @@ impl Composer {
         }
     }
     fn redraw(&self, out: &mut impl Write) {
-        let text: String = self.line.iter().collect();
-        let back = self.line.len() - self.cursor;
+        let text = self.line.text();
+        let back = self.line.chars.len() - self.line.cursor;
         let _ = write!(out, "\r\x1b[2K{}{}", self.prompt(), text);
         if back > 0 {
             let _ = write!(out, "\x1b[{back}D");
@@ -61,7 +67,7 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     if let Some(arg) = p.next().map_err(args::usage)? {
         return match arg {
             Long("help") | Short('h') => {
-                print!("{HELP}");
+                super::out::text(HELP)?;
                 Ok(0)
             }
             other => Err(args::unexpected(other)),
@@ -122,11 +128,14 @@ fn watch(mut session: Session, composer: Arc<Mutex<Composer>>, stop: Arc<AtomicB
         {
             lines.push(describe_message(m));
         }
+        // The send's own line already said "accepted": only later custody steps (consumed,
+        // replied, refused, expired) are worth a line.
         for e in page
             .get("events")
             .and_then(serde_json::Value::as_array)
             .into_iter()
             .flatten()
+            .filter(|e| e.get("state").and_then(serde_json::Value::as_str) != Some("accepted"))
         {
             lines.push(format!("receipt: {}", describe_receipt(e)));
         }
@@ -149,15 +158,70 @@ fn watch(mut session: Session, composer: Arc<Mutex<Composer>>, stop: Arc<AtomicB
     }
 }
 
-/// Handles one submitted line; returns false to quit.
-fn submit(session: &mut Session, composer: &Mutex<Composer>, line: &str) -> Result<bool> {
+/// What a submitted line is: a local command or text to send.
+#[derive(Debug, PartialEq, Eq)]
+enum Input<'a> {
+    Empty,
+    Quit,
+    Help,
+    Who,
+    To(&'a str),
+    /// A `/word` that is no command: refused locally, never sent.
+    Unknown(&'a str),
+    /// Text for a peer (`//x` stands for `/x`).
+    Text(&'a str),
+}
+
+fn classify(line: &str) -> Input<'_> {
     let line = line.trim();
     if line.is_empty() {
-        return Ok(true);
+        return Input::Empty;
     }
-    if line == "/quit" || line == "/exit" {
-        return Ok(false);
+    if line.starts_with("//") {
+        return Input::Text(line.get(1..).unwrap_or(line));
     }
+    let Some(cmd) = line.strip_prefix('/') else {
+        return Input::Text(line);
+    };
+    let (word, rest) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
+    match word {
+        "quit" | "exit" | "q" => Input::Quit,
+        "help" | "?" => Input::Help,
+        "who" => Input::Who,
+        "to" => Input::To(rest.trim()),
+        _ => Input::Unknown(word),
+    }
+}
+
+/// Handles one submitted line; returns false to quit.
+fn submit(session: &mut Session, composer: &Mutex<Composer>, line: &str) -> Result<bool> {
+    // Controls never travel: a terminal line cannot hold them, a piped one is cleaned here.
+    let cleaned: String = line.chars().filter(|c| !c.is_control()).collect();
+    let line = match classify(&cleaned) {
+        Input::Empty => return Ok(true),
+        Input::Quit => return Ok(false),
+        Input::Help => {
+            say(HELP.trim_end());
+            return Ok(true);
+        }
+        Input::Unknown(word) => {
+            return Err(Error::new(
+                Code::Usage,
+                format!(
+                    "/{} is not a chat command (nothing was sent); /help lists them, //text sends text starting with /",
+                    crate::sanitize::line(word, 40)
+                ),
+            ));
+        }
+        Input::To(to) => {
+            let to = mention::normalize_target(to)
+                .ok_or_else(|| Error::new(Code::Usage, "/to needs an alias or peerId"))?;
+            composer.lock().recipient = Some(to);
+            return Ok(true);
+        }
+        Input::Who => "/who",
+        Input::Text(text) => text,
+    };
     if line == "/who" {
         let page = session.tool("list_peers", json!({}), Map::new())?;
         for p in page
@@ -179,12 +243,6 @@ fn submit(session: &mut Session, composer: &Mutex<Composer>, line: &str) -> Resu
                 s("workspace")
             ));
         }
-        return Ok(true);
-    }
-    if let Some(to) = line.strip_prefix("/to ") {
-        let to = mention::normalize_target(to.trim())
-            .ok_or_else(|| Error::new(Code::Usage, "/to needs an alias or peerId"))?;
-        composer.lock().recipient = Some(to);
         return Ok(true);
     }
     let m = mention::parse(line);
@@ -210,9 +268,33 @@ fn submit(session: &mut Session, composer: &Mutex<Composer>, line: &str) -> Resu
         json!({"to": to, "content": m.body}),
         Map::new(),
     )?;
-    composer.lock().recipient = Some(to);
-    say(&describe_receipt(&receipt));
+    composer.lock().recipient = Some(to.clone());
+    // One line per send: what went where, and its custody receipt.
+    say(&sent_line(&to, &m.body, &receipt));
     Ok(true)
+}
+
+/// `you → @bob: text  (accepted #3, m-…)`, sanitized and on one line.
+fn sent_line(to: &str, body: &str, receipt: &serde_json::Value) -> String {
+    let s = |k: &str| {
+        receipt
+            .get(k)
+            .and_then(serde_json::Value::as_str)
+            .map(|v| crate::sanitize::line(v, 80))
+            .unwrap_or_else(|| "-".into())
+    };
+    let seq = receipt
+        .get("sequence")
+        .and_then(serde_json::Value::as_u64)
+        .map(|n| format!(" #{n}"))
+        .unwrap_or_default();
+    format!(
+        "you → @{}: {}  ({}{seq}, {})",
+        crate::sanitize::line(to, 80),
+        crate::sanitize::line(body, 400),
+        s("state"),
+        s("messageId")
+    )
 }
 
 fn say(text: &str) {
@@ -229,7 +311,7 @@ fn line_mode(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
         match submit(&mut session, composer, &line) {
             Ok(true) => {}
             Ok(false) => break,
-            Err(e) => eprintln!("peer: {}: {}", e.code, e.message),
+            Err(e) => super::out::err_line(&format!("peer: {}: {}", e.code, e.message)),
         }
     }
     session.close();
@@ -269,7 +351,7 @@ fn interactive(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
     composer.lock().redraw(&mut std::io::stdout().lock());
     let mut stdin = std::io::stdin().lock();
     let mut byte = [0u8; 1];
-    let mut pending = Vec::new();
+    let mut decoder = Decoder::default();
     loop {
         if stdin
             .read(&mut byte)
@@ -278,28 +360,13 @@ fn interactive(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
         {
             break;
         }
-        pending.push(byte[0]);
-        // Collect a whole UTF-8 character or escape sequence before acting.
-        let Some(key) = decode_key(&mut pending) else {
+        let Some(key) = decoder.push(byte[0]) else {
             continue;
         };
         let mut c = composer.lock();
-        match key {
-            Key::Char(ch) if c.line.len() < CHAT_LINE_CHARS_MAX => {
-                let at = c.cursor;
-                c.line.insert(at, ch);
-                c.cursor += 1;
-            }
-            Key::Char(_) => {}
-            Key::Backspace if c.cursor > 0 => {
-                let at = c.cursor - 1;
-                c.line.remove(at);
-                c.cursor -= 1;
-            }
-            Key::Backspace => {}
-            Key::Left => c.cursor = c.cursor.saturating_sub(1),
-            Key::Right => c.cursor = (c.cursor + 1).min(c.line.len()),
-            Key::Up | Key::Down => {
+        match c.line.apply(&key, CHAT_LINE_CHARS_MAX) {
+            Action::Edited => {}
+            Action::HistoryPrev | Action::HistoryNext => {
                 if history.is_empty() {
                     continue;
                 }
@@ -308,25 +375,18 @@ fn interactive(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
                 } else {
                     (hpos + 1).min(history.len())
                 };
-                c.line = history
-                    .get(hpos)
-                    .map(|h| h.chars().collect())
-                    .unwrap_or_default();
-                c.cursor = c.line.len();
+                let recalled = history.get(hpos).cloned().unwrap_or_default();
+                c.line.set(&recalled);
             }
-            Key::Tab => {
+            Action::Complete => {
                 if known.is_empty() {
                     known = peer_names(&mut session);
                 }
-                complete_word(&mut c, &known);
+                complete_word(&mut c.line, &known);
             }
-            Key::Quit => break,
-            Key::Enter => {
-                let line: String = c.line.iter().collect();
-                c.line.clear();
-                c.cursor = 0;
+            Action::Quit => break,
+            Action::Submit(line) => {
                 drop(c);
-                say(&format!("> {}", crate::sanitize::line(&line, 400)));
                 if !line.trim().is_empty() {
                     history.push(line.clone());
                     if history.len() > CHAT_HISTORY_MAX {
@@ -334,6 +394,8 @@ fn interactive(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
                     }
                     hpos = history.len();
                 }
+                // The typed line is replaced by the one line the submission prints (`say`
+                // clears it first); a command that prints nothing leaves only the prompt.
                 match submit(&mut session, composer, &line) {
                     Ok(true) => {}
                     Ok(false) => break,
@@ -348,48 +410,6 @@ fn interactive(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
     say("");
     session.close();
     Ok(())
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Key {
-    Char(char),
-    Backspace,
-    Left,
-    Right,
-    Up,
-    Down,
-    Tab,
-    Enter,
-    Quit,
-}
-
-/// Turns buffered input bytes into one key, or `None` while a sequence is incomplete.
-fn decode_key(pending: &mut Vec<u8>) -> Option<Key> {
-    let key = match pending.as_slice() {
-        [0x1b] | [0x1b, b'['] => return None,
-        [0x1b, b'[', b'A'] => Key::Up,
-        [0x1b, b'[', b'B'] => Key::Down,
-        [0x1b, b'[', b'C'] => Key::Right,
-        [0x1b, b'[', b'D'] => Key::Left,
-        [0x1b, ..] if pending.len() >= 3 => Key::Char('\u{0}'),
-        [b'\r'] | [b'\n'] => Key::Enter,
-        [b'\t'] => Key::Tab,
-        [0x7f] | [0x08] => Key::Backspace,
-        [0x03] | [0x04] => Key::Quit,
-        [b] if *b < 0x20 => Key::Char('\u{0}'),
-        bytes => match std::str::from_utf8(bytes) {
-            Ok(s) => Key::Char(s.chars().next().unwrap_or('\u{0}')),
-            Err(e) if e.error_len().is_none() && bytes.len() < 4 => return None,
-            Err(_) => Key::Char('\u{0}'),
-        },
-    };
-    pending.clear();
-    // Unknown sequences and controls are dropped, never inserted into the line.
-    if key == Key::Char('\u{0}') {
-        None
-    } else {
-        Some(key)
-    }
 }
 
 fn peer_names(session: &mut Session) -> Vec<String> {
@@ -410,8 +430,8 @@ fn peer_names(session: &mut Session) -> Vec<String> {
 
 /// Completes the `@word` under the cursor when exactly one name matches (or their common
 /// prefix when several do).
-fn complete_word(c: &mut Composer, known: &[String]) {
-    let before: String = c.line[..c.cursor].iter().collect();
+fn complete_word(c: &mut Line, known: &[String]) {
+    let before: String = c.chars[..c.cursor].iter().collect();
     let start = before.rfind(char::is_whitespace).map_or(0, |i| i + 1);
     let word = &before[start..];
     if !word.starts_with('@') {
@@ -430,12 +450,9 @@ fn complete_word(c: &mut Composer, known: &[String]) {
         }
         prefix
     };
-    let typed = word.len() - 1;
-    for ch in common.chars().skip(typed) {
-        let at = c.cursor;
-        c.line.insert(at, ch);
-        c.cursor += 1;
-    }
+    let typed = word.chars().count() - 1;
+    let rest: String = common.chars().skip(typed).collect();
+    c.insert(&rest, CHAT_LINE_CHARS_MAX);
 }
 
 #[cfg(test)]
@@ -443,37 +460,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_decode_and_controls_are_dropped() {
-        let mut p = vec![0x1b];
-        assert_eq!(decode_key(&mut p), None);
-        p.push(b'[');
-        assert_eq!(decode_key(&mut p), None);
-        p.push(b'A');
-        assert_eq!(decode_key(&mut p), Some(Key::Up));
-        let mut p = "é".as_bytes()[..1].to_vec();
-        assert_eq!(decode_key(&mut p), None);
-        p.push("é".as_bytes()[1]);
-        assert_eq!(decode_key(&mut p), Some(Key::Char('é')));
-        let mut p = vec![0x01];
-        assert_eq!(decode_key(&mut p), None);
-        assert!(p.is_empty());
+    fn slash_commands_stay_local() {
+        assert_eq!(classify("  "), Input::Empty);
+        assert_eq!(classify("/help"), Input::Help);
+        assert_eq!(classify("/quit"), Input::Quit);
+        assert_eq!(classify("/who"), Input::Who);
+        assert_eq!(classify("/to bob"), Input::To("bob"));
+        assert_eq!(classify("/halp me"), Input::Unknown("halp"));
+        assert_eq!(
+            classify("//etc/hosts is broken"),
+            Input::Text("/etc/hosts is broken")
+        );
+        assert_eq!(classify("@bob hi"), Input::Text("@bob hi"));
     }
 
     #[test]
     fn completion_fills_a_unique_name() {
-        let mut c = Composer {
-            line: "@bo".chars().collect(),
-            cursor: 3,
-            recipient: None,
-        };
+        let mut c = Line::default();
+        c.set("@bo");
         complete_word(&mut c, &["bob".into(), "alice".into()]);
-        assert_eq!(c.line.iter().collect::<String>(), "@bob ");
-        let mut c = Composer {
-            line: "@a".chars().collect(),
-            cursor: 2,
-            recipient: None,
-        };
+        assert_eq!(c.text(), "@bob ");
+        let mut c = Line::default();
+        c.set("@a");
         complete_word(&mut c, &["alpha".into(), "alps".into()]);
-        assert_eq!(c.line.iter().collect::<String>(), "@alp");
+        assert_eq!(c.text(), "@alp");
     }
 }

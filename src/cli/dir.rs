@@ -44,7 +44,7 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             }
             Long("all") => opts.all = true,
             Long("help") | Short('h') => {
-                print!("{HELP}");
+                super::out::text(HELP)?;
                 return Ok(0);
             }
             other => return Err(args::unexpected(other)),
@@ -66,13 +66,13 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let page = directory::list(&ns, &config.limits, &viewer, &opts)?;
     if ctx.json {
         for peer in &page.peers {
-            super::print_json(peer);
+            super::print_json(peer)?;
         }
         if let Some(c) = &page.cursor {
-            super::print_json(&serde_json::json!({"cursor": c}));
+            super::print_json(&serde_json::json!({"cursor": c}))?;
         }
     } else {
-        print_table(&page.peers, page.cursor.as_deref());
+        super::out::text(&table(&page.peers, page.cursor.as_deref()))?;
     }
     Ok(0)
 }
@@ -86,8 +86,11 @@ fn cell(v: &Value, key: &str) -> String {
     }
 }
 
-fn print_table(peers: &[Value], cursor: Option<&str>) {
-    println!(
+fn table(peers: &[Value], cursor: Option<&str>) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
         "{:<20} {:<28} {:<8} {:<8} {:<7} {:<9} WORKSPACE",
         "ALIAS", "PEER-ID", "PID", "AGE", "STATUS", "MESSAGING"
     );
@@ -109,7 +112,8 @@ fn print_table(peers: &[Value], cursor: Option<&str>) {
         if cell(p, "state") != "live" {
             status = cell(p, "state");
         }
-        println!(
+        let _ = writeln!(
+            out,
             "{:<20} {:<28} {:<8} {:<8} {:<7} {:<9} {}",
             alias,
             cell(p, "peerId"),
@@ -120,10 +124,14 @@ fn print_table(peers: &[Value], cursor: Option<&str>) {
             cell(p, "workspace")
         );
         if let Some(reason) = p.get("reason").and_then(Value::as_str) {
-            println!("    {}: {}", cell(p, "state"), reason);
+            let _ = writeln!(out, "    {}: {}", cell(p, "state"), reason);
+        }
+        if let Some(why) = p.get("messagingError").and_then(Value::as_str) {
+            println!("    messaging: {why}");
         }
     }
     if let Some(c) = cursor {
-        println!("more: peer-dir --cursor {c}");
+        let _ = writeln!(out, "more: peer-dir --cursor {c}");
     }
+    out
 }

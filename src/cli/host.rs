@@ -1,26 +1,57 @@
 //! `peer host [-- CMD…]`: runs a root for a session until it is told to stop (or until CMD
 //! exits), printing the ready line and events, and cleaning up exactly its own records.
+//!
+//! While CMD runs it owns the terminal: the host writes nothing into it unless asked to with
+//! `--notify bell|stderr`. Arrivals reach the session through `peer inbox [--follow]`, the
+//! MCP notification, or `--json` events on a stdout that is not a terminal.
 
-use super::{Ctx, args};
+use super::signals::Stop;
+use super::{Ctx, args, out};
 use crate::error::{Code, Error, Result};
 use crate::runtime::{Root, RootOptions};
-use crossbeam_channel::Receiver;
 use std::ffi::OsString;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::io::IsTerminal;
 use std::time::Duration;
 
-pub const HELP: &str =
-    "usage: peer host [--alias A] [--session-id S] [--workspace DIR] [--json] [-- CMD [ARG…]]
+pub const HELP: &str = "usage: peer host [--alias A] [--session-id S] [--workspace DIR]
+                 [--notify bell|stderr|none] [--json] [-- CMD [ARG…]]
 
 Starts a root for this session: an endpoint, a durable inbox and a presence record. With CMD,
-runs it as a child whose peer commands act for this session, and exits with its status.
-Without CMD, runs until SIGINT or SIGTERM. See peer(1).
+runs it as a child whose peer commands act for this session (the running peer's directory
+first in its PATH), and exits with its status. Without CMD, runs until SIGINT, SIGTERM or
+SIGHUP. --notify says how an arrival is announced: a terminal bell, a line on stderr, or
+nothing (the default while CMD has the terminal; stderr without CMD). See peer(1).
 ";
+
+/// How the host announces an arriving message to a person.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Notify {
+    /// A BEL on stderr: audible or visible per terminal, never text inside CMD's screen.
+    Bell,
+    /// One sanitized line on stderr.
+    Stderr,
+    /// Nothing: `peer inbox`, `--follow` and MCP notifications carry arrivals.
+    None,
+}
+
+impl Notify {
+    fn parse(s: &str) -> Result<Notify> {
+        match s {
+            "bell" => Ok(Notify::Bell),
+            "stderr" => Ok(Notify::Stderr),
+            "none" => Ok(Notify::None),
+            _ => Err(Error::new(
+                Code::Usage,
+                "--notify takes bell, stderr or none",
+            )),
+        }
+    }
+}
 
 struct HostArgs {
     opts: RootOptions,
     command: Vec<OsString>,
+    notify: Option<Notify>,
 }
 
 fn parse(ctx: &Ctx, argv: Vec<OsString>) -> Result<Option<HostArgs>> {
@@ -33,8 +64,10 @@ fn parse(ctx: &Ctx, argv: Vec<OsString>) -> Result<Option<HostArgs>> {
         ..Default::default()
     };
     let mut command = Vec::new();
+    let mut notify = None;
     while let Some(arg) = p.next().map_err(args::usage)? {
         match arg {
+            Long("notify") => notify = Some(Notify::parse(&args::string(&mut p, "--notify")?)?),
             Long("alias") => opts.alias = Some(args::string(&mut p, "--alias")?),
             Long("session-id") => opts.session_id = Some(args::string(&mut p, "--session-id")?),
             Long("workspace") => opts.workspace = Some(args::string(&mut p, "--workspace")?.into()),
@@ -46,129 +79,187 @@ fn parse(ctx: &Ctx, argv: Vec<OsString>) -> Result<Option<HostArgs>> {
             other => return Err(args::unexpected(other)),
         }
     }
-    Ok(Some(HostArgs { opts, command }))
+    // Presence shows what the session runs: the command's file name, or the host itself.
+    opts.purpose = Some(match command.first() {
+        Some(c) => std::path::Path::new(c)
+            .file_name()
+            .unwrap_or(c.as_os_str())
+            .to_string_lossy()
+            .into_owned(),
+        None => "peer host".into(),
+    });
+    Ok(Some(HostArgs {
+        opts,
+        command,
+        notify,
+    }))
 }
 
 pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
-    let Some(a) = parse(ctx, argv)? else {
-        print!("{HELP}");
-        return Ok(0);
+    // With a command, peerwire's own failures exit 125 (see `exit`), whatever their code.
+    let wraps = argv.iter().any(|a| a == "--");
+    let a = match parse(ctx, argv) {
+        Ok(a) => a,
+        Err(e) if wraps => return Ok(super::exit::wrapper_failed(ctx, &e)),
+        Err(e) => return Err(e),
     };
-    let signal = Arc::new(AtomicUsize::new(0));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register_usize(sig, signal.clone(), sig as usize)
-            .map_err(|e| Error::new(Code::Io, format!("cannot install signal handler: {e}")))?;
+    if let Some(a) = &a
+        && !a.command.is_empty()
+    {
+        return Ok(match host(ctx, a) {
+            Ok(status) => status,
+            Err(e) => super::exit::wrapper_failed(ctx, &e),
+        });
     }
-    let signalled = signal_channel()?;
+    match a {
+        Some(a) => host(ctx, &a),
+        None => host_help(),
+    }
+}
+
+fn host_help() -> Result<i32> {
+    out::text(HELP)?;
+    Ok(0)
+}
+
+fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
+    let stop = ctx.stop()?;
     let root = Root::start(&a.opts)?;
+    warn_shared_alias(&root, "peer host");
     let events = root.core.bus.subscribe();
-    if ctx.json {
-        super::print_json(&root.ready_event());
+    let ready = if ctx.json {
+        super::print_json(&root.ready_event())
     } else {
-        println!(
+        out::line(&format!(
             "peer host: ready as {} ({}) in {}",
             root.core.alias,
             root.core.peer_id,
             crate::sanitize::line(&root.core.workspace.workspace.to_string_lossy(), 200)
-        );
+        ))
+    };
+    // Without CMD, a reader of our output that went away ends the host (quietly, after its
+    // cleanup); with CMD, the child owns the session's lifetime and output merely stops.
+    let mut output_open = ready.is_ok();
+    if a.command.is_empty() {
+        ready?;
     }
-    let show = |ev: serde_json::Value| print_event(ctx.json, &ev);
-    let drain = || {
+    let shows = Shows {
+        // A terminal on stdout belongs to CMD while it runs: no NDJSON into it either.
+        json: ctx.json && (a.command.is_empty() || !std::io::stdout().is_terminal()),
+        // By default a line on stderr only for a host of its own in a terminal (no CMD, no
+        // --json); never into a terminal CMD owns.
+        notify: a.notify.unwrap_or(if a.command.is_empty() && !ctx.json {
+            Notify::Stderr
+        } else {
+            Notify::None
+        }),
+    };
+    let mut drain = || -> Result<()> {
         if let Some(rx) = &events {
-            rx.try_iter().for_each(show);
+            for ev in rx.try_iter() {
+                if output_open && print_event(&shows, &ev).is_err() {
+                    output_open = false;
+                }
+            }
+        }
+        if output_open || !a.command.is_empty() {
+            Ok(())
+        } else {
+            Err(out::closed())
         }
     };
     let status = if a.command.is_empty() {
-        wait_for_signal(&signal, events.as_ref(), &signalled, &show)
+        wait_for_signal(&stop, &mut drain)
     } else {
-        run_child(&root, &a.command, &signal, &drain)?
+        run_child(&root, &a.command, &stop, &mut drain)
     };
     root.shutdown();
-    Ok(status)
+    status
 }
 
-/// Events as NDJSON with `--json`; otherwise one sanitized line per arrival (the `notify`
-/// idle behaviour) on stderr, so a hosted command's own stdout stays clean.
-fn print_event(json: bool, ev: &serde_json::Value) {
-    if json {
-        super::print_json(ev);
+/// Warns on stderr when another live peer in scope already answers to this root's alias:
+/// sends to it would fail with AMBIGUOUS_TARGET until one of them leaves.
+pub(super) fn warn_shared_alias(root: &Root, program: &str) {
+    let others: Vec<String> = match root.core.resolve_target(&root.core.alias) {
+        Ok(t) if t.instance_id != root.core.instance_id => vec![t.peer_id],
+        // The error names every match, this root included.
+        Err(e) if e.code == Code::AmbiguousTarget => e
+            .message
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .filter(|w| w.starts_with("p-") && *w != root.core.peer_id)
+            .map(str::to_string)
+            .collect(),
+        _ => return,
+    };
+    if others.is_empty() {
         return;
     }
-    if ev.get("kind").and_then(serde_json::Value::as_str) == Some("message") {
+    out::err_line(&format!(
+        "{program}: warning: alias {} is also used by {} in this scope; sends to @{} fail with AMBIGUOUS_TARGET until one leaves. Pick another --alias, or omit it for a unique generated one.",
+        crate::sanitize::line(&root.core.alias, 64),
+        others.join(", "),
+        crate::sanitize::line(&root.core.alias, 64)
+    ));
+}
+
+/// What the host prints for events.
+struct Shows {
+    /// Every event as NDJSON on stdout.
+    json: bool,
+    /// How an arriving message is announced (besides `json`).
+    notify: Notify,
+}
+
+/// Events as NDJSON when asked for; an arrival announced as `--notify` says (on stderr, so a
+/// hosted command's own stdout stays clean).
+fn print_event(shows: &Shows, ev: &serde_json::Value) -> Result<()> {
+    if shows.json {
+        super::print_json(ev)?;
+    }
+    if ev.get("kind").and_then(serde_json::Value::as_str) != Some("message") {
+        return Ok(());
+    }
+    if shows.notify == Notify::Bell {
+        out::err_text("\u{7}");
+    }
+    if shows.notify == Notify::Stderr {
         let s = |k: &str| {
             ev.get(k)
                 .and_then(serde_json::Value::as_str)
                 .map(|v| crate::sanitize::line(v, 80))
                 .unwrap_or_default()
         };
-        eprintln!(
-            "peer host: message {} from {} (peer inbox to read it)",
-            s("messageId"),
-            s("from")
-        );
+        let from = match ev.get("fromAlias").and_then(serde_json::Value::as_str) {
+            Some(alias) => format!("{} ({})", crate::sanitize::line(alias, 64), s("from")),
+            None => s("from"),
+        };
+        out::err_line(&format!(
+            "peer host: message {} from {from} (peer inbox to read it)",
+            s("messageId")
+        ));
     }
+    Ok(())
 }
 
-/// Blocks until a stop signal, printing events as they arrive: no periodic wake-up.
-fn wait_for_signal(
-    signal: &AtomicUsize,
-    events: Option<&Receiver<serde_json::Value>>,
-    signalled: &Receiver<()>,
-    show: &dyn Fn(serde_json::Value),
-) -> i32 {
-    let never = crossbeam_channel::never();
-    let mut events = events.unwrap_or(&never);
-    while signal.load(Ordering::SeqCst) == 0 {
-        crossbeam_channel::select! {
-            recv(events) -> ev => match ev {
-                Ok(ev) => show(ev),
-                // The bus is gone: only a signal can end the wait now.
-                Err(_) => events = &never,
-            },
-            recv(signalled) -> _ => {}
-        }
+fn wait_for_signal(stop: &Stop, drain: &mut dyn FnMut() -> Result<()>) -> Result<i32> {
+    while stop.signal().is_none() {
+        drain()?;
+        std::thread::sleep(Duration::from_millis(20));
     }
-    0
-}
-
-/// A channel that receives one message per stop signal (SIGINT, SIGTERM, SIGHUP): the signal
-/// handler writes to a socket that a small thread blocks on.
-fn signal_channel() -> Result<Receiver<()>> {
-    use std::io::Read;
-    let io =
-        |e: std::io::Error| Error::new(Code::Io, format!("cannot install signal handler: {e}"));
-    let (mut read, write) = std::os::unix::net::UnixStream::pair().map_err(io)?;
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::low_level::pipe::register(sig, write.try_clone().map_err(io)?).map_err(io)?;
-    }
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            let mut buf = [0u8; 16];
-            while matches!(read.read(&mut buf), Ok(n) if n > 0) {
-                let _ = tx.try_send(());
-            }
-        })
-        .map_err(io)?;
-    Ok(rx)
+    Ok(0)
 }
 
 fn run_child(
     root: &Root,
     command: &[OsString],
-    signal: &AtomicUsize,
-    drain: &dyn Fn(),
+    stop: &Stop,
+    drain: &mut dyn FnMut() -> Result<()>,
 ) -> Result<i32> {
-    let mut child = std::process::Command::new(&command[0])
+    let mut child_cmd = std::process::Command::new(&command[0]);
+    if let Some(path) = path_with_own_dir() {
+        child_cmd.env("PATH", path);
+    }
+    let spawned = child_cmd
         .args(&command[1..])
         .env("PEER_HOME", &root.core.ns.home)
         .env("PEER_INSTANCE_ID", &root.core.instance_id)
@@ -178,34 +269,46 @@ fn run_child(
         .env(crate::runtime::control::ENV_CONTROL, &root.control_path)
         .env("PEER_HOLDER_PID", std::process::id().to_string())
         .env_remove(crate::runtime::control::ENV_RUN)
-        .spawn()
-        .map_err(|e| {
-            Error::new(
-                Code::Io,
-                format!("cannot start {}: {e}", command[0].to_string_lossy()),
-            )
-        })?;
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => return Ok(super::exit::spawn_failed("peer host", &command[0], &e)),
+    };
     let mut forwarded = false;
     loop {
-        drain();
+        drain()?;
         if let Some(status) = child
             .try_wait()
             .map_err(|e| Error::new(Code::Io, format!("cannot wait for child: {e}")))?
         {
             return Ok(exit_code(status));
         }
-        let sig = signal.load(Ordering::SeqCst);
-        if sig != 0 && !forwarded {
+        if let Some(sig) = stop.signal()
+            && !forwarded
+        {
             // Pass the stop request on; the child decides how fast it ends.
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::try_from(sig as i32)
+                nix::sys::signal::Signal::try_from(sig)
                     .unwrap_or(nix::sys::signal::Signal::SIGTERM),
             );
             forwarded = true;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// `PATH` with the running binary's directory first, so `peer` inside the session is this
+/// very peer (the one that started the root and knows its control file format) even when it
+/// is not installed. `None` when the binary's path is unknown.
+fn path_with_own_dir() -> Option<OsString> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?.to_path_buf();
+    let mut paths = vec![dir.clone()];
+    if let Some(p) = std::env::var_os("PATH") {
+        paths.extend(std::env::split_paths(&p).filter(|d| *d != dir));
+    }
+    std::env::join_paths(paths).ok()
 }
 
 /// The shell convention: the exit code, or 128 + signal number.

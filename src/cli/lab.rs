@@ -1,9 +1,10 @@
 //! `peer lab`: the two-session demonstration. It starts real `peer host` processes in a fresh
 //! temporary namespace, drives them only through the public CLI, prints each step, and exits 0
-//! when every step held (non-zero with the failing step otherwise). Nothing outside the
+//! when every step held (non-zero with the failing step otherwise). With `--json` the steps go
+//! to standard error and standard output carries only the one JSON result. Nothing outside the
 //! temporary namespace is touched.
 
-use super::{Ctx, args};
+use super::{Ctx, args, out};
 use crate::error::{Code, Error, Result};
 use serde_json::Value;
 use std::ffi::OsString;
@@ -23,6 +24,8 @@ gate. --keep leaves the namespace for inspection. Exits 0 when every step holds.
 struct LabHost {
     child: Child,
     ready: Value,
+    /// Kept open: a host whose output reader is gone ends, as any command on a closed pipe.
+    _events: BufReader<std::process::ChildStdout>,
 }
 
 impl Drop for LabHost {
@@ -48,12 +51,41 @@ struct Lab {
     home: PathBuf,
     work: PathBuf,
     step: usize,
+    /// `--json`: narration on stderr, only the result on stdout.
+    json: bool,
 }
 
 impl Lab {
-    fn say(&mut self, title: &str) {
+    fn say(&mut self, title: &str) -> Result<()> {
         self.step += 1;
-        println!("\n[{}] {title}", self.step);
+        self.note(&format!("\n[{}] {title}", self.step))
+    }
+
+    /// One line of narration: stdout for a person, stderr when stdout is for JSON.
+    fn note(&self, text: &str) -> Result<()> {
+        if self.json {
+            out::err_line(text);
+            Ok(())
+        } else {
+            out::line(text)
+        }
+    }
+
+    fn check(&self, cond: bool, what: &str) -> Result<()> {
+        if cond {
+            self.note(&format!("    ok: {what}"))
+        } else {
+            Err(Error::new(Code::Io, format!("lab step failed: {what}")))
+        }
+    }
+
+    /// Where a shown subcommand writes: the terminal, or stderr under `--json`.
+    fn shown_stdout(&self) -> Stdio {
+        if self.json {
+            Stdio::from(std::io::stderr())
+        } else {
+            Stdio::inherit()
+        }
     }
 
     fn host(&self, alias: &str) -> Result<LabHost> {
@@ -73,7 +105,8 @@ impl Lab {
             .take()
             .ok_or_else(|| Error::new(Code::Io, "no stdout from peer host"))?;
         let mut line = String::new();
-        BufReader::new(stdout)
+        let mut events = BufReader::new(stdout);
+        events
             .read_line(&mut line)
             .map_err(|e| Error::new(Code::Io, e.to_string()))?;
         let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
@@ -84,7 +117,11 @@ impl Lab {
                 format!("peer host {alias} did not report ready"),
             ));
         }
-        Ok(LabHost { child, ready })
+        Ok(LabHost {
+            child,
+            ready,
+            _events: events,
+        })
     }
 
     /// Runs `peer ARGS` acting for `host`, returns parsed JSON stdout (last line).
@@ -126,16 +163,8 @@ impl Lab {
             .arg(&self.home)
             .args(args)
             .current_dir(&self.work)
+            .stdout(self.shown_stdout())
             .status();
-    }
-}
-
-fn check(cond: bool, what: &str) -> Result<()> {
-    if cond {
-        println!("    ok: {what}");
-        Ok(())
-    } else {
-        Err(Error::new(Code::Io, format!("lab step failed: {what}")))
     }
 }
 
@@ -151,7 +180,7 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         match arg {
             Long("keep") => keep = true,
             Long("help") | Short('h') => {
-                print!("{HELP}");
+                out::text(HELP)?;
                 return Ok(0);
             }
             other => return Err(args::unexpected(other)),
@@ -167,13 +196,14 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let home = root.join("ns");
     let work = root.join("shop-api");
     crate::fsutil::ensure_private_dir(&work)?;
-    println!("peer lab: namespace {}", home.display());
     let mut lab = Lab {
         exe,
         home,
         work,
         step: 0,
+        json: ctx.json,
     };
+    lab.note(&format!("peer lab: namespace {}", lab.home.display()))?;
     let started = Instant::now();
     let result = run(&mut lab);
     if !keep {
@@ -182,11 +212,14 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     match result {
         Ok(()) => {
             let ms = started.elapsed().as_millis() as u64;
-            println!("\npeer lab: all {} steps passed in {ms} ms", lab.step);
+            lab.note(&format!(
+                "\npeer lab: all {} steps passed in {ms} ms",
+                lab.step
+            ))?;
             if ctx.json {
                 super::print_json(
                     &serde_json::json!({"ok": true, "steps": lab.step, "elapsedMs": ms}),
-                );
+                )?;
             }
             Ok(0)
         }
@@ -195,28 +228,28 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
 }
 
 fn run(lab: &mut Lab) -> Result<()> {
-    lab.say("two sessions start and discover each other");
+    lab.say("two sessions start and discover each other")?;
     let alice = lab.host("alice")?;
     let bob = lab.host("bob")?;
     lab.show(&["dir"]);
     let listed = list_aliases(lab)?;
-    check(
+    lab.check(
         listed.contains(&"alice".to_string()) && listed.contains(&"bob".to_string()),
         "alice and bob see each other",
     )?;
 
-    lab.say("alice sends bob a message; bob's root takes custody on disk");
+    lab.say("alice sends bob a message; bob's root takes custody on disk")?;
     let receipt = lab.peer_as(&alice, &["send", "@bob", "The build is ready for review."])?;
-    println!(
+    lab.note(&format!(
         "    receipt: {} #{} {}",
         s(&receipt, "state"),
         receipt.get("sequence").unwrap_or(&Value::Null),
         s(&receipt, "messageId")
-    );
-    check(s(&receipt, "state") == "accepted", "receipt is accepted")?;
+    ))?;
+    lab.check(s(&receipt, "state") == "accepted", "receipt is accepted")?;
     let id = s(&receipt, "messageId").to_string();
 
-    lab.say("bob reads and consumes it; alice sees the receipt move to consumed");
+    lab.say("bob reads and consumes it; alice sees the receipt move to consumed")?;
     let page = lab.peer_as(&bob, &["inbox"])?;
     let got = page
         .get("messages")
@@ -224,23 +257,23 @@ fn run(lab: &mut Lab) -> Result<()> {
         .and_then(|m| m.first())
         .cloned()
         .unwrap_or(Value::Null);
-    println!(
+    lab.note(&format!(
         "    bob got: {}",
         crate::sanitize::line(s(&got, "content"), 80)
-    );
-    check(
+    ))?;
+    lab.check(
         s(&got, "messageId") == id,
         "bob's inbox holds alice's message",
     )?;
     lab.peer_as(&bob, &["consume", &id])?;
-    check(
+    lab.check(
         wait_state(lab, &alice, &id, "consumed")?,
         "alice sees consumed",
     )?;
 
-    lab.say("bob replies; alice sees replied and reads the reply");
+    lab.say("bob replies; alice sees replied and reads the reply")?;
     lab.peer_as(&bob, &["reply", &id, "Reviewed: looks good."])?;
-    check(
+    lab.check(
         wait_state(lab, &alice, &id, "replied")?,
         "alice sees replied",
     )?;
@@ -251,16 +284,18 @@ fn run(lab: &mut Lab) -> Result<()> {
         .and_then(|m| m.first())
         .cloned()
         .unwrap_or(Value::Null);
-    check(
+    lab.check(
         s(&reply, "replyTo") == id,
         "the reply names the original message",
     )?;
-    check(
+    lab.check(
         s(&reply, "correlationId") == s(&receipt, "correlationId"),
         "the reply keeps the correlation",
     )?;
 
-    lab.say("alice and bob both start a dev server on port:3000; the gate runs them one at a time");
+    lab.say(
+        "alice and bob both start a dev server on port:3000; the gate runs them one at a time",
+    )?;
     let log = lab.work.join("port-3000.log");
     let script = format!(
         "echo \"enter $(date +%s%N) $PEER_FENCING_TOKEN\" >> '{0}'; sleep 0.3; echo \"exit $(date +%s%N)\" >> '{0}'",
@@ -286,18 +321,15 @@ fn run(lab: &mut Lab) -> Result<()> {
     let mut a = spawn(&alice)?;
     let mut b = spawn(&bob)?;
     let (sa, sb) = (a.wait(), b.wait());
-    check(
+    lab.check(
         sa.is_ok_and(|s| s.success()) && sb.is_ok_and(|s| s.success()),
         "both commands ran and exited 0",
     )?;
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    print!(
-        "{}",
-        text.lines()
-            .map(|l| format!("    {l}\n"))
-            .collect::<String>()
-    );
-    check(no_overlap(&text), "never two holders at once")?;
+    for l in text.lines() {
+        lab.note(&format!("    {l}"))?;
+    }
+    lab.check(no_overlap(&text), "never two holders at once")?;
     lab.show(&["res", "status", "port:3000"]);
     drop(bob);
     drop(alice);

@@ -2,20 +2,27 @@
 //! an `Error` into `peer: CODE: message` (or a JSON object) and an exit status.
 
 pub(crate) mod args;
+pub(crate) mod ask;
+pub(crate) mod ask_discovery;
 pub(crate) mod bench;
 pub(crate) mod chat;
+pub(crate) mod completions;
 pub mod dir;
+pub(crate) mod exit;
 pub(crate) mod host;
+pub(crate) mod keys;
 pub(crate) mod lab;
 pub(crate) mod msg;
+pub(crate) mod out;
 pub mod res;
 pub(crate) mod session;
 pub(crate) mod session_cmds;
+pub(crate) mod signals;
 
 use crate::error::{Code, Error, Result};
 use std::ffi::OsString;
-use std::io::Write;
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 /// Options that every subcommand accepts before or after its name.
 #[derive(Clone, Debug, Default)]
@@ -26,11 +33,28 @@ pub struct Ctx {
     pub json: bool,
     /// `--as ALIAS`: act as a short-lived root of its own instead of the enclosing session.
     pub as_alias: Option<String>,
+    /// Stop signals, installed by the first command part that owns a root (see `signals`).
+    stop: OnceLock<Arc<signals::Stop>>,
 }
 
 impl Ctx {
     pub fn home(&self) -> Result<PathBuf> {
         crate::config::resolve_home(self.home.as_deref())
+    }
+
+    /// Installs the stop-signal handlers (once) and returns them. Only a command that owns a
+    /// root calls this, so the others keep the default "die on SIGINT".
+    pub fn stop(&self) -> Result<Arc<signals::Stop>> {
+        if let Some(s) = self.stop.get() {
+            return Ok(s.clone());
+        }
+        let installed = Arc::new(signals::Stop::install()?);
+        Ok(self.stop.get_or_init(|| installed).clone())
+    }
+
+    /// 128 + the signal that stopped this command's root, if one did.
+    pub fn stopped_status(&self) -> Option<i32> {
+        self.stop.get().and_then(|s| s.exit_status())
     }
 }
 
@@ -38,69 +62,144 @@ impl Ctx {
 /// exit status on success.
 pub type Command = fn(&Ctx, Vec<OsString>) -> Result<i32>;
 
-/// The subcommand table: name, one-line summary, implementation.
-fn commands() -> Vec<(&'static str, &'static str, Command)> {
+/// One subcommand: its name, one-line summary, full `--help` text and implementation. The
+/// usage line, `peer --help` and the shell completions all come from this table.
+pub(crate) struct CommandDef {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub help: &'static str,
+    pub run: Command,
+}
+
+const fn def(
+    name: &'static str,
+    summary: &'static str,
+    help: &'static str,
+    run: Command,
+) -> CommandDef {
+    CommandDef {
+        name,
+        summary,
+        help,
+        run,
+    }
+}
+
+/// The subcommand table.
+pub(crate) fn commands() -> Vec<CommandDef> {
     vec![
-        (
+        def(
             "host",
             "run a root for this session (optionally around a command)",
-            host::cmd as Command,
+            host::HELP,
+            host::cmd,
         ),
-        (
+        def(
             "dir",
             "list live peers in scope (same as peer-dir)",
+            dir::HELP,
             dir::cmd,
         ),
-        ("send", "send a message with proof of custody", msg::send),
-        (
+        def(
+            "send",
+            "send a message with proof of custody",
+            msg::SEND_HELP,
+            msg::send,
+        ),
+        def(
             "inbox",
             "read this session's messages and receipts",
+            msg::INBOX_HELP,
             msg::inbox,
         ),
-        ("reply", "reply to a received message", msg::reply),
-        ("consume", "mark a received message consumed", msg::consume),
-        ("status", "show the receipt of a sent message", msg::status),
-        ("chat", "interactive chat with peers", chat::cmd),
-        ("lab", "run the two-session demo", lab::cmd),
-        ("mcp", "a root that speaks MCP on stdio", session_cmds::mcp),
-        (
+        def(
+            "reply",
+            "reply to a received message",
+            msg::REPLY_HELP,
+            msg::reply,
+        ),
+        def(
+            "consume",
+            "mark a received message consumed",
+            msg::CONSUME_HELP,
+            msg::consume,
+        ),
+        def(
+            "status",
+            "show the receipt of a sent message",
+            msg::STATUS_HELP,
+            msg::status,
+        ),
+        def("chat", "interactive chat with peers", chat::HELP, chat::cmd),
+        def("lab", "run the two-session demo", lab::HELP, lab::cmd),
+        def(
+            "mcp",
+            "a root that speaks MCP on stdio",
+            session_cmds::MCP_HELP,
+            session_cmds::mcp,
+        ),
+        def(
             "run-child",
             "run a command as a published child run",
+            session_cmds::RUN_CHILD_HELP,
             session_cmds::run_child,
         ),
-        (
+        def(
             "recover",
             "review an earlier incarnation's unread mail",
+            session_cmds::RECOVER_HELP,
             session_cmds::recover,
         ),
-        (
+        def(
             "run",
             "run a command while holding a resource (FIFO, fencing token)",
+            res::RUN_HELP,
             res::run_cmd,
         ),
-        (
+        def(
             "res",
             "resource status, request, grant, release, cancel, set-controller",
+            res::RES_HELP,
             res::res_cmd,
         ),
-        (
+        def(
+            "ask",
+            "ask a friend's agent on another machine; serve and decide asks",
+            ask::HELP,
+            ask::cmd,
+        ),
+        def(
             "bench",
             "measure peerwire against this machine's floors (built-in benchmark)",
+            bench::HELP,
             bench::cmd,
+        ),
+        def(
+            "completions",
+            "print a bash, zsh or fish completion script",
+            completions::HELP,
+            completions::cmd,
         ),
     ]
 }
 
 /// The subcommand names, for the documentation tests.
 pub fn command_names() -> Vec<&'static str> {
-    commands().into_iter().map(|(n, _, _)| n).collect()
+    commands().into_iter().map(|c| c.name).collect()
 }
 
 /// Prints one JSON value as one line on stdout.
-pub fn print_json(v: &serde_json::Value) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{v}");
-    let _ = out.flush();
+pub fn print_json(v: &serde_json::Value) -> Result<()> {
+    out::json(v)
+}
+
+/// The status a command ends with: its own, or its error reported (a closed standard output
+/// is a quiet success).
+fn finish(name: &str, ctx: &Ctx, result: Result<i32>) -> i32 {
+    match result {
+        Ok(status) => status,
+        Err(e) => report_as(name, ctx, &e),
+    }
 }
 
 /// Entry point of the small tool binaries: global options, one command, the same reporting
@@ -112,10 +211,8 @@ pub fn tool_main(name: &str, cmd: Command) -> i32 {
         Ok((_, rest)) => rest,
         Err(e) => return report_as(name, &ctx, &e),
     };
-    match cmd(&ctx, rest) {
-        Ok(status) => status,
-        Err(e) => report_as(name, &ctx, &e),
-    }
+    let result = cmd(&ctx, rest);
+    finish(name, &ctx, result)
 }
 
 /// Entry point of the `peer` binary; returns the process exit status.
@@ -126,18 +223,22 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Err(e) => return report(&ctx, &e),
     };
     let Some(sub) = sub else {
-        print_help();
-        return 0;
+        // No command is a usage error (like git): the usage goes to stderr, status 2.
+        out::err_line(help_text().trim_end());
+        return Code::Usage.exit_status();
     };
     if sub == "help" || sub == "--help" || sub == "-h" {
-        print_help();
-        return 0;
+        return finish("peer", &ctx, out::text(&help_text()).map(|()| 0));
     }
     if sub == "--version" || sub == "-V" {
-        println!("peer {}", env!("CARGO_PKG_VERSION"));
-        return 0;
+        let version = format!("peer {}", env!("CARGO_PKG_VERSION"));
+        return finish("peer", &ctx, out::line(&version).map(|()| 0));
     }
-    let Some((_, _, cmd)) = commands().into_iter().find(|(n, _, _)| *n == sub) else {
+    let Some(cmd) = commands()
+        .into_iter()
+        .find(|c| c.name == sub)
+        .map(|c| c.run)
+    else {
         let e = Error::new(
             Code::Usage,
             format!(
@@ -147,10 +248,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
         );
         return report(&ctx, &e);
     };
-    match cmd(&ctx, rest) {
-        Ok(status) => status,
-        Err(e) => report(&ctx, &e),
-    }
+    let result = cmd(&ctx, rest);
+    finish("peer", &ctx, result)
 }
 
 /// Pulls `--home`, `--json` and `--as` out of the argument list (anywhere before `--`), and
@@ -215,29 +314,32 @@ pub fn report(ctx: &Ctx, e: &Error) -> i32 {
     report_as("peer", ctx, e)
 }
 
-fn report_as(name: &str, ctx: &Ctx, e: &Error) -> i32 {
+pub fn report_as(name: &str, ctx: &Ctx, e: &Error) -> i32 {
+    if out::is_closed(e) {
+        return 0;
+    }
     if ctx.json {
         let v = serde_json::json!({"ok": false, "error": {"code": e.code.name(), "message": e.message}});
-        println!("{v}");
+        // A reader that is gone cannot be told; the status still says what happened.
+        let _ = out::json(&v);
     } else {
-        let _ = writeln!(
-            std::io::stderr(),
+        out::err_line(&format!(
             "{name}: {}: {}",
             e.code.name(),
             crate::sanitize::line(&e.message, 2000)
-        );
+        ));
     }
     e.code.exit_status()
 }
 
-fn print_help() {
+fn help_text() -> String {
     let mut out = String::from(
         "peer — authenticated, durable messaging between coding-agent sessions\n\n\
          usage: peer [--home DIR] [--json] [--as ALIAS] COMMAND [ARGS…]\n\ncommands:\n",
     );
-    for (name, summary, _) in commands() {
+    for CommandDef { name, summary, .. } in commands() {
         out.push_str(&format!("  {name:<10} {summary}\n"));
     }
     out.push_str("\nRun 'peer COMMAND --help' for a command's options; see peer(1).\n");
-    print!("{out}");
+    out
 }

@@ -3,7 +3,8 @@
 //! short-lived root of its own; all of them go through the same tool implementations as MCP.
 
 use super::session::Session;
-use super::{Ctx, args, print_json};
+use super::{Ctx, args, out, print_json};
+use crate::config::internal::{FOLLOW_SLICE_MS, INBOX_PAGES_MAX};
 use crate::error::{Code, Error, Result};
 use crate::sanitize;
 use serde_json::{Map, Value, json};
@@ -20,12 +21,14 @@ custody receipt once the recipient has the message on disk. With --wait-receipt,
 ";
 
 pub const INBOX_HELP: &str =
-    "usage: peer inbox [--after N] [--from PEER] [--reply-to MSGID] [--message-id ID]
-                  [--wait MS] [--follow]
+    "usage: peer inbox [--all] [--after N] [--events-after E] [--from PEER] [--reply-to MSGID]
+                  [--message-id ID] [--wait MS | --follow]
 
-Prints this session's messages after sequence N and the receipts of its own sent messages.
---wait waits up to MS milliseconds (at most 30000) for something new; --follow keeps streaming
-(NDJSON with --json) until interrupted.
+Prints this session's unconsumed messages (--all: consumed ones too) and the receipts of its
+own sent messages, every page of them. --json prints one page: when \"more\" is true, run
+again with --after CURSOR --events-after EVENTCURSOR. --wait blocks up to MS milliseconds (at
+most 30000) until a message is there (at once when one already is) and exits with TIMEOUT
+when none came; --follow keeps streaming (NDJSON with --json) until interrupted. See peer(1).
 ";
 
 pub const REPLY_HELP: &str = "usage: peer reply MSGID (TEXT | -) [--topic T]
@@ -127,7 +130,7 @@ pub fn send(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         let params = json!({"messageId": message_id, "state": state, "waitMs": timeout});
         receipt = session.call("local.wait_receipt", params, timeout.saturating_add(5_000))?;
     }
-    print_receipt(ctx, &receipt);
+    print_receipt(ctx, &receipt)?;
     session.close();
     Ok(0)
 }
@@ -152,7 +155,7 @@ pub fn describe_receipt(r: &Value) -> String {
         .and_then(serde_json::Value::as_str)
         .map(|c| format!(" ({c})"))
         .unwrap_or_default();
-    let to = if r.get("to").and_then(serde_json::Value::as_str).is_some() {
+    let id = if r.get("to").and_then(serde_json::Value::as_str).is_some() {
         s("to")
     } else {
         s("toPeerId")
@@ -168,6 +171,11 @@ pub fn describe_receipt(r: &Value) -> String {
         .and_then(serde_json::Value::as_str)
         .map(|why| format!(" — {}", sanitize::line(why, 300)))
         .unwrap_or_default();
+    // People read aliases; the peerId follows for exactness.
+    let to = match r.get("toAlias").and_then(serde_json::Value::as_str) {
+        Some(alias) => format!("{} ({id})", sanitize::line(alias, 64)),
+        None => id,
+    };
     format!(
         "{} {to}{seq}: message {} (correlation {}){err}{unmarked}{reason}",
         s("state"),
@@ -180,9 +188,15 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     use lexopt::prelude::*;
     let mut p = args::parser(argv);
     let mut tool_args = Map::new();
-    let mut follow = false;
+    let mut envelope = Map::new();
+    let (mut follow, mut all, mut wait) = (false, false, None);
     while let Some(arg) = p.next().map_err(args::usage)? {
         match arg {
+            Long("all") => all = true,
+            Long("events-after") => drop(envelope.insert(
+                "eventsAfter".into(),
+                json!(args::number(&mut p, "--events-after")?),
+            )),
             Long("after") => {
                 drop(tool_args.insert("after".into(), json!(args::number(&mut p, "--after")?)))
             }
@@ -197,29 +211,50 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
                 json!(args::string(&mut p, "--message-id")?),
             )),
             Long("wait") => {
-                drop(tool_args.insert("waitMs".into(), json!(args::millis(&mut p, "--wait")?)))
+                let ms = args::millis(&mut p, "--wait")?;
+                wait = Some(ms);
+                tool_args.insert("waitMs".into(), json!(ms));
             }
             Long("follow") => follow = true,
             Long("help") | Short('h') => return help(INBOX_HELP),
             other => return Err(args::unexpected(other)),
         }
     }
+    if follow && wait.is_some() {
+        return Err(Error::new(Code::Usage, "use --wait or --follow, not both"));
+    }
+    if !all {
+        envelope.insert("unconsumed".into(), json!(true));
+    }
+    if wait.is_some() {
+        // A wait is for a message; receipt updates alone do not end it.
+        envelope.insert("waitFor".into(), json!("message"));
+    }
     let mut session = Session::open(ctx)?;
-    let wait_max = session.limits().wait_ms_max;
-    let mut envelope = Map::new();
+    if !follow {
+        let status = print_all_pages(ctx, &mut session, tool_args, envelope, wait, all);
+        session.close();
+        return status;
+    }
+    // A follower waits in short slices so it notices, between them, a reader that has gone
+    // (`| head -1`) even when nothing more arrives.
+    let wait_slice = session.limits().wait_ms_max.min(FOLLOW_SLICE_MS);
     loop {
         let mut call_args = tool_args.clone();
-        if follow {
-            call_args.insert("waitMs".into(), json!(wait_max));
-        }
+        call_args.insert("waitMs".into(), json!(wait_slice));
         let page = session.tool(
             "peer_messages",
             serde_json::Value::Object(call_args),
             envelope.clone(),
         )?;
-        print_page(ctx, &page, follow);
-        if !follow {
-            break;
+        print_page(ctx, &page, true, all)?;
+        if let Some(status) = ctx.stopped_status() {
+            session.close();
+            return Ok(status);
+        }
+        if out::reader_gone() {
+            session.close();
+            return Ok(0);
         }
         if let Some(next) = page.get("cursor").and_then(serde_json::Value::as_u64) {
             tool_args.insert("after".into(), json!(next));
@@ -228,11 +263,77 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             envelope.insert("eventsAfter".into(), ev);
         }
     }
-    session.close();
+}
+
+/// `peer inbox` without `--follow`: a person gets every page (each bounded in bytes by the
+/// root); `--json` gets the first page with `more`/`cursor`/`eventCursor` to continue from.
+/// A `--wait` that saw no message ends with TIMEOUT.
+fn print_all_pages(
+    ctx: &Ctx,
+    session: &mut Session,
+    mut tool_args: Map<String, Value>,
+    mut envelope: Map<String, Value>,
+    wait: Option<u64>,
+    all: bool,
+) -> Result<i32> {
+    let mut printed = 0usize;
+    for pages in 0.. {
+        let page = session.tool(
+            "peer_messages",
+            Value::Object(tool_args.clone()),
+            envelope.clone(),
+        )?;
+        let has_messages = page
+            .get("messages")
+            .and_then(Value::as_array)
+            .is_some_and(|m| !m.is_empty());
+        if let Some(ms) = wait
+            && pages == 0
+            && !has_messages
+        {
+            return Err(Error::new(
+                Code::Timeout,
+                format!("no message arrived within {ms} ms"),
+            ));
+        }
+        let more = page.get("more").and_then(Value::as_bool) == Some(true);
+        if ctx.json {
+            print_json(&page)?;
+            return Ok(0);
+        }
+        printed += count(&page, "messages") + count(&page, "events");
+        // "(no messages)" only when the whole run printed nothing.
+        print_page(ctx, &page, printed > 0 || more, all)?;
+        let cursor = page.get("cursor").and_then(Value::as_u64);
+        let events = page.get("eventCursor").and_then(Value::as_u64);
+        if !more {
+            break;
+        }
+        if pages + 1 >= INBOX_PAGES_MAX {
+            out::line(&format!(
+                "more: peer inbox --after {} --events-after {}",
+                cursor.unwrap_or(0),
+                events.unwrap_or(0)
+            ))?;
+            break;
+        }
+        // Further pages are read at once: the wait, if any, is over.
+        tool_args.insert("waitMs".into(), json!(0));
+        if let Some(c) = cursor {
+            tool_args.insert("after".into(), json!(c));
+        }
+        if let Some(e) = events {
+            envelope.insert("eventsAfter".into(), json!(e));
+        }
+    }
     Ok(0)
 }
 
-fn print_page(ctx: &Ctx, page: &Value, stream: bool) {
+fn count(page: &Value, key: &str) -> usize {
+    page.get(key).and_then(Value::as_array).map_or(0, Vec::len)
+}
+
+fn print_page(ctx: &Ctx, page: &Value, stream: bool, all: bool) -> Result<()> {
     let empty = Vec::new();
     let messages = page
         .get("messages")
@@ -245,25 +346,29 @@ fn print_page(ctx: &Ctx, page: &Value, stream: bool) {
     if ctx.json {
         if stream {
             for m in messages {
-                print_json(&json!({"event": "message", "message": m}));
+                print_json(&json!({"event": "message", "message": m}))?;
             }
             for e in events {
-                print_json(&json!({"event": "receipt", "receipt": e}));
+                print_json(&json!({"event": "receipt", "receipt": e}))?;
             }
-        } else {
-            print_json(page);
+            return Ok(());
         }
-        return;
+        return print_json(page);
     }
     for m in messages {
-        println!("{}", describe_message(m));
+        out::line(&describe_message(m))?;
     }
     for e in events {
-        println!("receipt: {}", describe_receipt(e));
+        out::line(&format!("receipt: {}", describe_receipt(e)))?;
     }
     if !stream && messages.is_empty() && events.is_empty() {
-        println!("(no new messages)");
+        out::line(if all {
+            "(no messages)"
+        } else {
+            "(no unconsumed messages; peer inbox --all shows consumed ones too)"
+        })?;
     }
+    Ok(())
 }
 
 /// Human rendering of one inbox message: a header line and the sanitized, indented body. The
@@ -331,7 +436,7 @@ pub fn reply(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         json!({"messageId": id, "content": content, "topic": topic}),
         0,
     )?;
-    print_receipt(ctx, &receipt);
+    print_receipt(ctx, &receipt)?;
     session.close();
     Ok(0)
 }
@@ -353,7 +458,7 @@ pub fn consume(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     };
     let mut session = Session::open(ctx)?;
     let receipt = session.call("local.consume", json!({"messageId": id, "note": note}), 0)?;
-    print_receipt(ctx, &receipt);
+    print_receipt(ctx, &receipt)?;
     session.close();
     Ok(0)
 }
@@ -374,20 +479,20 @@ pub fn status(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     };
     let mut session = Session::open(ctx)?;
     let receipt = session.call("local.status", json!({"messageId": id}), 0)?;
-    print_receipt(ctx, &receipt);
+    print_receipt(ctx, &receipt)?;
     session.close();
     Ok(0)
 }
 
-fn print_receipt(ctx: &Ctx, receipt: &serde_json::Value) {
+fn print_receipt(ctx: &Ctx, receipt: &serde_json::Value) -> Result<()> {
     if ctx.json {
-        print_json(receipt);
+        print_json(receipt)
     } else {
-        println!("{}", describe_receipt(receipt));
+        out::line(&describe_receipt(receipt))
     }
 }
 
 fn help(text: &str) -> Result<i32> {
-    print!("{text}");
+    out::text(text)?;
     Ok(0)
 }

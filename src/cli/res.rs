@@ -2,7 +2,7 @@
 //! `peer-res` viewer. Argument parsing with lexopt, human output by default, one JSON object
 //! per result with `--json`; every stored string is sanitized before it reaches a terminal.
 
-use super::Ctx;
+use super::{Ctx, out};
 use crate::config::Config;
 use crate::error::{Code, Error, Result};
 use crate::resource::api::{coordinate, describe};
@@ -18,8 +18,9 @@ use lexopt::Arg::{self, Long, Short};
 use serde_json::{Value, json};
 use std::ffi::OsString;
 
-const RUN_HELP: &str = "\
-usage: peer run --resource NAME [--capacity N] [--wait MS] [--ticket T] [--json] -- CMD [ARGS…]
+pub(crate) const RUN_HELP: &str = "\
+usage: peer run --resource NAME [--capacity N] [--wait MS] [--ticket T] [--kill-on-release]
+                [--json] -- CMD [ARGS…]
 
 Waits for a grant on NAME (FIFO), records the launch, runs CMD in its own process group with
 PEER_RESOURCE, PEER_TICKET and PEER_FENCING_TOKEN set, forwards SIGINT/SIGTERM/SIGHUP, waits for
@@ -29,19 +30,23 @@ every descendant, releases the grant and exits with CMD's status (128+N when kil
   --capacity N     capacity when this request creates the resource (default 1)
   --wait MS        give up after MS ms (default and maximum: resourceWaitTimeoutMs)
   --ticket T       run under an existing grant T (from 'peer res request') instead of requesting
+  --kill-on-release  when CMD exits, kill what it left running (its cgroup, or its process
+                   groups) instead of waiting for it
 ";
 
-const RES_HELP: &str = "\
+pub(crate) const RES_HELP: &str = "\
 usage: peer res status [NAME]
        peer res request NAME [--capacity N] [--wait MS] [--epoch E]
        peer res grant NAME TICKET [--epoch E]
-       peer res release NAME [--ticket T | --token N]
+       peer res release NAME [--ticket T | --token N] [--force]
        peer res cancel NAME TICKET
        peer res set-controller NAME [--capacity N] [--force] [--automatic]
 
 request and set-controller act for the enclosing session: they need PEER_HOLDER_PID (set by the
-session root) so the grant or controller lives as long as that process. For one command, use
-'peer run --resource NAME -- CMD'. With --json each result is one JSON object.
+session root) so the grant or controller lives as long as that process; it must be this
+command, its descendant, a process of its session or its session's root. For one command, use
+'peer run --resource NAME -- CMD'. release --force (with --ticket or --token) is the operator's
+override for any holder; it is logged. With --json each result is one JSON object.
 ";
 
 const PEER_RES_HELP: &str = "\
@@ -69,12 +74,21 @@ fn number<T: std::str::FromStr>(v: OsString, flag: &str) -> Result<T> {
 
 /// `peer run`.
 pub fn run_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
+    // A wrapper: the command's status, or 125 for peerwire's own failure (`cli::exit`).
+    Ok(match run_wrapped(ctx, args) {
+        Ok(status) => status,
+        Err(e) => crate::cli::exit::wrapper_failed(ctx, &e),
+    })
+}
+
+fn run_wrapped(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     let mut p = lexopt::Parser::from_args(args);
     let mut req = RunRequest {
         resource: String::new(),
         capacity: None,
         wait_ms: None,
         ticket: None,
+        kill_on_release: false,
         command: Vec::new(),
     };
     while let Some(arg) = p.next().map_err(usage)? {
@@ -85,8 +99,9 @@ pub fn run_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
             }
             Long("wait") => req.wait_ms = Some(number(p.value().map_err(usage)?, "--wait")?),
             Long("ticket") => req.ticket = Some(string(p.value().map_err(usage)?)?),
+            Long("kill-on-release") => req.kill_on_release = true,
             Long("help") | Short('h') => {
-                print!("{RUN_HELP}");
+                out::text(RUN_HELP)?;
                 return Ok(0);
             }
             Arg::Value(first) => {
@@ -105,7 +120,11 @@ pub fn run_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     let home = ctx.home()?;
     let cfg = Config::load(&home)?;
     let principal = cli_principal(ctx.as_alias.as_deref(), &cfg);
-    gate::run(&home, &cfg, &principal, &req, ctx.json)
+    Ok(match gate::run(&home, &cfg, &principal, &req, ctx.json)? {
+        gate::RunEnd::Exited(status) => status,
+        gate::RunEnd::NotStarted(e) => super::exit::spawn_failed("peer run", &req.command[0], &e),
+        gate::RunEnd::Failed => super::exit::WRAPPER_FAILED,
+    })
 }
 
 /// `peer res SUBCOMMAND …`.
@@ -135,7 +154,7 @@ pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
             Long("force") => op.insert("force".into(), json!(true)),
             Long("automatic") => op.insert("automatic".into(), json!(true)),
             Long("help") | Short('h') => {
-                print!("{RES_HELP}");
+                out::text(RES_HELP)?;
                 return Ok(0);
             }
             Arg::Value(v) => {
@@ -145,27 +164,43 @@ pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
             other => return Err(usage(other.unexpected())),
         };
     }
-    let op = build_op(&words, op)?;
+    let mut op = build_op(&words, op)?;
+    let forced = op["op"] == "release" && op.get("force") == Some(&json!(true));
+    if forced && let Some(o) = op.as_object_mut() {
+        o.remove("force");
+        o.insert("override".into(), json!(true));
+    }
     let home = ctx.home()?;
     let cfg = Config::load(&home)?;
     let principal = cli_principal(ctx.as_alias.as_deref(), &cfg);
     let probe = Probe::new();
     let kind = op["op"].as_str().unwrap_or("");
     let evidence = match kind {
-        "request" => session_holder(&probe, "peer res request")?,
-        "set_controller" => session_holder(&probe, "peer res set-controller")?,
+        "request" => session_holder(&probe, "peer res request", enclosing_root_pid)?,
+        "set_controller" => session_holder(&probe, "peer res set-controller", enclosing_root_pid)?,
         _ => probe.own()?,
     };
-    let out = coordinate(&home, &cfg, &principal, op, evidence)?;
+    let outcome = coordinate(&home, &cfg, &principal, op, evidence)?;
+    if forced {
+        // The durable record is the resource journal's released_by_override event; this line
+        // is for whoever watches the operator's terminal or logs.
+        out::err_line(&format!(
+            "peer: override: {} released ticket {} (token {}) of {} regardless of its holder",
+            line(&principal.id, 120),
+            s(&outcome, "ticket"),
+            s(&outcome, "token"),
+            s(&outcome, "resource"),
+        ));
+    }
     if ctx.json {
-        println!("{out}");
+        out::json(&outcome)?;
     } else {
-        print!("{}", human_outcome(&out));
+        out::text(&human_outcome(&outcome))?;
     }
     // `status` of everything shows the healthy resources and names the unreadable files.
-    let corrupt = out.get("corrupt").and_then(Value::as_array);
+    let corrupt = outcome.get("corrupt").and_then(Value::as_array);
     for c in corrupt.into_iter().flatten() {
-        eprintln!("peer: {}: {}", s(c, "code"), s(c, "message"));
+        out::err_line(&format!("peer: {}: {}", s(c, "code"), s(c, "message")));
     }
     Ok(match corrupt {
         Some(c) if !c.is_empty() => Code::RecoveryRequired.exit_status(),
@@ -332,7 +367,7 @@ pub fn peer_res(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     while let Some(arg) = p.next().map_err(usage)? {
         match arg {
             Long("help") | Short('h') => {
-                print!("{PEER_RES_HELP}");
+                out::text(PEER_RES_HELP)?;
                 return Ok(0);
             }
             Arg::Value(v) if name.is_none() => {
@@ -352,14 +387,14 @@ pub fn peer_res(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     let probe = Probe::new();
     let now = crate::clock::now_ms();
     if states.is_empty() && skipped.is_empty() && !json_out {
-        println!("no resources");
+        out::line("no resources")?;
     }
     for st in &states {
         let v = describe(st, &probe, &launches, now);
         if json_out {
-            println!("{v}")
+            out::json(&v)?;
         } else {
-            print!("{}", human_resource(&v))
+            out::text(&human_resource(&v))?;
         }
     }
     report_skipped(&skipped, json_out)
@@ -370,25 +405,36 @@ pub fn peer_res(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
 fn report_skipped(skipped: &[crate::resource::store::Skipped], json_out: bool) -> Result<i32> {
     for sk in skipped {
         if json_out {
-            println!("{}", crate::resource::api::skipped_json(sk));
+            out::json(&crate::resource::api::skipped_json(sk))?;
         } else {
-            println!(
+            out::line(&format!(
                 "corrupt  {}  {}",
                 line(&sk.path.display().to_string(), 400),
                 sk.error.code.name()
-            );
+            ))?;
         }
-        eprintln!(
+        out::err_line(&format!(
             "peer-res: {}: {}",
             sk.error.code.name(),
             line(&sk.error.message, 2000)
-        );
+        ));
     }
     Ok(if skipped.is_empty() {
         0
     } else {
         Code::RecoveryRequired.exit_status()
     })
+}
+
+/// The pid of the enclosing session's root, proven by the kernel (SO_PEERCRED) on the root's
+/// socket after `local.hello` succeeded with the control file's secret.
+fn enclosing_root_pid() -> Option<u32> {
+    let cf = crate::runtime::control::from_env().ok()??;
+    let limits = crate::config::Limits::default();
+    let client =
+        crate::transport::LocalClient::connect(&cf.endpoint, cf.secret_bytes().ok()?, &limits)
+            .ok()?;
+    client.root_pid()
 }
 
 /// The principal of a `peer` command-line invocation.
@@ -401,9 +447,12 @@ fn cli_principal(alias: Option<&str>, cfg: &Config) -> Principal {
             // The same id the session's own tools use, so the CLI, MCP and the gate agree
             // on who holds what.
             Ok(cf) => {
-                let run = std::env::var(crate::runtime::control::ENV_RUN)
-                    .ok()
-                    .filter(|r| !r.is_empty());
+                // A run's own control file decides the run; the variable only for the root.
+                let run = cf.run_id.clone().or_else(|| {
+                    std::env::var(crate::runtime::control::ENV_RUN)
+                        .ok()
+                        .filter(|r| !r.is_empty())
+                });
                 let peer = crate::identity::peer_id(&cf.instance_id, run.as_deref());
                 if let Some(r) = &run {
                     // A child run has only what its root gave it; unknown means less.

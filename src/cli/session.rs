@@ -34,15 +34,25 @@ impl Session {
     pub fn open(ctx: &Ctx) -> Result<Session> {
         if let Some(alias) = &ctx.as_alias {
             crate::identity::validate_alias(alias)?;
+            let stop = ctx.stop()?;
             let root = Root::start(&RootOptions {
                 home: ctx.home.clone(),
                 alias: Some(alias.clone()),
                 session_id: Some(crate::runtime::one_off_session(alias)),
                 mode: "command",
                 one_off: true,
+                purpose: Some("peer --as".into()),
                 ..Default::default()
             })?;
             let limits = root.core.limits().clone();
+            // A stop signal wakes every wait of this short-lived root, so the command returns
+            // and closes it normally: its record, socket and control file are removed.
+            let core = root.core.clone();
+            stop.on_stop(move || {
+                core.stopping
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                core.store.wake_waiters();
+            })?;
             return Ok(Session::InProcess {
                 root: Arc::new(root),
                 limits,
@@ -58,15 +68,21 @@ impl Session {
     }
 
     fn connect(cf: ControlFile) -> Result<Session> {
+        // This process now holds the root's (or a run's) secret.
+        crate::hardening::no_core_dumps()?;
         let mut limits = Limits::default();
         let mut client = Box::new(LocalClient::connect(
             &cf.endpoint,
             cf.secret_bytes()?,
             &limits,
         )?);
-        let run_id = std::env::var(control::ENV_RUN)
-            .ok()
-            .filter(|s| !s.is_empty());
+        // A run's own control file names its run (the root enforces it); otherwise the
+        // variable names which of the root's runs this command acts as.
+        let run_id = cf.run_id.clone().or_else(|| {
+            std::env::var(control::ENV_RUN)
+                .ok()
+                .filter(|s| !s.is_empty())
+        });
         let auto = std::env::var(crate::runtime::auto::ENV_AUTO)
             .ok()
             .filter(|s| !s.is_empty());
@@ -80,6 +96,8 @@ impl Session {
             limits.message_bytes = get("messageBytes", limits.message_bytes);
             limits.wait_ms_max = get("waitMsMax", limits.wait_ms_max);
             limits.acknowledgement_ms = get("acknowledgementMs", limits.acknowledgement_ms);
+            limits.frame_bytes = get("frameBytes", limits.frame_bytes);
+            client.set_frame_bytes(limits.frame_bytes);
         }
         Ok(Session::Remote {
             client,
@@ -128,7 +146,7 @@ impl Session {
                 };
                 client.call(method, Value::Object(p), timeout)
             }
-            Session::InProcess { root, .. } => handler::local_request(&root.core, method, p),
+            Session::InProcess { root, .. } => handler::local_request(&root.core, None, method, p),
         }
     }
 

@@ -3,7 +3,7 @@
 //! `peer recover` (read-only review of an earlier incarnation's unread mail).
 
 use super::session::Session;
-use super::{Ctx, args, print_json};
+use super::{Ctx, args, out, print_json};
 use crate::error::{Code, Error, Result};
 use crate::runtime::tools::{RootTools, message_view};
 use crate::runtime::{Root, RootOptions, control};
@@ -38,6 +38,7 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         home: ctx.home.clone(),
         alias: ctx.as_alias.clone(),
         mode: "rpc",
+        purpose: Some("mcp".into()),
         ..Default::default()
     };
     while let Some(arg) = p.next().map_err(args::usage)? {
@@ -46,13 +47,18 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             Long("workspace") => opts.workspace = Some(args::string(&mut p, "--workspace")?.into()),
             Long("session-id") => opts.session_id = Some(args::string(&mut p, "--session-id")?),
             Long("help") | Short('h') => {
-                print!("{MCP_HELP}");
+                out::text(MCP_HELP)?;
                 return Ok(0);
             }
             other => return Err(args::unexpected(other)),
         }
     }
+    // MCP clients stop a server with SIGTERM (or close stdin): both end the same way, through
+    // the root's shutdown, which removes its presence record, socket and control file.
+    let stop = ctx.stop()?;
+    let input = super::signals::StopAwareInput::stdin(stop)?;
     let root = Root::start(&opts)?;
+    super::host::warn_shared_alias(&root, "peer mcp");
     let events = root
         .core
         .bus
@@ -63,7 +69,7 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let result = crate::mcp::serve(
         host,
         events,
-        std::io::stdin().lock(),
+        std::io::BufReader::new(input),
         std::io::stdout(),
         &limits,
     );
@@ -72,6 +78,14 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
 }
 
 pub fn run_child(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+    // A wrapper: the command's status, or 125 for peerwire's own failure (`exit`).
+    Ok(match run_child_wrapped(ctx, argv) {
+        Ok(status) => status,
+        Err(e) => super::exit::wrapper_failed(ctx, &e),
+    })
+}
+
+fn run_child_wrapped(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     use lexopt::prelude::*;
     let mut p = args::parser(argv);
     let mut alias = None;
@@ -82,7 +96,7 @@ pub fn run_child(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             Long("alias") => alias = Some(args::string(&mut p, "--alias")?),
             Long("delegate-control") => delegate = true,
             Long("help") | Short('h') => {
-                print!("{RUN_CHILD_HELP}");
+                out::text(RUN_CHILD_HELP)?;
                 return Ok(0);
             }
             Value(v) => {
@@ -114,24 +128,32 @@ pub fn run_child(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         .and_then(serde_json::Value::as_str)
         .unwrap_or_default()
         .to_string();
+    let run_control = run
+        .get("control")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     if ctx.json {
-        print_json(&json!({"event": "run", "state": "published", "run": run}));
+        print_json(&json!({"event": "run", "state": "published", "run": run}))?;
     }
+    // The command gets the run's own control file, never the root's: what it may do is bound
+    // to the run by the secret it holds.
     let status = std::process::Command::new(&command[0])
         .args(&command[1..])
+        .env(control::ENV_CONTROL, &run_control)
         .env(control::ENV_RUN, &run_id)
-        .status()
-        .map_err(|e| {
-            Error::new(
-                Code::Io,
-                format!("cannot start {}: {e}", command[0].to_string_lossy()),
-            )
-        });
+        .status();
     // Retire whatever happened to the command: later sends to the run get TARGET_ENDED.
     let retired = session.call("local.run.retire", json!({"run": run_id}), 0);
     session.close();
-    let code = super::host::exit_code(status?);
-    retired?;
+    let code = match status {
+        Ok(s) => super::host::exit_code(s),
+        Err(e) => super::exit::spawn_failed("peer run-child", &command[0], &e),
+    };
+    // The command ran: its status stands; a failed retirement is reported beside it.
+    if let Err(e) = retired {
+        super::report(ctx, &e);
+    }
     Ok(code)
 }
 
@@ -144,7 +166,7 @@ pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             Long("instance") => instance = Some(args::string(&mut p, "--instance")?),
             Long("session-id") => session_id = Some(args::string(&mut p, "--session-id")?),
             Long("help") | Short('h') => {
-                print!("{RECOVER_HELP}");
+                out::text(RECOVER_HELP)?;
                 return Ok(0);
             }
             other => return Err(args::unexpected(other)),
@@ -200,29 +222,29 @@ pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             "unread": msgs,
             "unresolved": unresolved,
             "tornTail": torn,
-        }));
+        }))?;
     } else {
-        println!(
+        out::line(&format!(
             "{} unread message(s) of {instance} (review only; nothing was moved):",
             unread.len()
-        );
+        ))?;
         for e in unread {
-            println!("{}", super::msg::describe_message(&message_view(e, None)));
+            out::line(&super::msg::describe_message(&message_view(e, None)))?;
         }
         if !unresolved.is_empty() {
-            println!(
+            out::line(&format!(
                 "{} sent message(s) without a custody answer:",
                 unresolved.len()
-            );
+            ))?;
             for v in &unresolved {
-                println!("{}", super::msg::describe_receipt(v));
+                out::line(&super::msg::describe_receipt(v))?;
             }
         }
         if review.torn_tail_bytes > 0 {
-            println!(
+            out::line(&format!(
                 "a recovery would discard a torn, never-acknowledged tail of {} bytes ({} partial batch)",
                 review.torn_tail_bytes, review.torn_tail_batches
-            );
+            ))?;
         }
     }
     Ok(0)

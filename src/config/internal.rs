@@ -9,6 +9,8 @@
 /// Longest id we generate and accept on the wire and in tool arguments (`[A-Za-z0-9_.-]`):
 /// message, session, run and correlation ids.
 pub const ID_CHARS_MAX: usize = 96;
+/// Shortest message-id prefix a person may type for a whole id (`m-` plus four characters).
+pub const MESSAGE_ID_PREFIX_MIN: usize = 6;
 /// Longest alias or peerId a target may name (an alias plus its `@`).
 pub const TARGET_NAME_CHARS_MAX: usize = 100;
 /// Longest `list_peers.query`, in characters.
@@ -36,6 +38,8 @@ pub const IDENTITY_FILE_BYTES_MAX: u64 = 64 * 1024;
 pub const PROC_STAT_BYTES_MAX: u64 = 4096;
 /// Directories walked up from a workspace looking for the repository's `.git`.
 pub const REPOSITORY_DEPTH_MAX: usize = 64;
+/// Largest `.git` pointer file or `commondir` file of a linked git work tree read.
+pub const GIT_POINTER_BYTES_MAX: u64 = 4096;
 
 // Sockets.
 
@@ -91,6 +95,15 @@ pub const MCP_WORKERS: usize = 4;
 pub const CHAT_HISTORY_MAX: usize = 500;
 /// Longest line the `peer chat` composer accepts, in characters.
 pub const CHAT_LINE_CHARS_MAX: usize = 8_000;
+/// Longest CSI parameter run `peer chat` keeps; a longer one is still read to its final byte.
+pub const CHAT_CSI_PARAMS_MAX: usize = 16;
+/// How long one wait of `peer inbox --follow` lasts before it looks at its output again.
+pub const FOLLOW_SLICE_MS: u64 = 1_000;
+/// Most pages a person's `peer inbox` prints in one run; the last line says how to go on.
+pub const INBOX_PAGES_MAX: usize = 1_000;
+/// Room kept in a frame for the JSON-RPC envelope and the page's own fields around the
+/// messages and events of a `peer_messages` page.
+pub const PAGE_ENVELOPE_BYTES: u64 = 1_024;
 /// Longest directory cursor a tool argument may carry, in characters.
 pub const CURSOR_CHARS_MAX: usize = 256;
 /// Longest directory key a cursor may decode to, in bytes.

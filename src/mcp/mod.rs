@@ -170,6 +170,8 @@ impl Shell<'_> {
                 }
             }
             Action::Nothing => {}
+            // Each element is answered as its own message, matched by its id.
+            Action::Batch(actions) => actions.into_iter().for_each(|a| self.act(a)),
         }
     }
 

@@ -53,12 +53,20 @@ pub enum Action {
     Initialized,
     /// Nothing to do (ignored notification, a response, an empty line).
     Nothing,
+    /// The actions of a JSON-RPC batch's elements, in order (revision 2025-03-26 only).
+    Batch(Vec<Action>),
 }
+
+/// The one revision whose transport allows JSON-RPC batches: they came in 2025-03-26 and left
+/// again in 2025-06-18.
+pub const BATCH_REVISION: &str = "2025-03-26";
 
 /// The state of one MCP connection.
 pub struct Session {
     limits: Limits,
     initialized: bool,
+    /// The revision `initialize` negotiated; `None` before it.
+    version: Option<&'static str>,
     /// Index into [`LOG_LEVELS`]: notifications below it are not sent.
     log_level: Arc<AtomicU8>,
 }
@@ -85,6 +93,7 @@ impl Session {
         Session {
             limits: limits.clone(),
             initialized: false,
+            version: None,
             log_level,
         }
     }
@@ -107,8 +116,45 @@ impl Session {
                 ));
             }
         };
+        match msg {
+            Value::Array(batch) => self.batch(batch),
+            msg => self.message(msg, false),
+        }
+    }
+
+    /// A JSON-RPC batch: each element handled in order under the one revision that allows
+    /// batches; refused as a whole under every other (and before `initialize`, which must not
+    /// be batched).
+    fn batch(&mut self, batch: Vec<Value>) -> Action {
+        if self.version != Some(BATCH_REVISION) {
+            let text = format!(
+                "JSON-RPC batches are part of MCP revision {BATCH_REVISION} only; this session uses {}: send one object per line",
+                self.version
+                    .unwrap_or("no revision yet (initialize first, never in a batch)")
+            );
+            return Action::Reply(error_response(
+                Value::Null,
+                INVALID_REQUEST,
+                Code::InvalidRequest,
+                &text,
+            ));
+        }
+        if batch.is_empty() {
+            let text = "an empty batch is not a request";
+            return Action::Reply(error_response(
+                Value::Null,
+                INVALID_REQUEST,
+                Code::InvalidRequest,
+                text,
+            ));
+        }
+        Action::Batch(batch.into_iter().map(|m| self.message(m, true)).collect())
+    }
+
+    /// One JSON-RPC message (`in_batch`: an element of a batch).
+    fn message(&mut self, msg: Value, in_batch: bool) -> Action {
         let Value::Object(obj) = msg else {
-            let text = "expected one JSON-RPC 2.0 object per line (batches are not supported)";
+            let text = "expected a JSON-RPC 2.0 object";
             return Action::Reply(error_response(
                 Value::Null,
                 INVALID_REQUEST,
@@ -126,6 +172,16 @@ impl Session {
                 INVALID_REQUEST,
                 Code::InvalidRequest,
                 "\"jsonrpc\" must be \"2.0\"",
+            ));
+        }
+        if in_batch && method == Some("initialize") {
+            let id = id.filter(valid_id).unwrap_or(Value::Null);
+            let text = "initialize must not be part of a JSON-RPC batch";
+            return Action::Reply(error_response(
+                id,
+                INVALID_REQUEST,
+                Code::InvalidRequest,
+                text,
             ));
         }
         match (id, method) {
@@ -157,6 +213,21 @@ impl Session {
     }
 
     fn request(&mut self, id: Value, method: &str, params: &Value) -> Action {
+        // Before the handshake only initialize and ping are requests a client may send (an
+        // unknown method is still METHOD_NOT_FOUND).
+        let needs_session = matches!(method, "tools/list" | "tools/call" | "logging/setLevel");
+        if !self.initialized && needs_session {
+            let text = format!(
+                "{} before initialize: send initialize first",
+                crate::sanitize::line(method, 60)
+            );
+            return Action::Reply(error_response(
+                id,
+                INVALID_REQUEST,
+                Code::InvalidRequest,
+                &text,
+            ));
+        }
         match method {
             "initialize" => self.initialize(id, params),
             "ping" => Action::Reply(result_response(id, json!({}))),
@@ -198,6 +269,7 @@ impl Session {
             .find(|v| **v == asked)
             .copied()
             .unwrap_or(LATEST_PROTOCOL_VERSION);
+        self.version = Some(version);
         Action::Reply(result_response(
             id,
             json!({
@@ -320,8 +392,73 @@ mod tests {
                 // Every reply is a JSON-RPC response or error for a valid (or null) id.
                 Action::Reply(r) => prop_assert!(r.get("result").is_some() || r["error"]["code"].is_i64()),
                 Action::Call { call, .. } => prop_assert!(crate::tools::TOOL_NAMES.contains(&call.tool_name())),
-                Action::Cancel(_) | Action::Initialized | Action::Nothing => {}
+                Action::Cancel(_) | Action::Initialized | Action::Nothing | Action::Batch(_) => {}
             }
         }
+    }
+
+    fn reply_code(a: &Action) -> Option<i64> {
+        match a {
+            Action::Reply(r) => r["error"]["code"].as_i64(),
+            _ => None,
+        }
+    }
+
+    fn init(s: &mut Session, version: &str) {
+        let msg = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": version, "capabilities": {}}});
+        assert!(matches!(
+            s.handle(msg.to_string().as_bytes()),
+            Action::Reply(_)
+        ));
+    }
+
+    #[test]
+    fn requests_before_initialize_are_refused_except_ping() {
+        let mut s = session();
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "list_peers", "arguments": {}}});
+        let a = s.handle(call.to_string().as_bytes());
+        assert_eq!(reply_code(&a), Some(INVALID_REQUEST), "{a:?}");
+        let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+        assert_eq!(reply_code(&s.handle(ping.to_string().as_bytes())), None);
+        init(&mut s, LATEST_PROTOCOL_VERSION);
+        assert!(matches!(
+            s.handle(call.to_string().as_bytes()),
+            Action::Call { .. }
+        ));
+    }
+
+    #[test]
+    fn batches_only_under_the_revision_that_allows_them() {
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "list_peers", "arguments": {}}},
+            {"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {}},
+        ])
+        .to_string();
+        for version in ["2025-11-25", "2025-06-18", "2024-11-05"] {
+            let mut s = session();
+            init(&mut s, version);
+            let a = s.handle(batch.as_bytes());
+            assert_eq!(reply_code(&a), Some(INVALID_REQUEST), "{version}: {a:?}");
+        }
+        let mut s = session();
+        assert_eq!(
+            reply_code(&s.handle(batch.as_bytes())),
+            Some(INVALID_REQUEST)
+        );
+        init(&mut s, BATCH_REVISION);
+        let Action::Batch(actions) = s.handle(batch.as_bytes()) else {
+            panic!("a batch under {BATCH_REVISION} is handled");
+        };
+        assert!(matches!(&actions[0], Action::Reply(r) if r["result"].is_object()));
+        assert!(matches!(&actions[1], Action::Call { .. }));
+        assert_eq!(
+            reply_code(&actions[2]),
+            Some(INVALID_REQUEST),
+            "initialize in a batch"
+        );
+        assert_eq!(reply_code(&s.handle(b"[]")), Some(INVALID_REQUEST));
     }
 }

@@ -87,6 +87,7 @@ impl Machine {
             reply_message_id: None,
             context_marked: false,
             origin: send.origin.clone(),
+            from_alias: send.from_alias.clone(),
         };
         self.check_capacity(&entry)?;
         self.rate.take(&self.limits, &from.instance_id, now_ms);

@@ -146,7 +146,7 @@ impl Machine {
         let not_found = || {
             Error::new(
                 Code::NotFound,
-                format!("no message {r:?} in the inbox of {recipient}"),
+                format!("no message {r} in the inbox of {recipient}"),
             )
         };
         match r {
@@ -155,14 +155,31 @@ impl Machine {
                 .inbox
                 .get(&(recipient.to_string(), *seq))
                 .ok_or_else(not_found),
-            MessageRef::Id(id) => {
+            MessageRef::Id(wanted) => {
                 let range = (recipient.to_string(), 0)..=(recipient.to_string(), u64::MAX);
-                let mut hits = self
-                    .state
-                    .inbox
-                    .range(range)
-                    .map(|(_, e)| e)
-                    .filter(|e| &e.message_id == id);
+                let mine = self.state.inbox.range(range).map(|(_, e)| e);
+                let ids =
+                    super::types::ids_matching(wanted, mine.clone().map(|e| e.message_id.as_str()));
+                let id = match ids.as_slice() {
+                    [] => return Err(not_found()),
+                    [one] => *one,
+                    several => {
+                        return Err(Error::new(
+                            Code::AmbiguousTarget,
+                            format!(
+                                "{wanted} is the start of {} message ids ({}); give more of it",
+                                several.len(),
+                                several
+                                    .iter()
+                                    .take(5)
+                                    .copied()
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        ));
+                    }
+                };
+                let mut hits = mine.filter(|e| e.message_id == id);
                 let first = hits.next().ok_or_else(not_found)?;
                 if hits.next().is_some() {
                     return Err(Error::new(
@@ -196,6 +213,8 @@ impl Machine {
                     .as_ref()
                     .is_none_or(|r| e.reply_to.as_ref() == Some(r))
                 && q.message_id.as_ref().is_none_or(|m| &e.message_id == m)
+                && (!q.unconsumed_only
+                    || matches!(e.state, ReceiptState::Accepted | ReceiptState::Prepared))
         });
         let messages: Vec<InboxEntry> = matching
             .by_ref()

@@ -55,6 +55,7 @@ fn send(id: &str, content: &str) -> InboundSend {
         reply_to: None,
         correlation_id: None,
         expires_at_ms: None,
+        from_alias: None,
     }
 }
 
@@ -1155,4 +1156,66 @@ mod model {
             prop_assert_eq!(State::from_image(m.state().image()).image(), m.state().image());
         }
     }
+}
+
+#[test]
+fn read_of_unconsumed_skips_consumed_messages_and_pages_over_them() {
+    let mut m = machine();
+    for i in 0..3 {
+        m.accept(&alice(), &send(&format!("u{i}"), "a"), &recipients(), NOW)
+            .unwrap();
+    }
+    m.mark(ME, &MessageRef::Sequence(2), ReceiptState::Consumed, NOW)
+        .unwrap();
+    let q = ReadQuery {
+        recipient_peer_id: ME.into(),
+        unconsumed_only: true,
+        ..Default::default()
+    };
+    let seqs: Vec<u64> = m
+        .read(&q, NOW)
+        .messages
+        .iter()
+        .map(|e| e.sequence)
+        .collect();
+    assert_eq!(seqs, [1, 3]);
+    let all = ReadQuery {
+        unconsumed_only: false,
+        ..q
+    };
+    assert_eq!(m.read(&all, NOW).messages.len(), 3);
+}
+
+#[test]
+fn a_unique_prefix_names_a_message_and_errors_show_no_debug_text() {
+    let mut m = machine();
+    for id in ["m-3161aa", "m-3161bb", "m-4000cc"] {
+        m.accept(&alice(), &send(id, "a"), &recipients(), NOW)
+            .unwrap();
+    }
+    let find = |m: &Machine, r: &str| {
+        m.find_inbox(ME, &MessageRef::Id(r.into()))
+            .map(|e| e.sequence)
+    };
+    assert_eq!(find(&m, "m-4000cc").unwrap(), 3);
+    assert_eq!(find(&m, "m-4000").unwrap(), 3);
+    let e = find(&m, "m-3161").unwrap_err();
+    assert_eq!(e.code, Code::AmbiguousTarget);
+    assert!(e.message.contains("m-3161aa, m-3161bb"), "{}", e.message);
+    // Too short to be a prefix; not found, said without Rust debug text.
+    let e = find(&m, "m-4").unwrap_err();
+    assert_eq!(e.code, Code::NotFound);
+    assert_eq!(e.message, format!("no message m-4 in the inbox of {ME}"));
+    // The consumed message is the one the prefix named.
+    m.mark(
+        ME,
+        &MessageRef::Id("m-3161b".into()),
+        ReceiptState::Consumed,
+        NOW,
+    )
+    .unwrap();
+    assert_eq!(
+        m.find_inbox(ME, &MessageRef::Sequence(2)).unwrap().state,
+        ReceiptState::Consumed
+    );
 }

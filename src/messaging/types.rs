@@ -43,6 +43,9 @@ pub struct InboundSend {
     /// (None when unknown). Dedup spans the session's incarnations: a retry from a restarted
     /// sender or another one-off root of the same session gets the original receipt.
     pub origin: Option<String>,
+    /// The sender's alias as its own advertisement states it when the message arrives (not
+    /// from params): kept with the message so it still names the sender after it left.
+    pub from_alias: Option<String>,
 }
 
 /// What one of our local peers (root or child run) wants to send.
@@ -202,6 +205,10 @@ pub struct InboxEntry {
     /// The sender's sessionId at acceptance (see [`InboundSend::origin`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// The sender's alias when the message was accepted (see `InboundSend::from_alias`);
+    /// absent in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_alias: Option<String>,
 }
 
 impl InboxEntry {
@@ -317,8 +324,37 @@ pub struct ContextEntry {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MessageRef {
     Sequence(u64),
-    /// A message id; ambiguous when two senders used the same id (then use the sequence).
+    /// A message id, or a unique prefix of one (at least `MESSAGE_ID_PREFIX_MIN` characters);
+    /// ambiguous when two senders used the same id (then use the sequence).
     Id(String),
+}
+
+impl std::fmt::Display for MessageRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MessageRef::Sequence(n) => write!(f, "#{n}"),
+            MessageRef::Id(id) => f.write_str(id),
+        }
+    }
+}
+
+/// Which of `ids` a message id or prefix names: the exact id when present, else the distinct
+/// ids starting with it (none when the prefix is shorter than `MESSAGE_ID_PREFIX_MIN`).
+pub fn ids_matching<'a>(wanted: &str, ids: impl Iterator<Item = &'a str> + Clone) -> Vec<&'a str> {
+    if ids.clone().any(|i| i == wanted) {
+        return vec![wanted_in(wanted, ids)];
+    }
+    if wanted.chars().count() < crate::config::internal::MESSAGE_ID_PREFIX_MIN {
+        return Vec::new();
+    }
+    let mut hits: Vec<&str> = ids.filter(|i| i.starts_with(wanted)).collect();
+    hits.sort_unstable();
+    hits.dedup();
+    hits
+}
+
+fn wanted_in<'a>(wanted: &str, mut ids: impl Iterator<Item = &'a str>) -> &'a str {
+    ids.find(|i| *i == wanted).unwrap_or_default()
 }
 
 /// The peers this root answers for right now; the runtime keeps it current.
@@ -352,6 +388,8 @@ pub struct ReadQuery {
     pub limit: u64,
     /// Only receipt events with a cursor above this; None skips events.
     pub events_after: Option<u64>,
+    /// Only messages not yet consumed (accepted or prepared).
+    pub unconsumed_only: bool,
 }
 
 /// The answer to a [`ReadQuery`].

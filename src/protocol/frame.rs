@@ -38,6 +38,12 @@ impl FrameDecoder {
         }
     }
 
+    /// Adopts the bound the other side announced (a root's `frameBytes`); bytes already
+    /// buffered are judged by the new bound from the next frame on.
+    pub fn set_max_frame_bytes(&mut self, max_frame_bytes: usize) {
+        self.max_frame_bytes = max_frame_bytes;
+    }
+
     /// Appends bytes read from the stream. Consumed bytes are dropped first, so the buffer
     /// holds at most one partial frame (≤ `max_frame_bytes`) plus `bytes`.
     pub fn push(&mut self, bytes: &[u8]) {

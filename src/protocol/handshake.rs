@@ -305,6 +305,9 @@ pub enum Channel {
     },
     /// A trusted local adapter that presented the root's secret.
     Local,
+    /// A command of one child run that presented that run's own secret: it speaks for the run
+    /// only, with the run's capabilities, whatever its parameters claim.
+    Run { run_id: String },
 }
 
 /// What the responder needs from its surroundings.
@@ -312,6 +315,8 @@ pub struct ResponderCtx<'a> {
     pub instance_id: &'a str,
     pub keys: &'a KeyPair,
     pub local_secret: &'a [u8; 32],
+    /// The live child run whose secret this is (compared in constant time by the owner).
+    pub run_secret: &'a dyn Fn(&[u8; 32]) -> Option<String>,
     /// The key the initiator's own advertisement publishes (presence lookup).
     pub advertised_key: &'a dyn Fn(&str) -> Option<[u8; 32]>,
     /// Records an initiator nonce; false when it was seen before.
@@ -496,15 +501,19 @@ fn refuse(id: Option<&Id>, error: Error) -> Step {
 fn local_hello(id: &Id, params: &Map<String, Value>, ctx: &ResponderCtx<'_>) -> Result<Step> {
     check_version_field(params)?;
     let secret = b64_field::<NONCE_BYTES>(params, "secret")?;
-    if !ct_eq(&secret, ctx.local_secret) {
+    let channel = if ct_eq(&secret, ctx.local_secret) {
+        Channel::Local
+    } else if let Some(run_id) = (ctx.run_secret)(&secret) {
+        Channel::Run { run_id }
+    } else {
         return Err(auth_failed(
             "wrong local secret; use the address and secret this root gave you",
         ));
-    }
+    };
     let result = json!({"ok": true, "version": PROTOCOL_VERSION, "instanceId": ctx.instance_id});
     Ok(Step::Established {
         reply: rpc::encode_result(id, &result),
-        channel: Channel::Local,
+        channel,
     })
 }
 

@@ -63,7 +63,7 @@ impl Request {
             Op::Request { .. } => "request",
             Op::Grant { .. } => "grant",
             Op::Admit { .. } => "admit",
-            Op::Release { .. } => "release",
+            Op::Release { .. } | Op::Override { .. } => "release",
             Op::Cancel { .. } => "cancel_request",
             Op::SetController { .. } => "set_controller",
         }
@@ -108,7 +108,13 @@ pub fn coordinate_request(
         if request.op != Op::Status {
             return Err(usage(&format!("{kind} needs a resource")));
         }
-        let (states, skipped) = space.list_checked()?;
+        let (states, mut skipped) = space.list_checked()?;
+        if let Err(error) = space.read_ledger() {
+            skipped.push(Skipped {
+                path: space.ledger_path(),
+                error,
+            });
+        }
         let all: Vec<Value> = states
             .iter()
             .map(|s| describe(s, &probe, &[], crate::clock::now_ms()))
@@ -224,7 +230,8 @@ fn finish(
     }
     let mut out = outcome_json(kind, name, &step.outcome);
     if matches!(step.outcome, Outcome::Status) {
-        let launches = space.read_ledger().map(|l| l.launches).unwrap_or_default();
+        // A corrupt ledger is the same RECOVERY_REQUIRED here as in `peer-res`.
+        let launches = space.read_ledger()?.launches;
         out["resources"] = json!([describe(
             &step.state,
             probe,
@@ -253,16 +260,23 @@ fn parse_op(kind: &str, v: &Value) -> Result<Parsed> {
             ticket: need_ticket()?,
             epoch,
         },
-        "release" => Op::Release {
-            target: match (ticket.clone(), u64_field(v, "token")) {
+        "release" => {
+            let target = match (ticket.clone(), u64_field(v, "token")) {
                 (Some(t), None) => Target::Ticket(t),
                 (None, Some(n)) => Target::Token(n),
                 (None, None) => Target::Mine,
                 (Some(_), Some(_)) => {
                     return Err(usage("release names a ticket or a token, not both"));
                 }
-            },
-        },
+            };
+            // Only the command line sets this (`peer res release --force`); the model tool's
+            // strict arguments have no such field.
+            if v.get("override").and_then(Value::as_bool) == Some(true) {
+                Op::Override { target }
+            } else {
+                Op::Release { target }
+            }
+        }
         "cancel_request" => Op::Cancel {
             ticket: need_ticket()?,
         },
@@ -511,6 +525,8 @@ pub fn describe(s: &ResourceState, probe: &Probe, launches: &[Launch], now: u64)
         .map(|l| {
             json!({"ticket": l.ticket, "token": l.token, "epoch": l.epoch, "command": l.command, "display": l.display,
                    "gatePid": l.gate.pid, "childPid": l.child.as_ref().map(|c| c.pid), "pgid": l.pgid,
+                   "groups": l.groups, "cgroup": l.cgroup,
+                   "tracking": if l.cgroup.is_some() { "cgroup" } else { "subreaper+groups" },
                    "startedAt": l.started_at, "ageMs": now.saturating_sub(l.started_at)})
         })
         .collect();

@@ -38,6 +38,10 @@ pub struct Env<'a> {
     pub allow_control: bool,
     /// Liveness of a recorded process; the ticket id lets the shell consult the launch ledger.
     pub life: &'a dyn Fn(&str, &ProcessEvidence) -> Life,
+    /// The resource's fence: `next_token` and the policy epoch never start below these, even
+    /// when the file was restored from an older copy or recreated.
+    pub token_floor: u64,
+    pub epoch_floor: u64,
 }
 
 /// How a release names its reservation.
@@ -73,6 +77,12 @@ pub enum Op {
         token: u64,
     },
     Release {
+        target: Target,
+    },
+    /// An operator's explicit release of someone else's grant (`peer res release --force`):
+    /// allowed to any principal of the namespace's uid, which could edit the files anyway,
+    /// but only by ticket or token, and recorded in the journal with who did it.
+    Override {
         target: Target,
     },
     Cancel {
@@ -145,6 +155,8 @@ pub fn apply(
         events: Vec::new(),
         env,
     };
+    tx.state.next_token = tx.state.next_token.max(env.token_floor);
+    tx.state.policy.epoch = tx.state.policy.epoch.max(env.epoch_floor);
     if !existed
         && !matches!(
             op,
@@ -185,6 +197,7 @@ impl Tx<'_, '_> {
             Op::Grant { ticket, epoch } => self.grant(caller, ticket, *epoch),
             Op::Admit { ticket, token } => self.admit(caller, ticket, *token),
             Op::Release { target } => self.release(caller, target),
+            Op::Override { target } => self.override_release(caller, target),
             Op::Cancel { ticket } => self.cancel(caller, ticket),
             Op::SetController {
                 capacity,
@@ -204,6 +217,7 @@ impl Tx<'_, '_> {
             epoch: self.state.policy.epoch,
             token,
             at: self.env.now,
+            by: None,
         };
         self.state.journal.push(event.clone());
         self.events.push(event);
@@ -524,6 +538,33 @@ impl Tx<'_, '_> {
             self.state.holders.remove(i)
         };
         self.emit("released", Some(&h.ticket), Some(h.token));
+        self.promote();
+        Ok(Outcome::Released {
+            ticket: h.ticket,
+            token: h.token,
+        })
+    }
+
+    fn override_release(&mut self, caller: &Caller, target: &Target) -> Result<Outcome> {
+        if *target == Target::Mine {
+            return Err(Error::new(
+                Code::Usage,
+                "a forced release must name the ticket or token it overrides",
+            ));
+        }
+        let (blocker, i) = self.find_grant(caller, target)?;
+        let h = if blocker {
+            self.state.blockers.remove(i)
+        } else {
+            self.state.holders.remove(i)
+        };
+        self.emit("released_by_override", Some(&h.ticket), Some(h.token));
+        if let Some(e) = self.state.journal.last_mut() {
+            e.by = Some(caller.party.principal.clone());
+        }
+        if let Some(e) = self.events.last_mut() {
+            e.by = Some(caller.party.principal.clone());
+        }
         self.promote();
         Ok(Outcome::Released {
             ticket: h.ticket,

@@ -61,6 +61,8 @@ impl World {
             tickets_max: self.tickets_max,
             allow_control: self.allow_control,
             life: &life,
+            token_floor: 0,
+            epoch_floor: 0,
         };
         let step = apply(self.state.clone(), "port:3000", who, &op, &env)?;
         step.state.validate().unwrap();

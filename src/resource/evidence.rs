@@ -37,6 +37,42 @@ fn parse_stat_all(stat: &str) -> Option<(char, i64, i64, u64)> {
     Some((state, ppid, pgrp, start))
 }
 
+/// The parent pid of a live process, from `/proc/PID/stat`.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = read_small(
+        &std::path::Path::new("/proc")
+            .join(pid.to_string())
+            .join("stat"),
+    )
+    .ok()?;
+    let (_, ppid, _, _) = parse_stat_all(&stat)?;
+    u32::try_from(ppid).ok()
+}
+
+/// The real owner (uid) of a live process: the owner of its `/proc/PID` directory.
+pub fn owner_of(pid: u32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}"))
+        .ok()
+        .map(|m| m.uid())
+}
+
+/// True when `pid` descends from `ancestor` (bounded walk up the parent chain).
+pub fn descends_from(pid: u32, ancestor: u32) -> bool {
+    let mut p = pid;
+    for _ in 0..PARENT_WALK_MAX {
+        match parent_of(p) {
+            Some(pp) if pp == ancestor => return true,
+            Some(pp) if pp > 1 => p = pp,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Deepest parent chain [`descends_from`] follows.
+const PARENT_WALK_MAX: usize = 256;
+
 /// Calls `each(pid, ppid, pgrp, state)` for every process in `/proc` until it returns true;
 /// processes that vanish during the scan are skipped. `None` when `/proc` cannot be listed.
 fn scan_proc(mut each: impl FnMut(i64, i64, i64, char) -> bool) -> Option<()> {
@@ -55,6 +91,40 @@ fn scan_proc(mut each: impl FnMut(i64, i64, i64, char) -> bool) -> Option<()> {
         }
     }
     Some(())
+}
+
+/// Process groups of the live descendants of `root` other than `except` (the command's own
+/// group): where daemonizing descendants went with `setsid` or `setpgid`. Bounded by the
+/// process table; `None` when `/proc` cannot be listed.
+pub fn descendant_groups(root: u32, except: i32) -> Option<Vec<i32>> {
+    let mut table: Vec<(i64, i64, i64)> = Vec::new();
+    scan_proc(|pid, ppid, pgrp, state| {
+        if !matches!(state, 'Z' | 'X') {
+            table.push((pid, ppid, pgrp));
+        }
+        false
+    })?;
+    let mut inside = vec![i64::from(root)];
+    let mut groups = Vec::new();
+    // Parents may be listed after their children: repeat until no new descendant appears.
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for &(pid, ppid, pgrp) in &table {
+            if inside.contains(&ppid) && !inside.contains(&pid) {
+                inside.push(pid);
+                grew = true;
+                if let Ok(g) = i32::try_from(pgrp)
+                    && g > 1
+                    && g != except
+                    && !groups.contains(&g)
+                {
+                    groups.push(g);
+                }
+            }
+        }
+    }
+    Some(groups)
 }
 
 /// Live (non-zombie) children of `parent`: for a subreaper, this includes re-parented

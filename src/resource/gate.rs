@@ -5,7 +5,7 @@
 
 use super::api::{caller_of, wait_for_grant};
 use super::core::{Caller, Op, Outcome};
-use super::evidence::{Probe, group_life};
+use super::evidence::Probe;
 use super::model::{Life, ProcessEvidence, name_hash};
 use super::notify::Watch;
 use super::principal::Principal;
@@ -17,13 +17,17 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 use std::ffi::OsString;
-use std::io::Read;
-use std::os::fd::AsFd;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The errno the pre-exec check returns when the gate died before the exec (no allocation
+/// between fork and exec, so the reason travels as a number).
+const GATE_GONE: nix::errno::Errno = nix::errno::Errno::ESRCH;
 
 /// What `peer run` was asked to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +38,8 @@ pub struct RunRequest {
     pub wait_ms: Option<u64>,
     /// Use this existing grant (from `peer res request`) instead of requesting a new one.
     pub ticket: Option<String>,
+    /// When the command exits, kill what it left running instead of waiting for it.
+    pub kill_on_release: bool,
     pub command: Vec<OsString>,
 }
 
@@ -97,14 +103,36 @@ struct Grant {
     epoch: u64,
 }
 
-/// Runs `peer run`; returns the exit status (the command's, or 128+signal).
+/// How a gated command ended.
+#[derive(Debug)]
+pub enum RunEnd {
+    /// It ran (or the wait was interrupted): this exit status, 128+signal when one ended it.
+    Exited(i32),
+    /// It could not be started (not found, not executable); the grant was given back.
+    NotStarted(std::io::Error),
+    /// It ran, but the gate's own bookkeeping after it failed (already reported on stderr and
+    /// in the `--json` line): the run's answer is that failure, not the command's status.
+    Failed,
+}
+
+/// Writes a failure that happened beside the command's own outcome on stderr.
+fn report_beside(e: &Error) {
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "peer: {}: {}",
+        e.code.name(),
+        crate::sanitize::line(&e.message, 2000)
+    );
+}
+
+/// Runs `peer run`: the command's end, or the gate's own failure.
 pub fn run(
     home: &Path,
     cfg: &Config,
     principal: &Principal,
     req: &RunRequest,
     json: bool,
-) -> Result<i32> {
+) -> Result<RunEnd> {
     let Some(program) = req.command.first() else {
         return Err(Error::new(Code::Usage, "peer run needs a command after --"));
     };
@@ -121,7 +149,7 @@ pub fn run(
             .take()
             .first()
             .map_or(Signal::SIGINT as i32, |s| *s as i32);
-        return Ok(128 + sig);
+        return Ok(RunEnd::Exited(128 + sig));
     };
     // A signal during the request, or a failed admission, gives the unused grant back.
     let interrupted = signals.take().first().map(|s| 128 + *s as i32);
@@ -135,7 +163,7 @@ pub fn run(
         };
         let _ = space.transact(&name, &caller, cancel, &probe);
         admitted?;
-        return Ok(interrupted.unwrap_or(1));
+        return Ok(RunEnd::Exited(interrupted.unwrap_or(1)));
     }
     let status = supervise(&space, &grant, req, &probe, &signals);
     let released = space.transact(
@@ -151,20 +179,59 @@ pub fn run(
             .retain(|x| !(x.hash == name_hash(&name) && x.ticket == grant.ticket));
         Ok(())
     });
-    for e in [released.err(), unlisted.err()].into_iter().flatten() {
-        eprintln!(
-            "peer: {}: {}",
-            e.code.name(),
-            crate::sanitize::line(&e.message, 2000)
-        );
+    let failures: Vec<Error> = [released.err(), unlisted.err()]
+        .into_iter()
+        .flatten()
+        .collect();
+    for e in &failures {
+        report_beside(e);
     }
-    let status = status?;
+    let status = match status? {
+        RunEnd::Exited(s) => s,
+        not_started => return Ok(not_started),
+    };
+    // One failure, one answer: a release that failed is the run's result (the command's own
+    // status stays in "status"), never an "ok" with an error beside it. Like env(1), the
+    // wrapper's own failure is the reserved status, its code on stderr.
+    let failed = failures.first();
     if json {
-        let v = serde_json::json!({"ok": true, "op": "run", "resource": name, "ticket": grant.ticket,
-                                   "token": grant.token, "epoch": grant.epoch, "status": status});
-        println!("{v}");
+        let mut v = serde_json::json!({"ok": failed.is_none(), "op": "run", "resource": name,
+                                       "ticket": grant.ticket, "token": grant.token,
+                                       "epoch": grant.epoch, "status": status});
+        if let Some(e) = failed {
+            v["error"] = serde_json::json!({"code": e.code.name(), "message": e.message});
+        }
+        // The child has run; a reader that went away does not change its status.
+        let _ = writeln!(std::io::stdout().lock(), "{v}");
     }
-    Ok(status)
+    Ok(match failures.into_iter().next() {
+        None => RunEnd::Exited(status),
+        Some(_) => RunEnd::Failed,
+    })
+}
+
+/// One stderr line for a queued request: what it waits for and who holds it now.
+fn report_waiting(space: &Space, name: &str, ticket: &str, position: usize) {
+    let held: Vec<String> = match space.read(name) {
+        Ok(Some(state)) => state
+            .holders
+            .iter()
+            .chain(&state.blockers)
+            .take(4)
+            .map(|h| crate::sanitize::line(&h.party.display, 80))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let by = if held.is_empty() {
+        String::new()
+    } else {
+        format!(", held by {}", held.join(", "))
+    };
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "peer run: waiting for {}{by} (ticket {ticket}, {position} ahead in the queue)",
+        crate::sanitize::line(name, 200)
+    );
 }
 
 /// Requests (or reuses) a grant and waits for it; `None` when a signal interrupted the wait.
@@ -190,7 +257,9 @@ fn obtain(
         probe,
     )?;
     let outcome = match step.outcome {
-        Outcome::Queued { ticket, .. } => {
+        Outcome::Queued { ticket, position } => {
+            // A person at the terminal sees why nothing happens yet.
+            report_waiting(space, name, &ticket, position);
             let wait = req
                 .wait_ms
                 .unwrap_or(space.wait_timeout_ms)
@@ -291,6 +360,8 @@ fn admit(
         gate: caller.party.evidence.clone(),
         child: None,
         pgid: None,
+        groups: Vec::new(),
+        cgroup: None,
         started_at: crate::clock::now_ms(),
     };
     let op = Op::Admit {
@@ -308,14 +379,15 @@ fn admit(
     Ok(())
 }
 
-/// Ledger bookkeeping: an entry stays while its gate, child or process group may still run.
+/// Ledger bookkeeping: an entry stays while its gate or anything it started may still run
+/// (command, process groups, cgroup). A dropped entry's empty cgroup is removed with it.
 fn still_running(l: &Launch, probe: &Probe) -> bool {
-    let lives = [
-        probe.life(&l.gate),
-        l.child.as_ref().map_or(Life::Gone, |c| probe.life(c)),
-        l.pgid.map_or(Life::Gone, group_life),
-    ];
-    lives.iter().any(|x| *x != Life::Gone)
+    let running =
+        probe.life(&l.gate) != Life::Gone || super::store::workload_life(l, probe) != Life::Gone;
+    if !running && let Some(path) = &l.cgroup {
+        super::cgroup::remove(path);
+    }
+    running
 }
 
 /// Spawns the command and owns its whole process tree until every descendant is reaped.
@@ -325,7 +397,7 @@ fn supervise(
     req: &RunRequest,
     probe: &Probe,
     signals: &Signals,
-) -> Result<i32> {
+) -> Result<RunEnd> {
     nix::sys::prctl::set_child_subreaper(true).map_err(|e| {
         Error::new(
             Code::UnsupportedPlatform,
@@ -348,9 +420,34 @@ fn supervise(
         )
     })?;
     let terminal = Foreground::detect();
-    let child = spawn(g, req, terminal.is_some());
+    let hash = name_hash(&g.name);
+    let tag = format!("{}-{}-{}", &hash[..12], g.ticket, std::process::id());
+    let cgroup = super::cgroup::create(&tag);
+    let procs_fd = cgroup.as_ref().map(|c| c.procs.as_raw_fd());
+    let child = spawn(g, req, terminal.is_some(), procs_fd);
+    let cgroup_path = cgroup.map(|c| c.path);
+    if child.is_err()
+        && let Some(path) = &cgroup_path
+    {
+        super::cgroup::remove(path);
+    }
     drop(tree_live);
-    let pid = child?.id();
+    let pid = match child {
+        Ok(c) => c.id(),
+        Err(e) => {
+            // The command never ran; the caller turns this into env(1)'s 127 or 126.
+            if let Some(t) = terminal {
+                t.restore();
+            }
+            if e.raw_os_error() == Some(GATE_GONE as i32) {
+                return Err(Error::new(
+                    Code::Io,
+                    "the gate ended before the command started",
+                ));
+            }
+            return Ok(RunEnd::NotStarted(e));
+        }
+    };
     if terminal.is_some() {
         // Also from this side, so the hand-over does not depend on which process runs first.
         hand_to(Pid::from_raw(pid as i32));
@@ -364,6 +461,127 @@ fn supervise(
         {
             x.child = child_evidence.clone();
             x.pgid = Some(pid as i32);
+            x.cgroup = cgroup_path.clone();
+        }
+        Ok(())
+    });
+    if let Err(e) = recorded {
+        report_beside(&e);
+    }
+    let mut tracked: Vec<i32> = Vec::new();
+    // In a cgroup every descendant stays tracked; otherwise look for detached groups.
+    let mut track = || {
+        if cgroup_path.is_none() {
+            track_groups(space, g, pid as i32, &mut tracked);
+        }
+    };
+    let kill_rest = || {
+        if let Some(path) = &cgroup_path {
+            super::cgroup::kill(path);
+        }
+        // Also without a cgroup: the command's group, the groups that detached, and anything
+        // re-parented to the gate.
+        let _ = nix::sys::signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        for g in
+            super::evidence::descendant_groups(std::process::id(), pid as i32).unwrap_or_default()
+        {
+            let _ = nix::sys::signal::killpg(Pid::from_raw(g), Signal::SIGKILL);
+        }
+        for c in super::evidence::children_of(std::process::id()) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(c), Signal::SIGKILL);
+        }
+    };
+    let on_exit: Option<&dyn Fn()> = if req.kill_on_release {
+        Some(&kill_rest)
+    } else {
+        None
+    };
+    let status = reap_all(
+        pid as i32,
+        signals,
+        space.limits.heartbeat_ms,
+        &mut track,
+        on_exit,
+    );
+    if let Some(path) = &cgroup_path {
+        super::cgroup::remove(path);
+    }
+    if let Some(t) = terminal {
+        t.restore();
+    }
+    Ok(RunEnd::Exited(status))
+}
+
+fn spawn(
+    g: &Grant,
+    req: &RunRequest,
+    terminal: bool,
+    cgroup_procs: Option<std::os::fd::RawFd>,
+) -> std::io::Result<std::process::Child> {
+    let parent = nix::unistd::getpid();
+    let mut cmd = std::process::Command::new(&req.command[0]);
+    cmd.args(&req.command[1..])
+        .env("PEER_FENCING_TOKEN", g.token.to_string())
+        .env("PEER_RESOURCE", &g.name)
+        .env("PEER_TICKET", &g.ticket)
+        .process_group(0);
+    // SAFETY: the closure runs between fork and exec in a threaded process, so it may only
+    // make async-signal-safe calls: write (of "0" to the launch cgroup's cgroup.procs, opened
+    // by the parent), prctl, getpid, getppid, sigemptyset/sigaddset, pthread_sigmask and
+    // tcsetpgrp. It allocates nothing: its errors are bare errno values
+    // (`io::Error::from(Errno)` is the allocation-free OS variant) and are worded by the
+    // parent after `spawn` returns. A unit test keeps allocating calls out of it. The child
+    // dies with the gate, so a SIGKILLed gate does not leave its direct child holding the
+    // resource unseen.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(fd) = cgroup_procs
+                && nix::libc::write(fd, b"0".as_ptr().cast(), 1) != 1
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            if terminal {
+                hand_to(nix::unistd::getpid());
+            }
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::from(GATE_GONE));
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// Process groups recorded per launch, at most.
+const TRACKED_GROUPS_MAX: usize = 32;
+/// How often the gate looks for descendants that left the command's process group.
+const GROUP_SCAN_MS: u64 = 200;
+
+/// Records in the launch ledger any new process group (a `setsid` daemon's session) that a
+/// descendant of the command created, so that a killed gate does not free the resource while
+/// such a daemon still runs. The record can lag a fresh daemon by one scan.
+fn track_groups(space: &Space, g: &Grant, command_group: i32, tracked: &mut Vec<i32>) {
+    let Some(found) = super::evidence::descendant_groups(std::process::id(), command_group) else {
+        return;
+    };
+    let before = tracked.len();
+    for group in found {
+        if !tracked.contains(&group) && tracked.len() < TRACKED_GROUPS_MAX {
+            tracked.push(group);
+        }
+    }
+    if tracked.len() == before {
+        return;
+    }
+    let groups = tracked.clone();
+    let recorded = space.update_ledger(|l| {
+        if let Some(x) = l
+            .launches
+            .iter_mut()
+            .find(|x| x.hash == name_hash(&g.name) && x.ticket == g.ticket)
+        {
+            x.groups = groups;
         }
         Ok(())
     });
@@ -374,60 +592,27 @@ fn supervise(
             crate::sanitize::line(&e.message, 2000)
         );
     }
-    let status = reap_all(pid as i32, signals, space.limits.heartbeat_ms);
-    if let Some(t) = terminal {
-        t.restore();
-    }
-    Ok(status)
-}
-
-fn spawn(g: &Grant, req: &RunRequest, terminal: bool) -> Result<std::process::Child> {
-    let parent = nix::unistd::getpid();
-    let mut cmd = std::process::Command::new(&req.command[0]);
-    cmd.args(&req.command[1..])
-        .env("PEER_FENCING_TOKEN", g.token.to_string())
-        .env("PEER_RESOURCE", &g.name)
-        .env("PEER_TICKET", &g.ticket)
-        .process_group(0);
-    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
-    // calls (prctl, getppid, sigprocmask, tcsetpgrp, getpid); it allocates nothing. The child
-    // dies with the gate, so a SIGKILLed gate does not leave its direct child holding the
-    // resource unseen.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
-            if terminal {
-                hand_to(nix::unistd::getpid());
-            }
-            if nix::unistd::getppid() != parent {
-                return Err(std::io::Error::other(
-                    "the gate ended before the command started",
-                ));
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn().map_err(|e| {
-        let code = if e.kind() == std::io::ErrorKind::NotFound {
-            Code::NotFound
-        } else {
-            Code::Io
-        };
-        Error::new(
-            code,
-            format!(
-                "cannot run {:?}: {e}",
-                crate::sanitize::line(&req.command[0].to_string_lossy(), 80)
-            ),
-        )
-    })
 }
 
 /// Forwards signals to the group and reaps until no child is left (ECHILD). Returns the direct
 /// child's status, 128+signal when a signal killed it.
-fn reap_all(child: i32, signals: &Signals, fallback_ms: u64) -> i32 {
+fn reap_all(
+    child: i32,
+    signals: &Signals,
+    fallback_ms: u64,
+    on_tick: &mut dyn FnMut(),
+    on_child_exit: Option<&dyn Fn()>,
+) -> i32 {
     let mut status = None;
+    let mut exit_handled = false;
     loop {
+        if status.is_some() && !exit_handled {
+            exit_handled = true;
+            if let Some(f) = on_child_exit {
+                f();
+            }
+        }
+        on_tick();
         loop {
             match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(p, code)) if p.as_raw() == child => status = Some(code),
@@ -452,8 +637,60 @@ fn reap_all(child: i32, signals: &Signals, fallback_ms: u64) -> i32 {
         )];
         let _ = nix::poll::poll(
             &mut fds,
-            nix::poll::PollTimeout::from(fallback_ms.min(u64::from(u16::MAX)) as u16),
+            nix::poll::PollTimeout::from(fallback_ms.min(GROUP_SCAN_MS) as u16),
         );
         signals.drain();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The text of every closure handed to `pre_exec` in `source`, up to its closing `});`.
+    fn pre_exec_bodies(source: &str) -> Vec<&str> {
+        let mut out = Vec::new();
+        let mut rest = source;
+        while let Some(at) = rest.find(".pre_exec(move ||") {
+            let body = &rest[at..];
+            let end = body.find("\n        });").unwrap_or(body.len());
+            out.push(&body[..end]);
+            rest = &body[end..];
+        }
+        out
+    }
+
+    #[test]
+    fn the_pre_exec_closure_calls_nothing_that_allocates() {
+        // Between fork and exec only async-signal-safe calls are allowed: any of these would
+        // allocate (or format) in a child that may have inherited a held allocator lock.
+        const FORBIDDEN: [&str; 10] = [
+            "Error::other",
+            "Error::new",
+            "format!",
+            "vec!",
+            "Vec::",
+            "String",
+            "to_string",
+            "to_owned",
+            "Box::",
+            "println!",
+        ];
+        let source = include_str!("gate.rs");
+        let source = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
+        let bodies = pre_exec_bodies(source);
+        assert_eq!(bodies.len(), 1, "the gate has one pre-exec closure");
+        for body in bodies {
+            for word in FORBIDDEN {
+                assert!(
+                    !body.contains(word),
+                    "pre-exec closure uses {word}:\n{body}"
+                );
+            }
+        }
+        let terminal = include_str!("terminal.rs");
+        let hand_to = &terminal[terminal.find("pub fn hand_to").unwrap()..];
+        let hand_to = &hand_to[..hand_to.find("\n}\n").unwrap()];
+        for word in FORBIDDEN {
+            assert!(!hand_to.contains(word), "hand_to uses {word}");
+        }
     }
 }

@@ -4,7 +4,8 @@
 //! that owns a command's whole process tree. No daemon: processes coordinate through private
 //! files under `<coord>/peer-resources/`.
 //!
-//! - `model`: the resource file's shape and validation.
+//! - `model`: the resource file's shape and validation; the fence (high-water marks).
+//! - `seal`: the checksummed envelope of every file under `peer-resources/`.
 //! - `core`: the pure decision of one transaction (`apply`).
 //! - `evidence`: process-start evidence from `/proc` and liveness verdicts.
 //! - `store`: locked, validated, atomic transactions on resource files and `launches.json`.
@@ -12,15 +13,18 @@
 //! - `principal`: who acts from the command line, and with which capabilities.
 //! - `api`: `coordinate`, `wait_for_grant`, `describe`, `events_since`.
 //! - `gate`: `peer run`.
+//! - `cgroup`: a cgroup v2 per launch, when writable.
 //! - `terminal`: terminal foreground hand-over for interactive commands under `peer run`.
 
 pub mod api;
+pub(crate) mod cgroup;
 pub mod core;
 pub mod evidence;
 pub(crate) mod gate;
 pub mod model;
 pub mod notify;
 pub(crate) mod principal;
+pub mod seal;
 pub mod store;
 pub(crate) mod terminal;
 

@@ -133,6 +133,9 @@ pub struct Event {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub token: Option<u64>,
     pub at: u64,
+    /// Who acted, recorded for operator overrides (the audit trail of a forced release).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub by: Option<String>,
 }
 
 /// Everything stored about one resource.
@@ -179,9 +182,11 @@ impl ResourceState {
         self.holders.len() + self.blockers.len()
     }
 
-    /// Parses and validates the bytes of a resource file; any failure is RECOVERY_REQUIRED.
+    /// Checks the checksum, parses and validates the bytes of a resource file; any failure is
+    /// RECOVERY_REQUIRED.
     pub fn decode(bytes: &[u8], expect_name: Option<&str>) -> Result<ResourceState> {
-        let state: ResourceState = serde_json::from_slice(bytes)
+        let body = super::seal::open(bytes).map_err(|b| recovery(b.describe()))?;
+        let state: ResourceState = serde_json::from_slice(body)
             .map_err(|e| recovery(&format!("is not a valid resource file ({e})")))?;
         state.validate()?;
         if let Some(want) = expect_name.filter(|w| *w != state.name) {
@@ -194,10 +199,12 @@ impl ResourceState {
         Ok(state)
     }
 
-    /// Serialises after validating, so a bad state never reaches the disk.
+    /// Serialises after validating, so a bad state never reaches the disk, and seals the bytes
+    /// with their checksum.
     pub fn encode(&self) -> Result<Vec<u8>> {
         self.validate()?;
         serde_json::to_vec(self)
+            .map(|body| super::seal::seal(&body))
             .map_err(|e| Error::new(Code::Io, format!("cannot encode resource state: {e}")))
     }
 
@@ -259,6 +266,59 @@ impl ResourceState {
     }
 }
 
+/// The high-water marks of one resource, kept in `<hash>.fence` beside its file and written
+/// durably before any resource file that raises them. A resource file restored from a backup,
+/// or removed and recreated, starts from these marks, so a fencing token or an epoch is never
+/// handed out twice.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    pub name: String,
+    pub next_token: u64,
+    pub epoch: u64,
+}
+
+impl Fence {
+    /// The marks a state has reached.
+    pub fn of(state: &ResourceState) -> Fence {
+        Fence {
+            name: state.name.clone(),
+            next_token: state.next_token,
+            epoch: state.policy.epoch,
+        }
+    }
+
+    /// True when `state` has moved past these marks (the fence must be rewritten first).
+    pub fn is_passed_by(&self, state: &ResourceState) -> bool {
+        state.next_token > self.next_token || state.policy.epoch > self.epoch
+    }
+
+    /// Checks the checksum and the name; any failure is RECOVERY_REQUIRED.
+    pub fn decode(bytes: &[u8], expect_name: &str) -> Result<Fence> {
+        let fence_error = |what: &str| {
+            Error::new(
+                Code::RecoveryRequired,
+                format!(
+                    "fence file {what}; it was left as is: it holds the resource's highest fencing token, \
+                     so restore it or raise the resource's next_token past every token ever issued"
+                ),
+            )
+        };
+        let body = super::seal::open(bytes).map_err(|b| fence_error(b.describe()))?;
+        let fence: Fence = serde_json::from_slice(body)
+            .map_err(|e| fence_error(&format!("is not valid ({e})")))?;
+        if fence.name != expect_name {
+            return Err(fence_error("names another resource"));
+        }
+        Ok(fence)
+    }
+
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        serde_json::to_vec(self)
+            .map(|body| super::seal::seal(&body))
+            .map_err(|e| Error::new(Code::Io, format!("cannot encode a fence: {e}")))
+    }
+}
+
 fn recovery(what: &str) -> Error {
     Error::new(
         Code::RecoveryRequired,
@@ -301,5 +361,46 @@ mod tests {
         );
         s.policy.capacity = 0;
         assert_eq!(s.encode().unwrap_err().code, Code::RecoveryRequired);
+    }
+
+    #[test]
+    fn no_single_bit_flip_of_a_resource_file_decodes() {
+        let mut s = ResourceState::new("port:3000", 1);
+        let party = Party {
+            principal: "cli:1".into(),
+            display: "me".into(),
+            evidence: ProcessEvidence {
+                pid: 42,
+                start_time: 7,
+                boot_id: "b".into(),
+            },
+        };
+        s.holders.push(Holder {
+            ticket: "t-1".into(),
+            party: party.clone(),
+            token: 4,
+            granted_at: 1,
+            epoch: 1,
+            admitted: false,
+        });
+        s.tickets.push(Ticket {
+            id: "t-2".into(),
+            party,
+            requested_at: 2,
+            epoch: 1,
+        });
+        s.next_token = 5;
+        let good = s.encode().unwrap();
+        let mut refused = 0;
+        for i in 0..good.len() {
+            for bit in 0..8 {
+                let mut bad = good.clone();
+                bad[i] ^= 1 << bit;
+                let e = ResourceState::decode(&bad, Some("port:3000")).unwrap_err();
+                assert_eq!(e.code, Code::RecoveryRequired);
+                refused += 1;
+            }
+        }
+        assert_eq!(refused, good.len() * 8);
     }
 }

@@ -6,8 +6,9 @@
 use super::core::{self, Caller, Env, Launched, Op, Step};
 use super::evidence::{Probe, group_life};
 use super::model::{
-    Holder, Life, Party, ProcessEvidence, ResourceState, canonical_name, name_hash,
+    Fence, Holder, Life, Party, ProcessEvidence, ResourceState, canonical_name, name_hash,
 };
+use super::seal;
 use crate::config::{Config, Limits};
 use crate::error::{Code, Error, Result};
 use crate::fsutil::{self, Durability, FileLock};
@@ -34,6 +35,15 @@ pub struct Launch {
     pub gate: ProcessEvidence,
     pub child: Option<ProcessEvidence>,
     pub pgid: Option<i32>,
+    /// Process groups (a detached session's group is its session) that descendants of the
+    /// command created, recorded by the gate as it finds them: the launch lives while any of
+    /// them runs, even after the gate was killed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<i32>,
+    /// The launch's own cgroup v2, when the gate could create one: it holds every
+    /// descendant, and the launch lives while it is populated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<PathBuf>,
     pub started_at: u64,
 }
 
@@ -91,6 +101,23 @@ impl Space {
     /// inotify event that wakes waiters at once.
     pub fn live_path(&self, name: &str) -> PathBuf {
         self.dir.join(format!("{}.live", name_hash(name)))
+    }
+
+    /// The resource's fence: its high-water marks, which outlive the resource file.
+    pub fn fence_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{}.fence", name_hash(name)))
+    }
+
+    /// Reads the fence of `name`; missing is `None`, anything unusable is RECOVERY_REQUIRED.
+    pub fn read_fence(&self, name: &str) -> Result<Option<Fence>> {
+        let path = self.fence_path(name);
+        match fsutil::read_private_bounded(&path, self.limits.resource_file_bytes) {
+            Ok(bytes) => Fence::decode(&bytes, name)
+                .map(Some)
+                .map_err(|e| Error::new(e.code, format!("{}: {}", path.display(), e.message))),
+            Err(e) if e.code == Code::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     pub fn ledger_path(&self) -> PathBuf {
@@ -187,6 +214,12 @@ impl Space {
             self.limits.lock_ms,
         )?;
         let state = self.read(&name)?;
+        // The fence is read before the decision; a missing one (a resource written before
+        // fences existed) starts from the file's own marks.
+        let fence = match self.read_fence(&name)? {
+            Some(f) => f,
+            None => state.as_ref().map(Fence::of).unwrap_or_default(),
+        };
         let op = match op {
             Op::SetController {
                 capacity,
@@ -212,11 +245,19 @@ impl Space {
             tickets_max: self.limits.resource_tickets as usize,
             allow_control: self.allow_control,
             life: &life,
+            token_floor: fence.next_token,
+            epoch_floor: fence.epoch,
         };
         let step = core::apply(state, &name, caller, &op, &env)?;
         before_write(&step)?;
         if step.changed {
             let bytes = step.state.encode()?;
+            if fence.is_passed_by(&step.state) {
+                // Durable before the file that uses the new marks: a crash between the two
+                // leaves a fence ahead of the file, which only skips numbers.
+                let next = Fence::of(&step.state).encode()?;
+                fsutil::atomic_write(&self.fence_path(&name), &next, Durability::Durable)?;
+            }
             if bytes.len() as u64 > self.limits.resource_file_bytes {
                 return Err(Error::new(
                     Code::QueueFull,
@@ -256,13 +297,7 @@ impl Space {
         else {
             return Life::Gone;
         };
-        let child = launch.child.as_ref().map_or(Life::Gone, |c| probe.life(c));
-        let group = launch.pgid.map_or(Life::Gone, group_life);
-        match (child, group) {
-            (Life::Alive, _) | (_, Life::Alive) => Life::Alive,
-            (Life::Unknown, _) | (_, Life::Unknown) => Life::Unknown,
-            _ => Life::Gone,
-        }
+        workload_life(launch, probe)
     }
 
     /// Ledger entries of `name`, as holders a policy change must adopt.
@@ -303,7 +338,13 @@ impl Space {
             }
             Err(e) => return Err(e),
         };
-        let ledger: Ledger = serde_json::from_slice(&bytes).map_err(|e| {
+        let body = seal::open(&bytes).map_err(|b| {
+            Error::new(
+                Code::RecoveryRequired,
+                format!("{} {}; it was left as is", path.display(), b.describe()),
+            )
+        })?;
+        let ledger: Ledger = serde_json::from_slice(body).map_err(|e| {
             Error::new(
                 Code::RecoveryRequired,
                 format!(
@@ -334,6 +375,7 @@ impl Space {
             ));
         }
         let bytes = serde_json::to_vec(&ledger)
+            .map(|body| seal::seal(&body))
             .map_err(|e| Error::new(Code::Io, format!("cannot encode the ledger: {e}")))?;
         if bytes.len() as u64 > self.limits.resource_file_bytes {
             return Err(Error::new(
@@ -342,6 +384,26 @@ impl Space {
             ));
         }
         fsutil::atomic_write(&self.ledger_path(), &bytes, Durability::Durable)
+    }
+}
+
+/// Liveness of what a launch started: its command, its process group, the groups of
+/// descendants that detached, and its cgroup; alive when any of them is.
+pub fn workload_life(launch: &Launch, probe: &Probe) -> Life {
+    let child = launch.child.as_ref().map_or(Life::Gone, |c| probe.life(c));
+    let groups = launch
+        .pgid
+        .iter()
+        .chain(&launch.groups)
+        .map(|g| group_life(*g));
+    let cgroup = launch.cgroup.as_deref().map(super::cgroup::life);
+    let all: Vec<Life> = std::iter::once(child).chain(groups).chain(cgroup).collect();
+    if all.contains(&Life::Alive) {
+        Life::Alive
+    } else if all.contains(&Life::Unknown) {
+        Life::Unknown
+    } else {
+        Life::Gone
     }
 }
 
@@ -406,6 +468,110 @@ mod tests {
         let _ = std::fs::remove_dir_all(s.dir.parent().unwrap());
     }
 
+    fn request(s: &Space, probe: &Probe) -> u64 {
+        let step = s
+            .transact(
+                "db",
+                &me(probe),
+                Op::Request {
+                    capacity: None,
+                    epoch: None,
+                },
+                probe,
+            )
+            .unwrap();
+        match step.outcome {
+            Outcome::Granted { token, .. } => token,
+            other => panic!("not granted: {other:?}"),
+        }
+    }
+
+    fn release_all_of(s: &Space, probe: &Probe) {
+        let mut state = s.read("db").unwrap().unwrap();
+        state.holders.clear();
+        std::fs::write(s.resource_path("db"), state.encode().unwrap()).unwrap();
+        let _ = probe;
+    }
+
+    #[test]
+    fn every_flipped_byte_of_a_resource_file_is_refused_and_left_alone() {
+        let (_home, s) = space("flip");
+        let probe = Probe::new();
+        request(&s, &probe);
+        let path = s.resource_path("db");
+        let good = std::fs::read(&path).unwrap();
+        for i in 0..good.len() {
+            let mut bad = good.clone();
+            bad[i] ^= 1 << (i % 8);
+            std::fs::write(&path, &bad).unwrap();
+            let e = s
+                .transact("db", &me(&probe), Op::Status, &probe)
+                .unwrap_err();
+            assert_eq!(e.code, Code::RecoveryRequired, "byte {i}: {e}");
+            assert_eq!(std::fs::read(&path).unwrap(), bad, "byte {i} rewritten");
+        }
+        std::fs::write(&path, &good).unwrap();
+        let ledger_path = s.ledger_path();
+        s.update_ledger(|_| Ok(())).unwrap();
+        let ledger = std::fs::read(&ledger_path).unwrap();
+        for i in 0..ledger.len() {
+            let mut bad = ledger.clone();
+            bad[i] ^= 1 << (i % 8);
+            std::fs::write(&ledger_path, &bad).unwrap();
+            assert_eq!(s.read_ledger().unwrap_err().code, Code::RecoveryRequired);
+            assert_eq!(
+                s.update_ledger(|_| Ok(())).unwrap_err().code,
+                Code::RecoveryRequired
+            );
+            assert_eq!(std::fs::read(&ledger_path).unwrap(), bad);
+        }
+    }
+
+    #[test]
+    fn fencing_tokens_never_go_backwards_across_restored_or_removed_files() {
+        let (_home, s) = space("fence");
+        let probe = Probe::new();
+        assert_eq!(request(&s, &probe), 1);
+        let path = s.resource_path("db");
+        let backup = std::fs::read(&path).unwrap();
+        release_all_of(&s, &probe);
+        assert_eq!(request(&s, &probe), 2);
+        release_all_of(&s, &probe);
+        // next_token edited backwards without the checksum: refused.
+        let text = String::from_utf8(std::fs::read(&path).unwrap()).unwrap();
+        let edited = text.replace("\"next_token\":3", "\"next_token\":2");
+        assert_ne!(edited, text);
+        std::fs::write(&path, &edited).unwrap();
+        assert_eq!(
+            s.transact("db", &me(&probe), Op::Status, &probe)
+                .unwrap_err()
+                .code,
+            Code::RecoveryRequired
+        );
+        // An older, validly sealed copy restored: the fence keeps the count.
+        std::fs::write(&path, &backup).unwrap();
+        let mut state = s.read("db").unwrap().unwrap();
+        state.holders.clear();
+        std::fs::write(&path, state.encode().unwrap()).unwrap();
+        assert_eq!(request(&s, &probe), 3, "a restored file reissued a token");
+        release_all_of(&s, &probe);
+        // The file moved aside: a recreated resource continues above every issued token.
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(request(&s, &probe), 4);
+        // A damaged fence stops everything, byte for byte as it was.
+        let fence = s.fence_path("db");
+        let mut bad = std::fs::read(&fence).unwrap();
+        let last = bad.len() - 3;
+        bad[last] ^= 1;
+        std::fs::write(&fence, &bad).unwrap();
+        let e = s
+            .transact("db", &me(&probe), Op::Status, &probe)
+            .unwrap_err();
+        assert_eq!(e.code, Code::RecoveryRequired);
+        assert!(e.message.contains("fence"), "{e}");
+        assert_eq!(std::fs::read(&fence).unwrap(), bad);
+    }
+
     #[test]
     fn a_gone_gate_with_a_live_launch_group_keeps_its_grant() {
         let (_home, s) = space("group");
@@ -431,6 +597,8 @@ mod tests {
             gate: ghost.clone(),
             child: None,
             pgid: Some(child.id() as i32),
+            groups: Vec::new(),
+            cgroup: None,
             started_at: 0,
         };
         s.update_ledger(|l| {

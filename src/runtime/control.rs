@@ -1,6 +1,8 @@
 //! The trusted local control channel's credentials: a per-root secret in a 0600 file next to
 //! the socket, handed to children through `PEER_CONTROL` (the file's path), so that the secret
-//! never appears in a command line or an environment dump.
+//! never appears in a command line or an environment dump. A child run gets a file of its own
+//! (`<instanceId>.<runId>.ctl`) with the run's secret: a command holding it can act only as
+//! that run, with the run's capabilities, whatever variables it changes.
 
 use crate::error::{Code, Error, Result};
 use crate::{fsutil, identity};
@@ -22,6 +24,16 @@ pub struct ControlFile {
     pub instance_id: String,
     pub peer_id: String,
     pub home: PathBuf,
+    /// Set in a child run's file: the run its secret speaks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+/// The secret's text is wiped when a control file value is dropped.
+impl Drop for ControlFile {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.secret);
+    }
 }
 
 impl ControlFile {
@@ -39,9 +51,17 @@ pub fn new_secret() -> [u8; 32] {
     s
 }
 
+/// Where the control file of `instance_id` (or of its run `run_id`) lives in `dir`.
+pub fn path_in(dir: &Path, instance_id: &str, run_id: Option<&str>) -> PathBuf {
+    match run_id {
+        Some(r) => dir.join(format!("{instance_id}.{r}.ctl")),
+        None => dir.join(format!("{instance_id}.ctl")),
+    }
+}
+
 /// Writes the control file (0600, new) and returns its path.
 pub fn write(dir: &Path, cf: &ControlFile) -> Result<PathBuf> {
-    let path = dir.join(format!("{}.ctl", cf.instance_id));
+    let path = path_in(dir, &cf.instance_id, cf.run_id.as_deref());
     let bytes = serde_json::to_vec(cf).map_err(|e| Error::new(Code::Io, e.to_string()))?;
     fsutil::atomic_write(&path, &bytes, fsutil::Durability::Visible)?;
     Ok(path)
@@ -57,7 +77,13 @@ pub fn read(path: &Path) -> Result<ControlFile> {
             format!("{} is not a peerwire control file", path.display()),
         )
     })?;
-    if cf.version != 1 || !identity::is_valid_id(&cf.instance_id) {
+    if cf.version != 1
+        || !identity::is_valid_id(&cf.instance_id)
+        || cf
+            .run_id
+            .as_deref()
+            .is_some_and(|r| !identity::is_valid_id(r))
+    {
         return Err(Error::new(
             Code::RecoveryRequired,
             format!("{} has an unknown version", path.display()),

@@ -19,6 +19,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+/// What a root whose message store failed a write advertises and answers in `local.info`.
+pub const STORE_FAILED: &str = "the message store failed a write (disk full or read-only) and accepts nothing more; everything acknowledged is in its journal: free space or make the disk writable, then restart this root (peer host, peer mcp) to recover";
+
 pub use super::outbox::{Outbox, RouteMap, SubscriptionMap};
 pub use super::presence_cache::{PresenceCache, Reach};
 
@@ -35,6 +38,8 @@ pub struct Caller {
 
 pub struct Core {
     pub ns: Namespace,
+    /// The endpoint's socket; control files live in its directory.
+    pub socket_path: std::path::PathBuf,
     pub config: Config,
     pub workspace: WorkspaceId,
     pub session_id: String,
@@ -79,6 +84,14 @@ pub struct Problem {
 const PROBLEMS_MAX: usize = 16;
 
 impl Core {
+    /// The directory holding this root's control file and its runs' control files.
+    pub fn control_dir(&self) -> std::path::PathBuf {
+        self.socket_path
+            .parent()
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| self.ns.runtime_dir())
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.config.limits
     }
@@ -91,9 +104,10 @@ impl Core {
             return Err(Error::new(
                 Code::ScopeDenied,
                 format!(
-                    "scope {} exceeds the configured maximum {}",
+                    "scope {} exceeds the configured maximum {}; raise \"scope\" in sessions.communication of {} and restart",
                     scope.name(),
-                    max.name()
+                    max.name(),
+                    self.ns.home.join("config.json").display()
                 ),
             ));
         }
@@ -154,19 +168,117 @@ impl Core {
         from: &str,
         message_id: &str,
     ) -> Result<crate::messaging::OutboxEntry> {
-        let (me, id) = (from.to_string(), message_id.to_string());
-        self.store
-            .query(move |m| {
-                m.state()
-                    .outbox_by_id(&id)
-                    .filter(|e| e.from_peer_id == me)
+        let (me, wanted) = (from.to_string(), message_id.to_string());
+        self.store.query(move |m| {
+            let mine: Vec<&crate::messaging::OutboxEntry> = m
+                .state()
+                .outbox()
+                .filter(|e| e.from_peer_id == me)
+                .collect();
+            let ids =
+                crate::messaging::ids_matching(&wanted, mine.iter().map(|e| e.message_id.as_str()));
+            match ids.as_slice() {
+                [id] => mine
+                    .iter()
+                    .filter(|e| e.message_id == *id)
                     .max_by_key(|e| e.order)
-                    .cloned()
-            })?
-            .ok_or_else(|| Error::new(Code::NotFound, "this session sent no message with that id"))
+                    .map(|e| (*e).clone())
+                    .ok_or_else(|| Error::new(Code::NotFound, "no such sent message")),
+                [] => Err(Error::new(
+                    Code::NotFound,
+                    format!(
+                        "this session sent no message {}",
+                        crate::sanitize::line(&wanted, 100)
+                    ),
+                )),
+                several => Err(Error::new(
+                    Code::AmbiguousTarget,
+                    format!(
+                        "{} is the start of {} sent message ids ({}); give more of it",
+                        crate::sanitize::line(&wanted, 100),
+                        several.len(),
+                        several
+                            .iter()
+                            .take(5)
+                            .copied()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )),
+            }
+        })?
+    }
+
+    /// The recipient's scope check of a `peer.send`: the sender's own live advertisement
+    /// (`communication.workspace` and `communication.repository`, the one its handshake was
+    /// checked against) must fall inside this root's configured scope. Our own instance passes.
+    pub fn check_sender_scope(&self, who: &crate::messaging::Principal) -> Result<()> {
+        if who.instance_id == self.instance_id {
+            return Ok(());
+        }
+        let viewer = self.viewer(None)?;
+        let Some(ad) = self.presence.advertisement_of(&who.instance_id) else {
+            return Err(Error::new(
+                Code::ScopeDenied,
+                format!(
+                    "sender {} has no live advertisement to check its scope against",
+                    who.peer_id
+                ),
+            ));
+        };
+        let repo = ad.repository.as_deref().map(std::path::Path::new);
+        if viewer.sees_place(std::path::Path::new(&ad.workspace), repo) {
+            return Ok(());
+        }
+        Err(Error::new(
+            Code::ScopeDenied,
+            format!(
+                "sender {} (workspace {}) is outside the recipient's {} scope; the recipient must set a wider \"scope\" in sessions.communication of its config.json",
+                who.peer_id,
+                crate::sanitize::line(&ad.workspace, 200),
+                viewer.scope.name()
+            ),
+        ))
+    }
+
+    /// The alias a sender states for itself in its advertisement (its run's alias for a child
+    /// run); our own roots and runs from our own state. `None` when it advertises none.
+    pub fn alias_of(&self, who: &crate::messaging::Principal) -> Option<String> {
+        if who.instance_id == self.instance_id {
+            return match &who.run_id {
+                None => Some(self.alias.clone()),
+                Some(run) => self
+                    .runs
+                    .lock()
+                    .live()
+                    .find(|r| &r.run_id == run)
+                    .map(|r| r.alias.clone()),
+            };
+        }
+        let ad = self.presence.advertisement_of(&who.instance_id)?;
+        match &who.run_id {
+            None => Some(ad.alias),
+            Some(run) => ad
+                .runs
+                .iter()
+                .find(|r| &r.run_id == run)
+                .map(|r| r.alias.clone()),
+        }
     }
 
     /// Rewrites our presence record with the current runs.
+    /// Why this root cannot take messages and how its owner recovers, once its store failed
+    /// a write; `None` while healthy.
+    pub fn degraded(&self) -> Option<&'static str> {
+        self.store.stats().poisoned.then_some(STORE_FAILED)
+    }
+
+    /// Tells every reader of the presence record that messaging is off, and why.
+    pub fn advertise_degraded(&self) {
+        let reason = self.degraded().map(str::to_string);
+        let _ = self.publisher.update(|r| r.communication.degraded = reason);
+    }
+
     pub fn publish_runs(&self) {
         let ads = self.runs.lock().ads();
         let _ = self.publisher.update(|r| r.communication.runs = ads);

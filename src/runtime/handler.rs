@@ -2,6 +2,7 @@
 //! (`local.*`). Peer identity always comes from the connection; a `fromRun` names one of the
 //! authenticated root's own runs, whose peerId is bound to that instance by construction.
 
+use super::control;
 use super::core::Core;
 use super::send::SendRequest;
 use super::tools::outbox_view;
@@ -68,6 +69,9 @@ impl Handler for RootHandler {
             "peer.send" => {
                 let who = principal(from, &params)?;
                 let origin = core.session_of(&from.instance_id);
+                core.check_sender_scope(&who)?;
+                let from_alias = core.alias_of(&who);
+                let announced_alias = from_alias.clone();
                 let send = InboundSend {
                     origin,
                     to_peer_id: req_str(&params, "to")?.to_string(),
@@ -83,10 +87,11 @@ impl Handler for RootHandler {
                             Error::new(Code::Usage, "params.expiresAt must be epoch milliseconds")
                         })?),
                     },
+                    from_alias,
                 };
                 let reply_to = send.reply_to.clone();
                 let r = core.store.accept(who, send)?;
-                core.announce_arrival(&r, reply_to.as_deref());
+                core.announce_arrival(&r, reply_to.as_deref(), announced_alias.as_deref());
                 to_value(&r)
             }
             "peer.status" | "peer.subscribe" => {
@@ -138,7 +143,21 @@ impl Handler for RootHandler {
         params: Map<String, Value>,
         _notify: &Notifier,
     ) -> Result<Value> {
-        local_request(&self.0, method, params)
+        local_request(&self.0, None, method, params)
+    }
+
+    fn run_for_secret(&self, secret: &[u8; 32]) -> Option<String> {
+        self.0.runs.lock().by_secret(secret)
+    }
+
+    fn run_request(
+        &self,
+        run_id: &str,
+        method: &str,
+        params: Map<String, Value>,
+        _notify: &Notifier,
+    ) -> Result<Value> {
+        local_request(&self.0, Some(run_id), method, params)
     }
 
     fn peer_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
@@ -169,9 +188,26 @@ fn to_value<T: serde::Serialize>(v: &T) -> Result<Value> {
     serde_json::to_value(v).map_err(|e| Error::new(Code::Io, e.to_string()))
 }
 
-/// The trusted local methods, shared by the socket channel and in-process sessions.
-pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>) -> Result<Value> {
-    let run = id_param(&params, "runId")?;
+/// The trusted local methods, shared by the socket channel and in-process sessions. `bound` is
+/// the run a connection proved with the run's own secret: it cannot be changed by `runId`, and
+/// such a connection can neither publish nor retire runs.
+pub fn local_request(
+    core: &Arc<Core>,
+    bound: Option<&str>,
+    method: &str,
+    params: Map<String, Value>,
+) -> Result<Value> {
+    let asked = id_param(&params, "runId")?;
+    let run = match (bound, asked) {
+        (Some(b), Some(a)) if a != b => {
+            return Err(Error::new(
+                Code::CapabilityDenied,
+                "this connection speaks for its own child run only",
+            ));
+        }
+        (Some(b), _) => Some(b.to_string()),
+        (None, a) => a,
+    };
     let caller = core.caller_for(run.as_deref(), str_param(&params, "auto")?)?;
     match method {
         "local.info" => Ok(json!({
@@ -182,9 +218,10 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
             "sessionId": core.session_id,
             "capabilities": caller.capabilities,
             "eventsDropped": core.bus.dropped(),
+            "dumpable": crate::hardening::is_dumpable(),
             "store": store_info(core),
             "problems": core.problems(),
-            "limits": {"messageBytes": core.limits().message_bytes, "waitMsMax": core.limits().wait_ms_max, "acknowledgementMs": core.limits().acknowledgement_ms},
+            "limits": {"messageBytes": core.limits().message_bytes, "waitMsMax": core.limits().wait_ms_max, "acknowledgementMs": core.limits().acknowledgement_ms, "frameBytes": core.limits().frame_bytes},
         })),
         "local.tool" => super::tools::local_tool(core, &caller, &params),
         "local.consume" | "local.prepare" => {
@@ -216,7 +253,7 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
                 to,
                 content: req_str(&params, "content")?.to_string(),
                 topic: str_param(&params, "topic")?.map(str::to_string),
-                reply_to: Some(id.to_string()),
+                reply_to: Some(original.message_id.clone()),
                 message_id: message_id.clone(),
             };
             let r = core.send_reply(&caller, req, &original)?;
@@ -262,22 +299,41 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
                     "a child run cannot publish runs of its own",
                 ));
             }
+            let secret = zeroize::Zeroizing::new(control::new_secret());
             let r = core.runs.lock().publish(
                 &core.instance_id,
                 alias,
                 &core.capabilities,
                 delegate,
                 core.limits().published_runs,
+                secret.clone(),
             )?;
+            let path = match write_run_control(core, &r, &secret) {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = core.runs.lock().retire(&r.run_id);
+                    return Err(e);
+                }
+            };
             core.store.set_live(&r.peer_id);
             core.publish_runs();
             Ok(
-                json!({"runId": r.run_id, "peerId": r.peer_id, "alias": r.alias, "capabilities": r.capabilities}),
+                json!({"runId": r.run_id, "peerId": r.peer_id, "alias": r.alias, "capabilities": r.capabilities, "control": path.to_string_lossy()}),
             )
         }
         "local.run.retire" => {
+            if run.is_some() {
+                return Err(Error::new(
+                    Code::CapabilityDenied,
+                    "a child run cannot retire runs",
+                ));
+            }
             let id = req_str(&params, "run")?;
             let r = core.runs.lock().retire(id)?;
+            control::remove(
+                &control::path_in(&core.control_dir(), &core.instance_id, Some(&r.run_id)),
+                &core.instance_id,
+            );
             // What the run reserved goes back with it; its held messages stay for review.
             let _ = super::resources::release_run(core, &r.peer_id);
             core.store.set_ended(&r.peer_id);
@@ -298,7 +354,13 @@ pub fn local_request(core: &Arc<Core>, method: &str, params: Map<String, Value>)
 /// writer's counters (fdatasyncs, written batches, jobs) for benchmarks.
 fn store_info(core: &Core) -> Value {
     let s = core.store.stats();
+    let (state, recovery) = match core.degraded() {
+        None => ("ok", None),
+        Some(why) => ("failed", Some(why)),
+    };
     json!({
+        "state": state,
+        "recovery": recovery,
         "tornTailBytes": s.torn_tail_bytes,
         "tornTailBatches": s.torn_tail_batches,
         "poisoned": s.poisoned,
@@ -306,4 +368,23 @@ fn store_info(core: &Core) -> Value {
         "batches": s.batches,
         "jobs": s.jobs,
     })
+}
+
+/// Writes the control file a run's command gets instead of the root's.
+fn write_run_control(
+    core: &Core,
+    run: &super::runs::Run,
+    secret: &[u8; 32],
+) -> Result<std::path::PathBuf> {
+    let cf = control::ControlFile {
+        version: 1,
+        endpoint: core.socket_path.clone(),
+        secret: identity::b64(secret),
+        instance_id: core.instance_id.clone(),
+        peer_id: run.peer_id.clone(),
+        home: core.ns.home.clone(),
+        run_id: Some(run.run_id.clone()),
+    };
+    // The text form of the secret is wiped when `cf` drops.
+    control::write(&core.control_dir(), &cf)
 }

@@ -50,6 +50,9 @@ pub struct RootOptions {
     /// A one-off root (`--as`): on shutdown its store directory is removed when nothing in it
     /// is unresolved (no unacknowledged outbox entry, no unconsumed inbox message).
     pub one_off: bool,
+    /// What the root serves (the hosted command's name, `mcp`), shown beside the alias in the
+    /// presence `model` field, which Autohand's agent list prints.
+    pub purpose: Option<String>,
 }
 
 /// The sessionId of the one-off roots acting as `alias` (`peer --as ALIAS`): one session for
@@ -58,6 +61,16 @@ pub struct RootOptions {
 /// finds the undelivered messages of an earlier one.
 pub fn one_off_session(alias: &str) -> String {
     format!("as-{alias}")
+}
+
+/// The presence `model` text: the alias, and what the root serves when known, so a person
+/// can tell sessions apart in a listing that shows only project, model, session and pid.
+pub fn presence_model(alias: &str, purpose: Option<&str>) -> String {
+    let alias = crate::sanitize::line(alias, 64);
+    match purpose.map(|p| crate::sanitize::line(p, 40)) {
+        Some(p) if !p.trim().is_empty() => format!("{alias} ({})", p.trim()),
+        _ => alias,
+    }
 }
 
 /// The capabilities a root grants itself from its configuration.
@@ -112,6 +125,8 @@ impl Root {
     /// presence: a published endpoint is one that answers. Fails with
     /// `COMMUNICATION_DISABLED` when the file says so.
     pub fn start(opts: &RootOptions) -> Result<Root> {
+        // Before any secret or key exists in this process's memory.
+        crate::hardening::no_core_dumps()?;
         let (ns, config) = open_namespace(opts.home.as_deref())?;
         let workspace = workspace_of(opts)?;
         let id = identify(opts, &ns, &config, &workspace)?;
@@ -131,6 +146,7 @@ impl Root {
         let publisher = Arc::new(Publisher::prepare(&ns.active_agents(), record));
         let presence = PresenceCache::new(ns.clone(), config.limits.clone());
         let core = Arc::new(Core {
+            socket_path: id.socket.path.clone(),
             presence,
             ns,
             auto_budget: Arc::new(auto::Budget::new(config.limits.automatic_replies)),
@@ -154,8 +170,10 @@ impl Root {
             problems: Mutex::new(Default::default()),
         });
         let _ = core_cell.set(Arc::downgrade(&core));
+        // Wiped from this stack frame when start returns; the endpoint keeps its own copy.
+        let secret = zeroize::Zeroizing::new(control::new_secret());
         let (endpoint, store, control_path) =
-            Self::start_owned(core.clone(), store, me, control::new_secret(), &id.socket).map_err(
+            Self::start_owned(core.clone(), store, me, &secret, &id.socket).map_err(
                 |(e, store)| {
                     let _ = store.close();
                     e
@@ -228,7 +246,7 @@ impl Root {
         core: Arc<Core>,
         store: Store,
         me: LocalIdentity,
-        secret: [u8; 32],
+        secret: &[u8; 32],
         socket: &SocketPlace,
     ) -> std::result::Result<(Endpoint, Store, PathBuf), (Error, Store)> {
         let limits = core.limits().clone();
@@ -236,7 +254,7 @@ impl Root {
             &socket.path,
             me,
             &limits,
-            secret,
+            *secret,
             Arc::new(handler::RootHandler(core.clone())),
             Arc::new(PresenceVerifier(core.clone())),
         ) {
@@ -246,17 +264,13 @@ impl Root {
         let cf = control::ControlFile {
             version: 1,
             endpoint: socket.path.clone(),
-            secret: identity::b64(&secret),
+            secret: identity::b64(secret),
             instance_id: core.instance_id.clone(),
             peer_id: core.peer_id.clone(),
             home: core.ns.home.clone(),
+            run_id: None,
         };
-        let dir = socket
-            .path
-            .parent()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| core.ns.runtime_dir());
-        match control::write(&dir, &cf) {
+        match control::write(&core.control_dir(), &cf) {
             Ok(path) => Ok((endpoint, store, path)),
             Err(e) => {
                 endpoint.shutdown();
@@ -304,6 +318,14 @@ impl Root {
         }
         owned.endpoint.shutdown();
         control::remove(&self.control_path, &self.core.instance_id);
+        for run in self.core.runs.lock().live() {
+            let path = control::path_in(
+                &self.core.control_dir(),
+                &self.core.instance_id,
+                Some(&run.run_id),
+            );
+            control::remove(&path, &self.core.instance_id);
+        }
         if let Some((stop, handle)) = owned.heartbeat {
             drop(stop);
             let _ = handle.join();
@@ -448,7 +470,7 @@ fn presence_record(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
         provider: "peerwire".into(),
-        model: "none".into(),
+        model: presence_model(&id.alias, opts.purpose.as_deref()),
         mode: if opts.mode.is_empty() {
             "command"
         } else {
@@ -476,6 +498,7 @@ fn presence_record(
             // Our own start evidence lets others prove this incarnation gone once it is.
             process_start_time: own.as_ref().map(|e| e.start_time),
             boot_id: own.map(|e| e.boot_id),
+            degraded: None,
         },
     }
 }
@@ -521,7 +544,12 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
             );
             let mut last_restart = Instant::now();
             let mut seen = core.store.change_generation();
+            let mut degraded = false;
             while !core.stopping.load(Ordering::SeqCst) {
+                if !degraded && core.store.stats().poisoned {
+                    degraded = true;
+                    core.advertise_degraded();
+                }
                 let pushes = core.push_receipts();
                 let restart =
                     last_restart.elapsed() >= Duration::from_millis(send::GAVE_UP_RETRY_MS);

@@ -85,16 +85,6 @@ fn request_of(args: ResourceArgs, wait_ms_max: u64) -> Result<resource::Request>
             ticket,
             token,
         } => {
-            let token = token
-                .map(|t| {
-                    t.parse::<u64>().map_err(|_| {
-                        Error::new(
-                            Code::Usage,
-                            "coordinate_resource: token must be a fencing token number",
-                        )
-                    })
-                })
-                .transpose()?;
             // A bad name is reported before a contradictory target, as the JSON form does.
             resource::model::canonical_name(&resource)?;
             let target = match (ticket, token) {
@@ -265,7 +255,7 @@ mod tests {
                 ResourceArgs::Release {
                     resource: r(" port:1 "),
                     ticket: None,
-                    token: Some(r("7")),
+                    token: Some(7),
                 },
                 json!({"op": "release", "resource": "port:1", "token": 7}),
             ),
@@ -304,7 +294,7 @@ mod tests {
         let both = ResourceArgs::Release {
             resource: r("port:1"),
             ticket: Some(r("t")),
-            token: Some(r("1")),
+            token: Some(1),
         };
         assert_eq!(request_of(both, 1).unwrap_err().code, Code::Usage);
         let big = ResourceArgs::Request {

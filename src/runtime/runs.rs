@@ -1,12 +1,14 @@
 //! Child runs a root publishes: each has a runId and peerId, routes through the parent's
 //! endpoint, inherits message/request capabilities (not `resource.control` unless delegated),
-//! and is bounded by `publishedRuns`. Retired runs are remembered so later sends get
-//! `TARGET_ENDED` instead of `PEER_OFFLINE`.
+//! and is bounded by `publishedRuns`. Each live run has its own local secret: a connection
+//! that proves it speaks for that run only. Retired runs are remembered (without their secret)
+//! so later sends get `TARGET_ENDED` instead of `PEER_OFFLINE`.
 
 use crate::error::{Code, Error, Result};
 use crate::identity;
 use crate::presence::RunAd;
 use std::collections::{BTreeMap, VecDeque};
+use zeroize::Zeroizing;
 
 use crate::config::internal::RETIRED_REMEMBERED_MAX;
 
@@ -21,11 +23,13 @@ pub struct Run {
 #[derive(Default)]
 pub struct Runs {
     live: BTreeMap<String, Run>,
+    /// The local secret of each live run, wiped from memory when the run retires.
+    secrets: BTreeMap<String, Zeroizing<[u8; 32]>>,
     retired: VecDeque<Run>,
 }
 
 impl Runs {
-    /// Publishes a new run of `instance_id`, bounded by `max_live`.
+    /// Publishes a new run of `instance_id` with its local `secret`, bounded by `max_live`.
     pub fn publish(
         &mut self,
         instance_id: &str,
@@ -33,6 +37,7 @@ impl Runs {
         root_caps: &[String],
         delegate_control: bool,
         max_live: u64,
+        secret: Zeroizing<[u8; 32]>,
     ) -> Result<Run> {
         identity::validate_alias(alias)?;
         if self.live.len() as u64 >= max_live {
@@ -53,6 +58,7 @@ impl Runs {
             alias: alias.to_string(),
             capabilities,
         };
+        self.secrets.insert(run_id.clone(), secret);
         self.live.insert(run_id, run.clone());
         Ok(run)
     }
@@ -63,11 +69,24 @@ impl Runs {
             .live
             .remove(run_id)
             .ok_or_else(|| Error::new(Code::NotFound, "no such live run"))?;
+        self.secrets.remove(run_id);
         self.retired.push_back(run.clone());
         while self.retired.len() > RETIRED_REMEMBERED_MAX {
             self.retired.pop_front();
         }
         Ok(run)
+    }
+
+    /// The live run whose secret `secret` is; every candidate is compared in full, in
+    /// constant time, so timing tells nothing about which bytes matched.
+    pub fn by_secret(&self, secret: &[u8; 32]) -> Option<String> {
+        let mut found = None;
+        for (run_id, s) in &self.secrets {
+            if crate::identity::ct_eq(s.as_slice(), secret) {
+                found = Some(run_id.clone());
+            }
+        }
+        found
     }
 
     pub fn get(&self, run_id: &str) -> Option<&Run> {
@@ -113,15 +132,29 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let r = runs.publish("i-1", "helper", &caps, false, 1).unwrap();
+        let secret = || Zeroizing::new([5u8; 32]);
+        let r = runs
+            .publish("i-1", "helper", &caps, false, 1, secret())
+            .unwrap();
         assert_eq!(r.capabilities, vec!["message.send".to_string()]);
+        assert_eq!(runs.by_secret(&[5; 32]), Some(r.run_id.clone()));
+        assert_eq!(runs.by_secret(&[6; 32]), None);
         assert_eq!(
-            runs.publish("i-1", "two", &caps, true, 1).unwrap_err().code,
+            runs.publish("i-1", "two", &caps, true, 1, secret())
+                .unwrap_err()
+                .code,
             Code::QueueFull
         );
         runs.retire(&r.run_id).unwrap();
         assert!(runs.is_retired_peer(&r.peer_id));
-        let d = runs.publish("i-1", "two", &caps, true, 1).unwrap();
+        assert_eq!(
+            runs.by_secret(&[5; 32]),
+            None,
+            "a retired run's secret is gone"
+        );
+        let d = runs
+            .publish("i-1", "two", &caps, true, 1, secret())
+            .unwrap();
         assert!(d.capabilities.contains(&"resource.control".to_string()));
     }
 }

@@ -372,6 +372,7 @@ impl Core {
         let from_run = self.run_of_peer(&entry.from_peer_id);
         if entry.to.instance_id == self.instance_id {
             let from = self.principal_of(&entry.from_peer_id, from_run);
+            let alias = self.alias_of(&from);
             let send = InboundSend {
                 origin: Some(self.session_id.clone()),
                 to_peer_id: entry.to.peer_id.clone(),
@@ -381,9 +382,10 @@ impl Core {
                 reply_to: entry.reply_to.clone(),
                 correlation_id: Some(entry.correlation_id.clone()),
                 expires_at_ms: Some(entry.expires_at_ms),
+                from_alias: alias.clone(),
             };
             let r = self.store.accept(from, send)?;
-            self.announce_arrival(&r, entry.reply_to.as_deref());
+            self.announce_arrival(&r, entry.reply_to.as_deref(), alias.as_deref());
             return Ok(r);
         }
         let target = self.presence.target_of_instance(&entry.to.instance_id)?;
@@ -467,13 +469,14 @@ impl Core {
     }
 
     /// Publishes the arrival event and wakes the auto handler.
-    pub fn announce_arrival(&self, r: &Receipt, reply_to: Option<&str>) {
+    pub fn announce_arrival(&self, r: &Receipt, reply_to: Option<&str>, from_alias: Option<&str>) {
         self.bus.publish(json!({
             "event": "peer_update",
             "kind": "message",
             "recipient": r.to_peer_id,
             "messageId": r.message_id,
             "from": r.from_peer_id,
+            "fromAlias": from_alias,
             "sequence": r.sequence,
             "correlationId": r.correlation_id,
             "replyTo": reply_to,

@@ -26,6 +26,10 @@ pub struct CallOptions {
     /// Messages returned to a model are in its context: record that and consume them. The
     /// CLI's `peer inbox` only shows; `peer consume` consumes.
     pub consume_on_read: bool,
+    /// Only unconsumed messages (the CLI's default; `peer inbox --all` clears it).
+    pub unconsumed_only: bool,
+    /// Only a message ends a wait, not a receipt update (`peer inbox --wait`).
+    pub wait_for_message: bool,
 }
 
 /// `local.tool {tool, args, callId?, messageId?, eventsAfter?}`.
@@ -57,6 +61,8 @@ pub fn local_tool(core: &Arc<Core>, caller: &Caller, params: &Map<String, Value>
         },
         events_after: params.get("eventsAfter").and_then(Value::as_u64),
         consume_on_read: false,
+        unconsumed_only: params.get("unconsumed").and_then(Value::as_bool) == Some(true),
+        wait_for_message: params.get("waitFor").and_then(Value::as_str) == Some("message"),
     };
     execute(core, caller, call, &opts, &core.stopping)
 }
@@ -89,6 +95,9 @@ pub fn execute(
             Ok(json!({"peers": page.peers, "cursor": page.cursor}))
         }
         ToolCall::Send(a) => {
+            // The name the caller used for the target, when it was one (not a peerId).
+            let to_alias = (!crate::mention::is_peer_id(&a.to))
+                .then(|| a.to.trim_start_matches('@').to_string());
             let message_id = match (&opts.message_id, &opts.call_id) {
                 (Some(m), _) => m.clone(),
                 (None, Some(c)) => derive_message_id(&caller.peer_id, c),
@@ -109,6 +118,7 @@ pub fn execute(
                 o.insert("to".into(), json!(r.to_peer_id));
                 o.insert("from".into(), json!(r.from_peer_id));
                 o.insert("mentions".into(), json!(mentions));
+                o.insert("toAlias".into(), json!(to_alias));
             }
             Ok(v)
         }
@@ -150,6 +160,7 @@ fn read_messages(
         message_id: a.message_id,
         limit: core.limits().directory_page_size,
         events_after: Some(events_after.unwrap_or(0)),
+        unconsumed_only: opts.unconsumed_only,
     };
     let deadline =
         Instant::now() + std::time::Duration::from_millis(a.wait_ms.min(core.limits().wait_ms_max));
@@ -164,14 +175,23 @@ fn read_messages(
             || cancel.load(Ordering::SeqCst)
             || core.stopping.load(Ordering::SeqCst);
         let baseline = *first_event_cursor.get_or_insert(r.next_event_cursor);
-        let new_events = !filtered && r.next_event_cursor > baseline;
-        let initial_events = !filtered && !r.events.is_empty() && opts.events_after.is_some();
+        let events_end_wait = !filtered && !opts.wait_for_message;
+        let new_events = events_end_wait && r.next_event_cursor > baseline;
+        let initial_events = events_end_wait && !r.events.is_empty() && opts.events_after.is_some();
         if !r.messages.is_empty() || new_events || initial_events || a.wait_ms == 0 || waited_out {
+            let aliases = sender_aliases(core, &r.messages);
+            let budget = core
+                .limits()
+                .frame_bytes
+                .saturating_sub(crate::config::internal::PAGE_ENVELOPE_BYTES);
+            let starts = (q.after.unwrap_or(0), q.events_after.unwrap_or(0));
+            let page = BoundedPage::of(&r, &aliases, starts, budget);
             if opts.consume_on_read {
                 // The whole page is taken into context with one durable write.
                 let open: Vec<&InboxEntry> = r
                     .messages
                     .iter()
+                    .take(page.messages.len())
                     .filter(|e| !e.state.is_final() && e.state != ReceiptState::Consumed)
                     .collect();
                 if let Some(first) = open.first() {
@@ -197,33 +217,89 @@ fn read_messages(
                 }
                 core.advance_model_cursors(
                     &caller.peer_id,
-                    unfiltered.then_some(r.next_after),
-                    r.next_event_cursor,
+                    unfiltered.then_some(page.cursor),
+                    page.event_cursor,
                 );
             }
-            let aliases = sender_aliases(core, &r.messages);
-            let messages: Vec<Value> = r
-                .messages
-                .iter()
-                .map(|e| message_view(e, aliases.get(&e.from.instance_id)))
-                .collect();
-            let events: Vec<Value> = r
-                .events
-                .iter()
-                .map(|e| serde_json::to_value(&e.receipt).unwrap_or(Value::Null))
-                .collect();
             return Ok(json!({
-                "messages": messages,
-                "events": events,
-                "cursor": r.next_after,
-                "eventCursor": r.next_event_cursor,
-                "more": r.more,
+                "messages": page.messages,
+                "events": page.events,
+                "cursor": page.cursor,
+                "eventCursor": page.event_cursor,
+                "more": page.more,
             }));
         }
         let left = deadline
             .saturating_duration_since(Instant::now())
             .as_millis() as u64;
         core.store.wait_for_change(generation, left, cancel);
+    }
+}
+
+/// One `peer_messages` page cut to a byte budget: messages first, then receipt events, each
+/// counted by its encoded size, and the cursors moved only past what the page holds. At least
+/// one item is kept so a reader always makes progress.
+struct BoundedPage {
+    messages: Vec<Value>,
+    events: Vec<Value>,
+    cursor: u64,
+    event_cursor: u64,
+    more: bool,
+}
+
+impl BoundedPage {
+    fn of(
+        r: &crate::messaging::ReadResult,
+        aliases: &HashMap<String, presence::Advertisement>,
+        (after, events_after): (u64, u64),
+        budget: u64,
+    ) -> BoundedPage {
+        let mut used = 0u64;
+        let mut fits = |v: &Value, first: bool| {
+            let len = serde_json::to_string(v).map_or(u64::MAX, |s| s.len() as u64 + 1);
+            if first || used.saturating_add(len) <= budget {
+                used = used.saturating_add(len);
+                true
+            } else {
+                false
+            }
+        };
+        let mut page = BoundedPage {
+            messages: Vec::new(),
+            events: Vec::new(),
+            cursor: after,
+            event_cursor: r.next_event_cursor,
+            more: r.more,
+        };
+        let mut cut = false;
+        for e in &r.messages {
+            let v = message_view(e, aliases.get(&e.from.instance_id));
+            if !fits(&v, page.messages.is_empty()) {
+                cut = true;
+                break;
+            }
+            page.cursor = e.sequence;
+            page.messages.push(v);
+        }
+        if page.messages.len() == r.messages.len() {
+            page.cursor = r.next_after;
+        }
+        let mut event_cursor = None;
+        for e in &r.events {
+            let v = serde_json::to_value(&e.receipt).unwrap_or(Value::Null);
+            if cut || !fits(&v, page.messages.is_empty() && page.events.is_empty()) {
+                cut = true;
+                break;
+            }
+            event_cursor = Some(e.cursor);
+            page.events.push(v);
+        }
+        if page.events.len() < r.events.len() {
+            // Continue after the last event this page holds (or where the query started).
+            page.event_cursor = event_cursor.unwrap_or(events_after);
+        }
+        page.more |= cut;
+        page
     }
 }
 
@@ -249,14 +325,18 @@ fn sender_aliases(core: &Core, msgs: &[InboxEntry]) -> HashMap<String, presence:
 
 /// One inbox entry as tools and the CLI show it. The content is peer data.
 pub fn message_view(e: &InboxEntry, ad: Option<&presence::Advertisement>) -> Value {
-    let alias = ad.and_then(|ad| match &e.from.run_id {
-        None => Some(ad.alias.clone()),
-        Some(run) => ad
-            .runs
-            .iter()
-            .find(|r| &r.run_id == run)
-            .map(|r| r.alias.clone()),
-    });
+    // The current advertisement first (an alias may have changed), else the alias the sender
+    // stated when the message arrived, which outlives the sender.
+    let alias = ad
+        .and_then(|ad| match &e.from.run_id {
+            None => Some(ad.alias.clone()),
+            Some(run) => ad
+                .runs
+                .iter()
+                .find(|r| &r.run_id == run)
+                .map(|r| r.alias.clone()),
+        })
+        .or_else(|| e.from_alias.clone());
     json!({
         "sequence": e.sequence,
         "messageId": e.message_id,

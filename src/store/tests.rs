@@ -53,6 +53,7 @@ fn send(id: &str) -> InboundSend {
         reply_to: None,
         correlation_id: None,
         expires_at_ms: None,
+        from_alias: None,
     }
 }
 
@@ -681,6 +682,7 @@ fn two_roots_exchange_a_message_and_its_receipts() {
         reply_to: None,
         correlation_id: Some(entry.correlation_id.clone()),
         expires_at_ms: Some(entry.expires_at_ms),
+        from_alias: None,
     };
     let receipt = b.accept(a_me.clone(), wire).unwrap();
     a.outbox_result(ME, &entry.message_id, Ok(receipt.clone()))
@@ -741,6 +743,7 @@ fn two_roots_exchange_a_message_and_its_receipts() {
         reply_to: reply.reply_to.clone(),
         correlation_id: Some(reply.correlation_id.clone()),
         expires_at_ms: Some(reply.expires_at_ms),
+        from_alias: None,
     };
     let r = a.accept(b_me.clone(), wire).unwrap();
     assert_eq!(r.correlation_id, entry.correlation_id);

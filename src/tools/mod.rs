@@ -93,7 +93,8 @@ pub enum ResourceArgs {
     Release {
         resource: String,
         ticket: Option<String>,
-        token: Option<String>,
+        /// The fencing token exactly as `request` returns it (a number).
+        token: Option<u64>,
     },
     /// Withdraw a queued request.
     CancelRequest { resource: String, ticket: String },
@@ -323,7 +324,13 @@ fn parse_resource(a: &Args, limits: &Limits) -> Result<ResourceArgs> {
 fn parse_release(a: &Args, resource: String) -> Result<ResourceArgs> {
     a.only(&["op", "resource", "ticket", "token"])?;
     let ticket = a.opt_str("ticket", ID_CHARS_MAX)?;
-    let token = a.opt_str("token", ID_CHARS_MAX)?;
+    // The token is returned as a number; a number written as a string is taken too.
+    let token = match a.get_raw("token") {
+        Some(serde_json::Value::String(s)) => Some(s.trim().parse::<u64>().map_err(|_| {
+            a.error("argument `token` must be the fencing token number returned by request")
+        })?),
+        _ => a.opt_int("token", 1, u64::MAX)?,
+    };
     if ticket.is_some() && token.is_some() {
         return Err(a.error("give `ticket` or `token`, not both"));
     }

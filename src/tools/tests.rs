@@ -63,15 +63,32 @@ fn valid_calls_parse_into_typed_args() {
     assert_eq!(
         parse(
             "coordinate_resource",
-            json!({"op": "release", "resource": "port:3000", "token": "t"})
+            json!({"op": "release", "resource": "port:3000", "token": 7})
         )
         .unwrap(),
         ToolCall::Resource(ResourceArgs::Release {
             resource: "port:3000".into(),
             ticket: None,
-            token: Some("t".into())
+            token: Some(7)
         })
     );
+    // The number as a string is the same token; anything else is refused.
+    assert_eq!(
+        parse(
+            "coordinate_resource",
+            json!({"op": "release", "resource": "port:3000", "token": "7"})
+        )
+        .unwrap(),
+        ToolCall::Resource(ResourceArgs::Release {
+            resource: "port:3000".into(),
+            ticket: None,
+            token: Some(7)
+        })
+    );
+    for bad in [json!("t"), json!(0), json!(-1), json!(1.5)] {
+        let args = json!({"op": "release", "resource": "port:3000", "token": bad});
+        assert!(parse("coordinate_resource", args).is_err(), "{bad}");
+    }
     assert_eq!(
         parse(
             "coordinate_resource",
@@ -195,7 +212,7 @@ fn bad_arguments_name_the_argument_and_type() {
     );
     usage_err(
         "coordinate_resource",
-        json!({"op": "release", "resource": "r", "ticket": "a", "token": "b"}),
+        json!({"op": "release", "resource": "r", "ticket": "a", "token": 2}),
         &["not both"],
     );
     usage_err(

@@ -3,6 +3,7 @@
 //! authenticated calls until the peer leaves, idles past `idleMs`, or breaks the framing.
 //! Shutdown removes the socket only if it is still the inode this endpoint created.
 
+use super::admission::{Admission, Class};
 use super::wire::{self, FrameReader, Notifier, Outgoing, ReadEvent};
 use super::{Handler, LocalIdentity, PeerInfo, Verifier};
 use crate::config::Limits;
@@ -27,13 +28,16 @@ use crate::config::internal::SOCKET_PATH_BYTES_MAX;
 struct Shared {
     me: LocalIdentity,
     limits: Limits,
-    local_secret: [u8; 32],
+    /// Wiped when the endpoint's last connection thread lets go of it.
+    local_secret: zeroize::Zeroizing<[u8; 32]>,
     handler: Arc<dyn Handler>,
     verifier: Arc<dyn Verifier>,
     nonces: Mutex<RecentNonces>,
     stopping: AtomicBool,
     /// Live connections, so shutdown can cut them; the map's size is the thread count.
     conns: Mutex<HashMap<u64, Arc<UnixStream>>>,
+    /// Budgets of unauthenticated, peer and local connections.
+    admission: Mutex<Admission>,
     next_conn: AtomicU64,
 }
 
@@ -64,7 +68,7 @@ impl Endpoint {
         let shared = Arc::new(Shared {
             me,
             limits: limits.clone(),
-            local_secret,
+            local_secret: zeroize::Zeroizing::new(local_secret),
             handler,
             verifier,
             nonces: Mutex::new(RecentNonces::new(
@@ -72,6 +76,7 @@ impl Endpoint {
             )),
             stopping: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
+            admission: Mutex::new(Admission::new(limits.inbound_connections)),
             next_conn: AtomicU64::new(0),
         });
         let (s, l) = (shared.clone(), listener.clone());
@@ -187,7 +192,9 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
     }
 }
 
-/// Starts a connection thread, or refuses with one error line when the bound is reached.
+/// Starts a connection thread. A full unauthenticated budget cuts its oldest connection
+/// (which is then answered AUTH_FAILED by its own thread); the thread count stays within
+/// [`Admission::threads_max`].
 fn admit(shared: &Arc<Shared>, stream: UnixStream) {
     let Ok(handle) = stream.try_clone() else {
         return;
@@ -195,10 +202,16 @@ fn admit(shared: &Arc<Shared>, stream: UnixStream) {
     let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     {
         let mut conns = shared.conns.lock();
-        if conns.len() as u64 >= shared.limits.inbound_connections {
-            drop(conns);
+        let mut admission = shared.admission.lock();
+        if conns.len() >= admission.threads_max() {
+            drop((conns, admission));
             refuse_busy(stream, shared.limits.write_ms);
             return;
+        }
+        if let Some(old) = admission.arrive(id)
+            && let Some(cut) = conns.get(&old)
+        {
+            cut_unauthenticated(cut);
         }
         conns.insert(id, Arc::new(handle));
     }
@@ -210,10 +223,11 @@ fn admit(shared: &Arc<Shared>, stream: UnixStream) {
                 shared: s.clone(),
                 id,
             };
-            serve(&s, stream);
+            serve(&s, stream, id);
         });
     if spawned.is_err() {
         shared.conns.lock().remove(&id);
+        shared.admission.lock().leave(id);
     }
 }
 
@@ -227,7 +241,25 @@ struct Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         self.shared.conns.lock().remove(&self.id);
+        self.shared.admission.lock().leave(self.id);
     }
+}
+
+/// Answers the oldest unauthenticated connection with one error line (a single non-blocking
+/// send: the acceptor never waits on a client) and closes it; its thread then ends.
+fn cut_unauthenticated(stream: &UnixStream) {
+    use nix::sys::socket::{MsgFlags, send};
+    let err = Error::new(
+        Code::QueueFull,
+        "too many connections still in the handshake; this, the oldest, was closed: retry",
+    );
+    let line = rpc::encode_error(None, &err);
+    let _ = send(
+        stream.as_raw_fd(),
+        &line,
+        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+    );
+    let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
 fn refuse_busy(mut stream: UnixStream, write_ms: u64) {
@@ -239,7 +271,7 @@ fn refuse_busy(mut stream: UnixStream, write_ms: u64) {
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
-fn serve(shared: &Shared, stream: UnixStream) {
+fn serve(shared: &Shared, stream: UnixStream, id: u64) {
     let Ok(out) = Outgoing::spawn(
         &stream,
         shared.limits.outgoing_frames,
@@ -250,6 +282,18 @@ fn serve(shared: &Shared, stream: UnixStream) {
     let _close = wire::CloseOnDrop(out.clone());
     let mut reader = FrameReader::new(stream, shared.limits.frame_bytes);
     if let Some(channel) = handshake(shared, &mut reader, &out) {
+        let class = match channel {
+            Channel::Peer { .. } => Class::Peer,
+            Channel::Local | Channel::Run { .. } => Class::Local,
+        };
+        if !shared.admission.lock().authenticate(id, class) {
+            let err = Error::new(
+                Code::QueueFull,
+                "too many connections (inboundConnections); retry later",
+            );
+            let _ = out.send(rpc::encode_error(None, &err));
+            return;
+        }
         let notifier = Notifier::new(out.clone(), shared.limits.frame_bytes);
         serve_authenticated(shared, &mut reader, &out, &channel, &notifier);
     }
@@ -263,11 +307,14 @@ fn handshake(shared: &Shared, reader: &mut FrameReader, out: &Outgoing) -> Optio
     let mut responder = Responder::new(nonce);
     let verifier = shared.verifier.clone();
     let lookup = move |id: &str| verifier.advertised_key(id);
+    let handler = shared.handler.clone();
+    let run_secret = move |secret: &[u8; 32]| handler.run_for_secret(secret);
     let mut remember = |n: &[u8; 32]| shared.nonces.lock().insert(n);
     let mut ctx = ResponderCtx {
         instance_id: &shared.me.instance_id,
         keys: &shared.me.keys,
         local_secret: &shared.local_secret,
+        run_secret: &run_secret,
         advertised_key: &lookup,
         remember_nonce: &mut remember,
     };
@@ -340,7 +387,7 @@ fn serve_authenticated(
             instance_id: instance_id.clone(),
             run_id: run_id.clone(),
         }),
-        Channel::Local => None,
+        Channel::Local | Channel::Run { .. } => None,
     };
     loop {
         let deadline = Instant::now() + Duration::from_millis(shared.limits.idle_ms);
@@ -397,9 +444,12 @@ fn dispatch(
     notifier: &Notifier,
 ) -> Vec<u8> {
     let checked = rpc::check_version(&params).and_then(|()| access::authorize(channel, method));
-    let result = checked.and_then(|()| match peer {
-        Some(from) => shared.handler.peer_request(from, method, params, notifier),
-        None => shared.handler.local_request(method, params, notifier),
+    let result = checked.and_then(|()| match (peer, channel) {
+        (Some(from), _) => shared.handler.peer_request(from, method, params, notifier),
+        (None, Channel::Run { run_id }) => {
+            shared.handler.run_request(run_id, method, params, notifier)
+        }
+        (None, _) => shared.handler.local_request(method, params, notifier),
     });
     let frame = match result {
         Ok(value) => rpc::encode_result(id, &value),

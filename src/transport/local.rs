@@ -54,6 +54,21 @@ impl LocalClient {
         Ok(client)
     }
 
+    /// Adopts the root's own `frameBytes` (from `local.info`): its answers and our requests
+    /// are bounded by what the root allows, not by this process's defaults.
+    pub fn set_frame_bytes(&mut self, frame_bytes: u64) {
+        self.limits.frame_bytes = frame_bytes;
+        self.reader.set_frame_bytes(frame_bytes);
+    }
+
+    /// The pid of the process that listens on the root's socket, as the kernel reports it
+    /// (SO_PEERCRED): evidence of which process the root is, not a claim it made.
+    pub fn root_pid(&self) -> Option<u32> {
+        use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+        let cred = getsockopt(&self.stream, PeerCredentials).ok()?;
+        u32::try_from(cred.pid()).ok()
+    }
+
     /// Calls `method` and waits up to `timeout_ms` (0: `acknowledgementMs`) for its answer.
     pub fn call(&mut self, method: &str, params: Value, timeout_ms: u64) -> Result<Value> {
         let ms = if timeout_ms == 0 {

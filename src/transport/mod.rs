@@ -4,6 +4,7 @@
 //! connection count is bounded by `Limits`; the sender of a request is always the authenticated
 //! connection, never a field of the request.
 
+mod admission;
 mod endpoint;
 mod local;
 mod pool;
@@ -60,6 +61,30 @@ pub trait Handler: Send + Sync {
         params: Map<String, Value>,
         notify: &Notifier,
     ) -> Result<Value>;
+    /// The live child run whose own local secret `secret` is (compared in constant time); the
+    /// default knows no runs.
+    fn run_for_secret(&self, secret: &[u8; 32]) -> Option<String> {
+        let _ = secret;
+        None
+    }
+    /// A request from a command of child run `run_id`, proven by the run's own secret; the
+    /// default refuses.
+    fn run_request(
+        &self,
+        run_id: &str,
+        method: &str,
+        params: Map<String, Value>,
+        notify: &Notifier,
+    ) -> Result<Value> {
+        let _ = (run_id, params, notify);
+        Err(crate::error::Error::new(
+            crate::error::Code::CapabilityDenied,
+            format!(
+                "{} is not available to child runs here",
+                crate::sanitize::line(method, 64)
+            ),
+        ))
+    }
     /// A notification from an authenticated peer; the default ignores it.
     fn peer_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
         let _ = (from, method, params);

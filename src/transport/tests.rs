@@ -578,18 +578,26 @@ fn two_hundred_connections_at_once_are_bounded_and_refused_cleanly() {
     let a = node(&dir, "a", &adverts, &l);
     let b = node(&dir, "b", &adverts, &l);
     let endpoint = b.endpoint.as_ref().unwrap();
+    // None of them speaks: the unauthenticated budget (8 here) keeps the newest, cutting the
+    // oldest with QUEUE_FULL; the survivors time out with AUTH_FAILED. One answer each.
     let mut conns: Vec<Raw> = (0..200).map(|_| Raw::connect(&b.target.endpoint)).collect();
-    eventually("the bound is reached", || {
-        endpoint.active_connections() == 8
-    });
-    let mut refused = 0;
-    for raw in conns.iter_mut().skip(8) {
-        raw.expect_error(Code::QueueFull);
+    let (mut cut, mut timed_out) = (0, 0);
+    for raw in conns.iter_mut() {
+        let v = raw.recv().expect("every connection gets one answer");
+        match v["error"]["data"]["code"].as_str() {
+            Some("QUEUE_FULL") => cut += 1,
+            Some("AUTH_FAILED") => timed_out += 1,
+            _ => panic!("unexpected {v}"),
+        }
         raw.expect_closed();
-        refused += 1;
+        // Cut threads take a moment to end; the thread count never passes both budgets.
+        assert!(endpoint.active_connections() <= 8 + 8);
     }
-    assert_eq!(refused, 192);
-    assert!(endpoint.active_connections() <= 8);
+    assert_eq!(cut + timed_out, 200);
+    assert!(
+        timed_out <= 8,
+        "{timed_out} outlived the unauthenticated budget"
+    );
     drop(conns);
     eventually("admitted connections end", || {
         endpoint.active_connections() == 0

@@ -386,6 +386,12 @@ impl FrameReader {
         }
     }
 
+    /// Accepts frames up to `frame_bytes` from now on.
+    pub(crate) fn set_frame_bytes(&mut self, frame_bytes: u64) {
+        self.decoder
+            .set_max_frame_bytes(usize::try_from(frame_bytes).unwrap_or(usize::MAX));
+    }
+
     /// The next frame, waiting until `deadline` (forever when `None`).
     pub(crate) fn next(&mut self, deadline: Option<Instant>) -> ReadEvent {
         loop {

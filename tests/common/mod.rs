@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 pub const PEER: &str = env!("CARGO_BIN_EXE_peer");
 pub const PEER_DIR: &str = env!("CARGO_BIN_EXE_peer-dir");
+pub const PEER_RES: &str = env!("CARGO_BIN_EXE_peer-res");
 
 /// A temporary namespace and workspace, removed on drop.
 pub struct Ns {

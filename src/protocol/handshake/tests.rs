@@ -39,6 +39,7 @@ impl World {
             instance_id: R,
             keys: &self.rkeys,
             local_secret: &self.secret,
+            run_secret: &|s: &[u8; 32]| (*s == [9; 32]).then(|| "r-1".to_string()),
             advertised_key: &lookup,
             remember_nonce: &mut remember,
         };
@@ -282,6 +283,12 @@ fn local_hello_needs_the_secret() {
     ));
     let bad = w.respond(&mut Responder::new([2; 32]), &local_hello_frame(&[8; 32]));
     assert_eq!(refused(bad).code, Code::AuthFailed);
+    // A child run's own secret opens a channel bound to that run, never the root's.
+    let run = w.respond(&mut Responder::new([2; 32]), &local_hello_frame(&[9; 32]));
+    assert!(
+        matches!(&run, Step::Established { channel: Channel::Run { run_id }, .. } if run_id == "r-1"),
+        "{run:?}"
+    );
     assert!(ct_eq(b"abc", b"abc") && !ct_eq(b"abc", b"abd") && !ct_eq(b"ab", b"abc"));
 }
 

@@ -1,0 +1,148 @@
+//! What front ends call to ask a friend: `ask` and `status`, with typed results. Requests are
+//! always signed with this agent's key (purpose and audience inside the signed bytes, see
+//! `auth`) and carry the friend's token when one is configured, so either kind of friend
+//! entry on the other side authenticates them. An answerer process cannot ask (no loops).
+
+use super::config::{AskConfig, Friend};
+use crate::error::{Code, Error, Result};
+use serde_json::{Map, Value, json};
+use std::path::Path;
+use std::time::Duration;
+
+/// Slack on top of `timeoutMs` for the network and the server's own bookkeeping.
+const CLIENT_SLACK: Duration = Duration::from_secs(5);
+/// Status polls are short.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The result of an ask.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AskOutcome {
+    /// A synchronous answer.
+    Answered { answer: String, truncated: bool },
+    /// An async ask was accepted; poll `status` with this id.
+    Queued { ask_id: String },
+}
+
+/// The state of an async ask as its asker sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AskStatus {
+    /// `pending`, `running`, `answered`, `declined` or `failed`.
+    pub status: String,
+    pub answer: Option<String>,
+    pub truncated: bool,
+    pub error: Option<String>,
+}
+
+fn friend<'c>(config: &'c AskConfig, peer: &str) -> Result<&'c Friend> {
+    if std::env::var_os(super::ANSWERER_ENV).is_some() {
+        return Err(Error::new(
+            Code::CapabilityDenied,
+            "an answerer cannot ask peers (no ask loops)",
+        ));
+    }
+    config.friend(peer).ok_or_else(|| {
+        Error::new(
+            Code::NotFound,
+            format!(
+                "no friend named {:?} in ask.peers (see peer-config(5))",
+                crate::sanitize::line(peer, 64)
+            ),
+        )
+    })
+}
+
+/// A request body with our name, the friend's token (if any) and our signature.
+fn signed_body(
+    home: &Path,
+    config: &AskConfig,
+    friend: &Friend,
+    purpose: &str,
+    mut body: Map<String, Value>,
+) -> Result<Map<String, Value>> {
+    body.insert("protocolVersion".into(), json!(super::PROTOCOL_VERSION));
+    body.insert("caller".into(), json!(config.caller_name));
+    if let Some(t) = &friend.token {
+        body.insert("token".into(), json!(t));
+    }
+    let key = super::keys::load_or_create(&config.key_dir(home), &config.caller_name)?;
+    super::auth::sign_body(
+        &key,
+        &mut body,
+        purpose,
+        &friend.name,
+        crate::clock::now_ms(),
+    );
+    Ok(body)
+}
+
+/// Asks `peer` a question, optionally naming files of its workspace and optionally async.
+pub fn ask(
+    home: &Path,
+    config: &AskConfig,
+    peer: &str,
+    question: &str,
+    context_files: &[String],
+    is_async: bool,
+) -> Result<AskOutcome> {
+    let f = friend(config, peer)?;
+    if question.trim().is_empty() {
+        return Err(Error::new(Code::Usage, "the question is empty"));
+    }
+    let mut body = Map::new();
+    body.insert("question".into(), json!(question));
+    if !context_files.is_empty() {
+        body.insert("contextFiles".into(), json!(context_files));
+    }
+    body.insert("timeoutMs".into(), json!(config.timeout_ms));
+    if is_async {
+        body.insert("async".into(), json!(true));
+    }
+    let body = Value::Object(signed_body(home, config, f, "ask", body)?);
+    let timeout = if is_async {
+        STATUS_TIMEOUT
+    } else {
+        Duration::from_millis(config.timeout_ms) + CLIENT_SLACK
+    };
+    let reply = super::client::post_json(&f.host, f.port, "/ask", &body, timeout)?.into_result()?;
+    if is_async {
+        let ask_id = reply
+            .get("askId")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::new(Code::InvalidRequest, "the peer returned no askId"))?;
+        return Ok(AskOutcome::Queued {
+            ask_id: ask_id.to_string(),
+        });
+    }
+    let answer = reply
+        .get("answer")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::new(Code::InvalidRequest, "the peer returned no answer"))?;
+    Ok(AskOutcome::Answered {
+        answer: answer.to_string(),
+        truncated: reply
+            .get("truncated")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    })
+}
+
+/// The status (and, once answered, the answer) of an async ask we made.
+pub fn status(home: &Path, config: &AskConfig, peer: &str, ask_id: &str) -> Result<AskStatus> {
+    let f = friend(config, peer)?;
+    let mut body = Map::new();
+    body.insert("askId".into(), json!(ask_id));
+    let body = Value::Object(signed_body(home, config, f, "status", body)?);
+    let reply = super::client::post_json(&f.host, f.port, "/ask/status", &body, STATUS_TIMEOUT)?
+        .into_result()?;
+    let s = |k: &str| reply.get(k).and_then(Value::as_str).map(String::from);
+    Ok(AskStatus {
+        status: s("status")
+            .ok_or_else(|| Error::new(Code::InvalidRequest, "the peer returned no status"))?,
+        answer: s("answer"),
+        truncated: reply
+            .get("truncated")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        error: s("error"),
+    })
+}

@@ -1,0 +1,385 @@
+//! The owner's consent for friends in `ask` mode. Each pending ask gets a one-time decision
+//! token (128 random bits, compared in constant time). The pending list and its tokens are
+//! written only to a private file in the namespace (`<home>/ask/run/<pid>.json`, 0600 in a
+//! 0700 directory) that `peer ask pending` and `peer ask decide` read; no HTTP endpoint lists
+//! them. `POST /ask/decision` takes a decision with its token. No decision within
+//! `approvalTimeoutMs` fails closed.
+
+use super::ServerState;
+use super::http::{ApiError, Request, Response};
+use crate::error::{Code, Error, Result};
+use parking_lot::{Condvar, Mutex};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Server state files read by the CLI.
+const RUN_FILES_MAX: usize = 64;
+const RUN_FILE_BYTES_MAX: u64 = 1 << 20;
+/// Question characters kept in the owner's file (the full question reaches the answerer).
+const QUESTION_SHOWN_CHARS: usize = 2_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Decline,
+}
+
+/// How a wait for the owner ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Approved,
+    Declined,
+    /// No decision in time (or the server is stopping): fail closed.
+    TimedOut,
+}
+
+struct Pending {
+    caller: String,
+    question: String,
+    context_files: Vec<String>,
+    token: String,
+    created_ms: u64,
+    expires_ms: u64,
+    decision: Option<Decision>,
+}
+
+/// Pending asks waiting for the owner.
+pub struct Approvals {
+    pending: Mutex<HashMap<String, Pending>>,
+    changed: Condvar,
+    file: PathBuf,
+    listen: SocketAddr,
+    max: usize,
+}
+
+impl Approvals {
+    pub fn new(home: &Path, listen: SocketAddr, max: usize) -> Result<Approvals> {
+        let dir = home.join("ask").join("run");
+        crate::fsutil::ensure_private_dir(&dir)?;
+        let a = Approvals {
+            pending: Mutex::new(HashMap::new()),
+            changed: Condvar::new(),
+            file: dir.join(format!("{}.json", std::process::id())),
+            listen,
+            max,
+        };
+        a.write_owner_file(&HashMap::new());
+        Ok(a)
+    }
+
+    /// Registers an ask for the owner; 429 when `maxPendingApprovals` are already waiting.
+    pub fn register(
+        &self,
+        ask_id: &str,
+        caller: &str,
+        question: &str,
+        context_files: &[String],
+        timeout_ms: u64,
+    ) -> std::result::Result<(), ApiError> {
+        let mut token = [0u8; 16];
+        crate::identity::random_bytes(&mut token);
+        let now = crate::clock::now_ms();
+        let mut map = self.pending.lock();
+        if map.len() >= self.max {
+            return Err(ApiError::rate_limited(
+                "too many asks are waiting for the owner's decision",
+            ));
+        }
+        map.insert(
+            ask_id.to_string(),
+            Pending {
+                caller: caller.to_string(),
+                question: crate::sanitize::clamp(question, QUESTION_SHOWN_CHARS),
+                context_files: context_files.to_vec(),
+                token: super::canon::b64url(&token),
+                created_ms: now,
+                expires_ms: now + timeout_ms,
+                decision: None,
+            },
+        );
+        self.write_owner_file(&map);
+        Ok(())
+    }
+
+    /// Waits for the owner's decision until `timeout` (or until the server stops).
+    pub fn wait(&self, ask_id: &str, timeout: Duration, stopping: &AtomicBool) -> Outcome {
+        let deadline = Instant::now() + timeout;
+        let mut map = self.pending.lock();
+        let outcome = loop {
+            match map.get(ask_id).and_then(|p| p.decision) {
+                Some(Decision::Approve) => break Outcome::Approved,
+                Some(Decision::Decline) => break Outcome::Declined,
+                None => {}
+            }
+            if stopping.load(Ordering::SeqCst)
+                || !map.contains_key(ask_id)
+                || self.changed.wait_until(&mut map, deadline).timed_out()
+            {
+                // One last look: a decision may have landed with the timeout.
+                break match map.get(ask_id).and_then(|p| p.decision) {
+                    Some(Decision::Approve) => Outcome::Approved,
+                    Some(Decision::Decline) => Outcome::Declined,
+                    None => Outcome::TimedOut,
+                };
+            }
+        };
+        map.remove(ask_id);
+        self.write_owner_file(&map);
+        outcome
+    }
+
+    /// Records the owner's decision; the token works once.
+    pub fn decide(
+        &self,
+        ask_id: &str,
+        token: &str,
+        decision: &str,
+    ) -> std::result::Result<(), ApiError> {
+        let mut map = self.pending.lock();
+        let valid = map.get(ask_id).is_some_and(|p| {
+            p.decision.is_none() && !token.is_empty() && super::auth::secret_eq(token, &p.token)
+        });
+        if !valid {
+            return Err(ApiError::forbidden("invalid decision token"));
+        }
+        // A bad decision value leaves the ask pending, with its token still valid.
+        let d = match decision {
+            "approve" => Decision::Approve,
+            "decline" => Decision::Decline,
+            _ => return Err(ApiError::bad_request("decision must be approve or decline")),
+        };
+        if let Some(p) = map.get_mut(ask_id) {
+            p.decision = Some(d);
+        }
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    pub fn wake_all(&self) {
+        self.changed.notify_all();
+    }
+
+    pub fn remove_owner_file(&self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
+
+    fn write_owner_file(&self, map: &HashMap<String, Pending>) {
+        let pending: Vec<Value> = map
+            .iter()
+            .filter(|(_, p)| p.decision.is_none())
+            .map(|(id, p)| {
+                json!({
+                    "askId": id, "caller": p.caller, "question": p.question,
+                    "contextFiles": p.context_files, "decisionToken": p.token,
+                    "createdAt": crate::clock::iso8601(p.created_ms),
+                    "expiresAt": crate::clock::iso8601(p.expires_ms),
+                })
+            })
+            .collect();
+        let mut reach = self.listen;
+        if reach.ip().is_unspecified() {
+            reach.set_ip(std::net::IpAddr::from([127, 0, 0, 1]));
+        }
+        let doc = json!({
+            "pid": std::process::id(), "listen": reach.to_string(), "pending": pending,
+        });
+        // Losing this file only hides pending asks from the CLI; they still time out closed.
+        let _ = crate::fsutil::atomic_write(
+            &self.file,
+            doc.to_string().as_bytes(),
+            crate::fsutil::Durability::Visible,
+        );
+    }
+}
+
+/// `POST /ask/decision {askId, token, decision}`.
+pub fn handle_decision(
+    state: &ServerState,
+    req: &Request,
+) -> std::result::Result<Response, ApiError> {
+    let now = crate::clock::now_ms();
+    state.guard.admit_address(req.ip(), now)?;
+    let body = req.json_object()?;
+    let s = |k: &str| body.get(k).and_then(Value::as_str).unwrap_or("");
+    let result = state
+        .approvals
+        .decide(s("askId"), s("token"), s("decision"));
+    if let Err(e) = &result
+        && e.status == 403
+    {
+        state.guard.note_failure(req.ip(), now);
+    }
+    result.map(|()| Response::ok(json!({"ok": true})))
+}
+
+/// One pending ask as the owner sees it, with where to send the decision.
+#[derive(Clone, Debug)]
+pub struct PendingView {
+    pub ask_id: String,
+    pub caller: String,
+    pub question: String,
+    pub context_files: Vec<String>,
+    pub expires_at: String,
+    token: String,
+    listen: String,
+}
+
+impl PendingView {
+    /// The view without the decision token.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "askId": self.ask_id, "caller": self.caller, "question": self.question,
+            "contextFiles": self.context_files, "expiresAt": self.expires_at,
+        })
+    }
+}
+
+/// Reads the pending asks of this namespace's running servers (local owner state).
+pub fn list_pending(home: &Path) -> Result<Vec<PendingView>> {
+    let dir = home.join("ask").join("run");
+    if let Err(e) = crate::fsutil::check_private_dir(&dir) {
+        return if e.code == Code::NotFound {
+            Ok(Vec::new())
+        } else {
+            Err(e)
+        };
+    }
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(&dir).map_err(|e| Error::io("cannot list", &dir, &e))?;
+    for entry in entries.flatten().take(RUN_FILES_MAX) {
+        let path = entry.path();
+        let Some(pid) = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if path.extension().and_then(|e| e.to_str()) != Some("json") || !alive(pid) {
+            continue;
+        }
+        let Ok(bytes) = crate::fsutil::read_private_bounded(&path, RUN_FILE_BYTES_MAX) else {
+            continue;
+        };
+        let Ok(doc) = serde_json::from_slice::<Value>(&bytes) else {
+            continue;
+        };
+        let listen = doc.get("listen").and_then(Value::as_str).unwrap_or("");
+        for p in doc
+            .get("pending")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            out.push(PendingView {
+                ask_id: s("askId"),
+                caller: s("caller"),
+                question: s("question"),
+                context_files: p
+                    .get("contextFiles")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                expires_at: s("expiresAt"),
+                token: s("decisionToken"),
+                listen: listen.to_string(),
+            });
+        }
+    }
+    out.sort_by(|a, b| a.expires_at.cmp(&b.expires_at));
+    Ok(out)
+}
+
+fn alive(pid: i32) -> bool {
+    pid > 0 && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+/// Sends the owner's decision for a pending ask to the server holding it.
+pub fn decide_local(home: &Path, ask_id: &str, decision: &str) -> Result<()> {
+    if decision != "approve" && decision != "decline" {
+        return Err(Error::new(
+            Code::Usage,
+            "decision must be approve or decline",
+        ));
+    }
+    let Some(p) = list_pending(home)?.into_iter().find(|p| p.ask_id == ask_id) else {
+        return Err(Error::new(
+            Code::NotFound,
+            format!(
+                "no pending ask {} in this namespace (see peer ask pending)",
+                crate::sanitize::line(ask_id, 64)
+            ),
+        ));
+    };
+    let addr: SocketAddr = p
+        .listen
+        .parse()
+        .map_err(|_| Error::new(Code::Io, "the server's state file has no valid address"))?;
+    let body = json!({"askId": p.ask_id, "token": p.token, "decision": decision});
+    super::client::post_json(
+        &addr.ip().to_string(),
+        addr.port(),
+        "/ask/decision",
+        &body,
+        Duration::from_secs(5),
+    )?
+    .into_result()
+    .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn approvals() -> (Approvals, crate::fsutil::TempDir) {
+        let home = crate::fsutil::TempDir::new("approve").unwrap();
+        let a = Approvals::new(&home, "127.0.0.1:9".parse().unwrap(), 2).unwrap();
+        (a, home)
+    }
+
+    #[test]
+    fn decisions_need_the_one_time_token() {
+        let (a, home) = approvals();
+        a.register("id1", "ada", "q?", &[], 10_000).unwrap();
+        let listed = list_pending(&home).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert!(!listed[0].to_json().to_string().contains(&listed[0].token));
+        let token = listed[0].token.clone();
+        assert_eq!(a.decide("id1", "wrong", "approve").unwrap_err().status, 403);
+        assert_eq!(a.decide("id1", "", "approve").unwrap_err().status, 403);
+        assert_eq!(a.decide("id1", &token, "maybe").unwrap_err().status, 400);
+        a.decide("id1", &token, "decline").unwrap();
+        assert_eq!(a.decide("id1", &token, "approve").unwrap_err().status, 403);
+        let stop = AtomicBool::new(false);
+        assert_eq!(
+            a.wait("id1", Duration::from_secs(1), &stop),
+            Outcome::Declined
+        );
+        assert!(list_pending(&home).unwrap().is_empty());
+    }
+
+    #[test]
+    fn no_decision_fails_closed_and_capacity_is_bounded() {
+        let (a, _home) = approvals();
+        a.register("x", "ada", "q", &[], 10).unwrap();
+        a.register("y", "ada", "q", &[], 10).unwrap();
+        assert_eq!(
+            a.register("z", "ada", "q", &[], 10).unwrap_err().status,
+            429
+        );
+        let stop = AtomicBool::new(false);
+        assert_eq!(
+            a.wait("x", Duration::from_millis(20), &stop),
+            Outcome::TimedOut
+        );
+    }
+}

@@ -1,0 +1,494 @@
+//! Who may call: the friend allowlist, shared tokens, signatures, replay protection and rate
+//! limits. A caller is a configured friend by name. With the friend's `publicKey`, the body
+//! must be signed over dsh-ask-peer's canonical encoding (everything but `publicKey` and
+//! `signature`) and, beyond dsh, carry inside the signed bytes a `timestamp` (ms) within
+//! ±5 minutes, a fresh 16-byte `nonce`, the `purpose` of the endpoint and the `audience` (the
+//! server's `callerName`), so a captured request works neither twice, nor later, nor at
+//! another endpoint or server. A dsh server verifies whatever it receives, so these extra
+//! members keep our signed requests valid there. Without a key, a non-empty token compared in
+//! constant time is required; an empty or missing token never authenticates, and a friend
+//! with neither token nor key cannot call at all.
+
+use super::config::{AskConfig, Friend};
+use super::http::ApiError;
+use super::keys::AskKey;
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+
+/// Accepted clock difference for a signed request's `timestamp`.
+pub const SIGNATURE_WINDOW_MS: u64 = 5 * 60 * 1000;
+/// Nonces remembered (each for the window); a full set refuses new signed requests.
+pub const REPLAY_SET_MAX: usize = 65_536;
+/// Addresses tracked by the failure limiter.
+const ADDRESSES_MAX: usize = 4_096;
+/// Friends' rate buckets are bounded by the configured peers (at most 256).
+const NONCE_BYTES: usize = 16;
+
+/// The members a signed body carries beyond dsh-ask-peer's.
+pub const SIGNED_EXTRA: [&str; 4] = ["timestamp", "nonce", "purpose", "audience"];
+
+/// Adds the replay-safe members, our `publicKey` and the `signature` to a request body.
+pub fn sign_body(
+    key: &AskKey,
+    body: &mut Map<String, Value>,
+    purpose: &str,
+    audience: &str,
+    now_ms: u64,
+) {
+    let mut nonce = [0u8; NONCE_BYTES];
+    crate::identity::random_bytes(&mut nonce);
+    body.insert("timestamp".into(), json!(now_ms));
+    body.insert("nonce".into(), json!(super::canon::b64url(&nonce)));
+    body.insert("purpose".into(), json!(purpose));
+    body.insert("audience".into(), json!(audience));
+    body.remove("publicKey");
+    body.remove("signature");
+    // Our own bodies hold only strings, booleans, arrays and small integers.
+    let bytes = super::canon::canonical_without(body, &[]).unwrap_or_default();
+    body.insert("publicKey".into(), json!(key.sign_string()));
+    body.insert("signature".into(), json!(key.sign(&bytes)));
+}
+
+/// Checks a signed body against the friend's key, purpose, audience and clock (pure); returns
+/// the nonce to record.
+pub fn verify_signed(
+    friend_key: &[u8; 32],
+    body: &Map<String, Value>,
+    purpose: &str,
+    audience: &str,
+    now_ms: u64,
+) -> Result<[u8; NONCE_BYTES], ApiError> {
+    let presented = body
+        .get("publicKey")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::forbidden("public key mismatch"))?;
+    match super::canon::parse_sign(presented) {
+        Ok(k) if crate::identity::ct_eq(&k, friend_key) => {}
+        _ => return Err(ApiError::forbidden("public key mismatch")),
+    }
+    let signature = body
+        .get("signature")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::forbidden("invalid signature"))?;
+    let bytes = super::canon::canonical_without(body, &["publicKey", "signature"])
+        .map_err(|_| ApiError::forbidden("invalid signature"))?;
+    if !super::canon::verify(friend_key, &bytes, signature) {
+        return Err(ApiError::forbidden("invalid signature"));
+    }
+    let timestamp = body
+        .get("timestamp")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| {
+            ApiError::forbidden("signed requests must carry a timestamp (ms since the epoch)")
+        })?;
+    if timestamp.abs_diff(now_ms) > SIGNATURE_WINDOW_MS {
+        return Err(ApiError::forbidden(
+            "stale signature: timestamp is outside the 5-minute window",
+        ));
+    }
+    let nonce = body
+        .get("nonce")
+        .and_then(Value::as_str)
+        .and_then(super::canon::unb64url)
+        .and_then(|n| <[u8; NONCE_BYTES]>::try_from(n).ok())
+        .ok_or_else(|| ApiError::forbidden("signed requests must carry a 16-byte nonce"))?;
+    if body.get("purpose").and_then(Value::as_str) != Some(purpose) {
+        return Err(ApiError::forbidden(format!(
+            "signature is not for this endpoint (purpose must be {purpose:?})"
+        )));
+    }
+    if body.get("audience").and_then(Value::as_str) != Some(audience) {
+        return Err(ApiError::forbidden(
+            "signature is for another server (audience mismatch)",
+        ));
+    }
+    Ok(nonce)
+}
+
+/// Token check for a keyless friend (pure).
+pub fn check_token(friend: &Friend, body: &Map<String, Value>) -> Result<(), ApiError> {
+    let Some(expected) = friend.token.as_deref().filter(|t| !t.is_empty()) else {
+        return Err(ApiError::forbidden(format!(
+            "peer \"{}\" has neither a token nor a public key configured here",
+            friend.name
+        )));
+    };
+    let presented = body.get("token").and_then(Value::as_str).unwrap_or("");
+    if presented.is_empty() || !secret_eq(presented, expected) {
+        return Err(ApiError::forbidden("invalid token"));
+    }
+    Ok(())
+}
+
+/// Compares two secrets in constant time without revealing the expected one's length: both
+/// are hashed first, and the fixed-size digests are compared.
+pub fn secret_eq(presented: &str, expected: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    let a = Sha256::digest(presented.as_bytes());
+    let b = Sha256::digest(expected.as_bytes());
+    crate::identity::ct_eq(&a, &b)
+}
+
+/// Token bucket refilled continuously at `per_minute` per minute.
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    tokens: f64,
+    at_ms: u64,
+}
+
+impl Bucket {
+    fn full(per_minute: u32, now_ms: u64) -> Bucket {
+        Bucket {
+            tokens: f64::from(per_minute),
+            at_ms: now_ms,
+        }
+    }
+    fn refill(&mut self, per_minute: u32, now_ms: u64) {
+        let cap = f64::from(per_minute);
+        let elapsed = now_ms.saturating_sub(self.at_ms) as f64;
+        self.tokens = (self.tokens + elapsed * cap / 60_000.0).min(cap);
+        self.at_ms = now_ms;
+    }
+    fn take(&mut self, per_minute: u32, now_ms: u64) -> bool {
+        self.refill(per_minute, now_ms);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Remembered nonces, oldest first.
+#[derive(Default)]
+struct ReplaySet {
+    seen: HashMap<(String, [u8; NONCE_BYTES]), u64>,
+    order: VecDeque<(u64, String, [u8; NONCE_BYTES])>,
+}
+
+impl ReplaySet {
+    /// Records the nonce; false when it was already seen (or the set is full of live ones).
+    fn insert(
+        &mut self,
+        friend: &str,
+        nonce: [u8; NONCE_BYTES],
+        now_ms: u64,
+    ) -> Result<(), ApiError> {
+        while let Some((at, _, _)) = self.order.front() {
+            if now_ms.saturating_sub(*at) <= 2 * SIGNATURE_WINDOW_MS {
+                break;
+            }
+            if let Some((_, f, n)) = self.order.pop_front() {
+                self.seen.remove(&(f, n));
+            }
+        }
+        let k = (friend.to_string(), nonce);
+        if self.seen.contains_key(&k) {
+            return Err(ApiError::forbidden("replayed request: nonce already seen"));
+        }
+        if self.seen.len() >= REPLAY_SET_MAX {
+            return Err(ApiError::rate_limited(
+                "too many signed requests; retry later",
+            ));
+        }
+        self.seen.insert(k, now_ms);
+        self.order.push_back((now_ms, friend.to_string(), nonce));
+        Ok(())
+    }
+}
+
+/// The shared, bounded state of authentication: replay set and rate buckets.
+pub struct Guard {
+    replay: Mutex<ReplaySet>,
+    friends: Mutex<HashMap<String, Bucket>>,
+    addresses: Mutex<HashMap<IpAddr, Bucket>>,
+    friend_per_minute: u32,
+    address_per_minute: u32,
+}
+
+impl Guard {
+    pub fn new(config: &AskConfig) -> Guard {
+        Guard {
+            replay: Mutex::new(ReplaySet::default()),
+            friends: Mutex::new(HashMap::new()),
+            addresses: Mutex::new(HashMap::new()),
+            friend_per_minute: config.friend_asks_per_minute,
+            address_per_minute: config.address_failures_per_minute,
+        }
+    }
+
+    /// Refuses an address whose failure budget is spent, before any authentication work.
+    pub fn admit_address(&self, ip: IpAddr, now_ms: u64) -> Result<(), ApiError> {
+        let mut map = self.addresses.lock();
+        if let Some(b) = map.get_mut(&ip) {
+            b.refill(self.address_per_minute, now_ms);
+            if b.tokens < 1.0 {
+                return Err(ApiError::rate_limited(
+                    "too many refused requests from this address; retry later",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Charges a refused request to its address.
+    pub fn note_failure(&self, ip: IpAddr, now_ms: u64) {
+        let mut map = self.addresses.lock();
+        if map.len() >= ADDRESSES_MAX && !map.contains_key(&ip) {
+            // Forget addresses whose budget has refilled; if none has, the oldest entry goes.
+            let per = self.address_per_minute;
+            map.retain(|_, b| {
+                b.refill(per, now_ms);
+                b.tokens < f64::from(per)
+            });
+            if map.len() >= ADDRESSES_MAX
+                && let Some(oldest) = map.iter().min_by_key(|(_, b)| b.at_ms).map(|(k, _)| *k)
+            {
+                map.remove(&oldest);
+            }
+        }
+        let per = self.address_per_minute;
+        map.entry(ip)
+            .or_insert_with(|| Bucket::full(per, now_ms))
+            .take(per, now_ms);
+    }
+
+    /// Charges one ask to an authenticated friend.
+    pub fn charge_friend(&self, name: &str, now_ms: u64) -> Result<(), ApiError> {
+        let per = self.friend_per_minute;
+        let mut map = self.friends.lock();
+        let bucket = map
+            .entry(name.to_string())
+            .or_insert_with(|| Bucket::full(per, now_ms));
+        if bucket.take(per, now_ms) {
+            Ok(())
+        } else {
+            Err(ApiError::rate_limited(format!(
+                "peer \"{name}\" asks faster than {per} per minute"
+            )))
+        }
+    }
+
+    /// Authenticates a request body for `purpose`; every refusal is charged to the address.
+    pub fn authenticate<'c>(
+        &self,
+        config: &'c AskConfig,
+        ip: IpAddr,
+        body: &Map<String, Value>,
+        purpose: &str,
+        now_ms: u64,
+    ) -> Result<&'c Friend, ApiError> {
+        self.admit_address(ip, now_ms)?;
+        let result = self.authenticate_inner(config, body, purpose, now_ms);
+        if result.is_err() {
+            self.note_failure(ip, now_ms);
+        }
+        result
+    }
+
+    fn authenticate_inner<'c>(
+        &self,
+        config: &'c AskConfig,
+        body: &Map<String, Value>,
+        purpose: &str,
+        now_ms: u64,
+    ) -> Result<&'c Friend, ApiError> {
+        let caller = body.get("caller").and_then(Value::as_str).unwrap_or("");
+        let Some(friend) = config.friend(caller) else {
+            return Err(ApiError::forbidden(format!(
+                "caller \"{}\" is not an allowed peer",
+                crate::sanitize::line(caller, 64)
+            )));
+        };
+        match &friend.key {
+            Some(key) => {
+                let nonce = verify_signed(key, body, purpose, &config.caller_name, now_ms)?;
+                self.replay.lock().insert(&friend.name, nonce, now_ms)?;
+            }
+            None => check_token(friend, body)?,
+        }
+        Ok(friend)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_785_150_000_000;
+
+    fn setup() -> (AskConfig, AskKey) {
+        let key = AskKey::from_seed(&[9u8; 32]);
+        let cfg = serde_json::json!({"ask": {"callerName": "bob", "peers": [
+            {"name": "ada", "host": "h", "publicKey": key.sign_string()},
+            {"name": "cy", "host": "h", "token": "s3cret"},
+            {"name": "nobody", "host": "h"},
+        ]}});
+        (AskConfig::parse(cfg.to_string().as_bytes()).unwrap(), key)
+    }
+
+    fn signed(key: &AskKey, purpose: &str, audience: &str, at: u64) -> Map<String, Value> {
+        let mut b = json!({"protocolVersion": 1, "caller": "ada", "question": "q?"})
+            .as_object()
+            .unwrap()
+            .clone();
+        sign_body(key, &mut b, purpose, audience, at);
+        b
+    }
+
+    fn ip() -> IpAddr {
+        IpAddr::from([127, 0, 0, 1])
+    }
+
+    #[test]
+    fn signed_requests_verify_once() {
+        let (cfg, key) = setup();
+        let g = Guard::new(&cfg);
+        let body = signed(&key, "ask", "bob", NOW);
+        assert_eq!(
+            g.authenticate(&cfg, ip(), &body, "ask", NOW).unwrap().name,
+            "ada"
+        );
+        let again = g
+            .authenticate(&cfg, ip(), &body, "ask", NOW + 1)
+            .unwrap_err();
+        assert!(again.message.contains("replayed"), "{again:?}");
+    }
+
+    #[test]
+    fn our_signed_bodies_verify_the_way_dsh_verifies() {
+        // dsh-ask-peer checks the signature over everything but publicKey and signature, so
+        // the replay-safe members ride along inside the signed bytes.
+        let (_, key) = setup();
+        let body = signed(&key, "ask", "bob", NOW);
+        let bytes =
+            crate::ask::canon::canonical_without(&body, &["publicKey", "signature"]).unwrap();
+        let sign = body["publicKey"].as_str().unwrap();
+        let public = crate::ask::canon::parse_sign(sign).unwrap();
+        assert!(crate::ask::canon::verify(
+            &public,
+            &bytes,
+            body["signature"].as_str().unwrap()
+        ));
+        for k in SIGNED_EXTRA {
+            assert!(body.contains_key(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn signed_refusals() {
+        let (cfg, key) = setup();
+        let g = Guard::new(&cfg);
+        let check = |b: &Map<String, Value>, purpose: &str, want: &str| {
+            let e = g.authenticate(&cfg, ip(), b, purpose, NOW).unwrap_err();
+            assert_eq!(e.status, 403);
+            assert!(e.message.contains(want), "{want}: {e:?}");
+        };
+        check(
+            &signed(&key, "ask", "bob", NOW - SIGNATURE_WINDOW_MS - 1),
+            "ask",
+            "stale",
+        );
+        check(
+            &signed(&key, "ask", "bob", NOW + SIGNATURE_WINDOW_MS + 1),
+            "ask",
+            "stale",
+        );
+        check(&signed(&key, "recommend", "bob", NOW), "ask", "purpose");
+        check(&signed(&key, "ask", "carol", NOW), "ask", "audience");
+        let mut tampered = signed(&key, "ask", "bob", NOW);
+        tampered.insert("question".into(), json!("other?"));
+        check(&tampered, "ask", "invalid signature");
+        let impostor = AskKey::from_seed(&[1u8; 32]);
+        check(
+            &signed(&impostor, "ask", "bob", NOW),
+            "ask",
+            "public key mismatch",
+        );
+        let mut unsigned = signed(&key, "ask", "bob", NOW);
+        unsigned.remove("signature");
+        check(&unsigned, "ask", "invalid signature");
+        let mut float = signed(&key, "ask", "bob", NOW);
+        float.insert("timeoutMs".into(), json!(1.5));
+        check(&float, "ask", "invalid signature");
+    }
+
+    #[test]
+    fn secrets_compare_by_digest() {
+        assert!(secret_eq("s3cret", "s3cret"));
+        assert!(!secret_eq("s3cre", "s3cret"));
+        assert!(!secret_eq("", "s3cret"));
+    }
+
+    #[test]
+    fn tokens_and_allowlist() {
+        let (cfg, _) = setup();
+        let g = Guard::new(&cfg);
+        let body = |caller: &str, token: Option<&str>| {
+            let mut b = json!({"caller": caller}).as_object().unwrap().clone();
+            if let Some(t) = token {
+                b.insert("token".into(), json!(t));
+            }
+            b
+        };
+        assert!(
+            g.authenticate(&cfg, ip(), &body("cy", Some("s3cret")), "ask", NOW)
+                .is_ok()
+        );
+        for (b, want) in [
+            (body("cy", Some("s3creT")), "invalid token"),
+            (body("cy", Some("")), "invalid token"),
+            (body("cy", None), "invalid token"),
+            (body("eve", Some("s3cret")), "not an allowed peer"),
+            (body("nobody", Some("")), "neither a token"),
+            (body("nobody", None), "neither a token"),
+        ] {
+            let e = g.authenticate(&cfg, ip(), &b, "ask", NOW).unwrap_err();
+            assert!(e.message.contains(want), "{want}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn failures_spend_the_address_budget_and_friends_have_theirs() {
+        let (mut cfg, _) = setup();
+        cfg.address_failures_per_minute = 3;
+        cfg.friend_asks_per_minute = 2;
+        let g = Guard::new(&cfg);
+        let bad = json!({"caller": "eve"}).as_object().unwrap().clone();
+        for _ in 0..3 {
+            assert_eq!(
+                g.authenticate(&cfg, ip(), &bad, "ask", NOW)
+                    .unwrap_err()
+                    .status,
+                403
+            );
+        }
+        assert_eq!(
+            g.authenticate(&cfg, ip(), &bad, "ask", NOW)
+                .unwrap_err()
+                .status,
+            429
+        );
+        // Another address is unaffected; the budget refills with time.
+        let other = IpAddr::from([127, 0, 0, 2]);
+        assert_eq!(
+            g.authenticate(&cfg, other, &bad, "ask", NOW)
+                .unwrap_err()
+                .status,
+            403
+        );
+        assert_eq!(
+            g.authenticate(&cfg, ip(), &bad, "ask", NOW + 20_000)
+                .unwrap_err()
+                .status,
+            403
+        );
+        assert!(g.charge_friend("cy", NOW).is_ok());
+        assert!(g.charge_friend("cy", NOW).is_ok());
+        assert_eq!(g.charge_friend("cy", NOW).unwrap_err().status, 429);
+        assert!(g.charge_friend("ada", NOW).is_ok());
+    }
+}

@@ -1,0 +1,260 @@
+//! A small blocking HTTP/1.1 client over std `TcpStream` for talking to ask servers (ours or
+//! dsh-ask-peer's): connect and read deadlines, a bounded response, the status line and
+//! headers parsed with `httparse`, and the JSON body kept for error replies too, so a
+//! declined ask, a forbidden caller and a timeout stay distinguishable.
+
+use crate::error::{Code, Error, Result};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// Largest response accepted (head and body).
+pub const RESPONSE_BYTES_MAX: usize = 4 << 20;
+const HEADERS_MAX: usize = 48;
+
+/// A parsed reply: HTTP status and JSON body (`Null` when the body is empty).
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Reply {
+    /// The body of a 2xx reply, or the server's `{"ok":false,"error":{code,message}}` as an
+    /// `Error` with the matching code.
+    pub fn into_result(self) -> Result<Value> {
+        if (200..300).contains(&self.status) {
+            return Ok(self.body);
+        }
+        Err(error_of(self.status, &self.body))
+    }
+}
+
+/// Maps an error reply to our `Error`: the wire code when it is one we know, else the status.
+pub fn error_of(status: u16, body: &Value) -> Error {
+    let err = body.get("error");
+    let wire = err
+        .and_then(|e| e.get("code"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let message = err
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or("the peer gave no reason");
+    let code = match (wire, status) {
+        ("declined", _) => Code::AskDeclined,
+        ("approval_unavailable", _) => Code::ApprovalUnavailable,
+        ("ask_failed", _) => Code::AskFailed,
+        ("no_recommendation", _) => Code::NoRecommendation,
+        ("forbidden", _) | (_, 403) => Code::AuthFailed,
+        ("rate_limited", _) | (_, 429) => Code::RateLimited,
+        ("payload_too_large", _) | (_, 413) => Code::MessageTooLarge,
+        ("not_found", _) | (_, 404) => Code::NotFound,
+        ("bad_request", _) | (_, 400) => Code::InvalidRequest,
+        _ => Code::Io,
+    };
+    let wire_shown = if wire.is_empty() { "error" } else { wire };
+    Error::new(
+        code,
+        format!(
+            "peer answered {status} {}: {}",
+            crate::sanitize::line(wire_shown, 40),
+            crate::sanitize::line(message, 400)
+        ),
+    )
+}
+
+/// `GET path` and the JSON reply.
+pub fn get_json(host: &str, port: u16, path: &str, timeout: Duration) -> Result<Reply> {
+    request("GET", host, port, path, None, timeout)
+}
+
+/// `POST path` with a JSON body and the JSON reply.
+pub fn post_json(
+    host: &str,
+    port: u16,
+    path: &str,
+    body: &Value,
+    timeout: Duration,
+) -> Result<Reply> {
+    let bytes = serde_json::to_vec(body)
+        .map_err(|e| Error::new(Code::InvalidRequest, format!("cannot encode request: {e}")))?;
+    request("POST", host, port, path, Some(&bytes), timeout)
+}
+
+/// One request on a fresh connection; `timeout` bounds connect, write and read together.
+pub fn request(
+    method: &str,
+    host: &str,
+    port: u16,
+    path: &str,
+    body: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<Reply> {
+    let deadline = Instant::now() + timeout;
+    let mut stream = connect(host, port, deadline)?;
+    let where_ = format!("{host}:{port}");
+    let host_header = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        where_.clone()
+    };
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {host_header}\r\naccept: application/json\r\nconnection: close\r\n"
+    );
+    if let Some(b) = body {
+        head.push_str(&format!(
+            "content-type: application/json\r\ncontent-length: {}\r\n",
+            b.len()
+        ));
+    }
+    head.push_str("\r\n");
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(body.unwrap_or_default());
+    let remaining = left(deadline, &where_)?;
+    stream
+        .set_write_timeout(Some(remaining))
+        .and_then(|()| stream.write_all(&bytes))
+        .map_err(|e| io_error(&where_, &e))?;
+    let raw = read_response(&mut stream, deadline, &where_)?;
+    parse_response(&raw).map_err(|m| Error::new(Code::InvalidRequest, format!("{where_}: {m}")))
+}
+
+fn left(deadline: Instant, where_: &str) -> Result<Duration> {
+    let d = deadline.saturating_duration_since(Instant::now());
+    if d.is_zero() {
+        return Err(Error::new(
+            Code::Timeout,
+            format!("{where_} did not answer in time"),
+        ));
+    }
+    Ok(d)
+}
+
+fn io_error(where_: &str, e: &std::io::Error) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            Error::new(Code::Timeout, format!("{where_} did not answer in time"))
+        }
+        _ => Error::new(Code::Disconnected, format!("{where_}: {e}")),
+    }
+}
+
+fn connect(host: &str, port: u16, deadline: Instant) -> Result<TcpStream> {
+    let where_ = format!("{host}:{port}");
+    let addrs: Vec<_> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| Error::new(Code::PeerOffline, format!("cannot resolve {where_}: {e}")))?
+        .take(8)
+        .collect();
+    let mut last = None;
+    for addr in addrs {
+        let remaining = left(deadline, &where_)?;
+        match TcpStream::connect_timeout(&addr, remaining) {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(Error::new(
+        Code::PeerOffline,
+        match last {
+            Some(e) => format!("cannot connect to {where_}: {e}"),
+            None => format!("{where_} has no address"),
+        },
+    ))
+}
+
+/// Reads until the peer closes or the declared length is complete, within the deadline and
+/// the byte bound.
+fn read_response(stream: &mut TcpStream, deadline: Instant, where_: &str) -> Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(total) = complete_length(&buf)
+            && buf.len() >= total
+        {
+            buf.truncate(total);
+            return Ok(buf);
+        }
+        let remaining = left(deadline, where_)?;
+        stream
+            .set_read_timeout(Some(remaining))
+            .map_err(|e| io_error(where_, &e))?;
+        match stream.read(&mut chunk) {
+            Ok(0) => return Ok(buf),
+            Ok(n) => {
+                if buf.len() + n > RESPONSE_BYTES_MAX {
+                    return Err(Error::new(
+                        Code::MessageTooLarge,
+                        format!("{where_} answered more than {RESPONSE_BYTES_MAX} bytes"),
+                    ));
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_error(where_, &e)),
+        }
+    }
+}
+
+/// Head length plus content length, once the head is complete and declares a length.
+fn complete_length(buf: &[u8]) -> Option<usize> {
+    let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+    let mut resp = httparse::Response::new(&mut headers);
+    let httparse::Status::Complete(len) = resp.parse(buf).ok()? else {
+        return None;
+    };
+    let cl = resp
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))?;
+    let n: usize = std::str::from_utf8(cl.value).ok()?.trim().parse().ok()?;
+    Some(len.saturating_add(n))
+}
+
+/// Parses a complete response (pure).
+pub fn parse_response(raw: &[u8]) -> std::result::Result<Reply, String> {
+    let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+    let mut resp = httparse::Response::new(&mut headers);
+    let len = match resp.parse(raw) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Err("the connection closed mid-answer".into()),
+        Err(e) => return Err(format!("malformed HTTP answer ({e})")),
+    };
+    let status = resp.code.unwrap_or(0);
+    let body = &raw[len..];
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        serde_json::from_slice(body).map_err(|e| format!("answer is not JSON ({e})"))?
+    };
+    Ok(Reply { status, body })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_parse_and_errors_keep_their_code() {
+        let raw = b"HTTP/1.1 403 Forbidden\r\ncontent-length: 60\r\n\r\n{\"ok\":false,\"error\":{\"code\":\"declined\",\"message\":\"no\"}}    ";
+        let r = parse_response(raw).unwrap();
+        assert_eq!(r.status, 403);
+        let e = r.into_result().unwrap_err();
+        assert_eq!(e.code, Code::AskDeclined);
+        assert!(e.message.contains("declined"));
+        let r = parse_response(b"HTTP/1.1 204 No Content\r\n\r\n").unwrap();
+        assert_eq!(r.body, Value::Null);
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\n\r\nnot json").is_err());
+        assert!(parse_response(b"HTTP/1.1 200").is_err());
+        assert_eq!(error_of(429, &Value::Null).code, Code::RateLimited);
+        assert_eq!(
+            complete_length(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nab"),
+            Some(41)
+        );
+    }
+}

@@ -1,0 +1,506 @@
+//! The `/ask` endpoint and the lifecycle of asks: validation, authentication, policy, the
+//! owner's approval, one answerer per ask, and async asks (`202` + `askId`, then
+//! pending → running → answered / declined / failed). Finished results stay readable for
+//! `resultTtlMs` (10 minutes by default) after they finish. Stored asks, asks in flight and
+//! concurrent answerers are bounded.
+//!
+//! `/ask/status` does not hand out an answer for the `askId` alone: `POST /ask/status` with
+//! the same credentials as `/ask` (token, or a signature with purpose `status`) returns the
+//! answer to the friend who asked; `GET /ask/status?askId=` (dsh-ask-peer's form) returns only
+//! the status word.
+
+use super::ServerState;
+use super::answer::{self, Answer, Work};
+use super::approval::Outcome;
+use super::config::Mode;
+use super::http::{ApiError, Request, Response};
+use parking_lot::{Condvar, Mutex};
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest question accepted, in characters.
+pub const QUESTION_CHARS_MAX: usize = 32_000;
+
+/// Where an ask is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    Pending,
+    Running,
+    Answered,
+    Declined,
+    Failed,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Running => "running",
+            Status::Answered => "answered",
+            Status::Declined => "declined",
+            Status::Failed => "failed",
+        }
+    }
+    fn is_final(self) -> bool {
+        matches!(self, Status::Answered | Status::Declined | Status::Failed)
+    }
+}
+
+/// A validated `/ask` body.
+#[derive(Clone, Debug)]
+pub struct AskRequest {
+    pub caller: String,
+    pub question: String,
+    pub context_files: Vec<String>,
+    pub timeout_ms: u64,
+    pub is_async: bool,
+}
+
+/// Validates an `/ask` body against the configured bounds (pure).
+pub fn parse_ask(
+    body: &Map<String, Value>,
+    config: &super::config::AskConfig,
+) -> Result<AskRequest, ApiError> {
+    let required =
+        || ApiError::bad_request("protocolVersion, caller, and a non-empty question are required");
+    if body.get("protocolVersion").and_then(Value::as_u64) != Some(super::PROTOCOL_VERSION) {
+        return Err(required());
+    }
+    let caller = body
+        .get("caller")
+        .and_then(Value::as_str)
+        .ok_or_else(required)?;
+    let question = body
+        .get("question")
+        .and_then(Value::as_str)
+        .filter(|q| !q.trim().is_empty())
+        .ok_or_else(required)?;
+    if question.chars().count() > QUESTION_CHARS_MAX {
+        return Err(ApiError::bad_request(format!(
+            "question exceeds {QUESTION_CHARS_MAX} characters"
+        )));
+    }
+    let mut context_files = Vec::new();
+    match body.get("contextFiles") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) => {
+            if items.len() > config.max_context_files {
+                return Err(ApiError::bad_request(format!(
+                    "at most {} contextFiles are accepted",
+                    config.max_context_files
+                )));
+            }
+            for item in items {
+                let path = item
+                    .as_str()
+                    .ok_or_else(|| ApiError::bad_request("contextFiles must be strings"))?;
+                context_files.push(path.to_string());
+            }
+        }
+        Some(_) => return Err(ApiError::bad_request("contextFiles must be an array")),
+    }
+    let timeout_ms = match body.get("timeoutMs") {
+        None | Some(Value::Null) => config.timeout_ms,
+        Some(v) => match v.as_u64() {
+            Some(n) if n > 0 => n.min(config.timeout_ms),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "timeoutMs must be a positive integer",
+                ));
+            }
+        },
+    };
+    let is_async = match body.get("async") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(ApiError::bad_request("async must be true or false")),
+    };
+    Ok(AskRequest {
+        caller: caller.to_string(),
+        question: question.to_string(),
+        context_files,
+        timeout_ms,
+        is_async,
+    })
+}
+
+struct Job {
+    caller: String,
+    status: Status,
+    answer: Option<Answer>,
+    error: Option<ApiError>,
+    done_ms: Option<u64>,
+}
+
+/// Async asks and the answerer slots.
+pub struct Jobs {
+    map: Mutex<HashMap<String, Job>>,
+    answering: Mutex<usize>,
+    freed: Condvar,
+    max_stored: usize,
+    max_in_flight: usize,
+    max_answering: usize,
+    ttl_ms: u64,
+}
+
+/// Holds one answerer slot while alive.
+pub struct Slot<'a>(&'a Jobs);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut n = self.0.answering.lock();
+        *n = n.saturating_sub(1);
+        self.0.freed.notify_one();
+    }
+}
+
+impl Jobs {
+    pub fn new(config: &super::config::AskConfig) -> Jobs {
+        Jobs {
+            map: Mutex::new(HashMap::new()),
+            answering: Mutex::new(0),
+            freed: Condvar::new(),
+            max_stored: config.max_stored_asks,
+            max_in_flight: config.max_concurrent_asks + config.max_pending_approvals,
+            max_answering: config.max_concurrent_asks,
+            ttl_ms: config.result_ttl_ms,
+        }
+    }
+
+    /// An answerer slot, waiting up to `wait` for one when `maxConcurrentAsks` answerers run
+    /// (a synchronous ask does not wait; an async one waits up to its timeout); 429 after.
+    pub fn slot(&self, wait: Duration) -> Result<Slot<'_>, ApiError> {
+        let deadline = std::time::Instant::now() + wait;
+        let mut n = self.answering.lock();
+        while *n >= self.max_answering {
+            let timed_out = wait.is_zero() || self.freed.wait_until(&mut n, deadline).timed_out();
+            if timed_out && *n >= self.max_answering {
+                return Err(ApiError::rate_limited(
+                    "all answerers are busy; retry later",
+                ));
+            }
+        }
+        *n += 1;
+        Ok(Slot(self))
+    }
+
+    fn purge(&self, map: &mut HashMap<String, Job>, now: u64) {
+        map.retain(|_, j| {
+            j.done_ms
+                .is_none_or(|d| now.saturating_sub(d) < self.ttl_ms)
+        });
+    }
+
+    /// Stores a new async ask.
+    pub fn create(&self, ask_id: &str, caller: &str, status: Status) -> Result<(), ApiError> {
+        let mut map = self.map.lock();
+        self.purge(&mut map, crate::clock::now_ms());
+        let in_flight = map.values().filter(|j| !j.status.is_final()).count();
+        if map.len() >= self.max_stored || in_flight >= self.max_in_flight {
+            return Err(ApiError::rate_limited("too many stored asks; retry later"));
+        }
+        map.insert(
+            ask_id.to_string(),
+            Job {
+                caller: caller.to_string(),
+                status,
+                answer: None,
+                error: None,
+                done_ms: None,
+            },
+        );
+        Ok(())
+    }
+
+    pub fn set_running(&self, ask_id: &str) {
+        if let Some(j) = self.map.lock().get_mut(ask_id) {
+            j.status = Status::Running;
+        }
+    }
+
+    pub fn finish(&self, ask_id: &str, result: Result<Answer, ApiError>) {
+        let mut map = self.map.lock();
+        if let Some(j) = map.get_mut(ask_id) {
+            j.done_ms = Some(crate::clock::now_ms());
+            match result {
+                Ok(a) => {
+                    j.status = Status::Answered;
+                    j.answer = Some(a);
+                }
+                Err(e) => {
+                    j.status = if e.code == "declined" {
+                        Status::Declined
+                    } else {
+                        Status::Failed
+                    };
+                    j.error = Some(e);
+                }
+            }
+        }
+    }
+
+    /// The status view; the answer only for `Some(caller)` equal to the asker.
+    pub fn view(&self, ask_id: &str, caller: Option<&str>) -> Option<Value> {
+        let mut map = self.map.lock();
+        self.purge(&mut map, crate::clock::now_ms());
+        let job = map.get(ask_id)?;
+        let mut v = json!({"ok": true, "status": job.status.name()});
+        match caller {
+            Some(c) if c == job.caller => {
+                if let Some(a) = &job.answer {
+                    v["answer"] = json!(a.text);
+                    v["truncated"] = json!(a.truncated);
+                }
+                if let Some(e) = &job.error {
+                    v["error"] = json!(e.message);
+                    v["errorCode"] = json!(e.code);
+                }
+            }
+            Some(_) => return None,
+            None => {}
+        }
+        Some(v)
+    }
+}
+
+/// A random version-4 UUID, the form dsh-ask-peer uses for ask ids.
+pub fn new_ask_id() -> String {
+    let mut b = [0u8; 16];
+    crate::identity::random_bytes(&mut b);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = crate::identity::hex(&b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// `POST /ask`.
+pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, ApiError> {
+    let now = crate::clock::now_ms();
+    state.guard.admit_address(req.ip(), now)?;
+    let body = req.json_object()?;
+    let ask = parse_ask(&body, &state.config)?;
+    let friend = state
+        .guard
+        .authenticate(&state.config, req.ip(), &body, "ask", now)?;
+    if friend.mode == Mode::Deny {
+        return Err(ApiError::forbidden(format!(
+            "policy denies asks from \"{}\"",
+            friend.name
+        )));
+    }
+    state.guard.charge_friend(&friend.name, now)?;
+    answer::ready(state)?;
+    let files = answer::read_context(state, &ask.context_files)?;
+    let work = Work {
+        ask_id: new_ask_id(),
+        caller: friend.name.clone(),
+        mode: friend.mode,
+        question: ask.question,
+        context_paths: ask.context_files,
+        files,
+        timeout_ms: ask.timeout_ms,
+    };
+    if !ask.is_async {
+        let a = process(state, &work, false, &|| {})?;
+        return Ok(Response::ok(
+            json!({"ok": true, "answer": a.text, "truncated": a.truncated}),
+        ));
+    }
+    let first = if work.mode == Mode::Ask {
+        Status::Pending
+    } else {
+        Status::Running
+    };
+    state.jobs.create(&work.ask_id, &work.caller, first)?;
+    let ask_id = work.ask_id.clone();
+    let st = state.clone();
+    let spawned = std::thread::Builder::new()
+        .name("ask-async".into())
+        .spawn(move || {
+            let result = process(&st, &work, true, &|| st.jobs.set_running(&work.ask_id));
+            st.jobs.finish(&work.ask_id, result);
+        });
+    if spawned.is_err() {
+        state
+            .jobs
+            .finish(&ask_id, Err(ApiError::internal("cannot start the ask")));
+    }
+    Ok(Response::json(202, json!({"ok": true, "askId": ask_id})))
+}
+
+/// Approval (in `ask` mode), then one answerer in a slot.
+pub fn process(
+    state: &ServerState,
+    work: &Work,
+    is_async: bool,
+    on_running: &dyn Fn(),
+) -> Result<Answer, ApiError> {
+    if work.mode == Mode::Ask {
+        state.approvals.register(
+            &work.ask_id,
+            &work.caller,
+            &work.question,
+            &work.context_paths,
+            state.config.approval_timeout_ms,
+        )?;
+        let wait = Duration::from_millis(state.config.approval_timeout_ms);
+        match state.approvals.wait(&work.ask_id, wait, &state.stopping) {
+            Outcome::Approved => {}
+            Outcome::Declined => {
+                return Err(ApiError::new(403, "declined", "the owner declined the ask"));
+            }
+            Outcome::TimedOut => {
+                return Err(ApiError::new(
+                    403,
+                    "approval_unavailable",
+                    "no owner decision within approvalTimeoutMs; the ask failed closed",
+                ));
+            }
+        }
+    }
+    let wait = if is_async {
+        Duration::from_millis(work.timeout_ms)
+    } else {
+        Duration::ZERO
+    };
+    let _slot = state.jobs.slot(wait)?;
+    on_running();
+    answer::run(state, work)
+}
+
+/// `GET /ask/status?askId=` (status word only) and `POST /ask/status` (authenticated).
+pub fn handle_status(state: &ServerState, req: &Request) -> Result<Response, ApiError> {
+    let unknown = |id: &str| {
+        ApiError::not_found(format!(
+            "unknown or expired ask {}",
+            crate::sanitize::line(id, 64)
+        ))
+    };
+    if req.method == "GET" {
+        let id = req
+            .query_param("askId")
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| ApiError::bad_request("askId is required"))?;
+        return state
+            .jobs
+            .view(&id, None)
+            .map(Response::ok)
+            .ok_or_else(|| unknown(&id));
+    }
+    let now = crate::clock::now_ms();
+    let body = req.json_object()?;
+    let id = body
+        .get("askId")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ApiError::bad_request("askId is required"))?;
+    let friend = state
+        .guard
+        .authenticate(&state.config, req.ip(), &body, "status", now)?;
+    state
+        .jobs
+        .view(id, Some(&friend.name))
+        .map(Response::ok)
+        .ok_or_else(|| unknown(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ask::config::AskConfig;
+
+    fn body(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn ask_bodies_are_validated() {
+        let c = AskConfig::default();
+        let ok = parse_ask(
+            &body(json!({"protocolVersion": 1, "caller": "a", "question": "q", "timeoutMs": 999_999_999, "async": true})),
+            &c,
+        )
+        .unwrap();
+        assert_eq!(ok.timeout_ms, c.timeout_ms);
+        assert!(ok.is_async);
+        for bad in [
+            json!({"protocolVersion": 2, "caller": "a", "question": "q"}),
+            json!({"protocolVersion": 1, "caller": "a", "question": "  "}),
+            json!({"protocolVersion": 1, "question": "q"}),
+            json!({"protocolVersion": 1, "caller": "a", "question": "q", "contextFiles": "x"}),
+            json!({"protocolVersion": 1, "caller": "a", "question": "q", "contextFiles": [1]}),
+            json!({"protocolVersion": 1, "caller": "a", "question": "q", "timeoutMs": -1}),
+            json!({"protocolVersion": 1, "caller": "a", "question": "q", "async": "yes"}),
+        ] {
+            assert_eq!(
+                parse_ask(&body(bad.clone()), &c).unwrap_err().status,
+                400,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn answerer_slots_are_bounded_and_async_asks_wait_for_one() {
+        let jobs = Arc::new(Jobs::new(&AskConfig {
+            max_concurrent_asks: 1,
+            ..AskConfig::default()
+        }));
+        let held = jobs.slot(Duration::ZERO).unwrap();
+        assert_eq!(jobs.slot(Duration::ZERO).err().unwrap().status, 429);
+        assert_eq!(
+            jobs.slot(Duration::from_millis(20)).err().unwrap().status,
+            429
+        );
+        let j = jobs.clone();
+        let waiter = std::thread::spawn(move || j.slot(Duration::from_secs(10)).is_ok());
+        std::thread::sleep(Duration::from_millis(30));
+        drop(held);
+        assert!(waiter.join().unwrap());
+    }
+
+    #[test]
+    fn results_are_only_for_the_asker_and_expire() {
+        let c = AskConfig {
+            result_ttl_ms: 30,
+            max_stored_asks: 2,
+            ..AskConfig::default()
+        };
+        let jobs = Jobs::new(&c);
+        jobs.create("a", "ada", Status::Running).unwrap();
+        jobs.finish(
+            "a",
+            Ok(Answer {
+                text: "42".into(),
+                truncated: false,
+            }),
+        );
+        assert_eq!(
+            jobs.view("a", None).unwrap(),
+            json!({"ok": true, "status": "answered"})
+        );
+        assert_eq!(jobs.view("a", Some("ada")).unwrap()["answer"], "42");
+        assert!(jobs.view("a", Some("eve")).is_none());
+        jobs.create("b", "ada", Status::Pending).unwrap();
+        assert_eq!(
+            jobs.create("c", "ada", Status::Pending).unwrap_err().status,
+            429
+        );
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(jobs.view("a", Some("ada")).is_none());
+        assert!(
+            jobs.view("b", None).is_some(),
+            "unfinished asks do not expire"
+        );
+        assert!(new_ask_id().len() == 36);
+    }
+}

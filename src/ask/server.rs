@@ -1,0 +1,142 @@
+//! The ask server's shell: a std `TcpListener`, one thread per connection up to
+//! `maxConnections` (past it a caller gets a canned 429 from the acceptor and costs no
+//! thread), reading one bounded request per connection and writing the router's response.
+//! The state, the router and `start` live in the module root; the request and response types
+//! in `http` (re-exported here).
+
+pub use super::http::{ApiError, Request, Response};
+pub use super::{ServerState, start};
+use crate::error::{Code, Error, Result};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long a response write may take before the client is dropped.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the acceptor looks at the stop flag.
+const ACCEPT_POLL_MS: u16 = 200;
+
+/// A running server.
+pub struct ServerHandle {
+    pub state: Arc<ServerState>,
+    stop: Arc<AtomicBool>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    pub fn addr(&self) -> SocketAddr {
+        self.state.listen
+    }
+
+    /// Stops accepting, ends waits, removes the owner's state file, joins the acceptor.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.state.stopping.store(true, Ordering::SeqCst);
+        self.state.approvals.wake_all();
+        if let Some(t) = self.acceptor.take() {
+            let _ = t.join();
+        }
+        self.state.approvals.remove_owner_file();
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Starts the acceptor thread on a bound, non-blocking listener.
+pub(super) fn spawn(listener: TcpListener, state: Arc<ServerState>) -> Result<ServerHandle> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let acceptor = {
+        let (state, stop) = (state.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("ask-acceptor".into())
+            .spawn(move || accept_loop(listener, state, stop))
+            .map_err(|e| Error::new(Code::Io, format!("cannot start acceptor: {e}")))?
+    };
+    Ok(ServerHandle {
+        state,
+        stop,
+        acceptor: Some(acceptor),
+    })
+}
+
+fn accept_loop(listener: TcpListener, state: Arc<ServerState>, stop: Arc<AtomicBool>) {
+    let active = Arc::new(AtomicUsize::new(0));
+    while !stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, peer)) => admit(stream, peer, &state, &active),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let mut fds = [nix::poll::PollFd::new(
+                    listener.as_fd(),
+                    nix::poll::PollFlags::POLLIN,
+                )];
+                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ACCEPT_POLL_MS));
+            }
+            // EMFILE and friends: back off briefly instead of spinning.
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Gives the connection a thread, or a canned 429 when all are busy.
+fn admit(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    state: &Arc<ServerState>,
+    active: &Arc<AtomicUsize>,
+) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_nodelay(true);
+    if active.fetch_add(1, Ordering::SeqCst) >= state.config.max_connections {
+        active.fetch_sub(1, Ordering::SeqCst);
+        let busy = ApiError::rate_limited("server busy: too many open connections");
+        super::http::write_response(
+            &mut stream,
+            429,
+            &busy.response().bytes(),
+            Duration::from_millis(100),
+        );
+        return;
+    }
+    let (state, active2) = (state.clone(), active.clone());
+    let spawned = std::thread::Builder::new()
+        .name("ask-conn".into())
+        .spawn(move || {
+            serve_connection(stream, peer, &state);
+            active2.fetch_sub(1, Ordering::SeqCst);
+        });
+    if spawned.is_err() {
+        active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn serve_connection(mut stream: TcpStream, peer: SocketAddr, state: &Arc<ServerState>) {
+    let head_timeout = Duration::from_millis(state.config.header_timeout_ms);
+    let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
+    let resp = match super::http::read_request(&mut stream, head_timeout, body_timeout) {
+        Ok((head, body)) => {
+            let req = Request {
+                method: head.method,
+                path: head.path,
+                query: head.query,
+                headers: head.headers,
+                body,
+                peer,
+            };
+            super::route(state, &req)
+        }
+        Err(super::http::ReadFailure::Reply(e)) => e.response(),
+        Err(super::http::ReadFailure::Drop) => return,
+    };
+    super::http::write_response(&mut stream, resp.status, &resp.bytes(), WRITE_TIMEOUT);
+}
