@@ -5,7 +5,7 @@
 use serde_json::Value;
 use std::process::Command;
 
-const FIGURES: [&str; 7] = [
+const FIGURES: [&str; 8] = [
     "warmAccept",
     "coldSend",
     "inboxLatency",
@@ -13,6 +13,7 @@ const FIGURES: [&str; 7] = [
     "throughput8",
     "throughput64",
     "warmAcceptCrowded",
+    "history",
 ];
 const FLOORS: [&str; 6] = [
     "udsTrip",
@@ -82,7 +83,18 @@ fn quick_bench_reports_every_figure_beside_its_floor_with_nothing_lost() {
     assert_eq!(i["duplicates"], 0, "{i}");
     assert_eq!(i["failedSends"], 0, "{i}");
     assert!(number(&i["accepted"], "accepted") >= 6.0);
-    assert_eq!(i["phases"].as_array().unwrap().len(), 7);
+    assert_eq!(i["phases"].as_array().unwrap().len(), 8);
+    assert!(number(&r["idle"]["wakeupsPerSecond"], "idle wakeups") >= 0.0);
+    let fsyncs = r["fsyncsPerMessage"].as_array().unwrap();
+    assert_eq!(fsyncs.len(), 4, "{fsyncs:?}");
+    // Every accepted message cost the receiver at least one shared fdatasync batch.
+    assert!(number(&fsyncs[0]["receiver"], "warm receiver fsyncs") > 0.0);
+    assert!(number(&r["idle"]["rssKb"], "idle rss") > 0.0);
+    let h = &r["history"];
+    assert_eq!(h["window"], 100, "{h}");
+    assert_eq!(h["sentBefore"], 1000, "{h}");
+    number(&h["senderCpuUsPerMessage"]["after"], "history cpu");
+    assert!(number(&h["senderRssKbAfter"], "history rss") > 0.0);
     assert!(number(&r["process"]["receiver"]["peak"]["rssKb"], "rss") > 0.0);
     assert!(number(&r["process"]["receiver"]["idle"]["threads"], "threads") >= 1.0);
     assert!(number(&r["limitOverrides"]["ratePerSecond"], "rate") > 10.0);

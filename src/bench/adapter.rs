@@ -49,6 +49,14 @@ impl Adapter {
         }
     }
 
+    /// The root's journal fdatasyncs since it started (`local.info`).
+    pub fn syncs(&mut self) -> Result<u64> {
+        let r = self.client.call("local.info", json!({}), SEND_TIMEOUT_MS)?;
+        r["store"]["syncs"]
+            .as_u64()
+            .ok_or_else(|| Error::new(Code::InvalidRequest, "local.info has no store.syncs"))
+    }
+
     /// One `peer_messages` page after `after`, waiting up to `wait_ms` for something new.
     pub fn page(&mut self, after: u64, wait_ms: u64) -> Result<Page> {
         let r = self.tool(

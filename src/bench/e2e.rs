@@ -38,6 +38,9 @@ pub struct Plan {
     pub crowded: usize,
     /// (concurrent senders, messages per sender) for each throughput run.
     pub throughput: Vec<(usize, usize)>,
+    /// History: a fresh sender's CPU per message over its first `history.0` sends, and again
+    /// over `history.0` sends once `history.1` have been sent.
+    pub history: (usize, usize),
 }
 
 impl Plan {
@@ -55,6 +58,10 @@ impl Plan {
                 .iter()
                 .map(|&k| (k, (total / k.max(1)).max(2)))
                 .collect(),
+            history: {
+                let first = (5 * n).clamp(100, 2_500);
+                (first, 10 * first)
+            },
         }
     }
 
@@ -66,6 +73,8 @@ impl Plan {
             + self.probes
             + self.crowded
             + self.throughput.iter().map(|(k, m)| k * m).sum::<usize>()
+            + self.history.0
+            + self.history.1
     }
 
     pub fn senders_max(&self) -> usize {
@@ -102,6 +111,35 @@ pub struct Throughput {
     pub peers: usize,
 }
 
+/// CPU cost per message of one fresh sender, early and after a long history.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct History {
+    /// Messages in each measured window.
+    pub window: usize,
+    /// Messages sent before the second window starts.
+    pub sent: usize,
+    /// Sender CPU µs per message over its first `window` sends.
+    pub first_cpu_us: f64,
+    /// Sender CPU µs per message over `window` sends after `sent`.
+    pub after_cpu_us: f64,
+    /// The receiver's CPU µs per message over the same two windows.
+    pub first_rx_cpu_us: f64,
+    pub after_rx_cpu_us: f64,
+    /// The sender's resident set after the second window.
+    pub sender_rss_kb: u64,
+    /// Send latencies of the two windows.
+    pub first_latency: super::stats::Summary,
+    pub after_latency: super::stats::Summary,
+}
+
+/// An idle receiver over a quiet window: how often its threads woke, and its resident set.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Idle {
+    pub seconds: f64,
+    pub wakeups_per_second: f64,
+    pub rss_kb: u64,
+}
+
 /// Peak counters seen while sampling, next to the idle reading.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Counters {
@@ -122,6 +160,11 @@ pub struct Outcome {
     pub cold: Vec<f64>,
     pub inbox: Vec<f64>,
     pub throughput: Vec<Throughput>,
+    pub history: Option<History>,
+    pub idle: Option<Idle>,
+    /// Journal fdatasyncs counted by the roots (`local.info`) per phase: (phase, messages,
+    /// senders' syncs, receiver's syncs).
+    pub fsyncs: Vec<(String, usize, u64, u64)>,
     pub receiver: Counters,
     pub sender: Counters,
     pub audits: Vec<(String, Audit)>,
@@ -171,7 +214,7 @@ struct Run<'a> {
 }
 
 /// Runs phase 2 in a fresh namespace under `dir`.
-pub fn run(exe: &Path, dir: &Path, plan: &Plan) -> Outcome {
+pub fn run(exe: &Path, dir: &Path, plan: &Plan, idle_ms: u64) -> Outcome {
     let mut out = Outcome::default();
     let mut run = match setup(exe, dir, plan) {
         Ok(r) => r,
@@ -183,6 +226,7 @@ pub fn run(exe: &Path, dir: &Path, plan: &Plan) -> Outcome {
     let stop = Arc::new(AtomicBool::new(false));
     let pids = [run.rx.pid, run.tx.first().map_or(0, |h| h.pid)];
     std::thread::sleep(Duration::from_millis(SETTLE_MS));
+    run.out.idle = Some(idle(run.rx.pid, idle_ms));
     let sampler = spawn_sampler(pids, stop.clone());
     run.phases(plan);
     stop.store(true, Ordering::SeqCst);
@@ -275,6 +319,20 @@ fn spawn_sampler(pids: [u32; 2], stop: Arc<AtomicBool>) -> std::thread::JoinHand
     })
 }
 
+/// Watches an idle process for `ms` milliseconds without touching it.
+fn idle(pid: u32, ms: u64) -> Idle {
+    let before = machine::context_switches(pid);
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_millis(ms));
+    let seconds = t.elapsed().as_secs_f64();
+    let woke = machine::context_switches(pid).saturating_sub(before);
+    Idle {
+        seconds,
+        wakeups_per_second: woke as f64 / seconds.max(1e-3),
+        rss_kb: machine::proc_counters(pid).map_or(0, |p| p.rss_kb),
+    }
+}
+
 fn micros_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e6
 }
@@ -299,6 +357,70 @@ impl Run<'_> {
             let r = self.crowded(plan.crowded);
             self.after("warmCrowded", r);
         }
+        let r = self.history(plan.history);
+        self.after("history", r);
+    }
+
+    /// A fresh sender host sends `window` messages, then until `sent` have gone, then
+    /// `window` more: its CPU per message in the first and the last window.
+    fn history(&mut self, (window, sent): (usize, usize)) -> Result<()> {
+        let [home, ws, logs] = layout(&self.dir);
+        let hp = HostPlan {
+            exe: self.exe,
+            home: &home,
+            workspace: &ws,
+            logs: &logs,
+        };
+        let host = hosts::start_all(&hp, &["bench-history".to_string()])?
+            .pop()
+            .ok_or_else(|| Error::new(Code::Io, "bench: the history sender did not start"))?;
+        let (pid, rx_pid) = (host.pid, self.rx.pid);
+        let mut a = Adapter::connect(&host.control, &self.limits)?;
+        self.tx.push(host);
+        let cpu = |pid| {
+            (
+                machine::thread_cpu_ns(pid),
+                machine::process_cpu_us(pid).unwrap_or(0.0),
+            )
+        };
+        let used = |pid, (t0, c0): &(std::collections::HashMap<u32, u64>, f64)| {
+            let (t1, c1) = cpu(pid);
+            machine::cpu_between(t0, &t1, c1 - c0)
+        };
+        let to = self.rx.peer_id.clone();
+        let mut h = History {
+            window,
+            sent,
+            ..History::default()
+        };
+        let mut i = 0;
+        let mut send_window = |run: &mut Self, n: usize| -> Result<(f64, f64, Vec<f64>)> {
+            let (c0, r0) = (cpu(pid), cpu(rx_pid));
+            let mut lat = Vec::with_capacity(n);
+            for _ in 0..n {
+                let id = run.id("history", i);
+                i += 1;
+                let t = Instant::now();
+                if let Err(e) = a.send(&to, &body("history", i), &id) {
+                    run.failed.push(id.clone());
+                    return Err(Error::new(e.code, format!("message {id}: {}", e.message)));
+                }
+                lat.push(micros_since(t));
+                run.accepted.push(id);
+            }
+            let per = |d: f64| d / n.max(1) as f64;
+            Ok((per(used(pid, &c0)), per(used(rx_pid, &r0)), lat))
+        };
+        let (c, r, lat) = send_window(self, window)?;
+        (h.first_cpu_us, h.first_rx_cpu_us) = (c, r);
+        h.first_latency = super::stats::Summary::of(&lat);
+        send_window(self, sent.saturating_sub(window))?;
+        let (c, r, lat) = send_window(self, window)?;
+        (h.after_cpu_us, h.after_rx_cpu_us) = (c, r);
+        h.after_latency = super::stats::Summary::of(&lat);
+        h.sender_rss_kb = machine::proc_counters(pid).map_or(0, |p| p.rss_kb);
+        self.out.history = Some(h);
+        Ok(())
     }
 
     /// Starts senders until there are `k` (not timed).
@@ -367,11 +489,21 @@ impl Run<'_> {
     }
 
     fn warm(&mut self, plan: &Plan) -> Result<()> {
+        let mut counted = None;
         for i in 0..plan.warmup + plan.warm {
+            if i == plan.warmup {
+                counted = Some((self.a1.syncs()?, self.b.syncs()?));
+            }
             let us = self.send_one("warm", i)?;
             if i >= plan.warmup {
                 self.out.warm.push(us);
             }
+        }
+        if let Some((s0, r0)) = counted {
+            let (s1, r1) = (self.a1.syncs()?, self.b.syncs()?);
+            self.out
+                .fsyncs
+                .push(("warm".into(), plan.warm, s1 - s0, r1 - r0));
         }
         Ok(())
     }
@@ -485,9 +617,13 @@ impl Run<'_> {
 
     fn throughput(&mut self, k: usize, m: usize) -> Result<()> {
         let mut adapters = Vec::with_capacity(k);
+        let mut sender_syncs = 0;
         for h in self.tx.iter().take(k) {
-            adapters.push(Adapter::connect(&h.control, &self.limits)?);
+            let mut a = Adapter::connect(&h.control, &self.limits)?;
+            sender_syncs += a.syncs()?;
+            adapters.push(a);
         }
+        let receiver_syncs = self.b.syncs()?;
         let barrier = Arc::new(std::sync::Barrier::new(adapters.len() + 1));
         let to = self.rx.peer_id.clone();
         let threads: Vec<_> = adapters
@@ -511,11 +647,13 @@ impl Run<'_> {
                             // One failure ends this sender; the others go on.
                             Err(e) => {
                                 let e = Error::new(e.code, format!("message {id}: {}", e.message));
-                                return (lat, ids, Some((id, e)));
+                                let syncs = a.syncs().unwrap_or(0);
+                                return (lat, ids, Some((id, e)), syncs);
                             }
                         }
                     }
-                    (lat, ids, None)
+                    let syncs = a.syncs().unwrap_or(0);
+                    (lat, ids, None, syncs)
                 })
             })
             .collect();
@@ -528,9 +666,11 @@ impl Run<'_> {
             latency: Vec::new(),
             peers: 1 + self.tx.len(),
         };
+        let mut sender_after = 0;
         for t in threads {
             match t.join() {
-                Ok((lat, ids, err)) => {
+                Ok((lat, ids, err, syncs)) => {
+                    sender_after += syncs;
                     run.latency.extend(lat);
                     run.messages += ids.len();
                     self.accepted.extend(ids);
@@ -545,6 +685,13 @@ impl Run<'_> {
             }
         }
         run.seconds = start.elapsed().as_secs_f64();
+        let receiver_after = self.b.syncs()?;
+        self.out.fsyncs.push((
+            format!("throughput{k}"),
+            run.messages,
+            sender_after.saturating_sub(sender_syncs),
+            receiver_after.saturating_sub(receiver_syncs),
+        ));
         self.out.throughput.push(run);
         Ok(())
     }
@@ -581,7 +728,9 @@ mod tests {
         assert_eq!(p.probes, 10);
         assert_eq!(p.throughput, vec![(1, 80), (8, 10), (64, 2)]);
         assert_eq!(p.crowded, 5);
-        assert_eq!(p.total(), 3 + 20 + 3 + 10 + 5 + 80 + 80 + 128);
+        assert_eq!(p.history, (100, 1000));
+        assert_eq!(p.total(), 3 + 20 + 3 + 10 + 5 + 80 + 80 + 128 + 100 + 1000);
+        assert_eq!(Plan::new(1000, &[1]).history, (2500, 25_000));
         assert_eq!(p.senders_max(), 64);
         let o = p.overrides();
         assert_eq!(o["inboxMessages"], json!(2 * p.total() as u64 + 1024));

@@ -90,7 +90,9 @@ pub fn run(opts: &Options) -> Result<i32> {
         );
     }
     let measured = floors::measure(&floor_dir, &sizes).and_then(|before| {
-        let out = e2e::run(&exe, &dir, &plan);
+        // Idle wake-ups need a window long against the heartbeat (5 s by default).
+        let idle_ms = if opts.quick { 2_000 } else { 30_000 };
+        let out = e2e::run(&exe, &dir, &plan, idle_ms);
         floors::measure(&floor_dir, &sizes).map(|after| (before, out, after))
     });
     let idle_after = machine::idle_check();
@@ -123,6 +125,9 @@ pub fn run(opts: &Options) -> Result<i32> {
         "floors": {"before": before.to_json(), "after": after.to_json(), "ratioBasis": "mean of the before and after medians"},
         "figures": figs.iter().map(report::Figure::to_json).collect::<Vec<_>>(),
         "process": report::process_json(&out),
+        "history": report::history_json(&out),
+        "fsyncsPerMessage": report::fsyncs_json(&out),
+        "idle": out.idle.map(|i| json!({"seconds": stats::round2(i.seconds), "wakeupsPerSecond": stats::round2(i.wakeups_per_second), "rssKb": i.rss_kb, "target": "≤ 1 wakeup/s between heartbeats, RSS ≤ 4 MiB", "source": "/proc/PID/task/*/status voluntary + nonvoluntary ctxt_switches"})),
         "integrity": report::integrity_json(&out),
         "hostExits": out.host_exits.iter().filter(|(_, c)| *c != Some(0)).map(|(a, c)| json!({"alias": a, "exit": c})).collect::<Vec<_>>(),
         "elapsedMs": started.elapsed().as_millis() as u64,
@@ -189,6 +194,35 @@ fn text(
         p["receiver"]["idle"]["threads"],
         p["receiver"]["peak"]["threads"]
     );
+    for f in r["fsyncsPerMessage"].as_array().into_iter().flatten() {
+        s += &format!(
+            "fdatasyncs per message, {}: {} (senders {}, receiver {}) over {} messages\n",
+            f["phase"].as_str().unwrap_or("?"),
+            f["total"],
+            f["senders"],
+            f["receiver"],
+            f["messages"]
+        );
+    }
+    if let Some(i) = r["idle"].as_object() {
+        s += &format!(
+            "idle receiver: {} wakeups/s over {} s, RSS {} kB (target ≤ 1 wakeup/s, ≤ 4096 kB)\n",
+            i["wakeupsPerSecond"], i["seconds"], i["rssKb"]
+        );
+    }
+    let h = &r["history"];
+    if h.is_object() {
+        s += &format!(
+            "history: sender CPU {} → {} µs/msg, receiver {} → {} µs/msg (first {} vs after {} sent); sender RSS {} kB after\n",
+            h["senderCpuUsPerMessage"]["first"],
+            h["senderCpuUsPerMessage"]["after"],
+            h["receiverCpuUsPerMessage"]["first"],
+            h["receiverCpuUsPerMessage"]["after"],
+            h["window"],
+            h["sentBefore"],
+            h["senderRssKbAfter"]
+        );
+    }
     let i = &r["integrity"];
     s += &format!(
         "integrity: {} accepted, {} lost, {} duplicates, {} unexpected, {} failed sends ({} of them in the inbox after all)\n",

@@ -10,6 +10,10 @@ use serde_json::{Value, json};
 /// Durability of every end-to-end figure, as the runtime's contract states it.
 const CUSTODY: &str = "receipt only after the receiver's inbox fdatasync (sender outbox persisted first; concurrent commits may share one fdatasync)";
 
+/// Fewer samples than this give no real p99: the text table puts it in parentheses and the
+/// JSON says `p99FromEnoughSamples: false`.
+pub const P99_SAMPLES_MIN: usize = 200;
+
 /// One reported figure.
 #[derive(Clone, Debug)]
 pub struct Figure {
@@ -57,6 +61,7 @@ impl Figure {
             "n": self.latency.n,
             "medianUs": round2(self.latency.median),
             "p99Us": round2(self.latency.p99),
+            "p99FromEnoughSamples": self.latency.n >= P99_SAMPLES_MIN,
             "value": round2(self.value),
             "floor": {"label": self.floor_label, "value": round2(self.floor)},
             "ratio": round2(self.ratio),
@@ -135,7 +140,63 @@ pub fn figures(before: &Floors, after: &Floors, out: &Outcome) -> Vec<Figure> {
         crowded.peers = out.crowd;
         v.push(crowded);
     }
+    if let Some(h) = &out.history {
+        v.push(history(h, out.crowd.max(out.peers_first) + 1));
+    }
     v
+}
+
+/// The history row: CPU per message after a long history against the first window's.
+fn history(h: &super::e2e::History, peers: usize) -> Figure {
+    Figure {
+        key: "history".to_string(),
+        label: format!(
+            "sender CPU µs per message over {} sends after {} sent (median/p99: their latency)",
+            h.window, h.sent
+        ),
+        unit: "us",
+        latency: h.after_latency,
+        value: h.after_cpu_us,
+        floor_label: format!("its CPU per message over its first {} sends", h.window),
+        floor: h.first_cpu_us,
+        ratio: ratio(h.after_cpu_us, h.first_cpu_us),
+        durability: CUSTODY,
+        also: None,
+        target: Some("≤ 1.2× the first window; sender RSS ≤ 16 MB"),
+        peers,
+    }
+}
+
+/// Journal fdatasyncs per accepted message, counted by the roots themselves, per phase.
+pub fn fsyncs_json(out: &Outcome) -> Value {
+    let per = |n: u64, m: usize| round2(n as f64 / m.max(1) as f64);
+    Value::Array(
+        out.fsyncs
+            .iter()
+            .map(|(phase, m, s, r)| {
+                json!({"phase": phase, "messages": m, "senders": per(*s, *m), "receiver": per(*r, *m), "total": per(s + r, *m)})
+            })
+            .collect(),
+    )
+}
+
+/// The history phase in full: both windows, sender and receiver CPU, sender RSS.
+pub fn history_json(out: &Outcome) -> Value {
+    let Some(h) = &out.history else {
+        return Value::Null;
+    };
+    json!({
+        "window": h.window,
+        "sentBefore": h.sent,
+        "senderCpuUsPerMessage": {"first": round2(h.first_cpu_us), "after": round2(h.after_cpu_us)},
+        "receiverCpuUsPerMessage": {"first": round2(h.first_rx_cpu_us), "after": round2(h.after_rx_cpu_us)},
+        "senderRssKbAfter": h.sender_rss_kb,
+        "latency": {
+            "first": {"n": h.first_latency.n, "medianUs": round2(h.first_latency.median), "p99Us": round2(h.first_latency.p99)},
+            "after": {"n": h.after_latency.n, "medianUs": round2(h.after_latency.median), "p99Us": round2(h.after_latency.p99)},
+        },
+        "cpuSource": "/proc/PID/task/*/schedstat (clock ticks of /proc/PID/stat when threads exited)",
+    })
 }
 
 /// One throughput run against the fsync-per-message rate.
@@ -235,7 +296,11 @@ pub fn figures_text(figs: &[Figure]) -> String {
             f.latency.n,
             value,
             micros_text(f.latency.median),
-            micros_text(f.latency.p99),
+            if f.latency.n >= P99_SAMPLES_MIN {
+                micros_text(f.latency.p99)
+            } else {
+                format!("({})", micros_text(f.latency.p99))
+            },
             ratio_text(f.ratio),
             f.floor_label,
             floor

@@ -15,7 +15,7 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
 }
 
 /// Median, p99 and count of one set of samples (microseconds for latencies).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Summary {
     pub n: usize,
     pub median: f64,

@@ -290,6 +290,54 @@ impl Machine {
         }
     }
 
+    /// Consumes a page of messages in one write: for each, in order, the context record
+    /// (unless already marked) and then `consumed`. Stops after the first message that fails
+    /// or turns out expired; returns the receipts so far (the last one may be that expired
+    /// one) and the failure. Everything returned is committed, so one fdatasync covers it.
+    pub fn consume_page(
+        &mut self,
+        recipient: &str,
+        page: &[(MessageRef, bool)],
+        note: &str,
+        now_ms: u64,
+    ) -> Outcome<(Vec<Receipt>, Option<Error>)> {
+        let (mut receipts, mut records) = (Vec::new(), Vec::new());
+        for (r, marked) in page {
+            match self.consume_one(recipient, r, *marked, note, now_ms, &mut records) {
+                Ok(receipt) => {
+                    let expired = receipt.state == ReceiptState::Expired;
+                    receipts.push(receipt);
+                    if expired {
+                        break;
+                    }
+                }
+                Err(e) => return Ok(((receipts, Some(e)), records)),
+            }
+        }
+        Ok(((receipts, None), records))
+    }
+
+    fn consume_one(
+        &mut self,
+        recipient: &str,
+        r: &MessageRef,
+        marked: bool,
+        note: &str,
+        now_ms: u64,
+        records: &mut Vec<Record>,
+    ) -> Result<Receipt> {
+        if !marked {
+            let (receipt, recs) = self.record_context(recipient, r, note, now_ms)?;
+            records.extend(recs);
+            if receipt.state == ReceiptState::Expired {
+                return Ok(receipt);
+            }
+        }
+        let (receipt, recs) = self.mark(recipient, r, ReceiptState::Consumed, now_ms)?;
+        records.extend(recs);
+        Ok(receipt)
+    }
+
     /// Records the context-journal entry for a message (before consumption) and moves it to
     /// prepared. A second call keeps the first marker. Errors: NOT_FOUND, MESSAGE_TOO_LARGE.
     pub fn record_context(

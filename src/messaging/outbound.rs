@@ -29,7 +29,7 @@ impl Machine {
             .outbox
             .get(&(send.to.peer_id.clone(), send.message_id.clone()))
         {
-            let same = e.content == send.content
+            let same = e.has_content(&send.content)
                 && e.topic == send.topic
                 && e.reply_to == send.reply_to
                 && e.to == send.to
@@ -55,6 +55,7 @@ impl Machine {
             to: send.to.clone(),
             message_id: send.message_id.clone(),
             content: send.content.clone(),
+            content_digest: None,
             topic: send.topic.clone(),
             reply_to: send.reply_to.clone(),
             correlation_id,
@@ -64,8 +65,8 @@ impl Machine {
             updated_at_ms: now_ms,
         };
         let queued = self
-            .route_pending(&send.from_peer_id, &send.to.peer_id)
-            .len() as u64;
+            .state
+            .route_pending_count(&send.from_peer_id, &send.to.peer_id) as u64;
         if queued >= self.limits.inbox_messages {
             return Err(Error::new(
                 Code::QueueFull,
@@ -327,32 +328,26 @@ impl Machine {
         ))
     }
 
-    /// Unresolved entries of the route `from_peer_id` → `to_peer_id`, in send order.
+    /// Unresolved entries of the route `from_peer_id` → `to_peer_id`, in send order (from the
+    /// per-route index: the cost follows the route's backlog, not the outbox's history).
     pub fn route_pending(&self, from_peer_id: &str, to_peer_id: &str) -> Vec<OutboxEntry> {
-        let mut v: Vec<OutboxEntry> = self
-            .state
-            .outbox
-            .range((to_peer_id.to_string(), String::new())..)
-            .take_while(|((to, _), _)| to == to_peer_id)
-            .map(|(_, e)| e)
-            .filter(|e| e.receipt.is_none() && e.from_peer_id == from_peer_id)
+        self.state
+            .route_pending_ids(from_peer_id, to_peer_id)
+            .filter_map(|id| self.state.outbox_get(to_peer_id, id))
             .cloned()
-            .collect();
-        v.sort_by_key(|e| e.order);
-        v
+            .collect()
+    }
+
+    /// The first unresolved entry of a route, if any.
+    pub fn route_head(&self, from_peer_id: &str, to_peer_id: &str) -> Option<&OutboxEntry> {
+        self.state
+            .route_pending_ids(from_peer_id, to_peer_id)
+            .next()
+            .and_then(|id| self.state.outbox_get(to_peer_id, id))
     }
 
     /// Every route with unresolved entries, as (from, to) pairs (for resending after restart).
     pub fn pending_routes(&self) -> Vec<(String, String)> {
-        let mut v: Vec<(String, String)> = self
-            .state
-            .outbox
-            .values()
-            .filter(|e| e.receipt.is_none())
-            .map(|e| (e.from_peer_id.clone(), e.to.peer_id.clone()))
-            .collect();
-        v.sort();
-        v.dedup();
-        v
+        self.state.pending_route_keys().cloned().collect()
     }
 }

@@ -57,12 +57,18 @@ impl Machine {
         rep: &mut SweepReport,
         records: &mut Vec<Record>,
     ) {
+        // Only unresolved entries can expire: walk the pending index, not the history.
         let due: Vec<(String, String)> = self
             .state
-            .outbox
+            .pending
             .iter()
-            .filter(|(_, e)| e.receipt.is_none() && e.expires_at_ms <= now_ms)
-            .map(|(k, _)| k.clone())
+            .flat_map(|((_, to), ids)| ids.values().map(move |id| (to, id)))
+            .filter(|(to, id)| {
+                self.state
+                    .outbox_get(to, id)
+                    .is_some_and(|e| e.receipt.is_none() && e.expires_at_ms <= now_ms)
+            })
+            .map(|(to, id)| (to.clone(), id.clone()))
             .take(budget.saturating_sub(records.len()) / 2)
             .collect();
         for (to, id) in due {

@@ -7,7 +7,7 @@ use super::types::{
     ReceiptState,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub use crate::config::internal::ENTRY_OVERHEAD_BYTES;
 pub use crate::config::internal::RECEIPT_RESERVE_BYTES;
@@ -91,6 +91,11 @@ pub struct State {
     pub(crate) next_sequence: BTreeMap<String, u64>,
     /// (to peerId, message id) → entry.
     pub(crate) outbox: BTreeMap<(String, String), OutboxEntry>,
+    /// Unresolved outbox entries per route: (from peerId, to peerId) → send order → message
+    /// id. Every per-send lookup goes through this, so its cost does not grow with history.
+    pub(crate) pending: BTreeMap<(String, String), BTreeMap<u64, String>>,
+    /// (message id, to peerId) of every outbox entry: finds a sent message by id alone.
+    pub(crate) sent_ids: BTreeSet<(String, String)>,
     pub(crate) context: BTreeMap<(String, u64), ContextEntry>,
     pub(crate) pushes: BTreeMap<u64, PushEntry>,
     pub(crate) events: BTreeMap<u64, ReceiptEvent>,
@@ -147,6 +152,7 @@ pub(crate) fn inbox_cost(e: &InboxEntry) -> u64 {
 pub(crate) fn outbox_cost(e: &OutboxEntry) -> u64 {
     ENTRY_OVERHEAD_BYTES
         + json_len(&e.content)
+        + e.content_digest.as_ref().map_or(0, |d| d.len() as u64)
         + (e.message_id.len() + e.from_peer_id.len() + e.correlation_id.len()) as u64
         + (e.to.instance_id.len() + e.to.peer_id.len()) as u64
         + opt_len(&e.to.run_id)
@@ -207,6 +213,11 @@ impl State {
             Record::OutboxAdded { entry } => {
                 self.live_bytes += outbox_cost(entry);
                 self.next_order = self.next_order.max(entry.order + 1);
+                if entry.receipt.is_none() {
+                    self.pending_insert(entry);
+                }
+                self.sent_ids
+                    .insert((entry.message_id.clone(), entry.to.peer_id.clone()));
                 self.outbox.insert(
                     (entry.to.peer_id.clone(), entry.message_id.clone()),
                     entry.clone(),
@@ -236,6 +247,11 @@ impl State {
                     .remove(&(to_peer_id.clone(), message_id.clone()))
                 {
                     self.live_bytes = self.live_bytes.saturating_sub(outbox_cost(&e));
+                    self.sent_ids
+                        .remove(&(message_id.clone(), to_peer_id.clone()));
+                    if e.receipt.is_none() {
+                        self.pending_remove(&e);
+                    }
                 }
             }
             Record::EventRemoved { cursor } => {
@@ -280,15 +296,81 @@ impl State {
         }
     }
 
+    /// Sets an outbox entry's receipt. The first answer resolves the entry: it leaves the
+    /// route's pending index and its body is replaced by a digest (enough to recognise a retry
+    /// with other content as MESSAGE_ID_CONFLICT; nothing sends it again).
     fn set_outbox_receipt(&mut self, to: &str, id: &str, receipt: &Receipt, at_ms: u64) {
-        if let Some(e) = self.outbox.get_mut(&(to.to_string(), id.to_string())) {
-            assert!(
-                e.receipt.as_ref().is_none_or(|r| receipt.may_replace(r)),
-                "receipts move forward only"
-            );
-            e.receipt = Some(receipt.clone());
-            e.updated_at_ms = at_ms;
+        let Some(e) = self.outbox.get_mut(&(to.to_string(), id.to_string())) else {
+            return;
+        };
+        assert!(
+            e.receipt.as_ref().is_none_or(|r| receipt.may_replace(r)),
+            "receipts move forward only"
+        );
+        let resolves = e.receipt.is_none();
+        let before = outbox_cost(e);
+        e.receipt = Some(receipt.clone());
+        e.updated_at_ms = at_ms;
+        if !resolves {
+            return;
         }
+        e.drop_body();
+        let after = outbox_cost(e);
+        let (from, order) = (e.from_peer_id.clone(), e.order);
+        self.live_bytes = self.live_bytes.saturating_sub(before) + after;
+        self.pending_remove_key(&from, to, order);
+    }
+
+    fn pending_insert(&mut self, e: &OutboxEntry) {
+        self.pending
+            .entry((e.from_peer_id.clone(), e.to.peer_id.clone()))
+            .or_default()
+            .insert(e.order, e.message_id.clone());
+    }
+
+    fn pending_remove(&mut self, e: &OutboxEntry) {
+        self.pending_remove_key(&e.from_peer_id, &e.to.peer_id, e.order);
+    }
+
+    fn pending_remove_key(&mut self, from: &str, to: &str, order: u64) {
+        let key = (from.to_string(), to.to_string());
+        if let Some(route) = self.pending.get_mut(&key) {
+            route.remove(&order);
+            if route.is_empty() {
+                self.pending.remove(&key);
+            }
+        }
+    }
+
+    /// Message ids of the unresolved entries of one route, in send order.
+    pub fn route_pending_ids(&self, from: &str, to: &str) -> impl Iterator<Item = &String> {
+        self.pending
+            .get(&(from.to_string(), to.to_string()))
+            .into_iter()
+            .flat_map(|r| r.values())
+    }
+
+    /// Every outbox entry sent under `message_id`, whatever its target.
+    pub fn outbox_by_id<'a>(
+        &'a self,
+        message_id: &'a str,
+    ) -> impl Iterator<Item = &'a OutboxEntry> {
+        self.sent_ids
+            .range((message_id.to_string(), String::new())..)
+            .take_while(move |(id, _)| id == message_id)
+            .filter_map(move |(id, to)| self.outbox_get(to, id))
+    }
+
+    /// How many entries of one route are unresolved.
+    pub fn route_pending_count(&self, from: &str, to: &str) -> usize {
+        self.pending
+            .get(&(from.to_string(), to.to_string()))
+            .map_or(0, |r| r.len())
+    }
+
+    /// Every route with unresolved entries, (from, to) in order.
+    pub fn pending_route_keys(&self) -> impl Iterator<Item = &(String, String)> {
+        self.pending.keys()
     }
 
     fn add_inbox(&mut self, entry: InboxEntry) {

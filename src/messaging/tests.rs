@@ -350,6 +350,46 @@ fn receipts_never_regress_at_the_recipient() {
 }
 
 #[test]
+fn a_page_is_consumed_in_one_write_and_stops_at_an_expired_message() {
+    let mut m = machine();
+    let r = recipients();
+    for id in ["c1", "c2", "c3"] {
+        m.accept(&alice(), &send(id, "x"), &r, NOW).unwrap();
+    }
+    m.record_context(ME, &MessageRef::Sequence(2), "", NOW)
+        .unwrap();
+    let page = vec![
+        (MessageRef::Sequence(1), false),
+        (MessageRef::Sequence(2), true),
+    ];
+    let ((receipts, failed), records) = m.consume_page(ME, &page, "read", NOW).unwrap();
+    assert!(failed.is_none());
+    assert_eq!(receipts.len(), 2);
+    assert!(receipts.iter().all(|r| r.state == ReceiptState::Consumed));
+    // One context record for the unmarked message, none for the marked one.
+    let contexts = records
+        .iter()
+        .filter(|r| matches!(r, Record::Context { .. }))
+        .count();
+    assert_eq!(contexts, 1);
+    // Past its expiry: the page stops there with the expired receipt, nothing after it moves.
+    let late = NOW + Limits::default().max_expiry_ms + 1;
+    let page = vec![
+        (MessageRef::Sequence(3), false),
+        (MessageRef::Sequence(99), false),
+    ];
+    let ((receipts, failed), _) = m.consume_page(ME, &page, "read", late).unwrap();
+    assert!(failed.is_none());
+    assert_eq!(receipts.len(), 1);
+    assert_eq!(receipts[0].state, ReceiptState::Expired);
+    // An unknown message ends the page with its error; earlier ones stay consumed.
+    let page = vec![(MessageRef::Sequence(99), false)];
+    let ((receipts, failed), _) = m.consume_page(ME, &page, "read", NOW).unwrap();
+    assert!(receipts.is_empty());
+    assert_eq!(failed.unwrap().code, Code::NotFound);
+}
+
+#[test]
 fn consuming_without_prepare_records_implicit_context() {
     let mut m = machine();
     m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
@@ -428,6 +468,67 @@ fn sender_receipts_never_regress_and_need_the_exact_target() {
         .map(|e| e.receipt.state)
         .collect();
     assert_eq!(states, vec![ReceiptState::Accepted, ReceiptState::Consumed]);
+}
+
+#[test]
+fn resolved_entries_leave_the_route_index_and_keep_only_a_digest() {
+    let mut m = machine();
+    let accepted = |id: &str| Receipt {
+        message_id: id.into(),
+        from_peer_id: ME.into(),
+        to_peer_id: "p-alice".into(),
+        state: ReceiptState::Accepted,
+        sequence: 1,
+        correlation_id: id.into(),
+        at_ms: NOW,
+        reply_message_id: None,
+        code: None,
+    };
+    let long = |id: &str| {
+        let mut o = out(id, &alice());
+        o.content = format!("{id} {}", "x".repeat(500));
+        o
+    };
+    for id in ["h1", "h2", "h3"] {
+        m.outbox_intent(&long(id), NOW).unwrap();
+    }
+    m.outbox_intent(&out("b1", &bob()), NOW).unwrap();
+    let ids = |m: &Machine| -> Vec<String> {
+        m.route_pending(ME, "p-alice")
+            .into_iter()
+            .map(|e| e.message_id)
+            .collect()
+    };
+    assert_eq!(ids(&m), ["h1", "h2", "h3"]);
+    assert_eq!(m.route_head(ME, "p-alice").unwrap().message_id, "h1");
+    assert_eq!(m.pending_routes().len(), 2);
+    let before = m.state().live_bytes();
+    m.outbox_result("p-alice", "h2", Ok(accepted("h2")), NOW)
+        .unwrap();
+    assert_eq!(ids(&m), ["h1", "h3"]);
+    let e = m.state().outbox_get("p-alice", "h2").unwrap().clone();
+    assert!(e.content.is_empty());
+    assert!(e.has_content(&long("h2").content) && !e.has_content(&long("h1").content));
+    // The dropped body no longer counts against the storage budget.
+    assert!(m.state().live_bytes() < before);
+    // A retry with the same content gets the original; other content still conflicts.
+    let (again, recs) = m.outbox_intent(&long("h2"), NOW).unwrap();
+    assert!(recs.is_empty() && again.receipt.is_some());
+    let mut other = long("h2");
+    other.content = "changed".into();
+    assert_eq!(code(m.outbox_intent(&other, NOW)), Code::MessageIdConflict);
+    for id in ["h1", "h3"] {
+        m.outbox_result("p-alice", id, Ok(accepted(id)), NOW)
+            .unwrap();
+    }
+    assert!(ids(&m).is_empty() && m.route_head(ME, "p-alice").is_none());
+    assert_eq!(
+        m.pending_routes(),
+        vec![(ME.to_string(), "p-bob".to_string())]
+    );
+    assert_eq!(m.state().outbox_by_id("h2").count(), 1);
+    // The indexes are derived: a snapshot image rebuilds exactly the same state.
+    assert_eq!(State::from_image(m.state().image()), *m.state());
 }
 
 #[test]

@@ -237,7 +237,11 @@ pub struct OutboxEntry {
     pub from_peer_id: String,
     pub to: TargetRef,
     pub message_id: String,
+    /// The body while unresolved; empty once resolved (see `content_digest`).
     pub content: String,
+    /// SHA-256 (hex) of the body, set when the body is dropped at resolution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_digest: Option<String>,
     pub topic: Option<String>,
     pub reply_to: Option<String>,
     pub correlation_id: String,
@@ -246,6 +250,36 @@ pub struct OutboxEntry {
     /// None while unresolved (no custody answer yet); then the latest receipt, never regressing.
     pub receipt: Option<Receipt>,
     pub updated_at_ms: u64,
+}
+
+impl OutboxEntry {
+    /// SHA-256 (hex) of a message body, what a resolved entry keeps of it.
+    pub fn digest_of(content: &str) -> String {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(content.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// Whether `content` is this entry's body (compared by digest once the body is dropped).
+    pub fn has_content(&self, content: &str) -> bool {
+        match &self.content_digest {
+            Some(d) => *d == Self::digest_of(content),
+            None => self.content == content,
+        }
+    }
+
+    /// Replaces the body by its digest (idempotent); a body no longer than a digest stays.
+    pub fn drop_body(&mut self) {
+        if self.content.len() <= 64 {
+            return;
+        }
+        if self.content_digest.is_none() {
+            self.content_digest = Some(Self::digest_of(&self.content));
+        }
+        self.content = String::new();
+    }
 }
 
 /// A receipt change on our outbox, for the local sender's `peer_messages` event stream.

@@ -106,6 +106,7 @@ struct Owned {
     store: Store,
     heartbeat: Option<(Sender<()>, JoinHandle<()>)>,
     worker: Option<JoinHandle<()>>,
+    resource_events: Option<(std::os::unix::net::UnixStream, JoinHandle<()>)>,
 }
 
 /// Who a new root is: ids, alias, keys and where its socket goes.
@@ -188,6 +189,7 @@ impl Root {
                 store,
                 heartbeat: None,
                 worker: None,
+                resource_events: None,
             }),
             one_off: opts.one_off,
         };
@@ -209,7 +211,11 @@ impl Root {
         }
         // Position the resource event cursor before the ready line, so no change is missed.
         let resource_cursor = resources::publish_events(&core, None);
-        let worker = spawn_worker(core.clone(), resource_cursor)?;
+        let resource_events = resources::spawn_events(core.clone(), resource_cursor)?;
+        if let Some(owned) = self.inner.as_mut() {
+            owned.resource_events = Some(resource_events);
+        }
+        let worker = spawn_worker(core.clone())?;
         if let Some(owned) = self.inner.as_mut() {
             owned.worker = Some(worker);
         }
@@ -305,6 +311,10 @@ impl Root {
         }
         if let Some(worker) = owned.worker {
             let _ = worker.join();
+        }
+        if let Some((stop, handle)) = owned.resource_events {
+            drop(stop);
+            let _ = handle.join();
         }
         owned.endpoint.shutdown();
         control::remove(&self.control_path, &self.core.instance_id);
@@ -518,19 +528,20 @@ use crate::config::internal::RETENTION_SWEEP_MS;
 use crate::config::internal::WORKER_TICK_MS;
 
 /// The background worker: pushes receipts back to senders, retries stuck routes, sweeps
-/// expiry and retention. Woken by every durable store change.
-fn spawn_worker(
-    core: Arc<Core>,
-    mut resource_cursor: Option<resource::EventCursor>,
-) -> Result<JoinHandle<()>> {
+/// expiry and retention. It sleeps until a durable store change (or the root stopping, which
+/// wakes it) or its next deadline: the next sweep, and while routes or receipt pushes are
+/// still unresolved, the next retry; the periodic reclaim of dead roots' records. An idle root
+/// with nothing unresolved wakes only for those.
+fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("root-worker".into())
         .spawn(move || {
             let mut last_sweep = Instant::now();
             // Expiry and retention are honoured within a quarter of their configured span.
             let l = core.limits();
-            let sweep_every =
-                (l.expiry_ms.min(l.retention_ms) / 4).clamp(WORKER_TICK_MS, RETENTION_SWEEP_MS);
+            let sweep_every = Duration::from_millis(
+                (l.expiry_ms.min(l.retention_ms) / 4).clamp(WORKER_TICK_MS, RETENTION_SWEEP_MS),
+            );
             let mut last_restart = Instant::now();
             let mut seen = core.store.change_generation();
             let mut degraded = false;
@@ -539,8 +550,7 @@ fn spawn_worker(
                     degraded = true;
                     core.advertise_degraded();
                 }
-                core.push_receipts();
-                resource_cursor = resources::publish_events(&core, resource_cursor);
+                let pushes = core.push_receipts();
                 let restart =
                     last_restart.elapsed() >= Duration::from_millis(send::GAVE_UP_RETRY_MS);
                 if restart {
@@ -548,16 +558,25 @@ fn spawn_worker(
                     // Dead roots' records, sockets and control files, a bounded batch.
                     reclaim::reclaim_dead(&core);
                 }
-                core.retry_routes(restart);
-                if last_sweep.elapsed() >= Duration::from_millis(sweep_every) {
+                let routes = core.retry_routes(restart);
+                if last_sweep.elapsed() >= sweep_every {
                     if let Err(e) = core.store.sweep() {
                         core.report_problem("the expiry and retention sweep", &e);
                     }
                     last_sweep = Instant::now();
                 }
-                seen = core
-                    .store
-                    .wait_for_change(seen, WORKER_TICK_MS, &core.stopping);
+                let unresolved = pushes || routes;
+                // Dead roots are reclaimed every GAVE_UP_RETRY_MS, so that is a deadline too.
+                let restart_every = Duration::from_millis(send::GAVE_UP_RETRY_MS);
+                let mut wait = sweep_every
+                    .saturating_sub(last_sweep.elapsed())
+                    .min(restart_every.saturating_sub(last_restart.elapsed()));
+                if unresolved {
+                    wait = wait.min(Duration::from_millis(WORKER_TICK_MS));
+                }
+                seen =
+                    core.store
+                        .wait_for_change_woken(seen, wait.as_millis() as u64, &core.stopping);
             }
         })
         .map_err(|e| {

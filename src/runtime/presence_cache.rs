@@ -25,7 +25,21 @@ pub struct PresenceCache {
     pub files: presence::ReadCache,
     /// Recently looked-up instances.
     adverts: Mutex<HashMap<String, CachedReach>>,
+    /// Recent resolutions of a target name, valid while the presence directory is unchanged.
+    names: Mutex<HashMap<String, CachedName>>,
 }
+
+/// A resolved target name: the presence directory's mtime it was read under, when, and the
+/// target (peerId, instanceId, runId).
+type CachedName = (
+    std::time::SystemTime,
+    std::time::Instant,
+    crate::messaging::TargetRef,
+);
+
+/// A presence directory whose mtime is younger than this may change again within the same
+/// coarse timestamp, so a resolution read under it is not reused.
+const MTIME_SETTLED_MS: u128 = 100;
 
 /// A looked-up instance: when, what it is, and the sessionId its record states.
 type CachedReach = (std::time::Instant, Reach, Option<String>);
@@ -52,7 +66,54 @@ impl PresenceCache {
             limits,
             files: presence::ReadCache::default(),
             adverts: Mutex::new(HashMap::new()),
+            names: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The presence directory's mtime: every record written, replaced or removed changes it.
+    pub fn directory_mtime(&self) -> Option<std::time::SystemTime> {
+        std::fs::metadata(self.ns.active_agents())
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
+    /// A resolution of `name` read while the presence directory had mtime `mtime`, reused
+    /// for at most a heartbeat: no record has changed since, so the directory would say the
+    /// same (delivery failures forget it, see `forget_advertisement`).
+    pub fn cached_name(
+        &self,
+        name: &str,
+        mtime: Option<std::time::SystemTime>,
+    ) -> Option<crate::messaging::TargetRef> {
+        let mtime = mtime?;
+        let names = self.names.lock();
+        let (at_mtime, at, t) = names.get(name)?;
+        (*at_mtime == mtime && at.elapsed().as_millis() < u128::from(self.limits.heartbeat_ms))
+            .then(|| t.clone())
+    }
+
+    /// Remembers a resolution read under `mtime`, when that mtime has settled.
+    pub fn remember_name(
+        &self,
+        name: &str,
+        mtime: Option<std::time::SystemTime>,
+        t: &crate::messaging::TargetRef,
+    ) {
+        let Some(mtime) = mtime else { return };
+        let settled = std::time::SystemTime::now()
+            .duration_since(mtime)
+            .is_ok_and(|d| d.as_millis() >= MTIME_SETTLED_MS);
+        if !settled {
+            return;
+        }
+        let mut names = self.names.lock();
+        if names.len() >= ADVERTS_MAX {
+            names.clear();
+        }
+        names.insert(
+            name.to_string(),
+            (mtime, std::time::Instant::now(), t.clone()),
+        );
     }
 
     /// The live advertisement of another instance (cached for a second).
@@ -97,6 +158,9 @@ impl PresenceCache {
     /// Forgets a cached advertisement after a failed delivery.
     pub fn forget_advertisement(&self, instance_id: &str) {
         self.adverts.lock().remove(instance_id);
+        self.names
+            .lock()
+            .retain(|_, (_, _, t)| t.instance_id != instance_id);
     }
 
     /// Reads the record of another instance, found by its instance-qualified file name, and
@@ -184,5 +248,37 @@ impl PresenceCache {
             endpoint: self.ns.endpoint_path(&ad.endpoint)?,
             public_key,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messaging::TargetRef;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn a_name_is_reused_only_under_the_same_settled_directory_and_until_forgotten() {
+        let tmp = crate::fsutil::TempDir::new("names").unwrap();
+        let ns = Namespace::new(tmp.path().to_path_buf(), &crate::config::Config::default());
+        let c = PresenceCache::new(ns, Limits::default());
+        let t = TargetRef {
+            peer_id: "p-a".into(),
+            instance_id: "i-a".into(),
+            run_id: None,
+        };
+        let old = SystemTime::now() - Duration::from_secs(1);
+        c.remember_name("alice", Some(old), &t);
+        assert_eq!(c.cached_name("alice", Some(old)), Some(t.clone()));
+        // Any record written since changes the directory's mtime.
+        assert_eq!(c.cached_name("alice", Some(SystemTime::now())), None);
+        assert_eq!(c.cached_name("alice", None), None);
+        // A directory changed a moment ago may change again within one coarse timestamp.
+        let fresh = SystemTime::now();
+        c.remember_name("bob", Some(fresh), &t);
+        assert_eq!(c.cached_name("bob", Some(fresh)), None);
+        // A failed delivery forgets every name of that instance.
+        c.forget_advertisement("i-a");
+        assert_eq!(c.cached_name("alice", Some(old)), None);
     }
 }

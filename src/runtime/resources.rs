@@ -143,6 +143,81 @@ pub fn publish_events(core: &Core, cursor: Option<EventCursor>) -> Option<EventC
     }
 }
 
+/// The thread that turns resource journal changes into `resource_update` events. It sleeps in
+/// `poll` on an inotify watch of the resources directory (every change to a resource file is a
+/// rename onto it) and on `stop`'s peer, which the root drops to end it; a fallback re-read
+/// every `heartbeatMs` covers what inotify cannot report. An idle root is not woken otherwise.
+pub fn spawn_events(
+    core: Arc<Core>,
+    mut cursor: Option<EventCursor>,
+) -> Result<(std::os::unix::net::UnixStream, std::thread::JoinHandle<()>)> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    use std::os::fd::AsFd;
+    let (stop, stopped) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| Error::new(Code::Io, format!("cannot create a socket pair: {e}")))?;
+    let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok();
+    let watch = move |inotify: &Inotify, dir: &std::path::Path, flags| {
+        inotify
+            .add_watch(dir, flags | AddWatchFlags::IN_ONLYDIR)
+            .is_ok()
+    };
+    let coord = core.ns.coord.clone();
+    let dir = core.ns.resources_dir();
+    let handle = std::thread::Builder::new()
+        .name("resource-events".into())
+        .spawn(move || {
+            let fallback = core.limits().heartbeat_ms;
+            let mut watching = false;
+            // The directory may appear later: its creation in `coord` wakes us too.
+            let coord_watched = inotify.as_ref().is_some_and(|i| {
+                watch(
+                    i,
+                    &coord,
+                    AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO,
+                )
+            });
+            loop {
+                if !watching && let Some(i) = &inotify {
+                    watching = watch(i, &dir, AddWatchFlags::IN_MOVED_TO);
+                    // Whatever changed before the watch existed is read below.
+                    cursor = publish_events(&core, cursor);
+                }
+                let wait = if watching || coord_watched {
+                    fallback
+                } else {
+                    crate::config::internal::WORKER_TICK_MS
+                };
+                let mut fds = vec![PollFd::new(stopped.as_fd(), PollFlags::POLLIN)];
+                if let Some(i) = &inotify {
+                    fds.push(PollFd::new(i.as_fd(), PollFlags::POLLIN));
+                }
+                let timeout = PollTimeout::from(wait.min(u64::from(u16::MAX)) as u16);
+                match poll(&mut fds, timeout) {
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(wait)),
+                }
+                if fds[0].revents().is_some_and(|r| !r.is_empty())
+                    || core.stopping.load(Ordering::SeqCst)
+                {
+                    return;
+                }
+                if let Some(i) = &inotify {
+                    // Drain: one re-read covers every queued change.
+                    while matches!(i.read_events(), Ok(ev) if !ev.is_empty()) {}
+                }
+                cursor = publish_events(&core, cursor);
+            }
+        })
+        .map_err(|e| {
+            Error::new(
+                Code::Io,
+                format!("cannot start the resource events thread: {e}"),
+            )
+        })?;
+    Ok((stop, handle))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

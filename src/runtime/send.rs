@@ -52,6 +52,17 @@ impl Core {
                 ));
             }
         }
+        // Read before resolving: a change after this makes the cached entry invalid.
+        let mtime = self.presence.directory_mtime();
+        // Liveness still comes from evidence: a process provably gone is not reused.
+        if let Some(t) = self.presence.cached_name(name, mtime)
+            && matches!(
+                self.presence.reach_of(&t.instance_id),
+                super::core::Reach::Live(_)
+            )
+        {
+            return Ok(t);
+        }
         let viewer = self.viewer(None)?;
         match directory::resolve_cached(
             &self.ns,
@@ -60,11 +71,15 @@ impl Core {
             name,
             &self.presence.files,
         ) {
-            Ok(t) => Ok(TargetRef {
-                peer_id: t.peer_id,
-                instance_id: t.instance_id,
-                run_id: t.run_id,
-            }),
+            Ok(t) => {
+                let t = TargetRef {
+                    peer_id: t.peer_id,
+                    instance_id: t.instance_id,
+                    run_id: t.run_id,
+                };
+                self.presence.remember_name(name, mtime, &t);
+                Ok(t)
+            }
             Err(e)
                 if matches!(e.code, Code::PeerOffline | Code::TargetEnded)
                     && crate::mention::is_peer_id(name) =>
@@ -476,12 +491,13 @@ impl Core {
         }
     }
 
-    /// Pushes pending recipient-side receipts to their senders; returns how many moved.
-    pub fn push_receipts(&self) -> usize {
+    /// Pushes pending recipient-side receipts to their senders; returns whether any were
+    /// pending (so the caller retries soon), true also when the store could not say.
+    pub fn push_receipts(&self) -> bool {
         let Ok(pushes) = self.store.pending_pushes(PUSH_BATCH) else {
-            return 0;
+            return true;
         };
-        let mut moved = 0;
+        let pending = !pushes.is_empty();
         for p in pushes {
             let delivered = self.push_one(&p.to, &p.receipt);
             match delivered {
@@ -490,11 +506,9 @@ impl Core {
                 // The sender is gone or refuses: its copy stays as it was; ours is final.
                 Err(_) => {}
             }
-            if self.store.receipt_delivered(p.cursor).is_ok() {
-                moved += 1;
-            }
+            let _ = self.store.receipt_delivered(p.cursor);
         }
-        moved
+        pending
     }
 
     fn push_one(&self, to: &Principal, receipt: &Receipt) -> Result<()> {
@@ -530,18 +544,19 @@ impl Core {
 
     /// One pass of the route retrier: every route with an unresolved head gets one
     /// non-waiting drive. Heads that gave up start over when `restart_gave_up` is set (the
-    /// worker does so every `GAVE_UP_RETRY_MS`).
-    pub fn retry_routes(&self, restart_gave_up: bool) {
+    /// worker does so every `GAVE_UP_RETRY_MS`). Returns whether any route was unresolved
+    /// (true also when the store could not say).
+    pub fn retry_routes(&self, restart_gave_up: bool) -> bool {
         let Ok(routes) = self.store.pending_routes() else {
-            return;
+            return true;
         };
+        let pending = !routes.is_empty();
         for (from, to_peer) in routes.into_iter().take(ROUTES_PER_PASS) {
             let (f, t) = (from.clone(), to_peer.clone());
-            let head = self.store.query(move |m| m.route_pending(&f, &t));
-            let Ok(pending) = head else { continue };
-            let Some(target) = pending.first().map(|e| e.to.clone()) else {
-                continue;
-            };
+            let head = self
+                .store
+                .query(move |m| m.route_head(&f, &t).map(|e| e.to.clone()));
+            let Ok(Some(target)) = head else { continue };
             {
                 let queue = self.route_queue(&from, &to_peer);
                 // A sender is working this route right now: leave it to them.
@@ -556,6 +571,7 @@ impl Core {
             }
             let _ = self.drive_route(&from, &target, None, false);
         }
+        pending
     }
 
     /// Local reads of one recipient entry by message id (for consume/reply).

@@ -6,7 +6,9 @@ use super::core::{Caller, Core};
 use super::send::SendRequest;
 use crate::directory::{self, ListOptions};
 use crate::error::{Code, Error, Result};
-use crate::messaging::{InboxEntry, ReadQuery, ReceiptState, derive_message_id, new_message_id};
+use crate::messaging::{
+    InboxEntry, MessageRef, ReadQuery, ReceiptState, derive_message_id, new_message_id,
+};
 use crate::tools::{self, MessagesArgs, ToolCall, ToolHost};
 use crate::{clock, identity, presence};
 use serde_json::{Map, Value, json};
@@ -194,13 +196,33 @@ fn read_messages(
             let starts = (q.after.unwrap_or(0), q.events_after.unwrap_or(0));
             let page = BoundedPage::of(&r, &aliases, starts, budget);
             if opts.consume_on_read {
-                for e in r
+                // The whole page is taken into context with one durable write.
+                let open: Vec<&InboxEntry> = r
                     .messages
                     .iter()
                     .take(page.messages.len())
                     .filter(|e| !e.state.is_final() && e.state != ReceiptState::Consumed)
-                {
-                    core.consume_entry(e, "returned to the model by peer_messages")?;
+                    .collect();
+                if let Some(first) = open.first() {
+                    let recipient = first.recipient_peer_id.clone();
+                    let page = open
+                        .iter()
+                        .take_while(|e| e.recipient_peer_id == recipient)
+                        .map(|e| (MessageRef::Sequence(e.sequence), e.context_marked))
+                        .collect();
+                    let (receipts, failed) = core.store.consume_page(
+                        &recipient,
+                        page,
+                        "returned to the model by peer_messages",
+                    )?;
+                    if let Some(e) = failed {
+                        return Err(e);
+                    }
+                    receipts.iter().try_for_each(super::send::refuse_expired)?;
+                    // A page is one recipient's; any other (not expected) goes one by one.
+                    for e in open.iter().skip_while(|e| e.recipient_peer_id == recipient) {
+                        core.consume_entry(e, "returned to the model by peer_messages")?;
+                    }
                 }
                 core.advance_model_cursors(
                     &caller.peer_id,

@@ -160,6 +160,17 @@ impl StoreHandle {
         self.write(move |m, _, now| m.record_context(&recipient, &message, &note, now))
     }
 
+    /// Consumes a page with one durable write (see `Machine::consume_page`).
+    pub fn consume_page(
+        &self,
+        recipient: &str,
+        page: Vec<(MessageRef, bool)>,
+        note: &str,
+    ) -> Result<(Vec<Receipt>, Option<Error>)> {
+        let (recipient, note) = (recipient.to_string(), note.to_string());
+        self.write(move |m, _, now| m.consume_page(&recipient, &page, &note, now))
+    }
+
     pub fn mark_replied(
         &self,
         recipient: &str,
@@ -246,6 +257,25 @@ impl StoreHandle {
             }
             let slice = (deadline - now).min(Duration::from_millis(CANCEL_POLL_MS));
             self.shared.changed.wait_for(&mut changes, slice);
+        }
+        *changes
+    }
+
+    /// Like [`wait_for_change`](Self::wait_for_change) for a flag whose setter always calls
+    /// [`wake_waiters`](Self::wake_waiters) afterwards (the root's stopping flag): it sleeps
+    /// until a change, the deadline or that wake-up, with no periodic re-check.
+    pub fn wait_for_change_woken(&self, seen: u64, wait_ms: u64, cancel: &AtomicBool) -> u64 {
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
+        let mut changes = self.shared.changes.lock();
+        while *changes <= seen && !cancel.load(Ordering::Acquire) {
+            if self
+                .shared
+                .changed
+                .wait_until(&mut changes, deadline)
+                .timed_out()
+            {
+                break;
+            }
         }
         *changes
     }

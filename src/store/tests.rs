@@ -491,6 +491,26 @@ fn waiters_wake_on_commit_and_on_cancel() {
     cancel.store(true, std::sync::atomic::Ordering::Release);
     h.wake_waiters();
     assert!(waiter.join().unwrap() < u64::MAX - 1);
+    // The woken variant never re-checks on its own: a commit or a wake-up ends it.
+    let seen = h.change_generation();
+    assert_eq!(
+        h.wait_for_change_woken(seen, 1, &AtomicBool::new(false)),
+        seen
+    );
+    let waiter = {
+        let h = h.clone();
+        std::thread::spawn(move || h.wait_for_change_woken(seen, 600_000, &AtomicBool::new(false)))
+    };
+    h.accept(sender(1), send("m1")).unwrap();
+    assert!(waiter.join().unwrap() > seen);
+    let cancel = std::sync::Arc::new(AtomicBool::new(false));
+    let waiter = {
+        let (h, c) = (h.clone(), cancel.clone());
+        std::thread::spawn(move || h.wait_for_change_woken(u64::MAX - 1, 600_000, &c))
+    };
+    cancel.store(true, std::sync::atomic::Ordering::Release);
+    h.wake_waiters();
+    assert!(waiter.join().unwrap() < u64::MAX - 1);
 }
 
 mod model {

@@ -182,6 +182,8 @@ impl Writer {
             ),
         ));
         self.shared.stats.lock().poisoned = true;
+        // Waiters (the root worker among them) see the store degraded now, not at a deadline.
+        self.shared.bump_changes();
     }
 
     fn note_batch(&self, jobs: u64, records: u64) {
