@@ -11,7 +11,6 @@ use crate::error::{Code, Error, Result};
 use crate::runtime::{Root, RootOptions};
 use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::time::Duration;
 
 pub const HELP: &str = "usage: peer host [--alias A] [--session-id S] [--workspace DIR]
                  [--notify bell|stderr|none] [--json] [-- CMD [ARG…]]
@@ -192,10 +191,11 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
             Err(out::closed())
         }
     };
+    let wake = Wake::new(&stop, events.clone())?;
     let status = if a.command.is_empty() {
-        wait_for_signal(&stop, &mut drain)
+        wait_for_signal(&stop, &wake, &mut drain)
     } else {
-        run_child(&root, &a.command, &stop, &mut drain)
+        run_child(&root, &a.command, &stop, &wake, &mut drain)
     };
     if let Some(h) = ask {
         h.stop();
@@ -268,18 +268,57 @@ fn print_event(shows: &Shows, ev: &serde_json::Value) -> Result<()> {
     Ok(())
 }
 
-fn wait_for_signal(stop: &Stop, drain: &mut dyn FnMut() -> Result<()>) -> Result<i32> {
-    while stop.signal().is_none() {
-        drain()?;
-        std::thread::sleep(Duration::from_millis(20));
+/// What the host's main thread sleeps on between events: an event on the bus, a stop signal,
+/// the hosted command's end. Blocking on these (no polling) keeps an idle host asleep.
+struct Wake {
+    events: Option<crossbeam_channel::Receiver<serde_json::Value>>,
+    stopped: crossbeam_channel::Receiver<()>,
+}
+
+impl Wake {
+    fn new(
+        stop: &std::sync::Arc<Stop>,
+        events: Option<crossbeam_channel::Receiver<serde_json::Value>>,
+    ) -> Result<Wake> {
+        let (tx, stopped) = crossbeam_channel::bounded(1);
+        stop.on_stop(move || {
+            let _ = tx.send(());
+        })?;
+        Ok(Wake { events, stopped })
     }
-    Ok(0)
+
+    /// Blocks until an event is queued, a stop signal came (unless `stop_seen`), or `child`
+    /// has ended; consumes nothing.
+    fn wait(&self, stop_seen: bool, child: Option<&crossbeam_channel::Receiver<()>>) {
+        let mut sel = crossbeam_channel::Select::new();
+        if let Some(e) = &self.events {
+            sel.recv(e);
+        }
+        if !stop_seen {
+            sel.recv(&self.stopped);
+        }
+        if let Some(c) = child {
+            sel.recv(c);
+        }
+        let _ = sel.ready();
+    }
+}
+
+fn wait_for_signal(stop: &Stop, wake: &Wake, drain: &mut dyn FnMut() -> Result<()>) -> Result<i32> {
+    loop {
+        drain()?;
+        if stop.signal().is_some() {
+            return Ok(0);
+        }
+        wake.wait(false, None);
+    }
 }
 
 fn run_child(
     root: &Root,
     command: &[OsString],
     stop: &Stop,
+    wake: &Wake,
     drain: &mut dyn FnMut() -> Result<()>,
 ) -> Result<i32> {
     let mut child_cmd = std::process::Command::new(&command[0]);
@@ -301,13 +340,28 @@ fn run_child(
         Ok(c) => c,
         Err(e) => return Ok(super::exit::spawn_failed("peer host", &command[0], &e)),
     };
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    // A thread blocks in waitid(2) until the command ends, without reaping it (WNOWAIT): the
+    // main thread sleeps on events meanwhile, and the pid stays the command's until the main
+    // thread reaps it below, so a forwarded signal can never reach a reused pid.
+    let (done_tx, done) = crossbeam_channel::bounded(1);
+    std::thread::Builder::new()
+        .name("host-child".into())
+        .spawn(move || {
+            use nix::sys::wait::{Id, WaitPidFlag, waitid};
+            while let Err(nix::errno::Errno::EINTR) =
+                waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT)
+            {}
+            let _ = done_tx.send(());
+        })
+        .map_err(|e| Error::new(Code::Io, format!("cannot wait for the command: {e}")))?;
     let mut forwarded = false;
     loop {
         drain()?;
-        if let Some(status) = child
-            .try_wait()
-            .map_err(|e| Error::new(Code::Io, format!("cannot wait for child: {e}")))?
-        {
+        if done.try_recv().is_ok() {
+            let status = child
+                .wait()
+                .map_err(|e| Error::new(Code::Io, format!("cannot wait for child: {e}")))?;
             return Ok(exit_code(status));
         }
         if let Some(sig) = stop.signal()
@@ -315,13 +369,13 @@ fn run_child(
         {
             // Pass the stop request on; the child decides how fast it ends.
             let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
+                pid,
                 nix::sys::signal::Signal::try_from(sig)
                     .unwrap_or(nix::sys::signal::Signal::SIGTERM),
             );
             forwarded = true;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        wake.wait(forwarded, Some(&done));
     }
 }
 
