@@ -471,6 +471,21 @@ fn a_failing_sweep_is_visible_in_the_log_and_in_local_info() {
         info()
     );
     assert_eq!(info()["store"]["poisoned"], json!(true));
+    // `peer status` shows the same to a person, and a receipt lookup points at it.
+    let health = peer_as(&ns, &bob, &["status"]);
+    assert_eq!(health.status.code(), Some(0), "{}", stderr(&health));
+    let said = String::from_utf8_lossy(&health.stdout).to_string();
+    assert!(
+        said.contains("background failure:") && said.contains("sweep"),
+        "{said}"
+    );
+    let as_json = json_of(&peer_as(&ns, &bob, &["--json", "status"]));
+    assert!(
+        as_json["problems"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty()),
+        "{as_json}"
+    );
     // The root's log (stderr) says it once, however often the sweep fails.
     let mut log = bob.child.as_mut().unwrap().stderr.take().unwrap();
     bob.signal(Signal::SIGTERM);

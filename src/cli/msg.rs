@@ -43,10 +43,14 @@ Records the message as taken into context (prepared) and then consumed; the send
 receipt move forward.
 ";
 
-pub const STATUS_HELP: &str = "usage: peer status MSGID
+pub const STATUS_HELP: &str = "usage: peer status [MSGID]
 
-Shows the custody state of a message this session sent: accepted, prepared, consumed,
-replied, refused or expired, with its original target and correlation.
+With MSGID: the custody state of a message this session sent (accepted, prepared, consumed,
+replied, refused, expired, or unresolved with the reason), its original target and
+correlation. Without: the session's own health: its message store (ok, or failed with how to
+recover; a torn tail discarded at start) and the latest background failures (an expiry sweep,
+marking a message replied) that had no caller to answer. Either way a line on stderr says
+when background failures are recorded.
 ";
 
 fn read_text(arg: &str, limit: u64) -> Result<String> {
@@ -474,13 +478,74 @@ pub fn status(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             other => return Err(args::unexpected(other)),
         }
     }
-    let Some(id) = id else {
-        return Err(Error::new(Code::Usage, "peer status needs MSGID"));
-    };
     let mut session = Session::open(ctx)?;
+    let info = session.call("local.info", json!({}), 0)?;
+    let problems = info
+        .get("problems")
+        .and_then(serde_json::Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let Some(id) = id else {
+        session.close();
+        return print_health(ctx, &info, &problems);
+    };
     let receipt = session.call("local.status", json!({"messageId": id}), 0)?;
-    print_receipt(ctx, &receipt)?;
     session.close();
+    print_receipt(ctx, &receipt)?;
+    if !problems.is_empty() {
+        out::err_line(&format!(
+            "peer: {} background failure(s) recorded in this session; 'peer status' shows them",
+            problems.len()
+        ));
+    }
+    Ok(0)
+}
+
+/// `peer status` without a message: the store's state and the recorded background failures.
+fn print_health(
+    ctx: &Ctx,
+    info: &serde_json::Value,
+    problems: &[serde_json::Value],
+) -> Result<i32> {
+    let store = info.get("store").cloned().unwrap_or(json!({}));
+    if ctx.json {
+        print_json(&json!({"ok": true, "store": store, "problems": problems}))?;
+        return Ok(0);
+    }
+    let text = |v: &serde_json::Value, k: &str| {
+        v.get(k)
+            .and_then(serde_json::Value::as_str)
+            .map(|s| sanitize::line(s, 400))
+            .unwrap_or_default()
+    };
+    let state = match text(&store, "state").as_str() {
+        "" => "ok".to_string(),
+        s => s.to_string(),
+    };
+    out::line(&format!("store: {state}"))?;
+    if store.get("recovery").is_some_and(|r| !r.is_null()) {
+        out::line(&format!("  recovery: {}", text(&store, "recovery")))?;
+    }
+    let torn = store
+        .get("tornTailBytes")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
+    if torn > 0 {
+        out::line(&format!(
+            "  a torn, never-acknowledged tail of {torn} bytes was discarded at start"
+        ))?;
+    }
+    if problems.is_empty() {
+        out::line("background failures: none")?;
+    }
+    for p in problems {
+        out::line(&format!(
+            "background failure: {} — {}: {}",
+            text(p, "what"),
+            text(p, "code"),
+            text(p, "message")
+        ))?;
+    }
     Ok(0)
 }
 
