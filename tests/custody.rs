@@ -65,7 +65,7 @@ fn a_stopped_receiver_is_not_a_refusal_and_its_later_receipts_count() {
     );
     assert_eq!(warm.status.code(), Some(0), "{}", stderr(&warm));
 
-    bob.signal(Signal::SIGSTOP);
+    bob.pause();
     // Well past staleMs: bob's record is stale by age, but his process still exists.
     std::thread::sleep(Duration::from_millis(1_500));
     let o = peer_as(
@@ -140,7 +140,7 @@ fn target_ended_needs_evidence_that_the_incarnation_is_gone() {
         &["send", &to, "warm-up", "--message-id", "w-1"],
     );
     assert_eq!(warm.status.code(), Some(0), "{}", stderr(&warm));
-    bob.signal(Signal::SIGSTOP);
+    bob.pause();
     let o = peer_as(&ns, &alice, &["send", &to, "queued", "--message-id", "e-1"]);
     assert_eq!(
         o.status.code(),
@@ -513,7 +513,7 @@ fn a_restarted_sender_delivers_what_its_dead_predecessor_left_exactly_once() {
         &["send", &to, "warm-up", "--message-id", "w-1"],
     );
     assert_eq!(warm.status.code(), Some(0), "{}", stderr(&warm));
-    bob.signal(Signal::SIGSTOP);
+    bob.pause();
     // o-1 goes out on the open connection and waits in bob's socket: bob will take it from
     // the dead incarnation. o-2 waits behind it and never leaves alice's outbox.
     for id in ["o-1", "o-2"] {

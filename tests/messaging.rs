@@ -128,7 +128,7 @@ fn a_route_keeps_send_order_and_a_stopped_receiver_holds_everything_behind_its_h
         assert!(seq > last, "sequence went from {last} to {seq}");
         last = seq;
     }
-    bob.signal(Signal::SIGSTOP);
+    bob.pause();
     // The head times out (retryable): it stays unresolved and the later ones wait behind it.
     for n in 5..8 {
         let e = send(&mut c, &to, &format!("o-{n}"), "x").unwrap_err();

@@ -164,6 +164,27 @@ impl Host {
     pub fn signal(&self, sig: nix::sys::signal::Signal) {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), sig).unwrap();
     }
+    /// SIGSTOP, then waits (bounded) until every thread of the process is stopped, so nothing
+    /// sent afterwards can be processed before SIGCONT (kill(2) returns before the stop lands).
+    pub fn pause(&self) {
+        self.signal(nix::sys::signal::Signal::SIGSTOP);
+        let tasks = format!("/proc/{}/task", self.pid());
+        let stopped = || {
+            std::fs::read_dir(&tasks).is_ok_and(|dir| {
+                dir.flatten().all(|t| {
+                    std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+                        // The state follows the command name's closing parenthesis.
+                        stat.rsplit_once(')')
+                            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['T', 't']))
+                    })
+                })
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !stopped() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
     /// Waits (bounded) for the process to exit and returns its status code.
     pub fn wait(&mut self) -> Option<i32> {
         let mut child = self.child.take()?;
