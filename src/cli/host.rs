@@ -127,17 +127,7 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     let stop = ctx.stop()?;
     let root = Root::start(&a.opts)?;
     warn_shared_alias(&root, "peer host");
-    // The cross-machine ask server runs beside the root when `ask.listen` is true.
-    let ask = match crate::ask::discovery::serve_beside_root(
-        &root.core.ns.home,
-        &root.core.workspace.workspace,
-    ) {
-        Ok(ask) => ask,
-        Err(e) => {
-            root.shutdown();
-            return Err(e);
-        }
-    };
+    let ask = ask_beside(&root)?;
     let events = root.core.bus.subscribe();
     let ready = if ctx.json {
         let mut ready = root.ready_event();
@@ -202,6 +192,13 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     }
     root.shutdown();
     status
+}
+
+/// The cross-machine ask server a session root (`peer host`, `peer mcp`) runs beside itself
+/// when `ask.listen` is true (it writes nothing to stdout). On an error the caller returns and
+/// its `Root` stops as it drops.
+pub(super) fn ask_beside(root: &Root) -> Result<Option<crate::ask::server::ServerHandle>> {
+    crate::ask::discovery::serve_beside_root(&root.core.ns.home, &root.core.workspace.workspace)
 }
 
 /// Warns on stderr when another live peer in scope already answers to this root's alias:

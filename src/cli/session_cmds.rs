@@ -61,18 +61,7 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let input = super::signals::StopAwareInput::stdin(stop)?;
     let root = Root::start(&opts)?;
     super::host::warn_shared_alias(&root, "peer mcp");
-    // The cross-machine ask server runs beside the root when `ask.listen` is true; it writes
-    // nothing to stdout, which belongs to MCP.
-    let ask = match crate::ask::discovery::serve_beside_root(
-        &root.core.ns.home,
-        &root.core.workspace.workspace,
-    ) {
-        Ok(ask) => ask,
-        Err(e) => {
-            root.shutdown();
-            return Err(e);
-        }
-    };
+    let ask = super::host::ask_beside(&root)?;
     let events = root
         .core
         .bus

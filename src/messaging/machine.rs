@@ -164,19 +164,7 @@ impl Machine {
                     [] => return Err(not_found()),
                     [one] => *one,
                     several => {
-                        return Err(Error::new(
-                            Code::AmbiguousTarget,
-                            format!(
-                                "{wanted} is the start of {} message ids ({}); give more of it",
-                                several.len(),
-                                several
-                                    .iter()
-                                    .take(5)
-                                    .copied()
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            ),
-                        ));
+                        return Err(super::types::ambiguous_prefix(wanted, several, "message"));
                     }
                 };
                 let mut hits = mine.filter(|e| e.message_id == id);

@@ -1,6 +1,7 @@
 //! The custody vocabulary shared by the state machine, the store and the integrator:
 //! principals, sends, receipts, inbox/outbox entries, events, pushes and read queries.
 
+use crate::error::{Code, Error};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
@@ -351,6 +352,20 @@ pub fn ids_matching<'a>(wanted: &str, ids: impl Iterator<Item = &'a str> + Clone
     hits.sort_unstable();
     hits.dedup();
     hits
+}
+
+/// The AMBIGUOUS_TARGET answer for a prefix that starts several `kind` ids (`message`,
+/// `sent message`), naming up to five of them.
+pub fn ambiguous_prefix(wanted: &str, several: &[&str], kind: &str) -> Error {
+    Error::new(
+        Code::AmbiguousTarget,
+        format!(
+            "{} is the start of {} {kind} ids ({}); give more of it",
+            crate::sanitize::line(wanted, 100),
+            several.len(),
+            several[..several.len().min(5)].join(", ")
+        ),
+    )
 }
 
 fn wanted_in<'a>(wanted: &str, mut ids: impl Iterator<Item = &'a str>) -> &'a str {

@@ -191,19 +191,10 @@ impl Core {
                         crate::sanitize::line(&wanted, 100)
                     ),
                 )),
-                several => Err(Error::new(
-                    Code::AmbiguousTarget,
-                    format!(
-                        "{} is the start of {} sent message ids ({}); give more of it",
-                        crate::sanitize::line(&wanted, 100),
-                        several.len(),
-                        several
-                            .iter()
-                            .take(5)
-                            .copied()
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
+                several => Err(crate::messaging::ambiguous_prefix(
+                    &wanted,
+                    several,
+                    "sent message",
                 )),
             }
         })?

@@ -3,6 +3,7 @@
 //! Schemas and strict argument validation. Executing them is the ask module's business.
 
 use super::args::{self, Args};
+use super::schema::{object, string};
 use crate::error::Result;
 use serde_json::{Value, json};
 
@@ -230,20 +231,6 @@ pub fn parse(name: &str, a: &Args) -> Result<AskCall> {
             crate::sanitize::line(other, 40)
         ))),
     }
-}
-
-fn object(properties: Value, required: &[&str]) -> Value {
-    json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": false,
-    })
-}
-
-fn string(max: usize, description: &str) -> Value {
-    json!({ "type": "string", "minLength": 1, "maxLength": max, "description": description })
 }
 
 fn question_properties(first: (&str, Value)) -> Value {

@@ -12,8 +12,6 @@ mod args;
 pub mod ask;
 mod schema;
 
-pub use schema::tool_list;
-
 use crate::config::{Limits, Scope};
 use crate::error::{Code, Error, Result};
 use args::Args;
@@ -356,6 +354,14 @@ fn parse_release(a: &Args, resource: String) -> Result<ResourceArgs> {
         ticket,
         token,
     })
+}
+
+/// `[{name, title, description, inputSchema, annotations}]` for every tool, in
+/// [`TOOL_NAMES`] order: the local tools, then the ask tools.
+pub fn tool_list(limits: &Limits) -> Value {
+    let mut tools = schema::local_tools(limits);
+    tools.extend(ask::tool_list());
+    Value::Array(tools)
 }
 
 #[cfg(test)]

@@ -6,20 +6,18 @@ use super::{ID_CHARS_MAX, QUERY_CHARS_MAX, RESOURCE_CHARS_MAX, TARGET_CHARS_MAX,
 use crate::config::Limits;
 use serde_json::{Value, json};
 
-/// `[{name, title, description, inputSchema, annotations}]` for every tool, in
-/// [`super::TOOL_NAMES`] order.
-pub fn tool_list(limits: &Limits) -> Value {
-    let mut tools = vec![
+/// The descriptors of the four local tools, in [`super::TOOL_NAMES`] order.
+pub(super) fn local_tools(limits: &Limits) -> Vec<Value> {
+    vec![
         list_peers(),
         send_peer_message(),
         peer_messages(limits),
         coordinate_resource(limits),
-    ];
-    tools.extend(super::ask::tool_list());
-    Value::Array(tools)
+    ]
 }
 
-fn object(properties: Value, required: &[&str]) -> Value {
+/// A strict JSON Schema object: these properties, these required, nothing else.
+pub(super) fn object(properties: Value, required: &[&str]) -> Value {
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
@@ -29,7 +27,8 @@ fn object(properties: Value, required: &[&str]) -> Value {
     })
 }
 
-fn string(max: usize, description: &str) -> Value {
+/// A non-empty string of at most `max` characters.
+pub(super) fn string(max: usize, description: &str) -> Value {
     json!({ "type": "string", "minLength": 1, "maxLength": max, "description": description })
 }
 
