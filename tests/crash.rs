@@ -146,6 +146,8 @@ struct Tally {
     sent: usize,
     accepted: usize,
     in_doubt: usize,
+    /// Answered `accepted`, the sender's copy of the receipt not yet durable at the kill.
+    unrecorded: usize,
     lost: usize,
     duplicated: usize,
     phantom: usize,
@@ -292,15 +294,29 @@ fn sender_killed_at_random_points_keeps_outbox_ahead_of_the_wire() {
             .outbox()
             .map(|e| (e.message_id.clone(), e.receipt.as_ref().map(|r| r.state)))
             .collect();
-        for id in &seen.accepted {
-            assert_eq!(
-                outbox.get(id),
-                Some(&Some(ReceiptState::Accepted)),
-                "{id} was answered accepted but the sender's outbox does not say so"
-            );
-        }
         let got = inbox_from(&mut bob_client, &alice_peer);
         let held = counts(got.iter().map(|m| m["messageId"].as_str().unwrap_or("")));
+        // `accepted` reaches the caller once the receiver made the message durable; the
+        // sender's copy of that receipt is not waited for, so a kill can leave the entry
+        // unresolved (its intent is durable): recovery re-asks and the receiver, which holds
+        // it exactly once, answers the original receipt. The sender never records anything
+        // but `accepted` for it.
+        for id in &seen.accepted {
+            match outbox.get(id) {
+                Some(Some(ReceiptState::Accepted)) => {}
+                Some(None) => {
+                    tally.unrecorded += 1;
+                    assert_eq!(
+                        held.get(id),
+                        Some(&1),
+                        "{id} was answered accepted, is unresolved at the sender and not held once by the receiver"
+                    );
+                }
+                other => {
+                    panic!("{id} was answered accepted but the sender's outbox says {other:?}")
+                }
+            }
+        }
         for id in held.keys() {
             assert!(
                 outbox.contains_key(id),

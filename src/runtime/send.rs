@@ -164,13 +164,16 @@ impl Core {
             correlation_id: None,
             expires_at_ms: None,
         };
+        // Held from before the intent is durable until the send returns: the root worker,
+        // woken by that commit, leaves a route a caller is about to drive to the caller
+        // instead of racing it for the route lock (`retry_routes`).
+        let queue = self.route_queue(&caller.peer_id, &to.peer_id);
         let entry = self.store.outbox_intent(intent)?;
         if entry.receipt.is_some() {
             self.outbox_answer(&caller.peer_id, &to.peer_id, &req.message_id)
         } else {
             // A caller's send is a fresh attempt: a route whose head gave up starts over.
             {
-                let queue = self.route_queue(&caller.peer_id, &to.peer_id);
                 let mut q = queue.lock();
                 if q.failures() > self.limits().route_retries {
                     q.reset();
@@ -299,13 +302,18 @@ impl Core {
     /// One delivery attempt of a route's head, recorded durably either way.
     fn attempt(&self, entry: &OutboxEntry, q: &mut RouteQueue) -> Result<()> {
         let outcome = self.deliver(entry);
-        let answer = match &outcome {
-            Ok(r) => Ok(r.clone()),
-            Err(e) => Err(e.code),
+        // A receipt is the recipient's durable statement: our copy of it need not be durable
+        // before the caller hears `accepted` (a crash before it is only makes recovery re-ask,
+        // and the recipient answers the same receipt). A failure we record is our own verdict,
+        // so that one is durable before anyone hears it.
+        let recorded = match &outcome {
+            Ok(r) => self
+                .store
+                .outbox_receipt(&entry.to.peer_id, &entry.message_id, r.clone()),
+            Err(e) => self
+                .store
+                .outbox_result(&entry.to.peer_id, &entry.message_id, Err(e.code)),
         };
-        let recorded = self
-            .store
-            .outbox_result(&entry.to.peer_id, &entry.message_id, answer);
         let key = (entry.from_peer_id.clone(), entry.to.peer_id.clone());
         match outcome {
             Ok(_) => {
@@ -335,9 +343,11 @@ impl Core {
     /// The current answer for one of our outbox entries: its receipt, or the refusal.
     fn outbox_answer(&self, from: &str, to: &str, message_id: &str) -> Result<Receipt> {
         let (f, t, id) = (from.to_string(), to.to_string(), message_id.to_string());
+        // The applied state: it includes a receipt recorded by this send whose fdatasync may
+        // still be running (see `StoreHandle::outbox_receipt`).
         let entry = self
             .store
-            .query(move |m| {
+            .peek(move |m| {
                 m.state()
                     .outbox_get(&t, &id)
                     .filter(|e| e.from_peer_id == f)
@@ -555,10 +565,15 @@ impl Core {
             let (f, t) = (from.clone(), to_peer.clone());
             let head = self
                 .store
-                .query(move |m| m.route_head(&f, &t).map(|e| e.to.clone()));
+                .peek(move |m| m.route_head(&f, &t).map(|e| e.to.clone()));
             let Ok(Some(target)) = head else { continue };
             {
                 let queue = self.route_queue(&from, &to_peer);
+                // A caller holds this route's queue (the map and we hold the other two
+                // references): it drives the route itself as soon as its intent is durable.
+                if Arc::strong_count(&queue) > 2 {
+                    continue;
+                }
                 // A sender is working this route right now: leave it to them.
                 let Some(mut q) = queue.try_lock() else {
                     continue;

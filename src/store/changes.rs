@@ -1,7 +1,12 @@
-//! The state the store-writer thread and its handles share: the writer's counters and the
-//! change notification (a counter plus a condition variable) that readers block on.
+//! The state the store-writer thread and its handles share: the writer's counters, the change
+//! notification (a counter plus a condition variable) that readers block on, the doorbell the
+//! writer sleeps on between batches, and the custody state itself ([`Committed`]) that
+//! handles read in their own thread.
 
+use crate::error::Error;
+use crate::messaging::Machine;
 use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of the writer, for tests, benchmarks and `peer bench`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,21 +32,71 @@ pub struct StoreStats {
     pub torn_tail_batches: u64,
 }
 
-/// What the writer thread and every handle share: the counters and the change count readers
-/// wait on.
+/// The custody state as the writer last applied it, behind a `RwLock` in [`Shared`]. Only the
+/// writer thread takes the write lock, and only while it applies one batch's writes (no I/O
+/// under it); handles read it in their own thread. `applied` counts the batches whose records
+/// are in `machine`; [`Shared::durable`] counts those whose fdatasync returned, so a reader
+/// holding the read lock sees exactly durable state when the two are equal.
+pub(crate) struct Committed {
+    pub machine: Machine,
+    pub applied: u64,
+    /// Set when a write failed: nothing later is acknowledged or read.
+    pub poisoned: Option<Error>,
+}
+
+/// What the writer thread and every handle share: the counters, the change count readers
+/// wait on, the doorbell and the committed state.
 pub(crate) struct Shared {
     pub stats: Mutex<StoreStats>,
     pub changes: Mutex<u64>,
     pub changed: Condvar,
+    pub committed: parking_lot::RwLock<Committed>,
+    /// Batches made durable (see [`Committed::applied`]).
+    pub durable: AtomicU64,
+    /// True while the writer sleeps for want of jobs.
+    idle: Mutex<bool>,
+    job_queued: Condvar,
 }
 
 impl Shared {
-    pub fn new(stats: StoreStats) -> Shared {
+    pub fn new(stats: StoreStats, machine: Machine) -> Shared {
         Shared {
             stats: Mutex::new(stats),
             changes: Mutex::new(0),
             changed: Condvar::new(),
+            committed: parking_lot::RwLock::new(Committed {
+                machine,
+                applied: 0,
+                poisoned: None,
+            }),
+            durable: AtomicU64::new(0),
+            idle: Mutex::new(false),
+            job_queued: Condvar::new(),
         }
+    }
+
+    /// Called after a job was queued: wakes the writer if it sleeps.
+    pub fn ring(&self) {
+        if *self.idle.lock() {
+            self.job_queued.notify_one();
+        }
+    }
+
+    /// The writer's sleep between batches: returns once `empty()` is false. A submitter queues
+    /// its job before it rings, and the flag is set and `empty()` checked under the same lock
+    /// the ring takes, so a job queued at any moment either is seen here or wakes the sleep.
+    pub fn sleep_while(&self, empty: impl Fn() -> bool) {
+        let mut idle = self.idle.lock();
+        *idle = true;
+        while empty() {
+            self.job_queued.wait(&mut idle);
+        }
+        *idle = false;
+    }
+
+    /// Whether a reader holding the read lock on `c` sees exactly durable state.
+    pub fn all_durable(&self, c: &Committed) -> bool {
+        c.applied == self.durable.load(Ordering::Acquire)
     }
 
     pub fn bump_changes(&self) {

@@ -1,16 +1,21 @@
 //! `StoreHandle`: the cloneable front of the store-writer thread. Every mutating call returns
-//! only after its record is durable (or fails); reads see only durable state. Includes the
-//! change notification readers block on (bounded by `waitMsMax`, abortable).
+//! only after its record is durable (or fails), except the few a caller asks to be answered
+//! once applied ([`StoreHandle::write_applied`]). Reads run in the calling thread against the
+//! shared committed state: [`StoreHandle::query`] sees only durable state (when a batch is
+//! between apply and fdatasync it is answered by the writer after that sync instead),
+//! [`StoreHandle::peek`] also sees applied records, for the root's own route bookkeeping.
+//! Includes the change notification readers block on (bounded by `waitMsMax`, abortable).
 
 use super::changes::{Shared, StoreStats};
-use super::writer::{Job, ReadFn, WriteFn};
+use super::oneshot::{self, Gone};
+use super::writer::{Ack, Job, ReadFn, WriteFn};
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::messaging::{
     InboundSend, InboxEntry, Machine, MessageRef, OutboundSend, OutboxEntry, Outcome, Principal,
     PushEntry, ReadQuery, ReadResult, Receipt, ReceiptState, Recipients, SweepReport,
 };
-use crossbeam_channel::{Sender, bounded};
+use crossbeam_channel::Sender;
 use parking_lot::RwLock;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,19 +48,21 @@ impl StoreHandle {
                 ),
             ),
             crossbeam_channel::SendTimeoutError::Disconnected(_) => Self::gone(),
-        })
+        })?;
+        self.shared.ring();
+        Ok(())
     }
 
-    fn answer<T>(&self, rx: crossbeam_channel::Receiver<Result<T>>) -> Result<T> {
+    fn answer<T>(&self, rx: oneshot::Waiter<Result<T>>) -> Result<T> {
         // The writer always answers; the bound only guards against a wedged disk.
         let wait = Duration::from_millis(self.limits.acknowledgement_ms.saturating_mul(4));
         match rx.recv_timeout(wait) {
             Ok(r) => r,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(Error::new(
+            Err(Gone::TimedOut) => Err(Error::new(
                 Code::Timeout,
                 "the message store did not commit in time; retry with the same message id (retries are deduplicated)",
             )),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(Self::gone()),
+            Err(Gone::Dropped) => Err(Self::gone()),
         }
     }
 
@@ -64,7 +71,28 @@ impl StoreHandle {
         &self,
         op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
     ) -> Result<T> {
-        let (tx, rx) = bounded::<Result<T>>(1);
+        self.write_acked(op, Ack::Durable)
+    }
+
+    /// Runs a mutating operation in the writer and waits only until it is applied to the
+    /// shared state: its records are made durable by the same batch's fdatasync, but this
+    /// caller does not wait for it. Only for records whose loss in a crash is repaired by
+    /// recovery (the sender's copy of a receipt the recipient already holds durably: recovery
+    /// re-asks and the recipient answers the original receipt). If that fdatasync fails the
+    /// store is poisoned and nothing later is acknowledged.
+    pub(crate) fn write_applied<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
+    ) -> Result<T> {
+        self.write_acked(op, Ack::Applied)
+    }
+
+    fn write_acked<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
+        ack: Ack,
+    ) -> Result<T> {
+        let (tx, rx) = oneshot::slot::<Result<T>>();
         let job: WriteFn = Box::new(move |ctx| {
             let out = match ctx {
                 Ok((m, r, now)) => op(m, r, now),
@@ -74,32 +102,61 @@ impl StoreHandle {
                 Ok((value, records)) => (
                     records,
                     Box::new(move |failed: Option<&Error>| {
-                        let _ = tx.send(failed.map_or(Ok(value), |e| Err(e.clone())));
+                        tx.send(failed.map_or(Ok(value), |e| Err(e.clone())));
                     }),
                 ),
                 Err(e) => (
                     Vec::new(),
                     Box::new(move |failed: Option<&Error>| {
-                        let _ = tx.send(Err(failed.cloned().unwrap_or(e)));
+                        tx.send(Err(failed.cloned().unwrap_or(e)));
                     }),
                 ),
             }
         });
-        self.submit(Job::Write(job))?;
+        self.submit(Job::Write(job, ack))?;
         self.answer(rx)
     }
 
-    /// Runs a query against the durable state in the writer thread.
+    /// Runs a query against the durable state. In the calling thread when the shared state is
+    /// all durable; while a batch is applied but not yet synced, the writer answers it right
+    /// after that batch's fdatasync (never from records a crash could still undo).
     pub fn query<T: Send + 'static>(
         &self,
         q: impl FnOnce(&Machine) -> T + Send + 'static,
     ) -> Result<T> {
-        let (tx, rx) = bounded::<Result<T>>(1);
+        {
+            let c = self.shared.committed.read();
+            if c.poisoned.is_none() && self.shared.all_durable(&c) {
+                return Ok(q(&c.machine));
+            }
+        }
+        self.query_in_writer(q)
+    }
+
+    /// Runs a query in the writer thread, between batches (always durable state).
+    pub(crate) fn query_in_writer<T: Send + 'static>(
+        &self,
+        q: impl FnOnce(&Machine) -> T + Send + 'static,
+    ) -> Result<T> {
+        let (tx, rx) = oneshot::slot::<Result<T>>();
         let job: ReadFn = Box::new(move |m| {
-            let _ = tx.send(m.map(q).map_err(|e| e.clone()));
+            tx.send(m.map(q).map_err(|e| e.clone()));
         });
         self.submit(Job::Read(job))?;
         self.answer(rx)
+    }
+
+    /// Runs a query in the calling thread against the state as applied, which may include the
+    /// records of a batch whose fdatasync is still running. Only for the root's own outbox
+    /// bookkeeping (which entry a route sends next, the answer a sender already holds), where
+    /// a crash that undoes such a record is repaired by recovery re-asking the recipient;
+    /// never for what is shown to a user or told to another party.
+    pub(crate) fn peek<T>(&self, q: impl FnOnce(&Machine) -> T) -> Result<T> {
+        let c = self.shared.committed.read();
+        match &c.poisoned {
+            Some(e) => Err(e.clone()),
+            None => Ok(q(&c.machine)),
+        }
     }
 
     /// `peer.send` custody: durable before it returns. See `Machine::accept` for the codes.
@@ -121,6 +178,19 @@ impl StoreHandle {
     ) -> Result<OutboxEntry> {
         let (to, id) = (to_peer_id.to_string(), message_id.to_string());
         self.write(move |m, _, now| m.outbox_result(&to, &id, answer, now))
+    }
+
+    /// Records a recipient's receipt for one of our sends, answered once applied (see
+    /// [`write_applied`](Self::write_applied)): the recipient holds the message durably, so
+    /// the sender need not wait for its own copy of the answer to be.
+    pub fn outbox_receipt(
+        &self,
+        to_peer_id: &str,
+        message_id: &str,
+        receipt: Receipt,
+    ) -> Result<OutboxEntry> {
+        let (to, id) = (to_peer_id.to_string(), message_id.to_string());
+        self.write_applied(move |m, _, now| m.outbox_result(&to, &id, Ok(receipt), now))
     }
 
     /// Takes over a dead earlier incarnation's unresolved entry (see `Machine::adopt`).
@@ -203,13 +273,14 @@ impl StoreHandle {
         self.query(move |m| m.pending_pushes(limit))
     }
 
+    /// The unresolved entries of one route, as applied (see [`peek`](Self::peek)).
     pub fn route_pending(&self, from_peer_id: &str, to_peer_id: &str) -> Result<Vec<OutboxEntry>> {
-        let (from, to) = (from_peer_id.to_string(), to_peer_id.to_string());
-        self.query(move |m| m.route_pending(&from, &to))
+        self.peek(|m| m.route_pending(from_peer_id, to_peer_id))
     }
 
+    /// Routes with an unresolved head, as applied (see [`peek`](Self::peek)).
     pub fn pending_routes(&self) -> Result<Vec<(String, String)>> {
-        self.query(|m| m.pending_routes())
+        self.peek(|m| m.pending_routes())
     }
 
     pub fn unread(&self) -> Result<Vec<InboxEntry>> {

@@ -15,6 +15,7 @@
 mod changes;
 pub(crate) mod handle;
 pub mod journal;
+mod oneshot;
 pub mod recovery;
 pub(crate) mod snapshot;
 pub(crate) mod syncpoint;
@@ -126,7 +127,10 @@ impl Store {
             torn_tail_batches,
             ..StoreStats::default()
         };
-        let shared = Arc::new(Shared::new(stats));
+        let shared = Arc::new(Shared::new(
+            stats,
+            Machine::from_state(loaded.state, limits.clone()),
+        ));
         let recipients = Arc::new(RwLock::new(Recipients::default()));
         let writer = Writer {
             dir: dir.clone(),
@@ -134,10 +138,8 @@ impl Store {
             len,
             generation,
             batch_no,
-            machine: Machine::from_state(loaded.state, limits.clone()),
             recipients: recipients.clone(),
             shared: shared.clone(),
-            poisoned: None,
             faults,
             _lock: lock,
         };
@@ -175,6 +177,7 @@ impl Store {
         };
         let (tx, rx) = crossbeam_channel::bounded(1);
         if self.handle.tx.send(Job::Shutdown(tx)).is_ok() {
+            self.handle.shared.ring();
             let _ = rx.recv();
         }
         thread

@@ -59,7 +59,7 @@ fn send(id: &str) -> InboundSend {
 
 /// Waits until the writer finished everything before this call (stats, compaction).
 fn settle(h: &StoreHandle) {
-    h.query(|_| ()).unwrap();
+    h.query_in_writer(|_| ()).unwrap();
 }
 
 fn image(h: &StoreHandle) -> StateImage {
@@ -362,7 +362,7 @@ fn group_commit_acknowledges_all_with_one_sync_per_batch() {
     let gate = {
         let h = h.clone();
         std::thread::spawn(move || {
-            h.query(move |_| entered_tx.send(()).is_ok() && release_rx.recv().is_ok())
+            h.query_in_writer(move |_| entered_tx.send(()).is_ok() && release_rx.recv().is_ok())
                 .unwrap()
         })
     };
@@ -405,6 +405,7 @@ fn failed_sync_answers_the_batch_and_poisons_the_writer() {
         &limits(),
         Faults {
             fail_sync_at: Some(2),
+            ..Faults::default()
         },
     )
     .unwrap();
@@ -777,4 +778,55 @@ fn a_checksummed_record_that_contradicts_the_state_requires_recovery() {
         Code::RecoveryRequired
     );
     assert_eq!(files(&home.dir()), set);
+}
+
+#[test]
+fn reads_run_in_the_caller_and_see_only_durable_state_unless_they_peek() {
+    let home = TempHome::new("peek");
+    let gate = Arc::new((parking_lot::Mutex::new(true), parking_lot::Condvar::new()));
+    let s = Store::open_with(
+        &home.0,
+        INSTANCE,
+        SESSION,
+        &limits(),
+        Faults {
+            hold_sync: Some(gate.clone()),
+            ..Faults::default()
+        },
+    )
+    .unwrap();
+    let h = s.handle();
+    h.set_live(ME);
+    // Nothing in flight: a read is answered in this thread, with no job for the writer.
+    let jobs = h.stats().jobs;
+    assert_eq!(h.query(|m| m.unread().len()).unwrap(), 0);
+    assert_eq!(h.stats().jobs, jobs);
+    // An applied-only write is answered while its batch's fdatasync is held back.
+    let w = h.clone();
+    let applied = w
+        .write_applied(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .unwrap();
+    assert_eq!(applied.sequence, 1);
+    assert_eq!(h.stats().syncs, 0, "answered before its sync");
+    // Our own bookkeeping sees it; a durable read waits for the sync.
+    assert_eq!(h.peek(|m| m.unread().len()).unwrap(), 1);
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let reader = {
+        let h = h.clone();
+        std::thread::spawn(move || tx.send(h.query(|m| m.unread().len()).unwrap()))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(
+        rx.try_recv().is_err(),
+        "a durable read saw an unsynced record"
+    );
+    *gate.0.lock() = false;
+    gate.1.notify_all();
+    assert_eq!(rx.recv().unwrap(), 1);
+    reader.join().unwrap().unwrap();
+    assert_eq!(h.stats().syncs, 1);
+    // All durable again: back in the caller's thread.
+    let jobs = h.stats().jobs;
+    assert_eq!(h.query(|m| m.unread().len()).unwrap(), 1);
+    assert_eq!(h.stats().jobs, jobs);
 }

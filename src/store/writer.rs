@@ -1,24 +1,29 @@
 //! The store-writer thread: the only writer of an instance store. It drains up to
 //! `commitBatch` queued jobs, answers reads from the already-durable state, applies every
-//! write to the state machine, appends all their records as one frame with one write and one
-//! fdatasync, then answers the waiters. A failed write or sync answers that batch with the
-//! error and poisons the writer: nothing later is acknowledged until the root restarts and
-//! recovers from the journal. Compaction runs after the batch is answered.
+//! write to the state machine (under the write lock of the shared committed state, with no
+//! I/O under it), appends all their records as one frame with one write and one fdatasync,
+//! then answers the waiters. A write asked with [`Ack::Applied`] is answered as soon as it is
+//! applied, before that fdatasync (see `StoreHandle::write_applied` for who may). A failed
+//! write or sync answers that batch with the error and poisons the writer: nothing later is
+//! acknowledged until the root restarts and recovers from the journal. Compaction runs after
+//! the batch is answered. Between batches the writer sleeps on the shared doorbell.
 
 use super::changes::Shared;
 use super::{journal, paths, snapshot};
 use crate::error::{Code, Error, Result};
 use crate::fsutil::{self, Durability, FileLock};
 use crate::messaging::{Machine, Recipients, Record};
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use parking_lot::RwLock;
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-/// Called once the batch holding a write is durable (`None`) or failed (`Some(error)`).
+/// Called once the batch holding a write is durable (`None`) or failed (`Some(error)`); for
+/// an [`Ack::Applied`] write, once it is applied.
 pub(crate) type Finish = Box<dyn FnOnce(Option<&Error>) + Send>;
 pub(crate) type WriteFn = Box<
     dyn FnOnce(
@@ -28,16 +33,27 @@ pub(crate) type WriteFn = Box<
 >;
 pub(crate) type ReadFn = Box<dyn FnOnce(std::result::Result<&Machine, &Error>) + Send>;
 
+/// When a write's waiter is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ack {
+    /// After the fdatasync of the batch holding its records.
+    Durable,
+    /// As soon as its records are applied to the shared state, before that fdatasync.
+    Applied,
+}
+
 pub(crate) enum Job {
     Read(ReadFn),
-    Write(WriteFn),
+    Write(WriteFn, Ack),
     Shutdown(Sender<()>),
 }
 
-/// Test-only fault injection: fail the fdatasync with this 1-based number.
-#[derive(Clone, Copy, Debug, Default)]
+/// Test-only fault injection: fail the fdatasync with this 1-based number; hold every batch
+/// between apply and append while the gate is closed (`true`).
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Faults {
     pub fail_sync_at: Option<u64>,
+    pub hold_sync: Option<Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>>,
 }
 
 pub(crate) struct Writer {
@@ -46,10 +62,9 @@ pub(crate) struct Writer {
     pub len: u64,
     pub generation: u64,
     pub batch_no: u64,
-    pub machine: Machine,
     pub recipients: Arc<RwLock<Recipients>>,
+    /// Holds the committed state the writer alone mutates.
     pub shared: Arc<Shared>,
-    pub poisoned: Option<Error>,
     pub faults: Faults,
     pub _lock: FileLock,
 }
@@ -75,8 +90,23 @@ pub(crate) fn create_journal(dir: &std::path::Path, generation: u64) -> Result<F
 
 impl Writer {
     pub fn run(mut self, rx: Receiver<Job>) {
-        let batch_max = self.machine.limits().commit_batch.max(1) as usize;
-        while let Ok(first) = rx.recv() {
+        let batch_max = self
+            .shared
+            .committed
+            .read()
+            .machine
+            .limits()
+            .commit_batch
+            .max(1) as usize;
+        loop {
+            let first = match rx.try_recv() {
+                Ok(job) => job,
+                Err(TryRecvError::Empty) => {
+                    self.shared.sleep_while(|| rx.is_empty());
+                    continue;
+                }
+                Err(TryRecvError::Disconnected) => break,
+            };
             let mut jobs = Vec::with_capacity(batch_max.min(1024));
             jobs.push(first);
             while jobs.len() < batch_max {
@@ -97,23 +127,26 @@ impl Writer {
         let mut writes = Vec::new();
         let mut stop = None;
         // Reads first: the state here is exactly what earlier batches made durable.
-        for job in jobs {
-            match job {
-                Job::Read(f) => f(self.poisoned.as_ref().map_or(Ok(&self.machine), Err)),
-                Job::Write(f) => writes.push(f),
-                Job::Shutdown(tx) => stop = Some(tx),
+        {
+            let c = self.shared.committed.read();
+            for job in jobs {
+                match job {
+                    Job::Read(f) => f(c.poisoned.as_ref().map_or(Ok(&c.machine), Err)),
+                    Job::Write(f, ack) => writes.push((f, ack)),
+                    Job::Shutdown(tx) => stop = Some(tx),
+                }
             }
         }
         let committed = self.commit_writes(writes, jobs_n);
         if committed
-            && self.poisoned.is_none()
+            && !self.is_poisoned()
             && let Err(e) = self.maybe_compact()
         {
             self.poison(&e);
         }
         if let Some(tx) = stop {
             // A clean close records how far the journal was acknowledged.
-            if self.poisoned.is_none() {
+            if !self.is_poisoned() {
                 let _ = super::write_sync_point(&self.dir, &self.sync_point());
             }
             let _ = tx.send(());
@@ -122,24 +155,47 @@ impl Writer {
         false
     }
 
+    fn is_poisoned(&self) -> bool {
+        self.shared.committed.read().poisoned.is_some()
+    }
+
     /// Applies the batch's writes, makes their records durable with one write + one
     /// fdatasync, then answers each waiter. Returns true when records were committed.
-    fn commit_writes(&mut self, writes: Vec<WriteFn>, jobs_n: u64) -> bool {
-        if let Some(err) = self.poisoned.clone() {
-            for f in writes {
-                f(Err(&err)).1(Some(&err));
-            }
-            self.note_batch(jobs_n, 0);
-            return false;
-        }
+    fn commit_writes(&mut self, writes: Vec<(WriteFn, Ack)>, jobs_n: u64) -> bool {
         let now = crate::clock::now_ms();
         let recipients = self.recipients.read().clone();
         let mut records = Vec::new();
-        let mut finishes = Vec::with_capacity(writes.len());
-        for f in writes {
-            let (recs, fin) = f(Ok((&mut self.machine, &recipients, now)));
-            records.extend(recs);
-            finishes.push(fin);
+        let mut durable = Vec::with_capacity(writes.len());
+        let mut applied = Vec::new();
+        {
+            let mut c = self.shared.committed.write();
+            if let Some(err) = c.poisoned.clone() {
+                drop(c);
+                for (f, _) in writes {
+                    f(Err(&err)).1(Some(&err));
+                }
+                self.note_batch(jobs_n, 0);
+                return false;
+            }
+            for (f, ack) in writes {
+                let (recs, fin) = f(Ok((&mut c.machine, &recipients, now)));
+                records.extend(recs);
+                match ack {
+                    Ack::Durable => durable.push(fin),
+                    Ack::Applied => applied.push(fin),
+                }
+            }
+            if !records.is_empty() {
+                c.applied += 1;
+            }
+        }
+        // Applied-only waiters go on now, while the batch is being made durable.
+        applied.into_iter().for_each(|fin| fin(None));
+        if let Some(gate) = &self.faults.hold_sync {
+            let mut closed = gate.0.lock();
+            while *closed {
+                gate.1.wait(&mut closed);
+            }
         }
         let outcome = if records.is_empty() {
             Ok(())
@@ -152,14 +208,17 @@ impl Writer {
         match outcome {
             Ok(()) => {
                 if !records.is_empty() {
+                    self.shared
+                        .durable
+                        .store(self.shared.committed.read().applied, Ordering::Release);
                     self.shared.bump_changes();
                 }
-                finishes.into_iter().for_each(|fin| fin(None));
+                durable.into_iter().for_each(|fin| fin(None));
                 !records.is_empty()
             }
             Err(e) => {
                 self.poison(&e);
-                finishes.into_iter().for_each(|fin| fin(Some(&e)));
+                durable.into_iter().for_each(|fin| fin(Some(&e)));
                 false
             }
         }
@@ -174,7 +233,7 @@ impl Writer {
     }
 
     fn poison(&mut self, cause: &Error) {
-        self.poisoned = Some(Error::new(
+        self.shared.committed.write().poisoned = Some(Error::new(
             Code::RecoveryRequired,
             format!(
                 "the message store stopped after a failed write ({}); restart the root to recover from the journal",
@@ -232,10 +291,13 @@ impl Writer {
     /// Only after D is any record appended to generation g+1. Any failure from B on could leave
     /// a covered journal behind, where appended records would be ignored, so it poisons.
     fn maybe_compact(&mut self) -> Result<()> {
-        if self.len < self.machine.journal_threshold() {
-            return Ok(());
-        }
-        let bytes = snapshot::encode(&self.machine.state().image(), self.generation)?;
+        let bytes = {
+            let c = self.shared.committed.read();
+            if self.len < c.machine.journal_threshold() {
+                return Ok(());
+            }
+            snapshot::encode(&c.machine.state().image(), self.generation)?
+        };
         fsutil::atomic_write(&self.dir.join(paths::SNAPSHOT), &bytes, Durability::Durable)?;
         let next = self.generation + 1;
         self.file = create_journal(&self.dir, next)?;
