@@ -528,8 +528,10 @@ use crate::config::internal::RETENTION_SWEEP_MS;
 use crate::config::internal::WORKER_TICK_MS;
 
 /// The background worker: pushes receipts back to senders, retries stuck routes, sweeps
-/// expiry and retention. It sleeps until a durable store change (or the root stopping, which
-/// wakes it) or its next deadline: the next sweep, and while routes or receipt pushes are
+/// expiry and retention. It sleeps until a durable store change it acts on (a receipt to
+/// push, a route no caller drives — not the accepts, intents and receipts of the send path —
+/// or a send that left its route unresolved; the root stopping wakes it too) or its next
+/// deadline: the next sweep, and while routes or receipt pushes are
 /// still unresolved, the next retry; the periodic reclaim of dead roots' records. An idle root
 /// with nothing unresolved wakes only for those.
 fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
@@ -543,7 +545,7 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                 (l.expiry_ms.min(l.retention_ms) / 4).clamp(WORKER_TICK_MS, RETENTION_SWEEP_MS),
             );
             let mut last_restart = Instant::now();
-            let mut seen = core.store.change_generation();
+            let mut seen = core.store.worker_generation();
             let mut degraded = false;
             while !core.stopping.load(Ordering::SeqCst) {
                 if !degraded && core.store.stats().poisoned {
@@ -574,9 +576,9 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                 if unresolved {
                     wait = wait.min(Duration::from_millis(WORKER_TICK_MS));
                 }
-                seen =
-                    core.store
-                        .wait_for_change_woken(seen, wait.as_millis() as u64, &core.stopping);
+                seen = core
+                    .store
+                    .wait_for_worker(seen, wait.as_millis() as u64, &core.stopping);
             }
         })
         .map_err(|e| {

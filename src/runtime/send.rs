@@ -179,13 +179,19 @@ impl Core {
                     q.reset();
                 }
             }
-            self.drive_route(&caller.peer_id, &to, Some(&req.message_id), true)
+            let answer = self
+                .drive_route(&caller.peer_id, &to, Some(&req.message_id), true)
                 .unwrap_or_else(|| {
                     Err(Error::new(
                         Code::NotFound,
                         "the message left the outbox unexpectedly",
                     ))
-                })
+                });
+            if answer.is_err() {
+                // The intent's commit did not wake the root worker: it retries from now on.
+                self.store.nudge_worker();
+            }
+            answer
         }
     }
 

@@ -50,6 +50,10 @@ pub(crate) struct Shared {
     pub stats: Mutex<StoreStats>,
     pub changes: Mutex<u64>,
     pub changed: Condvar,
+    /// Changes the root worker acts on (see `Wake`), with their own condition variable so the
+    /// worker sleeps through the commits of the send path.
+    pub worker_changes: Mutex<u64>,
+    pub worker_changed: Condvar,
     pub committed: parking_lot::RwLock<Committed>,
     /// Batches made durable (see [`Committed::applied`]).
     pub durable: AtomicU64,
@@ -64,6 +68,8 @@ impl Shared {
             stats: Mutex::new(stats),
             changes: Mutex::new(0),
             changed: Condvar::new(),
+            worker_changes: Mutex::new(0),
+            worker_changed: Condvar::new(),
             committed: parking_lot::RwLock::new(Committed {
                 machine,
                 applied: 0,
@@ -102,5 +108,10 @@ impl Shared {
     pub fn bump_changes(&self) {
         *self.changes.lock() += 1;
         self.changed.notify_all();
+    }
+
+    pub fn bump_worker(&self) {
+        *self.worker_changes.lock() += 1;
+        self.worker_changed.notify_all();
     }
 }

@@ -8,7 +8,7 @@
 
 use super::changes::{Shared, StoreStats};
 use super::oneshot::{self, Gone};
-use super::writer::{Ack, Job, ReadFn, WriteFn};
+use super::writer::{Ack, Job, ReadFn, Wake, WriteFn};
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::messaging::{
@@ -71,7 +71,16 @@ impl StoreHandle {
         &self,
         op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
     ) -> Result<T> {
-        self.write_acked(op, Ack::Durable)
+        self.write_acked(op, Ack::Durable, Wake::Worker)
+    }
+
+    /// [`write`](Self::write) for the send path: its commit does not wake the root worker
+    /// (unless it queues a receipt push), the caller driving the route itself.
+    pub(crate) fn write_quiet<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
+    ) -> Result<T> {
+        self.write_acked(op, Ack::Durable, Wake::Quiet)
     }
 
     /// Runs a mutating operation in the writer and waits only until it is applied to the
@@ -84,13 +93,14 @@ impl StoreHandle {
         &self,
         op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
     ) -> Result<T> {
-        self.write_acked(op, Ack::Applied)
+        self.write_acked(op, Ack::Applied, Wake::Quiet)
     }
 
     fn write_acked<T: Send + 'static>(
         &self,
         op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
         ack: Ack,
+        wake: Wake,
     ) -> Result<T> {
         let (tx, rx) = oneshot::slot::<Result<T>>();
         let job: WriteFn = Box::new(move |ctx| {
@@ -113,7 +123,7 @@ impl StoreHandle {
                 ),
             }
         });
-        self.submit(Job::Write(job, ack))?;
+        self.submit(Job::Write(job, ack, wake))?;
         self.answer(rx)
     }
 
@@ -161,12 +171,14 @@ impl StoreHandle {
 
     /// `peer.send` custody: durable before it returns. See `Machine::accept` for the codes.
     pub fn accept(&self, from: Principal, send: InboundSend) -> Result<Receipt> {
-        self.write(move |m, r, now| m.accept(&from, &send, r, now))
+        self.write_quiet(move |m, r, now| m.accept(&from, &send, r, now))
     }
 
-    /// Outbox intent, durable before the first byte is sent.
+    /// Outbox intent, durable before the first byte is sent. Its commit does not wake the
+    /// root worker: the caller drives the route and calls [`nudge_worker`](Self::nudge_worker)
+    /// if it leaves the entry unresolved.
     pub fn outbox_intent(&self, send: OutboundSend) -> Result<OutboxEntry> {
-        self.write(move |m, _, now| m.outbox_intent(&send, now))
+        self.write_quiet(move |m, _, now| m.outbox_intent(&send, now))
     }
 
     /// The custody answer of one send attempt (`Err(code)` for a typed failure).
@@ -353,7 +365,40 @@ impl StoreHandle {
 
     /// Wakes every waiter so it re-checks its cancellation flag now.
     pub fn wake_waiters(&self) {
-        let _guard = self.shared.changes.lock();
-        self.shared.changed.notify_all();
+        {
+            let _guard = self.shared.changes.lock();
+            self.shared.changed.notify_all();
+        }
+        let _guard = self.shared.worker_changes.lock();
+        self.shared.worker_changed.notify_all();
+    }
+
+    /// A counter that grows with every durable batch the root worker must look at (receipts
+    /// to push, routes nobody drives, a poisoned store) and with every
+    /// [`nudge_worker`](Self::nudge_worker).
+    pub fn worker_generation(&self) -> u64 {
+        *self.shared.worker_changes.lock()
+    }
+
+    /// Tells the root worker to look now: a caller left a route unresolved.
+    pub fn nudge_worker(&self) {
+        self.shared.bump_worker();
+    }
+
+    /// [`wait_for_change_woken`](Self::wait_for_change_woken) on the worker's counter.
+    pub fn wait_for_worker(&self, seen: u64, wait_ms: u64, cancel: &AtomicBool) -> u64 {
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
+        let mut changes = self.shared.worker_changes.lock();
+        while *changes <= seen && !cancel.load(Ordering::Acquire) {
+            if self
+                .shared
+                .worker_changed
+                .wait_until(&mut changes, deadline)
+                .timed_out()
+            {
+                break;
+            }
+        }
+        *changes
     }
 }

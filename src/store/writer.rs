@@ -42,9 +42,19 @@ pub(crate) enum Ack {
     Applied,
 }
 
+/// Whom a write's commit wakes besides the readers waiting for any change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// The root worker too: the write may leave receipts to push or a route nobody drives.
+    Worker,
+    /// Not the worker: a send-path write whose route its caller drives (an accept, an intent,
+    /// a receipt for our send). A batch that queues a receipt push still wakes the worker.
+    Quiet,
+}
+
 pub(crate) enum Job {
     Read(ReadFn),
-    Write(WriteFn, Ack),
+    Write(WriteFn, Ack, Wake),
     Shutdown(Sender<()>),
 }
 
@@ -132,7 +142,7 @@ impl Writer {
             for job in jobs {
                 match job {
                     Job::Read(f) => f(c.poisoned.as_ref().map_or(Ok(&c.machine), Err)),
-                    Job::Write(f, ack) => writes.push((f, ack)),
+                    Job::Write(f, ack, wake) => writes.push((f, ack, wake)),
                     Job::Shutdown(tx) => stop = Some(tx),
                 }
             }
@@ -161,30 +171,34 @@ impl Writer {
 
     /// Applies the batch's writes, makes their records durable with one write + one
     /// fdatasync, then answers each waiter. Returns true when records were committed.
-    fn commit_writes(&mut self, writes: Vec<(WriteFn, Ack)>, jobs_n: u64) -> bool {
+    fn commit_writes(&mut self, writes: Vec<(WriteFn, Ack, Wake)>, jobs_n: u64) -> bool {
         let now = crate::clock::now_ms();
         let recipients = self.recipients.read().clone();
         let mut records = Vec::new();
         let mut durable = Vec::with_capacity(writes.len());
         let mut applied = Vec::new();
+        let mut wake_worker = false;
         {
             let mut c = self.shared.committed.write();
             if let Some(err) = c.poisoned.clone() {
                 drop(c);
-                for (f, _) in writes {
+                for (f, _, _) in writes {
                     f(Err(&err)).1(Some(&err));
                 }
                 self.note_batch(jobs_n, 0);
                 return false;
             }
-            for (f, ack) in writes {
+            let pushes_before = c.machine.state().next_push;
+            for (f, ack, wake) in writes {
                 let (recs, fin) = f(Ok((&mut c.machine, &recipients, now)));
+                wake_worker |= wake == Wake::Worker && !recs.is_empty();
                 records.extend(recs);
                 match ack {
                     Ack::Durable => durable.push(fin),
                     Ack::Applied => applied.push(fin),
                 }
             }
+            wake_worker |= c.machine.state().next_push != pushes_before;
             if !records.is_empty() {
                 c.applied += 1;
             }
@@ -212,6 +226,9 @@ impl Writer {
                         .durable
                         .store(self.shared.committed.read().applied, Ordering::Release);
                     self.shared.bump_changes();
+                    if wake_worker {
+                        self.shared.bump_worker();
+                    }
                 }
                 durable.into_iter().for_each(|fin| fin(None));
                 !records.is_empty()
@@ -243,6 +260,7 @@ impl Writer {
         self.shared.stats.lock().poisoned = true;
         // Waiters (the root worker among them) see the store degraded now, not at a deadline.
         self.shared.bump_changes();
+        self.shared.bump_worker();
     }
 
     fn note_batch(&self, jobs: u64, records: u64) {
