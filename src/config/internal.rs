@@ -57,6 +57,10 @@ pub const ENTRY_OVERHEAD_BYTES: u64 = 384;
 pub const RECEIPT_RESERVE_BYTES: u64 = 4 * ENTRY_OVERHEAD_BYTES;
 /// Longest slice a store reader sleeps before re-checking its cancellation flag.
 pub const CANCEL_POLL_MS: u64 = 50;
+/// Longest a journal frame holding only records that need not be durable before their answer
+/// (a sender's copy of a recipient's receipt) stays written but not fdatasynced while the
+/// store is quiet; the next durable batch, a read of durable state or a close syncs it sooner.
+pub const DEFERRED_SYNC_MS: u64 = 100;
 
 // The root runtime.
 

@@ -91,13 +91,24 @@ impl Shared {
     /// The writer's sleep between batches: returns once `empty()` is false. A submitter queues
     /// its job before it rings, and the flag is set and `empty()` checked under the same lock
     /// the ring takes, so a job queued at any moment either is seen here or wakes the sleep.
-    pub fn sleep_while(&self, empty: impl Fn() -> bool) {
+    /// With `until`, returns `false` once that passes with `empty()` still true.
+    pub fn sleep_while(&self, empty: impl Fn() -> bool, until: Option<std::time::Instant>) -> bool {
         let mut idle = self.idle.lock();
         *idle = true;
+        let mut woken = true;
         while empty() {
-            self.job_queued.wait(&mut idle);
+            match until {
+                Some(t) => {
+                    if self.job_queued.wait_until(&mut idle, t).timed_out() && empty() {
+                        woken = false;
+                        break;
+                    }
+                }
+                None => self.job_queued.wait(&mut idle),
+            }
         }
         *idle = false;
+        woken
     }
 
     /// Whether a reader holding the read lock on `c` sees exactly durable state.

@@ -138,6 +138,7 @@ impl Store {
             len,
             generation,
             batch_no,
+            unsynced: false,
             recipients: recipients.clone(),
             shared: shared.clone(),
             faults,

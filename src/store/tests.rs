@@ -830,3 +830,39 @@ fn reads_run_in_the_caller_and_see_only_durable_state_unless_they_peek() {
     assert_eq!(h.query(|m| m.unread().len()).unwrap(), 1);
     assert_eq!(h.stats().jobs, jobs);
 }
+
+#[test]
+fn applied_only_batches_ride_the_next_sync() {
+    let home = TempHome::new("deferred");
+    let s = open(&home, &limits()).unwrap();
+    let h = s.handle();
+    h.set_live(ME);
+    let syncs = h.stats().syncs;
+    h.write_applied(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .unwrap();
+    // The next durable write's one fdatasync covers both frames.
+    h.accept(sender(1), send("m1")).unwrap();
+    let st = h.stats();
+    assert_eq!(st.syncs - syncs, 1);
+    assert_eq!(st.batches, 2);
+    // Alone, a deferred frame is synced by a durable read, or once the store stays quiet.
+    h.write_applied(|m, r, now| m.accept(&sender(1), &send("m2"), r, now))
+        .unwrap();
+    assert_eq!(h.query(|m| m.unread().len()).unwrap(), 3);
+    assert_eq!(h.stats().syncs - syncs, 2);
+    h.write_applied(|m, r, now| m.accept(&sender(1), &send("m3"), r, now))
+        .unwrap();
+    let t = std::time::Instant::now();
+    while h.stats().syncs - syncs < 3 {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "never synced"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(h.stats().batches, 4);
+    // A close leaves a sync point that covers everything.
+    s.close().unwrap();
+    let s = open(&home, &limits()).unwrap();
+    assert_eq!(s.handle().query(|m| m.unread().len()).unwrap(), 4);
+}

@@ -22,6 +22,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::config::internal::DEFERRED_SYNC_MS;
+
 /// Called once the batch holding a write is durable (`None`) or failed (`Some(error)`); for
 /// an [`Ack::Applied`] write, once it is applied.
 pub(crate) type Finish = Box<dyn FnOnce(Option<&Error>) + Send>;
@@ -72,6 +74,8 @@ pub(crate) struct Writer {
     pub len: u64,
     pub generation: u64,
     pub batch_no: u64,
+    /// Frames written after the last fdatasync (only batches of `Ack::Applied` writes).
+    pub unsynced: bool,
     pub recipients: Arc<RwLock<Recipients>>,
     /// Holds the committed state the writer alone mutates.
     pub shared: Arc<Shared>,
@@ -112,7 +116,13 @@ impl Writer {
             let first = match rx.try_recv() {
                 Ok(job) => job,
                 Err(TryRecvError::Empty) => {
-                    self.shared.sleep_while(|| rx.is_empty());
+                    let until = self.unsynced.then(|| {
+                        std::time::Instant::now()
+                            + std::time::Duration::from_millis(DEFERRED_SYNC_MS)
+                    });
+                    if !self.shared.sleep_while(|| rx.is_empty(), until) {
+                        self.sync_deferred();
+                    }
                     continue;
                 }
                 Err(TryRecvError::Disconnected) => break,
@@ -136,6 +146,13 @@ impl Writer {
         let jobs_n = jobs.len() as u64;
         let mut writes = Vec::new();
         let mut stop = None;
+        // Reads see only durable state: a deferred frame is synced before they are answered.
+        if jobs
+            .iter()
+            .any(|j| matches!(j, Job::Read(_) | Job::Shutdown(_)))
+        {
+            self.sync_deferred();
+        }
         // Reads first: the state here is exactly what earlier batches made durable.
         {
             let c = self.shared.committed.read();
@@ -155,7 +172,8 @@ impl Writer {
             self.poison(&e);
         }
         if let Some(tx) = stop {
-            // A clean close records how far the journal was acknowledged.
+            // A clean close makes every frame durable and records how far that is.
+            self.sync_deferred();
             if !self.is_poisoned() {
                 let _ = super::write_sync_point(&self.dir, &self.sync_point());
             }
@@ -163,6 +181,41 @@ impl Writer {
             return true;
         }
         false
+    }
+
+    /// Every applied batch is on disk now.
+    fn mark_durable(&self) {
+        self.shared
+            .durable
+            .store(self.shared.committed.read().applied, Ordering::Release);
+    }
+
+    /// fdatasyncs frames written without a sync (see `Ack::Applied`); a failure poisons.
+    fn sync_deferred(&mut self) {
+        if !self.unsynced || self.is_poisoned() {
+            return;
+        }
+        match self.sync_data() {
+            Ok(()) => self.mark_durable(),
+            Err(e) => self.poison(&e),
+        }
+    }
+
+    fn sync_data(&mut self) -> Result<()> {
+        let sync_no = self.shared.stats.lock().syncs + 1;
+        if self.faults.fail_sync_at == Some(sync_no) {
+            return Err(Error::new(
+                Code::Io,
+                format!("injected fdatasync failure at sync {sync_no}"),
+            ));
+        }
+        let path = self.dir.join(paths::JOURNAL);
+        self.file
+            .sync_data()
+            .map_err(|e| Error::io("cannot fdatasync", &path, &e))?;
+        self.unsynced = false;
+        self.shared.stats.lock().syncs += 1;
+        Ok(())
     }
 
     fn is_poisoned(&self) -> bool {
@@ -211,10 +264,13 @@ impl Writer {
                 gate.1.wait(&mut closed);
             }
         }
+        // A batch nobody waits on the durability of is written now and synced with the next
+        // durable batch, the next read of durable state, a close, or after DEFERRED_SYNC_MS.
+        let sync = !durable.is_empty();
         let outcome = if records.is_empty() {
             Ok(())
         } else {
-            self.append(&records)
+            self.append(&records, sync)
         };
         // Counters and the change notification move before anyone is answered, so an
         // acknowledged caller always observes its own commit in them.
@@ -222,9 +278,9 @@ impl Writer {
         match outcome {
             Ok(()) => {
                 if !records.is_empty() {
-                    self.shared
-                        .durable
-                        .store(self.shared.committed.read().applied, Ordering::Release);
+                    if !self.unsynced {
+                        self.mark_durable();
+                    }
                     self.shared.bump_changes();
                     if wake_worker {
                         self.shared.bump_worker();
@@ -272,29 +328,22 @@ impl Writer {
         s.generation = self.generation;
     }
 
-    /// Appends one frame with one write and makes it durable with one fdatasync.
-    fn append(&mut self, records: &[Record]) -> Result<()> {
+    /// Appends one frame with one write and, when `sync`, makes it (and any deferred frame
+    /// before it) durable with one fdatasync.
+    fn append(&mut self, records: &[Record], sync: bool) -> Result<()> {
         let batch = self.batch_no + 1;
         let frame = journal::encode_frame(batch, records)?;
         let path = self.dir.join(paths::JOURNAL);
         self.file
             .write_all_at(&frame, self.len)
             .map_err(|e| Error::io("cannot append to", &path, &e))?;
-        let sync_no = self.shared.stats.lock().syncs + 1;
-        if self.faults.fail_sync_at == Some(sync_no) {
-            return Err(Error::new(
-                Code::Io,
-                format!("injected fdatasync failure at sync {sync_no}"),
-            ));
+        self.unsynced = true;
+        if sync {
+            self.sync_data()?;
         }
-        self.file
-            .sync_data()
-            .map_err(|e| Error::io("cannot fdatasync", &path, &e))?;
         self.len += frame.len() as u64;
         self.batch_no = batch;
-        let mut s = self.shared.stats.lock();
-        s.syncs += 1;
-        s.batches += 1;
+        self.shared.stats.lock().batches += 1;
         Ok(())
     }
 
@@ -319,6 +368,9 @@ impl Writer {
         fsutil::atomic_write(&self.dir.join(paths::SNAPSHOT), &bytes, Durability::Durable)?;
         let next = self.generation + 1;
         self.file = create_journal(&self.dir, next)?;
+        // The durable snapshot holds every record, deferred ones included.
+        self.unsynced = false;
+        self.mark_durable();
         self.generation = next;
         self.len = journal::HEADER_BYTES as u64;
         self.batch_no = 0;
