@@ -5,6 +5,7 @@
 use super::session::Session;
 use super::{Ctx, args, out, print_json};
 use crate::error::{Code, Error, Result};
+use crate::protocol::local::{LocalCall, RunPublish, RunRetire};
 use crate::runtime::tools::{RootTools, message_view};
 use crate::runtime::{Root, RootOptions, control};
 use serde_json::json;
@@ -127,11 +128,11 @@ fn run_child_wrapped(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let mut session = Session::open(ctx)?;
     let alias =
         alias.unwrap_or_else(|| format!("run-{:04x}", crate::identity::random_u64() & 0xffff));
-    let run = session.call(
-        "local.run.publish",
-        json!({"alias": alias, "delegateControl": delegate}),
-        0,
-    )?;
+    let publish = RunPublish {
+        alias,
+        delegate_control: delegate,
+    };
+    let run = session.call(LocalCall::RunPublish(publish), 0)?;
     let run_id = run
         .get("runId")
         .and_then(serde_json::Value::as_str)
@@ -153,7 +154,12 @@ fn run_child_wrapped(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         .env(control::ENV_RUN, &run_id)
         .status();
     // Retire whatever happened to the command: later sends to the run get TARGET_ENDED.
-    let retired = session.call("local.run.retire", json!({"run": run_id}), 0);
+    let retired = session.call(
+        LocalCall::RunRetire(RunRetire {
+            run: run_id.clone(),
+        }),
+        0,
+    );
     session.close();
     let code = match status {
         Ok(s) => super::host::exit_code(s),
@@ -190,7 +196,7 @@ pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
                 as_alias: None,
                 ..ctx.clone()
             })?;
-            let info = s.call("local.info", json!({}), 0)?;
+            let info = s.call(LocalCall::Info, 0)?;
             s.close();
             info.get("sessionId")
                 .and_then(serde_json::Value::as_str)

@@ -29,9 +29,9 @@ impl Machine {
             .outbox
             .get(&(send.to.peer_id.clone(), send.message_id.clone()))
         {
-            let same = e.has_content(&send.content)
-                && e.topic == send.topic
-                && e.reply_to == send.reply_to
+            let same = e.has_content(&send.body.content)
+                && e.topic == send.body.topic
+                && e.reply_to == send.body.reply_to
                 && e.to == send.to
                 && e.from_peer_id == send.from_peer_id;
             if !same {
@@ -46,7 +46,7 @@ impl Machine {
             return Ok((e.clone(), Vec::new()));
         }
         Self::check_id("messageId", &send.message_id)?;
-        self.check_content(&send.content, &send.topic)?;
+        self.check_content(&send.body.content, &send.body.topic)?;
         let expires_at_ms = self.expiry(send.expires_at_ms, now_ms)?;
         let correlation_id = self.outbound_correlation(send, now_ms)?;
         let entry = OutboxEntry {
@@ -54,10 +54,10 @@ impl Machine {
             from_peer_id: send.from_peer_id.clone(),
             to: send.to.clone(),
             message_id: send.message_id.clone(),
-            content: send.content.clone(),
+            content: send.body.content.clone(),
             content_digest: None,
-            topic: send.topic.clone(),
-            reply_to: send.reply_to.clone(),
+            topic: send.body.topic.clone(),
+            reply_to: send.body.reply_to.clone(),
             correlation_id,
             expires_at_ms,
             created_at_ms: now_ms,
@@ -89,7 +89,7 @@ impl Machine {
     /// A reply must answer a message our local sender received from exactly the target
     /// incarnation and that has not expired, and carries that message's correlation id.
     fn outbound_correlation(&self, send: &OutboundSend, now_ms: u64) -> Result<String> {
-        let Some(reply_to) = &send.reply_to else {
+        let Some(reply_to) = &send.body.reply_to else {
             return Ok(send
                 .correlation_id
                 .clone()

@@ -9,9 +9,11 @@ use crate::error::{Code, Error, Result};
 use crate::messaging::{
     InboxEntry, MessageRef, ReadQuery, ReceiptState, derive_message_id, new_message_id,
 };
+use crate::protocol::local::{LocalTool, WaitReceipt};
+use crate::protocol::message;
 use crate::tools::{self, MessagesArgs, ToolCall, ToolHost};
 use crate::{clock, identity, presence};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,37 +34,28 @@ pub struct CallOptions {
     pub wait_for_message: bool,
 }
 
-/// `local.tool {tool, args, callId?, messageId?, eventsAfter?}`.
-pub fn local_tool(core: &Arc<Core>, caller: &Caller, params: &Map<String, Value>) -> Result<Value> {
-    let name = params
-        .get("tool")
-        .and_then(Value::as_str)
-        .ok_or_else(|| Error::new(Code::Usage, "params.tool is required"))?;
-    let empty = json!({});
-    let args = params.get("args").unwrap_or(&empty);
-    let call = tools::parse_call(name, args, core.limits())?;
+/// `local.tool`: one model tool for a local adapter, with the CLI's envelope options.
+pub fn local_tool(core: &Arc<Core>, caller: &Caller, t: LocalTool) -> Result<Value> {
+    let call = tools::parse_call(&t.tool, &t.args, core.limits())?;
+    if t.message_id
+        .as_deref()
+        .is_some_and(|m| !identity::is_valid_id(m))
+    {
+        return Err(Error::new(
+            Code::Usage,
+            format!(
+                "--message-id must be 1-{} chars of [A-Za-z0-9_.-]",
+                crate::config::internal::ID_CHARS_MAX
+            ),
+        ));
+    }
     let opts = CallOptions {
-        call_id: params
-            .get("callId")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        message_id: match params.get("messageId").and_then(Value::as_str) {
-            Some(m) if identity::is_valid_id(m) => Some(m.to_string()),
-            Some(_) => {
-                return Err(Error::new(
-                    Code::Usage,
-                    format!(
-                        "--message-id must be 1-{} chars of [A-Za-z0-9_.-]",
-                        crate::config::internal::ID_CHARS_MAX
-                    ),
-                ));
-            }
-            None => None,
-        },
-        events_after: params.get("eventsAfter").and_then(Value::as_u64),
+        call_id: t.call_id,
+        message_id: t.message_id,
+        events_after: t.events_after,
         consume_on_read: false,
-        unconsumed_only: params.get("unconsumed").and_then(Value::as_bool) == Some(true),
-        wait_for_message: params.get("waitFor").and_then(Value::as_str) == Some("message"),
+        unconsumed_only: t.unconsumed,
+        wait_for_message: t.wait_for.as_deref() == Some("message"),
     };
     execute(core, caller, call, &opts, &core.stopping)
 }
@@ -103,15 +96,13 @@ pub fn execute(
                 (None, Some(c)) => derive_message_id(&caller.peer_id, c),
                 (None, None) => new_message_id(),
             };
-            let mentions = crate::mention::parse(&a.content).inline_refs;
+            let mentions = crate::mention::parse(&a.body.content).inline_refs;
             let req = SendRequest {
                 to: a.to,
-                content: a.content,
-                topic: a.topic,
-                reply_to: a.reply_to,
+                body: a.body,
                 message_id,
             };
-            let r = core.send_message(caller, req)?;
+            let r = message::Receipt::from(core.send_message(caller, req)?);
             let mut v =
                 serde_json::to_value(&r).map_err(|e| Error::new(Code::Io, e.to_string()))?;
             if let Some(o) = v.as_object_mut() {
@@ -370,32 +361,19 @@ pub fn message_view(e: &InboxEntry, ad: Option<&presence::Advertisement>) -> Val
 
 /// `local.wait_receipt {messageId, state, waitMs}`: waits until the sender-side receipt
 /// reaches `state` (or a terminal failure).
-pub fn wait_receipt(
-    core: &Arc<Core>,
-    caller: &Caller,
-    params: &Map<String, Value>,
-) -> Result<Value> {
-    let id = params
-        .get("messageId")
-        .and_then(Value::as_str)
-        .ok_or_else(|| Error::new(Code::Usage, "params.messageId is required"))?
-        .to_string();
-    let wanted = match params.get("state").and_then(Value::as_str) {
-        Some("accepted") => ReceiptState::Accepted,
-        Some("prepared") => ReceiptState::Prepared,
-        Some("consumed") => ReceiptState::Consumed,
-        Some("replied") => ReceiptState::Replied,
-        _ => {
-            return Err(Error::new(
+pub fn wait_receipt(core: &Arc<Core>, caller: &Caller, w: WaitReceipt) -> Result<Value> {
+    let id = w.message_id;
+    let wanted = w
+        .state
+        .as_deref()
+        .and_then(ReceiptState::waitable)
+        .ok_or_else(|| {
+            Error::new(
                 Code::Usage,
                 "--wait-receipt takes accepted, prepared, consumed or replied",
-            ));
-        }
-    };
-    let wait_ms = params
-        .get("waitMs")
-        .and_then(Value::as_u64)
-        .unwrap_or(30_000);
+            )
+        })?;
+    let wait_ms = w.wait_ms.unwrap_or(30_000);
     let deadline = Instant::now() + std::time::Duration::from_millis(wait_ms);
     loop {
         let generation = core.store.change_generation();
