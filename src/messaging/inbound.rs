@@ -76,9 +76,7 @@ impl Machine {
             sequence,
             from: from.clone(),
             message_id: send.message_id.clone(),
-            content: send.body.content.clone(),
-            topic: send.body.topic.clone(),
-            reply_to: send.body.reply_to.clone(),
+            body: send.body.clone(),
             correlation_id,
             expires_at_ms,
             accepted_at_ms: now_ms,
@@ -114,10 +112,7 @@ impl Machine {
                 "the dedup index names a missing message",
             )));
         };
-        if e.content != send.body.content
-            || e.topic != send.body.topic
-            || e.reply_to != send.body.reply_to
-        {
+        if e.body != send.body {
             return Some(Err(Error::new(
                 Code::MessageIdConflict,
                 format!(
@@ -152,10 +147,7 @@ impl Machine {
                 "the origin index names a missing message",
             )));
         };
-        if e.content != send.body.content
-            || e.topic != send.body.topic
-            || e.reply_to != send.body.reply_to
-        {
+        if e.body != send.body {
             return Some(Err(Error::new(
                 Code::MessageIdConflict,
                 format!(

@@ -30,8 +30,8 @@ impl Machine {
             .get(&(send.to.peer_id.clone(), send.message_id.clone()))
         {
             let same = e.has_content(&send.body.content)
-                && e.topic == send.body.topic
-                && e.reply_to == send.body.reply_to
+                && e.body.topic == send.body.topic
+                && e.body.reply_to == send.body.reply_to
                 && e.to == send.to
                 && e.from_peer_id == send.from_peer_id;
             if !same {
@@ -54,10 +54,8 @@ impl Machine {
             from_peer_id: send.from_peer_id.clone(),
             to: send.to.clone(),
             message_id: send.message_id.clone(),
-            content: send.body.content.clone(),
+            body: send.body.clone(),
             content_digest: None,
-            topic: send.body.topic.clone(),
-            reply_to: send.body.reply_to.clone(),
             correlation_id,
             expires_at_ms,
             created_at_ms: now_ms,
@@ -181,7 +179,7 @@ impl Machine {
 
     /// Once a reply is in the target's custody, the message it answers is replied.
     fn replied_records(&self, reply: &OutboxEntry, now_ms: u64) -> Vec<Record> {
-        let Some(orig_id) = &reply.reply_to else {
+        let Some(orig_id) = &reply.body.reply_to else {
             return Vec::new();
         };
         let key = (

@@ -511,7 +511,7 @@ fn resolved_entries_leave_the_route_index_and_keep_only_a_digest() {
         .unwrap();
     assert_eq!(ids(&m), ["h1", "h3"]);
     let e = m.state().outbox_get("p-alice", "h2").unwrap().clone();
-    assert!(e.content.is_empty());
+    assert!(e.body.content.is_empty());
     assert!(e.has_content(&long("h2").body.content) && !e.has_content(&long("h1").body.content));
     // The dropped body no longer counts against the storage budget.
     assert!(m.state().live_bytes() < before);

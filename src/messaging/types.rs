@@ -138,9 +138,9 @@ pub struct InboxEntry {
     pub sequence: u64,
     pub from: Principal,
     pub message_id: String,
-    pub content: String,
-    pub topic: Option<String>,
-    pub reply_to: Option<String>,
+    /// Stored in place: `content`, `topic`, `replyTo` where they always were.
+    #[serde(flatten)]
+    pub body: MessageBody,
     pub correlation_id: String,
     pub expires_at_ms: u64,
     pub accepted_at_ms: u64,
@@ -175,8 +175,10 @@ impl InboxEntry {
     }
 }
 
-/// A message one of our local peers sent (or is about to send).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A message one of our local peers sent (or is about to send). Stored with its body's fields
+/// in the order entries have always been written (see [`OutboxEntryFields`]): a snapshot's
+/// checksum covers its re-encoding.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OutboxEntry {
     /// Durable send order across the whole outbox; routes are served in this order.
@@ -184,19 +186,60 @@ pub struct OutboxEntry {
     pub from_peer_id: String,
     pub to: TargetRef,
     pub message_id: String,
-    /// The body while unresolved; empty once resolved (see `content_digest`).
-    pub content: String,
+    /// The content is the body while unresolved, empty once resolved (see `content_digest`).
+    #[serde(flatten)]
+    pub body: MessageBody,
     /// SHA-256 (hex) of the body, set when the body is dropped at resolution.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub content_digest: Option<String>,
-    pub topic: Option<String>,
-    pub reply_to: Option<String>,
     pub correlation_id: String,
     pub expires_at_ms: u64,
     pub created_at_ms: u64,
     /// None while unresolved (no custody answer yet); then the latest receipt, never regressing.
     pub receipt: Option<Receipt>,
     pub updated_at_ms: u64,
+}
+
+/// How an [`OutboxEntry`] is written: its fields borrowed in their stored order, the digest
+/// between the content and the topic.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OutboxEntryFields<'a> {
+    order: u64,
+    from_peer_id: &'a str,
+    to: &'a TargetRef,
+    message_id: &'a str,
+    content: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content_digest: &'a Option<String>,
+    topic: &'a Option<String>,
+    reply_to: &'a Option<String>,
+    correlation_id: &'a str,
+    expires_at_ms: u64,
+    created_at_ms: u64,
+    receipt: &'a Option<Receipt>,
+    updated_at_ms: u64,
+}
+
+impl Serialize for OutboxEntry {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        OutboxEntryFields {
+            order: self.order,
+            from_peer_id: &self.from_peer_id,
+            to: &self.to,
+            message_id: &self.message_id,
+            content: &self.body.content,
+            content_digest: &self.content_digest,
+            topic: &self.body.topic,
+            reply_to: &self.body.reply_to,
+            correlation_id: &self.correlation_id,
+            expires_at_ms: self.expires_at_ms,
+            created_at_ms: self.created_at_ms,
+            receipt: &self.receipt,
+            updated_at_ms: self.updated_at_ms,
+        }
+        .serialize(s)
+    }
 }
 
 impl OutboxEntry {
@@ -213,19 +256,20 @@ impl OutboxEntry {
     pub fn has_content(&self, content: &str) -> bool {
         match &self.content_digest {
             Some(d) => *d == Self::digest_of(content),
-            None => self.content == content,
+            None => self.body.content == content,
         }
     }
 
-    /// Replaces the body by its digest (idempotent); a body no longer than a digest stays.
+    /// Replaces the body's content by its digest (idempotent); content no longer than a digest
+    /// stays.
     pub fn drop_body(&mut self) {
-        if self.content.len() <= 64 {
+        if self.body.content.len() <= 64 {
             return;
         }
         if self.content_digest.is_none() {
-            self.content_digest = Some(Self::digest_of(&self.content));
+            self.content_digest = Some(Self::digest_of(&self.body.content));
         }
-        self.content = String::new();
+        self.body.content = String::new();
     }
 }
 

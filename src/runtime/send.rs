@@ -374,13 +374,13 @@ impl Core {
                 origin: Some(self.session_id.clone()),
                 to_peer_id: entry.to.peer_id.clone(),
                 message_id: entry.message_id.clone(),
-                body: body_of(entry),
+                body: entry.body.clone(),
                 correlation_id: Some(entry.correlation_id.clone()),
                 expires_at_ms: Some(entry.expires_at_ms),
                 from_alias: alias.clone(),
             };
             let r = self.store.accept(from, send)?;
-            self.announce_arrival(&r, entry.reply_to.as_deref(), alias.as_deref());
+            self.announce_arrival(&r, entry.body.reply_to.as_deref(), alias.as_deref());
             return Ok(r);
         }
         let target = self.presence.target_of_instance(&entry.to.instance_id)?;
@@ -393,7 +393,7 @@ impl Core {
             message_id: entry.message_id.clone(),
             to: entry.to.peer_id.clone(),
             from_run,
-            body: body_of(entry),
+            body: entry.body.clone(),
             correlation_id: Some(entry.correlation_id.clone()),
             expires_at_ms: Some(entry.expires_at_ms),
         };
@@ -625,15 +625,6 @@ pub fn refuse_expired(r: &Receipt) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// The body an outbox entry carries while unresolved.
-fn body_of(entry: &OutboxEntry) -> MessageBody {
-    MessageBody {
-        content: entry.content.clone(),
-        topic: entry.topic.clone(),
-        reply_to: entry.reply_to.clone(),
-    }
 }
 
 fn blocked(want: &str, head: &str, cause: Option<Error>) -> Error {

@@ -346,16 +346,16 @@ pub fn message_view(e: &InboxEntry, ad: Option<&presence::Advertisement>) -> Val
         "fromInstanceId": e.from.instance_id,
         "fromRunId": e.from.run_id,
         "to": e.recipient_peer_id,
-        "content": e.content,
-        "topic": e.topic,
-        "replyTo": e.reply_to,
+        "content": e.body.content,
+        "topic": e.body.topic,
+        "replyTo": e.body.reply_to,
         "correlationId": e.correlation_id,
         "state": e.state.name(),
         "acceptedAtMs": e.accepted_at_ms,
         "sentAt": clock::iso8601(e.accepted_at_ms),
         "expiresAtMs": e.expires_at_ms,
         // Inline @references are metadata for the reader; the text itself is unchanged.
-        "mentions": crate::mention::parse(&e.content).inline_refs,
+        "mentions": crate::mention::parse(&e.body.content).inline_refs,
     })
 }
 
@@ -431,7 +431,7 @@ pub fn outbox_view(e: &crate::messaging::OutboxEntry) -> Value {
         "toInstanceId": e.to.instance_id,
         "toRunId": e.to.run_id,
         "correlationId": e.correlation_id,
-        "replyTo": e.reply_to,
+        "replyTo": e.body.reply_to,
         "state": state,
         "sequence": e.receipt.as_ref().map(|r| r.sequence),
         "replyMessageId": e.receipt.as_ref().and_then(|r| r.reply_message_id.clone()),

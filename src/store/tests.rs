@@ -682,8 +682,8 @@ fn two_roots_exchange_a_message_and_its_receipts() {
         to_peer_id: ME.into(),
         message_id: entry.message_id.clone(),
         body: MessageBody {
-            content: entry.content.clone(),
-            topic: entry.topic.clone(),
+            content: entry.body.content.clone(),
+            topic: entry.body.topic.clone(),
             reply_to: None,
         },
         correlation_id: Some(entry.correlation_id.clone()),
@@ -747,9 +747,9 @@ fn two_roots_exchange_a_message_and_its_receipts() {
         to_peer_id: "p-a".into(),
         message_id: reply.message_id.clone(),
         body: MessageBody {
-            content: reply.content.clone(),
+            content: reply.body.content.clone(),
             topic: None,
-            reply_to: reply.reply_to.clone(),
+            reply_to: reply.body.reply_to.clone(),
         },
         correlation_id: Some(reply.correlation_id.clone()),
         expires_at_ms: Some(reply.expires_at_ms),
