@@ -145,7 +145,8 @@ impl Session {
                 client.call(method, params, timeout)
             }
             Session::InProcess { root, .. } => {
-                handler::local_request(&root.core, None, LocalRequest::root(call))
+                let answer = handler::local_request(&root.core, None, LocalRequest::root(call))?;
+                serde_json::to_value(answer).map_err(|e| Error::new(Code::Io, e.to_string()))
             }
         }
     }

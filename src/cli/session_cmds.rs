@@ -6,7 +6,8 @@ use super::session::Session;
 use super::{Ctx, args, out, print_json};
 use crate::error::{Code, Error, Result};
 use crate::protocol::local::{LocalCall, RunPublish, RunRetire};
-use crate::runtime::tools::{RootTools, message_view};
+use crate::runtime::tools::message_view;
+use crate::runtime::wire::RootTools;
 use crate::runtime::{Root, RootOptions, control};
 use serde_json::json;
 use std::ffi::OsString;
@@ -218,19 +219,17 @@ pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         .unresolved
         .iter()
         .map(|e| {
-            let mut v = crate::runtime::tools::outbox_view(e);
-            if let Some(o) = v.as_object_mut() {
-                o.insert(
-                    "reason".into(),
-                    json!("sent by this earlier incarnation; no custody answer was recorded"),
-                );
-            }
-            v
+            json!(crate::tools::answer::SentView {
+                reason: Some(
+                    "sent by this earlier incarnation; no custody answer was recorded".into()
+                ),
+                ..crate::runtime::tools::outbox_view(e)
+            })
         })
         .collect();
     let torn = json!({"bytes": review.torn_tail_bytes, "batches": review.torn_tail_batches});
     if ctx.json {
-        let msgs: Vec<serde_json::Value> = unread.iter().map(|e| message_view(e, None)).collect();
+        let msgs: Vec<_> = unread.iter().map(|e| message_view(e, None)).collect();
         print_json(&json!({
             "instanceId": instance,
             "sessionId": session_id,
@@ -244,7 +243,7 @@ pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             unread.len()
         ))?;
         for e in unread {
-            out::line(&super::msg::describe_message(&message_view(e, None)))?;
+            out::line(&super::msg::describe_message(&json!(message_view(e, None))))?;
         }
         if !unresolved.is_empty() {
             out::line(&format!(

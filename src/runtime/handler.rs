@@ -1,22 +1,22 @@
 //! The root's answers to authenticated peers (`peer.*`) and to its trusted local adapters
-//! (`local.*`). Peer identity always comes from the connection; a `fromRun` names one of the
-//! authenticated root's own runs, whose peerId is bound to that instance by construction.
+//! (`local.*`), as typed requests in and typed answers out (`super::wire` is the JSON edge
+//! that decodes and encodes them). Peer identity always comes from the connection; a
+//! `fromRun` names one of the authenticated root's own runs, whose peerId is bound to that
+//! instance by construction.
 
 use super::control;
-use super::core::Core;
+use super::core::{Caller, Core, Problem};
 use super::send::SendRequest;
 use super::tools::outbox_view;
 use crate::error::{Code, Error, Result};
+use crate::identity;
 use crate::messaging::{InboundSend, MessageBody, MessageRef, Principal, Receipt};
 use crate::protocol::local::{LocalCall, LocalReply, LocalRequest, RunPublish};
 use crate::protocol::message::{self, PeerSend, PeerStatus, ReceiptPush};
-use crate::transport::{Handler, Notifier, PeerInfo};
-use crate::{identity, sanitize};
-use serde_json::{Map, Value, json};
+use crate::tools::answer::{SentView, ToolAnswer};
+use crate::transport::{Notifier, PeerInfo};
+use serde::Serialize;
 use std::sync::Arc;
-
-/// The transport's view of a root.
-pub struct RootHandler(pub Arc<Core>);
 
 /// The principal of an authenticated peer, with the run it speaks for.
 fn principal(from: &PeerInfo, run_id: Option<String>) -> Principal {
@@ -27,116 +27,96 @@ fn principal(from: &PeerInfo, run_id: Option<String>) -> Principal {
     }
 }
 
-impl Handler for RootHandler {
-    fn peer_request(
-        &self,
-        from: &PeerInfo,
-        method: &str,
-        params: Map<String, Value>,
-        notify: &Notifier,
-    ) -> Result<Value> {
-        let core = &self.0;
-        match method {
-            "peer.send" => {
-                let send = PeerSend::decode(params)?;
-                let r = accept(core, from, send)?;
-                to_value(&message::Receipt::from(r))
-            }
-            "peer.status" | "peer.subscribe" => {
-                let q = PeerStatus::decode(&params)?;
-                let who = principal(from, q.from_run);
-                let r = core.store.status(who, &q.message_id, &q.to)?;
-                if method == "peer.subscribe" {
-                    core.outbox
-                        .subscribe(&from.instance_id, &q.message_id, notify);
-                }
-                to_value(&message::Receipt::from(r))
-            }
-            "peer.receipt" => {
-                let push = ReceiptPush::decode(params)?;
-                let who = principal(from, push.from_run);
-                let r = Receipt::from(push.receipt);
-                if r.to_peer_id != who.peer_id {
-                    return Err(Error::new(
-                        Code::InvalidRequest,
-                        "a receipt may only be recorded by the message's own recipient",
-                    ));
-                }
-                let entry = core.store.record_receipt(who, r)?;
-                if let Some(latest) = &entry.receipt {
-                    core.announce_receipt(latest);
-                }
-                Ok(json!({"ok": true, "state": entry.receipt.map(|r| r.state.name())}))
-            }
-            "peer.directory" => {
-                let runs = core.runs.lock();
-                let list: Vec<Value> = runs
-                    .live()
-                    .map(|r| json!({"runId": r.run_id, "peerId": r.peer_id, "alias": r.alias}))
-                    .collect();
-                Ok(json!({"runs": list, "cursor": null}))
-            }
-            other => Err(Error::new(
-                Code::MethodNotFound,
-                format!(
-                    "unknown method {}",
-                    sanitize::line(other, crate::config::internal::ECHO_CHARS_MAX)
-                ),
-            )),
-        }
+/// `peer.status` (and `peer.subscribe`, which also sends the message's later receipt changes
+/// to `subscriber` as notifications).
+pub fn peer_status(
+    core: &Core,
+    from: &PeerInfo,
+    q: PeerStatus,
+    subscriber: Option<&Notifier>,
+) -> Result<message::Receipt> {
+    let who = principal(from, q.from_run);
+    let r = core.store.status(who, &q.message_id, &q.to)?;
+    if let Some(notify) = subscriber {
+        core.outbox
+            .subscribe(&from.instance_id, &q.message_id, notify);
     }
+    Ok(r.into())
+}
 
-    fn local_request(
-        &self,
-        method: &str,
-        params: Map<String, Value>,
-        _notify: &Notifier,
-    ) -> Result<Value> {
-        local_request(&self.0, None, LocalRequest::decode(method, params)?)
+/// The answer to `peer.receipt`: the sender's latest state of the message.
+#[derive(Serialize)]
+pub struct ReceiptRecorded {
+    pub ok: bool,
+    pub state: Option<&'static str>,
+}
+
+/// `peer.receipt` as a request: only the message's own recipient may record its receipt.
+pub fn peer_receipt(core: &Core, from: &PeerInfo, push: ReceiptPush) -> Result<ReceiptRecorded> {
+    let who = principal(from, push.from_run);
+    let r = Receipt::from(push.receipt);
+    if r.to_peer_id != who.peer_id {
+        return Err(Error::new(
+            Code::InvalidRequest,
+            "a receipt may only be recorded by the message's own recipient",
+        ));
     }
-
-    fn run_for_secret(&self, secret: &[u8; 32]) -> Option<String> {
-        self.0.runs.lock().by_secret(secret)
+    let entry = core.store.record_receipt(who, r)?;
+    if let Some(latest) = &entry.receipt {
+        core.announce_receipt(latest);
     }
+    Ok(ReceiptRecorded {
+        ok: true,
+        state: entry.receipt.map(|r| r.state.name()),
+    })
+}
 
-    fn run_request(
-        &self,
-        run_id: &str,
-        method: &str,
-        params: Map<String, Value>,
-        _notify: &Notifier,
-    ) -> Result<Value> {
-        local_request(&self.0, Some(run_id), LocalRequest::decode(method, params)?)
-    }
-
-    fn peer_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
-        self.on_notification(from, method, params);
+/// `peer.receipt` as a notification (advisory; the durable copy arrives as a request):
+/// recorded when it is the recipient's own, otherwise ignored.
+pub fn receipt_notification(core: &Core, from: &PeerInfo, push: ReceiptPush) {
+    let who = principal(from, push.from_run);
+    if push.receipt.to_peer_id == who.peer_id
+        && let Ok(entry) = core.store.record_receipt(who, push.receipt.into())
+        && let Some(latest) = &entry.receipt
+    {
+        core.announce_receipt(latest);
     }
 }
 
-impl RootHandler {
-    /// Notifications from peers (on either direction of a connection). Receipt updates of a
-    /// `peer.subscribe` are advisory: the durable copy arrives as a `peer.receipt` request.
-    pub fn on_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
-        if method != "peer.receipt" {
-            return;
-        }
-        let Ok(push) = ReceiptPush::decode(params) else {
-            return;
-        };
-        let who = principal(from, push.from_run);
-        if push.receipt.to_peer_id == who.peer_id
-            && let Ok(entry) = self.0.store.record_receipt(who, push.receipt.into())
-            && let Some(latest) = &entry.receipt
-        {
-            self.0.announce_receipt(latest);
-        }
+/// One of the root's live runs in `peer.directory`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunEntry {
+    pub run_id: String,
+    pub peer_id: String,
+    pub alias: String,
+}
+
+/// `peer.directory`: the root's live runs (one page; `cursor` is always null).
+#[derive(Serialize)]
+pub struct RunsPage {
+    pub runs: Vec<RunEntry>,
+    pub cursor: Option<String>,
+}
+
+pub fn peer_directory(core: &Core) -> RunsPage {
+    let runs = core.runs.lock();
+    RunsPage {
+        runs: runs
+            .live()
+            .map(|r| RunEntry {
+                run_id: r.run_id.clone(),
+                peer_id: r.peer_id.clone(),
+                alias: r.alias.clone(),
+            })
+            .collect(),
+        cursor: None,
     }
 }
 
 /// Takes custody of one `peer.send` from an authenticated peer: the sender is the connection
 /// plus its `fromRun`, its session and alias what its presence record states.
-fn accept(core: &Core, from: &PeerInfo, send: PeerSend) -> Result<Receipt> {
+pub fn peer_send(core: &Core, from: &PeerInfo, send: PeerSend) -> Result<message::Receipt> {
     let who = principal(from, send.from_run);
     let origin = core.session_of(&from.instance_id);
     core.check_sender_scope(&who)?;
@@ -153,17 +133,30 @@ fn accept(core: &Core, from: &PeerInfo, send: PeerSend) -> Result<Receipt> {
     };
     let r = core.store.accept(who, inbound)?;
     core.announce_arrival(&r, reply_to.as_deref(), from_alias.as_deref());
-    Ok(r)
+    Ok(r.into())
 }
 
-fn to_value<T: serde::Serialize>(v: &T) -> Result<Value> {
-    serde_json::to_value(v).map_err(|e| Error::new(Code::Io, e.to_string()))
+/// What a local method answers.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum LocalAnswer {
+    Info(Box<Info>),
+    Tool(ToolAnswer),
+    Receipt(message::Receipt),
+    Reply(ReplyAnswer),
+    Sent(SentView),
+    RunPublished(RunPublished),
+    RunRetired(RunRetired),
 }
 
 /// The trusted local methods, shared by the socket channel and in-process sessions. `bound` is
 /// the run a connection proved with the run's own secret: it cannot be changed by `runId`, and
 /// such a connection can neither publish nor retire runs.
-pub fn local_request(core: &Arc<Core>, bound: Option<&str>, req: LocalRequest) -> Result<Value> {
+pub fn local_request(
+    core: &Arc<Core>,
+    bound: Option<&str>,
+    req: LocalRequest,
+) -> Result<LocalAnswer> {
     let run = match (bound, req.run_id) {
         (Some(b), Some(a)) if a != b => {
             return Err(Error::new(
@@ -176,11 +169,11 @@ pub fn local_request(core: &Arc<Core>, bound: Option<&str>, req: LocalRequest) -
     };
     let caller = core.caller_for(run.as_deref(), req.auto.as_deref())?;
     match req.call {
-        LocalCall::Info => Ok(info(core, &caller)),
-        LocalCall::Tool(t) => super::tools::local_tool(core, &caller, t),
+        LocalCall::Info => Ok(LocalAnswer::Info(Box::new(info(core, &caller)))),
+        LocalCall::Tool(t) => super::tools::local_tool(core, &caller, t).map(LocalAnswer::Tool),
         LocalCall::Consume(n) => {
             let r = core.consume(&caller.peer_id, &n.message_id, n.note.as_deref())?;
-            to_value(&message::Receipt::from(r))
+            Ok(LocalAnswer::Receipt(r.into()))
         }
         LocalCall::Prepare(n) => {
             let e = core.inbox_entry(&caller.peer_id, &n.message_id)?;
@@ -190,26 +183,33 @@ pub fn local_request(core: &Arc<Core>, bound: Option<&str>, req: LocalRequest) -
                 n.note.as_deref().unwrap_or("prepared"),
             )?;
             super::send::refuse_expired(&r)?;
-            to_value(&message::Receipt::from(r))
+            Ok(LocalAnswer::Receipt(r.into()))
         }
-        LocalCall::Reply(r) => reply(core, &caller, r),
+        LocalCall::Reply(r) => reply(core, &caller, r).map(LocalAnswer::Reply),
         LocalCall::Status(q) => {
             let entry = core.sent_message(&caller.peer_id, &q.message_id)?;
-            let mut v = outbox_view(&entry);
-            if entry.receipt.is_none()
-                && let Some(o) = v.as_object_mut()
-            {
-                o.insert("reason".into(), json!(core.unresolved_reason(&entry)));
-            }
-            Ok(v)
+            let reason = entry
+                .receipt
+                .is_none()
+                .then(|| core.unresolved_reason(&entry));
+            Ok(LocalAnswer::Sent(SentView {
+                reason,
+                ..outbox_view(&entry)
+            }))
         }
-        LocalCall::WaitReceipt(w) => super::tools::wait_receipt(core, &caller, w),
-        LocalCall::RunPublish(p) if run.is_none() => publish_run(core, p),
+        LocalCall::WaitReceipt(w) => {
+            super::tools::wait_receipt(core, &caller, w).map(LocalAnswer::Sent)
+        }
+        LocalCall::RunPublish(p) if run.is_none() => {
+            publish_run(core, p).map(LocalAnswer::RunPublished)
+        }
         LocalCall::RunPublish(_) => Err(Error::new(
             Code::CapabilityDenied,
             "a child run cannot publish runs of its own",
         )),
-        LocalCall::RunRetire(r) if run.is_none() => retire_run(core, &r.run),
+        LocalCall::RunRetire(r) if run.is_none() => {
+            retire_run(core, &r.run).map(LocalAnswer::RunRetired)
+        }
         LocalCall::RunRetire(_) => Err(Error::new(
             Code::CapabilityDenied,
             "a child run cannot retire runs",
@@ -218,26 +218,91 @@ pub fn local_request(core: &Arc<Core>, bound: Option<&str>, req: LocalRequest) -
 }
 
 /// `local.info`: who the caller is, the root's identity, store and limits.
-fn info(core: &Core, caller: &super::core::Caller) -> Value {
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Info {
+    pub peer_id: String,
+    pub run_id: Option<String>,
+    pub alias: String,
+    pub instance_id: String,
+    pub session_id: String,
+    pub capabilities: Vec<String>,
+    pub events_dropped: u64,
+    /// Whether this process may dump core or be ptraced (it should not).
+    pub dumpable: bool,
+    pub store: StoreInfo,
+    pub problems: Vec<Problem>,
+    pub limits: InfoLimits,
+}
+
+/// The limits an adapter adopts from its root.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InfoLimits {
+    pub message_bytes: u64,
+    pub wait_ms_max: u64,
+    pub acknowledgement_ms: u64,
+    pub frame_bytes: u64,
+}
+
+/// What `local.info` tells about the store: what its recovery discarded at open, and its
+/// writer's counters (fdatasyncs, written batches, jobs) for benchmarks.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreInfo {
+    /// `ok` or `failed`.
+    pub state: &'static str,
+    pub recovery: Option<&'static str>,
+    pub torn_tail_bytes: u64,
+    pub torn_tail_batches: u64,
+    pub poisoned: bool,
+    pub syncs: u64,
+    pub batches: u64,
+    pub jobs: u64,
+}
+
+fn info(core: &Core, caller: &Caller) -> Info {
     let limits = core.limits();
-    json!({
-        "peerId": caller.peer_id,
-        "runId": caller.run_id,
-        "alias": caller.alias,
-        "instanceId": core.instance_id,
-        "sessionId": core.session_id,
-        "capabilities": caller.capabilities,
-        "eventsDropped": core.bus.dropped(),
-        "dumpable": crate::hardening::is_dumpable(),
-        "store": store_info(core),
-        "problems": core.problems(),
-        "limits": {"messageBytes": limits.message_bytes, "waitMsMax": limits.wait_ms_max, "acknowledgementMs": limits.acknowledgement_ms, "frameBytes": limits.frame_bytes},
-    })
+    Info {
+        peer_id: caller.peer_id.clone(),
+        run_id: caller.run_id.clone(),
+        alias: caller.alias.clone(),
+        instance_id: core.instance_id.clone(),
+        session_id: core.session_id.clone(),
+        capabilities: caller.capabilities.clone(),
+        events_dropped: core.bus.dropped(),
+        dumpable: crate::hardening::is_dumpable(),
+        store: store_info(core),
+        problems: core.problems(),
+        limits: InfoLimits {
+            message_bytes: limits.message_bytes,
+            wait_ms_max: limits.wait_ms_max,
+            acknowledgement_ms: limits.acknowledgement_ms,
+            frame_bytes: limits.frame_bytes,
+        },
+    }
+}
+
+/// A local reply's receipt, and why the original could not be marked replied if so.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplyAnswer {
+    #[serde(flatten)]
+    pub receipt: message::Receipt,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mark_replied: Option<Failure>,
+}
+
+/// A failure beside a result: its code name and message.
+#[derive(Serialize)]
+pub struct Failure {
+    pub code: &'static str,
+    pub message: String,
 }
 
 /// `local.reply`: the reply goes to the exact incarnation that sent the original, which is
 /// then marked replied.
-fn reply(core: &Arc<Core>, caller: &super::core::Caller, r: LocalReply) -> Result<Value> {
+fn reply(core: &Arc<Core>, caller: &Caller, r: LocalReply) -> Result<ReplyAnswer> {
     let original = core.inbox_entry(&caller.peer_id, &r.message_id)?;
     let message_id = r.reply_id.unwrap_or_else(crate::messaging::new_message_id);
     let req = SendRequest {
@@ -257,21 +322,32 @@ fn reply(core: &Arc<Core>, caller: &super::core::Caller, r: LocalReply) -> Resul
         MessageRef::Sequence(original.sequence),
         &message_id,
     );
-    let mut v = to_value(&message::Receipt::from(receipt))?;
-    if let Err(e) = marked {
+    let mark_replied = marked.err().map(|e| {
         core.report_problem(&format!("marking message {} replied", r.message_id), &e);
-        if let Some(o) = v.as_object_mut() {
-            o.insert(
-                "markReplied".into(),
-                json!({"code": e.code.name(), "message": e.message}),
-            );
+        Failure {
+            code: e.code.name(),
+            message: e.message,
         }
-    }
-    Ok(v)
+    });
+    Ok(ReplyAnswer {
+        receipt: receipt.into(),
+        mark_replied,
+    })
 }
 
 /// `local.run.publish`: a child run with its own peerId, secret and control file.
-fn publish_run(core: &Arc<Core>, p: RunPublish) -> Result<Value> {
+/// A published run: what its command needs (the control file) and what it may do.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunPublished {
+    pub run_id: String,
+    pub peer_id: String,
+    pub alias: String,
+    pub capabilities: Vec<String>,
+    pub control: String,
+}
+
+fn publish_run(core: &Arc<Core>, p: RunPublish) -> Result<RunPublished> {
     let secret = zeroize::Zeroizing::new(control::new_secret());
     let r = core.runs.lock().publish(
         &core.instance_id,
@@ -290,13 +366,27 @@ fn publish_run(core: &Arc<Core>, p: RunPublish) -> Result<Value> {
     };
     core.store.set_live(&r.peer_id);
     core.publish_runs();
-    Ok(
-        json!({"runId": r.run_id, "peerId": r.peer_id, "alias": r.alias, "capabilities": r.capabilities, "control": path.to_string_lossy()}),
-    )
+    Ok(RunPublished {
+        control: path.to_string_lossy().into_owned(),
+        run_id: r.run_id,
+        peer_id: r.peer_id,
+        alias: r.alias,
+        capabilities: r.capabilities,
+    })
 }
 
 /// `local.run.retire`: the run ends; what it reserved goes back with it.
-fn retire_run(core: &Arc<Core>, run_id: &str) -> Result<Value> {
+/// A retired run.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRetired {
+    pub run_id: String,
+    pub peer_id: String,
+    /// Always `ended`.
+    pub state: &'static str,
+}
+
+fn retire_run(core: &Arc<Core>, run_id: &str) -> Result<RunRetired> {
     let r = core.runs.lock().retire(run_id)?;
     control::remove(
         &control::path_in(&core.control_dir(), &core.instance_id, Some(&r.run_id)),
@@ -306,27 +396,29 @@ fn retire_run(core: &Arc<Core>, run_id: &str) -> Result<Value> {
     let _ = super::resources::release_run(core, &r.peer_id);
     core.store.set_ended(&r.peer_id);
     core.publish_runs();
-    Ok(json!({"runId": r.run_id, "peerId": r.peer_id, "state": "ended"}))
+    Ok(RunRetired {
+        run_id: r.run_id,
+        peer_id: r.peer_id,
+        state: "ended",
+    })
 }
 
-/// What `local.info` tells about the store: what its recovery discarded at open, and its
-/// writer's counters (fdatasyncs, written batches, jobs) for benchmarks.
-fn store_info(core: &Core) -> Value {
+fn store_info(core: &Core) -> StoreInfo {
     let s = core.store.stats();
     let (state, recovery) = match core.degraded() {
         None => ("ok", None),
         Some(why) => ("failed", Some(why)),
     };
-    json!({
-        "state": state,
-        "recovery": recovery,
-        "tornTailBytes": s.torn_tail_bytes,
-        "tornTailBatches": s.torn_tail_batches,
-        "poisoned": s.poisoned,
-        "syncs": s.syncs,
-        "batches": s.batches,
-        "jobs": s.jobs,
-    })
+    StoreInfo {
+        state,
+        recovery,
+        torn_tail_bytes: s.torn_tail_bytes,
+        torn_tail_batches: s.torn_tail_batches,
+        poisoned: s.poisoned,
+        syncs: s.syncs,
+        batches: s.batches,
+        jobs: s.jobs,
+    }
 }
 
 /// Writes the control file a run's command gets instead of the root's.

@@ -8,6 +8,7 @@
 //! host decides who is calling and checks [`check_capability`] against that caller.
 #![forbid(unsafe_code)]
 
+pub mod answer;
 mod args;
 pub mod ask;
 mod schema;
