@@ -266,21 +266,25 @@ impl Writer {
         }
         // A batch nobody waits on the durability of is written now and synced with the next
         // durable batch, the next read of durable state, a close, or after DEFERRED_SYNC_MS.
+        // A durable waiter whose write added no records (a retry answered from the state) may
+        // still have read a deferred record: that one is synced before it is answered.
         let sync = !durable.is_empty();
-        let outcome = if records.is_empty() {
-            Ok(())
-        } else {
+        let outcome = if !records.is_empty() {
             self.append(&records, sync)
+        } else if sync && self.unsynced {
+            self.sync_data()
+        } else {
+            Ok(())
         };
         // Counters and the change notification move before anyone is answered, so an
         // acknowledged caller always observes its own commit in them.
         self.note_batch(jobs_n, records.len() as u64);
         match outcome {
             Ok(()) => {
+                if !self.unsynced {
+                    self.mark_durable();
+                }
                 if !records.is_empty() {
-                    if !self.unsynced {
-                        self.mark_durable();
-                    }
                     self.shared.bump_changes();
                     if wake_worker {
                         self.shared.bump_worker();
