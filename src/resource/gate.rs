@@ -217,28 +217,33 @@ pub fn run(
     // wrapper's own failure is the reserved status, its code on stderr.
     let failed = failures.first();
     if json {
-        let line = RunLine {
-            epoch: grant.epoch,
-            error: failed.map(|e| RunFailure {
-                code: e.code.name(),
-                message: &e.message,
-            }),
-            ok: failed.is_none(),
-            op: "run",
-            resource: &name,
-            status,
-            ticket: &grant.ticket,
-            token: grant.token,
-        };
-        // The child has run; a reader that went away does not change its status.
-        if let Ok(text) = serde_json::to_string(&line) {
-            let _ = writeln!(std::io::stdout().lock(), "{text}");
-        }
+        print_line(&grant, &name, status, failed);
     }
     Ok(match failures.into_iter().next() {
         None => RunEnd::Exited(status),
         Some(_) => RunEnd::Failed,
     })
+}
+
+/// Writes the `--json` line of a run that ended with `status` (and the gate's own failure).
+fn print_line(grant: &Grant, name: &str, status: i32, failed: Option<&Error>) {
+    let line = RunLine {
+        epoch: grant.epoch,
+        error: failed.map(|e| RunFailure {
+            code: e.code.name(),
+            message: &e.message,
+        }),
+        ok: failed.is_none(),
+        op: "run",
+        resource: name,
+        status,
+        ticket: &grant.ticket,
+        token: grant.token,
+    };
+    // The child has run; a reader that went away does not change its status.
+    if let Ok(text) = serde_json::to_string(&line) {
+        let _ = writeln!(std::io::stdout().lock(), "{text}");
+    }
 }
 
 /// One stderr line for a queued request: what it waits for and who holds it now.
