@@ -11,6 +11,7 @@ use crate::error::{Code, Error, Result};
 use crate::runtime::{Root, RootOptions};
 use std::ffi::OsString;
 use std::io::IsTerminal;
+use std::sync::Arc;
 
 pub const HELP: &str = "usage: peer host [--alias A] [--session-id S] [--workspace DIR]
                  [--notify bell|stderr|none] [--json] [-- CMD [ARG…]]
@@ -128,7 +129,13 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     let root = Root::start(&a.opts)?;
     warn_shared_alias(&root, "peer host");
     let ask = ask_beside(&root)?;
-    let events = root.core.bus.subscribe();
+    let bell = Arc::new(Bell::default());
+    let events = {
+        let bell = bell.clone();
+        root.core
+            .bus
+            .subscribe_notified(Some(Arc::new(move || bell.ring())))
+    };
     let ready = if ctx.json {
         let mut ready = serde_json::json!(root.ready_event());
         if let Some(h) = &ask {
@@ -181,7 +188,7 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
             Err(out::closed())
         }
     };
-    let wake = Wake::new(&stop, events.clone())?;
+    let wake = Wake::new(&stop, events.clone(), bell)?;
     let status = if a.command.is_empty() {
         wait_for_signal(&stop, &wake, &mut drain)
     } else {
@@ -265,39 +272,64 @@ fn print_event(shows: &Shows, ev: &serde_json::Value) -> Result<()> {
     Ok(())
 }
 
+/// A flag and a condition variable every source of a host wake-up rings after it queued
+/// something: the main thread sleeps on it (one futex wait) instead of a channel select, which
+/// spins and calls `sched_yield` before it parks — on every message event of a busy host.
+#[derive(Default)]
+struct Bell {
+    rung: parking_lot::Mutex<bool>,
+    cv: parking_lot::Condvar,
+}
+
+impl Bell {
+    fn ring(&self) {
+        *self.rung.lock() = true;
+        self.cv.notify_one();
+    }
+}
+
 /// What the host's main thread sleeps on between events: an event on the bus, a stop signal,
 /// the hosted command's end. Blocking on these (no polling) keeps an idle host asleep.
 struct Wake {
     events: Option<crossbeam_channel::Receiver<serde_json::Value>>,
     stopped: crossbeam_channel::Receiver<()>,
+    bell: Arc<Bell>,
 }
 
 impl Wake {
     fn new(
-        stop: &std::sync::Arc<Stop>,
+        stop: &Arc<Stop>,
         events: Option<crossbeam_channel::Receiver<serde_json::Value>>,
+        bell: Arc<Bell>,
     ) -> Result<Wake> {
         let (tx, stopped) = crossbeam_channel::bounded(1);
+        let ring = bell.clone();
         stop.on_stop(move || {
             let _ = tx.send(());
+            ring.ring();
         })?;
-        Ok(Wake { events, stopped })
+        Ok(Wake {
+            events,
+            stopped,
+            bell,
+        })
     }
 
     /// Blocks until an event is queued, a stop signal came (unless `stop_seen`), or `child`
-    /// has ended; consumes nothing.
+    /// has ended; consumes nothing. Every source queues before it rings, and the queues are
+    /// checked under the bell's lock, so nothing queued is slept through.
     fn wait(&self, stop_seen: bool, child: Option<&crossbeam_channel::Receiver<()>>) {
-        let mut sel = crossbeam_channel::Select::new();
-        if let Some(e) = &self.events {
-            sel.recv(e);
+        let mut rung = self.bell.rung.lock();
+        loop {
+            let ready = self.events.as_ref().is_some_and(|e| !e.is_empty())
+                || (!stop_seen && !self.stopped.is_empty())
+                || child.is_some_and(|c| !c.is_empty());
+            if ready || *rung {
+                *rung = false;
+                return;
+            }
+            self.bell.cv.wait(&mut rung);
         }
-        if !stop_seen {
-            sel.recv(&self.stopped);
-        }
-        if let Some(c) = child {
-            sel.recv(c);
-        }
-        let _ = sel.ready();
     }
 }
 
@@ -342,6 +374,7 @@ fn run_child(
     // main thread sleeps on events meanwhile, and the pid stays the command's until the main
     // thread reaps it below, so a forwarded signal can never reach a reused pid.
     let (done_tx, done) = crossbeam_channel::bounded(1);
+    let bell = wake.bell.clone();
     std::thread::Builder::new()
         .name("host-child".into())
         .spawn(move || {
@@ -350,6 +383,7 @@ fn run_child(
                 waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT)
             {}
             let _ = done_tx.send(());
+            bell.ring();
         })
         .map_err(|e| Error::new(Code::Io, format!("cannot wait for the command: {e}")))?;
     let mut forwarded = false;

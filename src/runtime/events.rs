@@ -14,9 +14,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub use crate::config::internal::SUBSCRIBER_QUEUE;
 pub use crate::config::internal::SUBSCRIBERS_MAX;
 
+/// Called after an event was queued for a subscriber that sleeps on something other than its
+/// channel (keep it short: it runs in the publishing thread).
+pub type Notify = std::sync::Arc<dyn Fn() + Send + Sync>;
+
 #[derive(Default)]
 pub struct Bus {
-    subscribers: Mutex<Vec<Sender<Value>>>,
+    subscribers: Mutex<Vec<(Sender<Value>, Option<Notify>)>>,
     sequence: AtomicU64,
     dropped: AtomicU64,
 }
@@ -25,12 +29,19 @@ impl Bus {
     /// A new subscription; `None` when the bus already has its maximum. Closed subscriptions
     /// are pruned at the next publish.
     pub fn subscribe(&self) -> Option<Receiver<Value>> {
+        self.subscribe_notified(None)
+    }
+
+    /// [`subscribe`](Self::subscribe), calling `notify` after each event queued for it: a
+    /// subscriber waiting on several sources sleeps on one condition variable instead of a
+    /// channel select, which spins and calls `sched_yield` before it parks.
+    pub fn subscribe_notified(&self, notify: Option<Notify>) -> Option<Receiver<Value>> {
         let mut subs = self.subscribers.lock();
         if subs.len() >= SUBSCRIBERS_MAX {
             return None;
         }
         let (tx, rx) = bounded(SUBSCRIBER_QUEUE);
-        subs.push(tx);
+        subs.push((tx, notify));
         Some(rx)
     }
 
@@ -46,8 +57,13 @@ impl Bus {
             obj.insert("busSequence".into(), Value::from(seq));
         }
         let mut subs = self.subscribers.lock();
-        subs.retain(|s| match s.try_send(event.clone()) {
-            Ok(()) => true,
+        subs.retain(|(s, notify)| match s.try_send(event.clone()) {
+            Ok(()) => {
+                if let Some(n) = notify {
+                    n();
+                }
+                true
+            }
             Err(TrySendError::Full(_)) => {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 true
