@@ -1,11 +1,12 @@
 //! Phase 2 of `peer bench`: end-to-end figures between real `peer host` processes in a fresh
-//! namespace — warm durable accept, cold CLI send, long-poll inbox latency, throughput with
-//! concurrent senders, the receiver's process counters — auditing the receiver's inbox for
-//! lost and duplicate messages after every phase.
+//! namespace — warm durable accept, cold CLI send, long-poll inbox latency, sends through a real
+//! `peer mcp` beside MCP pings, throughput with concurrent senders and the CPU it costs, the
+//! receiver's process counters — auditing the receiver's inbox for lost and duplicate messages
+//! after every phase.
 
 use super::adapter::{self, Adapter, Audit};
 use super::hosts::{self, Host, HostPlan};
-use super::machine::{self, ProcCounters};
+use super::machine::{self, CpuMark, ProcCounters};
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use serde_json::{Value, json};
@@ -34,6 +35,8 @@ pub struct Plan {
     pub warm: usize,
     pub cold: usize,
     pub probes: usize,
+    /// Sends through `peer mcp`, and as many MCP pings.
+    pub mcp: usize,
     /// Warm sends repeated at the end, with every sender process still live.
     pub crowded: usize,
     /// (concurrent senders, messages per sender) for each throughput run.
@@ -53,6 +56,7 @@ impl Plan {
             warm: n,
             cold: (n / 20).clamp(3, 50),
             probes: (n / 2).max(3),
+            mcp: n,
             crowded: (n / 4).clamp(3, 250),
             throughput: senders
                 .iter()
@@ -71,6 +75,8 @@ impl Plan {
             + self.warm
             + self.cold
             + self.probes
+            + self.warmup
+            + self.mcp
             + self.crowded
             + self.throughput.iter().map(|(k, m)| k * m).sum::<usize>()
             + self.history.0
@@ -109,6 +115,10 @@ pub struct Throughput {
     pub latency: Vec<f64>,
     /// Live `peer host` processes during the run.
     pub peers: usize,
+    /// CPU microseconds (user + system) per accepted message of the sender roots together
+    /// and of the receiver, over the run.
+    pub sender_cpu_us: f64,
+    pub receiver_cpu_us: f64,
 }
 
 /// CPU cost per message of one fresh sender, early and after a long history.
@@ -159,6 +169,9 @@ pub struct Outcome {
     pub crowd: usize,
     pub cold: Vec<f64>,
     pub inbox: Vec<f64>,
+    /// `send_peer_message` through `peer mcp`, and MCP pings through the same process.
+    pub mcp_send: Vec<f64>,
+    pub mcp_ping: Vec<f64>,
     pub throughput: Vec<Throughput>,
     pub history: Option<History>,
     pub idle: Option<Idle>,
@@ -348,6 +361,8 @@ impl Run<'_> {
         self.after("cold", r);
         let r = self.inbox(plan.probes);
         self.after("inbox", r);
+        let r = self.mcp(plan.warmup, plan.mcp);
+        self.after("mcp", r);
         for &(k, m) in &plan.throughput {
             let r = self.grow(k).and_then(|()| self.throughput(k, m));
             self.after(&format!("throughput{k}"), r);
@@ -508,6 +523,28 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// `warmup` then `n` sends through a fresh `peer mcp`, each after one MCP ping.
+    fn mcp(&mut self, warmup: usize, n: usize) -> Result<()> {
+        let [home, ws, logs] = layout(&self.dir);
+        let mut client = super::mcp::McpClient::start(self.exe, &home, &ws, &logs, "bench-mcp")?;
+        let to = self.rx.peer_id.clone();
+        for i in 0..warmup + n {
+            let t = Instant::now();
+            client.ping()?;
+            let ping = micros_since(t);
+            let t = Instant::now();
+            let id = client.send(&to, &body("mcp", i))?;
+            let send = micros_since(t);
+            self.accepted.push(id);
+            if i >= warmup {
+                self.out.mcp_ping.push(ping);
+                self.out.mcp_send.push(send);
+            }
+        }
+        client.stop();
+        Ok(())
+    }
+
     fn cold(&mut self, n: usize) -> Result<()> {
         use std::process::{Command, Stdio};
         let control = self
@@ -657,6 +694,10 @@ impl Run<'_> {
                 })
             })
             .collect();
+        let cpu: Vec<CpuMark> = std::iter::once(self.rx.pid)
+            .chain(self.tx.iter().take(k).map(|h| h.pid))
+            .map(CpuMark::now)
+            .collect();
         barrier.wait();
         let start = Instant::now();
         let mut run = Throughput {
@@ -665,6 +706,8 @@ impl Run<'_> {
             seconds: 0.0,
             latency: Vec::new(),
             peers: 1 + self.tx.len(),
+            sender_cpu_us: f64::NAN,
+            receiver_cpu_us: f64::NAN,
         };
         let mut sender_after = 0;
         for t in threads {
@@ -685,6 +728,10 @@ impl Run<'_> {
             }
         }
         run.seconds = start.elapsed().as_secs_f64();
+        let used: Vec<f64> = cpu.iter().map(CpuMark::used_us).collect();
+        let per = |us: f64| us / run.messages.max(1) as f64;
+        run.receiver_cpu_us = per(used.first().copied().unwrap_or(f64::NAN));
+        run.sender_cpu_us = per(used.iter().skip(1).sum());
         let receiver_after = self.b.syncs()?;
         self.out.fsyncs.push((
             format!("throughput{k}"),
@@ -729,7 +776,11 @@ mod tests {
         assert_eq!(p.throughput, vec![(1, 80), (8, 10), (64, 2)]);
         assert_eq!(p.crowded, 5);
         assert_eq!(p.history, (100, 1000));
-        assert_eq!(p.total(), 3 + 20 + 3 + 10 + 5 + 80 + 80 + 128 + 100 + 1000);
+        assert_eq!(p.mcp, 20);
+        assert_eq!(
+            p.total(),
+            3 + 20 + 3 + 10 + 3 + 20 + 5 + 80 + 80 + 128 + 100 + 1000
+        );
         assert_eq!(Plan::new(1000, &[1]).history, (2500, 25_000));
         assert_eq!(p.senders_max(), 64);
         let o = p.overrides();
