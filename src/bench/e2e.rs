@@ -666,32 +666,11 @@ impl Run<'_> {
         let threads: Vec<_> = adapters
             .into_iter()
             .enumerate()
-            .map(|(s, mut a)| {
-                let (barrier, to) = (barrier.clone(), to.clone());
+            .map(|(s, a)| {
                 let label = format!("tp{k}-s{s}");
                 let prefix = format!("bench-{}-{label}-", self.tag);
-                std::thread::spawn(move || {
-                    let (mut lat, mut ids) = (Vec::with_capacity(m), Vec::with_capacity(m));
-                    barrier.wait();
-                    for j in 0..m {
-                        let id = format!("{prefix}{j}");
-                        let t = Instant::now();
-                        match a.send(&to, &body(&label, j), &id) {
-                            Ok(()) => {
-                                lat.push(micros_since(t));
-                                ids.push(id);
-                            }
-                            // One failure ends this sender; the others go on.
-                            Err(e) => {
-                                let e = Error::new(e.code, format!("message {id}: {}", e.message));
-                                let syncs = a.syncs().unwrap_or(0);
-                                return (lat, ids, Some((id, e)), syncs);
-                            }
-                        }
-                    }
-                    let syncs = a.syncs().unwrap_or(0);
-                    (lat, ids, None, syncs)
-                })
+                let (barrier, to) = (barrier.clone(), to.clone());
+                std::thread::spawn(move || send_run(a, &barrier, &to, &label, &prefix, m))
             })
             .collect();
         let cpu: Vec<CpuMark> = std::iter::once(self.rx.pid)
@@ -712,12 +691,12 @@ impl Run<'_> {
         let mut sender_after = 0;
         for t in threads {
             match t.join() {
-                Ok((lat, ids, err, syncs)) => {
-                    sender_after += syncs;
-                    run.latency.extend(lat);
-                    run.messages += ids.len();
-                    self.accepted.extend(ids);
-                    if let Some((id, e)) = err {
+                Ok(sent) => {
+                    sender_after += sent.syncs;
+                    run.latency.extend(sent.latency);
+                    run.messages += sent.ids.len();
+                    self.accepted.extend(sent.ids);
+                    if let Some((id, e)) = sent.failed {
                         self.failed.push(id);
                         self.out.fail(&e);
                     }
@@ -742,6 +721,51 @@ impl Run<'_> {
         self.out.throughput.push(run);
         Ok(())
     }
+}
+
+/// What one sender thread of a throughput run did.
+struct SendRun {
+    latency: Vec<f64>,
+    ids: Vec<String>,
+    /// The send that failed (one failure ends this sender; the others go on).
+    failed: Option<(String, Error)>,
+    /// The sender root's journal fdatasyncs at the end.
+    syncs: u64,
+}
+
+/// One sender of a throughput run: waits at `barrier`, then sends `m` messages to `to`.
+fn send_run(
+    mut a: Adapter,
+    barrier: &std::sync::Barrier,
+    to: &str,
+    label: &str,
+    prefix: &str,
+    m: usize,
+) -> SendRun {
+    let mut run = SendRun {
+        latency: Vec::with_capacity(m),
+        ids: Vec::with_capacity(m),
+        failed: None,
+        syncs: 0,
+    };
+    barrier.wait();
+    for j in 0..m {
+        let id = format!("{prefix}{j}");
+        let t = Instant::now();
+        match a.send(to, &body(label, j), &id) {
+            Ok(()) => {
+                run.latency.push(micros_since(t));
+                run.ids.push(id);
+            }
+            Err(e) => {
+                let e = Error::new(e.code, format!("message {id}: {}", e.message));
+                run.failed = Some((id, e));
+                break;
+            }
+        }
+    }
+    run.syncs = a.syncs().unwrap_or(0);
+    run
 }
 
 /// The last line of `stdout` that parses as a JSON object.

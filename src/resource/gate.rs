@@ -166,17 +166,31 @@ pub fn run(
         return Ok(RunEnd::Exited(interrupted.unwrap_or(1)));
     }
     let status = supervise(&space, &grant, req, &probe, &signals);
+    finish(&space, &name, &caller, &grant, &probe, status, json)
+}
+
+/// After the command: releases the grant and unlists the launch whatever happened, then
+/// answers with the command's status, or the release's failure when there was one.
+fn finish(
+    space: &Space,
+    name: &str,
+    caller: &Caller,
+    grant: &Grant,
+    probe: &Probe,
+    status: Result<RunEnd>,
+    json: bool,
+) -> Result<RunEnd> {
     let released = space.transact(
-        &name,
-        &caller,
+        name,
+        caller,
         Op::Release {
             target: super::core::Target::Ticket(grant.ticket.clone()),
         },
-        &probe,
+        probe,
     );
     let unlisted = space.update_ledger(|l| {
         l.launches
-            .retain(|x| !(x.hash == name_hash(&name) && x.ticket == grant.ticket));
+            .retain(|x| !(x.hash == name_hash(name) && x.ticket == grant.ticket));
         Ok(())
     });
     let failures: Vec<Error> = [released.err(), unlisted.err()]
