@@ -467,14 +467,6 @@ const LONG_FUNCTIONS: &[(&str, &str)] = &[
          FileLock guard; splitting it would hand the guard between functions",
     ),
     (
-        "runtime/handler.rs::local_request",
-        "the dispatch table of the local.* methods, one arm per method",
-    ),
-    (
-        "runtime/handler.rs::peer_request",
-        "the dispatch table of the peer.* methods, one arm per method",
-    ),
-    (
         "tools/ask.rs::parse",
         "one arm per ask tool: the six tools' argument rules side by side",
     ),
@@ -483,20 +475,15 @@ const LONG_FUNCTIONS: &[(&str, &str)] = &[
         "the coordinate_resource operations and the arguments each requires, as one table",
     ),
     (
-        "cli/msg.rs::inbox",
-        "option parsing, follow mode and paging of peer inbox; its file's message types are \
-         being retyped by a concurrent change, to be split after it lands",
-    ),
-    (
         "runtime/send.rs::resolve_target",
-        "own runs, the presence cache, then a directory read, in that order; its file is being \
-         retyped by a concurrent change, to be split after it lands",
+        "own runs, the presence cache, then a directory read, in that order; the send path is \
+         being changed by the concurrent performance work (a cached target record)",
     ),
     (
         "runtime/tools.rs::read_messages",
         "cursor defaults, filters, the long-poll wait and the consume-on-read write of \
-         peer_messages; its file is being retyped by a concurrent change, to be split after it \
-         lands",
+         peer_messages; the read path is being changed by the concurrent performance work (one \
+         durable write per page)",
     ),
     (
         "runtime/mod.rs::start",
