@@ -25,6 +25,9 @@ const PROBE_MS: u64 = 20_000;
 const SAMPLE_MS: u64 = 20;
 /// Settling time before the idle counters are read, in milliseconds.
 const SETTLE_MS: u64 = 200;
+/// Polls of a sender's sync count, `SETTLE_STEP_MS` apart, until it stops moving.
+const SETTLE_TRIES: usize = 20;
+const SETTLE_STEP_MS: u64 = 5;
 /// Failure messages kept for the report.
 const FAILURES_KEPT: usize = 10;
 
@@ -37,6 +40,8 @@ pub struct Plan {
     pub probes: usize,
     /// Sends through `peer mcp`, and as many MCP pings.
     pub mcp: usize,
+    /// Single sends on a settled pair of roots whose fdatasyncs are counted one by one.
+    pub sync_probes: usize,
     /// Warm sends repeated at the end, with every sender process still live.
     pub crowded: usize,
     /// (concurrent senders, messages per sender) for each throughput run.
@@ -57,6 +62,7 @@ impl Plan {
             cold: (n / 20).clamp(3, 50),
             probes: (n / 2).max(3),
             mcp: n,
+            sync_probes: (n / 20).clamp(5, 50),
             crowded: (n / 4).clamp(3, 250),
             throughput: senders
                 .iter()
@@ -77,6 +83,7 @@ impl Plan {
             + self.probes
             + self.warmup
             + self.mcp
+            + self.sync_probes
             + self.crowded
             + self.throughput.iter().map(|(k, m)| k * m).sum::<usize>()
             + self.history.0
@@ -169,6 +176,9 @@ pub struct Outcome {
     pub crowd: usize,
     pub cold: Vec<f64>,
     pub inbox: Vec<f64>,
+    /// Per single send on settled roots: fdatasyncs the sender and receiver completed between
+    /// the send's start and its return (an upper bound on those it waited for).
+    pub critical_syncs: Vec<f64>,
     /// `send_peer_message` through `peer mcp`, and MCP pings through the same process.
     pub mcp_send: Vec<f64>,
     pub mcp_ping: Vec<f64>,
@@ -357,6 +367,8 @@ impl Run<'_> {
         self.out.peers_first = 1 + self.tx.len();
         let r = self.warm(plan);
         self.after("warm", r);
+        let r = self.sync_probes(plan.sync_probes);
+        self.after("syncProbes", r);
         let r = self.cold(plan.cold);
         self.after("cold", r);
         let r = self.inbox(plan.probes);
@@ -501,6 +513,31 @@ impl Run<'_> {
                 Err(Error::new(e.code, format!("message {id}: {}", e.message)))
             }
         }
+    }
+
+    /// Sends `n` messages one at a time, each once the sender's sync count has stopped moving,
+    /// and counts the fdatasyncs both roots completed before the send returned. Syncs the
+    /// sender starts without waiting for (a receipt record) only count when they finish
+    /// first, so each count is an upper bound on the syncs on the send's critical path.
+    fn sync_probes(&mut self, n: usize) -> Result<()> {
+        for i in 0..n {
+            let mut before = self.a1.syncs()?;
+            for _ in 0..SETTLE_TRIES {
+                std::thread::sleep(Duration::from_millis(SETTLE_STEP_MS));
+                let now = self.a1.syncs()?;
+                if now == before {
+                    break;
+                }
+                before = now;
+            }
+            let r0 = self.b.syncs()?;
+            self.send_one("syncs", i)?;
+            let s1 = self.a1.syncs()?;
+            let r1 = self.b.syncs()?;
+            let counted = s1.saturating_sub(before) + r1.saturating_sub(r0);
+            self.out.critical_syncs.push(counted as f64);
+        }
+        Ok(())
     }
 
     fn warm(&mut self, plan: &Plan) -> Result<()> {
@@ -800,10 +837,10 @@ mod tests {
         assert_eq!(p.throughput, vec![(1, 80), (8, 10), (64, 2)]);
         assert_eq!(p.crowded, 5);
         assert_eq!(p.history, (100, 1000));
-        assert_eq!(p.mcp, 20);
+        assert_eq!((p.mcp, p.sync_probes), (20, 5));
         assert_eq!(
             p.total(),
-            3 + 20 + 3 + 10 + 3 + 20 + 5 + 80 + 80 + 128 + 100 + 1000
+            3 + 20 + 3 + 10 + 3 + 20 + 5 + 5 + 80 + 80 + 128 + 100 + 1000
         );
         assert_eq!(Plan::new(1000, &[1]).history, (2500, 25_000));
         assert_eq!(p.senders_max(), 64);

@@ -171,6 +171,12 @@ impl Measured<'_> {
             "process": report::process_json(out),
             "history": report::history_json(out),
             "fsyncsPerMessage": report::fsyncs_json(out),
+            "criticalFsyncs": {
+                "n": out.critical_syncs.len(),
+                "median": stats::round2(stats::Summary::of(&out.critical_syncs).median),
+                "max": stats::round2(out.critical_syncs.iter().copied().fold(f64::NAN, f64::max)),
+                "method": "single sends on settled roots: fdatasyncs the sender and the receiver completed between the send's start and its return (an upper bound on the syncs it waited for)",
+            },
             "idle": out.idle.map(|i| json!({"seconds": stats::round2(i.seconds), "wakeupsPerSecond": stats::round2(i.wakeups_per_second), "rssKb": i.rss_kb, "target": "≤ 1 wakeup/s between heartbeats, RSS ≤ 4 MiB", "source": "/proc/PID/task/*/status voluntary + nonvoluntary ctxt_switches"})),
             "integrity": report::integrity_json(out),
             "hostExits": out.host_exits.iter().filter(|(_, c)| *c != Some(0)).map(|(a, c)| json!({"alias": a, "exit": c})).collect::<Vec<_>>(),
@@ -257,6 +263,11 @@ fn counters_text(r: &Value) -> String {
             f["messages"]
         );
     }
+    let c = &r["criticalFsyncs"];
+    s += &format!(
+        "fdatasyncs completed during a single send (critical path, upper bound): median {}, max {} over {} sends\n",
+        c["median"], c["max"], c["n"]
+    );
     if let Some(i) = r["idle"].as_object() {
         s += &format!(
             "idle receiver: {} wakeups/s over {} s, RSS {} kB (target ≤ 1 wakeup/s, ≤ 4096 kB)\n",
