@@ -355,7 +355,7 @@ fn card_add(ctx: &Ctx, words: &[String], flags: &Flags, home: &std::path::Path) 
         .map_err(|e| Error::new(Code::AuthFailed, format!("card refused: {e}")))?;
     let mode = flag(flags, "mode").unwrap_or("ask");
     let merged = friends::add_to_config(
-        &home,
+        home,
         &verified,
         mode,
         flag(flags, "replace").is_some(),

@@ -176,9 +176,12 @@ pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     })
 }
 
+/// The positional words of `peer res` and its options as `coordinate` fields.
+type ResArgs = (Vec<String>, serde_json::Map<String, Value>);
+
 /// The words and options of `peer res`, the options already typed into their JSON fields;
 /// `None` after printing `--help`.
-fn res_args(args: Vec<OsString>) -> Result<Option<(Vec<String>, serde_json::Map<String, Value>)>> {
+fn res_args(args: Vec<OsString>) -> Result<Option<ResArgs>> {
     let mut p = lexopt::Parser::from_args(args);
     let mut words: Vec<String> = Vec::new();
     let mut op = serde_json::Map::new();

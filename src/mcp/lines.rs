@@ -35,7 +35,7 @@ impl LineReader {
                 return Ok(line_of(line));
             }
             let n = match reader.fill_buf() {
-                Ok(chunk) if chunk.is_empty() => {
+                Ok([]) => {
                     return Ok(self.lines.finish().map_or(Line::Eof, line_of));
                 }
                 Ok(chunk) => {
