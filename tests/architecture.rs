@@ -471,10 +471,6 @@ const LONG_FUNCTIONS: &[(&str, &str)] = &[
         "one arm per ask tool: the six tools' argument rules side by side",
     ),
     (
-        "tools/mod.rs::parse_resource",
-        "the coordinate_resource operations and the arguments each requires, as one table",
-    ),
-    (
         "runtime/send.rs::resolve_target",
         "own runs, the presence cache, then a directory read, in that order; the send path is \
          being changed by the concurrent performance work (a cached target record)",
