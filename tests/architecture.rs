@@ -467,10 +467,6 @@ const LONG_FUNCTIONS: &[(&str, &str)] = &[
          FileLock guard; splitting it would hand the guard between functions",
     ),
     (
-        "tools/ask.rs::parse",
-        "one arm per ask tool: the six tools' argument rules side by side",
-    ),
-    (
         "runtime/send.rs::resolve_target",
         "own runs, the presence cache, then a directory read, in that order; the send path is \
          being changed by the concurrent performance work (a cached target record)",
