@@ -462,11 +462,6 @@ const LONG_FUNCTIONS: &[(&str, &str)] = &[
          otherwise be threaded through several functions",
     ),
     (
-        "resource/store.rs::transact_with",
-        "one locked transaction (lock, read, decide, hook, replace, journal) under a single \
-         FileLock guard; splitting it would hand the guard between functions",
-    ),
-    (
         "runtime/send.rs::resolve_target",
         "own runs, the presence cache, then a directory read, in that order; the send path is \
          being changed by the concurrent performance work (a cached target record)",
