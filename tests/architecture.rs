@@ -456,12 +456,6 @@ const LONG_FUNCTIONS: &[(&str, &str)] = &[
          straight sequence is what gets audited against peer-protocol(7)",
     ),
     (
-        "resource/gate.rs::supervise",
-        "spawns the command and owns its process tree until every descendant is reaped: one \
-         wait loop over exits, forwarded signals and the cgroup, whose shared state would \
-         otherwise be threaded through several functions",
-    ),
-    (
         "runtime/send.rs::resolve_target",
         "own runs, the presence cache, then a directory read, in that order; the send path is \
          being changed by the concurrent performance work (a cached target record)",
