@@ -103,6 +103,28 @@ struct Grant {
     epoch: u64,
 }
 
+/// The `--json` line of `peer run`. Fields in alphabetical order: the line is written as the
+/// sorted JSON object it has always been.
+#[derive(serde::Serialize)]
+struct RunLine<'a> {
+    epoch: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<RunFailure<'a>>,
+    ok: bool,
+    op: &'static str,
+    resource: &'a str,
+    status: i32,
+    ticket: &'a str,
+    token: u64,
+}
+
+/// The gate's own failure after the command ran.
+#[derive(serde::Serialize)]
+struct RunFailure<'a> {
+    code: &'static str,
+    message: &'a str,
+}
+
 /// How a gated command ended.
 #[derive(Debug)]
 pub enum RunEnd {
@@ -209,19 +231,33 @@ fn finish(
     // wrapper's own failure is the reserved status, its code on stderr.
     let failed = failures.first();
     if json {
-        let mut v = serde_json::json!({"ok": failed.is_none(), "op": "run", "resource": name,
-                                       "ticket": grant.ticket, "token": grant.token,
-                                       "epoch": grant.epoch, "status": status});
-        if let Some(e) = failed {
-            v["error"] = serde_json::json!({"code": e.code.name(), "message": e.message});
-        }
-        // The child has run; a reader that went away does not change its status.
-        let _ = writeln!(std::io::stdout().lock(), "{v}");
+        print_line(&grant, &name, status, failed);
     }
     Ok(match failures.into_iter().next() {
         None => RunEnd::Exited(status),
         Some(_) => RunEnd::Failed,
     })
+}
+
+/// Writes the `--json` line of a run that ended with `status` (and the gate's own failure).
+fn print_line(grant: &Grant, name: &str, status: i32, failed: Option<&Error>) {
+    let line = RunLine {
+        epoch: grant.epoch,
+        error: failed.map(|e| RunFailure {
+            code: e.code.name(),
+            message: &e.message,
+        }),
+        ok: failed.is_none(),
+        op: "run",
+        resource: name,
+        status,
+        ticket: &grant.ticket,
+        token: grant.token,
+    };
+    // The child has run; a reader that went away does not change its status.
+    if let Ok(text) = serde_json::to_string(&line) {
+        let _ = writeln!(std::io::stdout().lock(), "{text}");
+    }
 }
 
 /// One stderr line for a queued request: what it waits for and who holds it now.
@@ -679,6 +715,37 @@ fn reap_all(
 
 #[cfg(test)]
 mod tests {
+    /// The `--json` line is the sorted object it was when built as a JSON value.
+    #[test]
+    fn the_json_line_keeps_its_bytes() {
+        let failed = super::RunFailure {
+            code: "IO",
+            message: "disk full",
+        };
+        let line = super::RunLine {
+            epoch: 2,
+            error: Some(failed),
+            ok: false,
+            op: "run",
+            resource: "port:1",
+            status: 3,
+            ticket: "t-1",
+            token: 9,
+        };
+        let old = serde_json::json!({"ok": false, "op": "run", "resource": "port:1",
+            "ticket": "t-1", "token": 9, "epoch": 2, "status": 3,
+            "error": {"code": "IO", "message": "disk full"}});
+        assert_eq!(serde_json::to_string(&line).unwrap(), old.to_string());
+        let ok = super::RunLine {
+            error: None,
+            ok: true,
+            ..line
+        };
+        let old = serde_json::json!({"ok": true, "op": "run", "resource": "port:1",
+            "ticket": "t-1", "token": 9, "epoch": 2, "status": 3});
+        assert_eq!(serde_json::to_string(&ok).unwrap(), old.to_string());
+    }
+
     /// The text of every closure handed to `pre_exec` in `source`, up to its closing `});`.
     fn pre_exec_bodies(source: &str) -> Vec<&str> {
         let mut out = Vec::new();
