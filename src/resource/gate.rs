@@ -231,7 +231,7 @@ fn finish(
     // wrapper's own failure is the reserved status, its code on stderr.
     let failed = failures.first();
     if json {
-        print_line(&grant, &name, status, failed);
+        print_line(grant, name, status, failed);
     }
     Ok(match failures.into_iter().next() {
         None => RunEnd::Exited(status),
