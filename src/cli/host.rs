@@ -129,13 +129,7 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     let root = Root::start(&a.opts)?;
     warn_shared_alias(&root, "peer host");
     let ask = ask_beside(&root)?;
-    let bell = Arc::new(Bell::default());
-    let events = {
-        let bell = bell.clone();
-        root.core
-            .bus
-            .subscribe_notified(Some(Arc::new(move || bell.ring())))
-    };
+    let (bell, events) = subscribe(&root);
     let ready = if ctx.json {
         let mut ready = serde_json::json!(root.ready_event());
         if let Some(h) = &ask {
@@ -270,6 +264,22 @@ fn print_event(shows: &Shows, ev: &serde_json::Value) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The host's event subscription, ringing the bell the main thread sleeps on.
+fn subscribe(
+    root: &Root,
+) -> (
+    Arc<Bell>,
+    Option<crossbeam_channel::Receiver<serde_json::Value>>,
+) {
+    let bell = Arc::new(Bell::default());
+    let ring = bell.clone();
+    let events = root
+        .core
+        .bus
+        .subscribe_notified(Some(Arc::new(move || ring.ring())));
+    (bell, events)
 }
 
 /// A flag and a condition variable every source of a host wake-up rings after it queued

@@ -60,6 +60,15 @@ pub(crate) enum Job {
     Shutdown(Sender<()>),
 }
 
+/// One applied batch: its records and its waiters by when they are answered.
+struct Applied {
+    records: Vec<Record>,
+    durable: Vec<Finish>,
+    applied: Vec<Finish>,
+    /// The batch leaves the root worker something to do (see `Wake`).
+    wake_worker: bool,
+}
+
 /// Test-only fault injection: fail the fdatasync with this 1-based number; hold every batch
 /// between apply and append while the gate is closed (`true`).
 #[derive(Clone, Debug, Default)]
@@ -225,37 +234,16 @@ impl Writer {
     /// Applies the batch's writes, makes their records durable with one write + one
     /// fdatasync, then answers each waiter. Returns true when records were committed.
     fn commit_writes(&mut self, writes: Vec<(WriteFn, Ack, Wake)>, jobs_n: u64) -> bool {
-        let now = crate::clock::now_ms();
-        let recipients = self.recipients.read().clone();
-        let mut records = Vec::new();
-        let mut durable = Vec::with_capacity(writes.len());
-        let mut applied = Vec::new();
-        let mut wake_worker = false;
-        {
-            let mut c = self.shared.committed.write();
-            if let Some(err) = c.poisoned.clone() {
-                drop(c);
-                for (f, _, _) in writes {
-                    f(Err(&err)).1(Some(&err));
-                }
-                self.note_batch(jobs_n, 0);
-                return false;
-            }
-            let pushes_before = c.machine.state().next_push;
-            for (f, ack, wake) in writes {
-                let (recs, fin) = f(Ok((&mut c.machine, &recipients, now)));
-                wake_worker |= wake == Wake::Worker && !recs.is_empty();
-                records.extend(recs);
-                match ack {
-                    Ack::Durable => durable.push(fin),
-                    Ack::Applied => applied.push(fin),
-                }
-            }
-            wake_worker |= c.machine.state().next_push != pushes_before;
-            if !records.is_empty() {
-                c.applied += 1;
-            }
-        }
+        let Some(Applied {
+            records,
+            durable,
+            applied,
+            wake_worker,
+        }) = self.apply(writes)
+        else {
+            self.note_batch(jobs_n, 0);
+            return false;
+        };
         // Applied-only waiters go on now, while the batch is being made durable.
         applied.into_iter().for_each(|fin| fin(None));
         if let Some(gate) = &self.faults.hold_sync {
@@ -299,6 +287,42 @@ impl Writer {
                 false
             }
         }
+    }
+
+    /// Applies a batch's writes under the write lock of the committed state; `None` (every
+    /// waiter answered with the error) when the store is poisoned.
+    fn apply(&mut self, writes: Vec<(WriteFn, Ack, Wake)>) -> Option<Applied> {
+        let now = crate::clock::now_ms();
+        let recipients = self.recipients.read().clone();
+        let mut out = Applied {
+            records: Vec::new(),
+            durable: Vec::with_capacity(writes.len()),
+            applied: Vec::new(),
+            wake_worker: false,
+        };
+        let mut c = self.shared.committed.write();
+        if let Some(err) = c.poisoned.clone() {
+            drop(c);
+            for (f, _, _) in writes {
+                f(Err(&err)).1(Some(&err));
+            }
+            return None;
+        }
+        let pushes_before = c.machine.state().next_push;
+        for (f, ack, wake) in writes {
+            let (recs, fin) = f(Ok((&mut c.machine, &recipients, now)));
+            out.wake_worker |= wake == Wake::Worker && !recs.is_empty();
+            out.records.extend(recs);
+            match ack {
+                Ack::Durable => out.durable.push(fin),
+                Ack::Applied => out.applied.push(fin),
+            }
+        }
+        out.wake_worker |= c.machine.state().next_push != pushes_before;
+        if !out.records.is_empty() {
+            c.applied += 1;
+        }
+        Some(out)
     }
 
     fn sync_point(&self) -> super::syncpoint::SyncPoint {
