@@ -55,6 +55,10 @@ pub const ENTRY_OVERHEAD_BYTES: u64 = 384;
 /// Bytes reserved at admission for the receipt transitions, pushes and events a message
 /// will still produce (four transitions of about one overhead each).
 pub const RECEIPT_RESERVE_BYTES: u64 = 4 * ENTRY_OVERHEAD_BYTES;
+/// Receipt events (`peer_messages` `events`) kept per local peer: recording one more drops
+/// that peer's oldest. The outbox entry keeps the current receipt; the feed is for changes a
+/// reader has not seen yet, and a reader further behind skips to the oldest kept.
+pub const RECEIPT_EVENTS_KEPT: usize = 1024;
 /// Longest slice a store reader sleeps before re-checking its cancellation flag.
 pub const CANCEL_POLL_MS: u64 = 50;
 

@@ -191,11 +191,7 @@ impl Core {
         let p = peer_id.to_string();
         self.store
             .query(move |m| {
-                let sent = m
-                    .state()
-                    .outbox()
-                    .find(|e| e.to.peer_id == p)
-                    .map(|e| e.to.clone());
+                let sent = m.state().sent_target(&p);
                 sent.or_else(|| {
                     m.state()
                         .inbox()
@@ -341,7 +337,6 @@ impl Core {
                 m.state()
                     .outbox_get(&t, &id)
                     .filter(|e| e.from_peer_id == f)
-                    .cloned()
             })?
             .ok_or_else(|| Error::new(Code::NotFound, format!("no outbox entry {message_id}")))?;
         match entry.receipt {
