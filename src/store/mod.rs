@@ -134,6 +134,7 @@ impl Store {
             len,
             generation,
             batch_no,
+            snapshot_bytes: loaded.snapshot_bytes,
             machine: Machine::from_state(loaded.state, limits.clone()),
             recipients: recipients.clone(),
             shared: shared.clone(),

@@ -8,7 +8,7 @@
 use super::changes::Shared;
 use super::{journal, paths, snapshot};
 use crate::error::{Code, Error, Result};
-use crate::fsutil::{self, Durability, FileLock};
+use crate::fsutil::{self, FileLock};
 use crate::messaging::{Machine, Recipients, Record};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::RwLock;
@@ -46,6 +46,9 @@ pub(crate) struct Writer {
     pub len: u64,
     pub generation: u64,
     pub batch_no: u64,
+    /// Size of the current snapshot (0 before the first): the next compaction waits for
+    /// about as many journal bytes (see `Machine::compaction_trigger`).
+    pub snapshot_bytes: u64,
     pub machine: Machine,
     pub recipients: Arc<RwLock<Recipients>>,
     pub shared: Arc<Shared>,
@@ -232,11 +235,15 @@ impl Writer {
     /// Only after D is any record appended to generation g+1. Any failure from B on could leave
     /// a covered journal behind, where appended records would be ignored, so it poisons.
     fn maybe_compact(&mut self) -> Result<()> {
-        if self.len < self.machine.journal_threshold() {
+        if self.len < self.machine.compaction_trigger(self.snapshot_bytes) {
             return Ok(());
         }
-        let bytes = snapshot::encode(&self.machine.state().image(), self.generation)?;
-        fsutil::atomic_write(&self.dir.join(paths::SNAPSHOT), &bytes, Durability::Durable)?;
+        let written = snapshot::write(
+            &self.dir.join(paths::SNAPSHOT),
+            self.machine.state(),
+            self.generation,
+        )?;
+        self.snapshot_bytes = written;
         let next = self.generation + 1;
         self.file = create_journal(&self.dir, next)?;
         self.generation = next;
@@ -245,7 +252,8 @@ impl Writer {
         super::write_sync_point(&self.dir, &self.sync_point())?;
         let mut s = self.shared.stats.lock();
         s.compactions += 1;
-        s.snapshot_bytes = bytes.len() as u64;
+        s.snapshot_bytes = written;
+        s.snapshot_bytes_written += written;
         s.journal_bytes = self.len;
         s.generation = next;
         Ok(())
