@@ -19,6 +19,7 @@ pub const SNAPSHOT_FORMAT: u32 = 2;
 /// The earlier format whose checksum did not cover the generation; read, never written.
 const SNAPSHOT_FORMAT_V1: u32 = 1;
 
+#[cfg(test)]
 fn checksum(generation: u64, body: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(&generation.to_le_bytes());
@@ -114,11 +115,18 @@ fn corrupt(what: String) -> Error {
 pub fn decode(bytes: &[u8]) -> Result<(u64, StateImage)> {
     let file: SnapshotFile =
         serde_json::from_slice(bytes).map_err(|e| corrupt(format!("cannot be parsed ({e})")))?;
-    let body = serde_json::to_vec(&file.state)
+    // Re-encoded into a checksum sink: verifying needs no second copy of the state.
+    let mut sink = CrcSink {
+        hasher: crc32fast::Hasher::new(),
+        bytes: 0,
+    };
+    if file.format == SNAPSHOT_FORMAT {
+        sink.hasher.update(&file.generation.to_le_bytes());
+    }
+    serde_json::to_writer(&mut sink, &file.state)
         .map_err(|e| corrupt(format!("cannot be re-encoded ({e})")))?;
     let expected = match file.format {
-        SNAPSHOT_FORMAT => checksum(file.generation, &body),
-        SNAPSHOT_FORMAT_V1 => crc32fast::hash(&body),
+        SNAPSHOT_FORMAT | SNAPSHOT_FORMAT_V1 => sink.hasher.finalize(),
         other => {
             return Err(corrupt(format!(
                 "has format {other}, this build reads {SNAPSHOT_FORMAT_V1} and {SNAPSHOT_FORMAT}"
@@ -222,6 +230,29 @@ mod tests {
         let (g, back) = decode(&bytes).unwrap();
         assert_eq!(g, 3);
         assert_eq!(State::from_image(back), state);
+    }
+
+    #[test]
+    fn format_1_is_read_with_its_state_only_checksum() {
+        let image = StateImage {
+            next_order: 3,
+            ..StateImage::default()
+        };
+        let body = serde_json::to_vec(&image).unwrap();
+        let crc = crc32fast::hash(&body);
+        let mut v1 =
+            format!("{{\"format\":1,\"generation\":5,\"crc32\":{crc},\"state\":").into_bytes();
+        v1.extend_from_slice(&body);
+        v1.push(b'}');
+        assert_eq!(decode(&v1).unwrap(), (5, image));
+        let wrong =
+            String::from_utf8(v1)
+                .unwrap()
+                .replacen(&format!("{crc}"), &format!("{}", crc ^ 1), 1);
+        assert_eq!(
+            decode(wrong.as_bytes()).unwrap_err().code,
+            Code::RecoveryRequired
+        );
     }
 
     #[test]
