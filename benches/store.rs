@@ -8,7 +8,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use peerwire::config::Limits;
-use peerwire::messaging::{InboundSend, Principal};
+use peerwire::messaging::{InboundSend, MessageBody, Principal};
 use peerwire::store::{Store, StoreHandle};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -84,9 +84,11 @@ fn accept_one(h: &StoreHandle, thread: u64, n: u64, content: &str) {
         origin: None,
         to_peer_id: ME.into(),
         message_id: format!("m-{n}"),
-        content: content.to_string(),
-        topic: None,
-        reply_to: None,
+        body: MessageBody {
+            content: content.to_string(),
+            topic: None,
+            reply_to: None,
+        },
         correlation_id: None,
         expires_at_ms: None,
         from_alias: None,

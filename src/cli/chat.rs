@@ -11,8 +11,11 @@ use super::session::Session;
 use super::{Ctx, args};
 use crate::error::{Code, Error, Result};
 use crate::mention;
+use crate::protocol::local::LocalTool;
+use crate::protocol::message::MessageBody;
+use crate::tools::{MessagesArgs, SendArgs};
 use parking_lot::Mutex;
-use serde_json::{Map, json};
+use serde_json::json;
 use std::ffi::OsString;
 use std::io::{BufRead, Read, Write};
 use std::sync::Arc;
@@ -95,18 +98,21 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
 /// Streams arrivals and receipts until `stop`, printing them above the composer.
 fn watch(mut session: Session, composer: Arc<Mutex<Composer>>, stop: Arc<AtomicBool>, tty: bool) {
     let mut after: Option<u64> = None;
-    let mut envelope = Map::new();
+    let mut events_after: Option<u64> = None;
     while !stop.load(Ordering::SeqCst) {
-        let mut a = Map::new();
-        a.insert("waitMs".into(), json!(500));
-        if let Some(n) = after {
-            a.insert("after".into(), json!(n));
-        }
-        let page = match session.tool(
-            "peer_messages",
-            serde_json::Value::Object(a),
-            envelope.clone(),
-        ) {
+        let args = MessagesArgs {
+            after,
+            wait_ms: 500,
+            ..MessagesArgs::default()
+        };
+        let call = LocalTool {
+            events_after,
+            ..LocalTool::new(
+                "peer_messages",
+                serde_json::to_value(&args).unwrap_or_default(),
+            )
+        };
+        let page = match session.tool(call) {
             Ok(p) => p,
             Err(_) => {
                 std::thread::sleep(std::time::Duration::from_millis(500));
@@ -116,8 +122,8 @@ fn watch(mut session: Session, composer: Arc<Mutex<Composer>>, stop: Arc<AtomicB
         if let Some(c) = page.get("cursor").and_then(serde_json::Value::as_u64) {
             after = Some(c);
         }
-        if let Some(c) = page.get("eventCursor") {
-            envelope.insert("eventsAfter".into(), c.clone());
+        if let Some(c) = page.get("eventCursor").and_then(serde_json::Value::as_u64) {
+            events_after = Some(c);
         }
         let mut lines = Vec::new();
         for m in page
@@ -223,7 +229,7 @@ fn submit(session: &mut Session, composer: &Mutex<Composer>, line: &str) -> Resu
         Input::Text(text) => text,
     };
     if line == "/who" {
-        let page = session.tool("list_peers", json!({}), Map::new())?;
+        let page = session.tool(LocalTool::new("list_peers", json!({})))?;
         for p in page
             .get("peers")
             .and_then(serde_json::Value::as_array)
@@ -263,11 +269,12 @@ fn submit(session: &mut Session, composer: &Mutex<Composer>, line: &str) -> Resu
         composer.lock().recipient = Some(to);
         return Ok(true);
     }
-    let receipt = session.tool(
-        "send_peer_message",
-        json!({"to": to, "content": m.body}),
-        Map::new(),
-    )?;
+    let args = SendArgs {
+        to: to.clone(),
+        body: MessageBody::text(m.body.clone()),
+    };
+    let args = serde_json::to_value(&args).map_err(|e| Error::new(Code::Io, e.to_string()))?;
+    let receipt = session.tool(LocalTool::new("send_peer_message", args))?;
     composer.lock().recipient = Some(to.clone());
     // One line per send: what went where, and its custody receipt.
     say(&sent_line(&to, &m.body, &receipt));
@@ -413,7 +420,7 @@ fn interactive(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
 }
 
 fn peer_names(session: &mut Session) -> Vec<String> {
-    let Ok(page) = session.tool("list_peers", json!({}), Map::new()) else {
+    let Ok(page) = session.tool(LocalTool::new("list_peers", json!({}))) else {
         return Vec::new();
     };
     page.get("peers")

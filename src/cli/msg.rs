@@ -6,8 +6,13 @@ use super::session::Session;
 use super::{Ctx, args, out, print_json};
 use crate::config::internal::{FOLLOW_SLICE_MS, INBOX_PAGES_MAX};
 use crate::error::{Code, Error, Result};
+use crate::protocol::local::{
+    LocalCall, LocalReply, LocalTool, MessageNote, SentMessage, WaitReceipt,
+};
+use crate::protocol::message::MessageBody;
 use crate::sanitize;
-use serde_json::{Map, Value, json};
+use crate::tools::{MessagesArgs, SendArgs};
+use serde_json::{Value, json};
 use std::ffi::OsString;
 use std::io::Read;
 
@@ -76,21 +81,14 @@ pub fn send(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     use lexopt::prelude::*;
     let mut p = args::parser(argv);
     let (mut to, mut text) = (None, None);
-    let mut tool_args = Map::new();
-    let mut envelope = Map::new();
+    let mut body = MessageBody::default();
+    let mut message_id = None;
     let (mut wait_state, mut timeout) = (None, 30_000u64);
     while let Some(arg) = p.next().map_err(args::usage)? {
         match arg {
-            Long("topic") => {
-                drop(tool_args.insert("topic".into(), json!(args::string(&mut p, "--topic")?)))
-            }
-            Long("reply-to") => {
-                drop(tool_args.insert("replyTo".into(), json!(args::string(&mut p, "--reply-to")?)))
-            }
-            Long("message-id") => drop(envelope.insert(
-                "messageId".into(),
-                json!(args::string(&mut p, "--message-id")?),
-            )),
+            Long("topic") => body.topic = Some(args::string(&mut p, "--topic")?),
+            Long("reply-to") => body.reply_to = Some(args::string(&mut p, "--reply-to")?),
+            Long("message-id") => message_id = Some(args::string(&mut p, "--message-id")?),
             Long("wait-receipt") => wait_state = Some(args::string(&mut p, "--wait-receipt")?),
             Long("timeout") => timeout = args::millis(&mut p, "--timeout")?,
             Long("help") | Short('h') => return help(SEND_HELP),
@@ -118,21 +116,23 @@ pub fn send(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         ));
     };
     let mut session = Session::open(ctx)?;
-    let content = read_text(&text, session.limits().message_bytes.max(1))?;
-    tool_args.insert("to".into(), json!(to));
-    tool_args.insert("content".into(), json!(content));
-    let mut receipt = session.tool(
-        "send_peer_message",
-        serde_json::Value::Object(tool_args),
-        envelope,
-    )?;
+    body.content = read_text(&text, session.limits().message_bytes.max(1))?;
+    let args = tool_args(&SendArgs { to, body })?;
+    let mut receipt = session.tool(LocalTool {
+        message_id,
+        ..LocalTool::new("send_peer_message", args)
+    })?;
     if let Some(state) = wait_state {
-        let message_id = receipt
-            .get("messageId")
-            .cloned()
-            .unwrap_or(serde_json::Value::Null);
-        let params = json!({"messageId": message_id, "state": state, "waitMs": timeout});
-        receipt = session.call("local.wait_receipt", params, timeout.saturating_add(5_000))?;
+        let wait = WaitReceipt {
+            message_id: receipt
+                .get("messageId")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            state: Some(state),
+            wait_ms: Some(timeout),
+        };
+        receipt = session.call(LocalCall::WaitReceipt(wait), timeout.saturating_add(5_000))?;
     }
     print_receipt(ctx, &receipt)?;
     session.close();
@@ -191,33 +191,23 @@ pub fn describe_receipt(r: &Value) -> String {
 pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     use lexopt::prelude::*;
     let mut p = args::parser(argv);
-    let mut tool_args = Map::new();
-    let mut envelope = Map::new();
+    let mut q = MessagesArgs::default();
+    let mut envelope = LocalTool::new("peer_messages", serde_json::Value::Null);
     let (mut follow, mut all, mut wait) = (false, false, None);
     while let Some(arg) = p.next().map_err(args::usage)? {
         match arg {
             Long("all") => all = true,
-            Long("events-after") => drop(envelope.insert(
-                "eventsAfter".into(),
-                json!(args::number(&mut p, "--events-after")?),
-            )),
-            Long("after") => {
-                drop(tool_args.insert("after".into(), json!(args::number(&mut p, "--after")?)))
+            Long("events-after") => {
+                envelope.events_after = Some(args::number(&mut p, "--events-after")?)
             }
-            Long("from") => {
-                drop(tool_args.insert("from".into(), json!(args::string(&mut p, "--from")?)))
-            }
-            Long("reply-to") => {
-                drop(tool_args.insert("replyTo".into(), json!(args::string(&mut p, "--reply-to")?)))
-            }
-            Long("message-id") => drop(tool_args.insert(
-                "messageId".into(),
-                json!(args::string(&mut p, "--message-id")?),
-            )),
+            Long("after") => q.after = Some(args::number(&mut p, "--after")?),
+            Long("from") => q.from = Some(args::string(&mut p, "--from")?),
+            Long("reply-to") => q.reply_to = Some(args::string(&mut p, "--reply-to")?),
+            Long("message-id") => q.message_id = Some(args::string(&mut p, "--message-id")?),
             Long("wait") => {
                 let ms = args::millis(&mut p, "--wait")?;
                 wait = Some(ms);
-                tool_args.insert("waitMs".into(), json!(ms));
+                q.wait_ms = ms;
             }
             Long("follow") => follow = true,
             Long("help") | Short('h') => return help(INBOX_HELP),
@@ -227,16 +217,14 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     if follow && wait.is_some() {
         return Err(Error::new(Code::Usage, "use --wait or --follow, not both"));
     }
-    if !all {
-        envelope.insert("unconsumed".into(), json!(true));
-    }
+    envelope.unconsumed = !all;
     if wait.is_some() {
         // A wait is for a message; receipt updates alone do not end it.
-        envelope.insert("waitFor".into(), json!("message"));
+        envelope.wait_for = Some("message".into());
     }
     let mut session = Session::open(ctx)?;
     if !follow {
-        let status = print_all_pages(ctx, &mut session, tool_args, envelope, wait, all);
+        let status = print_all_pages(ctx, &mut session, q, envelope, wait, all);
         session.close();
         return status;
     }
@@ -244,13 +232,14 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     // (`| head -1`) even when nothing more arrives.
     let wait_slice = session.limits().wait_ms_max.min(FOLLOW_SLICE_MS);
     loop {
-        let mut call_args = tool_args.clone();
-        call_args.insert("waitMs".into(), json!(wait_slice));
-        let page = session.tool(
-            "peer_messages",
-            serde_json::Value::Object(call_args),
-            envelope.clone(),
-        )?;
+        let call_args = MessagesArgs {
+            wait_ms: wait_slice,
+            ..q.clone()
+        };
+        let page = session.tool(LocalTool {
+            args: tool_args(&call_args)?,
+            ..envelope.clone()
+        })?;
         print_page(ctx, &page, true, all)?;
         if let Some(status) = ctx.stopped_status() {
             session.close();
@@ -261,10 +250,10 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             return Ok(0);
         }
         if let Some(next) = page.get("cursor").and_then(serde_json::Value::as_u64) {
-            tool_args.insert("after".into(), json!(next));
+            q.after = Some(next);
         }
-        if let Some(ev) = page.get("eventCursor").cloned() {
-            envelope.insert("eventsAfter".into(), ev);
+        if let Some(ev) = page.get("eventCursor").and_then(serde_json::Value::as_u64) {
+            envelope.events_after = Some(ev);
         }
     }
 }
@@ -275,18 +264,17 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
 fn print_all_pages(
     ctx: &Ctx,
     session: &mut Session,
-    mut tool_args: Map<String, Value>,
-    mut envelope: Map<String, Value>,
+    mut q: MessagesArgs,
+    mut envelope: LocalTool,
     wait: Option<u64>,
     all: bool,
 ) -> Result<i32> {
     let mut printed = 0usize;
     for pages in 0.. {
-        let page = session.tool(
-            "peer_messages",
-            Value::Object(tool_args.clone()),
-            envelope.clone(),
-        )?;
+        let page = session.tool(LocalTool {
+            args: tool_args(&q)?,
+            ..envelope.clone()
+        })?;
         let has_messages = page
             .get("messages")
             .and_then(Value::as_array)
@@ -322,12 +310,12 @@ fn print_all_pages(
             break;
         }
         // Further pages are read at once: the wait, if any, is over.
-        tool_args.insert("waitMs".into(), json!(0));
+        q.wait_ms = 0;
         if let Some(c) = cursor {
-            tool_args.insert("after".into(), json!(c));
+            q.after = Some(c);
         }
         if let Some(e) = events {
-            envelope.insert("eventsAfter".into(), json!(e));
+            envelope.events_after = Some(e);
         }
     }
     Ok(0)
@@ -435,11 +423,13 @@ pub fn reply(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     };
     let mut session = Session::open(ctx)?;
     let content = read_text(&text, session.limits().message_bytes.max(1))?;
-    let receipt = session.call(
-        "local.reply",
-        json!({"messageId": id, "content": content, "topic": topic}),
-        0,
-    )?;
+    let reply = LocalReply {
+        message_id: id,
+        content,
+        topic,
+        reply_id: None,
+    };
+    let receipt = session.call(LocalCall::Reply(reply), 0)?;
     print_receipt(ctx, &receipt)?;
     session.close();
     Ok(0)
@@ -461,7 +451,11 @@ pub fn consume(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         return Err(Error::new(Code::Usage, "peer consume needs MSGID"));
     };
     let mut session = Session::open(ctx)?;
-    let receipt = session.call("local.consume", json!({"messageId": id, "note": note}), 0)?;
+    let consume = MessageNote {
+        message_id: id,
+        note,
+    };
+    let receipt = session.call(LocalCall::Consume(consume), 0)?;
     print_receipt(ctx, &receipt)?;
     session.close();
     Ok(0)
@@ -479,7 +473,7 @@ pub fn status(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         }
     }
     let mut session = Session::open(ctx)?;
-    let info = session.call("local.info", json!({}), 0)?;
+    let info = session.call(LocalCall::Info, 0)?;
     let problems = info
         .get("problems")
         .and_then(serde_json::Value::as_array)
@@ -489,7 +483,7 @@ pub fn status(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         session.close();
         return print_health(ctx, &info, &problems);
     };
-    let receipt = session.call("local.status", json!({"messageId": id}), 0)?;
+    let receipt = session.call(LocalCall::Status(SentMessage { message_id: id }), 0)?;
     session.close();
     print_receipt(ctx, &receipt)?;
     if !problems.is_empty() {
@@ -555,6 +549,11 @@ fn print_receipt(ctx: &Ctx, receipt: &serde_json::Value) -> Result<()> {
     } else {
         out::line(&describe_receipt(receipt))
     }
+}
+
+/// A tool's arguments object as the root's strict reader reads it.
+fn tool_args<T: serde::Serialize>(args: &T) -> Result<Value> {
+    serde_json::to_value(args).map_err(|e| Error::new(Code::Io, e.to_string()))
 }
 
 fn help(text: &str) -> Result<i32> {

@@ -6,11 +6,12 @@
 use super::Ctx;
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
+use crate::protocol::local::{LocalCall, LocalRequest, LocalTool};
 use crate::runtime::control::{self, ControlFile};
 use crate::runtime::handler;
 use crate::runtime::{Root, RootOptions};
 use crate::transport::LocalClient;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 use crate::config::internal::ANSWER_MARGIN_MS;
@@ -86,11 +87,13 @@ impl Session {
         let auto = std::env::var(crate::runtime::auto::ENV_AUTO)
             .ok()
             .filter(|s| !s.is_empty());
-        let info = client.call(
-            "local.info",
-            json!({"version": 1, "runId": run_id}),
-            limits.acknowledgement_ms.max(5_000),
-        )?;
+        let (method, params) = LocalRequest {
+            run_id: run_id.clone(),
+            auto: None,
+            call: LocalCall::Info,
+        }
+        .encode();
+        let info = client.call(method, params, limits.acknowledgement_ms.max(5_000))?;
         if let Some(l) = info.get("limits") {
             let get = |k: &str, d: u64| l.get(k).and_then(Value::as_u64).unwrap_or(d);
             limits.message_bytes = get("messageBytes", limits.message_bytes);
@@ -115,11 +118,7 @@ impl Session {
     }
 
     /// Calls one local method; `timeout_ms` 0 means "the root's own bounds plus a margin".
-    pub fn call(&mut self, method: &str, params: Value, timeout_ms: u64) -> Result<Value> {
-        let Value::Object(mut p) = params else {
-            return Err(Error::new(Code::Usage, "params must be an object"));
-        };
-        p.entry("version").or_insert(json!(1));
+    pub fn call(&mut self, call: LocalCall, timeout_ms: u64) -> Result<Value> {
         match self {
             Session::Remote {
                 client,
@@ -128,34 +127,33 @@ impl Session {
                 limits,
                 ..
             } => {
-                if let Some(r) = run_id {
-                    p.insert("runId".into(), json!(r));
-                }
-                if let Some(a) = auto {
-                    p.insert("auto".into(), json!(a));
-                }
-                let wait = p
-                    .get("args")
-                    .and_then(|a| a.get("waitMs"))
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
+                let wait = match &call {
+                    LocalCall::Tool(t) => t.args.get("waitMs").and_then(Value::as_u64),
+                    _ => None,
+                };
                 let timeout = if timeout_ms == 0 {
-                    wait + limits.acknowledgement_ms * 8 + ANSWER_MARGIN_MS
+                    wait.unwrap_or(0) + limits.acknowledgement_ms * 8 + ANSWER_MARGIN_MS
                 } else {
                     timeout_ms
                 };
-                client.call(method, Value::Object(p), timeout)
+                let req = LocalRequest {
+                    run_id: run_id.clone(),
+                    auto: auto.clone(),
+                    call,
+                };
+                let (method, params) = req.encode();
+                client.call(method, params, timeout)
             }
-            Session::InProcess { root, .. } => handler::local_request(&root.core, None, method, p),
+            Session::InProcess { root, .. } => {
+                let answer = handler::local_request(&root.core, None, LocalRequest::root(call))?;
+                serde_json::to_value(answer).map_err(|e| Error::new(Code::Io, e.to_string()))
+            }
         }
     }
 
     /// Runs one model tool with its arguments and CLI-only envelope fields.
-    pub fn tool(&mut self, name: &str, args: Value, envelope: Map<String, Value>) -> Result<Value> {
-        let mut p = envelope;
-        p.insert("tool".into(), json!(name));
-        p.insert("args".into(), args);
-        self.call("local.tool", Value::Object(p), 0)
+    pub fn tool(&mut self, t: LocalTool) -> Result<Value> {
+        self.call(LocalCall::Tool(t), 0)
     }
 
     /// A second session to the same root (for a watcher thread).

@@ -5,7 +5,9 @@
 use super::session::Session;
 use super::{Ctx, args, out, print_json};
 use crate::error::{Code, Error, Result};
-use crate::runtime::tools::{RootTools, message_view};
+use crate::protocol::local::{LocalCall, RunPublish, RunRetire};
+use crate::runtime::tools::message_view;
+use crate::runtime::wire::RootTools;
 use crate::runtime::{Root, RootOptions, control};
 use serde_json::json;
 use std::ffi::OsString;
@@ -127,11 +129,11 @@ fn run_child_wrapped(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let mut session = Session::open(ctx)?;
     let alias =
         alias.unwrap_or_else(|| format!("run-{:04x}", crate::identity::random_u64() & 0xffff));
-    let run = session.call(
-        "local.run.publish",
-        json!({"alias": alias, "delegateControl": delegate}),
-        0,
-    )?;
+    let publish = RunPublish {
+        alias,
+        delegate_control: delegate,
+    };
+    let run = session.call(LocalCall::RunPublish(publish), 0)?;
     let run_id = run
         .get("runId")
         .and_then(serde_json::Value::as_str)
@@ -153,7 +155,12 @@ fn run_child_wrapped(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         .env(control::ENV_RUN, &run_id)
         .status();
     // Retire whatever happened to the command: later sends to the run get TARGET_ENDED.
-    let retired = session.call("local.run.retire", json!({"run": run_id}), 0);
+    let retired = session.call(
+        LocalCall::RunRetire(RunRetire {
+            run: run_id.clone(),
+        }),
+        0,
+    );
     session.close();
     let code = match status {
         Ok(s) => super::host::exit_code(s),
@@ -190,7 +197,7 @@ pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
                 as_alias: None,
                 ..ctx.clone()
             })?;
-            let info = s.call("local.info", json!({}), 0)?;
+            let info = s.call(LocalCall::Info, 0)?;
             s.close();
             info.get("sessionId")
                 .and_then(serde_json::Value::as_str)
@@ -212,19 +219,17 @@ pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         .unresolved
         .iter()
         .map(|e| {
-            let mut v = crate::runtime::tools::outbox_view(e);
-            if let Some(o) = v.as_object_mut() {
-                o.insert(
-                    "reason".into(),
-                    json!("sent by this earlier incarnation; no custody answer was recorded"),
-                );
-            }
-            v
+            json!(crate::tools::answer::SentView {
+                reason: Some(
+                    "sent by this earlier incarnation; no custody answer was recorded".into()
+                ),
+                ..crate::runtime::tools::outbox_view(e)
+            })
         })
         .collect();
     let torn = json!({"bytes": review.torn_tail_bytes, "batches": review.torn_tail_batches});
     if ctx.json {
-        let msgs: Vec<serde_json::Value> = unread.iter().map(|e| message_view(e, None)).collect();
+        let msgs: Vec<_> = unread.iter().map(|e| message_view(e, None)).collect();
         print_json(&json!({
             "instanceId": instance,
             "sessionId": session_id,
@@ -238,7 +243,7 @@ pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             unread.len()
         ))?;
         for e in unread {
-            out::line(&super::msg::describe_message(&message_view(e, None)))?;
+            out::line(&super::msg::describe_message(&json!(message_view(e, None))))?;
         }
         if !unresolved.is_empty() {
             out::line(&format!(

@@ -53,7 +53,7 @@ impl Machine {
             Self::check_id("correlationId", c)?;
         }
         Self::check_recipient(recipients, &send.to_peer_id)?;
-        self.check_content(&send.content, &send.topic)?;
+        self.check_content(&send.body.content, &send.body.topic)?;
         let expires_at_ms = self.expiry(send.expires_at_ms, now_ms)?;
         let correlation_id = self.inbound_correlation(from, send)?;
         if !self.rate.allows(&self.limits, &from.instance_id, now_ms) {
@@ -76,9 +76,7 @@ impl Machine {
             sequence,
             from: from.clone(),
             message_id: send.message_id.clone(),
-            content: send.content.clone(),
-            topic: send.topic.clone(),
-            reply_to: send.reply_to.clone(),
+            body: send.body.clone(),
             correlation_id,
             expires_at_ms,
             accepted_at_ms: now_ms,
@@ -114,7 +112,7 @@ impl Machine {
                 "the dedup index names a missing message",
             )));
         };
-        if e.content != send.content || e.topic != send.topic || e.reply_to != send.reply_to {
+        if e.body != send.body {
             return Some(Err(Error::new(
                 Code::MessageIdConflict,
                 format!(
@@ -149,7 +147,7 @@ impl Machine {
                 "the origin index names a missing message",
             )));
         };
-        if e.content != send.content || e.topic != send.topic || e.reply_to != send.reply_to {
+        if e.body != send.body {
             return Some(Err(Error::new(
                 Code::MessageIdConflict,
                 format!(
@@ -204,7 +202,7 @@ impl Machine {
     /// A reply must answer a message our recipient sent to exactly this sender incarnation,
     /// and keeps that message's correlation id.
     fn inbound_correlation(&self, from: &Principal, send: &InboundSend) -> Result<String> {
-        let Some(reply_to) = &send.reply_to else {
+        let Some(reply_to) = &send.body.reply_to else {
             return Ok(send
                 .correlation_id
                 .clone()

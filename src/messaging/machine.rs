@@ -208,7 +208,7 @@ impl Machine {
             q.from.as_ref().is_none_or(|f| &e.from.peer_id == f)
                 && q.reply_to
                     .as_ref()
-                    .is_none_or(|r| e.reply_to.as_ref() == Some(r))
+                    .is_none_or(|r| e.body.reply_to.as_ref() == Some(r))
                 && q.message_id.as_ref().is_none_or(|m| &e.message_id == m)
                 && (!q.unconsumed_only
                     || matches!(e.state, ReceiptState::Accepted | ReceiptState::Prepared))

@@ -25,9 +25,9 @@ impl Machine {
     /// EXPIRED, INVALID_REPLY, QUEUE_FULL (route or storage full).
     pub fn outbox_intent(&mut self, send: &OutboundSend, now_ms: u64) -> Outcome<OutboxEntry> {
         if let Some(e) = self.state.outbox_get(&send.to.peer_id, &send.message_id) {
-            let same = e.has_content(&send.content)
-                && e.topic == send.topic
-                && e.reply_to == send.reply_to
+            let same = e.has_content(&send.body.content)
+                && e.body.topic == send.body.topic
+                && e.body.reply_to == send.body.reply_to
                 && e.to == send.to
                 && e.from_peer_id == send.from_peer_id;
             if !same {
@@ -42,7 +42,7 @@ impl Machine {
             return Ok((e, Vec::new()));
         }
         Self::check_id("messageId", &send.message_id)?;
-        self.check_content(&send.content, &send.topic)?;
+        self.check_content(&send.body.content, &send.body.topic)?;
         let expires_at_ms = self.expiry(send.expires_at_ms, now_ms)?;
         let correlation_id = self.outbound_correlation(send, now_ms)?;
         let entry = OutboxEntry {
@@ -50,10 +50,8 @@ impl Machine {
             from_peer_id: send.from_peer_id.clone(),
             to: send.to.clone(),
             message_id: send.message_id.clone(),
-            content: send.content.clone(),
+            body: send.body.clone(),
             content_digest: None,
-            topic: send.topic.clone(),
-            reply_to: send.reply_to.clone(),
             correlation_id,
             expires_at_ms,
             created_at_ms: now_ms,
@@ -85,7 +83,7 @@ impl Machine {
     /// A reply must answer a message our local sender received from exactly the target
     /// incarnation and that has not expired, and carries that message's correlation id.
     fn outbound_correlation(&self, send: &OutboundSend, now_ms: u64) -> Result<String> {
-        let Some(reply_to) = &send.reply_to else {
+        let Some(reply_to) = &send.body.reply_to else {
             return Ok(send
                 .correlation_id
                 .clone()
@@ -177,7 +175,7 @@ impl Machine {
 
     /// Once a reply is in the target's custody, the message it answers is replied.
     fn replied_records(&self, reply: &OutboxEntry, now_ms: u64) -> Vec<Record> {
-        let Some(orig_id) = &reply.reply_to else {
+        let Some(orig_id) = &reply.body.reply_to else {
             return Vec::new();
         };
         let key = (

@@ -6,7 +6,7 @@
 //! optional box. [`Settled::to_entry`] gives back exactly the [`OutboxEntry`] it was made
 //! from; an entry that cannot be rebuilt exactly stays in full form.
 
-use super::types::{OutboxEntry, Receipt, ReceiptState, TargetRef};
+use super::types::{MessageBody, OutboxEntry, Receipt, ReceiptState, TargetRef};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -147,13 +147,13 @@ impl Settled {
             return None;
         }
         let body = match &e.content_digest {
-            Some(d) if e.content.is_empty() => Body::Digest(digest_bytes(d)?),
+            Some(d) if e.body.content.is_empty() => Body::Digest(digest_bytes(d)?),
             Some(_) => return None,
-            None => Body::Text(e.content.as_str().into()),
+            None => Body::Text(e.body.content.as_str().into()),
         };
         let rare = Rare {
-            topic: e.topic.clone(),
-            reply_to: e.reply_to.clone(),
+            topic: e.body.topic.clone(),
+            reply_to: e.body.reply_to.clone(),
             correlation_id: (e.correlation_id != e.message_id).then(|| e.correlation_id.clone()),
             reply_message_id: r.reply_message_id.clone(),
             code: r.code.clone(),
@@ -193,10 +193,12 @@ impl Settled {
             from_peer_id: self.from_peer_id.to_string(),
             to: (*key.to).clone(),
             message_id: message_id.clone(),
-            content,
+            body: MessageBody {
+                content,
+                topic: rare.and_then(|r| r.topic.clone()),
+                reply_to: rare.and_then(|r| r.reply_to.clone()),
+            },
             content_digest,
-            topic: rare.and_then(|r| r.topic.clone()),
-            reply_to: rare.and_then(|r| r.reply_to.clone()),
             correlation_id: correlation_id.clone(),
             expires_at_ms: self.expires_at_ms,
             created_at_ms: self.created_at_ms,

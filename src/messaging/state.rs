@@ -150,23 +150,23 @@ fn opt_len(s: &Option<String>) -> u64 {
 
 pub(crate) fn inbox_cost(e: &InboxEntry) -> u64 {
     ENTRY_OVERHEAD_BYTES
-        + json_len(&e.content)
+        + json_len(&e.body.content)
         + (e.message_id.len() + e.recipient_peer_id.len() + e.correlation_id.len()) as u64
         + (e.from.instance_id.len() + e.from.peer_id.len()) as u64
         + opt_len(&e.from.run_id)
-        + opt_len(&e.topic)
-        + opt_len(&e.reply_to)
+        + opt_len(&e.body.topic)
+        + opt_len(&e.body.reply_to)
 }
 
 pub(crate) fn outbox_cost(e: &OutboxEntry) -> u64 {
     ENTRY_OVERHEAD_BYTES
-        + json_len(&e.content)
+        + json_len(&e.body.content)
         + e.content_digest.as_ref().map_or(0, |d| d.len() as u64)
         + (e.message_id.len() + e.from_peer_id.len() + e.correlation_id.len()) as u64
         + (e.to.instance_id.len() + e.to.peer_id.len()) as u64
         + opt_len(&e.to.run_id)
-        + opt_len(&e.topic)
-        + opt_len(&e.reply_to)
+        + opt_len(&e.body.topic)
+        + opt_len(&e.body.reply_to)
 }
 
 fn small_cost(note: &str) -> u64 {

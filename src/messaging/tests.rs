@@ -50,9 +50,11 @@ fn send(id: &str, content: &str) -> InboundSend {
         origin: None,
         to_peer_id: ME.into(),
         message_id: id.into(),
-        content: content.into(),
-        topic: None,
-        reply_to: None,
+        body: MessageBody {
+            content: content.into(),
+            topic: None,
+            reply_to: None,
+        },
         correlation_id: None,
         expires_at_ms: None,
         from_alias: None,
@@ -64,9 +66,11 @@ fn out(id: &str, to: &Principal) -> OutboundSend {
         from_peer_id: ME.into(),
         to: target(to),
         message_id: id.into(),
-        content: format!("hello {id}"),
-        topic: None,
-        reply_to: None,
+        body: MessageBody {
+            content: format!("hello {id}"),
+            topic: None,
+            reply_to: None,
+        },
         correlation_id: None,
         expires_at_ms: None,
     }
@@ -159,7 +163,7 @@ fn changed_content_topic_or_reply_conflicts() {
         Code::MessageIdConflict
     );
     let mut s = send("m1", "a");
-    s.topic = Some("t".into());
+    s.body.topic = Some("t".into());
     assert_eq!(
         code(m.accept(&alice(), &s, &recipients(), NOW)),
         Code::MessageIdConflict
@@ -167,7 +171,7 @@ fn changed_content_topic_or_reply_conflicts() {
     let mut m2 = machine();
     m2.outbox_intent(&out("x1", &alice()), NOW).unwrap();
     let mut o = out("x1", &alice());
-    o.content = "changed".into();
+    o.body.content = "changed".into();
     assert_eq!(code(m2.outbox_intent(&o, NOW)), Code::MessageIdConflict);
     let (same, recs) = m2.outbox_intent(&out("x1", &alice()), NOW).unwrap();
     assert!(recs.is_empty());
@@ -486,7 +490,7 @@ fn resolved_entries_leave_the_route_index_and_keep_only_a_digest() {
     };
     let long = |id: &str| {
         let mut o = out(id, &alice());
-        o.content = format!("{id} {}", "x".repeat(500));
+        o.body.content = format!("{id} {}", "x".repeat(500));
         o
     };
     for id in ["h1", "h2", "h3"] {
@@ -507,15 +511,15 @@ fn resolved_entries_leave_the_route_index_and_keep_only_a_digest() {
         .unwrap();
     assert_eq!(ids(&m), ["h1", "h3"]);
     let e = m.state().outbox_get("p-alice", "h2").unwrap();
-    assert!(e.content.is_empty());
-    assert!(e.has_content(&long("h2").content) && !e.has_content(&long("h1").content));
+    assert!(e.body.content.is_empty());
+    assert!(e.has_content(&long("h2").body.content) && !e.has_content(&long("h1").body.content));
     // The dropped body no longer counts against the storage budget.
     assert!(m.state().live_bytes() < before);
     // A retry with the same content gets the original; other content still conflicts.
     let (again, recs) = m.outbox_intent(&long("h2"), NOW).unwrap();
     assert!(recs.is_empty() && again.receipt.is_some());
     let mut other = long("h2");
-    other.content = "changed".into();
+    other.body.content = "changed".into();
     assert_eq!(code(m.outbox_intent(&other, NOW)), Code::MessageIdConflict);
     for id in ["h1", "h3"] {
         m.outbox_result("p-alice", id, Ok(accepted(id)), NOW)
@@ -586,7 +590,7 @@ fn a_retry_from_another_incarnation_of_the_same_session_gets_the_original() {
     assert_eq!(r3.sequence, r1.sequence);
     // New content under the same id from the session: a conflict.
     let mut changed = first.clone();
-    changed.content = "other".into();
+    changed.body.content = "other".into();
     assert_eq!(
         code(m.accept(&alice_restarted(), &changed, &recipients(), NOW)),
         Code::MessageIdConflict
@@ -652,7 +656,7 @@ fn replies_are_validated_on_both_sides() {
     o.correlation_id = Some("c-1".into());
     m.outbox_intent(&o, NOW).unwrap();
     let mut reply = send("r1", "answer");
-    reply.reply_to = Some("x1".into());
+    reply.body.reply_to = Some("x1".into());
     let (r, _) = m.accept(&alice(), &reply, &recipients(), NOW).unwrap();
     assert_eq!(r.correlation_id, "c-1");
     // Another peer cannot reply to it; nor can a restarted alice; nor a reply to an unknown id.
@@ -666,7 +670,7 @@ fn replies_are_validated_on_both_sides() {
         code(m.accept(&alice_restarted(), &r2, &recipients(), NOW)),
         Code::InvalidReply
     );
-    r2.reply_to = Some("nope".into());
+    r2.body.reply_to = Some("nope".into());
     assert_eq!(
         code(m.accept(&alice(), &r2, &recipients(), NOW)),
         Code::InvalidReply
@@ -696,14 +700,14 @@ fn sender_side_reply_needs_a_message_from_that_exact_incarnation() {
     s.correlation_id = Some("c-7".into());
     m.accept(&alice(), &s, &recipients(), NOW).unwrap();
     let mut o = out("x1", &alice());
-    o.reply_to = Some("m1".into());
+    o.body.reply_to = Some("m1".into());
     let (e, _) = m.outbox_intent(&o, NOW).unwrap();
     assert_eq!(e.correlation_id, "c-7");
     let mut o2 = out("x2", &alice_restarted());
-    o2.reply_to = Some("m1".into());
+    o2.body.reply_to = Some("m1".into());
     assert_eq!(code(m.outbox_intent(&o2, NOW)), Code::InvalidReply);
     let mut o3 = out("x3", &bob());
-    o3.reply_to = Some("m1".into());
+    o3.body.reply_to = Some("m1".into());
     assert_eq!(code(m.outbox_intent(&o3, NOW)), Code::InvalidReply);
     // Custody of the reply marks the question replied (with an implicit context marker).
     let r = Receipt {
@@ -1229,10 +1233,8 @@ fn resolved_entries_are_held_compactly_and_rebuild_exactly() {
         from_peer_id: ME.into(),
         to: target(&alice()),
         message_id: id.into(),
-        content: String::new(),
+        body: MessageBody::text(""),
         content_digest: Some(OutboxEntry::digest_of("a body")),
-        topic: None,
-        reply_to: None,
         correlation_id: id.into(),
         expires_at_ms: NOW + 5,
         created_at_ms: NOW,
@@ -1250,8 +1252,8 @@ fn resolved_entries_are_held_compactly_and_rebuild_exactly() {
         updated_at_ms: NOW + 2,
     };
     let mut rare = base("m-rare");
-    rare.topic = Some("t".into());
-    rare.reply_to = Some("m-0".into());
+    rare.body.topic = Some("t".into());
+    rare.body.reply_to = Some("m-0".into());
     rare.correlation_id = "c-1".into();
     rare.to.run_id = Some("r-1".into());
     let r = rare.receipt.as_mut().unwrap();
@@ -1262,7 +1264,7 @@ fn resolved_entries_are_held_compactly_and_rebuild_exactly() {
     refused.receipt.as_mut().unwrap().state = ReceiptState::Refused;
     refused.receipt.as_mut().unwrap().code = Some("QUEUE_FULL".into());
     let mut short = base("m-short");
-    short.content = "short body".into();
+    short.body.content = "short body".into();
     short.content_digest = None;
     for e in [base("m-plain"), rare, refused, short] {
         let (key, s) = Settled::from_entry(&e, &mut interner).expect("compactable");

@@ -2,6 +2,8 @@
 //! principals, sends, receipts, inbox/outbox entries, events, pushes and read queries.
 
 use crate::error::{Code, Error};
+use crate::protocol::message as wire;
+pub use crate::protocol::message::{MessageBody, ReceiptState};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
@@ -35,9 +37,7 @@ impl TargetRef {
 pub struct InboundSend {
     pub to_peer_id: String,
     pub message_id: String,
-    pub content: String,
-    pub topic: Option<String>,
-    pub reply_to: Option<String>,
+    pub body: MessageBody,
     pub correlation_id: Option<String>,
     pub expires_at_ms: Option<u64>,
     /// The sender's sessionId as the presence record its key was verified against states it
@@ -56,82 +56,14 @@ pub struct OutboundSend {
     pub from_peer_id: String,
     pub to: TargetRef,
     pub message_id: String,
-    pub content: String,
-    pub topic: Option<String>,
-    pub reply_to: Option<String>,
+    pub body: MessageBody,
     pub correlation_id: Option<String>,
     pub expires_at_ms: Option<u64>,
 }
 
-/// Receipt states. Order of progress: accepted → prepared → consumed → replied; refused and
-/// expired are terminal failures reachable only before consumption.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ReceiptState {
-    Accepted,
-    Prepared,
-    Consumed,
-    Replied,
-    Refused,
-    Expired,
-}
-
-impl ReceiptState {
-    /// Whether a wait for `wanted` is over at `self`: reached, failed, or moved past a point
-    /// from which `wanted` can no longer come.
-    pub fn reached(self, wanted: ReceiptState) -> bool {
-        self == wanted
-            || self.is_failure()
-            || (self != ReceiptState::Refused && !self.may_become(wanted) && !wanted.is_failure())
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ReceiptState::Accepted => "accepted",
-            ReceiptState::Prepared => "prepared",
-            ReceiptState::Consumed => "consumed",
-            ReceiptState::Replied => "replied",
-            ReceiptState::Refused => "refused",
-            ReceiptState::Expired => "expired",
-        }
-    }
-
-    fn rank(self) -> u8 {
-        match self {
-            ReceiptState::Accepted => 0,
-            ReceiptState::Prepared => 1,
-            ReceiptState::Consumed => 2,
-            ReceiptState::Replied => 3,
-            ReceiptState::Refused | ReceiptState::Expired => 4,
-        }
-    }
-
-    /// Refused or expired: the message will never be consumed.
-    pub fn is_failure(self) -> bool {
-        matches!(self, ReceiptState::Refused | ReceiptState::Expired)
-    }
-
-    /// Nothing further can happen to the message except retention removal.
-    pub fn is_final(self) -> bool {
-        self.is_failure() || self == ReceiptState::Replied
-    }
-
-    /// The forward-only rule: progress moves up; a failure may only replace a state before
-    /// consumption; nothing leaves a failure.
-    pub fn may_become(self, next: ReceiptState) -> bool {
-        if self.is_failure() {
-            return false;
-        }
-        if next.is_failure() {
-            return matches!(self, ReceiptState::Accepted | ReceiptState::Prepared);
-        }
-        next.rank() > self.rank()
-    }
-}
-
-/// A custody receipt: the actual state of one message at its recipient, with the original
-/// target and correlation. Crosses the wire in `peer.send` answers, `peer.status` and
-/// `peer.receipt`.
+/// A custody receipt as the store keeps it: the actual state of one message at its
+/// recipient, with the original target and correlation. Its wire form is
+/// [`crate::protocol::message::Receipt`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Receipt {
@@ -162,25 +94,39 @@ impl Receipt {
         cur.state.may_become(self.state)
             || (cur.state.is_failure() && cur.sequence == 0 && self.sequence > 0)
     }
+}
 
-    /// The params of a `peer.receipt` notification: the receipt plus `version` and `fromRun`.
-    pub fn notification_params(&self, from_run: Option<&str>) -> serde_json::Value {
-        let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
-        if let Some(o) = v.as_object_mut() {
-            o.insert("version".into(), serde_json::json!(1));
-            o.insert("fromRun".into(), serde_json::json!(from_run));
+/// The record and the wire answer carry the same fields; they are kept apart so either can
+/// change without the other.
+impl From<Receipt> for wire::Receipt {
+    fn from(r: Receipt) -> wire::Receipt {
+        wire::Receipt {
+            message_id: r.message_id,
+            from_peer_id: r.from_peer_id,
+            to_peer_id: r.to_peer_id,
+            state: r.state,
+            sequence: r.sequence,
+            correlation_id: r.correlation_id,
+            at_ms: r.at_ms,
+            reply_message_id: r.reply_message_id,
+            code: r.code,
         }
-        v
     }
+}
 
-    /// A receipt a peer sent (an answer to `peer.send` or a `peer.receipt` notification).
-    pub fn from_wire(v: serde_json::Value) -> crate::error::Result<Receipt> {
-        serde_json::from_value(v).map_err(|e| {
-            crate::error::Error::new(
-                crate::error::Code::InvalidRequest,
-                format!("the peer answered with a malformed receipt: {e}"),
-            )
-        })
+impl From<wire::Receipt> for Receipt {
+    fn from(r: wire::Receipt) -> Receipt {
+        Receipt {
+            message_id: r.message_id,
+            from_peer_id: r.from_peer_id,
+            to_peer_id: r.to_peer_id,
+            state: r.state,
+            sequence: r.sequence,
+            correlation_id: r.correlation_id,
+            at_ms: r.at_ms,
+            reply_message_id: r.reply_message_id,
+            code: r.code,
+        }
     }
 }
 
@@ -192,9 +138,9 @@ pub struct InboxEntry {
     pub sequence: u64,
     pub from: Principal,
     pub message_id: String,
-    pub content: String,
-    pub topic: Option<String>,
-    pub reply_to: Option<String>,
+    /// Stored in place: `content`, `topic`, `replyTo` where they always were.
+    #[serde(flatten)]
+    pub body: MessageBody,
     pub correlation_id: String,
     pub expires_at_ms: u64,
     pub accepted_at_ms: u64,
@@ -229,8 +175,10 @@ impl InboxEntry {
     }
 }
 
-/// A message one of our local peers sent (or is about to send).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A message one of our local peers sent (or is about to send). Stored with its body's fields
+/// in the order entries have always been written (see [`OutboxEntryFields`]): a snapshot's
+/// checksum covers its re-encoding.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OutboxEntry {
     /// Durable send order across the whole outbox; routes are served in this order.
@@ -238,19 +186,60 @@ pub struct OutboxEntry {
     pub from_peer_id: String,
     pub to: TargetRef,
     pub message_id: String,
-    /// The body while unresolved; empty once resolved (see `content_digest`).
-    pub content: String,
+    /// The content is the body while unresolved, empty once resolved (see `content_digest`).
+    #[serde(flatten)]
+    pub body: MessageBody,
     /// SHA-256 (hex) of the body, set when the body is dropped at resolution.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub content_digest: Option<String>,
-    pub topic: Option<String>,
-    pub reply_to: Option<String>,
     pub correlation_id: String,
     pub expires_at_ms: u64,
     pub created_at_ms: u64,
     /// None while unresolved (no custody answer yet); then the latest receipt, never regressing.
     pub receipt: Option<Receipt>,
     pub updated_at_ms: u64,
+}
+
+/// How an [`OutboxEntry`] is written: its fields borrowed in their stored order, the digest
+/// between the content and the topic.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OutboxEntryFields<'a> {
+    order: u64,
+    from_peer_id: &'a str,
+    to: &'a TargetRef,
+    message_id: &'a str,
+    content: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content_digest: &'a Option<String>,
+    topic: &'a Option<String>,
+    reply_to: &'a Option<String>,
+    correlation_id: &'a str,
+    expires_at_ms: u64,
+    created_at_ms: u64,
+    receipt: &'a Option<Receipt>,
+    updated_at_ms: u64,
+}
+
+impl Serialize for OutboxEntry {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        OutboxEntryFields {
+            order: self.order,
+            from_peer_id: &self.from_peer_id,
+            to: &self.to,
+            message_id: &self.message_id,
+            content: &self.body.content,
+            content_digest: &self.content_digest,
+            topic: &self.body.topic,
+            reply_to: &self.body.reply_to,
+            correlation_id: &self.correlation_id,
+            expires_at_ms: self.expires_at_ms,
+            created_at_ms: self.created_at_ms,
+            receipt: &self.receipt,
+            updated_at_ms: self.updated_at_ms,
+        }
+        .serialize(s)
+    }
 }
 
 impl OutboxEntry {
@@ -267,19 +256,20 @@ impl OutboxEntry {
     pub fn has_content(&self, content: &str) -> bool {
         match &self.content_digest {
             Some(d) => *d == Self::digest_of(content),
-            None => self.content == content,
+            None => self.body.content == content,
         }
     }
 
-    /// Replaces the body by its digest (idempotent); a body no longer than a digest stays.
+    /// Replaces the body's content by its digest (idempotent); content no longer than a digest
+    /// stays.
     pub fn drop_body(&mut self) {
-        if self.content.len() <= 64 {
+        if self.body.content.len() <= 64 {
             return;
         }
         if self.content_digest.is_none() {
-            self.content_digest = Some(Self::digest_of(&self.content));
+            self.content_digest = Some(Self::digest_of(&self.body.content));
         }
-        self.content = String::new();
+        self.body.content = String::new();
     }
 }
 

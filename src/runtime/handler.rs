@@ -1,191 +1,152 @@
 //! The root's answers to authenticated peers (`peer.*`) and to its trusted local adapters
-//! (`local.*`). Peer identity always comes from the connection; a `fromRun` names one of the
-//! authenticated root's own runs, whose peerId is bound to that instance by construction.
+//! (`local.*`), as typed requests in and typed answers out (`super::wire` is the JSON edge
+//! that decodes and encodes them). Peer identity always comes from the connection; a
+//! `fromRun` names one of the authenticated root's own runs, whose peerId is bound to that
+//! instance by construction.
 
 use super::control;
-use super::core::Core;
+use super::core::{Caller, Core, Problem};
 use super::send::SendRequest;
 use super::tools::outbox_view;
 use crate::error::{Code, Error, Result};
-use crate::messaging::{InboundSend, MessageRef, Principal, Receipt};
-use crate::transport::{Handler, Notifier, PeerInfo};
-use crate::{identity, sanitize};
-use serde_json::{Map, Value, json};
+use crate::identity;
+use crate::messaging::{InboundSend, MessageBody, MessageRef, Principal, Receipt};
+use crate::protocol::local::{LocalCall, LocalReply, LocalRequest, RunPublish};
+use crate::protocol::message::{self, PeerSend, PeerStatus, ReceiptPush};
+use crate::tools::answer::{SentView, ToolAnswer};
+use crate::transport::{Notifier, PeerInfo};
+use serde::Serialize;
 use std::sync::Arc;
 
-/// The transport's view of a root.
-pub struct RootHandler(pub Arc<Core>);
-
-fn str_param<'a>(p: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>> {
-    match p.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(Error::new(
-            Code::Usage,
-            format!("params.{key} must be a string"),
-        )),
-    }
-}
-
-fn req_str<'a>(p: &'a Map<String, Value>, key: &str) -> Result<&'a str> {
-    str_param(p, key)?.ok_or_else(|| Error::new(Code::Usage, format!("params.{key} is required")))
-}
-
-fn id_param(p: &Map<String, Value>, key: &str) -> Result<Option<String>> {
-    match str_param(p, key)? {
-        Some(s) if identity::is_valid_id(s) => Ok(Some(s.to_string())),
-        Some(s) => Err(Error::new(
-            Code::Usage,
-            format!(
-                "params.{key} {:?} is not an id ([A-Za-z0-9_.-], at most {})",
-                sanitize::line(s, 40),
-                crate::config::internal::ID_CHARS_MAX
-            ),
-        )),
-        None => Ok(None),
-    }
-}
-
 /// The principal of an authenticated peer, with the run it speaks for.
-fn principal(from: &PeerInfo, p: &Map<String, Value>) -> Result<Principal> {
-    let run_id = id_param(p, "fromRun")?;
-    Ok(Principal {
+fn principal(from: &PeerInfo, run_id: Option<String>) -> Principal {
+    Principal {
         instance_id: from.instance_id.clone(),
         peer_id: identity::peer_id(&from.instance_id, run_id.as_deref()),
         run_id,
+    }
+}
+
+/// `peer.status` (and `peer.subscribe`, which also sends the message's later receipt changes
+/// to `subscriber` as notifications).
+pub fn peer_status(
+    core: &Core,
+    from: &PeerInfo,
+    q: PeerStatus,
+    subscriber: Option<&Notifier>,
+) -> Result<message::Receipt> {
+    let who = principal(from, q.from_run);
+    let r = core.store.status(who, &q.message_id, &q.to)?;
+    if let Some(notify) = subscriber {
+        core.outbox
+            .subscribe(&from.instance_id, &q.message_id, notify);
+    }
+    Ok(r.into())
+}
+
+/// The answer to `peer.receipt`: the sender's latest state of the message.
+#[derive(Serialize)]
+pub struct ReceiptRecorded {
+    pub ok: bool,
+    pub state: Option<&'static str>,
+}
+
+/// `peer.receipt` as a request: only the message's own recipient may record its receipt.
+pub fn peer_receipt(core: &Core, from: &PeerInfo, push: ReceiptPush) -> Result<ReceiptRecorded> {
+    let who = principal(from, push.from_run);
+    let r = Receipt::from(push.receipt);
+    if r.to_peer_id != who.peer_id {
+        return Err(Error::new(
+            Code::InvalidRequest,
+            "a receipt may only be recorded by the message's own recipient",
+        ));
+    }
+    let entry = core.store.record_receipt(who, r)?;
+    if let Some(latest) = &entry.receipt {
+        core.announce_receipt(latest);
+    }
+    Ok(ReceiptRecorded {
+        ok: true,
+        state: entry.receipt.map(|r| r.state.name()),
     })
 }
 
-impl Handler for RootHandler {
-    fn peer_request(
-        &self,
-        from: &PeerInfo,
-        method: &str,
-        params: Map<String, Value>,
-        notify: &Notifier,
-    ) -> Result<Value> {
-        let core = &self.0;
-        match method {
-            "peer.send" => {
-                let who = principal(from, &params)?;
-                let origin = core.session_of(&from.instance_id);
-                core.check_sender_scope(&who)?;
-                let from_alias = core.alias_of(&who);
-                let announced_alias = from_alias.clone();
-                let send = InboundSend {
-                    origin,
-                    to_peer_id: req_str(&params, "to")?.to_string(),
-                    message_id: id_param(&params, "messageId")?
-                        .ok_or_else(|| Error::new(Code::Usage, "params.messageId is required"))?,
-                    content: req_str(&params, "content")?.to_string(),
-                    topic: str_param(&params, "topic")?.map(str::to_string),
-                    reply_to: id_param(&params, "replyTo")?,
-                    correlation_id: id_param(&params, "correlationId")?,
-                    expires_at_ms: match params.get("expiresAt") {
-                        None | Some(Value::Null) => None,
-                        Some(v) => Some(v.as_u64().ok_or_else(|| {
-                            Error::new(Code::Usage, "params.expiresAt must be epoch milliseconds")
-                        })?),
-                    },
-                    from_alias,
-                };
-                let reply_to = send.reply_to.clone();
-                let r = core.store.accept(who, send)?;
-                core.announce_arrival(&r, reply_to.as_deref(), announced_alias.as_deref());
-                to_value(&r)
-            }
-            "peer.status" | "peer.subscribe" => {
-                let who = principal(from, &params)?;
-                let id = id_param(&params, "messageId")?
-                    .ok_or_else(|| Error::new(Code::Usage, "params.messageId is required"))?;
-                let r = core.store.status(who, &id, req_str(&params, "to")?)?;
-                if method == "peer.subscribe" {
-                    core.outbox.subscribe(&from.instance_id, &id, notify);
-                }
-                to_value(&r)
-            }
-            "peer.receipt" => {
-                let who = principal(from, &params)?;
-                let r = Receipt::from_wire(Value::Object(params))?;
-                if r.to_peer_id != who.peer_id {
-                    return Err(Error::new(
-                        Code::InvalidRequest,
-                        "a receipt may only be recorded by the message's own recipient",
-                    ));
-                }
-                let entry = core.store.record_receipt(who, r.clone())?;
-                if let Some(latest) = &entry.receipt {
-                    core.announce_receipt(latest);
-                }
-                Ok(json!({"ok": true, "state": entry.receipt.map(|r| r.state.name())}))
-            }
-            "peer.directory" => {
-                let runs = core.runs.lock();
-                let list: Vec<Value> = runs
-                    .live()
-                    .map(|r| json!({"runId": r.run_id, "peerId": r.peer_id, "alias": r.alias}))
-                    .collect();
-                Ok(json!({"runs": list, "cursor": null}))
-            }
-            other => Err(Error::new(
-                Code::MethodNotFound,
-                format!(
-                    "unknown method {}",
-                    sanitize::line(other, crate::config::internal::ECHO_CHARS_MAX)
-                ),
-            )),
-        }
-    }
-
-    fn local_request(
-        &self,
-        method: &str,
-        params: Map<String, Value>,
-        _notify: &Notifier,
-    ) -> Result<Value> {
-        local_request(&self.0, None, method, params)
-    }
-
-    fn run_for_secret(&self, secret: &[u8; 32]) -> Option<String> {
-        self.0.runs.lock().by_secret(secret)
-    }
-
-    fn run_request(
-        &self,
-        run_id: &str,
-        method: &str,
-        params: Map<String, Value>,
-        _notify: &Notifier,
-    ) -> Result<Value> {
-        local_request(&self.0, Some(run_id), method, params)
-    }
-
-    fn peer_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
-        self.on_notification(from, method, params);
+/// `peer.receipt` as a notification (advisory; the durable copy arrives as a request):
+/// recorded when it is the recipient's own, otherwise ignored.
+pub fn receipt_notification(core: &Core, from: &PeerInfo, push: ReceiptPush) {
+    let who = principal(from, push.from_run);
+    if push.receipt.to_peer_id == who.peer_id
+        && let Ok(entry) = core.store.record_receipt(who, push.receipt.into())
+        && let Some(latest) = &entry.receipt
+    {
+        core.announce_receipt(latest);
     }
 }
 
-impl RootHandler {
-    /// Notifications from peers (on either direction of a connection). Receipt updates of a
-    /// `peer.subscribe` are advisory: the durable copy arrives as a `peer.receipt` request.
-    pub fn on_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
-        if method != "peer.receipt" {
-            return;
-        }
-        if let (Ok(who), Ok(r)) = (
-            principal(from, &params),
-            Receipt::from_wire(Value::Object(params)),
-        ) && r.to_peer_id == who.peer_id
-            && let Ok(entry) = self.0.store.record_receipt(who, r)
-            && let Some(latest) = &entry.receipt
-        {
-            self.0.announce_receipt(latest);
-        }
+/// One of the root's live runs in `peer.directory`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunEntry {
+    pub run_id: String,
+    pub peer_id: String,
+    pub alias: String,
+}
+
+/// `peer.directory`: the root's live runs (one page; `cursor` is always null).
+#[derive(Serialize)]
+pub struct RunsPage {
+    pub runs: Vec<RunEntry>,
+    pub cursor: Option<String>,
+}
+
+pub fn peer_directory(core: &Core) -> RunsPage {
+    let runs = core.runs.lock();
+    RunsPage {
+        runs: runs
+            .live()
+            .map(|r| RunEntry {
+                run_id: r.run_id.clone(),
+                peer_id: r.peer_id.clone(),
+                alias: r.alias.clone(),
+            })
+            .collect(),
+        cursor: None,
     }
 }
 
-fn to_value<T: serde::Serialize>(v: &T) -> Result<Value> {
-    serde_json::to_value(v).map_err(|e| Error::new(Code::Io, e.to_string()))
+/// Takes custody of one `peer.send` from an authenticated peer: the sender is the connection
+/// plus its `fromRun`, its session and alias what its presence record states.
+pub fn peer_send(core: &Core, from: &PeerInfo, send: PeerSend) -> Result<message::Receipt> {
+    let who = principal(from, send.from_run);
+    let origin = core.session_of(&from.instance_id);
+    core.check_sender_scope(&who)?;
+    let from_alias = core.alias_of(&who);
+    let reply_to = send.body.reply_to.clone();
+    let inbound = InboundSend {
+        origin,
+        to_peer_id: send.to,
+        message_id: send.message_id,
+        body: send.body,
+        correlation_id: send.correlation_id,
+        expires_at_ms: send.expires_at_ms,
+        from_alias: from_alias.clone(),
+    };
+    let r = core.store.accept(who, inbound)?;
+    core.announce_arrival(&r, reply_to.as_deref(), from_alias.as_deref());
+    Ok(r.into())
+}
+
+/// What a local method answers.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum LocalAnswer {
+    Info(Box<Info>),
+    Tool(ToolAnswer),
+    Receipt(message::Receipt),
+    Reply(ReplyAnswer),
+    Sent(SentView),
+    RunPublished(RunPublished),
+    RunRetired(RunRetired),
 }
 
 /// The trusted local methods, shared by the socket channel and in-process sessions. `bound` is
@@ -194,11 +155,9 @@ fn to_value<T: serde::Serialize>(v: &T) -> Result<Value> {
 pub fn local_request(
     core: &Arc<Core>,
     bound: Option<&str>,
-    method: &str,
-    params: Map<String, Value>,
-) -> Result<Value> {
-    let asked = id_param(&params, "runId")?;
-    let run = match (bound, asked) {
+    req: LocalRequest,
+) -> Result<LocalAnswer> {
+    let run = match (bound, req.run_id) {
         (Some(b), Some(a)) if a != b => {
             return Err(Error::new(
                 Code::CapabilityDenied,
@@ -208,166 +167,258 @@ pub fn local_request(
         (Some(b), _) => Some(b.to_string()),
         (None, a) => a,
     };
-    let caller = core.caller_for(run.as_deref(), str_param(&params, "auto")?)?;
-    match method {
-        "local.info" => Ok(json!({
-            "peerId": caller.peer_id,
-            "runId": caller.run_id,
-            "alias": caller.alias,
-            "instanceId": core.instance_id,
-            "sessionId": core.session_id,
-            "capabilities": caller.capabilities,
-            "eventsDropped": core.bus.dropped(),
-            "dumpable": crate::hardening::is_dumpable(),
-            "store": store_info(core),
-            "problems": core.problems(),
-            "limits": {"messageBytes": core.limits().message_bytes, "waitMsMax": core.limits().wait_ms_max, "acknowledgementMs": core.limits().acknowledgement_ms, "frameBytes": core.limits().frame_bytes},
-        })),
-        "local.tool" => super::tools::local_tool(core, &caller, &params),
-        "local.consume" | "local.prepare" => {
-            let id = req_str(&params, "messageId")?;
-            let note = str_param(&params, "note")?;
-            let r = if method == "local.consume" {
-                core.consume(&caller.peer_id, id, note)?
-            } else {
-                let e = core.inbox_entry(&caller.peer_id, id)?;
-                let r = core.store.record_context(
-                    &caller.peer_id,
-                    MessageRef::Sequence(e.sequence),
-                    note.unwrap_or("prepared"),
-                )?;
-                super::send::refuse_expired(&r)?;
-                r
-            };
-            to_value(&r)
+    let caller = core.caller_for(run.as_deref(), req.auto.as_deref())?;
+    match req.call {
+        LocalCall::Info => Ok(LocalAnswer::Info(Box::new(info(core, &caller)))),
+        LocalCall::Tool(t) => super::tools::local_tool(core, &caller, t).map(LocalAnswer::Tool),
+        LocalCall::Consume(n) => {
+            let r = core.consume(&caller.peer_id, &n.message_id, n.note.as_deref())?;
+            Ok(LocalAnswer::Receipt(r.into()))
         }
-        "local.reply" => {
-            let id = req_str(&params, "messageId")?;
-            let original = core.inbox_entry(&caller.peer_id, id)?;
-            let to = original.from.peer_id.clone();
-            let message_id = match id_param(&params, "replyId")? {
-                Some(m) => m,
-                None => crate::messaging::new_message_id(),
-            };
-            let req = SendRequest {
-                to,
-                content: req_str(&params, "content")?.to_string(),
-                topic: str_param(&params, "topic")?.map(str::to_string),
-                reply_to: Some(original.message_id.clone()),
-                message_id: message_id.clone(),
-            };
-            let r = core.send_reply(&caller, req, &original)?;
-            // The reply is in its target's custody; failing to mark the original replied
-            // must not hide that, but must be seen.
-            let marked = core.store.mark_replied(
+        LocalCall::Prepare(n) => {
+            let e = core.inbox_entry(&caller.peer_id, &n.message_id)?;
+            let r = core.store.record_context(
                 &caller.peer_id,
-                MessageRef::Sequence(original.sequence),
-                &message_id,
-            );
-            let mut v = to_value(&r)?;
-            if let Err(e) = marked {
-                core.report_problem(&format!("marking message {id} replied"), &e);
-                if let Some(o) = v.as_object_mut() {
-                    o.insert(
-                        "markReplied".into(),
-                        json!({"code": e.code.name(), "message": e.message}),
-                    );
-                }
-            }
-            Ok(v)
-        }
-        "local.status" => {
-            let entry = core.sent_message(&caller.peer_id, req_str(&params, "messageId")?)?;
-            let mut v = outbox_view(&entry);
-            if entry.receipt.is_none()
-                && let Some(o) = v.as_object_mut()
-            {
-                o.insert("reason".into(), json!(core.unresolved_reason(&entry)));
-            }
-            Ok(v)
-        }
-        "local.wait_receipt" => super::tools::wait_receipt(core, &caller, &params),
-        "local.run.publish" => {
-            let alias = req_str(&params, "alias")?;
-            let delegate = params
-                .get("delegateControl")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            if run.is_some() {
-                return Err(Error::new(
-                    Code::CapabilityDenied,
-                    "a child run cannot publish runs of its own",
-                ));
-            }
-            let secret = zeroize::Zeroizing::new(control::new_secret());
-            let r = core.runs.lock().publish(
-                &core.instance_id,
-                alias,
-                &core.capabilities,
-                delegate,
-                core.limits().published_runs,
-                secret.clone(),
+                MessageRef::Sequence(e.sequence),
+                n.note.as_deref().unwrap_or("prepared"),
             )?;
-            let path = match write_run_control(core, &r, &secret) {
-                Ok(p) => p,
-                Err(e) => {
-                    let _ = core.runs.lock().retire(&r.run_id);
-                    return Err(e);
-                }
-            };
-            core.store.set_live(&r.peer_id);
-            core.publish_runs();
-            Ok(
-                json!({"runId": r.run_id, "peerId": r.peer_id, "alias": r.alias, "capabilities": r.capabilities, "control": path.to_string_lossy()}),
-            )
+            super::send::refuse_expired(&r)?;
+            Ok(LocalAnswer::Receipt(r.into()))
         }
-        "local.run.retire" => {
-            if run.is_some() {
-                return Err(Error::new(
-                    Code::CapabilityDenied,
-                    "a child run cannot retire runs",
-                ));
-            }
-            let id = req_str(&params, "run")?;
-            let r = core.runs.lock().retire(id)?;
-            control::remove(
-                &control::path_in(&core.control_dir(), &core.instance_id, Some(&r.run_id)),
-                &core.instance_id,
-            );
-            // What the run reserved goes back with it; its held messages stay for review.
-            let _ = super::resources::release_run(core, &r.peer_id);
-            core.store.set_ended(&r.peer_id);
-            core.publish_runs();
-            Ok(json!({"runId": r.run_id, "peerId": r.peer_id, "state": "ended"}))
+        LocalCall::Reply(r) => reply(core, &caller, r).map(LocalAnswer::Reply),
+        LocalCall::Status(q) => {
+            let entry = core.sent_message(&caller.peer_id, &q.message_id)?;
+            let reason = entry
+                .receipt
+                .is_none()
+                .then(|| core.unresolved_reason(&entry));
+            Ok(LocalAnswer::Sent(SentView {
+                reason,
+                ..outbox_view(&entry)
+            }))
         }
-        other => Err(Error::new(
-            Code::MethodNotFound,
-            format!(
-                "unknown local method {}",
-                sanitize::line(other, crate::config::internal::ECHO_CHARS_MAX)
-            ),
+        LocalCall::WaitReceipt(w) => {
+            super::tools::wait_receipt(core, &caller, w).map(LocalAnswer::Sent)
+        }
+        LocalCall::RunPublish(p) if run.is_none() => {
+            publish_run(core, p).map(LocalAnswer::RunPublished)
+        }
+        LocalCall::RunPublish(_) => Err(Error::new(
+            Code::CapabilityDenied,
+            "a child run cannot publish runs of its own",
+        )),
+        LocalCall::RunRetire(r) if run.is_none() => {
+            retire_run(core, &r.run).map(LocalAnswer::RunRetired)
+        }
+        LocalCall::RunRetire(_) => Err(Error::new(
+            Code::CapabilityDenied,
+            "a child run cannot retire runs",
         )),
     }
 }
 
+/// `local.info`: who the caller is, the root's identity, store and limits.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Info {
+    pub peer_id: String,
+    pub run_id: Option<String>,
+    pub alias: String,
+    pub instance_id: String,
+    pub session_id: String,
+    pub capabilities: Vec<String>,
+    pub events_dropped: u64,
+    /// Whether this process may dump core or be ptraced (it should not).
+    pub dumpable: bool,
+    pub store: StoreInfo,
+    pub problems: Vec<Problem>,
+    pub limits: InfoLimits,
+}
+
+/// The limits an adapter adopts from its root.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InfoLimits {
+    pub message_bytes: u64,
+    pub wait_ms_max: u64,
+    pub acknowledgement_ms: u64,
+    pub frame_bytes: u64,
+}
+
 /// What `local.info` tells about the store: what its recovery discarded at open, and its
 /// writer's counters (fdatasyncs, written batches, jobs) for benchmarks.
-fn store_info(core: &Core) -> Value {
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreInfo {
+    /// `ok` or `failed`.
+    pub state: &'static str,
+    pub recovery: Option<&'static str>,
+    pub torn_tail_bytes: u64,
+    pub torn_tail_batches: u64,
+    pub poisoned: bool,
+    pub syncs: u64,
+    pub batches: u64,
+    pub jobs: u64,
+}
+
+fn info(core: &Core, caller: &Caller) -> Info {
+    let limits = core.limits();
+    Info {
+        peer_id: caller.peer_id.clone(),
+        run_id: caller.run_id.clone(),
+        alias: caller.alias.clone(),
+        instance_id: core.instance_id.clone(),
+        session_id: core.session_id.clone(),
+        capabilities: caller.capabilities.clone(),
+        events_dropped: core.bus.dropped(),
+        dumpable: crate::hardening::is_dumpable(),
+        store: store_info(core),
+        problems: core.problems(),
+        limits: InfoLimits {
+            message_bytes: limits.message_bytes,
+            wait_ms_max: limits.wait_ms_max,
+            acknowledgement_ms: limits.acknowledgement_ms,
+            frame_bytes: limits.frame_bytes,
+        },
+    }
+}
+
+/// A local reply's receipt, and why the original could not be marked replied if so.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplyAnswer {
+    #[serde(flatten)]
+    pub receipt: message::Receipt,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mark_replied: Option<Failure>,
+}
+
+/// A failure beside a result: its code name and message.
+#[derive(Serialize)]
+pub struct Failure {
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// `local.reply`: the reply goes to the exact incarnation that sent the original, which is
+/// then marked replied.
+fn reply(core: &Arc<Core>, caller: &Caller, r: LocalReply) -> Result<ReplyAnswer> {
+    let original = core.inbox_entry(&caller.peer_id, &r.message_id)?;
+    let message_id = r.reply_id.unwrap_or_else(crate::messaging::new_message_id);
+    let req = SendRequest {
+        to: original.from.peer_id.clone(),
+        body: MessageBody {
+            content: r.content,
+            topic: r.topic,
+            reply_to: Some(original.message_id.clone()),
+        },
+        message_id: message_id.clone(),
+    };
+    let receipt = core.send_reply(caller, req, &original)?;
+    // The reply is in its target's custody; failing to mark the original replied
+    // must not hide that, but must be seen.
+    let marked = core.store.mark_replied(
+        &caller.peer_id,
+        MessageRef::Sequence(original.sequence),
+        &message_id,
+    );
+    let mark_replied = marked.err().map(|e| {
+        core.report_problem(&format!("marking message {} replied", r.message_id), &e);
+        Failure {
+            code: e.code.name(),
+            message: e.message,
+        }
+    });
+    Ok(ReplyAnswer {
+        receipt: receipt.into(),
+        mark_replied,
+    })
+}
+
+/// `local.run.publish`: a child run with its own peerId, secret and control file.
+/// A published run: what its command needs (the control file) and what it may do.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunPublished {
+    pub run_id: String,
+    pub peer_id: String,
+    pub alias: String,
+    pub capabilities: Vec<String>,
+    pub control: String,
+}
+
+fn publish_run(core: &Arc<Core>, p: RunPublish) -> Result<RunPublished> {
+    let secret = zeroize::Zeroizing::new(control::new_secret());
+    let r = core.runs.lock().publish(
+        &core.instance_id,
+        &p.alias,
+        &core.capabilities,
+        p.delegate_control,
+        core.limits().published_runs,
+        secret.clone(),
+    )?;
+    let path = match write_run_control(core, &r, &secret) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = core.runs.lock().retire(&r.run_id);
+            return Err(e);
+        }
+    };
+    core.store.set_live(&r.peer_id);
+    core.publish_runs();
+    Ok(RunPublished {
+        control: path.to_string_lossy().into_owned(),
+        run_id: r.run_id,
+        peer_id: r.peer_id,
+        alias: r.alias,
+        capabilities: r.capabilities,
+    })
+}
+
+/// `local.run.retire`: the run ends; what it reserved goes back with it.
+/// A retired run.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRetired {
+    pub run_id: String,
+    pub peer_id: String,
+    /// Always `ended`.
+    pub state: &'static str,
+}
+
+fn retire_run(core: &Arc<Core>, run_id: &str) -> Result<RunRetired> {
+    let r = core.runs.lock().retire(run_id)?;
+    control::remove(
+        &control::path_in(&core.control_dir(), &core.instance_id, Some(&r.run_id)),
+        &core.instance_id,
+    );
+    // What the run reserved goes back with it; its held messages stay for review.
+    let _ = super::resources::release_run(core, &r.peer_id);
+    core.store.set_ended(&r.peer_id);
+    core.publish_runs();
+    Ok(RunRetired {
+        run_id: r.run_id,
+        peer_id: r.peer_id,
+        state: "ended",
+    })
+}
+
+fn store_info(core: &Core) -> StoreInfo {
     let s = core.store.stats();
     let (state, recovery) = match core.degraded() {
         None => ("ok", None),
         Some(why) => ("failed", Some(why)),
     };
-    json!({
-        "state": state,
-        "recovery": recovery,
-        "tornTailBytes": s.torn_tail_bytes,
-        "tornTailBatches": s.torn_tail_batches,
-        "poisoned": s.poisoned,
-        "syncs": s.syncs,
-        "batches": s.batches,
-        "jobs": s.jobs,
-    })
+    StoreInfo {
+        state,
+        recovery,
+        torn_tail_bytes: s.torn_tail_bytes,
+        torn_tail_batches: s.torn_tail_batches,
+        poisoned: s.poisoned,
+        syncs: s.syncs,
+        batches: s.batches,
+        jobs: s.jobs,
+    }
 }
 
 /// Writes the control file a run's command gets instead of the root's.

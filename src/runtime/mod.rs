@@ -15,6 +15,7 @@ pub(crate) mod resources;
 pub(crate) mod runs;
 pub(crate) mod send;
 pub(crate) mod tools;
+pub(crate) mod wire;
 
 use self::core::{Core, PresenceVerifier};
 use self::outbox::Outbox;
@@ -255,7 +256,7 @@ impl Root {
             me,
             &limits,
             *secret,
-            Arc::new(handler::RootHandler(core.clone())),
+            Arc::new(wire::RootHandler(core.clone())),
             Arc::new(PresenceVerifier(core.clone())),
         ) {
             Ok(e) => e,
@@ -443,7 +444,7 @@ fn notifying_pool(
         limits,
         Arc::new(move |from, method, params| {
             if let Some(core) = core_cell.get().and_then(Weak::upgrade) {
-                handler::RootHandler(core).on_notification(from, method, params);
+                wire::RootHandler(core).on_notification(from, method, params);
             }
         }),
     )

@@ -56,7 +56,11 @@ impl Outbox {
             return;
         }
         *last = Some(r.state);
-        let _ = n.notify("peer.receipt", r.notification_params(from_run));
+        let _ = n.push_receipt(&crate::protocol::message::ReceiptPush {
+            version: crate::protocol::PROTOCOL_VERSION,
+            from_run: from_run.map(str::to_string),
+            receipt: r.clone().into(),
+        });
         if r.state.is_final() {
             subs.remove(&key);
         }

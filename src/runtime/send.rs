@@ -6,9 +6,10 @@
 use super::core::{Caller, Core};
 use crate::error::{Code, Error, Result};
 use crate::messaging::{
-    InboundSend, MessageRef, OutboundSend, OutboxEntry, Principal, Receipt, RouteDecision,
-    RouteQueue, TargetRef, is_retryable,
+    InboundSend, MessageBody, MessageRef, OutboundSend, OutboxEntry, Principal, Receipt,
+    RouteDecision, RouteQueue, TargetRef, is_retryable,
 };
+use crate::protocol::message::{PeerSend, ReceiptPush};
 use crate::{clock, directory};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -24,9 +25,7 @@ pub const GAVE_UP_RETRY_MS: u64 = 5_000;
 /// What a send needs beyond the tool arguments.
 pub struct SendRequest {
     pub to: String,
-    pub content: String,
-    pub topic: Option<String>,
-    pub reply_to: Option<String>,
+    pub body: MessageBody,
     pub message_id: String,
 }
 
@@ -112,7 +111,7 @@ impl Core {
     /// Sends one message for `caller` and returns its custody receipt. Retries of the same
     /// message id return the original receipt.
     pub fn send_message(&self, caller: &Caller, req: SendRequest) -> Result<Receipt> {
-        self.check_size(&req.content)?;
+        self.check_size(&req.body.content)?;
         let to = self.resolve_target(&req.to)?;
         self.send_to(caller, to, req)
     }
@@ -125,7 +124,7 @@ impl Core {
         req: SendRequest,
         original: &crate::messaging::InboxEntry,
     ) -> Result<Receipt> {
-        self.check_size(&req.content)?;
+        self.check_size(&req.body.content)?;
         let to = TargetRef {
             peer_id: original.from.peer_id.clone(),
             instance_id: original.from.instance_id.clone(),
@@ -151,16 +150,14 @@ impl Core {
     fn send_to(&self, caller: &Caller, to: TargetRef, req: SendRequest) -> Result<Receipt> {
         if caller.automatic {
             let correlation =
-                self.correlation_for(caller, req.reply_to.as_deref(), &req.message_id);
+                self.correlation_for(caller, req.body.reply_to.as_deref(), &req.message_id);
             self.auto_budget.take(&correlation)?;
         }
         let intent = OutboundSend {
             from_peer_id: caller.peer_id.clone(),
             to: to.clone(),
             message_id: req.message_id.clone(),
-            content: req.content,
-            topic: req.topic,
-            reply_to: req.reply_to,
+            body: req.body,
             correlation_id: None,
             expires_at_ms: None,
         };
@@ -372,15 +369,13 @@ impl Core {
                 origin: Some(self.session_id.clone()),
                 to_peer_id: entry.to.peer_id.clone(),
                 message_id: entry.message_id.clone(),
-                content: entry.content.clone(),
-                topic: entry.topic.clone(),
-                reply_to: entry.reply_to.clone(),
+                body: entry.body.clone(),
                 correlation_id: Some(entry.correlation_id.clone()),
                 expires_at_ms: Some(entry.expires_at_ms),
                 from_alias: alias.clone(),
             };
             let r = self.store.accept(from, send)?;
-            self.announce_arrival(&r, entry.reply_to.as_deref(), alias.as_deref());
+            self.announce_arrival(&r, entry.body.reply_to.as_deref(), alias.as_deref());
             return Ok(r);
         }
         let target = self.presence.target_of_instance(&entry.to.instance_id)?;
@@ -388,25 +383,18 @@ impl Core {
             super::core::Reach::Silent(_, since) => Some(since),
             _ => None,
         };
-        let params = json!({
-            "version": 1,
-            "messageId": entry.message_id,
-            "to": entry.to.peer_id,
-            "fromRun": from_run,
-            "content": entry.content,
-            "topic": entry.topic,
-            "replyTo": entry.reply_to,
-            "correlationId": entry.correlation_id,
-            "expiresAt": entry.expires_at_ms,
-        });
-        let v = self
+        let send = PeerSend {
+            version: crate::protocol::PROTOCOL_VERSION,
+            message_id: entry.message_id.clone(),
+            to: entry.to.peer_id.clone(),
+            from_run,
+            body: entry.body.clone(),
+            correlation_id: Some(entry.correlation_id.clone()),
+            expires_at_ms: Some(entry.expires_at_ms),
+        };
+        let r = self
             .pool
-            .request(
-                &target,
-                "peer.send",
-                params,
-                self.limits().acknowledgement_ms,
-            )
+            .peer_send(&target, &send, self.limits().acknowledgement_ms)
             .inspect_err(|e| {
                 // The advertisement may be what is wrong: read it afresh next time.
                 if matches!(
@@ -426,7 +414,7 @@ impl Core {
                 ),
                 _ => e,
             })?;
-        Receipt::from_wire(v)
+        Ok(r.into())
     }
 
     /// Why an unresolved outbox entry is still unresolved, for `peer status`: the route's last
@@ -517,14 +505,13 @@ impl Core {
             return Ok(());
         }
         let target = self.presence.target_of_instance(&to.instance_id)?;
+        let push = ReceiptPush {
+            version: crate::protocol::PROTOCOL_VERSION,
+            from_run,
+            receipt: receipt.clone().into(),
+        };
         self.pool
-            .request(
-                &target,
-                "peer.receipt",
-                receipt.notification_params(from_run.as_deref()),
-                self.limits().acknowledgement_ms,
-            )
-            .map(|_| ())
+            .push_receipt(&target, &push, self.limits().acknowledgement_ms)
     }
 
     /// Publishes a receipt change on our outbox.

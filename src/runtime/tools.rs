@@ -9,9 +9,13 @@ use crate::error::{Code, Error, Result};
 use crate::messaging::{
     InboxEntry, MessageRef, ReadQuery, ReceiptState, derive_message_id, new_message_id,
 };
-use crate::tools::{self, MessagesArgs, ToolCall, ToolHost};
+use crate::protocol::local::{LocalTool, WaitReceipt};
+use crate::protocol::message;
+use crate::tools::answer::{
+    ErrorCode, MessageView, MessagesPage, PeersPage, SendAnswer, SentView, ToolAnswer,
+};
+use crate::tools::{self, MessagesArgs, ToolCall};
 use crate::{clock, identity, presence};
-use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,37 +36,28 @@ pub struct CallOptions {
     pub wait_for_message: bool,
 }
 
-/// `local.tool {tool, args, callId?, messageId?, eventsAfter?}`.
-pub fn local_tool(core: &Arc<Core>, caller: &Caller, params: &Map<String, Value>) -> Result<Value> {
-    let name = params
-        .get("tool")
-        .and_then(Value::as_str)
-        .ok_or_else(|| Error::new(Code::Usage, "params.tool is required"))?;
-    let empty = json!({});
-    let args = params.get("args").unwrap_or(&empty);
-    let call = tools::parse_call(name, args, core.limits())?;
+/// `local.tool`: one model tool for a local adapter, with the CLI's envelope options.
+pub fn local_tool(core: &Arc<Core>, caller: &Caller, t: LocalTool) -> Result<ToolAnswer> {
+    let call = tools::parse_call(&t.tool, &t.args, core.limits())?;
+    if t.message_id
+        .as_deref()
+        .is_some_and(|m| !identity::is_valid_id(m))
+    {
+        return Err(Error::new(
+            Code::Usage,
+            format!(
+                "--message-id must be 1-{} chars of [A-Za-z0-9_.-]",
+                crate::config::internal::ID_CHARS_MAX
+            ),
+        ));
+    }
     let opts = CallOptions {
-        call_id: params
-            .get("callId")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        message_id: match params.get("messageId").and_then(Value::as_str) {
-            Some(m) if identity::is_valid_id(m) => Some(m.to_string()),
-            Some(_) => {
-                return Err(Error::new(
-                    Code::Usage,
-                    format!(
-                        "--message-id must be 1-{} chars of [A-Za-z0-9_.-]",
-                        crate::config::internal::ID_CHARS_MAX
-                    ),
-                ));
-            }
-            None => None,
-        },
-        events_after: params.get("eventsAfter").and_then(Value::as_u64),
+        call_id: t.call_id,
+        message_id: t.message_id,
+        events_after: t.events_after,
         consume_on_read: false,
-        unconsumed_only: params.get("unconsumed").and_then(Value::as_bool) == Some(true),
-        wait_for_message: params.get("waitFor").and_then(Value::as_str) == Some("message"),
+        unconsumed_only: t.unconsumed,
+        wait_for_message: t.wait_for.as_deref() == Some("message"),
     };
     execute(core, caller, call, &opts, &core.stopping)
 }
@@ -74,7 +69,7 @@ pub fn execute(
     call: ToolCall,
     opts: &CallOptions,
     cancel: &AtomicBool,
-) -> Result<Value> {
+) -> Result<ToolAnswer> {
     tools::check_capability(&call, &caller.capabilities)?;
     match call {
         ToolCall::ListPeers(a) => {
@@ -92,7 +87,10 @@ pub fn execute(
                 &opts,
                 &core.presence.files,
             )?;
-            Ok(json!({"peers": page.peers, "cursor": page.cursor}))
+            Ok(ToolAnswer::Peers(PeersPage {
+                peers: page.peers,
+                cursor: page.cursor,
+            }))
         }
         ToolCall::Send(a) => {
             // The name the caller used for the target, when it was one (not a peerId).
@@ -103,27 +101,27 @@ pub fn execute(
                 (None, Some(c)) => derive_message_id(&caller.peer_id, c),
                 (None, None) => new_message_id(),
             };
-            let mentions = crate::mention::parse(&a.content).inline_refs;
+            let mentions = crate::mention::parse(&a.body.content).inline_refs;
             let req = SendRequest {
                 to: a.to,
-                content: a.content,
-                topic: a.topic,
-                reply_to: a.reply_to,
+                body: a.body,
                 message_id,
             };
-            let r = core.send_message(caller, req)?;
-            let mut v =
-                serde_json::to_value(&r).map_err(|e| Error::new(Code::Io, e.to_string()))?;
-            if let Some(o) = v.as_object_mut() {
-                o.insert("to".into(), json!(r.to_peer_id));
-                o.insert("from".into(), json!(r.from_peer_id));
-                o.insert("mentions".into(), json!(mentions));
-                o.insert("toAlias".into(), json!(to_alias));
-            }
-            Ok(v)
+            let r = message::Receipt::from(core.send_message(caller, req)?);
+            Ok(ToolAnswer::Sent(SendAnswer {
+                to: r.to_peer_id.clone(),
+                from: r.from_peer_id.clone(),
+                receipt: r,
+                mentions,
+                to_alias,
+            }))
         }
-        ToolCall::Messages(a) => read_messages(core, caller, a, opts, cancel),
-        ToolCall::Resource(a) => super::resources::coordinate(core, caller, a, cancel),
+        ToolCall::Messages(a) => {
+            read_messages(core, caller, a, opts, cancel).map(ToolAnswer::Messages)
+        }
+        ToolCall::Resource(a) => {
+            super::resources::coordinate(core, caller, a, cancel).map(ToolAnswer::Resource)
+        }
         // The ask tools talk to friends on other machines; the front ends that offer them
         // (`peer mcp`) run them beside this host (see `cli::ask_discovery::WithAskTools`).
         ToolCall::Ask(a) => Err(Error::new(
@@ -142,7 +140,7 @@ fn read_messages(
     a: MessagesArgs,
     opts: &CallOptions,
     cancel: &AtomicBool,
-) -> Result<Value> {
+) -> Result<MessagesPage> {
     // A model that names no cursor continues where it left off; a person's `peer inbox` shows
     // everything retained unless told otherwise.
     let (model_after, model_events) = core.model_cursors(&caller.peer_id);
@@ -194,7 +192,7 @@ fn read_messages(
                 .frame_bytes
                 .saturating_sub(crate::config::internal::PAGE_ENVELOPE_BYTES);
             let starts = (q.after.unwrap_or(0), q.events_after.unwrap_or(0));
-            let page = BoundedPage::of(&r, &aliases, starts, budget);
+            let page = bounded_page(&r, &aliases, starts, budget);
             if opts.consume_on_read {
                 // The whole page is taken into context with one durable write.
                 let open: Vec<&InboxEntry> = r
@@ -230,13 +228,7 @@ fn read_messages(
                     page.event_cursor,
                 );
             }
-            return Ok(json!({
-                "messages": page.messages,
-                "events": page.events,
-                "cursor": page.cursor,
-                "eventCursor": page.event_cursor,
-                "more": page.more,
-            }));
+            return Ok(page);
         }
         let left = deadline
             .saturating_duration_since(Instant::now())
@@ -248,68 +240,67 @@ fn read_messages(
 /// One `peer_messages` page cut to a byte budget: messages first, then receipt events, each
 /// counted by its encoded size, and the cursors moved only past what the page holds. At least
 /// one item is kept so a reader always makes progress.
-struct BoundedPage {
-    messages: Vec<Value>,
-    events: Vec<Value>,
-    cursor: u64,
-    event_cursor: u64,
-    more: bool,
+fn bounded_page(
+    r: &crate::messaging::ReadResult,
+    aliases: &HashMap<String, presence::Advertisement>,
+    (after, events_after): (u64, u64),
+    budget: u64,
+) -> MessagesPage {
+    let mut used = 0u64;
+    let mut fits = |len: Option<usize>, first: bool| {
+        let len = len.map_or(u64::MAX, |n| n as u64 + 1);
+        if first || used.saturating_add(len) <= budget {
+            used = used.saturating_add(len);
+            true
+        } else {
+            false
+        }
+    };
+    let mut page = MessagesPage {
+        cursor: after,
+        event_cursor: r.next_event_cursor,
+        more: r.more,
+        ..MessagesPage::default()
+    };
+    let mut cut = false;
+    for e in &r.messages {
+        let v = message_view(e, aliases.get(&e.from.instance_id));
+        if !fits(encoded_len(&v), page.messages.is_empty()) {
+            cut = true;
+            break;
+        }
+        page.cursor = e.sequence;
+        page.messages.push(v);
+    }
+    if page.messages.len() == r.messages.len() {
+        page.cursor = r.next_after;
+    }
+    let mut event_cursor = None;
+    for e in &r.events {
+        let v = message::Receipt::from(e.receipt.clone());
+        if cut
+            || !fits(
+                encoded_len(&v),
+                page.messages.is_empty() && page.events.is_empty(),
+            )
+        {
+            cut = true;
+            break;
+        }
+        event_cursor = Some(e.cursor);
+        page.events.push(v);
+    }
+    if page.events.len() < r.events.len() {
+        // Continue after the last event this page holds (or where the query started).
+        page.event_cursor = event_cursor.unwrap_or(events_after);
+    }
+    page.more |= cut;
+    page
 }
 
-impl BoundedPage {
-    fn of(
-        r: &crate::messaging::ReadResult,
-        aliases: &HashMap<String, presence::Advertisement>,
-        (after, events_after): (u64, u64),
-        budget: u64,
-    ) -> BoundedPage {
-        let mut used = 0u64;
-        let mut fits = |v: &Value, first: bool| {
-            let len = serde_json::to_string(v).map_or(u64::MAX, |s| s.len() as u64 + 1);
-            if first || used.saturating_add(len) <= budget {
-                used = used.saturating_add(len);
-                true
-            } else {
-                false
-            }
-        };
-        let mut page = BoundedPage {
-            messages: Vec::new(),
-            events: Vec::new(),
-            cursor: after,
-            event_cursor: r.next_event_cursor,
-            more: r.more,
-        };
-        let mut cut = false;
-        for e in &r.messages {
-            let v = message_view(e, aliases.get(&e.from.instance_id));
-            if !fits(&v, page.messages.is_empty()) {
-                cut = true;
-                break;
-            }
-            page.cursor = e.sequence;
-            page.messages.push(v);
-        }
-        if page.messages.len() == r.messages.len() {
-            page.cursor = r.next_after;
-        }
-        let mut event_cursor = None;
-        for e in &r.events {
-            let v = serde_json::to_value(&e.receipt).unwrap_or(Value::Null);
-            if cut || !fits(&v, page.messages.is_empty() && page.events.is_empty()) {
-                cut = true;
-                break;
-            }
-            event_cursor = Some(e.cursor);
-            page.events.push(v);
-        }
-        if page.events.len() < r.events.len() {
-            // Continue after the last event this page holds (or where the query started).
-            page.event_cursor = event_cursor.unwrap_or(events_after);
-        }
-        page.more |= cut;
-        page
-    }
+/// The length of `v` as JSON (None when it cannot be encoded, which never fits).
+fn encoded_len<T: serde::Serialize>(v: &T) -> Option<usize> {
+    serde_json::to_vec(v).ok().map(|b| b.len())
 }
 
 /// Current aliases of the senders of these messages (roots and their runs), from presence.
@@ -333,7 +324,7 @@ fn sender_aliases(core: &Core, msgs: &[InboxEntry]) -> HashMap<String, presence:
 }
 
 /// One inbox entry as tools and the CLI show it. The content is peer data.
-pub fn message_view(e: &InboxEntry, ad: Option<&presence::Advertisement>) -> Value {
+pub fn message_view(e: &InboxEntry, ad: Option<&presence::Advertisement>) -> MessageView {
     // The current advertisement first (an alias may have changed), else the alias the sender
     // stated when the message arrived, which outlives the sender.
     let alias = ad
@@ -346,56 +337,42 @@ pub fn message_view(e: &InboxEntry, ad: Option<&presence::Advertisement>) -> Val
                 .map(|r| r.alias.clone()),
         })
         .or_else(|| e.from_alias.clone());
-    json!({
-        "sequence": e.sequence,
-        "messageId": e.message_id,
-        "from": e.from.peer_id,
-        "fromPeerId": e.from.peer_id,
-        "fromAlias": alias,
-        "fromInstanceId": e.from.instance_id,
-        "fromRunId": e.from.run_id,
-        "to": e.recipient_peer_id,
-        "content": e.content,
-        "topic": e.topic,
-        "replyTo": e.reply_to,
-        "correlationId": e.correlation_id,
-        "state": e.state.name(),
-        "acceptedAtMs": e.accepted_at_ms,
-        "sentAt": clock::iso8601(e.accepted_at_ms),
-        "expiresAtMs": e.expires_at_ms,
-        // Inline @references are metadata for the reader; the text itself is unchanged.
-        "mentions": crate::mention::parse(&e.content).inline_refs,
-    })
+    MessageView {
+        sequence: e.sequence,
+        message_id: e.message_id.clone(),
+        from: e.from.peer_id.clone(),
+        from_peer_id: e.from.peer_id.clone(),
+        from_alias: alias,
+        from_instance_id: e.from.instance_id.clone(),
+        from_run_id: e.from.run_id.clone(),
+        to: e.recipient_peer_id.clone(),
+        content: e.body.content.clone(),
+        topic: e.body.topic.clone(),
+        reply_to: e.body.reply_to.clone(),
+        correlation_id: e.correlation_id.clone(),
+        state: e.state.name(),
+        accepted_at_ms: e.accepted_at_ms,
+        sent_at: clock::iso8601(e.accepted_at_ms),
+        expires_at_ms: e.expires_at_ms,
+        mentions: crate::mention::parse(&e.body.content).inline_refs,
+    }
 }
 
 /// `local.wait_receipt {messageId, state, waitMs}`: waits until the sender-side receipt
 /// reaches `state` (or a terminal failure).
-pub fn wait_receipt(
-    core: &Arc<Core>,
-    caller: &Caller,
-    params: &Map<String, Value>,
-) -> Result<Value> {
-    let id = params
-        .get("messageId")
-        .and_then(Value::as_str)
-        .ok_or_else(|| Error::new(Code::Usage, "params.messageId is required"))?
-        .to_string();
-    let wanted = match params.get("state").and_then(Value::as_str) {
-        Some("accepted") => ReceiptState::Accepted,
-        Some("prepared") => ReceiptState::Prepared,
-        Some("consumed") => ReceiptState::Consumed,
-        Some("replied") => ReceiptState::Replied,
-        _ => {
-            return Err(Error::new(
+pub fn wait_receipt(core: &Arc<Core>, caller: &Caller, w: WaitReceipt) -> Result<SentView> {
+    let id = w.message_id;
+    let wanted = w
+        .state
+        .as_deref()
+        .and_then(ReceiptState::waitable)
+        .ok_or_else(|| {
+            Error::new(
                 Code::Usage,
                 "--wait-receipt takes accepted, prepared, consumed or replied",
-            ));
-        }
-    };
-    let wait_ms = params
-        .get("waitMs")
-        .and_then(Value::as_u64)
-        .unwrap_or(30_000);
+            )
+        })?;
+    let wait_ms = w.wait_ms.unwrap_or(30_000);
     let deadline = Instant::now() + std::time::Duration::from_millis(wait_ms);
     loop {
         let generation = core.store.change_generation();
@@ -425,40 +402,26 @@ pub fn wait_receipt(
     }
 }
 
-/// The MCP face of a root: every call acts as the root itself.
-pub struct RootTools(pub Arc<Core>);
-
-impl ToolHost for RootTools {
-    fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<Value> {
-        let caller = self.0.root_caller();
-        let opts = CallOptions {
-            call_id: Some(format!("mcp:{}:{call_id}", self.0.instance_id)),
-            consume_on_read: true,
-            ..CallOptions::default()
-        };
-        execute(&self.0, &caller, call, &opts, cancel)
-    }
-}
-
 /// What `peer status` shows for one outbox entry.
-pub fn outbox_view(e: &crate::messaging::OutboxEntry) -> Value {
+pub fn outbox_view(e: &crate::messaging::OutboxEntry) -> SentView {
     let (state, code) = match &e.receipt {
         Some(r) => (r.state.name(), r.code.clone()),
         None => ("unresolved", None),
     };
-    json!({
-        "messageId": e.message_id,
-        "to": e.to.peer_id,
-        "toPeerId": e.to.peer_id,
-        "toInstanceId": e.to.instance_id,
-        "toRunId": e.to.run_id,
-        "correlationId": e.correlation_id,
-        "replyTo": e.reply_to,
-        "state": state,
-        "sequence": e.receipt.as_ref().map(|r| r.sequence),
-        "replyMessageId": e.receipt.as_ref().and_then(|r| r.reply_message_id.clone()),
-        "error": code.map(|c| json!({"code": c})),
-        "createdAtMs": e.created_at_ms,
-        "updatedAtMs": e.updated_at_ms,
-    })
+    SentView {
+        message_id: e.message_id.clone(),
+        to: e.to.peer_id.clone(),
+        to_peer_id: e.to.peer_id.clone(),
+        to_instance_id: e.to.instance_id.clone(),
+        to_run_id: e.to.run_id.clone(),
+        correlation_id: e.correlation_id.clone(),
+        reply_to: e.body.reply_to.clone(),
+        state,
+        sequence: e.receipt.as_ref().map(|r| r.sequence),
+        reply_message_id: e.receipt.as_ref().and_then(|r| r.reply_message_id.clone()),
+        error: code.map(|code| ErrorCode { code }),
+        created_at_ms: e.created_at_ms,
+        updated_at_ms: e.updated_at_ms,
+        reason: None,
+    }
 }

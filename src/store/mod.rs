@@ -21,6 +21,8 @@ pub(crate) mod syncpoint;
 pub(crate) mod writer;
 
 #[cfg(test)]
+mod compat_tests;
+#[cfg(test)]
 mod tests;
 
 pub use changes::StoreStats;

@@ -48,9 +48,11 @@ fn send(id: &str) -> InboundSend {
         origin: None,
         to_peer_id: ME.into(),
         message_id: id.into(),
-        content: format!("content of {id}"),
-        topic: None,
-        reply_to: None,
+        body: MessageBody {
+            content: format!("content of {id}"),
+            topic: None,
+            reply_to: None,
+        },
         correlation_id: None,
         expires_at_ms: None,
         from_alias: None,
@@ -615,7 +617,7 @@ fn files_stay_within_storage_bytes_when_admission_says_full() {
     let mut n = 0;
     let err = loop {
         let mut m = send(&format!("m{n}"));
-        m.content = content.clone();
+        m.body.content = content.clone();
         match h.accept(sender(1), m) {
             Ok(_) => n += 1,
             Err(e) => break e,
@@ -665,9 +667,11 @@ fn two_roots_exchange_a_message_and_its_receipts() {
         from_peer_id: "p-a".into(),
         to: to_b,
         message_id: derive_message_id("p-a", "tool-call-1"),
-        content: "build ready?".into(),
-        topic: Some("build".into()),
-        reply_to: None,
+        body: MessageBody {
+            content: "build ready?".into(),
+            topic: Some("build".into()),
+            reply_to: None,
+        },
         correlation_id: None,
         expires_at_ms: None,
     };
@@ -677,9 +681,11 @@ fn two_roots_exchange_a_message_and_its_receipts() {
         origin: None,
         to_peer_id: ME.into(),
         message_id: entry.message_id.clone(),
-        content: entry.content.clone(),
-        topic: entry.topic.clone(),
-        reply_to: None,
+        body: MessageBody {
+            content: entry.body.content.clone(),
+            topic: entry.body.topic.clone(),
+            reply_to: None,
+        },
         correlation_id: Some(entry.correlation_id.clone()),
         expires_at_ms: Some(entry.expires_at_ms),
         from_alias: None,
@@ -727,9 +733,11 @@ fn two_roots_exchange_a_message_and_its_receipts() {
                 run_id: None,
             },
             message_id: new_message_id(),
-            content: "yes".into(),
-            topic: None,
-            reply_to: Some(entry.message_id.clone()),
+            body: MessageBody {
+                content: "yes".into(),
+                topic: None,
+                reply_to: Some(entry.message_id.clone()),
+            },
             correlation_id: None,
             expires_at_ms: None,
         })
@@ -738,9 +746,11 @@ fn two_roots_exchange_a_message_and_its_receipts() {
         origin: None,
         to_peer_id: "p-a".into(),
         message_id: reply.message_id.clone(),
-        content: reply.content.clone(),
-        topic: None,
-        reply_to: reply.reply_to.clone(),
+        body: MessageBody {
+            content: reply.body.content.clone(),
+            topic: None,
+            reply_to: reply.body.reply_to.clone(),
+        },
         correlation_id: Some(reply.correlation_id.clone()),
         expires_at_ms: Some(reply.expires_at_ms),
         from_alias: None,

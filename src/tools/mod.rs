@@ -8,13 +8,16 @@
 //! host decides who is calling and checks [`check_capability`] against that caller.
 #![forbid(unsafe_code)]
 
+pub mod answer;
 mod args;
 pub mod ask;
 mod schema;
 
 use crate::config::{Limits, Scope};
 use crate::error::{Code, Error, Result};
+use crate::protocol::message::MessageBody;
 use args::Args;
+use serde::Serialize;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -58,24 +61,35 @@ pub struct ListPeersArgs {
 }
 
 /// `send_peer_message` arguments. `to` is normalized: a leading `@` is removed, leaving an
-/// alias or an exact peer id (see [`crate::mention::is_peer_id`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// alias or an exact peer id (see [`crate::mention::is_peer_id`]). Serializes to the
+/// arguments object [`parse_call`] reads back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SendArgs {
     pub to: String,
-    pub content: String,
-    pub topic: Option<String>,
-    pub reply_to: Option<String>,
+    #[serde(flatten)]
+    pub body: MessageBody,
 }
 
 /// `peer_messages` arguments. `wait_ms` is 0 when absent; `from` is normalized like
-/// [`SendArgs::to`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// [`SendArgs::to`]. Serializes to the arguments object [`parse_call`] reads back, absent
+/// fields left out.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct MessagesArgs {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub after: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
+    #[serde(skip_serializing_if = "is_zero")]
     pub wait_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `coordinate_resource` arguments, one variant per `op`.
@@ -245,9 +259,11 @@ fn parse_send(a: &Args) -> Result<SendArgs> {
     };
     Ok(SendArgs {
         to,
-        content,
-        topic: a.opt_label("topic", TOPIC_CHARS_MAX)?,
-        reply_to: a.opt_str("replyTo", ID_CHARS_MAX)?,
+        body: MessageBody {
+            content,
+            topic: a.opt_label("topic", TOPIC_CHARS_MAX)?,
+            reply_to: a.opt_str("replyTo", ID_CHARS_MAX)?,
+        },
     })
 }
 

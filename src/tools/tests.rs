@@ -41,9 +41,11 @@ fn valid_calls_parse_into_typed_args() {
         .unwrap(),
         ToolCall::Send(SendArgs {
             to: "bob".into(),
-            content: "hi".into(),
-            topic: None,
-            reply_to: Some("m-1".into())
+            body: MessageBody {
+                content: "hi".into(),
+                topic: None,
+                reply_to: Some("m-1".into())
+            }
         })
     );
     assert_eq!(
@@ -389,4 +391,31 @@ fn ask_tools_parse_strictly() {
         json!({"refresh": "yes"}),
         &["refresh", "boolean"],
     );
+}
+
+/// The typed arguments the CLI builds serialize to what `parse_call` reads back unchanged.
+#[test]
+fn typed_arguments_round_trip_through_the_strict_reader() {
+    let send = SendArgs {
+        to: "bob".into(),
+        body: MessageBody {
+            content: "hi".into(),
+            topic: Some("build".into()),
+            reply_to: None,
+        },
+    };
+    let v = serde_json::to_value(&send).unwrap();
+    assert_eq!(parse("send_peer_message", v).unwrap(), ToolCall::Send(send));
+    let msgs = MessagesArgs {
+        after: Some(3),
+        from: Some("bob".into()),
+        reply_to: None,
+        message_id: Some("m-1".into()),
+        wait_ms: 0,
+    };
+    let v = serde_json::to_value(&msgs).unwrap();
+    assert_eq!(v, json!({"after": 3, "from": "bob", "messageId": "m-1"}));
+    assert_eq!(parse("peer_messages", v).unwrap(), ToolCall::Messages(msgs));
+    let empty = serde_json::to_value(MessagesArgs::default()).unwrap();
+    assert_eq!(empty, json!({}));
 }

@@ -9,6 +9,7 @@ use super::{LocalIdentity, PeerInfo, Target};
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::protocol::handshake::{Expected, Initiator};
+use crate::protocol::message;
 use crate::protocol::rpc::{self, Id, Incoming};
 use parking_lot::{Condvar, Mutex};
 use serde_json::{Map, Value};
@@ -367,6 +368,28 @@ impl Pool {
                 }
             }
         }
+    }
+
+    /// `peer.send` to `target`: the recipient's custody receipt, or its typed refusal.
+    pub fn peer_send(
+        &self,
+        target: &Target,
+        send: &message::PeerSend,
+        timeout_ms: u64,
+    ) -> Result<message::Receipt> {
+        let v = self.request(target, "peer.send", wire::params_of(send)?, timeout_ms)?;
+        message::Receipt::decode(v)
+    }
+
+    /// `peer.receipt` to `target`: hands over one recipient-side receipt.
+    pub fn push_receipt(
+        &self,
+        target: &Target,
+        push: &message::ReceiptPush,
+        timeout_ms: u64,
+    ) -> Result<()> {
+        self.request(target, "peer.receipt", wire::params_of(push)?, timeout_ms)
+            .map(|_| ())
     }
 
     /// Cached live connections.

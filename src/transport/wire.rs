@@ -332,6 +332,11 @@ impl Notifier {
 
     /// Queues one notification without blocking: `QUEUE_FULL` when the queue is full,
     /// `DISCONNECTED` once the connection closed, `FRAME_TOO_LARGE` past `frameBytes`.
+    /// A `peer.receipt` notification (advisory; the durable copy is a request).
+    pub fn push_receipt(&self, push: &crate::protocol::message::ReceiptPush) -> Result<()> {
+        self.notify("peer.receipt", params_of(push)?)
+    }
+
     pub fn notify(&self, method: &str, params: Value) -> Result<()> {
         let frame = rpc::encode_notification(method, &params);
         check_frame_len(&frame, self.frame_bytes)?;
@@ -502,4 +507,11 @@ pub(crate) fn connect_bounded(path: &std::path::Path, deadline: Instant) -> io::
             Err(e) => return Err(io::Error::from(e)),
         }
     }
+}
+
+/// The params object of a typed request: what the frame encoder writes (keys in sorted order,
+/// as every params object has always been written).
+pub fn params_of<T: serde::Serialize>(params: &T) -> Result<Value> {
+    serde_json::to_value(params)
+        .map_err(|e| Error::new(Code::Io, format!("cannot encode params: {e}")))
 }

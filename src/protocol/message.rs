@@ -1,0 +1,277 @@
+//! The messaging methods between roots as typed wire shapes: [`MessageBody`] (what a person
+//! wrote, shared by every message struct), [`PeerSend`] (the params of `peer.send`),
+//! [`Receipt`] (the custody answer of `peer.send` and `peer.status`) and [`ReceiptPush`] (the
+//! params of `peer.receipt`). Field names are the camelCase of peer-protocol(7); decoding
+//! reads the params object the frame decoder produced and answers each malformed field with
+//! the error code the method has always used.
+
+use crate::error::{Code, Error, Result};
+use crate::{identity, sanitize};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The text of one message and how it threads: the same three fields in tool arguments, the
+/// outbox, the wire and the inbox.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageBody {
+    pub content: String,
+    pub topic: Option<String>,
+    /// The message id this message answers.
+    pub reply_to: Option<String>,
+}
+
+impl MessageBody {
+    /// A body without topic or reply.
+    pub fn text(content: impl Into<String>) -> MessageBody {
+        MessageBody {
+            content: content.into(),
+            topic: None,
+            reply_to: None,
+        }
+    }
+}
+
+/// Receipt states. Order of progress: accepted → prepared → consumed → replied; refused and
+/// expired are terminal failures reachable only before consumption.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReceiptState {
+    Accepted,
+    Prepared,
+    Consumed,
+    Replied,
+    Refused,
+    Expired,
+}
+
+impl ReceiptState {
+    /// Whether a wait for `wanted` is over at `self`: reached, failed, or moved past a point
+    /// from which `wanted` can no longer come.
+    pub fn reached(self, wanted: ReceiptState) -> bool {
+        self == wanted
+            || self.is_failure()
+            || (self != ReceiptState::Refused && !self.may_become(wanted) && !wanted.is_failure())
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ReceiptState::Accepted => "accepted",
+            ReceiptState::Prepared => "prepared",
+            ReceiptState::Consumed => "consumed",
+            ReceiptState::Replied => "replied",
+            ReceiptState::Refused => "refused",
+            ReceiptState::Expired => "expired",
+        }
+    }
+
+    /// The state a sender may wait for, by name (`accepted`, `prepared`, `consumed`,
+    /// `replied`); failures are not waited for, they end every wait.
+    pub fn waitable(name: &str) -> Option<ReceiptState> {
+        match name {
+            "accepted" => Some(ReceiptState::Accepted),
+            "prepared" => Some(ReceiptState::Prepared),
+            "consumed" => Some(ReceiptState::Consumed),
+            "replied" => Some(ReceiptState::Replied),
+            _ => None,
+        }
+    }
+
+    fn rank(self) -> u8 {
+        match self {
+            ReceiptState::Accepted => 0,
+            ReceiptState::Prepared => 1,
+            ReceiptState::Consumed => 2,
+            ReceiptState::Replied => 3,
+            ReceiptState::Refused | ReceiptState::Expired => 4,
+        }
+    }
+
+    /// Refused or expired: the message will never be consumed.
+    pub fn is_failure(self) -> bool {
+        matches!(self, ReceiptState::Refused | ReceiptState::Expired)
+    }
+
+    /// Nothing further can happen to the message except retention removal.
+    pub fn is_final(self) -> bool {
+        self.is_failure() || self == ReceiptState::Replied
+    }
+
+    /// The forward-only rule: progress moves up; a failure may only replace a state before
+    /// consumption; nothing leaves a failure.
+    pub fn may_become(self, next: ReceiptState) -> bool {
+        if self.is_failure() {
+            return false;
+        }
+        if next.is_failure() {
+            return matches!(self, ReceiptState::Accepted | ReceiptState::Prepared);
+        }
+        next.rank() > self.rank()
+    }
+}
+
+/// A custody receipt as it crosses the wire: the answer of `peer.send` and `peer.status`, the
+/// body of `peer.receipt`, and what local adapters are shown.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Receipt {
+    pub message_id: String,
+    /// The original sender's peerId.
+    pub from_peer_id: String,
+    /// The original target's peerId.
+    pub to_peer_id: String,
+    pub state: ReceiptState,
+    /// The recipient's own sequence (0 when the recipient never accepted the message).
+    pub sequence: u64,
+    pub correlation_id: String,
+    pub at_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_message_id: Option<String>,
+    /// The refusal code name (e.g. `QUEUE_FULL`) for a `refused` receipt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+}
+
+impl Receipt {
+    /// A receipt a peer answered with (the result of `peer.send` or `peer.status`).
+    pub fn decode(v: Value) -> Result<Receipt> {
+        serde_json::from_value(v).map_err(|e| {
+            Error::new(
+                Code::InvalidRequest,
+                format!("the peer answered with a malformed receipt: {e}"),
+            )
+        })
+    }
+}
+
+/// The params of `peer.send`: one message for one exact recipient. Who sends it is the
+/// authenticated connection plus `fromRun`, never a field of these params.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerSend {
+    /// Always 1 on the way out; the endpoint has checked it on the way in.
+    #[serde(default = "protocol_version", skip_deserializing)]
+    pub version: u64,
+    pub message_id: String,
+    /// The recipient's peerId.
+    pub to: String,
+    /// The sending root's run, or None for the root itself.
+    #[serde(default)]
+    pub from_run: Option<String>,
+    #[serde(flatten)]
+    pub body: MessageBody,
+    #[serde(default)]
+    pub correlation_id: Option<String>,
+    /// Epoch milliseconds.
+    #[serde(default, rename = "expiresAt")]
+    pub expires_at_ms: Option<u64>,
+}
+
+impl PeerSend {
+    /// Reads and checks `peer.send` params: every malformed field is `USAGE`.
+    pub fn decode(params: Map<String, Value>) -> Result<PeerSend> {
+        let send: PeerSend = serde_json::from_value(Value::Object(params))
+            .map_err(|e| Error::new(Code::Usage, format!("peer.send params: {e}")))?;
+        check_id("fromRun", send.from_run.as_deref())?;
+        check_id("messageId", Some(&send.message_id))?;
+        check_id("replyTo", send.body.reply_to.as_deref())?;
+        check_id("correlationId", send.correlation_id.as_deref())?;
+        Ok(send)
+    }
+}
+
+/// The params of `peer.receipt`: a recipient's receipt plus the run of the recipient that
+/// states it (its peerId must be the receipt's `toPeerId`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReceiptPush {
+    #[serde(default = "protocol_version", skip_deserializing)]
+    pub version: u64,
+    #[serde(default)]
+    pub from_run: Option<String>,
+    #[serde(flatten)]
+    pub receipt: Receipt,
+}
+
+impl ReceiptPush {
+    /// Reads `peer.receipt` params: a malformed `fromRun` is `USAGE`, a malformed receipt
+    /// `INVALID_REQUEST`.
+    pub fn decode(params: Map<String, Value>) -> Result<ReceiptPush> {
+        let from_run = opt_id(&params, "fromRun")?;
+        let receipt = Receipt::decode(Value::Object(params))?;
+        Ok(ReceiptPush {
+            version: protocol_version(),
+            from_run,
+            receipt,
+        })
+    }
+}
+
+/// The params naming one message of a sender (`peer.status`, `peer.subscribe`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerStatus {
+    pub from_run: Option<String>,
+    pub message_id: String,
+    /// The recipient's peerId.
+    pub to: String,
+}
+
+impl PeerStatus {
+    pub fn decode(params: &Map<String, Value>) -> Result<PeerStatus> {
+        Ok(PeerStatus {
+            from_run: opt_id(params, "fromRun")?,
+            message_id: opt_id(params, "messageId")?
+                .ok_or_else(|| Error::new(Code::Usage, "params.messageId is required"))?,
+            to: opt_str(params, "to")?
+                .ok_or_else(|| Error::new(Code::Usage, "params.to is required"))?
+                .to_string(),
+        })
+    }
+}
+
+/// The `fromRun` of any peer method's params (absent or null: the root itself).
+pub fn from_run(params: &Map<String, Value>) -> Result<Option<String>> {
+    opt_id(params, "fromRun")
+}
+
+fn protocol_version() -> u64 {
+    super::PROTOCOL_VERSION
+}
+
+/// An optional string param (`null` counts as absent); anything else is `USAGE`.
+pub(crate) fn opt_str<'a>(p: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>> {
+    match p.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(Error::new(
+            Code::Usage,
+            format!("params.{key} must be a string"),
+        )),
+    }
+}
+
+/// An optional id param: a string of `[A-Za-z0-9_.-]`, else `USAGE`.
+pub(crate) fn opt_id(p: &Map<String, Value>, key: &str) -> Result<Option<String>> {
+    let s = opt_str(p, key)?;
+    check_id(key, s)?;
+    Ok(s.map(str::to_string))
+}
+
+/// `USAGE` unless `value` (when present) is an id.
+pub(crate) fn check_id(key: &str, value: Option<&str>) -> Result<()> {
+    match value {
+        Some(s) if !identity::is_valid_id(s) => Err(Error::new(
+            Code::Usage,
+            format!(
+                "params.{key} {:?} is not an id ([A-Za-z0-9_.-], at most {})",
+                sanitize::line(s, 40),
+                crate::config::internal::ID_CHARS_MAX
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+#[path = "message_tests.rs"]
+mod tests;

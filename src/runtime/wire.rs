@@ -1,0 +1,126 @@
+//! The runtime's JSON edge: the transport's [`Handler`] and MCP's [`ToolHost`] implemented
+//! over the typed dispatch of `handler` and `tools`. Params arrive as the JSON objects the
+//! frame decoder produced and are decoded into protocol types here; typed answers leave as
+//! JSON objects here. Nothing else in the runtime handles JSON values.
+
+use super::core::Core;
+use super::handler::{self, LocalAnswer};
+use super::tools::{CallOptions, execute};
+use crate::error::{Code, Error, Result};
+use crate::protocol::local::LocalRequest;
+use crate::protocol::message::{PeerSend, PeerStatus, ReceiptPush};
+use crate::tools::{ToolCall, ToolHost};
+use crate::transport::{Handler, Notifier, PeerInfo};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+/// The transport's view of a root.
+pub struct RootHandler(pub Arc<Core>);
+
+/// A typed answer as the JSON object that goes on the wire.
+pub fn encode<T: serde::Serialize>(answer: &T) -> Result<Value> {
+    serde_json::to_value(answer).map_err(|e| Error::new(Code::Io, e.to_string()))
+}
+
+/// A local method for the root's own adapters (`bound`: the run a connection proved).
+pub fn local(
+    core: &Arc<Core>,
+    bound: Option<&str>,
+    method: &str,
+    p: Map<String, Value>,
+) -> Result<Value> {
+    let answer: LocalAnswer =
+        handler::local_request(core, bound, LocalRequest::decode(method, p)?)?;
+    encode(&answer)
+}
+
+impl Handler for RootHandler {
+    fn peer_request(
+        &self,
+        from: &PeerInfo,
+        method: &str,
+        params: Map<String, Value>,
+        notify: &Notifier,
+    ) -> Result<Value> {
+        let core = &self.0;
+        match method {
+            "peer.send" => encode(&handler::peer_send(core, from, PeerSend::decode(params)?)?),
+            "peer.status" => {
+                let q = PeerStatus::decode(&params)?;
+                encode(&handler::peer_status(core, from, q, None)?)
+            }
+            "peer.subscribe" => {
+                let q = PeerStatus::decode(&params)?;
+                encode(&handler::peer_status(core, from, q, Some(notify))?)
+            }
+            "peer.receipt" => {
+                let push = ReceiptPush::decode(params)?;
+                encode(&handler::peer_receipt(core, from, push)?)
+            }
+            "peer.directory" => encode(&handler::peer_directory(core)),
+            other => Err(Error::new(
+                Code::MethodNotFound,
+                format!(
+                    "unknown method {}",
+                    crate::sanitize::line(other, crate::config::internal::ECHO_CHARS_MAX)
+                ),
+            )),
+        }
+    }
+
+    fn local_request(
+        &self,
+        method: &str,
+        params: Map<String, Value>,
+        _notify: &Notifier,
+    ) -> Result<Value> {
+        local(&self.0, None, method, params)
+    }
+
+    fn run_for_secret(&self, secret: &[u8; 32]) -> Option<String> {
+        self.0.runs.lock().by_secret(secret)
+    }
+
+    fn run_request(
+        &self,
+        run_id: &str,
+        method: &str,
+        params: Map<String, Value>,
+        _notify: &Notifier,
+    ) -> Result<Value> {
+        local(&self.0, Some(run_id), method, params)
+    }
+
+    fn peer_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
+        self.on_notification(from, method, params);
+    }
+}
+
+impl RootHandler {
+    /// Notifications from peers (on either direction of a connection). Receipt updates of a
+    /// `peer.subscribe` are advisory: the durable copy arrives as a `peer.receipt` request.
+    pub fn on_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
+        if method != "peer.receipt" {
+            return;
+        }
+        if let Ok(push) = ReceiptPush::decode(params) {
+            handler::receipt_notification(&self.0, from, push);
+        }
+    }
+}
+
+/// The MCP face of a root: every call acts as the root itself.
+pub struct RootTools(pub Arc<Core>);
+
+impl ToolHost for RootTools {
+    fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<Value> {
+        let caller = self.0.root_caller();
+        let opts = CallOptions {
+            call_id: Some(format!("mcp:{}:{call_id}", self.0.instance_id)),
+            consume_on_read: true,
+            ..CallOptions::default()
+        };
+        encode(&execute(&self.0, &caller, call, &opts, cancel)?)
+    }
+}

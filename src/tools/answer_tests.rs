@@ -1,0 +1,125 @@
+//! The typed tool answers encode to the objects the tools built by hand before: same keys,
+//! same values, `null` where an optional field is absent.
+
+use super::*;
+use crate::protocol::message::ReceiptState;
+use serde_json::json;
+
+fn receipt() -> Receipt {
+    Receipt {
+        message_id: "m-1".into(),
+        from_peer_id: "p-a".into(),
+        to_peer_id: "p-b".into(),
+        state: ReceiptState::Accepted,
+        sequence: 4,
+        correlation_id: "m-1".into(),
+        at_ms: 9,
+        reply_message_id: None,
+        code: None,
+    }
+}
+
+fn bytes(v: &impl Serialize) -> String {
+    serde_json::to_string(&serde_json::to_value(v).unwrap()).unwrap()
+}
+
+#[test]
+fn a_send_answer_is_the_receipt_plus_names() {
+    let r = receipt();
+    let mut old = serde_json::to_value(&r).unwrap();
+    let o = old.as_object_mut().unwrap();
+    o.insert("to".into(), json!("p-b"));
+    o.insert("from".into(), json!("p-a"));
+    o.insert("mentions".into(), json!(["carol"]));
+    o.insert("toAlias".into(), json!(null));
+    let new = SendAnswer {
+        receipt: r,
+        to: "p-b".into(),
+        from: "p-a".into(),
+        mentions: vec!["carol".into()],
+        to_alias: None,
+    };
+    assert_eq!(bytes(&new), bytes(&old));
+}
+
+#[test]
+fn a_message_page_has_the_old_keys() {
+    let view = MessageView {
+        sequence: 1,
+        message_id: "m-1".into(),
+        from: "p-a".into(),
+        from_peer_id: "p-a".into(),
+        from_alias: None,
+        from_instance_id: "i-a".into(),
+        from_run_id: None,
+        to: "p-b".into(),
+        content: "hi @carol".into(),
+        topic: Some("t".into()),
+        reply_to: None,
+        correlation_id: "m-1".into(),
+        state: "accepted",
+        accepted_at_ms: 5,
+        sent_at: "1970-01-01T00:00:00.005Z".into(),
+        expires_at_ms: 6,
+        mentions: vec!["carol".into()],
+    };
+    let old_view = json!({
+        "sequence": 1, "messageId": "m-1", "from": "p-a", "fromPeerId": "p-a",
+        "fromAlias": null, "fromInstanceId": "i-a", "fromRunId": null, "to": "p-b",
+        "content": "hi @carol", "topic": "t", "replyTo": null, "correlationId": "m-1",
+        "state": "accepted", "acceptedAtMs": 5, "sentAt": "1970-01-01T00:00:00.005Z",
+        "expiresAtMs": 6, "mentions": ["carol"],
+    });
+    assert_eq!(bytes(&view), bytes(&old_view));
+    let page = ToolAnswer::Messages(MessagesPage {
+        messages: vec![view],
+        events: vec![receipt()],
+        cursor: 1,
+        event_cursor: 2,
+        more: false,
+    });
+    let old = json!({"messages": [old_view], "events": [receipt()], "cursor": 1,
+        "eventCursor": 2, "more": false});
+    assert_eq!(bytes(&page), bytes(&old));
+    let peers = ToolAnswer::Peers(PeersPage {
+        peers: vec![json!({"alias": "bob"})],
+        cursor: None,
+    });
+    assert_eq!(bytes(&peers), bytes(&json!({"peers": [{"alias": "bob"}], "cursor": null})));
+}
+
+#[test]
+fn a_sent_view_has_the_old_keys_and_a_reason_only_when_given() {
+    let view = SentView {
+        message_id: "m-1".into(),
+        to: "p-b".into(),
+        to_peer_id: "p-b".into(),
+        to_instance_id: "i-b".into(),
+        to_run_id: None,
+        correlation_id: "m-1".into(),
+        reply_to: None,
+        state: "refused",
+        sequence: Some(0),
+        reply_message_id: None,
+        error: Some(ErrorCode {
+            code: "QUEUE_FULL".into(),
+        }),
+        created_at_ms: 1,
+        updated_at_ms: 2,
+        reason: None,
+    };
+    let old = json!({
+        "messageId": "m-1", "to": "p-b", "toPeerId": "p-b", "toInstanceId": "i-b",
+        "toRunId": null, "correlationId": "m-1", "replyTo": null, "state": "refused",
+        "sequence": 0, "replyMessageId": null, "error": {"code": "QUEUE_FULL"},
+        "createdAtMs": 1, "updatedAtMs": 2,
+    });
+    assert_eq!(bytes(&view), bytes(&old));
+    let unresolved = SentView {
+        reason: Some("waits".into()),
+        error: None,
+        ..view
+    };
+    let v = serde_json::to_value(&unresolved).unwrap();
+    assert_eq!((v["reason"].clone(), v["error"].clone()), (json!("waits"), json!(null)));
+}
