@@ -68,6 +68,9 @@ pub const CANCEL_POLL_MS: u64 = 50;
 pub const WORKER_TICK_MS: u64 = 250;
 /// Longest interval between retention sweeps.
 pub const RETENTION_SWEEP_MS: u64 = 60_000;
+/// Longest wait between attempts to push receipts to a sender that keeps failing with a
+/// retryable answer (stopped or not answering; a sender proven gone is dropped instead).
+pub const PUSH_RETRY_MAX_MS: u64 = 30_000;
 /// Receipts pushed per worker pass.
 pub const PUSH_BATCH: usize = 32;
 /// Routes the retry worker looks at per pass.

@@ -570,9 +570,11 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                     }
                     last_sweep = Instant::now();
                 }
-                let unresolved = pushes || routes;
                 let mut wait = sweep_every.saturating_sub(last_sweep.elapsed());
-                if unresolved {
+                if let Some(next_push) = pushes {
+                    wait = wait.min(next_push);
+                }
+                if routes {
                     // Routes that gave up restart every GAVE_UP_RETRY_MS: a tick covers it.
                     wait = wait.min(Duration::from_millis(WORKER_TICK_MS));
                 }

@@ -85,7 +85,10 @@ fn a_message_page_has_the_old_keys() {
         peers: vec![json!({"alias": "bob"})],
         cursor: None,
     });
-    assert_eq!(bytes(&peers), bytes(&json!({"peers": [{"alias": "bob"}], "cursor": null})));
+    assert_eq!(
+        bytes(&peers),
+        bytes(&json!({"peers": [{"alias": "bob"}], "cursor": null}))
+    );
 }
 
 #[test]
@@ -121,5 +124,8 @@ fn a_sent_view_has_the_old_keys_and_a_reason_only_when_given() {
         ..view
     };
     let v = serde_json::to_value(&unresolved).unwrap();
-    assert_eq!((v["reason"].clone(), v["error"].clone()), (json!("waits"), json!(null)));
+    assert_eq!(
+        (v["reason"].clone(), v["error"].clone()),
+        (json!("waits"), json!(null))
+    );
 }
