@@ -65,16 +65,42 @@ impl Interner {
     }
 }
 
-/// Key of a resolved entry: message id first, so every entry sent under one id is one range.
+/// Key of a resolved entry, ordered by (hash of the message id, message id, target peer id):
+/// every entry sent under one id is one range, and ids that grow in order (a counter, a
+/// timestamp) still land at scattered places in the tree. Appending in key order leaves every
+/// B-tree leaf just over half full; scattered inserts fill them to about 70 %, a fifth less
+/// memory per entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SettledKey {
+    hash: u64,
     pub message_id: Box<str>,
     pub to: Arc<TargetRef>,
 }
 
+/// FNV-1a: stable across runs and builds (the order only needs to be deterministic).
+fn id_hash(id: &str) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+impl SettledKey {
+    pub fn new(message_id: &str, to: Arc<TargetRef>) -> SettledKey {
+        SettledKey {
+            hash: id_hash(message_id),
+            message_id: message_id.into(),
+            to,
+        }
+    }
+}
+
 impl Ord for SettledKey {
     fn cmp(&self, o: &SettledKey) -> std::cmp::Ordering {
-        (&*self.message_id, self.to.peer_id.as_str()).cmp(&(&*o.message_id, o.to.peer_id.as_str()))
+        (self.hash, &*self.message_id, self.to.peer_id.as_str()).cmp(&(
+            o.hash,
+            &*o.message_id,
+            o.to.peer_id.as_str(),
+        ))
     }
 }
 impl PartialOrd for SettledKey {
@@ -158,10 +184,7 @@ impl Settled {
             reply_message_id: r.reply_message_id.clone(),
             code: r.code.clone(),
         };
-        let key = SettledKey {
-            message_id: e.message_id.as_str().into(),
-            to: interner.target(&e.to),
-        };
+        let key = SettledKey::new(&e.message_id, interner.target(&e.to));
         let s = Settled {
             order: e.order,
             from_peer_id: interner.peer(&e.from_peer_id),

@@ -363,10 +363,7 @@ impl State {
             instance_id: String::new(),
             run_id: None,
         };
-        let key = SettledKey {
-            message_id: id.into(),
-            to: Arc::new(probe),
-        };
+        let key = SettledKey::new(id, Arc::new(probe));
         self.settled.contains_key(&key).then_some(key)
     }
 
@@ -412,14 +409,14 @@ impl State {
             .range((message_id.to_string(), String::new())..)
             .take_while(move |(id, _)| id == message_id)
             .filter_map(move |(id, to)| self.outbox.get(&(to.clone(), id.clone())).cloned());
-        let from = SettledKey {
-            message_id: message_id.into(),
-            to: Arc::new(TargetRef {
+        let from = SettledKey::new(
+            message_id,
+            Arc::new(TargetRef {
                 peer_id: String::new(),
                 instance_id: String::new(),
                 run_id: None,
             }),
-        };
+        );
         let settled = self
             .settled
             .range(from..)

@@ -1307,7 +1307,30 @@ fn resolved_entries_are_held_compactly_and_rebuild_exactly() {
         assert!(!recs.is_empty());
     }
     assert_eq!((m.state().settled.len(), m.state().outbox.len()), (20, 0));
-    assert_eq!(m.state().outbox().count(), 20);
+    // One id to two targets: both found by id, resolved or not.
+    m.outbox_intent(&out("s3", &bob()), NOW).unwrap();
+    assert_eq!(m.state().outbox_by_id("s3").count(), 2);
+    let bob_receipt = Receipt {
+        message_id: "s3".into(),
+        from_peer_id: ME.into(),
+        to_peer_id: "p-bob".into(),
+        state: ReceiptState::Accepted,
+        sequence: 1,
+        correlation_id: "s3".into(),
+        at_ms: NOW,
+        reply_message_id: None,
+        code: None,
+    };
+    m.outbox_result("p-bob", "s3", Ok(bob_receipt), NOW).unwrap();
+    let by_id: Vec<String> = m
+        .state()
+        .outbox_by_id("s3")
+        .map(|e| e.to.peer_id)
+        .collect();
+    assert_eq!(by_id.len(), 2);
+    assert!(by_id.contains(&"p-alice".to_string()) && by_id.contains(&"p-bob".to_string()));
+    assert_eq!(m.state().outbox_by_id("s30").count(), 0);
+    assert_eq!(m.state().outbox().count(), 21);
     assert_eq!(m.state().sent_target("p-alice"), Some(target(&alice())));
     let (again, recs) = m.outbox_intent(&out("s3", &alice()), NOW).unwrap();
     assert!(recs.is_empty() && again.receipt.unwrap().sequence == 4);
