@@ -450,3 +450,105 @@ fn the_code_map_names_every_top_level_module() {
         "ARCHITECTURE.md's code map lacks {missing:?}"
     );
 }
+
+/// Where JSON values (`serde_json::Value`, `Map`, `json!`) may live: the modules whose job is
+/// JSON — the wire codec (`protocol`, `transport`, `error`'s JSON-RPC error objects, the
+/// runtime's `wire` adapter), MCP and the tool contract (`mcp`, `tools`), front-end output
+/// (`cli`, `bench` reports, the runtime's event stream `runtime::events`), files (`config`,
+/// `presence`, `store`), the HTTP bodies of `ask`, and the fuzz harness. ARCHITECTURE.md
+/// lists the same modules.
+const JSON_EDGES: &[&str] = &[
+    "protocol",
+    "transport",
+    "error",
+    "runtime::wire",
+    "mcp",
+    "tools",
+    "cli",
+    "bench",
+    "runtime::events",
+    "config",
+    "presence",
+    "store",
+    "ask",
+    "fuzz_tests",
+];
+
+/// Modules that still build their answers as JSON values: the resource answers and the
+/// directory listing. Typing them removes them from here; nothing is added.
+const JSON_NOT_YET_TYPED: &[&str] = &[
+    "resource::api",
+    "resource::gate",
+    "runtime::resources",
+    "directory",
+];
+
+/// The JSON-value names one file's code uses (comments, strings and inline test modules are
+/// already removed).
+fn json_names(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for name in ["serde_json::Value", "serde_json::Map", "json!"] {
+        if code.contains(name) {
+            found.push(name.to_string());
+        }
+    }
+    let mut from = 0;
+    while let Some(k) = code[from..].find("serde_json::{") {
+        let group = &code[from + k + "serde_json::{".len()..];
+        let group = &group[..group.find('}').unwrap_or(group.len())];
+        for item in group.split(',').filter_map(|i| i.split_whitespace().next()) {
+            if ["Value", "Map", "json"].contains(&item) {
+                found.push(format!("serde_json::{item}"));
+            }
+        }
+        from += k + 1;
+    }
+    found
+}
+
+fn within(module: &[String], units: &[&str]) -> bool {
+    let name = module.join("::");
+    units
+        .iter()
+        .any(|u| name == *u || name.starts_with(&format!("{u}::")))
+}
+
+#[test]
+fn json_values_stay_at_the_edges() {
+    let mut problems = Vec::new();
+    for f in load().iter().filter(|f| !is_test_file(f)) {
+        if within(&f.module, JSON_EDGES) || within(&f.module, JSON_NOT_YET_TYPED) {
+            continue;
+        }
+        let names = json_names(&f.code);
+        if !names.is_empty() {
+            problems.push(format!(
+                "{}: {} is not a JSON edge but names {}; pass typed structs (edges: {})",
+                f.path.display(),
+                f.module.join("::"),
+                names.join(", "),
+                JSON_EDGES.join(", ")
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "\n{}", problems.join("\n"));
+}
+
+/// The JSON scanner finds a value type however it is named, and not in comments or strings.
+#[test]
+fn the_json_scanner_finds_values_however_they_are_named() {
+    let names = |src: &str| json_names(&strip(src));
+    assert_eq!(names("use serde_json::Value;"), ["serde_json::Value"]);
+    assert_eq!(
+        names("use serde_json::{Map, Value as V, json};"),
+        ["serde_json::Map", "serde_json::Value", "serde_json::json"]
+    );
+    assert_eq!(
+        names("fn f() -> serde_json::Map<String, u8> {}"),
+        ["serde_json::Map"]
+    );
+    assert_eq!(names("let v = serde_json::json!({});"), ["json!"]);
+    assert!(names("// serde_json::Value\nlet s = \"json!\"; serde_json::to_vec(&x);").is_empty());
+    assert!(!within(&["runtime".into(), "send".into()], JSON_EDGES));
+    assert!(within(&["runtime".into(), "wire".into()], JSON_EDGES));
+}

@@ -130,7 +130,7 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     let ask = ask_beside(&root)?;
     let events = root.core.bus.subscribe();
     let ready = if ctx.json {
-        let mut ready = root.ready_event();
+        let mut ready = serde_json::json!(root.ready_event());
         if let Some(h) = &ask {
             ready["ask"] = crate::ask::discovery::server_view(h);
         }

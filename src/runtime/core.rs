@@ -307,13 +307,9 @@ impl Core {
             p.code,
             crate::sanitize::line(&p.message, 300)
         );
-        self.bus.publish(serde_json::json!({
-            "event": "peer_update",
-            "kind": "problem",
-            "what": p.what,
-            "code": p.code,
-            "message": p.message,
-        }));
+        self.bus.publish(&super::events::ProblemRecorded::of(
+            &p.what, p.code, &p.message,
+        ));
         if problems.len() >= PROBLEMS_MAX {
             problems.pop_front();
         }

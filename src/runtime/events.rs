@@ -1,9 +1,13 @@
 //! The event bus of a root: `peer_update` and `resource_update` events fanned out to bounded
 //! subscriber queues (`peer host --json`, MCP notifications, waiting readers). A subscriber
 //! that does not keep up loses events, never blocks the root; the loss is counted and shown.
+//! Events are published typed and kept as the JSON objects subscribers print or forward: this
+//! module is the runtime's event-stream edge.
 
+use crate::protocol::message;
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use parking_lot::Mutex;
+use serde::Serialize;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -30,8 +34,13 @@ impl Bus {
         Some(rx)
     }
 
-    /// Stamps `event` with a bus sequence number and offers it to every subscriber.
-    pub fn publish(&self, mut event: Value) {
+    /// Stamps `event` with a bus sequence number and offers it to every subscriber. An event
+    /// that cannot be encoded (none of ours) is counted as dropped.
+    pub fn publish<T: Serialize>(&self, event: &T) {
+        let Ok(mut event) = serde_json::to_value(event) else {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
         let seq = self.sequence.fetch_add(1, Ordering::SeqCst) + 1;
         if let Some(obj) = event.as_object_mut() {
             obj.insert("busSequence".into(), Value::from(seq));
@@ -49,5 +58,134 @@ impl Bus {
 
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// The `event` of every message, receipt and problem event.
+const PEER_UPDATE: &str = "peer_update";
+
+/// A message arrived for one of this root's recipients.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageArrived<'a> {
+    event: &'static str,
+    kind: &'static str,
+    pub recipient: &'a str,
+    pub message_id: &'a str,
+    pub from: &'a str,
+    pub from_alias: Option<&'a str>,
+    pub sequence: u64,
+    pub correlation_id: &'a str,
+    pub reply_to: Option<&'a str>,
+}
+
+impl<'a> MessageArrived<'a> {
+    /// The arrival `receipt` (the recipient's first) stands for.
+    pub fn of(
+        receipt: &'a crate::messaging::Receipt,
+        reply_to: Option<&'a str>,
+        from_alias: Option<&'a str>,
+    ) -> MessageArrived<'a> {
+        MessageArrived {
+            event: PEER_UPDATE,
+            kind: "message",
+            recipient: &receipt.to_peer_id,
+            message_id: &receipt.message_id,
+            from: &receipt.from_peer_id,
+            from_alias,
+            sequence: receipt.sequence,
+            correlation_id: &receipt.correlation_id,
+            reply_to,
+        }
+    }
+}
+
+/// A receipt of one of this root's sent messages changed.
+#[derive(Serialize)]
+pub struct ReceiptChanged {
+    event: &'static str,
+    kind: &'static str,
+    #[serde(flatten)]
+    pub receipt: message::Receipt,
+}
+
+impl ReceiptChanged {
+    pub fn of(receipt: &crate::messaging::Receipt) -> ReceiptChanged {
+        ReceiptChanged {
+            event: PEER_UPDATE,
+            kind: "receipt",
+            receipt: receipt.clone().into(),
+        }
+    }
+}
+
+/// A background failure no caller could be told about.
+#[derive(Serialize)]
+pub struct ProblemRecorded<'a> {
+    event: &'static str,
+    kind: &'static str,
+    pub what: &'a str,
+    pub code: &'a str,
+    pub message: &'a str,
+}
+
+impl<'a> ProblemRecorded<'a> {
+    pub fn of(what: &'a str, code: &'a str, message: &'a str) -> ProblemRecorded<'a> {
+        ProblemRecorded {
+            event: PEER_UPDATE,
+            kind: "problem",
+            what,
+            code,
+            message,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messaging::{Receipt, ReceiptState};
+    use serde_json::json;
+
+    fn next(rx: &crossbeam_channel::Receiver<Value>) -> Value {
+        rx.try_recv().expect("an event")
+    }
+
+    /// The typed events are the objects the bus carried when they were built by hand.
+    #[test]
+    fn events_keep_their_shape() {
+        let bus = Bus::default();
+        let rx = bus.subscribe().unwrap();
+        let r = Receipt {
+            message_id: "m-1".into(),
+            from_peer_id: "p-a".into(),
+            to_peer_id: "p-b".into(),
+            state: ReceiptState::Consumed,
+            sequence: 3,
+            correlation_id: "m-0".into(),
+            at_ms: 7,
+            reply_message_id: None,
+            code: None,
+        };
+        bus.publish(&MessageArrived::of(&r, Some("m-0"), None));
+        assert_eq!(
+            next(&rx),
+            json!({"event": "peer_update", "kind": "message", "recipient": "p-b",
+                "messageId": "m-1", "from": "p-a", "fromAlias": null, "sequence": 3,
+                "correlationId": "m-0", "replyTo": "m-0", "busSequence": 1})
+        );
+        bus.publish(&ReceiptChanged::of(&r));
+        let mut old = serde_json::to_value(&r).unwrap();
+        let o = old.as_object_mut().unwrap();
+        o.insert("event".into(), json!("peer_update"));
+        o.insert("kind".into(), json!("receipt"));
+        o.insert("busSequence".into(), json!(2));
+        assert_eq!(next(&rx), old);
+        bus.publish(&ProblemRecorded::of("sweep", "IO", "disk full"));
+        assert_eq!(
+            next(&rx),
+            json!({"event": "peer_update", "kind": "problem", "what": "sweep", "code": "IO",
+                "message": "disk full", "busSequence": 3})
+        );
     }
 }

@@ -32,12 +32,29 @@ use crate::store::Store;
 use crate::transport::{Endpoint, LocalIdentity, Pool};
 use crossbeam_channel::{Sender, bounded};
 use parking_lot::Mutex;
-use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// What a root tells its front end once it accepts connections: who it is and where its
+/// files are.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ready {
+    /// Always `ready`.
+    pub event: &'static str,
+    pub peer_id: String,
+    pub instance_id: String,
+    pub session_id: String,
+    pub alias: String,
+    pub endpoint: String,
+    pub control: String,
+    pub presence: String,
+    pub workspace: String,
+    pub pid: u32,
+}
 
 /// How a root is started.
 #[derive(Clone, Debug, Default)]
@@ -281,19 +298,20 @@ impl Root {
     }
 
     /// The `ready` event printed by `peer host --json` once the root accepts connections.
-    pub fn ready_event(&self) -> Value {
-        json!({
-            "event": "ready",
-            "peerId": self.core.peer_id,
-            "instanceId": self.core.instance_id,
-            "sessionId": self.core.session_id,
-            "alias": self.core.alias,
-            "endpoint": self.socket.path.to_string_lossy(),
-            "control": self.control_path.to_string_lossy(),
-            "presence": self.core.publisher.path().to_string_lossy(),
-            "workspace": self.core.workspace.workspace.to_string_lossy(),
-            "pid": std::process::id(),
-        })
+    pub fn ready_event(&self) -> Ready {
+        let text = |p: &std::path::Path| p.to_string_lossy().into_owned();
+        Ready {
+            event: "ready",
+            peer_id: self.core.peer_id.clone(),
+            instance_id: self.core.instance_id.clone(),
+            session_id: self.core.session_id.clone(),
+            alias: self.core.alias.clone(),
+            endpoint: text(&self.socket.path),
+            control: text(&self.control_path),
+            presence: text(self.core.publisher.path()),
+            workspace: text(&self.core.workspace.workspace),
+            pid: std::process::id(),
+        }
     }
 
     /// Stops everything this root started and removes exactly its own files.

@@ -134,7 +134,7 @@ pub fn publish_events(core: &Core, cursor: Option<EventCursor>) -> Option<EventC
         Ok((events, next)) => {
             if cursor.is_some() {
                 for e in events {
-                    core.bus.publish(e);
+                    core.bus.publish(&e);
                 }
             }
             Some(next)

@@ -12,7 +12,6 @@ use crate::messaging::{
 use crate::protocol::message::{PeerSend, ReceiptPush};
 use crate::{clock, directory};
 use parking_lot::Mutex;
-use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -454,17 +453,8 @@ impl Core {
 
     /// Publishes the arrival event and wakes the auto handler.
     pub fn announce_arrival(&self, r: &Receipt, reply_to: Option<&str>, from_alias: Option<&str>) {
-        self.bus.publish(json!({
-            "event": "peer_update",
-            "kind": "message",
-            "recipient": r.to_peer_id,
-            "messageId": r.message_id,
-            "from": r.from_peer_id,
-            "fromAlias": from_alias,
-            "sequence": r.sequence,
-            "correlationId": r.correlation_id,
-            "replyTo": reply_to,
-        }));
+        self.bus
+            .publish(&super::events::MessageArrived::of(r, reply_to, from_alias));
         if let Some(runner) = self.auto.lock().as_ref() {
             runner.offer(super::auto::Arrival {
                 message_id: r.message_id.clone(),
@@ -538,12 +528,7 @@ impl Core {
 
     /// Publishes a receipt change on our outbox.
     pub fn announce_receipt(&self, r: &Receipt) {
-        let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
-        if let Some(o) = v.as_object_mut() {
-            o.insert("event".into(), json!("peer_update"));
-            o.insert("kind".into(), json!("receipt"));
-        }
-        self.bus.publish(v);
+        self.bus.publish(&super::events::ReceiptChanged::of(r));
     }
 
     /// One pass of the route retrier: every route with an unresolved head gets one
