@@ -145,7 +145,8 @@ impl Machine {
         });
         let compact = self.state.settled.iter().filter_map(|(k, s)| {
             let (state, expires, updated) = s.retention_view();
-            done(state, expires, updated).then(|| (k.to.peer_id.clone(), k.message_id.to_string()))
+            done(state, expires, updated)
+                .then(|| (k.to_peer_id().to_string(), k.message_id.to_string()))
         });
         let room = room - inbox.len();
         let outbox: Vec<Record> = full

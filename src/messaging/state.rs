@@ -9,7 +9,6 @@ use super::types::{
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 
 pub use crate::config::internal::ENTRY_OVERHEAD_BYTES;
 pub use crate::config::internal::RECEIPT_RESERVE_BYTES;
@@ -352,18 +351,13 @@ impl State {
         let key = self.settled_key(to, id)?;
         let (key, s) = self.settled.remove_entry(&key)?;
         let e = s.to_entry(&key);
-        self.interner.release(&s, &key.to);
+        self.interner.release(&key.route);
         Some(e)
     }
 
     /// The key of a resolved entry (the map compares ids and target peer ids only).
     fn settled_key(&self, to: &str, id: &str) -> Option<SettledKey> {
-        let probe = TargetRef {
-            peer_id: to.to_string(),
-            instance_id: String::new(),
-            run_id: None,
-        };
-        let key = SettledKey::new(id, Arc::new(probe));
+        let key = SettledKey::probe(id, to);
         self.settled.contains_key(&key).then_some(key)
     }
 
@@ -409,14 +403,7 @@ impl State {
             .range((message_id.to_string(), String::new())..)
             .take_while(move |(id, _)| id == message_id)
             .filter_map(move |(id, to)| self.outbox.get(&(to.clone(), id.clone())).cloned());
-        let from = SettledKey::new(
-            message_id,
-            Arc::new(TargetRef {
-                peer_id: String::new(),
-                instance_id: String::new(),
-                run_id: None,
-            }),
-        );
+        let from = SettledKey::probe(message_id, "");
         let settled = self
             .settled
             .range(from..)
@@ -665,8 +652,8 @@ impl State {
         });
         let settled = self.settled.iter().map(|(k, s)| {
             (
-                &*s.from_peer_id,
-                k.to.peer_id.as_str(),
+                k.route.from_peer_id.as_str(),
+                k.to_peer_id(),
                 &*k.message_id,
                 s.order(),
             )

@@ -1266,7 +1266,10 @@ fn resolved_entries_are_held_compactly_and_rebuild_exactly() {
     let mut short = base("m-short");
     short.body.content = "short body".into();
     short.content_digest = None;
-    for e in [base("m-plain"), rare, refused, short] {
+    // A receipt older than the entry (the original receipt of an adopted entry's dedup).
+    let mut older = base("m-older");
+    older.receipt.as_mut().unwrap().at_ms = NOW - 5_000;
+    for e in [base("m-plain"), rare, refused, short, older] {
         let (key, s) = Settled::from_entry(&e, &mut interner).expect("compactable");
         assert_eq!(s.to_entry(&key), e);
     }
@@ -1277,7 +1280,9 @@ fn resolved_entries_are_held_compactly_and_rebuild_exactly() {
     foreign.receipt.as_mut().unwrap().correlation_id = "other".into();
     let mut unresolved = base("m-open");
     unresolved.receipt = None;
-    for e in [upper, foreign, unresolved] {
+    let mut far = base("m-far");
+    far.expires_at_ms = NOW + 30 * 24 * 3_600_000;
+    for e in [upper, foreign, unresolved, far] {
         assert!(Settled::from_entry(&e, &mut interner).is_none());
     }
     // Through the machine: resolved entries live compactly, share their target, and read back
@@ -1321,12 +1326,9 @@ fn resolved_entries_are_held_compactly_and_rebuild_exactly() {
         reply_message_id: None,
         code: None,
     };
-    m.outbox_result("p-bob", "s3", Ok(bob_receipt), NOW).unwrap();
-    let by_id: Vec<String> = m
-        .state()
-        .outbox_by_id("s3")
-        .map(|e| e.to.peer_id)
-        .collect();
+    m.outbox_result("p-bob", "s3", Ok(bob_receipt), NOW)
+        .unwrap();
+    let by_id: Vec<String> = m.state().outbox_by_id("s3").map(|e| e.to.peer_id).collect();
     assert_eq!(by_id.len(), 2);
     assert!(by_id.contains(&"p-alice".to_string()) && by_id.contains(&"p-bob".to_string()));
     assert_eq!(m.state().outbox_by_id("s30").count(), 0);
