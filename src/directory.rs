@@ -5,8 +5,8 @@ use crate::config::{Limits, Scope};
 use crate::error::{Code, Error, Result};
 use crate::paths::Namespace;
 use crate::presence::{self, Advertisement, Entry, Liveness};
+use crate::tools::answer::PeerView;
 use crate::{clock, identity, sanitize};
-use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
 /// Where a session works, canonically: realpath, and the enclosing git work tree if any.
@@ -120,17 +120,17 @@ pub struct Target {
     pub public_key: [u8; 32],
 }
 
-/// One listed peer, with display metadata only (sanitized, no transcripts or secrets).
+/// One listed peer and the key the listing is sorted and paged by.
 #[derive(Clone, Debug)]
 pub struct Descriptor {
     pub key: String,
-    pub value: Value,
+    pub value: PeerView,
 }
 
 /// A page of descriptors and the cursor for the next one.
 #[derive(Clone, Debug)]
 pub struct Page {
-    pub peers: Vec<Value>,
+    pub peers: Vec<PeerView>,
     pub cursor: Option<String>,
 }
 
@@ -151,39 +151,45 @@ fn descriptors(entry: &Entry, viewer: &Viewer, now_ms: u64) -> Vec<Descriptor> {
         Liveness::Stale(r) => ("stale", Some(r.clone())),
         Liveness::Invalid(r) => ("invalid", Some(r.clone())),
     };
-    let common = |peer_id: Option<&str>, alias: Option<&str>, run_of: Option<&str>| {
-        json!({
-            "peerId": peer_id,
-            "alias": alias.map(|a| sanitize::line(a, 60)),
-            "runOf": run_of,
-            "sessionId": sanitize::line(&entry.session_id, 80),
-            "project": sanitize::line(&entry.project_name, 80),
-            "workspace": sanitize::line(&entry.workspace_root, 300),
-            "pid": entry.pid,
-            "mode": sanitize::line(&entry.mode, 20),
-            "status": if entry.status == "working" { "working" } else { "idle" },
-            "ageMs": age_ms,
-            "state": state,
-            "reason": reason.as_deref().map(|r| sanitize::line(r, 200)),
-            "messaging": entry.advert.as_ref().is_some_and(|a| a.degraded.is_none()) && entry.is_live(),
-            "messagingError": entry
-                .advert_error
-                .as_deref()
-                .or(entry.advert.as_ref().and_then(|a| a.degraded.as_deref()))
-                .map(|r| sanitize::line(r, 400)),
-            "self": entry.advert.as_ref().is_some_and(|a| Some(&a.instance_id) == viewer.self_instance.as_ref()),
-            "inScope": viewer.sees(entry),
-        })
+    let common = |peer_id: Option<&str>, alias: Option<&str>, run_of: Option<&str>| PeerView {
+        peer_id: peer_id.map(str::to_string),
+        alias: alias.map(|a| sanitize::line(a, 60)),
+        run_of: run_of.map(str::to_string),
+        session_id: sanitize::line(&entry.session_id, 80),
+        project: sanitize::line(&entry.project_name, 80),
+        workspace: sanitize::line(&entry.workspace_root, 300),
+        pid: entry.pid,
+        mode: sanitize::line(&entry.mode, 20),
+        status: if entry.status == "working" {
+            "working"
+        } else {
+            "idle"
+        },
+        age_ms,
+        state,
+        reason: reason.as_deref().map(|r| sanitize::line(r, 200)),
+        messaging: entry.advert.as_ref().is_some_and(|a| a.degraded.is_none()) && entry.is_live(),
+        messaging_error: entry
+            .advert_error
+            .as_deref()
+            .or(entry.advert.as_ref().and_then(|a| a.degraded.as_deref()))
+            .map(|r| sanitize::line(r, 400)),
+        is_self: entry
+            .advert
+            .as_ref()
+            .is_some_and(|a| Some(&a.instance_id) == viewer.self_instance.as_ref()),
+        in_scope: viewer.sees(entry),
+        capabilities: None,
+        scope: None,
     };
     match &entry.advert {
         Some(ad) => {
             let mut out = vec![Descriptor {
                 key: ad.peer_id.clone(),
-                value: {
-                    let mut v = common(Some(&ad.peer_id), Some(&ad.alias), None);
-                    v["capabilities"] = json!(ad.capabilities);
-                    v["scope"] = json!(ad.scope);
-                    v
+                value: PeerView {
+                    capabilities: Some(ad.capabilities.clone()),
+                    scope: Some(ad.scope.clone()),
+                    ..common(Some(&ad.peer_id), Some(&ad.alias), None)
                 },
             }];
             for run in &ad.runs {
@@ -199,17 +205,6 @@ fn descriptors(entry: &Entry, viewer: &Viewer, now_ms: u64) -> Vec<Descriptor> {
             value: common(None, None, None),
         }],
     }
-}
-
-fn matches_query(v: &Value, q: &str) -> bool {
-    let q = q.to_lowercase();
-    ["alias", "peerId", "project", "sessionId", "workspace"]
-        .iter()
-        .any(|k| {
-            v.get(*k)
-                .and_then(Value::as_str)
-                .is_some_and(|s| s.to_lowercase().contains(&q))
-        })
 }
 
 /// Lists peers visible to `viewer`, sorted by key, one bounded page after `cursor`.
@@ -238,7 +233,7 @@ pub fn list_cached(
         .filter(|d| {
             opts.query
                 .as_deref()
-                .is_none_or(|q| matches_query(&d.value, q))
+                .is_none_or(|q| d.value.matches(&q.to_lowercase()))
         })
         .filter(|d| after.as_deref().is_none_or(|a| d.key.as_str() > a))
         .collect();
@@ -309,6 +304,23 @@ fn candidates<'a>(
     out
 }
 
+/// `SCOPE_DENIED` for a target only peers outside the viewer's scope answer to, with the fix.
+fn out_of_scope_error(viewer: &Viewer, shown: &str) -> Error {
+    Error::new(
+        Code::ScopeDenied,
+        format!(
+            "{shown} is outside your {} scope ({}); to reach it, set \"scope\": \"{}\" in sessions.communication of the namespace's config.json on both sides and restart, or run both sessions in one workspace (a git work tree counts as one)",
+            viewer.scope.name(),
+            crate::sanitize::line(&viewer.ws.workspace.to_string_lossy(), 200),
+            if viewer.scope == Scope::Workspace {
+                "repository\" or \"machine"
+            } else {
+                "machine"
+            }
+        ),
+    )
+}
+
 /// Resolves `@alias`, `alias` or an exact peerId to one live target in scope, reading
 /// presence through the long-lived root's `cache`.
 /// None → `PEER_OFFLINE` (or `TARGET_ENDED` for a peerId whose record is stale, `SCOPE_DENIED`
@@ -348,19 +360,7 @@ pub fn resolve_cached(
     }
     match live.len() {
         1 => target_of(live[0].0, live[0].1),
-        0 if out_of_scope => Err(Error::new(
-            Code::ScopeDenied,
-            format!(
-                "{shown} is outside your {} scope ({}); to reach it, set \"scope\": \"{}\" in sessions.communication of the namespace's config.json on both sides and restart, or run both sessions in one workspace (a git work tree counts as one)",
-                viewer.scope.name(),
-                crate::sanitize::line(&viewer.ws.workspace.to_string_lossy(), 200),
-                if viewer.scope == Scope::Workspace {
-                    "repository\" or \"machine"
-                } else {
-                    "machine"
-                }
-            ),
-        )),
+        0 if out_of_scope => Err(out_of_scope_error(viewer, &shown)),
         0 if stale && name.starts_with("p-") => Err(Error::new(
             Code::TargetEnded,
             format!("{shown} has ended; refresh discovery and pick the current incarnation"),

@@ -64,15 +64,16 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         self_instance: std::env::var("PEER_INSTANCE_ID").ok(),
     };
     let page = directory::list(&ns, &config.limits, &viewer, &opts)?;
+    let peers: Vec<serde_json::Value> = page.peers.iter().map(|p| serde_json::json!(p)).collect();
     if ctx.json {
-        for peer in &page.peers {
+        for peer in &peers {
             super::print_json(peer)?;
         }
         if let Some(c) = &page.cursor {
             super::print_json(&serde_json::json!({"cursor": c}))?;
         }
     } else {
-        super::out::text(&table(&page.peers, page.cursor.as_deref()))?;
+        super::out::text(&table(&peers, page.cursor.as_deref()))?;
     }
     Ok(0)
 }

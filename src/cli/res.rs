@@ -129,41 +129,9 @@ fn run_wrapped(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
 
 /// `peer res SUBCOMMAND …`.
 pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
-    let mut p = lexopt::Parser::from_args(args);
-    let mut words: Vec<String> = Vec::new();
-    let mut op = serde_json::Map::new();
-    while let Some(arg) = p.next().map_err(usage)? {
-        match arg {
-            Long("capacity") => op.insert(
-                "capacity".into(),
-                json!(number::<u32>(p.value().map_err(usage)?, "--capacity")?),
-            ),
-            Long("wait") => op.insert(
-                "waitMs".into(),
-                json!(number::<u64>(p.value().map_err(usage)?, "--wait")?),
-            ),
-            Long("epoch") => op.insert(
-                "epoch".into(),
-                json!(number::<u64>(p.value().map_err(usage)?, "--epoch")?),
-            ),
-            Long("token") => op.insert(
-                "token".into(),
-                json!(number::<u64>(p.value().map_err(usage)?, "--token")?),
-            ),
-            Long("ticket") => op.insert("ticket".into(), json!(string(p.value().map_err(usage)?)?)),
-            Long("force") => op.insert("force".into(), json!(true)),
-            Long("automatic") => op.insert("automatic".into(), json!(true)),
-            Long("help") | Short('h') => {
-                out::text(RES_HELP)?;
-                return Ok(0);
-            }
-            Arg::Value(v) => {
-                words.push(string(v)?);
-                None
-            }
-            other => return Err(usage(other.unexpected())),
-        };
-    }
+    let Some((words, op)) = res_args(args)? else {
+        return Ok(0);
+    };
     let mut op = build_op(&words, op)?;
     let forced = op["op"] == "release" && op.get("force") == Some(&json!(true));
     if forced && let Some(o) = op.as_object_mut() {
@@ -206,6 +174,50 @@ pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
         Some(c) if !c.is_empty() => Code::RecoveryRequired.exit_status(),
         _ => 0,
     })
+}
+
+/// The positional words of `peer res` and its options as `coordinate` fields.
+type ResArgs = (Vec<String>, serde_json::Map<String, Value>);
+
+/// The words and options of `peer res`, the options already typed into their JSON fields;
+/// `None` after printing `--help`.
+fn res_args(args: Vec<OsString>) -> Result<Option<ResArgs>> {
+    let mut p = lexopt::Parser::from_args(args);
+    let mut words: Vec<String> = Vec::new();
+    let mut op = serde_json::Map::new();
+    while let Some(arg) = p.next().map_err(usage)? {
+        match arg {
+            Long("capacity") => op.insert(
+                "capacity".into(),
+                json!(number::<u32>(p.value().map_err(usage)?, "--capacity")?),
+            ),
+            Long("wait") => op.insert(
+                "waitMs".into(),
+                json!(number::<u64>(p.value().map_err(usage)?, "--wait")?),
+            ),
+            Long("epoch") => op.insert(
+                "epoch".into(),
+                json!(number::<u64>(p.value().map_err(usage)?, "--epoch")?),
+            ),
+            Long("token") => op.insert(
+                "token".into(),
+                json!(number::<u64>(p.value().map_err(usage)?, "--token")?),
+            ),
+            Long("ticket") => op.insert("ticket".into(), json!(string(p.value().map_err(usage)?)?)),
+            Long("force") => op.insert("force".into(), json!(true)),
+            Long("automatic") => op.insert("automatic".into(), json!(true)),
+            Long("help") | Short('h') => {
+                out::text(RES_HELP)?;
+                return Ok(None);
+            }
+            Arg::Value(v) => {
+                words.push(string(v)?);
+                None
+            }
+            other => return Err(usage(other.unexpected())),
+        };
+    }
+    Ok(Some((words, op)))
 }
 
 /// Maps positional words and collected options to a `coordinate` operation.
@@ -324,6 +336,13 @@ pub fn human_resource(r: &Value) -> String {
             ));
         }
     }
+    o.push_str(&waiting_lines(r));
+    o
+}
+
+/// The queue and launch lines of one resource's status.
+fn waiting_lines(r: &Value) -> String {
+    let mut o = String::new();
     for q in r
         .get("queue")
         .and_then(Value::as_array)

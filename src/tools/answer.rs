@@ -10,9 +10,59 @@ use serde_json::Value;
 /// `list_peers`: one page of the directory and the cursor of the next.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PeersPage {
-    /// Directory entries as the directory lists them.
-    pub peers: Vec<Value>,
+    pub peers: Vec<PeerView>,
     pub cursor: Option<String>,
+}
+
+/// One listed peer (a root or one of its runs, or a record of another program), with display
+/// metadata only: sanitized, no transcripts or secrets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerView {
+    pub peer_id: Option<String>,
+    pub alias: Option<String>,
+    /// The root whose run this is.
+    pub run_of: Option<String>,
+    pub session_id: String,
+    pub project: String,
+    pub workspace: String,
+    pub pid: i64,
+    pub mode: String,
+    /// `working` or `idle`.
+    pub status: &'static str,
+    pub age_ms: Option<u64>,
+    /// `live`, `stale` or `invalid`.
+    pub state: &'static str,
+    pub reason: Option<String>,
+    /// The peer can take messages now.
+    pub messaging: bool,
+    pub messaging_error: Option<String>,
+    /// The viewer's own root.
+    #[serde(rename = "self")]
+    pub is_self: bool,
+    pub in_scope: bool,
+    /// A root's capabilities (absent for runs and other programs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Vec<String>>,
+    /// A root's advertised scope (absent for runs and other programs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+impl PeerView {
+    /// Whether `q` (lowercase) is in the alias, peerId, project, sessionId or workspace.
+    pub fn matches(&self, q: &str) -> bool {
+        [
+            self.alias.as_deref(),
+            self.peer_id.as_deref(),
+            Some(&self.project),
+            Some(&self.session_id),
+            Some(&self.workspace),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|s| s.to_lowercase().contains(q))
+    }
 }
 
 /// `send_peer_message`: the custody receipt plus who it went to and from, under which name.

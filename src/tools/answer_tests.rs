@@ -82,13 +82,10 @@ fn a_message_page_has_the_old_keys() {
         "eventCursor": 2, "more": false});
     assert_eq!(bytes(&page), bytes(&old));
     let peers = ToolAnswer::Peers(PeersPage {
-        peers: vec![json!({"alias": "bob"})],
-        cursor: None,
+        peers: vec![],
+        cursor: Some("c".into()),
     });
-    assert_eq!(
-        bytes(&peers),
-        bytes(&json!({"peers": [{"alias": "bob"}], "cursor": null}))
-    );
+    assert_eq!(bytes(&peers), bytes(&json!({"peers": [], "cursor": "c"})));
 }
 
 #[test]
@@ -128,4 +125,48 @@ fn a_sent_view_has_the_old_keys_and_a_reason_only_when_given() {
         (v["reason"].clone(), v["error"].clone()),
         (json!("waits"), json!(null))
     );
+}
+
+#[test]
+fn a_peer_view_has_the_old_keys_and_capabilities_only_for_a_root() {
+    let run = PeerView {
+        peer_id: Some("p-r".into()),
+        alias: Some("worker".into()),
+        run_of: Some("p-a".into()),
+        session_id: "s-1".into(),
+        project: "proj".into(),
+        workspace: "/w".into(),
+        pid: 42,
+        mode: "command".into(),
+        status: "idle",
+        age_ms: Some(10),
+        state: "live",
+        reason: None,
+        messaging: true,
+        messaging_error: None,
+        is_self: false,
+        in_scope: true,
+        capabilities: None,
+        scope: None,
+    };
+    let old = json!({
+        "peerId": "p-r", "alias": "worker", "runOf": "p-a", "sessionId": "s-1",
+        "project": "proj", "workspace": "/w", "pid": 42, "mode": "command", "status": "idle",
+        "ageMs": 10, "state": "live", "reason": null, "messaging": true,
+        "messagingError": null, "self": false, "inScope": true,
+    });
+    assert_eq!(bytes(&run), bytes(&old));
+    let root = PeerView {
+        run_of: None,
+        capabilities: Some(vec!["message.send".into()]),
+        scope: Some("workspace".into()),
+        ..run.clone()
+    };
+    let mut old_root = old;
+    let o = old_root.as_object_mut().unwrap();
+    o.insert("runOf".into(), json!(null));
+    o.insert("capabilities".into(), json!(["message.send"]));
+    o.insert("scope".into(), json!("workspace"));
+    assert_eq!(bytes(&root), bytes(&old_root));
+    assert!(run.matches("work") && run.matches("proj") && !run.matches("nothing"));
 }
