@@ -132,46 +132,10 @@ impl Machine {
             })
             .take(room)
             .collect();
-        // A resolved outbox entry is the recipient's custody; after expiry + retention nothing
-        // will update it any more.
-        let done = |state: ReceiptState, expires: u64, updated: u64| {
-            let settled = state.is_final() || state == ReceiptState::Consumed || old(expires);
-            settled && old(updated)
-        };
-        let full = self.state.outbox.values().filter_map(|e| {
-            let r = e.receipt.as_ref()?;
-            done(r.state, e.expires_at_ms, e.updated_at_ms)
-                .then(|| (e.to.peer_id.clone(), e.message_id.clone()))
-        });
-        let compact = self.state.settled.iter().filter_map(|(k, s)| {
-            let (state, expires, updated) = s.retention_view();
-            done(state, expires, updated)
-                .then(|| (k.to_peer_id().to_string(), k.message_id.to_string()))
-        });
         let room = room - inbox.len();
-        let outbox: Vec<Record> = full
-            .chain(compact)
-            .map(|(to_peer_id, message_id)| Record::OutboxRemoved {
-                to_peer_id,
-                message_id,
-            })
-            .take(room)
-            .collect();
+        let outbox = self.old_outbox(now_ms, room);
         let room = room - outbox.len();
-        let over: BTreeSet<u64> = self.state.events_over_bound().take(room).collect();
-        let aged = self
-            .state
-            .events
-            .values()
-            .filter(|ev| old(ev.at_ms) && !over.contains(&ev.cursor))
-            .map(|ev| ev.cursor);
-        let events: Vec<Record> = over
-            .iter()
-            .copied()
-            .chain(aged)
-            .map(|cursor| Record::EventRemoved { cursor })
-            .take(room)
-            .collect();
+        let events = self.old_events(now_ms, room);
         let room = room - events.len();
         let pushes: Vec<Record> = self
             .state
@@ -192,5 +156,54 @@ impl Machine {
             .chain(pushes)
             .collect();
         records.extend(self.commit(all));
+    }
+
+    /// Removal records for resolved outbox entries past retention, at most `room`.
+    fn old_outbox(&self, now_ms: u64, room: usize) -> Vec<Record> {
+        let keep = self.limits.retention_ms;
+        let old = |at: u64| at.saturating_add(keep) <= now_ms;
+        // A resolved outbox entry is the recipient's custody; after expiry + retention nothing
+        // will update it any more.
+        let done = |state: ReceiptState, expires: u64, updated: u64| {
+            let settled = state.is_final() || state == ReceiptState::Consumed || old(expires);
+            settled && old(updated)
+        };
+        let full = self.state.outbox.values().filter_map(|e| {
+            let r = e.receipt.as_ref()?;
+            done(r.state, e.expires_at_ms, e.updated_at_ms)
+                .then(|| (e.to.peer_id.clone(), e.message_id.clone()))
+        });
+        let compact = self.state.settled.iter().filter_map(|(k, s)| {
+            let (state, expires, updated) = s.retention_view();
+            done(state, expires, updated)
+                .then(|| (k.to_peer_id().to_string(), k.message_id.to_string()))
+        });
+        full.chain(compact)
+            .map(|(to_peer_id, message_id)| Record::OutboxRemoved {
+                to_peer_id,
+                message_id,
+            })
+            .take(room)
+            .collect()
+    }
+
+    /// Removal records for events beyond the per-peer bound (oldest first), then events past
+    /// retention, at most `room`.
+    fn old_events(&self, now_ms: u64, room: usize) -> Vec<Record> {
+        let keep = self.limits.retention_ms;
+        let old = |at: u64| at.saturating_add(keep) <= now_ms;
+        let over: BTreeSet<u64> = self.state.events_over_bound().take(room).collect();
+        let aged = self
+            .state
+            .events
+            .values()
+            .filter(|ev| old(ev.at_ms) && !over.contains(&ev.cursor))
+            .map(|ev| ev.cursor);
+        over.iter()
+            .copied()
+            .chain(aged)
+            .map(|cursor| Record::EventRemoved { cursor })
+            .take(room)
+            .collect()
     }
 }
