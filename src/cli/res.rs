@@ -5,17 +5,19 @@
 use super::{Ctx, out};
 use crate::config::Config;
 use crate::error::{Code, Error, Result};
-use crate::resource::api::{coordinate, describe};
-use crate::resource::core::CAP_REQUEST;
+use crate::resource::api::{Request, coordinate, corrupt_file, describe};
+use crate::resource::core::{CAP_REQUEST, Op, Target};
 use crate::resource::evidence::Probe;
 use crate::resource::gate::{self, RunRequest};
+use crate::resource::model::canonical_name;
 use crate::resource::principal::{
     Principal, default_capabilities, principal_id, restrict, session_holder,
 };
 use crate::resource::store::Space;
 use crate::sanitize::line;
+use crate::tools::resource_answer::ResourceAnswer;
 use lexopt::Arg::{self, Long, Short};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::ffi::OsString;
 
 pub(crate) const RUN_HELP: &str = "\
@@ -127,60 +129,63 @@ fn run_wrapped(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     })
 }
 
-/// `peer res SUBCOMMAND …`.
-pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
+/// The options of `peer res`, collected before the subcommand's words decide which apply.
+#[derive(Debug, Default)]
+struct ResOptions {
+    capacity: Option<u32>,
+    wait_ms: u64,
+    epoch: Option<u64>,
+    token: Option<u64>,
+    ticket: Option<String>,
+    force: bool,
+    automatic: bool,
+}
+
+/// The words and options of `peer res`; `None` once `--help` was printed.
+fn res_args(args: Vec<OsString>) -> Result<Option<(Vec<String>, ResOptions)>> {
     let mut p = lexopt::Parser::from_args(args);
     let mut words: Vec<String> = Vec::new();
-    let mut op = serde_json::Map::new();
+    let mut o = ResOptions::default();
     while let Some(arg) = p.next().map_err(usage)? {
         match arg {
-            Long("capacity") => op.insert(
-                "capacity".into(),
-                json!(number::<u32>(p.value().map_err(usage)?, "--capacity")?),
-            ),
-            Long("wait") => op.insert(
-                "waitMs".into(),
-                json!(number::<u64>(p.value().map_err(usage)?, "--wait")?),
-            ),
-            Long("epoch") => op.insert(
-                "epoch".into(),
-                json!(number::<u64>(p.value().map_err(usage)?, "--epoch")?),
-            ),
-            Long("token") => op.insert(
-                "token".into(),
-                json!(number::<u64>(p.value().map_err(usage)?, "--token")?),
-            ),
-            Long("ticket") => op.insert("ticket".into(), json!(string(p.value().map_err(usage)?)?)),
-            Long("force") => op.insert("force".into(), json!(true)),
-            Long("automatic") => op.insert("automatic".into(), json!(true)),
+            Long("capacity") => o.capacity = Some(number(p.value().map_err(usage)?, "--capacity")?),
+            Long("wait") => o.wait_ms = number(p.value().map_err(usage)?, "--wait")?,
+            Long("epoch") => o.epoch = Some(number(p.value().map_err(usage)?, "--epoch")?),
+            Long("token") => o.token = Some(number(p.value().map_err(usage)?, "--token")?),
+            Long("ticket") => o.ticket = Some(string(p.value().map_err(usage)?)?),
+            Long("force") => o.force = true,
+            Long("automatic") => o.automatic = true,
             Long("help") | Short('h') => {
                 out::text(RES_HELP)?;
-                return Ok(0);
+                return Ok(None);
             }
-            Arg::Value(v) => {
-                words.push(string(v)?);
-                None
-            }
+            Arg::Value(v) => words.push(string(v)?),
             other => return Err(usage(other.unexpected())),
-        };
+        }
     }
-    let mut op = build_op(&words, op)?;
-    let forced = op["op"] == "release" && op.get("force") == Some(&json!(true));
-    if forced && let Some(o) = op.as_object_mut() {
-        o.remove("force");
-        o.insert("override".into(), json!(true));
-    }
+    Ok(Some((words, o)))
+}
+
+/// `peer res SUBCOMMAND …`.
+pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
+    let Some((words, options)) = res_args(args)? else {
+        return Ok(0);
+    };
+    let request = build_request(&words, options)?;
+    let forced = matches!(request.op, Op::Override { .. });
     let home = ctx.home()?;
     let cfg = Config::load(&home)?;
     let principal = cli_principal(ctx.as_alias.as_deref(), &cfg);
     let probe = Probe::new();
-    let kind = op["op"].as_str().unwrap_or("");
-    let evidence = match kind {
-        "request" => session_holder(&probe, "peer res request", enclosing_root_pid)?,
-        "set_controller" => session_holder(&probe, "peer res set-controller", enclosing_root_pid)?,
+    let evidence = match request.op {
+        Op::Request { .. } => session_holder(&probe, "peer res request", enclosing_root_pid)?,
+        Op::SetController { .. } => {
+            session_holder(&probe, "peer res set-controller", enclosing_root_pid)?
+        }
         _ => probe.own()?,
     };
-    let outcome = coordinate(&home, &cfg, &principal, op, evidence)?;
+    let answer = coordinate(&home, &cfg, &principal, request, evidence, &|| false)?;
+    let outcome = encode(&answer)?;
     if forced {
         // The durable record is the resource journal's released_by_override event; this line
         // is for whoever watches the operator's terminal or logs.
@@ -198,28 +203,30 @@ pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
         out::text(&human_outcome(&outcome))?;
     }
     // `status` of everything shows the healthy resources and names the unreadable files.
-    let corrupt = outcome.get("corrupt").and_then(Value::as_array);
-    for c in corrupt.into_iter().flatten() {
-        out::err_line(&format!("peer: {}: {}", s(c, "code"), s(c, "message")));
+    let corrupt = match &answer {
+        ResourceAnswer::All(all) => all.corrupt.as_slice(),
+        _ => &[],
+    };
+    for c in corrupt {
+        out::err_line(&format!("peer: {}: {}", c.code, line(&c.message, 120)));
     }
-    Ok(match corrupt {
-        Some(c) if !c.is_empty() => Code::RecoveryRequired.exit_status(),
-        _ => 0,
+    Ok(if corrupt.is_empty() {
+        0
+    } else {
+        Code::RecoveryRequired.exit_status()
     })
 }
 
-/// Maps positional words and collected options to a `coordinate` operation.
-fn build_op(words: &[String], mut op: serde_json::Map<String, Value>) -> Result<Value> {
+/// Maps positional words and collected options to a typed coordination request, checked the
+/// way the tool's arguments are: a bad resource name before a release's contradictory target.
+fn build_request(words: &[String], o: ResOptions) -> Result<Request> {
     let (sub, rest) = words
         .split_first()
         .ok_or_else(|| usage("peer res needs a subcommand"))?;
-    let (kind, want) = match sub.as_str() {
-        "status" => ("status", 0..=1),
-        "request" => ("request", 1..=1),
-        "grant" => ("grant", 2..=2),
-        "release" => ("release", 1..=1),
-        "cancel" => ("cancel_request", 2..=2),
-        "set-controller" => ("set_controller", 1..=1),
+    let want = match sub.as_str() {
+        "status" => 0..=1,
+        "request" | "release" | "set-controller" => 1..=1,
+        "grant" | "cancel" => 2..=2,
         other => {
             return Err(usage(format!(
                 "unknown res subcommand {:?}",
@@ -233,14 +240,61 @@ fn build_op(words: &[String], mut op: serde_json::Map<String, Value>) -> Result<
             want.end()
         )));
     }
-    op.insert("op".into(), json!(kind));
-    if let Some(name) = rest.first() {
-        op.insert("resource".into(), json!(name));
-    }
-    if let Some(ticket) = rest.get(1) {
-        op.insert("ticket".into(), json!(ticket));
-    }
-    Ok(Value::Object(op))
+    let resource = rest.first().map(|r| canonical_name(r)).transpose()?;
+    // A ticket named by position wins over `--ticket`.
+    let ticket = rest.get(1).cloned().or(o.ticket);
+    let op = match sub.as_str() {
+        "status" => Op::Status,
+        "request" => Op::Request {
+            capacity: o.capacity,
+            epoch: o.epoch,
+        },
+        "grant" => Op::Grant {
+            ticket: ticket.unwrap_or_default(),
+            epoch: o.epoch,
+        },
+        "release" => release_op(ticket, o.token, o.force)?,
+        "cancel" => Op::Cancel {
+            ticket: ticket.unwrap_or_default(),
+        },
+        _ => Op::SetController {
+            capacity: o.capacity,
+            force: o.force,
+            automatic: o.automatic,
+            ledger: Vec::new(),
+        },
+    };
+    Ok(Request {
+        resource,
+        op,
+        wait_ms: o.wait_ms,
+    })
+}
+
+/// `release`: of a ticket, a token or the caller's own grant; `--force` (with a ticket or a
+/// token) is the operator's override for any holder.
+fn release_op(ticket: Option<String>, token: Option<u64>, force: bool) -> Result<Op> {
+    let target = match (ticket, token) {
+        (Some(t), None) => Target::Ticket(t),
+        (None, Some(n)) => Target::Token(n),
+        (None, None) => Target::Mine,
+        (Some(_), Some(_)) => {
+            return Err(Error::new(
+                Code::Usage,
+                "release names a ticket or a token, not both",
+            ));
+        }
+    };
+    Ok(if force {
+        Op::Override { target }
+    } else {
+        Op::Release { target }
+    })
+}
+
+/// A typed resource answer as the JSON object `--json` prints and the human renderers read.
+fn encode<T: serde::Serialize>(answer: &T) -> Result<Value> {
+    serde_json::to_value(answer).map_err(|e| Error::new(Code::Io, e.to_string()))
 }
 
 fn s(v: &Value, key: &str) -> String {
@@ -390,7 +444,7 @@ pub fn peer_res(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
         out::line("no resources")?;
     }
     for st in &states {
-        let v = describe(st, &probe, &launches, now);
+        let v = encode(&describe(st, &probe, &launches, now))?;
         if json_out {
             out::json(&v)?;
         } else {
@@ -405,7 +459,7 @@ pub fn peer_res(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
 fn report_skipped(skipped: &[crate::resource::store::Skipped], json_out: bool) -> Result<i32> {
     for sk in skipped {
         if json_out {
-            out::json(&crate::resource::api::skipped_json(sk))?;
+            out::json(&encode(&corrupt_file(sk))?)?;
         } else {
             out::line(&format!(
                 "corrupt  {}  {}",
@@ -504,3 +558,7 @@ fn run_capabilities(
         .filter_map(|c| c.as_str().map(str::to_string))
         .collect())
 }
+
+#[cfg(test)]
+#[path = "res_tests.rs"]
+mod tests;
