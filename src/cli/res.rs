@@ -15,7 +15,7 @@ use crate::resource::principal::{
 };
 use crate::resource::store::Space;
 use crate::sanitize::line;
-use crate::tools::resource_answer::ResourceAnswer;
+use crate::tools::resource_answer::{ResourceAnswer, ResourceView, TicketAnswer, TicketState};
 use lexopt::Arg::{self, Long, Short};
 use serde_json::Value;
 use std::ffi::OsString;
@@ -185,22 +185,21 @@ pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
         _ => probe.own()?,
     };
     let answer = coordinate(&home, &cfg, &principal, request, evidence, &|| false)?;
-    let outcome = encode(&answer)?;
-    if forced {
+    if let (true, ResourceAnswer::Ticket(t)) = (forced, &answer) {
         // The durable record is the resource journal's released_by_override event; this line
         // is for whoever watches the operator's terminal or logs.
         out::err_line(&format!(
             "peer: override: {} released ticket {} (token {}) of {} regardless of its holder",
             line(&principal.id, 120),
-            s(&outcome, "ticket"),
-            s(&outcome, "token"),
-            s(&outcome, "resource"),
+            line(&t.ticket, 120),
+            num(t.token),
+            line(&t.resource, 120),
         ));
     }
     if ctx.json {
-        out::json(&outcome)?;
+        out::json(&encode(&answer)?)?;
     } else {
-        out::text(&human_outcome(&outcome))?;
+        out::text(&human_outcome(&answer))?;
     }
     // `status` of everything shows the healthy resources and names the unreadable files.
     let corrupt = match &answer {
@@ -297,41 +296,49 @@ fn encode<T: serde::Serialize>(answer: &T) -> Result<Value> {
     serde_json::to_value(answer).map_err(|e| Error::new(Code::Io, e.to_string()))
 }
 
-fn s(v: &Value, key: &str) -> String {
-    match v.get(key) {
-        Some(Value::String(x)) => line(x, 120),
-        Some(Value::Null) | None => "-".into(),
-        Some(other) => line(&other.to_string(), 120),
-    }
+/// A number, or `-` for an absent one.
+fn num<T: std::fmt::Display>(n: Option<T>) -> String {
+    n.map_or_else(|| "-".into(), |n| n.to_string())
 }
 
-fn human_outcome(out: &Value) -> String {
-    if let Some(all) = out.get("resources").and_then(Value::as_array) {
-        if all.is_empty() {
-            return "no resources\n".into();
+/// The human lines of one answer of `peer res`.
+fn human_outcome(answer: &ResourceAnswer) -> String {
+    let resources = match answer {
+        ResourceAnswer::All(all) => &all.resources,
+        ResourceAnswer::One(one) => &one.resources,
+        ResourceAnswer::Ticket(a) => return human_ticket(a),
+        ResourceAnswer::Policy(p) => {
+            return format!(
+                "{}: policy epoch {}, capacity {}\n",
+                line(&p.resource, 120),
+                p.epoch,
+                p.capacity
+            );
         }
-        return all.iter().map(human_resource).collect();
+    };
+    if resources.is_empty() {
+        return "no resources\n".into();
     }
-    let (r, t) = (s(out, "resource"), s(out, "ticket"));
-    match out.get("state").and_then(Value::as_str) {
-        Some("granted") => format!(
+    resources.iter().map(human_resource).collect()
+}
+
+fn human_ticket(a: &TicketAnswer) -> String {
+    let (r, t) = (line(&a.resource, 120), line(&a.ticket, 120));
+    match a.state {
+        TicketState::Granted => format!(
             "{t} granted on {r} (token {}, epoch {})\n",
-            s(out, "token"),
-            s(out, "epoch")
+            num(a.token),
+            num(a.epoch)
         ),
-        Some("queued") => format!("{t} queued on {r} at position {}\n", s(out, "position")),
-        Some("released") => format!("{t} released on {r} (token {})\n", s(out, "token")),
-        Some("cancelled") => format!("{t} cancelled on {r}\n"),
-        _ => format!(
-            "{r}: policy epoch {}, capacity {}\n",
-            s(out, "epoch"),
-            s(out, "capacity")
-        ),
+        TicketState::Queued => format!("{t} queued on {r} at position {}\n", num(a.position)),
+        TicketState::Released => format!("{t} released on {r} (token {})\n", num(a.token)),
+        TicketState::Cancelled => format!("{t} cancelled on {r}\n"),
+        // A gate's own admission; no command of `peer res` answers it.
+        TicketState::Admitted => format!("{r}: policy epoch {}, capacity -\n", num(a.epoch)),
     }
 }
 
-fn age(v: &Value) -> String {
-    let ms = v.get("ageMs").and_then(Value::as_u64).unwrap_or(0);
+fn age(ms: u64) -> String {
     if ms < 60_000 {
         format!("{:.1}s", ms as f64 / 1000.0)
     } else {
@@ -339,74 +346,60 @@ fn age(v: &Value) -> String {
     }
 }
 
-/// The human table of one `describe` object.
-pub fn human_resource(r: &Value) -> String {
+/// The human table of one resource.
+pub fn human_resource(r: &ResourceView) -> String {
     let mut o = format!(
         "{}  {}  epoch {}  capacity {}  sequence {}\n",
-        s(r, "resource"),
-        s(r, "policy"),
-        s(r, "epoch"),
-        s(r, "capacity"),
-        s(r, "sequence")
+        line(&r.resource, 120),
+        r.policy,
+        r.epoch,
+        r.capacity,
+        r.sequence
     );
-    match r.get("controller").filter(|c| !c.is_null()) {
+    match &r.controller {
         Some(c) => o.push_str(&format!(
             "  controller  {} ({})  pid {}  {}\n",
-            s(c, "display"),
-            s(c, "principal"),
-            s(c, "pid"),
-            s(c, "life")
+            line(&c.display, 120),
+            line(&c.principal, 120),
+            c.pid,
+            c.life
         )),
         None => o.push_str("  controller  none\n"),
     }
-    for (title, key) in [("holder", "holders"), ("blocker", "blockers")] {
-        for h in r.get(key).and_then(Value::as_array).into_iter().flatten() {
-            let used = if h.get("admitted").and_then(Value::as_bool) == Some(true) {
-                "running"
-            } else {
-                "granted"
-            };
+    for (title, list) in [("holder", &r.holders), ("blocker", &r.blockers)] {
+        for h in list {
+            let used = if h.admitted { "running" } else { "granted" };
             o.push_str(&format!(
                 "  {title:<10}  {}  token {}  {}  pid {}  {}  {used}  epoch {}  {}\n",
-                s(h, "ticket"),
-                s(h, "token"),
-                s(h, "display"),
-                s(h, "pid"),
-                s(h, "life"),
-                s(h, "epoch"),
-                age(h)
+                line(&h.ticket, 120),
+                h.token,
+                line(&h.display, 120),
+                h.pid,
+                h.life,
+                h.epoch,
+                age(h.age_ms)
             ));
         }
     }
-    for q in r
-        .get("queue")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for q in &r.queue {
         o.push_str(&format!(
             "  queue {:<4}  {}  {}  pid {}  waiting {}\n",
-            s(q, "position"),
-            s(q, "ticket"),
-            s(q, "display"),
-            s(q, "pid"),
-            age(q)
+            q.position.to_string(),
+            line(&q.ticket, 120),
+            line(&q.display, 120),
+            q.pid,
+            age(q.age_ms)
         ));
     }
-    for l in r
-        .get("launches")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for l in &r.launches {
         o.push_str(&format!(
             "  launch      {}  token {}  {}  gate {}  child {}  {}\n",
-            s(l, "ticket"),
-            s(l, "token"),
-            s(l, "command"),
-            s(l, "gatePid"),
-            s(l, "childPid"),
-            age(l)
+            line(&l.ticket, 120),
+            l.token,
+            line(&l.command, 120),
+            l.gate_pid,
+            num(l.child_pid),
+            age(l.age_ms)
         ));
     }
     o
@@ -444,11 +437,11 @@ pub fn peer_res(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
         out::line("no resources")?;
     }
     for st in &states {
-        let v = encode(&describe(st, &probe, &launches, now))?;
+        let view = describe(st, &probe, &launches, now);
         if json_out {
-            out::json(&v)?;
+            out::json(&encode(&view)?)?;
         } else {
-            out::text(&human_resource(&v))?;
+            out::text(&human_resource(&view))?;
         }
     }
     report_skipped(&skipped, json_out)
