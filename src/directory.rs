@@ -304,6 +304,23 @@ fn candidates<'a>(
     out
 }
 
+/// `SCOPE_DENIED` for a target only peers outside the viewer's scope answer to, with the fix.
+fn out_of_scope_error(viewer: &Viewer, shown: &str) -> Error {
+    Error::new(
+        Code::ScopeDenied,
+        format!(
+            "{shown} is outside your {} scope ({}); to reach it, set \"scope\": \"{}\" in sessions.communication of the namespace's config.json on both sides and restart, or run both sessions in one workspace (a git work tree counts as one)",
+            viewer.scope.name(),
+            crate::sanitize::line(&viewer.ws.workspace.to_string_lossy(), 200),
+            if viewer.scope == Scope::Workspace {
+                "repository\" or \"machine"
+            } else {
+                "machine"
+            }
+        ),
+    )
+}
+
 /// Resolves `@alias`, `alias` or an exact peerId to one live target in scope, reading
 /// presence through the long-lived root's `cache`.
 /// None → `PEER_OFFLINE` (or `TARGET_ENDED` for a peerId whose record is stale, `SCOPE_DENIED`
@@ -343,19 +360,7 @@ pub fn resolve_cached(
     }
     match live.len() {
         1 => target_of(live[0].0, live[0].1),
-        0 if out_of_scope => Err(Error::new(
-            Code::ScopeDenied,
-            format!(
-                "{shown} is outside your {} scope ({}); to reach it, set \"scope\": \"{}\" in sessions.communication of the namespace's config.json on both sides and restart, or run both sessions in one workspace (a git work tree counts as one)",
-                viewer.scope.name(),
-                crate::sanitize::line(&viewer.ws.workspace.to_string_lossy(), 200),
-                if viewer.scope == Scope::Workspace {
-                    "repository\" or \"machine"
-                } else {
-                    "machine"
-                }
-            ),
-        )),
+        0 if out_of_scope => Err(out_of_scope_error(viewer, &shown)),
         0 if stale && name.starts_with("p-") => Err(Error::new(
             Code::TargetEnded,
             format!("{shown} has ended; refresh discovery and pick the current incarnation"),

@@ -483,19 +483,7 @@ pub fn recommend_here(
     req: &recommend::Request,
 ) -> std::result::Result<Value, ApiError> {
     let me = cfg.caller_name.as_str();
-    if cfg.peers.is_empty() {
-        return Err(no_recommendation("you have no friends to recommend"));
-    }
-    let names: Vec<String> = cfg.peers.iter().map(|f| f.name.clone()).collect();
-    let candidates: Vec<&Friend> = recommend::candidates(&names, req, me)
-        .iter()
-        .filter_map(|n| cfg.friend(n))
-        .collect();
-    if candidates.is_empty() {
-        return Err(no_recommendation(
-            "no friend is left to recommend (all were already visited)",
-        ));
-    }
+    let candidates = candidates_of(cfg, req)?;
     let deadline = Instant::now() + Duration::from_millis(node_budget_ms(req.max_hops));
     let known = known_of(
         &candidates,
@@ -507,16 +495,6 @@ pub fn recommend_here(
     // Below this much time a fetch is not started: the answer would come too late anyway.
     let enough = |ms: u64| ms >= 100;
     let mut tried: Vec<String> = Vec::new();
-    let answer = |card_str: String, c: &Card, via: Vec<String>| {
-        let mut m = Map::new();
-        m.insert("ok".into(), json!(true));
-        m.insert("from".into(), json!(c.name));
-        m.insert("card".into(), json!(card_str));
-        if !via.is_empty() {
-            m.insert("via".into(), json!(via));
-        }
-        Value::Object(m)
-    };
     let mut errors: Vec<String> = Vec::new();
     for name in &plan.direct {
         let Some(f) = cfg.friend(name) else { continue };
@@ -526,7 +504,7 @@ pub fn recommend_here(
         }
         tried.push(name.clone());
         match fetch_card(f, t, now) {
-            Ok((s, c)) => return Ok(answer(s, &c, recommend::via(me, req, None))),
+            Ok((s, c)) => return Ok(recommendation(s, &c, recommend::via(me, req, None))),
             Err(e) => errors.push(format!("{name}: {e}")),
         }
     }
@@ -538,7 +516,7 @@ pub fn recommend_here(
         }
         match forward(cfg, key, f, req, t) {
             Ok((s, c, child)) => {
-                return Ok(answer(s, &c, recommend::via(me, req, Some(&child))));
+                return Ok(recommendation(s, &c, recommend::via(me, req, Some(&child))));
             }
             Err(e) => errors.push(format!("{name} (forwarded): {e}")),
         }
@@ -551,7 +529,7 @@ pub fn recommend_here(
             break;
         }
         match fetch_card(f, t, now) {
-            Ok((s, c)) => return Ok(answer(s, &c, recommend::via(me, req, None))),
+            Ok((s, c)) => return Ok(recommendation(s, &c, recommend::via(me, req, None))),
             Err(e) => errors.push(format!("{name}: {e}")),
         }
     }
@@ -559,6 +537,39 @@ pub fn recommend_here(
         "no reachable friend to recommend ({})",
         errors.join("; ")
     )))
+}
+
+/// The friends a `/recommend` may name: every friend but the ones already visited.
+fn candidates_of<'a>(
+    cfg: &'a AskConfig,
+    req: &recommend::Request,
+) -> std::result::Result<Vec<&'a Friend>, ApiError> {
+    if cfg.peers.is_empty() {
+        return Err(no_recommendation("you have no friends to recommend"));
+    }
+    let names: Vec<String> = cfg.peers.iter().map(|f| f.name.clone()).collect();
+    let candidates: Vec<&Friend> = recommend::candidates(&names, req, &cfg.caller_name)
+        .iter()
+        .filter_map(|n| cfg.friend(n))
+        .collect();
+    if candidates.is_empty() {
+        return Err(no_recommendation(
+            "no friend is left to recommend (all were already visited)",
+        ));
+    }
+    Ok(candidates)
+}
+
+/// A `/recommend` answer: `{ok, from, card, via?}`.
+fn recommendation(card_str: String, c: &Card, via: Vec<String>) -> Value {
+    let mut m = Map::new();
+    m.insert("ok".into(), json!(true));
+    m.insert("from".into(), json!(c.name));
+    m.insert("card".into(), json!(card_str));
+    if !via.is_empty() {
+        m.insert("via".into(), json!(via));
+    }
+    Value::Object(m)
 }
 
 /// What each candidate is known to know: the roster's fresh advert, else one fetched now.

@@ -1,11 +1,12 @@
 //! Phase 2 of `peer bench`: end-to-end figures between real `peer host` processes in a fresh
-//! namespace — warm durable accept, cold CLI send, long-poll inbox latency, throughput with
-//! concurrent senders, the receiver's process counters — auditing the receiver's inbox for
-//! lost and duplicate messages after every phase.
+//! namespace — warm durable accept, cold CLI send, long-poll inbox latency, sends through a real
+//! `peer mcp` beside MCP pings, throughput with concurrent senders and the CPU it costs, the
+//! receiver's process counters — auditing the receiver's inbox for lost and duplicate messages
+//! after every phase.
 
 use super::adapter::{self, Adapter, Audit};
 use super::hosts::{self, Host, HostPlan};
-use super::machine::{self, ProcCounters};
+use super::machine::{self, CpuMark, ProcCounters};
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use serde_json::{Value, json};
@@ -24,6 +25,9 @@ const PROBE_MS: u64 = 20_000;
 const SAMPLE_MS: u64 = 20;
 /// Settling time before the idle counters are read, in milliseconds.
 const SETTLE_MS: u64 = 200;
+/// Polls of a sender's sync count, `SETTLE_STEP_MS` apart, until it stops moving.
+const SETTLE_TRIES: usize = 20;
+const SETTLE_STEP_MS: u64 = 5;
 /// Failure messages kept for the report.
 const FAILURES_KEPT: usize = 10;
 
@@ -34,6 +38,10 @@ pub struct Plan {
     pub warm: usize,
     pub cold: usize,
     pub probes: usize,
+    /// Sends through `peer mcp`, and as many MCP pings.
+    pub mcp: usize,
+    /// Single sends on a settled pair of roots whose fdatasyncs are counted one by one.
+    pub sync_probes: usize,
     /// Warm sends repeated at the end, with every sender process still live.
     pub crowded: usize,
     /// (concurrent senders, messages per sender) for each throughput run.
@@ -53,6 +61,8 @@ impl Plan {
             warm: n,
             cold: (n / 20).clamp(3, 50),
             probes: (n / 2).max(3),
+            mcp: n,
+            sync_probes: (n / 20).clamp(5, 50),
             crowded: (n / 4).clamp(3, 250),
             throughput: senders
                 .iter()
@@ -71,6 +81,9 @@ impl Plan {
             + self.warm
             + self.cold
             + self.probes
+            + self.warmup
+            + self.mcp
+            + self.sync_probes
             + self.crowded
             + self.throughput.iter().map(|(k, m)| k * m).sum::<usize>()
             + self.history.0
@@ -109,6 +122,10 @@ pub struct Throughput {
     pub latency: Vec<f64>,
     /// Live `peer host` processes during the run.
     pub peers: usize,
+    /// CPU microseconds (user + system) per accepted message of the sender roots together
+    /// and of the receiver, over the run.
+    pub sender_cpu_us: f64,
+    pub receiver_cpu_us: f64,
 }
 
 /// CPU cost per message of one fresh sender, early and after a long history.
@@ -159,6 +176,12 @@ pub struct Outcome {
     pub crowd: usize,
     pub cold: Vec<f64>,
     pub inbox: Vec<f64>,
+    /// Per single send on settled roots: fdatasyncs the sender and receiver completed between
+    /// the send's start and its return (an upper bound on those it waited for).
+    pub critical_syncs: Vec<f64>,
+    /// `send_peer_message` through `peer mcp`, and MCP pings through the same process.
+    pub mcp_send: Vec<f64>,
+    pub mcp_ping: Vec<f64>,
     pub throughput: Vec<Throughput>,
     pub history: Option<History>,
     pub idle: Option<Idle>,
@@ -344,10 +367,14 @@ impl Run<'_> {
         self.out.peers_first = 1 + self.tx.len();
         let r = self.warm(plan);
         self.after("warm", r);
+        let r = self.sync_probes(plan.sync_probes);
+        self.after("syncProbes", r);
         let r = self.cold(plan.cold);
         self.after("cold", r);
         let r = self.inbox(plan.probes);
         self.after("inbox", r);
+        let r = self.mcp(plan.warmup, plan.mcp);
+        self.after("mcp", r);
         for &(k, m) in &plan.throughput {
             let r = self.grow(k).and_then(|()| self.throughput(k, m));
             self.after(&format!("throughput{k}"), r);
@@ -488,6 +515,31 @@ impl Run<'_> {
         }
     }
 
+    /// Sends `n` messages one at a time, each once the sender's sync count has stopped moving,
+    /// and counts the fdatasyncs both roots completed before the send returned. Syncs the
+    /// sender starts without waiting for (a receipt record) only count when they finish
+    /// first, so each count is an upper bound on the syncs on the send's critical path.
+    fn sync_probes(&mut self, n: usize) -> Result<()> {
+        for i in 0..n {
+            let mut before = self.a1.syncs()?;
+            for _ in 0..SETTLE_TRIES {
+                std::thread::sleep(Duration::from_millis(SETTLE_STEP_MS));
+                let now = self.a1.syncs()?;
+                if now == before {
+                    break;
+                }
+                before = now;
+            }
+            let r0 = self.b.syncs()?;
+            self.send_one("syncs", i)?;
+            let s1 = self.a1.syncs()?;
+            let r1 = self.b.syncs()?;
+            let counted = s1.saturating_sub(before) + r1.saturating_sub(r0);
+            self.out.critical_syncs.push(counted as f64);
+        }
+        Ok(())
+    }
+
     fn warm(&mut self, plan: &Plan) -> Result<()> {
         let mut counted = None;
         for i in 0..plan.warmup + plan.warm {
@@ -505,6 +557,28 @@ impl Run<'_> {
                 .fsyncs
                 .push(("warm".into(), plan.warm, s1 - s0, r1 - r0));
         }
+        Ok(())
+    }
+
+    /// `warmup` then `n` sends through a fresh `peer mcp`, each after one MCP ping.
+    fn mcp(&mut self, warmup: usize, n: usize) -> Result<()> {
+        let [home, ws, logs] = layout(&self.dir);
+        let mut client = super::mcp::McpClient::start(self.exe, &home, &ws, &logs, "bench-mcp")?;
+        let to = self.rx.peer_id.clone();
+        for i in 0..warmup + n {
+            let t = Instant::now();
+            client.ping()?;
+            let ping = micros_since(t);
+            let t = Instant::now();
+            let id = client.send(&to, &body("mcp", i))?;
+            let send = micros_since(t);
+            self.accepted.push(id);
+            if i >= warmup {
+                self.out.mcp_ping.push(ping);
+                self.out.mcp_send.push(send);
+            }
+        }
+        client.stop();
         Ok(())
     }
 
@@ -629,33 +703,16 @@ impl Run<'_> {
         let threads: Vec<_> = adapters
             .into_iter()
             .enumerate()
-            .map(|(s, mut a)| {
-                let (barrier, to) = (barrier.clone(), to.clone());
+            .map(|(s, a)| {
                 let label = format!("tp{k}-s{s}");
                 let prefix = format!("bench-{}-{label}-", self.tag);
-                std::thread::spawn(move || {
-                    let (mut lat, mut ids) = (Vec::with_capacity(m), Vec::with_capacity(m));
-                    barrier.wait();
-                    for j in 0..m {
-                        let id = format!("{prefix}{j}");
-                        let t = Instant::now();
-                        match a.send(&to, &body(&label, j), &id) {
-                            Ok(()) => {
-                                lat.push(micros_since(t));
-                                ids.push(id);
-                            }
-                            // One failure ends this sender; the others go on.
-                            Err(e) => {
-                                let e = Error::new(e.code, format!("message {id}: {}", e.message));
-                                let syncs = a.syncs().unwrap_or(0);
-                                return (lat, ids, Some((id, e)), syncs);
-                            }
-                        }
-                    }
-                    let syncs = a.syncs().unwrap_or(0);
-                    (lat, ids, None, syncs)
-                })
+                let (barrier, to) = (barrier.clone(), to.clone());
+                std::thread::spawn(move || send_run(a, &barrier, &to, &label, &prefix, m))
             })
+            .collect();
+        let cpu: Vec<CpuMark> = std::iter::once(self.rx.pid)
+            .chain(self.tx.iter().take(k).map(|h| h.pid))
+            .map(CpuMark::now)
             .collect();
         barrier.wait();
         let start = Instant::now();
@@ -665,16 +722,18 @@ impl Run<'_> {
             seconds: 0.0,
             latency: Vec::new(),
             peers: 1 + self.tx.len(),
+            sender_cpu_us: f64::NAN,
+            receiver_cpu_us: f64::NAN,
         };
         let mut sender_after = 0;
         for t in threads {
             match t.join() {
-                Ok((lat, ids, err, syncs)) => {
-                    sender_after += syncs;
-                    run.latency.extend(lat);
-                    run.messages += ids.len();
-                    self.accepted.extend(ids);
-                    if let Some((id, e)) = err {
+                Ok(sent) => {
+                    sender_after += sent.syncs;
+                    run.latency.extend(sent.latency);
+                    run.messages += sent.ids.len();
+                    self.accepted.extend(sent.ids);
+                    if let Some((id, e)) = sent.failed {
                         self.failed.push(id);
                         self.out.fail(&e);
                     }
@@ -685,6 +744,10 @@ impl Run<'_> {
             }
         }
         run.seconds = start.elapsed().as_secs_f64();
+        let used: Vec<f64> = cpu.iter().map(CpuMark::used_us).collect();
+        let per = |us: f64| us / run.messages.max(1) as f64;
+        run.receiver_cpu_us = per(used.first().copied().unwrap_or(f64::NAN));
+        run.sender_cpu_us = per(used.iter().skip(1).sum());
         let receiver_after = self.b.syncs()?;
         self.out.fsyncs.push((
             format!("throughput{k}"),
@@ -695,6 +758,51 @@ impl Run<'_> {
         self.out.throughput.push(run);
         Ok(())
     }
+}
+
+/// What one sender thread of a throughput run did.
+struct SendRun {
+    latency: Vec<f64>,
+    ids: Vec<String>,
+    /// The send that failed (one failure ends this sender; the others go on).
+    failed: Option<(String, Error)>,
+    /// The sender root's journal fdatasyncs at the end.
+    syncs: u64,
+}
+
+/// One sender of a throughput run: waits at `barrier`, then sends `m` messages to `to`.
+fn send_run(
+    mut a: Adapter,
+    barrier: &std::sync::Barrier,
+    to: &str,
+    label: &str,
+    prefix: &str,
+    m: usize,
+) -> SendRun {
+    let mut run = SendRun {
+        latency: Vec::with_capacity(m),
+        ids: Vec::with_capacity(m),
+        failed: None,
+        syncs: 0,
+    };
+    barrier.wait();
+    for j in 0..m {
+        let id = format!("{prefix}{j}");
+        let t = Instant::now();
+        match a.send(to, &body(label, j), &id) {
+            Ok(()) => {
+                run.latency.push(micros_since(t));
+                run.ids.push(id);
+            }
+            Err(e) => {
+                let e = Error::new(e.code, format!("message {id}: {}", e.message));
+                run.failed = Some((id, e));
+                break;
+            }
+        }
+    }
+    run.syncs = a.syncs().unwrap_or(0);
+    run
 }
 
 /// The last line of `stdout` that parses as a JSON object.
@@ -729,7 +837,11 @@ mod tests {
         assert_eq!(p.throughput, vec![(1, 80), (8, 10), (64, 2)]);
         assert_eq!(p.crowded, 5);
         assert_eq!(p.history, (100, 1000));
-        assert_eq!(p.total(), 3 + 20 + 3 + 10 + 5 + 80 + 80 + 128 + 100 + 1000);
+        assert_eq!((p.mcp, p.sync_probes), (20, 5));
+        assert_eq!(
+            p.total(),
+            3 + 20 + 3 + 10 + 3 + 20 + 5 + 5 + 80 + 80 + 128 + 100 + 1000
+        );
         assert_eq!(Plan::new(1000, &[1]).history, (2500, 25_000));
         assert_eq!(p.senders_max(), 64);
         let o = p.overrides();

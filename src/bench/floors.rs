@@ -1,6 +1,7 @@
 //! Phase 1 of `peer bench`: the physical floors measured in-process in the same run (Unix
 //! socket round trip, append + fdatasync, atomic replace, no-op spawn, Ed25519 sign and
-//! verify_strict), so that every peerwire figure can be reported as a ratio to them.
+//! verify_strict, and the group-commit ceiling: durable commits per second of one journal with
+//! N concurrent writers), so that every peerwire figure can be reported as a ratio to them.
 
 use super::stats::Summary;
 use crate::error::{Code, Error, Result};
@@ -20,7 +21,7 @@ const RECORD_BYTES: usize = 4096;
 const SIGNED_BYTES: usize = 200;
 
 /// How many samples each floor takes (after its warm-up).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct FloorSizes {
     pub trips: usize,
     pub trips_warmup: usize,
@@ -28,10 +29,14 @@ pub struct FloorSizes {
     pub replaces: usize,
     pub spawns: usize,
     pub signatures: usize,
+    /// Records committed in each group-commit measurement (spread over its writers).
+    pub group_records: usize,
+    /// The writer counts to measure the group-commit ceiling for (the throughput runs').
+    pub writers: Vec<usize>,
 }
 
 impl FloorSizes {
-    pub fn new(quick: bool) -> FloorSizes {
+    pub fn new(quick: bool, writers: &[usize]) -> FloorSizes {
         let d = if quick { 20 } else { 1 };
         FloorSizes {
             trips: 10_000 / d,
@@ -41,12 +46,14 @@ impl FloorSizes {
             spawns: 300 / d,
             // Debug builds verify in ≈ 10 ms, and --quick runs in debug CI.
             signatures: if quick { 30 } else { 3_000 },
+            group_records: 4_000 / d,
+            writers: writers.to_vec(),
         }
     }
 }
 
 /// One set of floor measurements (microseconds).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Floors {
     pub uds_trip: Summary,
     pub fdatasync: Summary,
@@ -54,6 +61,8 @@ pub struct Floors {
     pub spawn: Summary,
     pub sign: Summary,
     pub verify: Summary,
+    /// Group-commit ceilings: (concurrent writers, durable commits per second).
+    pub group_commit: Vec<(usize, f64)>,
 }
 
 /// The floor names, in report order, with what each measures and the durability it gives.
@@ -91,7 +100,15 @@ impl Floors {
         })
     }
 
-    pub fn to_json(self) -> Value {
+    /// The group-commit ceiling with `writers` concurrent writers, commits per second.
+    pub fn group_commit(&self, writers: usize) -> Option<f64> {
+        self.group_commit
+            .iter()
+            .find(|(w, _)| *w == writers)
+            .map(|(_, rate)| *rate)
+    }
+
+    pub fn to_json(&self) -> Value {
         let mut m = serde_json::Map::new();
         for (name, what, durability) in FLOOR_ROWS {
             let mut v = self.get(name).map(Summary::to_json).unwrap_or(Value::Null);
@@ -99,7 +116,26 @@ impl Floors {
             v["durability"] = json!(durability);
             m.insert(name.to_string(), v);
         }
+        m.insert(
+            "groupCommit".to_string(),
+            json!({
+                "what": GROUP_COMMIT_WHAT,
+                "durability": "fdatasync per batch; every record acknowledged after the sync of its batch",
+                "ceilings": self.group_commit.iter().map(|(w, r)| json!({"writers": w, "commitsPerSecond": super::stats::round2(*r)})).collect::<Vec<_>>(),
+            }),
+        );
         Value::Object(m)
+    }
+}
+
+/// What the group-commit ceiling measures.
+pub const GROUP_COMMIT_WHAT: &str = "N writer threads each append a 4 KiB record and wait; one committer writes every queued record and fdatasyncs once per batch";
+
+/// Mean of the before and after group-commit ceilings with `writers` writers (NaN if absent).
+pub fn mean_ceiling(before: &Floors, after: &Floors, writers: usize) -> f64 {
+    match (before.group_commit(writers), after.group_commit(writers)) {
+        (Some(b), Some(a)) => (b + a) / 2.0,
+        _ => f64::NAN,
     }
 }
 
@@ -120,6 +156,11 @@ pub fn measure(dir: &Path, sizes: &FloorSizes) -> Result<Floors> {
         spawn: spawn(sizes.spawns)?,
         sign: sign(sizes.signatures),
         verify: verify(sizes.signatures)?,
+        group_commit: sizes
+            .writers
+            .iter()
+            .map(|&w| group_commit(dir, w, sizes.group_records).map(|rate| (w, rate)))
+            .collect::<Result<_>>()?,
     })
 }
 
@@ -185,6 +226,66 @@ fn append_sync(dir: &Path, n: usize) -> Result<Summary> {
     drop(f);
     let _ = std::fs::remove_file(&path);
     Ok(Summary::of(&samples))
+}
+
+/// Durable commits per second of one journal file with `writers` concurrent writers: each
+/// writer hands a record to the committer and waits for its acknowledgement; the committer
+/// takes every record queued, appends them, fdatasyncs once and acknowledges the batch. This is
+/// what a store with group commit can do at best on this filesystem with that many writers
+/// waiting, whatever else the path around it costs.
+fn group_commit(dir: &Path, writers: usize, records: usize) -> Result<f64> {
+    use crossbeam_channel::{Sender, bounded};
+    let writers = writers.max(1);
+    let per_writer = (records / writers).max(4);
+    let path = dir.join(format!("floor-group-{writers}.log"));
+    let mut f = OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| io("create the group-commit file", e))?;
+    let (queue, jobs) = bounded::<Sender<()>>(writers);
+    let record = [0x5au8; RECORD_BYTES];
+    let start = Instant::now();
+    let committed = std::thread::scope(|s| -> std::io::Result<usize> {
+        for _ in 0..writers {
+            let queue = queue.clone();
+            s.spawn(move || {
+                for _ in 0..per_writer {
+                    // A committer that failed drops the queue and every acknowledgement it
+                    // held: the writer stops.
+                    let (ack, acked) = bounded::<()>(1);
+                    if queue.send(ack).is_err() || acked.recv().is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(queue);
+        let jobs = jobs;
+        let mut committed = 0;
+        let mut batch = Vec::with_capacity(writers);
+        let mut bytes = Vec::with_capacity(writers * RECORD_BYTES);
+        while let Ok(first) = jobs.recv() {
+            batch.push(first);
+            batch.extend(jobs.try_iter().take(writers - 1));
+            bytes.clear();
+            for _ in &batch {
+                bytes.extend_from_slice(&record);
+            }
+            f.write_all(&bytes)?;
+            f.sync_data()?;
+            committed += batch.len();
+            for ack in batch.drain(..) {
+                let _ = ack.send(());
+            }
+        }
+        Ok(committed)
+    });
+    let seconds = start.elapsed().as_secs_f64();
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    let committed = committed.map_err(|e| io("group commit", e))?;
+    Ok(committed as f64 / seconds.max(1e-9))
 }
 
 fn atomic_replace(dir: &Path, n: usize) -> Result<Summary> {
@@ -266,6 +367,8 @@ mod tests {
             replaces: 2,
             spawns: 2,
             signatures: 3,
+            group_records: 16,
+            writers: vec![1, 4],
         };
         let f = measure(&dir, &sizes);
         let _ = std::fs::remove_dir_all(&dir);
@@ -280,5 +383,10 @@ mod tests {
         }
         assert!((mean_median(&f, &f, "spawn") - f.spawn.median).abs() < 1e-9);
         assert!(mean_median(&f, &f, "nope").is_nan());
+        // Every record of every writer was committed, at some positive rate.
+        assert!(f.group_commit(1).is_some_and(|r| r > 0.0));
+        assert!(mean_ceiling(&f, &f, 4) > 0.0);
+        assert!(mean_ceiling(&f, &f, 8).is_nan());
+        assert_eq!(j["groupCommit"]["ceilings"][1]["writers"], 4);
     }
 }

@@ -18,7 +18,7 @@ const STOP_MS: u64 = 5_000;
 /// Poll interval while waiting for ready lines and exits, in milliseconds.
 const POLL_MS: u64 = 2;
 /// Bytes of a host's output file read while looking for its ready line.
-const READY_LINE_BYTES: u64 = 64 * 1024;
+const READY_LINE_BYTES: usize = 64 * 1024;
 /// Bytes of a host's stderr quoted in an error.
 const STDERR_TAIL_CHARS: usize = 400;
 
@@ -88,8 +88,10 @@ pub fn start_all(plan: &HostPlan, aliases: &[String]) -> Result<Vec<Host>> {
 impl Host {
     fn wait_ready(&mut self, deadline: Instant) -> Result<()> {
         loop {
-            if let Some(line) = first_line(&self.out) {
-                return self.take_ready(&line);
+            match first_line(&self.out) {
+                Ok(Some(line)) => return self.take_ready(&line),
+                Ok(None) => {}
+                Err(e) => return Err(self.failed(&e.message)),
             }
             if let Some(c) = self.child.as_mut()
                 && let Ok(Some(status)) = c.try_wait()
@@ -170,17 +172,33 @@ pub fn stop_all(hosts: &mut [Host]) -> Vec<(String, Option<i32>)> {
         .collect()
 }
 
-/// The first complete line of a file, if one is there yet.
-fn first_line(path: &Path) -> Option<String> {
+/// The first complete line of a file, if one is there yet; an error when it is longer than
+/// `READY_LINE_BYTES` (a host that prints that much before its ready line is broken).
+fn first_line(path: &Path) -> Result<Option<String>> {
+    use crate::protocol::frame::{LineSplitter, Overlong};
     use std::io::Read;
     let mut buf = Vec::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(READY_LINE_BYTES)
+    let Ok(file) = std::fs::File::open(path) else {
+        return Ok(None);
+    };
+    // One byte past the bound proves a line is too long without its newline.
+    if file
+        .take(READY_LINE_BYTES as u64 + 1)
         .read_to_end(&mut buf)
-        .ok()?;
-    let end = buf.iter().position(|&b| b == b'\n')?;
-    String::from_utf8(buf.get(..end)?.to_vec()).ok()
+        .is_err()
+    {
+        return Ok(None);
+    }
+    let mut lines = LineSplitter::new(READY_LINE_BYTES, Overlong::Stop);
+    lines.push(&buf);
+    match lines.next_line() {
+        None => Ok(None),
+        Some(Ok(line)) => Ok(String::from_utf8(line).ok()),
+        Some(Err(_)) => Err(Error::new(
+            Code::Io,
+            format!("its first output line is longer than {READY_LINE_BYTES} bytes"),
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -192,11 +210,18 @@ mod tests {
         let dir = crate::fsutil::TempDir::new("bench-hosts").unwrap();
         let p = dir.join("x.out");
         std::fs::write(&p, b"{\"event\":\"rea").unwrap();
-        let partial = first_line(&p);
+        let partial = first_line(&p).unwrap();
         std::fs::write(&p, b"{\"event\":\"ready\"}\nmore\n").unwrap();
-        let full = first_line(&p);
+        let full = first_line(&p).unwrap();
+        std::fs::write(&p, vec![b'x'; READY_LINE_BYTES]).unwrap();
+        let at_limit = first_line(&p).unwrap();
+        std::fs::write(&p, vec![b'x'; READY_LINE_BYTES + 1]).unwrap();
+        let too_long = first_line(&p);
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(partial, None);
         assert_eq!(full.as_deref(), Some("{\"event\":\"ready\"}"));
+        // A line of exactly the bound may still get its newline; one byte more never can.
+        assert_eq!(at_limit, None);
+        assert!(too_long.is_err());
     }
 }

@@ -134,6 +134,31 @@ pub fn cpu_between(
     }
 }
 
+/// A process's CPU time so far, per thread and in clock ticks, to subtract from later.
+#[derive(Clone, Debug)]
+pub struct CpuMark {
+    pid: u32,
+    threads: std::collections::HashMap<u32, u64>,
+    ticks_us: f64,
+}
+
+impl CpuMark {
+    pub fn now(pid: u32) -> CpuMark {
+        CpuMark {
+            pid,
+            threads: thread_cpu_ns(pid),
+            ticks_us: process_cpu_us(pid).unwrap_or(0.0),
+        }
+    }
+
+    /// CPU microseconds (user + system) the process used since this mark ([`cpu_between`]).
+    pub fn used_us(&self) -> f64 {
+        let now = thread_cpu_ns(self.pid);
+        let ticks = process_cpu_us(self.pid).unwrap_or(self.ticks_us);
+        cpu_between(&self.threads, &now, ticks - self.ticks_us)
+    }
+}
+
 fn read_small(path: &Path) -> Option<String> {
     use std::io::Read;
     let mut s = String::new();

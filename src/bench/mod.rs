@@ -10,8 +10,10 @@ pub mod e2e;
 pub mod floors;
 pub mod hosts;
 pub mod machine;
+pub mod mcp;
 pub mod report;
 pub mod stats;
+pub mod targets;
 
 use crate::error::{Code, Error, Result};
 use serde_json::{Value, json};
@@ -79,7 +81,7 @@ pub fn run(opts: &Options) -> Result<i32> {
     let exe = std::env::current_exe()
         .map_err(|e| Error::new(Code::Io, format!("cannot find the peer binary: {e}")))?;
     let plan = e2e::Plan::new(opts.messages, &opts.senders);
-    let sizes = floors::FloorSizes::new(opts.quick);
+    let sizes = floors::FloorSizes::new(opts.quick, &opts.senders);
     let idle_before = machine::idle_check();
     if !opts.json && !idle_before.ok() {
         let _ = writeln!(
@@ -103,44 +105,85 @@ pub fn run(opts: &Options) -> Result<i32> {
             return Err(e);
         }
     };
-    let figs = report::figures(&before, &after, &out);
-    let audit = out.last_audit();
-    let ok =
-        out.error.is_none() && out.failure_count == 0 && audit.lost == 0 && audit.duplicates == 0;
-    let keep = opts.keep || !ok;
-    let report = json!({
-        "ok": ok,
-        "error": out.error,
-        "quick": opts.quick,
-        "machine": {
-            "cpus": idle_before.per_cpu.len(),
-            "before": idle_before.to_json(),
-            "after": idle_after.to_json(),
-            "filesystem": machine::filesystem_type(&dir),
-            "dir": dir.display().to_string(),
-            "kept": keep,
-            "pinning": "none",
-        },
-        "limitOverrides": plan.overrides(),
-        "floors": {"before": before.to_json(), "after": after.to_json(), "ratioBasis": "mean of the before and after medians"},
-        "figures": figs.iter().map(report::Figure::to_json).collect::<Vec<_>>(),
-        "process": report::process_json(&out),
-        "history": report::history_json(&out),
-        "fsyncsPerMessage": report::fsyncs_json(&out),
-        "idle": out.idle.map(|i| json!({"seconds": stats::round2(i.seconds), "wakeupsPerSecond": stats::round2(i.wakeups_per_second), "rssKb": i.rss_kb, "target": "≤ 1 wakeup/s between heartbeats, RSS ≤ 4 MiB", "source": "/proc/PID/task/*/status voluntary + nonvoluntary ctxt_switches"})),
-        "integrity": report::integrity_json(&out),
-        "hostExits": out.host_exits.iter().filter(|(_, c)| *c != Some(0)).map(|(a, c)| json!({"alias": a, "exit": c})).collect::<Vec<_>>(),
-        "elapsedMs": started.elapsed().as_millis() as u64,
-    });
-    if !keep {
+    let run = Measured {
+        opts,
+        plan: &plan,
+        dir: &dir,
+        idle: [idle_before, idle_after],
+        before,
+        after,
+        out,
+    };
+    let (report, figs, targets, ok) = run.report(started);
+    if ok && !opts.keep {
         remove_dir(&dir, opts);
     }
     if opts.json {
         write_stdout(&format!("{report}\n"))?;
     } else {
-        write_stdout(&text(&report, &before, &after, &figs))?;
+        write_stdout(&text(&report, &run, &figs, &targets))?;
     }
     Ok(if ok { 0 } else { 1 })
+}
+
+/// Everything one run measured, before it is reported.
+struct Measured<'a> {
+    opts: &'a Options,
+    plan: &'a e2e::Plan,
+    dir: &'a std::path::Path,
+    /// The machine's idle check before and after.
+    idle: [machine::IdleCheck; 2],
+    before: floors::Floors,
+    after: floors::Floors,
+    out: e2e::Outcome,
+}
+
+impl Measured<'_> {
+    /// The JSON report, the figures and targets it was built from, and whether nothing failed.
+    fn report(&self, started: Instant) -> (Value, Vec<report::Figure>, Vec<targets::Target>, bool) {
+        let (out, opts) = (&self.out, self.opts);
+        let figs = report::figures(&self.before, &self.after, out);
+        let targets = targets::targets(&figs, out);
+        let audit = out.last_audit();
+        let ok = out.error.is_none()
+            && out.failure_count == 0
+            && audit.lost == 0
+            && audit.duplicates == 0;
+        let [idle_before, idle_after] = &self.idle;
+        let report = json!({
+            "ok": ok,
+            "error": out.error,
+            "quick": opts.quick,
+            "machine": {
+                "cpus": idle_before.per_cpu.len(),
+                "before": idle_before.to_json(),
+                "after": idle_after.to_json(),
+                "filesystem": machine::filesystem_type(self.dir),
+                "dir": self.dir.display().to_string(),
+                "kept": opts.keep || !ok,
+                "pinning": "none",
+            },
+            "limitOverrides": self.plan.overrides(),
+            "floors": {"before": self.before.to_json(), "after": self.after.to_json(), "ratioBasis": "mean of the before and after medians"},
+            "targets": targets.iter().map(targets::Target::to_json).collect::<Vec<_>>(),
+            "figures": figs.iter().map(report::Figure::to_json).collect::<Vec<_>>(),
+            "cpuPerMessage": report::cpu_json(out),
+            "process": report::process_json(out),
+            "history": report::history_json(out),
+            "fsyncsPerMessage": report::fsyncs_json(out),
+            "criticalFsyncs": {
+                "n": out.critical_syncs.len(),
+                "median": stats::round2(stats::Summary::of(&out.critical_syncs).median),
+                "max": stats::round2(out.critical_syncs.iter().copied().fold(f64::NAN, f64::max)),
+                "method": "single sends on settled roots: fdatasyncs the sender and the receiver completed between the send's start and its return (an upper bound on the syncs it waited for)",
+            },
+            "idle": out.idle.map(|i| json!({"seconds": stats::round2(i.seconds), "wakeupsPerSecond": stats::round2(i.wakeups_per_second), "rssKb": i.rss_kb, "target": "≤ 1 wakeup/s between heartbeats, RSS ≤ 4 MiB", "source": "/proc/PID/task/*/status voluntary + nonvoluntary ctxt_switches"})),
+            "integrity": report::integrity_json(out),
+            "hostExits": out.host_exits.iter().filter(|(_, c)| *c != Some(0)).map(|(a, c)| json!({"alias": a, "exit": c})).collect::<Vec<_>>(),
+            "elapsedMs": started.elapsed().as_millis() as u64,
+        });
+        (report, figs, targets, ok)
+    }
 }
 
 /// Writes the report; a reader that went away is `Error::stdout_closed` (a quiet end).
@@ -157,12 +200,20 @@ fn remove_dir(dir: &std::path::Path, opts: &Options) {
     }
 }
 
-fn text(
-    r: &Value,
-    before: &floors::Floors,
-    after: &floors::Floors,
-    figs: &[report::Figure],
-) -> String {
+fn text(r: &Value, run: &Measured, figs: &[report::Figure], targets: &[targets::Target]) -> String {
+    let mut s = machine_text(r);
+    s += &report::floors_text(&run.before, &run.after);
+    s += "\n";
+    s += &report::figures_text(figs);
+    s += "\n";
+    s += &targets::text(targets);
+    s += &counters_text(r);
+    s += &integrity_text(r);
+    s
+}
+
+/// The machine line, other CPU users and the limit overrides.
+fn machine_text(r: &Value) -> String {
     let m = &r["machine"];
     let mut s = format!(
         "peer bench: {} CPUs, idle {}% before / {}% after (all CPUs ≥ 90%: {} / {}), filesystem {} at {}\n",
@@ -183,17 +234,25 @@ fn text(
         }
     }
     s += &format!("limit overrides (config.json): {}\n\n", r["limitOverrides"]);
-    s += &report::floors_text(before, after);
-    s += "\n";
-    s += &report::figures_text(figs);
+    s
+}
+
+/// Process counters, CPU and fdatasyncs per message, the idle receiver and the history run.
+fn counters_text(r: &Value) -> String {
     let p = &r["process"];
-    s += &format!(
+    let mut s = format!(
         "\nreceiver process: RSS {} kB idle, {} kB peak; threads {} idle, {} peak\n",
         p["receiver"]["idle"]["rssKb"],
         p["receiver"]["peak"]["rssKb"],
         p["receiver"]["idle"]["threads"],
         p["receiver"]["peak"]["threads"]
     );
+    for c in r["cpuPerMessage"].as_array().into_iter().flatten() {
+        s += &format!(
+            "CPU per message, {} sender(s): {} µs (sender roots {} + receiver {}) over {} messages\n",
+            c["senders"], c["totalUs"], c["senderRootsUs"], c["receiverUs"], c["messages"]
+        );
+    }
     for f in r["fsyncsPerMessage"].as_array().into_iter().flatten() {
         s += &format!(
             "fdatasyncs per message, {}: {} (senders {}, receiver {}) over {} messages\n",
@@ -204,6 +263,11 @@ fn text(
             f["messages"]
         );
     }
+    let c = &r["criticalFsyncs"];
+    s += &format!(
+        "fdatasyncs completed during a single send (critical path, upper bound): median {}, max {} over {} sends\n",
+        c["median"], c["max"], c["n"]
+    );
     if let Some(i) = r["idle"].as_object() {
         s += &format!(
             "idle receiver: {} wakeups/s over {} s, RSS {} kB (target ≤ 1 wakeup/s, ≤ 4096 kB)\n",
@@ -223,8 +287,13 @@ fn text(
             h["senderRssKbAfter"]
         );
     }
+    s
+}
+
+/// Lost, duplicate and failed counts, the error, the kept directory and the elapsed time.
+fn integrity_text(r: &Value) -> String {
     let i = &r["integrity"];
-    s += &format!(
+    let mut s = format!(
         "integrity: {} accepted, {} lost, {} duplicates, {} unexpected, {} failed sends ({} of them in the inbox after all)\n",
         i["accepted"],
         i["lost"],
@@ -240,7 +309,7 @@ fn text(
         s += &format!("error: {e}\n");
     }
     if r["machine"]["kept"] == json!(true) {
-        s += &format!("kept: {}\n", m["dir"].as_str().unwrap_or("?"));
+        s += &format!("kept: {}\n", r["machine"]["dir"].as_str().unwrap_or("?"));
     }
     s += &format!("elapsed: {} ms\n", r["elapsedMs"]);
     s

@@ -48,13 +48,27 @@ pub fn ratio(value: f64, floor: f64) -> f64 {
     }
 }
 
-/// A ratio as text: `2.31×`, or `n/a` when it could not be computed.
+/// A ratio as text: `2.31×`, `0.0512×` below 0.1 (three significant digits), or `n/a` when
+/// it could not be computed.
 pub fn ratio_text(r: f64) -> String {
-    if r.is_finite() {
-        format!("{r:.2}×")
-    } else {
+    if !r.is_finite() {
         "n/a".to_string()
+    } else if r.abs() < 0.1 && r != 0.0 {
+        let decimals = (2 - r.abs().log10().floor() as i32).clamp(0, 12) as usize;
+        format!("{r:.decimals$}×")
+    } else {
+        format!("{r:.2}×")
     }
+}
+
+/// A ratio for JSON output: two decimals, or three significant digits below 0.1 (a ceiling
+/// far above the figure must not round to 0); `null` for non-finite values.
+pub fn round_ratio(x: f64) -> Value {
+    if !x.is_finite() || x.abs() >= 0.1 || x == 0.0 {
+        return round2(x);
+    }
+    let scale = 10f64.powi(2 - x.abs().log10().floor() as i32);
+    json!((x * scale).round() / scale)
 }
 
 /// A duration in microseconds as text with a unit that keeps 3 significant digits.
@@ -92,6 +106,17 @@ pub fn round2(x: f64) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_ratios_keep_three_significant_digits() {
+        assert_eq!(ratio_text(2.3149), "2.31×");
+        assert_eq!(ratio_text(0.0051234), "0.00512×");
+        assert_eq!(ratio_text(f64::NAN), "n/a");
+        assert_eq!(round_ratio(0.0051234), json!(0.00512));
+        assert_eq!(round_ratio(0.05), json!(0.05));
+        assert_eq!(round_ratio(1.234), json!(1.23));
+        assert_eq!(round_ratio(f64::INFINITY), Value::Null);
+    }
 
     #[test]
     fn percentile_is_nearest_rank() {

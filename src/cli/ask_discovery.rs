@@ -270,106 +270,121 @@ fn card_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     };
     let (home, cfg) = load(ctx)?;
     match words.first().map(String::as_str) {
-        Some("show") => {
-            only_flags(&flags, &["host", "port"], "card show")?;
-            if words.len() > 1 {
-                return Err(Error::new(
-                    Code::Usage,
-                    "peer ask card show takes no arguments",
-                ));
-            }
-            let host = discovery::card_host(&cfg, flag(&flags, "host"))?;
-            let port = match flag(&flags, "port") {
-                Some(p) => {
-                    p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
-                        Error::new(Code::Usage, "--port takes a port number 1-65535")
-                    })?
-                }
-                None if cfg.listen_port == 0 => {
-                    return Err(Error::new(
-                        Code::Usage,
-                        "ask.listenPort is 0 (any free port): pass --port with the port the server got",
-                    ));
-                }
-                None => cfg.listen_port,
-            };
-            let key = keys::load_or_create(&cfg.key_dir(&home), &cfg.caller_name)?;
-            let c = discovery::own_card(&cfg, &key, &host, port, clock::now_ms());
-            let view = discovery::card_view(&c, &key);
-            if ctx.json {
-                print_json(&view)?;
-            } else {
-                out::line(&c)?;
-                out::line(&format!("fingerprint: {}", key.fingerprint()))?;
-                out::line(&format!(
-                    "expires:     {}",
-                    view["expiresAt"].as_str().unwrap_or("")
-                ))?;
-            }
-            Ok(0)
-        }
-        Some("verify") => {
-            only_flags(&flags, &[], "card verify")?;
-            let c = card_arg(words.get(1))?;
-            let v = discovery::verify_view(&c, clock::now_ms());
-            if v["ok"] != true {
-                let reason = v["reason"].as_str().unwrap_or("invalid card").to_string();
-                return Err(Error::new(
-                    Code::AuthFailed,
-                    format!("card refused: {reason}"),
-                ));
-            }
-            if ctx.json {
-                print_json(&v)?;
-            } else {
-                out::line("card verifies (it proves the key, not that the name belongs to it):")?;
-                print_card_fields(&v)?;
-            }
-            Ok(0)
-        }
-        Some("add") => {
-            only_flags(&flags, &["mode", "replace"], "card add")?;
-            let c = card_arg(words.get(1))?;
-            let verified = card::verify(&c, clock::now_ms())
-                .map_err(|e| Error::new(Code::AuthFailed, format!("card refused: {e}")))?;
-            let mode = flag(&flags, "mode").unwrap_or("ask");
-            let merged = friends::add_to_config(
-                &home,
-                &verified,
-                mode,
-                flag(&flags, "replace").is_some(),
-                |bytes| AskConfig::parse(bytes).map(|_| ()),
-            )?;
-            let view = json!({
-                "result": merged.name(),
-                "peer": verified.peer_view(),
-                "fingerprint": crate::ask::canon::fingerprint(&verified.key),
-                "mode": mode,
-            });
-            if ctx.json {
-                print_json(&view)?;
-            } else {
-                out::line(&format!(
-                    "{} friend {} ({}:{}, {}), mode {mode}",
-                    merged.name(),
-                    sanitize::line(&verified.name, 64),
-                    sanitize::line(&verified.host, 253),
-                    verified.port,
-                    view["fingerprint"].as_str().unwrap_or("")
-                ))?;
-                // Friendship is configured on both sides: the new friend needs our card too.
-                out::line(&format!(
-                    "for {} to accept your asks, give them your card: peer ask card show",
-                    sanitize::line(&verified.name, 64)
-                ))?;
-            }
-            Ok(0)
-        }
+        Some("show") => card_show(ctx, &words, &flags, &home, &cfg),
+        Some("verify") => card_verify(ctx, &words, &flags),
+        Some("add") => card_add(ctx, &words, &flags, &home),
         _ => Err(Error::new(
             Code::Usage,
             "peer ask card takes show, verify CARD or add CARD; see --help",
         )),
     }
+}
+
+/// `peer ask card show`: this agent's own signed card.
+fn card_show(
+    ctx: &Ctx,
+    words: &[String],
+    flags: &Flags,
+    home: &std::path::Path,
+    cfg: &AskConfig,
+) -> Result<i32> {
+    only_flags(flags, &["host", "port"], "card show")?;
+    if words.len() > 1 {
+        return Err(Error::new(
+            Code::Usage,
+            "peer ask card show takes no arguments",
+        ));
+    }
+    let host = discovery::card_host(cfg, flag(flags, "host"))?;
+    let port = match flag(flags, "port") {
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| Error::new(Code::Usage, "--port takes a port number 1-65535"))?,
+        None if cfg.listen_port == 0 => {
+            return Err(Error::new(
+                Code::Usage,
+                "ask.listenPort is 0 (any free port): pass --port with the port the server got",
+            ));
+        }
+        None => cfg.listen_port,
+    };
+    let key = keys::load_or_create(&cfg.key_dir(home), &cfg.caller_name)?;
+    let c = discovery::own_card(cfg, &key, &host, port, clock::now_ms());
+    let view = discovery::card_view(&c, &key);
+    if ctx.json {
+        print_json(&view)?;
+    } else {
+        out::line(&c)?;
+        out::line(&format!("fingerprint: {}", key.fingerprint()))?;
+        out::line(&format!(
+            "expires:     {}",
+            view["expiresAt"].as_str().unwrap_or("")
+        ))?;
+    }
+    Ok(0)
+}
+
+/// `peer ask card verify CARD`: checks a card's self-signature and bounds.
+fn card_verify(ctx: &Ctx, words: &[String], flags: &Flags) -> Result<i32> {
+    only_flags(flags, &[], "card verify")?;
+    let c = card_arg(words.get(1))?;
+    let v = discovery::verify_view(&c, clock::now_ms());
+    if v["ok"] != true {
+        let reason = v["reason"].as_str().unwrap_or("invalid card").to_string();
+        return Err(Error::new(
+            Code::AuthFailed,
+            format!("card refused: {reason}"),
+        ));
+    }
+    if ctx.json {
+        print_json(&v)?;
+    } else {
+        out::line("card verifies (it proves the key, not that the name belongs to it):")?;
+        print_card_fields(&v)?;
+    }
+    Ok(0)
+}
+
+/// `peer ask card add CARD`: adds a verified card to `ask.peers` (never silently replacing).
+fn card_add(ctx: &Ctx, words: &[String], flags: &Flags, home: &std::path::Path) -> Result<i32> {
+    only_flags(flags, &["mode", "replace"], "card add")?;
+    let c = card_arg(words.get(1))?;
+    let verified = card::verify(&c, clock::now_ms())
+        .map_err(|e| Error::new(Code::AuthFailed, format!("card refused: {e}")))?;
+    let mode = flag(flags, "mode").unwrap_or("ask");
+    let merged = friends::add_to_config(
+        home,
+        &verified,
+        mode,
+        flag(flags, "replace").is_some(),
+        |bytes| AskConfig::parse(bytes).map(|_| ()),
+    )?;
+    let view = json!({
+        "result": merged.name(),
+        "peer": verified.peer_view(),
+        "fingerprint": crate::ask::canon::fingerprint(&verified.key),
+        "mode": mode,
+    });
+    if ctx.json {
+        print_json(&view)?;
+    } else {
+        out::line(&format!(
+            "{} friend {} ({}:{}, {}), mode {mode}",
+            merged.name(),
+            sanitize::line(&verified.name, 64),
+            sanitize::line(&verified.host, 253),
+            verified.port,
+            view["fingerprint"].as_str().unwrap_or("")
+        ))?;
+        // Friendship is configured on both sides: the new friend needs our card too.
+        out::line(&format!(
+            "for {} to accept your asks, give them your card: peer ask card show",
+            sanitize::line(&verified.name, 64)
+        ))?;
+    }
+    Ok(0)
 }
 
 /// Human lines for a recommendation view (from `recommend` or `friends pending`).

@@ -10,9 +10,11 @@ pub const HELP: &str =
     "usage: peer bench [--quick] [--json] [--senders 1,8,64] [--messages N] [--dir DIR] [--keep]
 
 Measures the floors of this machine (Unix socket round trip, append + fdatasync, atomic
-replace, spawn, Ed25519), then peerwire between real `peer host` processes in a fresh
-namespace under DIR (default: the temp directory), then the floors again. Reports each figure
-with median, p99 and N beside its floor from the same run, as a ratio, with its durability.
+replace, spawn, Ed25519, the group-commit ceiling with N writers), then peerwire between real
+`peer host` processes and a real `peer mcp` in a fresh namespace under DIR (default: the temp
+directory), then the floors again. Reports each figure with median, p99 and N beside its floor
+from the same run, as a ratio, with its durability, and a table of the performance targets with
+a verdict each (or \"too few samples\": --quick cannot judge most).
 --messages N sets the measured warm sends (default 1000, --quick 20); the other phases scale
 from it. --senders lists the concurrent sender processes of the throughput runs. Exits 1 only
 when a message was lost, duplicated or refused, or a phase failed. See peer(1).

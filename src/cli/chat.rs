@@ -225,32 +225,39 @@ fn submit(session: &mut Session, composer: &Mutex<Composer>, line: &str) -> Resu
             composer.lock().recipient = Some(to);
             return Ok(true);
         }
-        Input::Who => "/who",
+        Input::Who => return who(session).map(|()| true),
         Input::Text(text) => text,
     };
-    if line == "/who" {
-        let page = session.tool(LocalTool::new("list_peers", json!({})))?;
-        for p in page
-            .get("peers")
-            .and_then(serde_json::Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let s = |k: &str| {
-                p.get(k)
-                    .and_then(serde_json::Value::as_str)
-                    .map(|v| crate::sanitize::line(v, 60))
-                    .unwrap_or_else(|| "-".into())
-            };
-            say(&format!(
-                "  {} {} {}",
-                s("alias"),
-                s("peerId"),
-                s("workspace")
-            ));
-        }
-        return Ok(true);
+    send_line(session, composer, line)
+}
+
+/// `/who`: the peers in scope, one sanitized line each.
+fn who(session: &mut Session) -> Result<()> {
+    let page = session.tool(LocalTool::new("list_peers", json!({})))?;
+    for p in page
+        .get("peers")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let s = |k: &str| {
+            p.get(k)
+                .and_then(serde_json::Value::as_str)
+                .map(|v| crate::sanitize::line(v, 60))
+                .unwrap_or_else(|| "-".into())
+        };
+        say(&format!(
+            "  {} {} {}",
+            s("alias"),
+            s("peerId"),
+            s("workspace")
+        ));
     }
+    Ok(())
+}
+
+/// A text line: sent to its leading `@alias` or the current recipient (which it becomes).
+fn send_line(session: &mut Session, composer: &Mutex<Composer>, line: &str) -> Result<bool> {
     let m = mention::parse(line);
     let to = match m
         .leading_recipient

@@ -227,6 +227,7 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     }
 }
 
+/// The demo, act by act: discovery, a message and its receipts, a shared port.
 fn run(lab: &mut Lab) -> Result<()> {
     lab.say("two sessions start and discover each other")?;
     let alice = lab.host("alice")?;
@@ -237,9 +238,17 @@ fn run(lab: &mut Lab) -> Result<()> {
         listed.contains(&"alice".to_string()) && listed.contains(&"bob".to_string()),
         "alice and bob see each other",
     )?;
+    message_and_receipts(lab, &alice, &bob)?;
+    shared_port(lab, &alice, &bob)?;
+    drop(bob);
+    drop(alice);
+    Ok(())
+}
 
+/// Alice sends, Bob consumes and replies; Alice watches the receipt move.
+fn message_and_receipts(lab: &mut Lab, alice: &LabHost, bob: &LabHost) -> Result<()> {
     lab.say("alice sends bob a message; bob's root takes custody on disk")?;
-    let receipt = lab.peer_as(&alice, &["send", "@bob", "The build is ready for review."])?;
+    let receipt = lab.peer_as(alice, &["send", "@bob", "The build is ready for review."])?;
     lab.note(&format!(
         "    receipt: {} #{} {}",
         s(&receipt, "state"),
@@ -250,7 +259,7 @@ fn run(lab: &mut Lab) -> Result<()> {
     let id = s(&receipt, "messageId").to_string();
 
     lab.say("bob reads and consumes it; alice sees the receipt move to consumed")?;
-    let page = lab.peer_as(&bob, &["inbox"])?;
+    let page = lab.peer_as(bob, &["inbox"])?;
     let got = page
         .get("messages")
         .and_then(Value::as_array)
@@ -265,19 +274,19 @@ fn run(lab: &mut Lab) -> Result<()> {
         s(&got, "messageId") == id,
         "bob's inbox holds alice's message",
     )?;
-    lab.peer_as(&bob, &["consume", &id])?;
+    lab.peer_as(bob, &["consume", &id])?;
     lab.check(
-        wait_state(lab, &alice, &id, "consumed")?,
+        wait_state(lab, alice, &id, "consumed")?,
         "alice sees consumed",
     )?;
 
     lab.say("bob replies; alice sees replied and reads the reply")?;
-    lab.peer_as(&bob, &["reply", &id, "Reviewed: looks good."])?;
+    lab.peer_as(bob, &["reply", &id, "Reviewed: looks good."])?;
     lab.check(
-        wait_state(lab, &alice, &id, "replied")?,
+        wait_state(lab, alice, &id, "replied")?,
         "alice sees replied",
     )?;
-    let page = lab.peer_as(&alice, &["inbox"])?;
+    let page = lab.peer_as(alice, &["inbox"])?;
     let reply = page
         .get("messages")
         .and_then(Value::as_array)
@@ -291,8 +300,11 @@ fn run(lab: &mut Lab) -> Result<()> {
     lab.check(
         s(&reply, "correlationId") == s(&receipt, "correlationId"),
         "the reply keeps the correlation",
-    )?;
+    )
+}
 
+/// Both start a dev server on one port through `peer run`: the gate runs one at a time.
+fn shared_port(lab: &mut Lab, alice: &LabHost, bob: &LabHost) -> Result<()> {
     lab.say(
         "alice and bob both start a dev server on port:3000; the gate runs them one at a time",
     )?;
@@ -318,8 +330,8 @@ fn run(lab: &mut Lab) -> Result<()> {
             .spawn()
             .map_err(|e| Error::new(Code::Io, e.to_string()))
     };
-    let mut a = spawn(&alice)?;
-    let mut b = spawn(&bob)?;
+    let mut a = spawn(alice)?;
+    let mut b = spawn(bob)?;
     let (sa, sb) = (a.wait(), b.wait());
     lab.check(
         sa.is_ok_and(|s| s.success()) && sb.is_ok_and(|s| s.success()),
@@ -331,8 +343,6 @@ fn run(lab: &mut Lab) -> Result<()> {
     }
     lab.check(no_overlap(&text), "never two holders at once")?;
     lab.show(&["res", "status", "port:3000"]);
-    drop(bob);
-    drop(alice);
     Ok(())
 }
 

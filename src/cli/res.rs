@@ -381,6 +381,13 @@ pub fn human_resource(r: &ResourceView) -> String {
             ));
         }
     }
+    o.push_str(&waiting_lines(r));
+    o
+}
+
+/// The queue and launch lines of one resource's status.
+fn waiting_lines(r: &ResourceView) -> String {
+    let mut o = String::new();
     for q in &r.queue {
         o.push_str(&format!(
             "  queue {:<4}  {}  {}  pid {}  waiting {}\n",

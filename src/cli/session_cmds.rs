@@ -97,29 +97,14 @@ pub fn run_child(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
 }
 
 fn run_child_wrapped(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
-    use lexopt::prelude::*;
-    let mut p = args::parser(argv);
-    let mut alias = None;
-    let mut delegate = false;
-    let mut command: Vec<OsString> = Vec::new();
-    while let Some(arg) = p.next().map_err(args::usage)? {
-        match arg {
-            Long("alias") => alias = Some(args::string(&mut p, "--alias")?),
-            Long("delegate-control") => delegate = true,
-            Long("help") | Short('h') => {
-                out::text(RUN_CHILD_HELP)?;
-                return Ok(0);
-            }
-            Value(v) => {
-                command.push(v);
-                command.extend(p.raw_args().map_err(args::usage)?);
-            }
-            other => return Err(args::unexpected(other)),
-        }
-    }
-    if command.is_empty() {
-        return Err(Error::new(Code::Usage, "peer run-child needs -- CMD"));
-    }
+    let Some(RunChildArgs {
+        alias,
+        delegate,
+        command,
+    }) = run_child_args(argv)?
+    else {
+        return Ok(0);
+    };
     if ctx.as_alias.is_some() || std::env::var_os(control::ENV_CONTROL).is_none() {
         return Err(Error::new(
             Code::Usage,
@@ -173,6 +158,45 @@ fn run_child_wrapped(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     Ok(code)
 }
 
+/// `peer run-child`'s parsed command line.
+struct RunChildArgs {
+    alias: Option<String>,
+    delegate: bool,
+    command: Vec<OsString>,
+}
+
+/// Parses `peer run-child [--alias A] [--delegate-control] -- CMD`; `None` after `--help`.
+fn run_child_args(argv: Vec<OsString>) -> Result<Option<RunChildArgs>> {
+    use lexopt::prelude::*;
+    let mut p = args::parser(argv);
+    let mut alias = None;
+    let mut delegate = false;
+    let mut command: Vec<OsString> = Vec::new();
+    while let Some(arg) = p.next().map_err(args::usage)? {
+        match arg {
+            Long("alias") => alias = Some(args::string(&mut p, "--alias")?),
+            Long("delegate-control") => delegate = true,
+            Long("help") | Short('h') => {
+                out::text(RUN_CHILD_HELP)?;
+                return Ok(None);
+            }
+            Value(v) => {
+                command.push(v);
+                command.extend(p.raw_args().map_err(args::usage)?);
+            }
+            other => return Err(args::unexpected(other)),
+        }
+    }
+    if command.is_empty() {
+        return Err(Error::new(Code::Usage, "peer run-child needs -- CMD"));
+    }
+    Ok(Some(RunChildArgs {
+        alias,
+        delegate,
+        command,
+    }))
+}
+
 pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     use lexopt::prelude::*;
     let mut p = args::parser(argv);
@@ -190,7 +214,18 @@ pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     }
     let instance =
         instance.ok_or_else(|| Error::new(Code::Usage, "peer recover needs --instance ID"))?;
-    let session_id = match session_id {
+    let session_id = recover_session_id(ctx, session_id)?;
+    let home = ctx.home()?;
+    let config = crate::config::Config::load(&home)?;
+    let review = crate::store::review(&home, &instance, &session_id, &config.limits)?;
+    print_review(ctx, &review, &instance, &session_id)?;
+    Ok(0)
+}
+
+/// The session whose earlier incarnation `peer recover` reviews: `--session-id`, or inside
+/// a session the one its root states.
+fn recover_session_id(ctx: &Ctx, given: Option<String>) -> Result<String> {
+    Ok(match given {
         Some(s) => s,
         None if std::env::var_os(control::ENV_CONTROL).is_some() => {
             let mut s = Session::open(&Ctx {
@@ -210,10 +245,16 @@ pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
                 "outside a session, peer recover needs --session-id S",
             ));
         }
-    };
-    let home = ctx.home()?;
-    let config = crate::config::Config::load(&home)?;
-    let review = crate::store::review(&home, &instance, &session_id, &config.limits)?;
+    })
+}
+
+/// The review as JSON or as lines: unread mail, sends without an answer, a torn tail.
+fn print_review(
+    ctx: &Ctx,
+    review: &crate::store::Review,
+    instance: &str,
+    session_id: &str,
+) -> Result<()> {
     let unread = &review.unread;
     let unresolved: Vec<serde_json::Value> = review
         .unresolved
@@ -261,5 +302,5 @@ pub fn recover(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             ))?;
         }
     }
-    Ok(0)
+    Ok(())
 }

@@ -1,58 +1,59 @@
-//! Bounded newline-delimited reading: a line longer than the limit is skipped up to its
-//! newline (never buffered whole) so the server can answer with an error and keep serving.
+//! `peer mcp`'s stdin as bounded lines: the blocking side of [`LineSplitter`] under
+//! [`Overlong::Skip`], so a line longer than the limit is answered with an error and skipped up
+//! to its newline (never buffered whole) while the server keeps serving.
 
+use crate::protocol::frame::{LineSplitter, Overlong, TooLong};
 use std::io::{self, BufRead};
 
-/// What one [`read_line`] call produced.
+/// What one [`LineReader::next`] call produced.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Line {
-    /// `buf` holds one line without its `\n` (possibly the unterminated last line).
-    Complete,
-    /// The line exceeded the limit and was discarded through its `\n`; `buf` is empty.
+    /// One line without its `\n` (possibly the unterminated last line).
+    Complete(Vec<u8>),
+    /// A line exceeded the limit; it is discarded through its `\n`.
     TooLong,
     /// End of input with nothing pending.
     Eof,
 }
 
-/// Reads the next line into `buf` (cleared first), holding at most `max_bytes` of it.
-pub fn read_line(
-    reader: &mut impl BufRead,
-    max_bytes: usize,
-    buf: &mut Vec<u8>,
-) -> io::Result<Line> {
-    buf.clear();
-    let mut too_long = false;
-    loop {
-        let chunk = match reader.fill_buf() {
-            Ok(chunk) => chunk,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if chunk.is_empty() {
-            return Ok(match (too_long, buf.is_empty()) {
-                (true, _) => Line::TooLong,
-                (false, true) => Line::Eof,
-                (false, false) => Line::Complete,
-            });
+/// Reads bounded lines from a `BufRead`.
+pub struct LineReader {
+    lines: LineSplitter,
+}
+
+impl LineReader {
+    pub fn new(max_bytes: usize) -> LineReader {
+        LineReader {
+            lines: LineSplitter::new(max_bytes, Overlong::Skip),
         }
-        let newline = chunk.iter().position(|&b| b == b'\n');
-        let take = newline.unwrap_or(chunk.len());
-        if !too_long {
-            if buf.len() + take > max_bytes {
-                too_long = true;
-                buf.clear();
-            } else {
-                buf.extend_from_slice(&chunk[..take]);
+    }
+
+    /// The next line, reading more input only when no complete line is buffered.
+    pub fn next(&mut self, reader: &mut impl BufRead) -> io::Result<Line> {
+        loop {
+            if let Some(line) = self.lines.next_line() {
+                return Ok(line_of(line));
             }
+            let n = match reader.fill_buf() {
+                Ok([]) => {
+                    return Ok(self.lines.finish().map_or(Line::Eof, line_of));
+                }
+                Ok(chunk) => {
+                    self.lines.push(chunk);
+                    chunk.len()
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            reader.consume(n);
         }
-        reader.consume(take + usize::from(newline.is_some()));
-        if newline.is_some() {
-            return Ok(if too_long {
-                Line::TooLong
-            } else {
-                Line::Complete
-            });
-        }
+    }
+}
+
+fn line_of(line: Result<Vec<u8>, TooLong>) -> Line {
+    match line {
+        Ok(bytes) => Line::Complete(bytes),
+        Err(TooLong) => Line::TooLong,
     }
 }
 
@@ -60,18 +61,21 @@ pub fn read_line(
 mod tests {
     use super::*;
 
-    fn lines(input: &[u8], max: usize, cap: usize) -> Vec<(Line, Vec<u8>)> {
+    fn lines(input: &[u8], max: usize, cap: usize) -> Vec<Line> {
         // A tiny BufReader capacity exercises lines split across reads.
         let mut r = io::BufReader::with_capacity(cap, input);
+        let mut reader = LineReader::new(max);
         let mut out = Vec::new();
-        let mut buf = Vec::new();
         loop {
-            let l = read_line(&mut r, max, &mut buf).unwrap();
-            if l == Line::Eof {
-                return out;
+            match reader.next(&mut r).unwrap() {
+                Line::Eof => return out,
+                l => out.push(l),
             }
-            out.push((l, buf.clone()));
         }
+    }
+
+    fn complete(s: &str) -> Line {
+        Line::Complete(s.as_bytes().to_vec())
     }
 
     #[test]
@@ -81,21 +85,20 @@ mod tests {
             assert_eq!(
                 got,
                 vec![
-                    (Line::Complete, b"ab".to_vec()),
-                    (Line::TooLong, vec![]),
-                    (Line::Complete, b"cd".to_vec()),
-                    (Line::Complete, vec![]),
-                    (Line::Complete, b"last".to_vec()),
+                    complete("ab"),
+                    Line::TooLong,
+                    complete("cd"),
+                    complete(""),
+                    complete("last"),
                 ],
                 "capacity {cap}"
             );
         }
         // Exactly at the limit is accepted; one over is not.
         assert_eq!(
-            lines(b"12345\n123456\n", 5, 2)[0],
-            (Line::Complete, b"12345".to_vec())
+            lines(b"12345\n123456\n", 5, 2),
+            vec![complete("12345"), Line::TooLong]
         );
-        assert_eq!(lines(b"12345\n123456\n", 5, 2)[1].0, Line::TooLong);
-        assert_eq!(lines(b"123456", 5, 4), vec![(Line::TooLong, vec![])]);
+        assert_eq!(lines(b"123456", 5, 4), vec![Line::TooLong]);
     }
 }

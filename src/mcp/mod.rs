@@ -127,9 +127,9 @@ fn read_all(
     shell: &mut Shell,
 ) -> Result<()> {
     let max = usize::try_from(limits.frame_bytes).unwrap_or(usize::MAX);
-    let mut buf = Vec::new();
+    let mut reader = lines::LineReader::new(max);
     loop {
-        let line = lines::read_line(input, max, &mut buf).map_err(|e| {
+        let line = reader.next(input).map_err(|e| {
             Error::new(
                 Code::Io,
                 format!("reading MCP input from stdin failed: {e}"),
@@ -148,7 +148,7 @@ fn read_all(
                     &text,
                 ));
             }
-            lines::Line::Complete => shell.act(session.handle(&buf)),
+            lines::Line::Complete(buf) => shell.act(session.handle(&buf)),
         }
     }
 }

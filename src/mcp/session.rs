@@ -207,7 +207,7 @@ impl Session {
             "notifications/initialized" => Action::Initialized,
             "notifications/cancelled" => match params.get("requestId") {
                 Some(id) if valid_id(id) => Action::Cancel(id.clone()),
-                // Malformed cancellations are ignored (fire-and-forget per the spec).
+                // Malformed cancellations are ignored (fire-and-forget per the MCP specification).
                 _ => Action::Nothing,
             },
             _ => Action::Nothing,

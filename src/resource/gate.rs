@@ -188,17 +188,31 @@ pub fn run(
         return Ok(RunEnd::Exited(interrupted.unwrap_or(1)));
     }
     let status = supervise(&space, &grant, req, &probe, &signals);
+    finish(&space, &name, &caller, &grant, &probe, status, json)
+}
+
+/// After the command: releases the grant and unlists the launch whatever happened, then
+/// answers with the command's status, or the release's failure when there was one.
+fn finish(
+    space: &Space,
+    name: &str,
+    caller: &Caller,
+    grant: &Grant,
+    probe: &Probe,
+    status: Result<RunEnd>,
+    json: bool,
+) -> Result<RunEnd> {
     let released = space.transact(
-        &name,
-        &caller,
+        name,
+        caller,
         Op::Release {
             target: super::core::Target::Ticket(grant.ticket.clone()),
         },
-        &probe,
+        probe,
     );
     let unlisted = space.update_ledger(|l| {
         l.launches
-            .retain(|x| !(x.hash == name_hash(&name) && x.ticket == grant.ticket));
+            .retain(|x| !(x.hash == name_hash(name) && x.ticket == grant.ticket));
         Ok(())
     });
     let failures: Vec<Error> = [released.err(), unlisted.err()]
@@ -217,7 +231,7 @@ pub fn run(
     // wrapper's own failure is the reserved status, its code on stderr.
     let failed = failures.first();
     if json {
-        print_line(&grant, &name, status, failed);
+        print_line(grant, name, status, failed);
     }
     Ok(match failures.into_iter().next() {
         None => RunEnd::Exited(status),
@@ -443,18 +457,7 @@ fn supervise(
     // The command tree inherits its own open description of the live file (no CLOEXEC): the
     // kernel closes it when the last process of the tree exits, which wakes waiters at once
     // even when the gate itself was killed first.
-    let tree_live = nix::fcntl::open(
-        &space.live_path(&g.name),
-        nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_NOFOLLOW,
-        nix::sys::stat::Mode::empty(),
-    )
-    .map_err(|e| {
-        Error::io(
-            "cannot open",
-            &space.live_path(&g.name),
-            &std::io::Error::from(e),
-        )
-    })?;
+    let tree_live = open_tree_live(space, g)?;
     let terminal = Foreground::detect();
     let hash = name_hash(&g.name);
     let tag = format!("{}-{}-{}", &hash[..12], g.ticket, std::process::id());
@@ -470,40 +473,13 @@ fn supervise(
     drop(tree_live);
     let pid = match child {
         Ok(c) => c.id(),
-        Err(e) => {
-            // The command never ran; the caller turns this into env(1)'s 127 or 126.
-            if let Some(t) = terminal {
-                t.restore();
-            }
-            if e.raw_os_error() == Some(GATE_GONE as i32) {
-                return Err(Error::new(
-                    Code::Io,
-                    "the gate ended before the command started",
-                ));
-            }
-            return Ok(RunEnd::NotStarted(e));
-        }
+        Err(e) => return not_started(e, terminal),
     };
     if terminal.is_some() {
         // Also from this side, so the hand-over does not depend on which process runs first.
         hand_to(Pid::from_raw(pid as i32));
     }
-    let child_evidence: Option<ProcessEvidence> = probe.evidence(pid).ok();
-    let recorded = space.update_ledger(|l| {
-        if let Some(x) = l
-            .launches
-            .iter_mut()
-            .find(|x| x.hash == name_hash(&g.name) && x.ticket == g.ticket)
-        {
-            x.child = child_evidence.clone();
-            x.pgid = Some(pid as i32);
-            x.cgroup = cgroup_path.clone();
-        }
-        Ok(())
-    });
-    if let Err(e) = recorded {
-        report_beside(&e);
-    }
+    record_child(space, g, pid, probe, &cgroup_path);
     let mut tracked: Vec<i32> = Vec::new();
     // In a cgroup every descendant stays tracked; otherwise look for detached groups.
     let mut track = || {
@@ -511,22 +487,7 @@ fn supervise(
             track_groups(space, g, pid as i32, &mut tracked);
         }
     };
-    let kill_rest = || {
-        if let Some(path) = &cgroup_path {
-            super::cgroup::kill(path);
-        }
-        // Also without a cgroup: the command's group, the groups that detached, and anything
-        // re-parented to the gate.
-        let _ = nix::sys::signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
-        for g in
-            super::evidence::descendant_groups(std::process::id(), pid as i32).unwrap_or_default()
-        {
-            let _ = nix::sys::signal::killpg(Pid::from_raw(g), Signal::SIGKILL);
-        }
-        for c in super::evidence::children_of(std::process::id()) {
-            let _ = nix::sys::signal::kill(Pid::from_raw(c), Signal::SIGKILL);
-        }
-    };
+    let kill_rest = || kill_tree(cgroup_path.as_deref(), pid as i32);
     let on_exit: Option<&dyn Fn()> = if req.kill_on_release {
         Some(&kill_rest)
     } else {
@@ -546,6 +507,79 @@ fn supervise(
         t.restore();
     }
     Ok(RunEnd::Exited(status))
+}
+
+/// The command never ran: the terminal is given back, and the caller turns this into
+/// env(1)'s 127 or 126.
+fn not_started(e: std::io::Error, terminal: Option<Foreground>) -> Result<RunEnd> {
+    if let Some(t) = terminal {
+        t.restore();
+    }
+    if e.raw_os_error() == Some(GATE_GONE as i32) {
+        return Err(Error::new(
+            Code::Io,
+            "the gate ended before the command started",
+        ));
+    }
+    Ok(RunEnd::NotStarted(e))
+}
+
+/// The command tree's own open description of the resource's live file (see `supervise`).
+fn open_tree_live(space: &Space, g: &Grant) -> Result<std::os::fd::OwnedFd> {
+    nix::fcntl::open(
+        &space.live_path(&g.name),
+        nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_NOFOLLOW,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| {
+        Error::io(
+            "cannot open",
+            &space.live_path(&g.name),
+            &std::io::Error::from(e),
+        )
+    })
+}
+
+/// Records the started command in the launch ledger (its evidence, group and cgroup), so a
+/// later session can see or adopt it; a failure is reported beside the run, not fatal.
+fn record_child(
+    space: &Space,
+    g: &Grant,
+    pid: u32,
+    probe: &Probe,
+    cgroup_path: &Option<std::path::PathBuf>,
+) {
+    let child_evidence: Option<ProcessEvidence> = probe.evidence(pid).ok();
+    let recorded = space.update_ledger(|l| {
+        if let Some(x) = l
+            .launches
+            .iter_mut()
+            .find(|x| x.hash == name_hash(&g.name) && x.ticket == g.ticket)
+        {
+            x.child = child_evidence.clone();
+            x.pgid = Some(pid as i32);
+            x.cgroup = cgroup_path.clone();
+        }
+        Ok(())
+    });
+    if let Err(e) = recorded {
+        report_beside(&e);
+    }
+}
+
+/// Kills what is left of a released command's tree: its cgroup, and also without one the
+/// command's group, the groups that detached, and anything re-parented to the gate.
+fn kill_tree(cgroup: Option<&Path>, pid: i32) {
+    if let Some(path) = cgroup {
+        super::cgroup::kill(path);
+    }
+    let _ = nix::sys::signal::killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    for g in super::evidence::descendant_groups(std::process::id(), pid).unwrap_or_default() {
+        let _ = nix::sys::signal::killpg(Pid::from_raw(g), Signal::SIGKILL);
+    }
+    for c in super::evidence::children_of(std::process::id()) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(c), Signal::SIGKILL);
+    }
 }
 
 fn spawn(

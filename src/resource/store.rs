@@ -220,23 +220,7 @@ impl Space {
             Some(f) => f,
             None => state.as_ref().map(Fence::of).unwrap_or_default(),
         };
-        let op = match op {
-            Op::SetController {
-                capacity,
-                force,
-                automatic,
-                ..
-            } => {
-                let ledger = self.adoptable(&name)?;
-                Op::SetController {
-                    capacity,
-                    force,
-                    automatic,
-                    ledger,
-                }
-            }
-            other => other,
-        };
+        let op = self.with_ledger(&name, op)?;
         let ledger = RefCell::new(None);
         let life = |ticket: &str, e: &ProcessEvidence| self.life(&name, ticket, e, probe, &ledger);
         let env = Env {
@@ -269,6 +253,24 @@ impl Space {
             fsutil::atomic_write(&path, &bytes, Durability::Durable)?;
         }
         Ok(step)
+    }
+
+    /// `SetController` decides with the launches it may adopt, read under the caller's lock.
+    fn with_ledger(&self, name: &str, op: Op) -> Result<Op> {
+        Ok(match op {
+            Op::SetController {
+                capacity,
+                force,
+                automatic,
+                ..
+            } => Op::SetController {
+                capacity,
+                force,
+                automatic,
+                ledger: self.adoptable(name)?,
+            },
+            other => other,
+        })
     }
 
     /// Liveness of a recorded process; a gone gate whose launched group still runs is alive.

@@ -170,33 +170,8 @@ pub fn parse(name: &str, a: &Args) -> Result<AskCall> {
         }
         "ask_peers" => {
             a.only(&with("peers"))?;
-            let bad = || {
-                a.error(&format!(
-                    "argument `peers` must be an array of 1-{ASK_PEERS_MAX} distinct friend names"
-                ))
-            };
-            let Some(Value::Array(list)) = a.get_raw("peers") else {
-                return Err(bad());
-            };
-            let mut peers: Vec<String> = Vec::new();
-            for p in list {
-                match p.as_str() {
-                    Some(s)
-                        if !s.is_empty()
-                            && s.chars().count() <= PEER_CHARS_MAX
-                            && !s.chars().any(char::is_control)
-                            && !peers.iter().any(|x| x == s) =>
-                    {
-                        peers.push(s.to_string())
-                    }
-                    _ => return Err(bad()),
-                }
-            }
-            if peers.is_empty() || peers.len() > ASK_PEERS_MAX {
-                return Err(bad());
-            }
             Ok(AskCall::AskMany {
-                peers,
+                peers: friend_names(a)?,
                 q: question(a)?,
             })
         }
@@ -231,6 +206,36 @@ pub fn parse(name: &str, a: &Args) -> Result<AskCall> {
             crate::sanitize::line(other, 40)
         ))),
     }
+}
+
+/// `ask_peers`' `peers`: 1-`ASK_PEERS_MAX` distinct friend names.
+fn friend_names(a: &Args) -> Result<Vec<String>> {
+    let bad = || {
+        a.error(&format!(
+            "argument `peers` must be an array of 1-{ASK_PEERS_MAX} distinct friend names"
+        ))
+    };
+    let Some(Value::Array(list)) = a.get_raw("peers") else {
+        return Err(bad());
+    };
+    let mut peers: Vec<String> = Vec::new();
+    for p in list {
+        match p.as_str() {
+            Some(s)
+                if !s.is_empty()
+                    && s.chars().count() <= PEER_CHARS_MAX
+                    && !s.chars().any(char::is_control)
+                    && !peers.iter().any(|x| x == s) =>
+            {
+                peers.push(s.to_string())
+            }
+            _ => return Err(bad()),
+        }
+    }
+    if peers.is_empty() || peers.len() > ASK_PEERS_MAX {
+        return Err(bad());
+    }
+    Ok(peers)
 }
 
 fn question_properties(first: (&str, Value)) -> Value {

@@ -280,29 +280,28 @@ fn parse_messages(a: &Args, limits: &Limits) -> Result<MessagesArgs> {
     })
 }
 
+/// The `coordinate_resource` operations, each with the label its errors name.
+const RESOURCE_OPS: [(&str, &str); 6] = [
+    ("status", "coordinate_resource op=status"),
+    ("request", "coordinate_resource op=request"),
+    ("grant", "coordinate_resource op=grant"),
+    ("release", "coordinate_resource op=release"),
+    ("cancel_request", "coordinate_resource op=cancel_request"),
+    ("set_controller", "coordinate_resource op=set_controller"),
+];
+
 fn parse_resource(a: &Args, limits: &Limits) -> Result<ResourceArgs> {
-    const OPS: [&str; 6] = [
-        "status",
-        "request",
-        "grant",
-        "release",
-        "cancel_request",
-        "set_controller",
-    ];
-    let op = a.opt_enum("op", &OPS)?.ok_or_else(|| {
+    let ops = RESOURCE_OPS.map(|(op, _)| op);
+    let op = a.opt_enum("op", &ops)?.ok_or_else(|| {
         a.error(&format!(
             "argument `op` is required (one of {})",
-            OPS.join("|")
+            ops.join("|")
         ))
     })?;
-    let label = match op.as_str() {
-        "status" => "coordinate_resource op=status",
-        "request" => "coordinate_resource op=request",
-        "grant" => "coordinate_resource op=grant",
-        "release" => "coordinate_resource op=release",
-        "cancel_request" => "coordinate_resource op=cancel_request",
-        _ => "coordinate_resource op=set_controller",
-    };
+    let label = RESOURCE_OPS
+        .iter()
+        .find(|(name, _)| *name == op)
+        .map_or("coordinate_resource", |(_, label)| label);
     let a = a.relabel(label);
     let resource = |a: &Args| a.req_str("resource", RESOURCE_CHARS_MAX);
     let ticket = |a: &Args| a.req_str("ticket", ID_CHARS_MAX);

@@ -47,32 +47,39 @@ fn conflict(message: String) -> Error {
     Error::new(Code::AuthFailed, message)
 }
 
+/// Refuses a card whose key an existing friend of another name already holds.
+fn key_owned_by_another(peers: &[Value], card: &Card, name: &str) -> Result<()> {
+    let other = peers.iter().find(|p| {
+        p.get("publicKey").and_then(Value::as_str) == Some(card.public_key.as_str())
+            && p.get("name").and_then(Value::as_str) != Some(card.name.as_str())
+    });
+    match other {
+        None => Ok(()),
+        Some(other) => {
+            let other = other.get("name").and_then(Value::as_str).unwrap_or("?");
+            Err(conflict(format!(
+                "this key already belongs to friend {:?}; the card calls itself {name:?}. Remove one first",
+                sanitize::line(other, 64)
+            )))
+        }
+    }
+}
+
+/// Writes the card's address (host, port, description) into a friend entry.
+fn address_of(card: &Card, m: &mut Map<String, Value>) {
+    m.insert("host".into(), json!(card.host));
+    m.insert("port".into(), json!(card.port));
+    match &card.description {
+        Some(d) => m.insert("description".into(), json!(d)),
+        None => m.remove("description"),
+    };
+}
+
 /// Merges `card` into the `peers` list (pure). `mode` applies to a new friend only.
 pub fn merge(peers: &mut Vec<Value>, card: &Card, mode: &str, replace: bool) -> Result<Merged> {
     let name = sanitize::line(&card.name, 64);
-    let key_str = |p: &Value| {
-        p.get("publicKey")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    if let Some(other) = peers.iter().find(|p| {
-        key_str(p).as_deref() == Some(card.public_key.as_str())
-            && p.get("name").and_then(Value::as_str) != Some(card.name.as_str())
-    }) {
-        let other = other.get("name").and_then(Value::as_str).unwrap_or("?");
-        return Err(conflict(format!(
-            "this key already belongs to friend {:?}; the card calls itself {name:?}. Remove one first",
-            sanitize::line(other, 64)
-        )));
-    }
-    let address = |m: &mut Map<String, Value>| {
-        m.insert("host".into(), json!(card.host));
-        m.insert("port".into(), json!(card.port));
-        match &card.description {
-            Some(d) => m.insert("description".into(), json!(d)),
-            None => m.remove("description"),
-        };
-    };
+    key_owned_by_another(peers, card, &name)?;
+    let address = |m: &mut Map<String, Value>| address_of(card, m);
     let Some(existing) = peers
         .iter_mut()
         .find(|p| p.get("name").and_then(Value::as_str) == Some(card.name.as_str()))

@@ -1,0 +1,195 @@
+//! The MCP path of `peer bench`: a real `peer mcp` process driven over its stdio with JSON-RPC
+//! as an agent's client drives it (`initialize`, `notifications/initialized`, then `tools/call`
+//! of `send_peer_message`), and MCP `ping` round trips through the same process, so a send can
+//! be compared with the protocol's own cost measured in the same run.
+
+use crate::error::{Code, Error, Result};
+use crate::protocol::frame::{LineSplitter, Overlong};
+use crossbeam_channel::{Receiver, bounded};
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest answer line read from the server, in bytes.
+const LINE_BYTES: usize = 1 << 20;
+/// Answer lines buffered between the reader thread and the client.
+const LINES_QUEUED: usize = 256;
+/// Longest wait for `initialize` (the server starts a root first), in milliseconds.
+const START_MS: u64 = 30_000;
+/// Longest wait for the server to exit after its stdin closed, in milliseconds.
+const STOP_MS: u64 = 5_000;
+/// The MCP revision the benchmark speaks.
+const PROTOCOL_VERSION: &str = "2025-11-25";
+
+/// One running `peer mcp` and the JSON-RPC client side of its stdio.
+pub struct McpClient {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Vec<u8>>,
+    next_id: u64,
+    err: std::path::PathBuf,
+}
+
+impl McpClient {
+    /// Starts `peer mcp --alias ALIAS` in the namespace and completes the MCP handshake.
+    pub fn start(
+        exe: &Path,
+        home: &Path,
+        workspace: &Path,
+        logs: &Path,
+        alias: &str,
+    ) -> Result<McpClient> {
+        let err = logs.join(format!("{alias}.err"));
+        let err_file = std::fs::File::create(&err)
+            .map_err(|e| Error::io("cannot create a benchmark log file", &err, &e))?;
+        let mut child = Command::new(exe)
+            .arg("--home")
+            .arg(home)
+            .args(["mcp", "--alias", alias, "--workspace"])
+            .arg(workspace)
+            .current_dir(workspace)
+            .env_remove(crate::runtime::control::ENV_CONTROL)
+            .env_remove(crate::runtime::control::ENV_RUN)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(err_file)
+            .spawn()
+            .map_err(|e| Error::io("cannot start peer mcp", exe, &e))?;
+        let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
+        let (tx, lines) = bounded(LINES_QUEUED);
+        if let Some(mut out) = stdout {
+            // Ends at the server's EOF or when the client is gone.
+            std::thread::spawn(move || {
+                let mut split = LineSplitter::new(LINE_BYTES, Overlong::Stop);
+                let mut chunk = vec![0; 64 * 1024];
+                while let Ok(n @ 1..) = out.read(&mut chunk) {
+                    split.push(chunk.get(..n).unwrap_or_default());
+                    while let Some(line) = split.next_line() {
+                        if line.map_or(true, |l| tx.send(l).is_err()) {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        let mut c = McpClient {
+            child,
+            stdin,
+            lines,
+            next_id: 0,
+            err,
+        };
+        c.call(
+            "initialize",
+            json!({"protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "peer-bench", "version": env!("CARGO_PKG_VERSION")}}),
+            START_MS,
+        )?;
+        c.write(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
+        Ok(c)
+    }
+
+    fn write(&mut self, msg: &Value) -> Result<()> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| Error::new(Code::Io, "bench: peer mcp's stdin is closed"))?;
+        stdin
+            .write_all(format!("{msg}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+            .map_err(|e| self.failed(&format!("stdin write failed: {e}")))
+    }
+
+    /// One request and its answer's `result`; notifications in between are skipped.
+    fn call(&mut self, method: &str, params: Value, timeout_ms: u64) -> Result<Value> {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.write(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.lines.recv_timeout(left).map_err(|_| {
+                self.failed(&format!(
+                    "gave no answer to {method} within {timeout_ms} ms"
+                ))
+            })?;
+            let Ok(msg) = serde_json::from_slice::<Value>(&line) else {
+                return Err(self.failed("printed a line that is not JSON"));
+            };
+            if msg.get("id") != Some(&json!(id)) {
+                continue;
+            }
+            if let Some(e) = msg.get("error") {
+                return Err(self.failed(&format!(
+                    "answered {method} with {}",
+                    crate::sanitize::line(&e.to_string(), 200)
+                )));
+            }
+            return Ok(msg.get("result").cloned().unwrap_or(Value::Null));
+        }
+    }
+
+    /// One MCP `ping` round trip.
+    pub fn ping(&mut self) -> Result<()> {
+        self.call("ping", json!({}), super::adapter::SEND_TIMEOUT_MS)
+            .map(drop)
+    }
+
+    /// `send_peer_message` to `to`; the message id of its `accepted` receipt.
+    pub fn send(&mut self, to: &str, content: &str) -> Result<String> {
+        let r = self.call(
+            "tools/call",
+            json!({"name": "send_peer_message", "arguments": {"to": to, "content": content}}),
+            super::adapter::SEND_TIMEOUT_MS,
+        )?;
+        if r.get("isError") == Some(&json!(true)) {
+            return Err(Error::new(
+                Code::Io,
+                format!(
+                    "bench: send_peer_message through peer mcp failed: {}",
+                    crate::sanitize::line(&r["structuredContent"].to_string(), 200)
+                ),
+            ));
+        }
+        super::adapter::accepted_id(&r["structuredContent"])
+    }
+
+    fn failed(&self, what: &str) -> Error {
+        let tail = std::fs::read_to_string(&self.err).unwrap_or_default();
+        let start = tail.len().saturating_sub(400);
+        Error::new(
+            Code::Io,
+            format!(
+                "bench: peer mcp {what}; stderr: {}",
+                crate::sanitize::line(tail.get(start..).unwrap_or("").trim(), 400)
+            ),
+        )
+    }
+
+    /// Closes stdin (an MCP server's end) and waits for the exit; SIGKILL past `STOP_MS`.
+    /// The exit code, `None` when it had to be killed.
+    pub fn stop(&mut self) -> Option<i32> {
+        self.stdin = None;
+        let deadline = Instant::now() + Duration::from_millis(STOP_MS);
+        while Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return status.code(),
+                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+                Err(_) => break,
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        None
+    }
+}
+
+impl Drop for McpClient {
+    fn drop(&mut self) {
+        // A benchmark that fails half-way must not leave the server behind.
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}
