@@ -155,7 +155,7 @@ limits! {
     recent_nonces, "recentNonces", 4_096, 1..=10_000_000,
         "Handshake nonces remembered to refuse replays.";
     journal_bytes, "journalBytes", 4 << 20, 1..=1 << 40,
-        "Journal size that triggers compaction into the snapshot.";
+        "Journal size that triggers compaction into the snapshot. When the snapshot is larger, compaction waits until the journal holds as many bytes as the snapshot (within storageBytes), so rewriting it costs at most about one byte per journal byte.";
     commit_batch, "commitBatch", 1_024, 1..=65_536,
         "Most store operations made durable by one group commit.";
     route_retries, "routeRetries", 5, 1..=1_000,

@@ -215,6 +215,18 @@ pub enum Durability {
 /// Replaces `path` with `bytes` atomically: a temp file in the same directory whose name does
 /// not end in `.json`, written with mode 0600 and `O_EXCL`, then renamed over the target.
 pub fn atomic_write(path: &Path, bytes: &[u8], durability: Durability) -> Result<()> {
+    atomic_write_with(path, durability, |f| {
+        f.write_all(bytes).map_err(|e| e.to_string())
+    })
+}
+
+/// Like [`atomic_write`], with the content produced by `fill` into the temp file (so a large
+/// file need not be built in memory first). `fill`'s error text becomes an IO error.
+pub fn atomic_write_with(
+    path: &Path,
+    durability: Durability,
+    fill: impl FnOnce(&mut File) -> std::result::Result<(), String>,
+) -> Result<()> {
     let dir = parent_of(path)?;
     let name = path
         .file_name()
@@ -227,8 +239,8 @@ pub fn atomic_write(path: &Path, bytes: &[u8], durability: Durability) -> Result
     ));
     let result = (|| {
         let mut f = create_private_new(&tmp)?;
-        f.write_all(bytes)
-            .map_err(|e| Error::io("cannot write", &tmp, &e))?;
+        fill(&mut f)
+            .map_err(|e| Error::new(Code::Io, format!("cannot write {}: {e}", tmp.display())))?;
         if durability == Durability::Durable {
             f.sync_data()
                 .map_err(|e| Error::io("cannot fsync", &tmp, &e))?;

@@ -7,7 +7,8 @@
 //! sender session 100 times (SIGKILL mid-stream, or SIGSTOP/SIGCONT then a clean stop) while
 //! the receiver is stopped past staleMs in some rounds: every message the sender's root took
 //! custody of ends delivered exactly once, with no sender record contradicting the receiver.
-//! About 370 kill and stop points in all. Also: a killed host's journal with a flipped byte
+//! About 370 kill and stop points in all, plus 40 kills of a receiver whose store compacts
+//! every few messages (some land inside a compaction: its temp file is left). Also: a killed host's journal with a flipped byte
 //! needs recovery and is left untouched; a torn tail is ignored.
 //!
 //! SIGKILL keeps the page cache, so these loops prove the ordering (journal write before the
@@ -151,6 +152,10 @@ struct Tally {
     lost: usize,
     duplicated: usize,
     phantom: usize,
+    /// Killed incarnations whose store had compacted (a snapshot exists).
+    compacted: usize,
+    /// Killed incarnations that left a compaction's temp file behind (killed inside one).
+    mid_compaction: usize,
 }
 
 impl Tally {
@@ -184,11 +189,47 @@ impl Tally {
 fn receiver_killed_at_random_points_loses_and_duplicates_nothing() {
     let ns = Ns::new("crashrx");
     crash_config(&ns);
+    let tally = receiver_kill_loop(&ns, KILLS);
+    eprintln!("receiver kills: {tally:?}");
+    assert_eq!(tally.kills, KILLS);
+    assert_eq!((tally.lost, tally.duplicated, tally.phantom), (0, 0, 0));
+    assert!(tally.accepted > KILLS, "the stream barely ran: {tally:?}");
+}
+
+/// Kills during compaction: the receiver's store compacts after about 1 KiB of journal and
+/// then whenever the journal has grown as large as the snapshot (after 2, 4, 8, 16 … messages),
+/// so random kills land before, inside (snapshot temp written or renamed, journal swapped or
+/// not, sync point old or new) and after compactions.
+#[test]
+fn receiver_killed_while_compacting_loses_and_duplicates_nothing() {
+    const COMPACTION_KILLS: usize = 40;
+    let ns = Ns::new("crashcompact");
+    ns.config(json!({"limits": {
+        "acknowledgementMs": 200,
+        "routeRetries": 1,
+        "ratePerSecond": 1_000_000,
+        "rateBurst": 1_000_000,
+        "inboxMessages": 1_000_000,
+        "journalBytes": 1_024,
+    }}));
+    let tally = receiver_kill_loop(&ns, COMPACTION_KILLS);
+    eprintln!("receiver kills while compacting: {tally:?}");
+    assert_eq!(tally.kills, COMPACTION_KILLS);
+    assert_eq!((tally.lost, tally.duplicated, tally.phantom), (0, 0, 0));
+    assert!(
+        tally.compacted > COMPACTION_KILLS / 2,
+        "too few incarnations compacted: {tally:?}"
+    );
+}
+
+/// Starts a receiver `kills` times, streams to it from one sender and SIGKILLs it at a random
+/// point; checks each dead incarnation's store against what the sender saw.
+fn receiver_kill_loop(ns: &Ns, kills: usize) -> Tally {
     let limits = Config::load(&ns.home).unwrap().limits;
     let alice = ns.host(&["--alias", "alice"]);
     let mut tally = Tally::default();
     let mut carry: Vec<String> = Vec::new();
-    for kill in 0..KILLS {
+    for kill in 0..kills {
         let mut bob = ns.host(&["--alias", "bob"]);
         let (bob_instance, bob_session) = (bob.field("instanceId"), bob.field("sessionId"));
         let started = Arc::new(AtomicBool::new(false));
@@ -225,13 +266,22 @@ fn receiver_killed_at_random_points_loses_and_duplicates_nothing() {
         );
         let held = counts(unread.iter().map(|e| e.message_id.as_str()));
         tally.kills += 1;
+        // Reading the dead store is read-only: what the kill left is still there.
+        let dir = paths::store_dir(&ns.home, &bob_instance);
+        if dir.join(paths::SNAPSHOT).exists() {
+            tally.compacted += 1;
+        }
+        let left_temp = std::fs::read_dir(&dir).unwrap().flatten().any(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name == paths::JOURNAL_TMP || name.starts_with(".messages.json.")
+        });
+        if left_temp {
+            tally.mid_compaction += 1;
+        }
         tally.check(&held, &planned, &seen);
         carry = seen.unacknowledged;
     }
-    eprintln!("receiver kills: {tally:?}");
-    assert_eq!(tally.kills, KILLS);
-    assert_eq!((tally.lost, tally.duplicated, tally.phantom), (0, 0, 0));
-    assert!(tally.accepted > KILLS, "the stream barely ran: {tally:?}");
+    tally
 }
 
 /// Every message of one recipient from `from`, through the recipient's local channel.

@@ -5,17 +5,19 @@
 use super::{Ctx, out};
 use crate::config::Config;
 use crate::error::{Code, Error, Result};
-use crate::resource::api::{coordinate, describe};
-use crate::resource::core::CAP_REQUEST;
+use crate::resource::api::{Request, coordinate, corrupt_file, describe};
+use crate::resource::core::{CAP_REQUEST, Op, Target};
 use crate::resource::evidence::Probe;
 use crate::resource::gate::{self, RunRequest};
+use crate::resource::model::canonical_name;
 use crate::resource::principal::{
     Principal, default_capabilities, principal_id, restrict, session_holder,
 };
 use crate::resource::store::Space;
 use crate::sanitize::line;
+use crate::tools::resource_answer::{ResourceAnswer, ResourceView, TicketAnswer, TicketState};
 use lexopt::Arg::{self, Long, Short};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::ffi::OsString;
 
 pub(crate) const RUN_HELP: &str = "\
@@ -127,111 +129,103 @@ fn run_wrapped(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     })
 }
 
+/// The options of `peer res`, collected before the subcommand's words decide which apply.
+#[derive(Debug, Default)]
+struct ResOptions {
+    capacity: Option<u32>,
+    wait_ms: u64,
+    epoch: Option<u64>,
+    token: Option<u64>,
+    ticket: Option<String>,
+    force: bool,
+    automatic: bool,
+}
+
+/// The words and options of `peer res`; `None` once `--help` was printed.
+fn res_args(args: Vec<OsString>) -> Result<Option<(Vec<String>, ResOptions)>> {
+    let mut p = lexopt::Parser::from_args(args);
+    let mut words: Vec<String> = Vec::new();
+    let mut o = ResOptions::default();
+    while let Some(arg) = p.next().map_err(usage)? {
+        match arg {
+            Long("capacity") => o.capacity = Some(number(p.value().map_err(usage)?, "--capacity")?),
+            Long("wait") => o.wait_ms = number(p.value().map_err(usage)?, "--wait")?,
+            Long("epoch") => o.epoch = Some(number(p.value().map_err(usage)?, "--epoch")?),
+            Long("token") => o.token = Some(number(p.value().map_err(usage)?, "--token")?),
+            Long("ticket") => o.ticket = Some(string(p.value().map_err(usage)?)?),
+            Long("force") => o.force = true,
+            Long("automatic") => o.automatic = true,
+            Long("help") | Short('h') => {
+                out::text(RES_HELP)?;
+                return Ok(None);
+            }
+            Arg::Value(v) => words.push(string(v)?),
+            other => return Err(usage(other.unexpected())),
+        }
+    }
+    Ok(Some((words, o)))
+}
+
 /// `peer res SUBCOMMAND …`.
 pub fn res_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
-    let Some((words, op)) = res_args(args)? else {
+    let Some((words, options)) = res_args(args)? else {
         return Ok(0);
     };
-    let mut op = build_op(&words, op)?;
-    let forced = op["op"] == "release" && op.get("force") == Some(&json!(true));
-    if forced && let Some(o) = op.as_object_mut() {
-        o.remove("force");
-        o.insert("override".into(), json!(true));
-    }
+    let request = build_request(&words, options)?;
+    let forced = matches!(request.op, Op::Override { .. });
     let home = ctx.home()?;
     let cfg = Config::load(&home)?;
     let principal = cli_principal(ctx.as_alias.as_deref(), &cfg);
     let probe = Probe::new();
-    let kind = op["op"].as_str().unwrap_or("");
-    let evidence = match kind {
-        "request" => session_holder(&probe, "peer res request", enclosing_root_pid)?,
-        "set_controller" => session_holder(&probe, "peer res set-controller", enclosing_root_pid)?,
+    let evidence = match request.op {
+        Op::Request { .. } => session_holder(&probe, "peer res request", enclosing_root_pid)?,
+        Op::SetController { .. } => {
+            session_holder(&probe, "peer res set-controller", enclosing_root_pid)?
+        }
         _ => probe.own()?,
     };
-    let outcome = coordinate(&home, &cfg, &principal, op, evidence)?;
-    if forced {
+    let answer = coordinate(&home, &cfg, &principal, request, evidence, &|| false)?;
+    if let (true, ResourceAnswer::Ticket(t)) = (forced, &answer) {
         // The durable record is the resource journal's released_by_override event; this line
         // is for whoever watches the operator's terminal or logs.
         out::err_line(&format!(
             "peer: override: {} released ticket {} (token {}) of {} regardless of its holder",
             line(&principal.id, 120),
-            s(&outcome, "ticket"),
-            s(&outcome, "token"),
-            s(&outcome, "resource"),
+            line(&t.ticket, 120),
+            num(t.token),
+            line(&t.resource, 120),
         ));
     }
     if ctx.json {
-        out::json(&outcome)?;
+        out::json(&encode(&answer)?)?;
     } else {
-        out::text(&human_outcome(&outcome))?;
+        out::text(&human_outcome(&answer))?;
     }
     // `status` of everything shows the healthy resources and names the unreadable files.
-    let corrupt = outcome.get("corrupt").and_then(Value::as_array);
-    for c in corrupt.into_iter().flatten() {
-        out::err_line(&format!("peer: {}: {}", s(c, "code"), s(c, "message")));
+    let corrupt = match &answer {
+        ResourceAnswer::All(all) => all.corrupt.as_slice(),
+        _ => &[],
+    };
+    for c in corrupt {
+        out::err_line(&format!("peer: {}: {}", c.code, line(&c.message, 120)));
     }
-    Ok(match corrupt {
-        Some(c) if !c.is_empty() => Code::RecoveryRequired.exit_status(),
-        _ => 0,
+    Ok(if corrupt.is_empty() {
+        0
+    } else {
+        Code::RecoveryRequired.exit_status()
     })
 }
 
-/// The positional words of `peer res` and its options as `coordinate` fields.
-type ResArgs = (Vec<String>, serde_json::Map<String, Value>);
-
-/// The words and options of `peer res`, the options already typed into their JSON fields;
-/// `None` after printing `--help`.
-fn res_args(args: Vec<OsString>) -> Result<Option<ResArgs>> {
-    let mut p = lexopt::Parser::from_args(args);
-    let mut words: Vec<String> = Vec::new();
-    let mut op = serde_json::Map::new();
-    while let Some(arg) = p.next().map_err(usage)? {
-        match arg {
-            Long("capacity") => op.insert(
-                "capacity".into(),
-                json!(number::<u32>(p.value().map_err(usage)?, "--capacity")?),
-            ),
-            Long("wait") => op.insert(
-                "waitMs".into(),
-                json!(number::<u64>(p.value().map_err(usage)?, "--wait")?),
-            ),
-            Long("epoch") => op.insert(
-                "epoch".into(),
-                json!(number::<u64>(p.value().map_err(usage)?, "--epoch")?),
-            ),
-            Long("token") => op.insert(
-                "token".into(),
-                json!(number::<u64>(p.value().map_err(usage)?, "--token")?),
-            ),
-            Long("ticket") => op.insert("ticket".into(), json!(string(p.value().map_err(usage)?)?)),
-            Long("force") => op.insert("force".into(), json!(true)),
-            Long("automatic") => op.insert("automatic".into(), json!(true)),
-            Long("help") | Short('h') => {
-                out::text(RES_HELP)?;
-                return Ok(None);
-            }
-            Arg::Value(v) => {
-                words.push(string(v)?);
-                None
-            }
-            other => return Err(usage(other.unexpected())),
-        };
-    }
-    Ok(Some((words, op)))
-}
-
-/// Maps positional words and collected options to a `coordinate` operation.
-fn build_op(words: &[String], mut op: serde_json::Map<String, Value>) -> Result<Value> {
+/// Maps positional words and collected options to a typed coordination request, checked the
+/// way the tool's arguments are: a bad resource name before a release's contradictory target.
+fn build_request(words: &[String], o: ResOptions) -> Result<Request> {
     let (sub, rest) = words
         .split_first()
         .ok_or_else(|| usage("peer res needs a subcommand"))?;
-    let (kind, want) = match sub.as_str() {
-        "status" => ("status", 0..=1),
-        "request" => ("request", 1..=1),
-        "grant" => ("grant", 2..=2),
-        "release" => ("release", 1..=1),
-        "cancel" => ("cancel_request", 2..=2),
-        "set-controller" => ("set_controller", 1..=1),
+    let want = match sub.as_str() {
+        "status" => 0..=1,
+        "request" | "release" | "set-controller" => 1..=1,
+        "grant" | "cancel" => 2..=2,
         other => {
             return Err(usage(format!(
                 "unknown res subcommand {:?}",
@@ -245,51 +239,106 @@ fn build_op(words: &[String], mut op: serde_json::Map<String, Value>) -> Result<
             want.end()
         )));
     }
-    op.insert("op".into(), json!(kind));
-    if let Some(name) = rest.first() {
-        op.insert("resource".into(), json!(name));
-    }
-    if let Some(ticket) = rest.get(1) {
-        op.insert("ticket".into(), json!(ticket));
-    }
-    Ok(Value::Object(op))
+    let resource = rest.first().map(|r| canonical_name(r)).transpose()?;
+    // A ticket named by position wins over `--ticket`.
+    let ticket = rest.get(1).cloned().or(o.ticket);
+    let op = match sub.as_str() {
+        "status" => Op::Status,
+        "request" => Op::Request {
+            capacity: o.capacity,
+            epoch: o.epoch,
+        },
+        "grant" => Op::Grant {
+            ticket: ticket.unwrap_or_default(),
+            epoch: o.epoch,
+        },
+        "release" => release_op(ticket, o.token, o.force)?,
+        "cancel" => Op::Cancel {
+            ticket: ticket.unwrap_or_default(),
+        },
+        _ => Op::SetController {
+            capacity: o.capacity,
+            force: o.force,
+            automatic: o.automatic,
+            ledger: Vec::new(),
+        },
+    };
+    Ok(Request {
+        resource,
+        op,
+        wait_ms: o.wait_ms,
+    })
 }
 
-fn s(v: &Value, key: &str) -> String {
-    match v.get(key) {
-        Some(Value::String(x)) => line(x, 120),
-        Some(Value::Null) | None => "-".into(),
-        Some(other) => line(&other.to_string(), 120),
-    }
-}
-
-fn human_outcome(out: &Value) -> String {
-    if let Some(all) = out.get("resources").and_then(Value::as_array) {
-        if all.is_empty() {
-            return "no resources\n".into();
+/// `release`: of a ticket, a token or the caller's own grant; `--force` (with a ticket or a
+/// token) is the operator's override for any holder.
+fn release_op(ticket: Option<String>, token: Option<u64>, force: bool) -> Result<Op> {
+    let target = match (ticket, token) {
+        (Some(t), None) => Target::Ticket(t),
+        (None, Some(n)) => Target::Token(n),
+        (None, None) => Target::Mine,
+        (Some(_), Some(_)) => {
+            return Err(Error::new(
+                Code::Usage,
+                "release names a ticket or a token, not both",
+            ));
         }
-        return all.iter().map(human_resource).collect();
+    };
+    Ok(if force {
+        Op::Override { target }
+    } else {
+        Op::Release { target }
+    })
+}
+
+/// A typed resource answer as the JSON object `--json` prints and the human renderers read.
+fn encode<T: serde::Serialize>(answer: &T) -> Result<Value> {
+    serde_json::to_value(answer).map_err(|e| Error::new(Code::Io, e.to_string()))
+}
+
+/// A number, or `-` for an absent one.
+fn num<T: std::fmt::Display>(n: Option<T>) -> String {
+    n.map_or_else(|| "-".into(), |n| n.to_string())
+}
+
+/// The human lines of one answer of `peer res`.
+fn human_outcome(answer: &ResourceAnswer) -> String {
+    let resources = match answer {
+        ResourceAnswer::All(all) => &all.resources,
+        ResourceAnswer::One(one) => &one.resources,
+        ResourceAnswer::Ticket(a) => return human_ticket(a),
+        ResourceAnswer::Policy(p) => {
+            return format!(
+                "{}: policy epoch {}, capacity {}\n",
+                line(&p.resource, 120),
+                p.epoch,
+                p.capacity
+            );
+        }
+    };
+    if resources.is_empty() {
+        return "no resources\n".into();
     }
-    let (r, t) = (s(out, "resource"), s(out, "ticket"));
-    match out.get("state").and_then(Value::as_str) {
-        Some("granted") => format!(
+    resources.iter().map(human_resource).collect()
+}
+
+fn human_ticket(a: &TicketAnswer) -> String {
+    let (r, t) = (line(&a.resource, 120), line(&a.ticket, 120));
+    match a.state {
+        TicketState::Granted => format!(
             "{t} granted on {r} (token {}, epoch {})\n",
-            s(out, "token"),
-            s(out, "epoch")
+            num(a.token),
+            num(a.epoch)
         ),
-        Some("queued") => format!("{t} queued on {r} at position {}\n", s(out, "position")),
-        Some("released") => format!("{t} released on {r} (token {})\n", s(out, "token")),
-        Some("cancelled") => format!("{t} cancelled on {r}\n"),
-        _ => format!(
-            "{r}: policy epoch {}, capacity {}\n",
-            s(out, "epoch"),
-            s(out, "capacity")
-        ),
+        TicketState::Queued => format!("{t} queued on {r} at position {}\n", num(a.position)),
+        TicketState::Released => format!("{t} released on {r} (token {})\n", num(a.token)),
+        TicketState::Cancelled => format!("{t} cancelled on {r}\n"),
+        // A gate's own admission; no command of `peer res` answers it.
+        TicketState::Admitted => format!("{r}: policy epoch {}, capacity -\n", num(a.epoch)),
     }
 }
 
-fn age(v: &Value) -> String {
-    let ms = v.get("ageMs").and_then(Value::as_u64).unwrap_or(0);
+fn age(ms: u64) -> String {
     if ms < 60_000 {
         format!("{:.1}s", ms as f64 / 1000.0)
     } else {
@@ -297,42 +346,38 @@ fn age(v: &Value) -> String {
     }
 }
 
-/// The human table of one `describe` object.
-pub fn human_resource(r: &Value) -> String {
+/// The human table of one resource.
+pub fn human_resource(r: &ResourceView) -> String {
     let mut o = format!(
         "{}  {}  epoch {}  capacity {}  sequence {}\n",
-        s(r, "resource"),
-        s(r, "policy"),
-        s(r, "epoch"),
-        s(r, "capacity"),
-        s(r, "sequence")
+        line(&r.resource, 120),
+        r.policy,
+        r.epoch,
+        r.capacity,
+        r.sequence
     );
-    match r.get("controller").filter(|c| !c.is_null()) {
+    match &r.controller {
         Some(c) => o.push_str(&format!(
             "  controller  {} ({})  pid {}  {}\n",
-            s(c, "display"),
-            s(c, "principal"),
-            s(c, "pid"),
-            s(c, "life")
+            line(&c.display, 120),
+            line(&c.principal, 120),
+            c.pid,
+            c.life
         )),
         None => o.push_str("  controller  none\n"),
     }
-    for (title, key) in [("holder", "holders"), ("blocker", "blockers")] {
-        for h in r.get(key).and_then(Value::as_array).into_iter().flatten() {
-            let used = if h.get("admitted").and_then(Value::as_bool) == Some(true) {
-                "running"
-            } else {
-                "granted"
-            };
+    for (title, list) in [("holder", &r.holders), ("blocker", &r.blockers)] {
+        for h in list {
+            let used = if h.admitted { "running" } else { "granted" };
             o.push_str(&format!(
                 "  {title:<10}  {}  token {}  {}  pid {}  {}  {used}  epoch {}  {}\n",
-                s(h, "ticket"),
-                s(h, "token"),
-                s(h, "display"),
-                s(h, "pid"),
-                s(h, "life"),
-                s(h, "epoch"),
-                age(h)
+                line(&h.ticket, 120),
+                h.token,
+                line(&h.display, 120),
+                h.pid,
+                h.life,
+                h.epoch,
+                age(h.age_ms)
             ));
         }
     }
@@ -341,37 +386,27 @@ pub fn human_resource(r: &Value) -> String {
 }
 
 /// The queue and launch lines of one resource's status.
-fn waiting_lines(r: &Value) -> String {
+fn waiting_lines(r: &ResourceView) -> String {
     let mut o = String::new();
-    for q in r
-        .get("queue")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for q in &r.queue {
         o.push_str(&format!(
             "  queue {:<4}  {}  {}  pid {}  waiting {}\n",
-            s(q, "position"),
-            s(q, "ticket"),
-            s(q, "display"),
-            s(q, "pid"),
-            age(q)
+            q.position.to_string(),
+            line(&q.ticket, 120),
+            line(&q.display, 120),
+            q.pid,
+            age(q.age_ms)
         ));
     }
-    for l in r
-        .get("launches")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for l in &r.launches {
         o.push_str(&format!(
             "  launch      {}  token {}  {}  gate {}  child {}  {}\n",
-            s(l, "ticket"),
-            s(l, "token"),
-            s(l, "command"),
-            s(l, "gatePid"),
-            s(l, "childPid"),
-            age(l)
+            line(&l.ticket, 120),
+            l.token,
+            line(&l.command, 120),
+            l.gate_pid,
+            num(l.child_pid),
+            age(l.age_ms)
         ));
     }
     o
@@ -409,11 +444,11 @@ pub fn peer_res(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
         out::line("no resources")?;
     }
     for st in &states {
-        let v = describe(st, &probe, &launches, now);
+        let view = describe(st, &probe, &launches, now);
         if json_out {
-            out::json(&v)?;
+            out::json(&encode(&view)?)?;
         } else {
-            out::text(&human_resource(&v))?;
+            out::text(&human_resource(&view))?;
         }
     }
     report_skipped(&skipped, json_out)
@@ -424,7 +459,7 @@ pub fn peer_res(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
 fn report_skipped(skipped: &[crate::resource::store::Skipped], json_out: bool) -> Result<i32> {
     for sk in skipped {
         if json_out {
-            out::json(&crate::resource::api::skipped_json(sk))?;
+            out::json(&encode(&corrupt_file(sk))?)?;
         } else {
             out::line(&format!(
                 "corrupt  {}  {}",
@@ -523,3 +558,7 @@ fn run_capabilities(
         .filter_map(|c| c.as_str().map(str::to_string))
         .collect())
 }
+
+#[cfg(test)]
+#[path = "res_tests.rs"]
+mod tests;

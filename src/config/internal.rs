@@ -55,6 +55,10 @@ pub const ENTRY_OVERHEAD_BYTES: u64 = 384;
 /// Bytes reserved at admission for the receipt transitions, pushes and events a message
 /// will still produce (four transitions of about one overhead each).
 pub const RECEIPT_RESERVE_BYTES: u64 = 4 * ENTRY_OVERHEAD_BYTES;
+/// Receipt events (`peer_messages` `events`) kept per local peer: recording one more drops
+/// that peer's oldest. The outbox entry keeps the current receipt; the feed is for changes a
+/// reader has not seen yet, and a reader further behind skips to the oldest kept.
+pub const RECEIPT_EVENTS_KEPT: usize = 1024;
 /// Longest slice a store reader sleeps before re-checking its cancellation flag.
 pub const CANCEL_POLL_MS: u64 = 50;
 /// Longest a journal frame holding only records that need not be durable before their answer
@@ -68,6 +72,9 @@ pub const DEFERRED_SYNC_MS: u64 = 100;
 pub const WORKER_TICK_MS: u64 = 250;
 /// Longest interval between retention sweeps.
 pub const RETENTION_SWEEP_MS: u64 = 60_000;
+/// Longest wait between attempts to push receipts to a sender that keeps failing with a
+/// retryable answer (stopped or not answering; a sender proven gone is dropped instead).
+pub const PUSH_RETRY_MAX_MS: u64 = 30_000;
 /// Receipts pushed per worker pass.
 pub const PUSH_BATCH: usize = 32;
 /// Routes the retry worker looks at per pass.

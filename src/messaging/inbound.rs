@@ -218,8 +218,7 @@ impl Machine {
         };
         let original = self
             .state
-            .outbox
-            .get(&(from.peer_id.clone(), reply_to.clone()))
+            .outbox_get(&from.peer_id, reply_to)
             .filter(|o| o.from_peer_id == send.to_peer_id)
             .ok_or_else(|| invalid("no such message was sent from this recipient to the sender"))?;
         if !original.to.is(from) {

@@ -66,6 +66,15 @@ impl Machine {
         self.limits.journal_bytes.min(self.limits.storage_bytes / 2)
     }
 
+    /// Journal size at which the writer compacts, given the current snapshot's size: the
+    /// journal threshold, or as many bytes as the snapshot holds when that is more (so a
+    /// compaction rewrites at most about one snapshot byte per journal byte appended since the
+    /// last), but never so many that snapshot + journal pass `storageBytes`.
+    pub fn compaction_trigger(&self, snapshot_bytes: u64) -> u64 {
+        let room = self.limits.storage_bytes.saturating_sub(snapshot_bytes);
+        self.journal_threshold().max(snapshot_bytes.min(room))
+    }
+
     pub(crate) fn check_space(&self, cost: u64, what: &str) -> Result<()> {
         let budget = self.storage_budget();
         if self.state.live_bytes.saturating_add(cost) > budget {

@@ -9,6 +9,7 @@
 //! - `inbound`: receiver custody, recipient transitions, receipt pushes, status.
 //! - `outbound`: outbox intent, custody answers, receipts from targets, route queues.
 //! - `route`: which outbox entry of a route may go next.
+//! - `settled`: the compact in-memory form of resolved outbox entries.
 //! - `retention`: expiry and retention sweeps.
 //! - `rate`: per-sender token buckets.
 //! - `ids`: retry-stable and fresh message ids.
@@ -21,6 +22,7 @@ pub(crate) mod outbound;
 pub mod rate;
 pub(crate) mod retention;
 pub(crate) mod route;
+pub(crate) mod settled;
 pub(crate) mod state;
 pub(crate) mod types;
 

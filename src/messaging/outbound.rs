@@ -24,11 +24,7 @@ impl Machine {
     /// the existing entry. Errors: MESSAGE_ID_CONFLICT, INVALID_REQUEST, MESSAGE_TOO_LARGE,
     /// EXPIRED, INVALID_REPLY, QUEUE_FULL (route or storage full).
     pub fn outbox_intent(&mut self, send: &OutboundSend, now_ms: u64) -> Outcome<OutboxEntry> {
-        if let Some(e) = self
-            .state
-            .outbox
-            .get(&(send.to.peer_id.clone(), send.message_id.clone()))
-        {
+        if let Some(e) = self.state.outbox_get(&send.to.peer_id, &send.message_id) {
             let same = e.has_content(&send.body.content)
                 && e.body.topic == send.body.topic
                 && e.body.reply_to == send.body.reply_to
@@ -43,7 +39,7 @@ impl Machine {
                     ),
                 ));
             }
-            return Ok((e.clone(), Vec::new()));
+            return Ok((e, Vec::new()));
         }
         Self::check_id("messageId", &send.message_id)?;
         self.check_content(&send.body.content, &send.body.topic)?;
@@ -136,7 +132,7 @@ impl Machine {
         answer: std::result::Result<Receipt, Code>,
         now_ms: u64,
     ) -> Outcome<OutboxEntry> {
-        let entry = self.outbox_entry(to_peer_id, message_id)?.clone();
+        let entry = self.outbox_entry(to_peer_id, message_id)?;
         let receipt = match answer {
             Ok(r) => {
                 if r.message_id != entry.message_id
@@ -174,7 +170,7 @@ impl Machine {
             records.extend(self.replied_records(&entry, now_ms));
         }
         let records = self.commit(records);
-        Ok((self.outbox_entry(to_peer_id, message_id)?.clone(), records))
+        Ok((self.outbox_entry(to_peer_id, message_id)?, records))
     }
 
     /// Once a reply is in the target's custody, the message it answers is replied.
@@ -221,7 +217,7 @@ impl Machine {
         r: &Receipt,
         now_ms: u64,
     ) -> Outcome<OutboxEntry> {
-        let entry = self.outbox_entry(&from.peer_id, &r.message_id)?.clone();
+        let entry = self.outbox_entry(&from.peer_id, &r.message_id)?;
         if !entry.to.is(from)
             || r.to_peer_id != entry.to.peer_id
             || r.from_peer_id != entry.from_peer_id
@@ -236,10 +232,7 @@ impl Machine {
         }
         let records = self.receipt_records(&entry, r.clone(), now_ms);
         let records = self.commit(records);
-        Ok((
-            self.outbox_entry(&from.peer_id, &r.message_id)?.clone(),
-            records,
-        ))
+        Ok((self.outbox_entry(&from.peer_id, &r.message_id)?, records))
     }
 
     /// Records for moving an outbox entry to `receipt` (none when it would regress; see
@@ -262,21 +255,21 @@ impl Machine {
             receipt: receipt.clone(),
             at_ms: now_ms,
         };
-        vec![
-            Record::OutboxReceipt {
-                to_peer_id: entry.to.peer_id.clone(),
-                message_id: entry.message_id.clone(),
-                receipt,
-                at_ms: now_ms,
-            },
-            Record::Event { event },
-        ]
+        let room = self.state.event_room(&entry.from_peer_id);
+        let mut records = vec![Record::OutboxReceipt {
+            to_peer_id: entry.to.peer_id.clone(),
+            message_id: entry.message_id.clone(),
+            receipt,
+            at_ms: now_ms,
+        }];
+        records.extend(room);
+        records.push(Record::Event { event });
+        records
     }
 
-    pub(crate) fn outbox_entry(&self, to_peer_id: &str, message_id: &str) -> Result<&OutboxEntry> {
+    pub(crate) fn outbox_entry(&self, to_peer_id: &str, message_id: &str) -> Result<OutboxEntry> {
         self.state
-            .outbox
-            .get(&(to_peer_id.to_string(), message_id.to_string()))
+            .outbox_get(to_peer_id, message_id)
             .ok_or_else(|| {
                 Error::new(
                     Code::NotFound,
@@ -290,11 +283,7 @@ impl Machine {
     /// place at the end of the send order. Returns false (no change) when an entry with that
     /// target and id is already here. Errors: QUEUE_FULL (no room: the entry stays where it is).
     pub fn adopt(&mut self, old: &OutboxEntry, from_peer_id: &str, now_ms: u64) -> Outcome<bool> {
-        if self
-            .state
-            .outbox
-            .contains_key(&(old.to.peer_id.clone(), old.message_id.clone()))
-        {
+        if self.state.has_outbox(&old.to.peer_id, &old.message_id) {
             return Ok((false, Vec::new()));
         }
         let entry = OutboxEntry {
@@ -313,15 +302,14 @@ impl Machine {
 
     /// Forgets an outbox entry another incarnation has taken over (no-op when absent).
     pub fn hand_over(&mut self, to_peer_id: &str, message_id: &str) -> Outcome<()> {
-        let key = (to_peer_id.to_string(), message_id.to_string());
-        if !self.state.outbox.contains_key(&key) {
+        if !self.state.has_outbox(to_peer_id, message_id) {
             return Ok(((), Vec::new()));
         }
         Ok((
             (),
             self.commit(vec![Record::OutboxRemoved {
-                to_peer_id: key.0,
-                message_id: key.1,
+                to_peer_id: to_peer_id.to_string(),
+                message_id: message_id.to_string(),
             }]),
         ))
     }
@@ -331,7 +319,7 @@ impl Machine {
     pub fn route_pending(&self, from_peer_id: &str, to_peer_id: &str) -> Vec<OutboxEntry> {
         self.state
             .route_pending_ids(from_peer_id, to_peer_id)
-            .filter_map(|id| self.state.outbox_get(to_peer_id, id))
+            .filter_map(|id| self.state.unresolved_get(to_peer_id, id))
             .cloned()
             .collect()
     }
@@ -341,7 +329,7 @@ impl Machine {
         self.state
             .route_pending_ids(from_peer_id, to_peer_id)
             .next()
-            .and_then(|id| self.state.outbox_get(to_peer_id, id))
+            .and_then(|id| self.state.unresolved_get(to_peer_id, id))
     }
 
     /// Every route with unresolved entries, as (from, to) pairs (for resending after restart).

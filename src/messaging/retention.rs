@@ -5,6 +5,7 @@
 use super::machine::{Machine, Outcome};
 use super::state::Record;
 use super::types::{Receipt, ReceiptEvent, ReceiptState, SweepReport};
+use std::collections::BTreeSet;
 
 impl Machine {
     /// One bounded sweep pass: at most `commitBatch` changes, `more` says call again.
@@ -65,8 +66,8 @@ impl Machine {
             .flat_map(|((_, to), ids)| ids.values().map(move |id| (to, id)))
             .filter(|(to, id)| {
                 self.state
-                    .outbox_get(to, id)
-                    .is_some_and(|e| e.receipt.is_none() && e.expires_at_ms <= now_ms)
+                    .unresolved_get(to, id)
+                    .is_some_and(|e| e.expires_at_ms <= now_ms)
             })
             .map(|(to, id)| (to.clone(), id.clone()))
             .take(budget.saturating_sub(records.len()) / 2)
@@ -92,15 +93,14 @@ impl Machine {
                 receipt: receipt.clone(),
                 at_ms: now_ms,
             };
-            let recs = vec![
-                Record::OutboxReceipt {
-                    to_peer_id: to,
-                    message_id: id,
-                    receipt,
-                    at_ms: now_ms,
-                },
-                Record::Event { event },
-            ];
+            let mut recs = vec![Record::OutboxReceipt {
+                to_peer_id: to,
+                message_id: id,
+                receipt,
+                at_ms: now_ms,
+            }];
+            recs.extend(self.state.event_room(&event.local_peer_id));
+            recs.push(Record::Event { event });
             records.extend(self.commit(recs));
             rep.expired_outbox += 1;
         }
@@ -132,31 +132,10 @@ impl Machine {
             })
             .take(room)
             .collect();
-        // A resolved outbox entry is the recipient's custody; after expiry + retention nothing
-        // will update it any more.
-        let outbox = self.state.outbox.values().filter(|e| {
-            let settled = e.receipt.as_ref().is_some_and(|r| {
-                r.state.is_final() || r.state == ReceiptState::Consumed || old(e.expires_at_ms)
-            });
-            settled && old(e.updated_at_ms)
-        });
         let room = room - inbox.len();
-        let outbox: Vec<Record> = outbox
-            .map(|e| Record::OutboxRemoved {
-                to_peer_id: e.to.peer_id.clone(),
-                message_id: e.message_id.clone(),
-            })
-            .take(room)
-            .collect();
+        let outbox = self.old_outbox(now_ms, room);
         let room = room - outbox.len();
-        let events: Vec<Record> = self
-            .state
-            .events
-            .values()
-            .filter(|ev| old(ev.at_ms))
-            .map(|ev| Record::EventRemoved { cursor: ev.cursor })
-            .take(room)
-            .collect();
+        let events = self.old_events(now_ms, room);
         let room = room - events.len();
         let pushes: Vec<Record> = self
             .state
@@ -177,5 +156,54 @@ impl Machine {
             .chain(pushes)
             .collect();
         records.extend(self.commit(all));
+    }
+
+    /// Removal records for resolved outbox entries past retention, at most `room`.
+    fn old_outbox(&self, now_ms: u64, room: usize) -> Vec<Record> {
+        let keep = self.limits.retention_ms;
+        let old = |at: u64| at.saturating_add(keep) <= now_ms;
+        // A resolved outbox entry is the recipient's custody; after expiry + retention nothing
+        // will update it any more.
+        let done = |state: ReceiptState, expires: u64, updated: u64| {
+            let settled = state.is_final() || state == ReceiptState::Consumed || old(expires);
+            settled && old(updated)
+        };
+        let full = self.state.outbox.values().filter_map(|e| {
+            let r = e.receipt.as_ref()?;
+            done(r.state, e.expires_at_ms, e.updated_at_ms)
+                .then(|| (e.to.peer_id.clone(), e.message_id.clone()))
+        });
+        let compact = self.state.settled.iter().filter_map(|(k, s)| {
+            let (state, expires, updated) = s.retention_view();
+            done(state, expires, updated)
+                .then(|| (k.to_peer_id().to_string(), k.message_id.to_string()))
+        });
+        full.chain(compact)
+            .map(|(to_peer_id, message_id)| Record::OutboxRemoved {
+                to_peer_id,
+                message_id,
+            })
+            .take(room)
+            .collect()
+    }
+
+    /// Removal records for events beyond the per-peer bound (oldest first), then events past
+    /// retention, at most `room`.
+    fn old_events(&self, now_ms: u64, room: usize) -> Vec<Record> {
+        let keep = self.limits.retention_ms;
+        let old = |at: u64| at.saturating_add(keep) <= now_ms;
+        let over: BTreeSet<u64> = self.state.events_over_bound().take(room).collect();
+        let aged = self
+            .state
+            .events
+            .values()
+            .filter(|ev| old(ev.at_ms) && !over.contains(&ev.cursor))
+            .map(|ev| ev.cursor);
+        over.iter()
+            .copied()
+            .chain(aged)
+            .map(|cursor| Record::EventRemoved { cursor })
+            .take(room)
+            .collect()
     }
 }

@@ -2,9 +2,10 @@
 //! only mutator: live operations and crash recovery replay the same records through it, so
 //! the recovered state is the acknowledged state by construction.
 
+use super::settled::{Interner, Settled, SettledKey};
 use super::types::{
     ContextEntry, InboxEntry, OutboxEntry, Principal, PushEntry, Receipt, ReceiptEvent,
-    ReceiptState,
+    ReceiptState, TargetRef,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -89,16 +90,23 @@ pub struct State {
     /// Unconsumed (accepted or prepared) count per recipient.
     pub(crate) unconsumed: HashMap<String, u64>,
     pub(crate) next_sequence: BTreeMap<String, u64>,
-    /// (to peerId, message id) → entry.
+    /// (to peerId, message id) → entry, for unresolved entries (and resolved ones whose
+    /// compact form would not rebuild them exactly).
     pub(crate) outbox: BTreeMap<(String, String), OutboxEntry>,
+    /// Resolved outbox entries in compact form (see [`Settled`]), by (message id, target).
+    pub(crate) settled: BTreeMap<SettledKey, Settled>,
+    pub(crate) interner: Interner,
     /// Unresolved outbox entries per route: (from peerId, to peerId) → send order → message
     /// id. Every per-send lookup goes through this, so its cost does not grow with history.
     pub(crate) pending: BTreeMap<(String, String), BTreeMap<u64, String>>,
-    /// (message id, to peerId) of every outbox entry: finds a sent message by id alone.
+    /// (message id, to peerId) of every entry in `outbox`: finds a sent message by id alone
+    /// (`settled` is ordered by id itself).
     pub(crate) sent_ids: BTreeSet<(String, String)>,
     pub(crate) context: BTreeMap<(String, u64), ContextEntry>,
     pub(crate) pushes: BTreeMap<u64, PushEntry>,
     pub(crate) events: BTreeMap<u64, ReceiptEvent>,
+    /// Event cursors per local peer, oldest first (bounds each peer's event feed).
+    pub(crate) peer_events: HashMap<String, BTreeSet<u64>>,
     pub(crate) next_order: u64,
     pub(crate) next_push: u64,
     pub(crate) next_event: u64,
@@ -216,12 +224,7 @@ impl State {
                 if entry.receipt.is_none() {
                     self.pending_insert(entry);
                 }
-                self.sent_ids
-                    .insert((entry.message_id.clone(), entry.to.peer_id.clone()));
-                self.outbox.insert(
-                    (entry.to.peer_id.clone(), entry.message_id.clone()),
-                    entry.clone(),
-                );
+                self.insert_outbox(entry.clone());
             }
             Record::OutboxReceipt {
                 to_peer_id,
@@ -232,6 +235,10 @@ impl State {
             Record::Event { event } => {
                 self.live_bytes += ENTRY_OVERHEAD_BYTES;
                 self.next_event = self.next_event.max(event.cursor + 1);
+                self.peer_events
+                    .entry(event.local_peer_id.clone())
+                    .or_default()
+                    .insert(event.cursor);
                 self.events.insert(event.cursor, event.clone());
             }
             Record::InboxRemoved {
@@ -242,21 +249,22 @@ impl State {
                 to_peer_id,
                 message_id,
             } => {
-                if let Some(e) = self
-                    .outbox
-                    .remove(&(to_peer_id.clone(), message_id.clone()))
-                {
+                if let Some(e) = self.take_outbox(to_peer_id, message_id) {
                     self.live_bytes = self.live_bytes.saturating_sub(outbox_cost(&e));
-                    self.sent_ids
-                        .remove(&(message_id.clone(), to_peer_id.clone()));
                     if e.receipt.is_none() {
                         self.pending_remove(&e);
                     }
                 }
             }
             Record::EventRemoved { cursor } => {
-                if self.events.remove(cursor).is_some() {
+                if let Some(ev) = self.events.remove(cursor) {
                     self.live_bytes = self.live_bytes.saturating_sub(ENTRY_OVERHEAD_BYTES);
+                    if let Some(set) = self.peer_events.get_mut(&ev.local_peer_id) {
+                        set.remove(cursor);
+                        if set.is_empty() {
+                            self.peer_events.remove(&ev.local_peer_id);
+                        }
+                    }
                 }
             }
             Record::InboxSender {
@@ -300,7 +308,7 @@ impl State {
     /// route's pending index and its body is replaced by a digest (enough to recognise a retry
     /// with other content as MESSAGE_ID_CONFLICT; nothing sends it again).
     fn set_outbox_receipt(&mut self, to: &str, id: &str, receipt: &Receipt, at_ms: u64) {
-        let Some(e) = self.outbox.get_mut(&(to.to_string(), id.to_string())) else {
+        let Some(mut e) = self.take_outbox(to, id) else {
             return;
         };
         assert!(
@@ -308,17 +316,55 @@ impl State {
             "receipts move forward only"
         );
         let resolves = e.receipt.is_none();
-        let before = outbox_cost(e);
+        let before = outbox_cost(&e);
         e.receipt = Some(receipt.clone());
         e.updated_at_ms = at_ms;
-        if !resolves {
+        if resolves {
+            e.drop_body();
+            let after = outbox_cost(&e);
+            self.live_bytes = self.live_bytes.saturating_sub(before) + after;
+            self.pending_remove_key(&e.from_peer_id, to, e.order);
+        }
+        self.insert_outbox(e);
+    }
+
+    /// Files an entry: resolved ones in compact form when it rebuilds them exactly.
+    fn insert_outbox(&mut self, e: OutboxEntry) {
+        if e.receipt.is_some()
+            && let Some((key, s)) = Settled::from_entry(&e, &mut self.interner)
+        {
+            self.settled.insert(key, s);
             return;
         }
-        e.drop_body();
-        let after = outbox_cost(e);
-        let (from, order) = (e.from_peer_id.clone(), e.order);
-        self.live_bytes = self.live_bytes.saturating_sub(before) + after;
-        self.pending_remove_key(&from, to, order);
+        self.sent_ids
+            .insert((e.message_id.clone(), e.to.peer_id.clone()));
+        self.outbox
+            .insert((e.to.peer_id.clone(), e.message_id.clone()), e);
+    }
+
+    /// Removes an entry from whichever map holds it, in full form.
+    fn take_outbox(&mut self, to: &str, id: &str) -> Option<OutboxEntry> {
+        if let Some(e) = self.outbox.remove(&(to.to_string(), id.to_string())) {
+            self.sent_ids.remove(&(id.to_string(), to.to_string()));
+            return Some(e);
+        }
+        let key = self.settled_key(to, id)?;
+        let (key, s) = self.settled.remove_entry(&key)?;
+        let e = s.to_entry(&key);
+        self.interner.release(&key.route);
+        Some(e)
+    }
+
+    /// The key of a resolved entry (the map compares ids and target peer ids only).
+    fn settled_key(&self, to: &str, id: &str) -> Option<SettledKey> {
+        let key = SettledKey::probe(id, to);
+        self.settled.contains_key(&key).then_some(key)
+    }
+
+    /// Whether an outbox entry with this target and id exists (resolved or not).
+    pub fn has_outbox(&self, to: &str, id: &str) -> bool {
+        self.outbox.contains_key(&(to.to_string(), id.to_string()))
+            || self.settled_key(to, id).is_some()
     }
 
     fn pending_insert(&mut self, e: &OutboxEntry) {
@@ -351,14 +397,19 @@ impl State {
     }
 
     /// Every outbox entry sent under `message_id`, whatever its target.
-    pub fn outbox_by_id<'a>(
-        &'a self,
-        message_id: &'a str,
-    ) -> impl Iterator<Item = &'a OutboxEntry> {
-        self.sent_ids
+    pub fn outbox_by_id<'a>(&'a self, message_id: &'a str) -> impl Iterator<Item = OutboxEntry> {
+        let full = self
+            .sent_ids
             .range((message_id.to_string(), String::new())..)
             .take_while(move |(id, _)| id == message_id)
-            .filter_map(move |(id, to)| self.outbox_get(to, id))
+            .filter_map(move |(id, to)| self.outbox.get(&(to.clone(), id.clone())).cloned());
+        let from = SettledKey::probe(message_id, "");
+        let settled = self
+            .settled
+            .range(from..)
+            .take_while(move |(k, _)| &*k.message_id == message_id)
+            .map(|(k, s)| s.to_entry(k));
+        full.chain(settled)
     }
 
     /// How many entries of one route are unresolved.
@@ -491,17 +542,14 @@ impl State {
             }
             Record::PushQueued { push } => !self.pushes.contains_key(&push.cursor),
             Record::PushDone { cursor } => self.pushes.contains_key(cursor),
-            Record::OutboxAdded { entry } => !self
-                .outbox
-                .contains_key(&(entry.to.peer_id.clone(), entry.message_id.clone())),
+            Record::OutboxAdded { entry } => !self.has_outbox(&entry.to.peer_id, &entry.message_id),
             Record::OutboxReceipt {
                 to_peer_id,
                 message_id,
                 receipt,
                 ..
             } => self
-                .outbox
-                .get(&(to_peer_id.clone(), message_id.clone()))
+                .outbox_get(to_peer_id, message_id)
                 .is_some_and(|e| e.receipt.as_ref().is_none_or(|r| receipt.may_replace(r))),
             Record::Event { event } => !self.events.contains_key(&event.cursor),
             Record::InboxRemoved {
@@ -511,9 +559,7 @@ impl State {
             Record::OutboxRemoved {
                 to_peer_id,
                 message_id,
-            } => self
-                .outbox
-                .contains_key(&(to_peer_id.clone(), message_id.clone())),
+            } => self.has_outbox(to_peer_id, message_id),
             Record::EventRemoved { cursor } => self.events.contains_key(cursor),
             Record::InboxSender {
                 recipient,
@@ -531,7 +577,7 @@ impl State {
     pub fn image(&self) -> StateImage {
         StateImage {
             inbox: self.inbox.values().cloned().collect(),
-            outbox: self.outbox.values().cloned().collect(),
+            outbox: self.outbox().collect(),
             context: self.context.values().cloned().collect(),
             pushes: self.pushes.values().cloned().collect(),
             events: self.events.values().cloned().collect(),
@@ -544,6 +590,12 @@ impl State {
             next_push: self.next_push,
             next_event: self.next_event,
         }
+    }
+
+    /// The snapshot image as a serialisable view: the same JSON as `image()` serialised,
+    /// produced entry by entry without copying the state (compaction writes it streaming).
+    pub fn image_view(&self) -> impl Serialize + '_ {
+        ImageView(self)
     }
 
     /// Rebuilds the state and its indexes from a snapshot image.
@@ -579,15 +631,93 @@ impl State {
         self.inbox.values()
     }
 
-    /// All outbox entries.
-    pub fn outbox(&self) -> impl Iterator<Item = &OutboxEntry> {
-        self.outbox.values()
+    /// All outbox entries (resolved ones rebuilt from their compact form).
+    pub fn outbox(&self) -> impl Iterator<Item = OutboxEntry> + '_ {
+        self.outbox
+            .values()
+            .cloned()
+            .chain(self.settled.iter().map(|(k, s)| s.to_entry(k)))
+    }
+
+    /// (from peerId, to peerId, message id, send order) of every outbox entry, without
+    /// rebuilding the entries.
+    pub fn outbox_keys(&self) -> impl Iterator<Item = (&str, &str, &str, u64)> {
+        let full = self.outbox.values().map(|e| {
+            (
+                e.from_peer_id.as_str(),
+                e.to.peer_id.as_str(),
+                e.message_id.as_str(),
+                e.order,
+            )
+        });
+        let settled = self.settled.iter().map(|(k, s)| {
+            (
+                k.route.from_peer_id.as_str(),
+                k.to_peer_id(),
+                &*k.message_id,
+                s.order(),
+            )
+        });
+        full.chain(settled)
+    }
+
+    /// Unresolved outbox entries (never in compact form).
+    pub fn unresolved_outbox(&self) -> impl Iterator<Item = &OutboxEntry> {
+        self.outbox.values().filter(|e| e.receipt.is_none())
+    }
+
+    /// The exact incarnation behind a peerId we sent to, if any outbox entry names it.
+    pub fn sent_target(&self, peer_id: &str) -> Option<TargetRef> {
+        self.interner.target_of(peer_id).cloned().or_else(|| {
+            self.outbox
+                .values()
+                .find(|e| e.to.peer_id == peer_id)
+                .map(|e| e.to.clone())
+        })
     }
 
     /// One outbox entry by its target and message id.
-    pub fn outbox_get(&self, to_peer_id: &str, message_id: &str) -> Option<&OutboxEntry> {
+    pub fn outbox_get(&self, to_peer_id: &str, message_id: &str) -> Option<OutboxEntry> {
+        if let Some(e) = self
+            .outbox
+            .get(&(to_peer_id.to_string(), message_id.to_string()))
+        {
+            return Some(e.clone());
+        }
+        let key = self.settled_key(to_peer_id, message_id)?;
+        let (k, s) = self.settled.get_key_value(&key)?;
+        Some(s.to_entry(k))
+    }
+
+    /// The unresolved (full-form) outbox entry by its target and message id.
+    pub(crate) fn unresolved_get(
+        &self,
+        to_peer_id: &str,
+        message_id: &str,
+    ) -> Option<&OutboxEntry> {
         self.outbox
             .get(&(to_peer_id.to_string(), message_id.to_string()))
+            .filter(|e| e.receipt.is_none())
+    }
+
+    /// The record that makes room for one more event of `local_peer_id`: removing its
+    /// oldest once it holds `RECEIPT_EVENTS_KEPT`.
+    pub(crate) fn event_room(&self, local_peer_id: &str) -> Option<Record> {
+        let cursors = self.peer_events.get(local_peer_id)?;
+        if cursors.len() < crate::config::internal::RECEIPT_EVENTS_KEPT {
+            return None;
+        }
+        let cursor = *cursors.first()?;
+        Some(Record::EventRemoved { cursor })
+    }
+
+    /// Events beyond `RECEIPT_EVENTS_KEPT` per local peer (a store written before the bound),
+    /// oldest first.
+    pub(crate) fn events_over_bound(&self) -> impl Iterator<Item = u64> + '_ {
+        let kept = crate::config::internal::RECEIPT_EVENTS_KEPT;
+        self.peer_events
+            .values()
+            .flat_map(move |c| c.iter().take(c.len().saturating_sub(kept)).copied())
     }
 
     /// The context-journal entry of one message, if any.
@@ -608,5 +738,44 @@ impl State {
     /// Unconsumed messages held for `recipient`.
     pub fn unconsumed(&self, recipient: &str) -> u64 {
         self.unconsumed.get(recipient).copied().unwrap_or(0)
+    }
+}
+
+/// Serialises a [`State`] exactly as its [`StateImage`] (same fields, order and element
+/// types), one entry at a time.
+struct ImageView<'a>(&'a State);
+
+/// A sequence produced on demand from an iterator factory.
+struct SeqOf<F>(F);
+
+impl<F, I> Serialize for SeqOf<F>
+where
+    F: Fn() -> I,
+    I: Iterator,
+    I::Item: Serialize,
+{
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq((self.0)())
+    }
+}
+
+impl Serialize for ImageView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let st = self.0;
+        let mut out = s.serialize_struct("StateImage", 9)?;
+        out.serialize_field("inbox", &SeqOf(|| st.inbox.values()))?;
+        out.serialize_field("outbox", &SeqOf(|| st.outbox()))?;
+        out.serialize_field("context", &SeqOf(|| st.context.values()))?;
+        out.serialize_field("pushes", &SeqOf(|| st.pushes.values()))?;
+        out.serialize_field("events", &SeqOf(|| st.events.values()))?;
+        out.serialize_field(
+            "nextSequence",
+            &SeqOf(|| st.next_sequence.iter().map(|(k, v)| (k, *v))),
+        )?;
+        out.serialize_field("nextOrder", &st.next_order)?;
+        out.serialize_field("nextPush", &st.next_push)?;
+        out.serialize_field("nextEvent", &st.next_event)?;
+        out.end()
     }
 }

@@ -510,7 +510,7 @@ fn resolved_entries_leave_the_route_index_and_keep_only_a_digest() {
     m.outbox_result("p-alice", "h2", Ok(accepted("h2")), NOW)
         .unwrap();
     assert_eq!(ids(&m), ["h1", "h3"]);
-    let e = m.state().outbox_get("p-alice", "h2").unwrap().clone();
+    let e = m.state().outbox_get("p-alice", "h2").unwrap();
     assert!(e.body.content.is_empty());
     assert!(e.has_content(&long("h2").body.content) && !e.has_content(&long("h1").body.content));
     // The dropped body no longer counts against the storage budget.
@@ -1128,7 +1128,7 @@ mod model {
                     seen.insert(key, (e.state, e.message_id.clone()));
                 }
                 // Retention forgets removed entries; a later entry may reuse the identity.
-                outbox_seen.retain(|k, _| m.state().outbox.contains_key(k));
+                outbox_seen.retain(|k: &(String, String), _| m.state().has_outbox(&k.0, &k.1));
                 for e in m.state().outbox() {
                     if let Some(r) = &e.receipt {
                         let key = (e.to.peer_id.clone(), e.message_id.clone());
@@ -1222,4 +1222,163 @@ fn a_unique_prefix_names_a_message_and_errors_show_no_debug_text() {
         m.find_inbox(ME, &MessageRef::Sequence(2)).unwrap().state,
         ReceiptState::Consumed
     );
+}
+
+#[test]
+fn resolved_entries_are_held_compactly_and_rebuild_exactly() {
+    use super::settled::{Interner, Settled};
+    let mut interner = Interner::default();
+    let base = |id: &str| OutboxEntry {
+        order: 7,
+        from_peer_id: ME.into(),
+        to: target(&alice()),
+        message_id: id.into(),
+        body: MessageBody::text(""),
+        content_digest: Some(OutboxEntry::digest_of("a body")),
+        correlation_id: id.into(),
+        expires_at_ms: NOW + 5,
+        created_at_ms: NOW,
+        receipt: Some(Receipt {
+            message_id: id.into(),
+            from_peer_id: ME.into(),
+            to_peer_id: "p-alice".into(),
+            state: ReceiptState::Consumed,
+            sequence: 3,
+            correlation_id: id.into(),
+            at_ms: NOW + 1,
+            reply_message_id: None,
+            code: None,
+        }),
+        updated_at_ms: NOW + 2,
+    };
+    let mut rare = base("m-rare");
+    rare.body.topic = Some("t".into());
+    rare.body.reply_to = Some("m-0".into());
+    rare.correlation_id = "c-1".into();
+    rare.to.run_id = Some("r-1".into());
+    let r = rare.receipt.as_mut().unwrap();
+    r.correlation_id = "c-1".into();
+    r.reply_message_id = Some("m-9".into());
+    r.state = ReceiptState::Replied;
+    let mut refused = base("m-refused");
+    refused.receipt.as_mut().unwrap().state = ReceiptState::Refused;
+    refused.receipt.as_mut().unwrap().code = Some("QUEUE_FULL".into());
+    let mut short = base("m-short");
+    short.body.content = "short body".into();
+    short.content_digest = None;
+    // A receipt older than the entry (the original receipt of an adopted entry's dedup).
+    let mut older = base("m-older");
+    older.receipt.as_mut().unwrap().at_ms = NOW - 5_000;
+    for e in [base("m-plain"), rare, refused, short, older] {
+        let (key, s) = Settled::from_entry(&e, &mut interner).expect("compactable");
+        assert_eq!(s.to_entry(&key), e);
+    }
+    // Anything that would not rebuild exactly stays in full form.
+    let mut upper = base("m-upper");
+    upper.content_digest = Some(OutboxEntry::digest_of("x").to_uppercase());
+    let mut foreign = base("m-foreign");
+    foreign.receipt.as_mut().unwrap().correlation_id = "other".into();
+    let mut unresolved = base("m-open");
+    unresolved.receipt = None;
+    let mut far = base("m-far");
+    far.expires_at_ms = NOW + 30 * 24 * 3_600_000;
+    for e in [upper, foreign, unresolved, far] {
+        assert!(Settled::from_entry(&e, &mut interner).is_none());
+    }
+    // Through the machine: resolved entries live compactly, share their target, and read back
+    // (status, dedup, replay) exactly as before.
+    let mut m = machine();
+    for i in 0..20 {
+        let id = format!("s{i}");
+        m.outbox_intent(&out(&id, &alice()), NOW).unwrap();
+        let (_, recs) = m
+            .outbox_result(
+                "p-alice",
+                &id,
+                Ok(Receipt {
+                    message_id: id.clone(),
+                    from_peer_id: ME.into(),
+                    to_peer_id: "p-alice".into(),
+                    state: ReceiptState::Accepted,
+                    sequence: i + 1,
+                    correlation_id: id.clone(),
+                    at_ms: NOW,
+                    reply_message_id: None,
+                    code: None,
+                }),
+                NOW,
+            )
+            .unwrap();
+        assert!(!recs.is_empty());
+    }
+    assert_eq!((m.state().settled.len(), m.state().outbox.len()), (20, 0));
+    // One id to two targets: both found by id, resolved or not.
+    m.outbox_intent(&out("s3", &bob()), NOW).unwrap();
+    assert_eq!(m.state().outbox_by_id("s3").count(), 2);
+    let bob_receipt = Receipt {
+        message_id: "s3".into(),
+        from_peer_id: ME.into(),
+        to_peer_id: "p-bob".into(),
+        state: ReceiptState::Accepted,
+        sequence: 1,
+        correlation_id: "s3".into(),
+        at_ms: NOW,
+        reply_message_id: None,
+        code: None,
+    };
+    m.outbox_result("p-bob", "s3", Ok(bob_receipt), NOW)
+        .unwrap();
+    let by_id: Vec<String> = m.state().outbox_by_id("s3").map(|e| e.to.peer_id).collect();
+    assert_eq!(by_id.len(), 2);
+    assert!(by_id.contains(&"p-alice".to_string()) && by_id.contains(&"p-bob".to_string()));
+    assert_eq!(m.state().outbox_by_id("s30").count(), 0);
+    assert_eq!(m.state().outbox().count(), 21);
+    assert_eq!(m.state().sent_target("p-alice"), Some(target(&alice())));
+    let (again, recs) = m.outbox_intent(&out("s3", &alice()), NOW).unwrap();
+    assert!(recs.is_empty() && again.receipt.unwrap().sequence == 4);
+    assert_eq!(State::from_image(m.state().image()), *m.state());
+}
+
+#[test]
+fn receipt_events_are_bounded_per_local_peer() {
+    let kept = crate::config::internal::RECEIPT_EVENTS_KEPT;
+    let mut m = machine();
+    let mut records = Vec::new();
+    let n = kept + 5;
+    for i in 0..n {
+        let id = format!("e{i}");
+        records.extend(m.outbox_intent(&out(&id, &alice()), NOW).unwrap().1);
+        let receipt = Receipt {
+            message_id: id.clone(),
+            from_peer_id: ME.into(),
+            to_peer_id: "p-alice".into(),
+            state: ReceiptState::Accepted,
+            sequence: i as u64 + 1,
+            correlation_id: id.clone(),
+            at_ms: NOW,
+            reply_message_id: None,
+            code: None,
+        };
+        records.extend(m.outbox_result("p-alice", &id, Ok(receipt), NOW).unwrap().1);
+    }
+    assert_eq!(m.state().events.len(), kept);
+    // The oldest went first: the feed starts at the sixth event.
+    let first = *m.state().events.keys().next().unwrap();
+    assert_eq!(first, 6);
+    let page = m.read(
+        &ReadQuery {
+            recipient_peer_id: ME.into(),
+            events_after: Some(0),
+            ..ReadQuery::default()
+        },
+        NOW,
+    );
+    assert_eq!(page.events[0].cursor, 6);
+    // Replaying the journal records gives the same bounded state.
+    let mut replay = State::default();
+    for r in &records {
+        assert!(replay.fits(r), "{r:?}");
+        replay.apply(r);
+    }
+    assert_eq!(replay, *m.state());
 }

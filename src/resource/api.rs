@@ -1,6 +1,7 @@
 //! The library surface other modules call: `coordinate` (the `coordinate_resource` tool and
-//! `peer res`), waiting for a grant, the JSON description of a resource, and `events_since`
-//! for `peer host --json`.
+//! `peer res`), waiting for a grant, the description of a resource, and `events_since` for
+//! the `resource_update` events of a root's bus. Answers are the typed results of
+//! `tools::resource_answer`; the front ends encode them.
 
 use super::core::{Caller, Op, Outcome, Step, Target};
 use super::evidence::Probe;
@@ -12,7 +13,10 @@ use super::principal::Principal;
 use super::store::{Launch, Skipped, Space};
 use crate::config::{Config, Limits};
 use crate::error::{Code, Error, Result};
-use serde_json::{Value, json};
+use crate::tools::resource_answer::{
+    AllStatus, ControllerView, CorruptFile, HolderView, LaunchView, OneStatus, PolicyAnswer,
+    QueuedView, ResourceAnswer, ResourceUpdate, ResourceView, TicketAnswer, TicketState,
+};
 use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;
 use std::path::Path;
@@ -28,22 +32,6 @@ pub fn caller_of(principal: &Principal, evidence: ProcessEvidence) -> Caller {
         },
         capabilities: principal.capabilities.clone(),
     }
-}
-
-/// Runs one `coordinate_resource` operation, a discriminated object:
-/// `{"op":"status","resource"?}`, `{"op":"request","resource","capacity"?,"waitMs"?,"epoch"?}`,
-/// `{"op":"grant","resource","ticket","epoch"?}`, `{"op":"release","resource","ticket"?|"token"?}`,
-/// `{"op":"cancel_request","resource","ticket"}`,
-/// `{"op":"set_controller","resource","capacity"?,"force"?,"automatic"?}`.
-/// `evidence` is the process whose life stands for the request (the session root).
-pub fn coordinate(
-    home: &Path,
-    cfg: &Config,
-    principal: &Principal,
-    op: Value,
-    evidence: ProcessEvidence,
-) -> Result<Value> {
-    coordinate_cancellable(home, cfg, principal, op, evidence, &|| false)
 }
 
 /// One typed coordination request: the resource (`None` only for a status of every
@@ -70,31 +58,19 @@ impl Request {
     }
 }
 
-/// [`coordinate`] whose wait for a grant ends early, with the ticket cancelled and
-/// `"state":"cancelled"`, once `cancelled()` says so (checked every tenth of
-/// `Limits.heartbeat_ms`): a tool call the client abandoned must not keep a queue slot.
-pub fn coordinate_cancellable(
-    home: &Path,
-    cfg: &Config,
-    principal: &Principal,
-    op: Value,
-    evidence: ProcessEvidence,
-    cancelled: &dyn Fn() -> bool,
-) -> Result<Value> {
-    let request = parse_request(&op)?;
-    coordinate_request(home, cfg, principal, request, evidence, cancelled)
-}
-
-/// Runs one typed request (the JSON form is parsed by [`coordinate`]; the model tool maps
-/// its arguments straight onto a [`Request`]).
-pub fn coordinate_request(
+/// Runs one coordination request for `principal`. `evidence` is the process whose life stands
+/// for the request (the session root). A request's wait for its grant ends early, with the
+/// ticket cancelled and the answer's state `cancelled`, once `cancelled()` says so (checked
+/// every tenth of `Limits.heartbeat_ms`): a tool call the client abandoned must not keep a
+/// queue slot.
+pub fn coordinate(
     home: &Path,
     cfg: &Config,
     principal: &Principal,
     request: Request,
     evidence: ProcessEvidence,
     cancelled: &dyn Fn() -> bool,
-) -> Result<Value> {
+) -> Result<ResourceAnswer> {
     let space = Space::open(home, cfg)?;
     let probe = Probe::new();
     let caller = caller_of(principal, evidence);
@@ -108,22 +84,7 @@ pub fn coordinate_request(
         if request.op != Op::Status {
             return Err(usage(&format!("{kind} needs a resource")));
         }
-        let (states, mut skipped) = space.list_checked()?;
-        if let Err(error) = space.read_ledger() {
-            skipped.push(Skipped {
-                path: space.ledger_path(),
-                error,
-            });
-        }
-        let all: Vec<Value> = states
-            .iter()
-            .map(|s| describe(s, &probe, &[], crate::clock::now_ms()))
-            .collect();
-        let mut out = json!({"ok": true, "op": "status", "resources": all});
-        if !skipped.is_empty() {
-            out["corrupt"] = skipped.iter().map(skipped_json).collect();
-        }
-        return Ok(out);
+        return status_of_all(&space, &probe).map(ResourceAnswer::All);
     };
     let step = space.transact(&name, &caller, request.op, &probe)?;
     finish(
@@ -138,25 +99,25 @@ pub fn coordinate_request(
     )
 }
 
-/// The JSON form of a request: `{"op", "resource", …}` with the fields of its operation.
-pub(crate) fn parse_request(v: &Value) -> Result<Request> {
-    let kind = str_field(v, "op")?.ok_or_else(|| usage("op is required"))?;
-    let resource = str_field(v, "resource")?.map(canonical_name).transpose()?;
-    if resource.is_none() {
-        if kind == "status" {
-            return Ok(Request {
-                resource: None,
-                op: Op::Status,
-                wait_ms: 0,
-            });
-        }
-        return Err(usage(&format!("{kind} needs a resource")));
+/// `status` of every resource; unreadable resource files and an unreadable launch ledger are
+/// listed apart.
+fn status_of_all(space: &Space, probe: &Probe) -> Result<AllStatus> {
+    let (states, mut skipped) = space.list_checked()?;
+    if let Err(error) = space.read_ledger() {
+        skipped.push(Skipped {
+            path: space.ledger_path(),
+            error,
+        });
     }
-    let (op, wait_ms) = parse_op(kind, v)?;
-    Ok(Request {
-        resource,
-        op,
-        wait_ms,
+    let now = crate::clock::now_ms();
+    Ok(AllStatus {
+        corrupt: skipped.iter().map(corrupt_file).collect(),
+        ok: true,
+        op: "status",
+        resources: states
+            .iter()
+            .map(|s| describe(s, probe, &[], now))
+            .collect(),
     })
 }
 
@@ -200,14 +161,14 @@ pub fn release_all(
     Ok(given)
 }
 
-/// A resource file that could not be read, as JSON: `{corrupt, code, message}`.
-pub fn skipped_json(s: &Skipped) -> Value {
-    json!({"corrupt": s.path.display().to_string(), "code": s.error.code.name(),
-           "message": s.error.message})
+/// A resource file that could not be read: its path, the error's code name and message.
+pub fn corrupt_file(s: &Skipped) -> CorruptFile {
+    CorruptFile {
+        code: s.error.code.name(),
+        corrupt: s.path.display().to_string(),
+        message: s.error.message.clone(),
+    }
 }
-
-/// A parsed operation and the `waitMs` of a request (0: do not wait).
-type Parsed = (Op, u64);
 
 #[allow(clippy::too_many_arguments)]
 fn finish(
@@ -215,148 +176,89 @@ fn finish(
     name: &str,
     caller: &Caller,
     probe: &Probe,
-    kind: &str,
+    kind: &'static str,
     step: Step,
     wait_ms: u64,
     cancelled: &dyn Fn() -> bool,
-) -> Result<Value> {
+) -> Result<ResourceAnswer> {
     if let (Outcome::Queued { ticket, .. }, true) = (&step.outcome, wait_ms > 0) {
         let watch = Watch::new(&space.dir, &name_hash(name))?;
         let wait = wait_ms.min(space.wait_timeout_ms);
         let got = wait_for_grant(
             space, name, caller, ticket, wait, probe, &watch, None, cancelled,
         )?;
-        return Ok(outcome_json(kind, name, &got));
+        return Ok(answer_of(kind, name, got, Vec::new()));
     }
-    let mut out = outcome_json(kind, name, &step.outcome);
-    if matches!(step.outcome, Outcome::Status) {
-        // A corrupt ledger is the same RECOVERY_REQUIRED here as in `peer-res`.
-        let launches = space.read_ledger()?.launches;
-        out["resources"] = json!([describe(
-            &step.state,
-            probe,
-            &launches,
-            crate::clock::now_ms()
-        )]);
-    }
-    Ok(out)
-}
-
-fn parse_op(kind: &str, v: &Value) -> Result<Parsed> {
-    let capacity = u64_field(v, "capacity")
-        .map(|c| u32::try_from(c).map_err(|_| usage("capacity is too large")))
-        .transpose()?;
-    let epoch = u64_field(v, "epoch");
-    let ticket = str_field(v, "ticket")?.map(str::to_string);
-    let need_ticket = || {
-        ticket
-            .clone()
-            .ok_or_else(|| usage(&format!("{kind} needs a ticket")))
-    };
-    let op = match kind {
-        "status" => Op::Status,
-        "request" => Op::Request { capacity, epoch },
-        "grant" => Op::Grant {
-            ticket: need_ticket()?,
-            epoch,
-        },
-        "release" => {
-            let target = match (ticket.clone(), u64_field(v, "token")) {
-                (Some(t), None) => Target::Ticket(t),
-                (None, Some(n)) => Target::Token(n),
-                (None, None) => Target::Mine,
-                (Some(_), Some(_)) => {
-                    return Err(usage("release names a ticket or a token, not both"));
-                }
-            };
-            // Only the command line sets this (`peer res release --force`); the model tool's
-            // strict arguments have no such field.
-            if v.get("override").and_then(Value::as_bool) == Some(true) {
-                Op::Override { target }
-            } else {
-                Op::Release { target }
-            }
+    let resources = match step.outcome {
+        Outcome::Status => {
+            // A corrupt ledger is the same RECOVERY_REQUIRED here as in `peer-res`.
+            let launches = space.read_ledger()?.launches;
+            let now = crate::clock::now_ms();
+            vec![describe(&step.state, probe, &launches, now)]
         }
-        "cancel_request" => Op::Cancel {
-            ticket: need_ticket()?,
-        },
-        "set_controller" => Op::SetController {
-            capacity,
-            force: v.get("force").and_then(Value::as_bool).unwrap_or(false),
-            automatic: v.get("automatic").and_then(Value::as_bool).unwrap_or(false),
-            ledger: Vec::new(),
-        },
-        other => {
-            return Err(Error::new(
-                Code::InvalidRequest,
-                format!(
-                    "unknown resource op {:?}; use status, request, grant, release, cancel_request or set_controller",
-                    crate::sanitize::line(other, 40)
-                ),
-            ));
-        }
+        _ => Vec::new(),
     };
-    Ok((op, u64_field(v, "waitMs").unwrap_or(0)))
+    Ok(answer_of(kind, name, step.outcome, resources))
 }
 
 fn usage(what: &str) -> Error {
     Error::new(Code::Usage, what.to_string())
 }
 
-fn str_field<'a>(v: &'a Value, key: &str) -> Result<Option<&'a str>> {
-    match v.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.as_str())),
-        Some(_) => Err(usage(&format!("{key} must be a string"))),
-    }
-}
-
-fn u64_field(v: &Value, key: &str) -> Option<u64> {
-    v.get(key).and_then(Value::as_u64)
-}
-
-/// The JSON answer for an outcome.
-pub fn outcome_json(kind: &str, name: &str, outcome: &Outcome) -> Value {
-    let mut v = json!({"ok": true, "op": kind, "resource": name});
-    let add = |v: &mut Value, pairs: Value| {
-        if let (Some(o), Value::Object(p)) = (v.as_object_mut(), pairs) {
-            o.extend(p);
-        }
+/// The answer for an outcome of operation `kind` on `name`; `resources` is what a status
+/// describes.
+fn answer_of(
+    kind: &'static str,
+    name: &str,
+    outcome: Outcome,
+    resources: Vec<ResourceView>,
+) -> ResourceAnswer {
+    let resource = name.to_string();
+    let ticket = |ticket, state, position, token, epoch| {
+        ResourceAnswer::Ticket(TicketAnswer {
+            epoch,
+            ok: true,
+            op: kind,
+            position,
+            resource: resource.clone(),
+            state,
+            ticket,
+            token,
+        })
     };
     match outcome {
-        Outcome::Status => {}
-        Outcome::Queued { ticket, position } => add(
-            &mut v,
-            json!({"ticket": ticket, "state": "queued", "position": position}),
-        ),
+        Outcome::Status => ResourceAnswer::One(OneStatus {
+            ok: true,
+            op: kind,
+            resource: resource.clone(),
+            resources,
+        }),
+        Outcome::Queued {
+            ticket: t,
+            position,
+        } => ticket(t, TicketState::Queued, Some(position), None, None),
         Outcome::Granted {
-            ticket,
+            ticket: t,
             token,
             epoch,
-        } => add(
-            &mut v,
-            json!({"ticket": ticket, "state": "granted", "token": token, "epoch": epoch}),
-        ),
+        } => ticket(t, TicketState::Granted, None, Some(token), Some(epoch)),
         Outcome::Admitted {
-            ticket,
+            ticket: t,
             token,
             epoch,
-        } => add(
-            &mut v,
-            json!({"ticket": ticket, "state": "admitted", "token": token, "epoch": epoch}),
-        ),
-        Outcome::Released { ticket, token } => add(
-            &mut v,
-            json!({"ticket": ticket, "state": "released", "token": token}),
-        ),
-        Outcome::Cancelled { ticket } => {
-            add(&mut v, json!({"ticket": ticket, "state": "cancelled"}))
+        } => ticket(t, TicketState::Admitted, None, Some(token), Some(epoch)),
+        Outcome::Released { ticket: t, token } => {
+            ticket(t, TicketState::Released, None, Some(token), None)
         }
-        Outcome::Policy { epoch, capacity } => {
-            add(&mut v, json!({"epoch": epoch, "capacity": capacity}))
-        }
+        Outcome::Cancelled { ticket: t } => ticket(t, TicketState::Cancelled, None, None, None),
+        Outcome::Policy { epoch, capacity } => ResourceAnswer::Policy(PolicyAnswer {
+            capacity,
+            epoch,
+            ok: true,
+            op: kind,
+            resource: resource.clone(),
+        }),
     }
-    v
 }
 
 /// Waits for `ticket` to be granted: inotify wake-ups, a fallback re-check every
@@ -492,52 +394,94 @@ fn life_name(l: Life) -> &'static str {
     }
 }
 
-fn holder_json(h: &Holder, probe: &Probe, now: u64) -> Value {
-    json!({
-        "ticket": h.ticket, "principal": h.party.principal, "display": h.party.display,
-        "token": h.token, "epoch": h.epoch, "admitted": h.admitted, "grantedAt": h.granted_at,
-        "ageMs": now.saturating_sub(h.granted_at), "pid": h.party.evidence.pid,
-        "life": life_name(probe.life(&h.party.evidence)),
-    })
+fn holder_view(h: &Holder, probe: &Probe, now: u64) -> HolderView {
+    HolderView {
+        admitted: h.admitted,
+        age_ms: now.saturating_sub(h.granted_at),
+        display: h.party.display.clone(),
+        epoch: h.epoch,
+        granted_at: h.granted_at,
+        life: life_name(probe.life(&h.party.evidence)),
+        pid: h.party.evidence.pid,
+        principal: h.party.principal.clone(),
+        ticket: h.ticket.clone(),
+        token: h.token,
+    }
 }
 
-/// One resource as JSON: policy, epoch, capacity, controller, holders, blockers, queue and
-/// the launches of `launches` that belong to it. Strings are the stored (validated) ones;
-/// human renderers sanitize again.
-pub fn describe(s: &ResourceState, probe: &Probe, launches: &[Launch], now: u64) -> Value {
+fn launch_view(l: &Launch, now: u64) -> LaunchView {
+    LaunchView {
+        age_ms: now.saturating_sub(l.started_at),
+        cgroup: l.cgroup.clone(),
+        child_pid: l.child.as_ref().map(|c| c.pid),
+        command: l.command.clone(),
+        display: l.display.clone(),
+        epoch: l.epoch,
+        gate_pid: l.gate.pid,
+        groups: l.groups.clone(),
+        pgid: l.pgid,
+        started_at: l.started_at,
+        ticket: l.ticket.clone(),
+        token: l.token,
+        tracking: if l.cgroup.is_some() {
+            "cgroup"
+        } else {
+            "subreaper+groups"
+        },
+    }
+}
+
+/// One resource: policy, epoch, capacity, controller, holders, blockers, queue and the
+/// launches of `launches` that belong to it.
+pub fn describe(s: &ResourceState, probe: &Probe, launches: &[Launch], now: u64) -> ResourceView {
     let hash = name_hash(&s.name);
-    let controller = s.policy.controller.as_ref().map(|c| {
-        json!({"principal": c.party.principal, "display": c.party.display, "pid": c.party.evidence.pid,
-               "since": c.since, "life": life_name(probe.life(&c.party.evidence))})
+    let controller = s.policy.controller.as_ref().map(|c| ControllerView {
+        display: c.party.display.clone(),
+        life: life_name(probe.life(&c.party.evidence)),
+        pid: c.party.evidence.pid,
+        principal: c.party.principal.clone(),
+        since: c.since,
     });
-    let queue: Vec<Value> = s
-        .tickets
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            json!({"ticket": t.id, "principal": t.party.principal, "display": t.party.display, "position": i + 1,
-                   "requestedAt": t.requested_at, "ageMs": now.saturating_sub(t.requested_at), "pid": t.party.evidence.pid})
-        })
-        .collect();
-    let launches: Vec<Value> = launches
+    let queue = s.tickets.iter().enumerate().map(|(i, t)| QueuedView {
+        age_ms: now.saturating_sub(t.requested_at),
+        display: t.party.display.clone(),
+        pid: t.party.evidence.pid,
+        position: i + 1,
+        principal: t.party.principal.clone(),
+        requested_at: t.requested_at,
+        ticket: t.id.clone(),
+    });
+    let launches = launches
         .iter()
         .filter(|l| l.hash == hash)
-        .map(|l| {
-            json!({"ticket": l.ticket, "token": l.token, "epoch": l.epoch, "command": l.command, "display": l.display,
-                   "gatePid": l.gate.pid, "childPid": l.child.as_ref().map(|c| c.pid), "pgid": l.pgid,
-                   "groups": l.groups, "cgroup": l.cgroup,
-                   "tracking": if l.cgroup.is_some() { "cgroup" } else { "subreaper+groups" },
-                   "startedAt": l.started_at, "ageMs": now.saturating_sub(l.started_at)})
-        })
+        .map(|l| launch_view(l, now))
         .collect();
-    json!({
-        "resource": s.name, "hash": hash, "epoch": s.policy.epoch, "capacity": s.policy.capacity,
-        "policy": if s.policy.controller.is_some() { "controlled" } else { "automatic" },
-        "controller": controller,
-        "holders": s.holders.iter().map(|h| holder_json(h, probe, now)).collect::<Vec<_>>(),
-        "blockers": s.blockers.iter().map(|h| holder_json(h, probe, now)).collect::<Vec<_>>(),
-        "queue": queue, "launches": launches, "sequence": s.sequence, "nextToken": s.next_token,
-    })
+    ResourceView {
+        blockers: s
+            .blockers
+            .iter()
+            .map(|h| holder_view(h, probe, now))
+            .collect(),
+        capacity: s.policy.capacity,
+        policy: if controller.is_some() {
+            "controlled"
+        } else {
+            "automatic"
+        },
+        controller,
+        epoch: s.policy.epoch,
+        hash,
+        holders: s
+            .holders
+            .iter()
+            .map(|h| holder_view(h, probe, now))
+            .collect(),
+        launches,
+        next_token: s.next_token,
+        queue: queue.collect(),
+        resource: s.name.clone(),
+        sequence: s.sequence,
+    }
 }
 
 /// Per-resource journal positions already delivered, keyed by resource hash.
@@ -554,7 +498,7 @@ pub fn events_since(
     limits: &Limits,
     name: Option<&str>,
     cursor: &EventCursor,
-) -> Result<(Vec<Value>, EventCursor)> {
+) -> Result<(Vec<ResourceUpdate>, EventCursor)> {
     let space = Space {
         dir: crate::paths::resources_dir(coord),
         limits: limits.clone(),
@@ -571,175 +515,34 @@ pub fn events_since(
     for s in states {
         let hash = name_hash(&s.name);
         let seen = cursor.seen.get(&hash).copied().unwrap_or(0);
-        let mut expected = seen + 1;
-        for e in s.journal.iter().filter(|e| e.sequence > seen) {
-            let mut v = json!({"event": "resource_update", "resource": s.name, "request": e.request,
-                               "epoch": e.epoch, "sequence": e.sequence, "kind": e.kind, "at": e.at});
-            if let Some(t) = e.token {
-                v["token"] = json!(t);
-            }
-            if e.sequence > expected {
-                v["missed"] = json!(e.sequence - expected);
-            }
-            expected = e.sequence + 1;
-            out.push(v);
-        }
+        out.extend(updates_after(&s, seen));
         next.seen.insert(hash, s.sequence.max(seen));
     }
     Ok((out, next))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::resource::core::CAP_REQUEST;
-
-    #[test]
-    fn coordinate_and_events_since_follow_the_journal() {
-        let home = crate::fsutil::TempDir::new("api").unwrap();
-        let cfg = Config::default();
-        let who = Principal {
-            id: "cli:a".into(),
-            display: "a".into(),
-            capabilities: vec![CAP_REQUEST.into()],
-        };
-        let me = Probe::new().own().unwrap();
-        let got = coordinate(
-            &home,
-            &cfg,
-            &who,
-            json!({"op": "request", "resource": " r "}),
-            me.clone(),
-        )
-        .unwrap();
-        assert_eq!(
-            (got["state"].as_str(), got["token"].as_u64()),
-            (Some("granted"), Some(1)),
-            "{got}"
-        );
-        let bad = coordinate(
-            &home,
-            &cfg,
-            &who,
-            json!({"op": "grab", "resource": "r"}),
-            me.clone(),
-        )
-        .unwrap_err();
-        assert_eq!(bad.code, Code::InvalidRequest);
-        let bad = coordinate(
-            &home,
-            &cfg,
-            &who,
-            json!({"op": "release", "resource": "r", "ticket": "t-1", "token": 1}),
-            me.clone(),
-        );
-        assert_eq!(bad.unwrap_err().code, Code::Usage);
-        coordinate(
-            &home,
-            &cfg,
-            &who,
-            json!({"op": "release", "resource": "r"}),
-            me.clone(),
-        )
-        .unwrap();
-        let (events, cursor) =
-            events_since(&home, &cfg.limits, None, &EventCursor::default()).unwrap();
-        let kinds: Vec<_> = events
-            .iter()
-            .map(|e| e["kind"].as_str().unwrap_or(""))
-            .collect();
-        assert_eq!(kinds, ["requested", "granted", "released"]);
-        assert!(
-            events.iter().all(|e| e["event"] == "resource_update"
-                && e["resource"] == "r"
-                && e["epoch"] == 1)
-        );
-        assert_eq!(events[1]["token"], 1);
-        assert_eq!(events[1]["request"], "t-1");
-        let (again, _) = events_since(&home, &cfg.limits, Some("r"), &cursor).unwrap();
-        assert!(again.is_empty());
-        let all = coordinate(&home, &cfg, &who, json!({"op": "status"}), me).unwrap();
-        assert_eq!(all["resources"][0]["resource"], "r");
-        let _ = std::fs::remove_dir_all(&home);
+/// The `resource_update` events of `s`'s journal entries after sequence `seen`, oldest first;
+/// an entry whose predecessors fell out of the bounded journal says how many it `missed`.
+fn updates_after(s: &ResourceState, seen: u64) -> Vec<ResourceUpdate> {
+    let mut expected = seen + 1;
+    let mut out = Vec::new();
+    for e in s.journal.iter().filter(|e| e.sequence > seen) {
+        out.push(ResourceUpdate {
+            at: e.at,
+            epoch: e.epoch,
+            event: "resource_update",
+            kind: e.kind.clone(),
+            missed: (e.sequence > expected).then(|| e.sequence - expected),
+            request: e.request.clone(),
+            resource: s.name.clone(),
+            sequence: e.sequence,
+            token: e.token,
+        });
+        expected = e.sequence + 1;
     }
-
-    #[test]
-    fn a_cancelled_wait_gives_its_ticket_back_and_corrupt_files_are_listed_apart() {
-        let home = crate::fsutil::TempDir::new("api-c").unwrap();
-        let cfg = Config::default();
-        let who = |id: &str| Principal {
-            id: id.into(),
-            display: id.into(),
-            capabilities: vec![CAP_REQUEST.into()],
-        };
-        let me = Probe::new().own().unwrap();
-        let req = json!({"op": "request", "resource": "r"});
-        coordinate(&home, &cfg, &who("cli:a"), req.clone(), me.clone()).unwrap();
-        let mut wait = req.clone();
-        wait["waitMs"] = json!(600_000);
-        let got =
-            coordinate_cancellable(&home, &cfg, &who("cli:b"), wait, me.clone(), &|| true).unwrap();
-        assert_eq!(got["state"], "cancelled", "{got}");
-        let st = coordinate(
-            &home,
-            &cfg,
-            &who("cli:b"),
-            json!({"op": "status", "resource": "r"}),
-            me.clone(),
-        )
-        .unwrap();
-        assert_eq!(st["resources"][0]["queue"], json!([]), "{st}");
-        coordinate(
-            &home,
-            &cfg,
-            &who("cli:a"),
-            json!({"op": "request", "resource": "s"}),
-            me.clone(),
-        )
-        .unwrap();
-        let bad = Space::existing(&home, &cfg).resource_path("s");
-        std::fs::write(&bad, b"{not json").unwrap();
-        let all = coordinate(&home, &cfg, &who("cli:a"), json!({"op": "status"}), me).unwrap();
-        assert_eq!(all["resources"].as_array().map(Vec::len), Some(1), "{all}");
-        assert_eq!(all["corrupt"][0]["code"], "RECOVERY_REQUIRED", "{all}");
-        let (events, _) = events_since(&home, &cfg.limits, None, &EventCursor::default()).unwrap();
-        assert!(events.iter().all(|e| e["resource"] == "r"));
-        assert_eq!(std::fs::read(&bad).unwrap(), b"{not json", "left as it is");
-        let _ = std::fs::remove_dir_all(&home);
-    }
-
-    #[test]
-    fn release_all_gives_back_a_principals_grants_and_tickets_only() {
-        let home = crate::fsutil::TempDir::new("api-r").unwrap();
-        let cfg = Config::default();
-        let who = |id: &str| Principal {
-            id: id.into(),
-            display: id.into(),
-            capabilities: vec![CAP_REQUEST.into()],
-        };
-        let me = Probe::new().own().unwrap();
-        let ask = |id: &str, r: &str| {
-            coordinate(
-                &home,
-                &cfg,
-                &who(id),
-                json!({"op": "request", "resource": r}),
-                me.clone(),
-            )
-            .unwrap()
-        };
-        assert_eq!(ask("peer:run", "a")["state"], "granted");
-        assert_eq!(ask("peer:run", "a")["state"], "queued");
-        assert_eq!(ask("peer:other", "b")["state"], "granted");
-        assert_eq!(ask("peer:run", "b")["state"], "queued");
-        let given = release_all(&home, &cfg, &who("peer:run"), me.clone()).unwrap();
-        assert_eq!(given, 3);
-        let all = coordinate(&home, &cfg, &who("peer:x"), json!({"op": "status"}), me).unwrap();
-        let r = &all["resources"];
-        assert_eq!(r[0]["holders"], json!([]), "{all}");
-        assert_eq!(r[0]["queue"], json!([]), "{all}");
-        assert_eq!(r[1]["holders"][0]["principal"], "peer:other", "{all}");
-        assert_eq!(r[1]["queue"], json!([]), "{all}");
-        let _ = std::fs::remove_dir_all(&home);
-    }
+    out
 }
+
+#[cfg(test)]
+#[path = "api_tests.rs"]
+mod tests;

@@ -11,7 +11,8 @@
 //! - `store`: locked, validated, atomic transactions on resource files and `launches.json`.
 //! - `notify`: inotify wake-ups for waiters, with a bounded fallback poll.
 //! - `principal`: who acts from the command line, and with which capabilities.
-//! - `api`: `coordinate`, `wait_for_grant`, `describe`, `events_since`.
+//! - `api`: `coordinate`, `wait_for_grant`, `describe`, `events_since`, building the typed
+//!   answers of `tools::resource_answer`.
 //! - `gate`: `peer run`.
 //! - `cgroup`: a cgroup v2 per launch, when writable.
 //! - `terminal`: terminal foreground hand-over for interactive commands under `peer run`.
@@ -28,9 +29,6 @@ pub mod seal;
 pub mod store;
 pub(crate) mod terminal;
 
-pub use api::{
-    EventCursor, Request, coordinate, coordinate_cancellable, coordinate_request, events_since,
-    release_all,
-};
+pub use api::{EventCursor, Request, coordinate, events_since, release_all};
 pub use model::{ProcessEvidence, ResourceState};
 pub use principal::Principal;

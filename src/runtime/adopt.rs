@@ -77,8 +77,8 @@ fn adopt_one(core: &Core, instance: &str) -> Result<Option<(u64, bool)>> {
     let entries: Vec<OutboxEntry> = h.query(move |m| {
         let mut v: Vec<OutboxEntry> = m
             .state()
-            .outbox()
-            .filter(|e| e.receipt.is_none() && e.from_peer_id == root_peer)
+            .unresolved_outbox()
+            .filter(|e| e.from_peer_id == root_peer)
             .cloned()
             .collect();
         v.sort_by_key(|e| e.order);

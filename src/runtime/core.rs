@@ -170,19 +170,20 @@ impl Core {
     ) -> Result<crate::messaging::OutboxEntry> {
         let (me, wanted) = (from.to_string(), message_id.to_string());
         self.store.query(move |m| {
-            let mine: Vec<&crate::messaging::OutboxEntry> = m
+            // Keys only: resolved entries are rebuilt just for the one returned.
+            let mine: Vec<(&str, &str, u64)> = m
                 .state()
-                .outbox()
-                .filter(|e| e.from_peer_id == me)
+                .outbox_keys()
+                .filter(|(from, ..)| *from == me)
+                .map(|(_, to, id, order)| (to, id, order))
                 .collect();
-            let ids =
-                crate::messaging::ids_matching(&wanted, mine.iter().map(|e| e.message_id.as_str()));
+            let ids = crate::messaging::ids_matching(&wanted, mine.iter().map(|(_, id, _)| *id));
             match ids.as_slice() {
                 [id] => mine
                     .iter()
-                    .filter(|e| e.message_id == *id)
-                    .max_by_key(|e| e.order)
-                    .map(|e| (*e).clone())
+                    .filter(|(_, i, _)| i == id)
+                    .max_by_key(|(.., order)| *order)
+                    .and_then(|(to, i, _)| m.state().outbox_get(to, i))
                     .ok_or_else(|| Error::new(Code::NotFound, "no such sent message")),
                 [] => Err(Error::new(
                     Code::NotFound,

@@ -246,7 +246,8 @@ pub struct InfoLimits {
 }
 
 /// What `local.info` tells about the store: what its recovery discarded at open, and its
-/// writer's counters (fdatasyncs, written batches, jobs) for benchmarks.
+/// writer's counters (fdatasyncs, written batches, jobs, compactions and the snapshot bytes
+/// they wrote) for benchmarks.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StoreInfo {
@@ -259,6 +260,10 @@ pub struct StoreInfo {
     pub syncs: u64,
     pub batches: u64,
     pub jobs: u64,
+    pub compactions: u64,
+    pub journal_bytes: u64,
+    pub snapshot_bytes: u64,
+    pub snapshot_bytes_written: u64,
 }
 
 fn info(core: &Core, caller: &Caller) -> Info {
@@ -418,6 +423,10 @@ fn store_info(core: &Core) -> StoreInfo {
         syncs: s.syncs,
         batches: s.batches,
         jobs: s.jobs,
+        compactions: s.compactions,
+        journal_bytes: s.journal_bytes,
+        snapshot_bytes: s.snapshot_bytes,
+        snapshot_bytes_written: s.snapshot_bytes_written,
     }
 }
 

@@ -223,7 +223,7 @@ impl Root {
         // ours to deliver (the worker's retry pass sends it); dead roots' leftovers go.
         adopt::adopt_predecessors(&core);
         reclaim::reclaim_dead(&core);
-        let heartbeat = spawn_heartbeat(core.publisher.clone(), core.limits().heartbeat_ms)?;
+        let heartbeat = spawn_heartbeat(core.clone(), core.limits().heartbeat_ms)?;
         if let Some(owned) = self.inner.as_mut() {
             owned.heartbeat = Some(heartbeat);
         }
@@ -522,21 +522,27 @@ fn presence_record(
     }
 }
 
-/// Refreshes the record every `interval_ms` until the sender is dropped.
-fn spawn_heartbeat(
-    publisher: Arc<Publisher>,
-    interval_ms: u64,
-) -> Result<(Sender<()>, JoinHandle<()>)> {
+/// Refreshes the record every `interval_ms` until the sender is dropped, and reclaims dead
+/// roots' leftovers on the first beat at least `GAVE_UP_RETRY_MS` after the last pass: the
+/// heartbeat wakes anyway, so the reclaim costs an idle root no wakeup of its own.
+fn spawn_heartbeat(core: Arc<Core>, interval_ms: u64) -> Result<(Sender<()>, JoinHandle<()>)> {
     let (tx, rx) = bounded::<()>(1);
     let handle = std::thread::Builder::new()
         .name("heartbeat".into())
         .spawn(move || {
+            let reclaim_every = Duration::from_millis(send::GAVE_UP_RETRY_MS);
+            let mut last_reclaim = Instant::now();
             // recv_timeout returns Err(Disconnected) when the root drops the sender: stop.
             while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
                 rx.recv_timeout(Duration::from_millis(interval_ms))
             {
                 // A failed refresh is retried at the next beat; readers see us stale meanwhile.
-                let _ = publisher.refresh();
+                let _ = core.publisher.refresh();
+                if last_reclaim.elapsed() >= reclaim_every {
+                    last_reclaim = Instant::now();
+                    // Dead roots' records, sockets and control files, a bounded batch.
+                    reclaim::reclaim_dead(&core);
+                }
             }
         })
         .map_err(|e| Error::new(Code::Io, format!("cannot start the heartbeat thread: {e}")))?;
@@ -550,9 +556,9 @@ use crate::config::internal::WORKER_TICK_MS;
 /// expiry and retention. It sleeps until a durable store change it acts on (a receipt to
 /// push, a route no caller drives — not the accepts, intents and receipts of the send path —
 /// or a send that left its route unresolved; the root stopping wakes it too) or its next
-/// deadline: the next sweep, and while routes or receipt pushes are
-/// still unresolved, the next retry; the periodic reclaim of dead roots' records. An idle root
-/// with nothing unresolved wakes only for those.
+/// deadline: the next sweep, and while routes or receipt pushes are still unresolved, the next
+/// retry. An idle root with nothing unresolved wakes only for the sweep (the heartbeat thread
+/// reclaims dead roots' records).
 fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("root-worker".into())
@@ -576,8 +582,6 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                     last_restart.elapsed() >= Duration::from_millis(send::GAVE_UP_RETRY_MS);
                 if restart {
                     last_restart = Instant::now();
-                    // Dead roots' records, sockets and control files, a bounded batch.
-                    reclaim::reclaim_dead(&core);
                 }
                 let routes = core.retry_routes(restart);
                 if last_sweep.elapsed() >= sweep_every {
@@ -586,13 +590,12 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                     }
                     last_sweep = Instant::now();
                 }
-                let unresolved = pushes || routes;
-                // Dead roots are reclaimed every GAVE_UP_RETRY_MS, so that is a deadline too.
-                let restart_every = Duration::from_millis(send::GAVE_UP_RETRY_MS);
-                let mut wait = sweep_every
-                    .saturating_sub(last_sweep.elapsed())
-                    .min(restart_every.saturating_sub(last_restart.elapsed()));
-                if unresolved {
+                let mut wait = sweep_every.saturating_sub(last_sweep.elapsed());
+                if let Some(next_push) = pushes {
+                    wait = wait.min(next_push);
+                }
+                if routes {
+                    // Routes that gave up restart every GAVE_UP_RETRY_MS: a tick covers it.
                     wait = wait.min(Duration::from_millis(WORKER_TICK_MS));
                 }
                 seen = core

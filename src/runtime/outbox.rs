@@ -2,7 +2,7 @@
 //! retryable failure of each blocked route, and the receipt subscriptions of connected
 //! senders. The delivery and push logic that drives them is in `send`.
 
-use crate::config::internal::SUBSCRIPTIONS_MAX;
+use crate::config::internal::{PUSH_RETRY_MAX_MS, SUBSCRIPTIONS_MAX, WORKER_TICK_MS};
 use crate::error::Error;
 use crate::messaging::{ReceiptState, RouteQueue};
 use crate::transport::Notifier;
@@ -23,9 +23,43 @@ pub struct Outbox {
     /// so messages behind its head and `peer status` report the real cause.
     pub(crate) route_errors: Mutex<HashMap<(String, String), (Error, u64)>>,
     pub(crate) subscriptions: Mutex<SubscriptionMap>,
+    /// Receipt pushes that failed with a retryable answer, by sender instance: (consecutive
+    /// failures, next attempt in ms). Bounded by `SUBSCRIPTIONS_MAX`; cleared when nothing is
+    /// queued.
+    pub(crate) push_retry: Mutex<HashMap<String, (u32, u64)>>,
 }
 
 impl Outbox {
+    /// When pushes to `instance` are backed off at `now_ms`: the time of the next attempt.
+    pub fn push_deferred(&self, instance: &str, now_ms: u64) -> Option<u64> {
+        let retry = self.push_retry.lock();
+        retry
+            .get(instance)
+            .map(|(_, at)| *at)
+            .filter(|at| *at > now_ms)
+    }
+
+    /// A push to `instance` failed with a retryable answer: the next attempt waits
+    /// `WORKER_TICK_MS` doubled per consecutive failure, at most `PUSH_RETRY_MAX_MS` (the
+    /// sender is not proven gone, so it is never given up on). Returns that time.
+    pub fn push_failed(&self, instance: &str, now_ms: u64) -> u64 {
+        let mut retry = self.push_retry.lock();
+        let failures = retry.get(instance).map_or(0, |(n, _)| *n).saturating_add(1);
+        let delay = WORKER_TICK_MS
+            .saturating_mul(1u64 << failures.min(16))
+            .min(PUSH_RETRY_MAX_MS);
+        let at = now_ms.saturating_add(delay);
+        if retry.len() < SUBSCRIPTIONS_MAX || retry.contains_key(instance) {
+            retry.insert(instance.to_string(), (failures, at));
+        }
+        at
+    }
+
+    /// A push to `instance` was answered: no backoff any more.
+    pub fn push_succeeded(&self, instance: &str) {
+        self.push_retry.lock().remove(instance);
+    }
+
     /// Remembers a receipt subscription of a connected sender (bounded).
     pub fn subscribe(&self, sender_instance: &str, message_id: &str, notifier: &Notifier) {
         let mut subs = self.subscriptions.lock();

@@ -8,7 +8,7 @@ use crate::resource::core::{Op, Target};
 use crate::resource::principal::principal_id;
 use crate::resource::{self, EventCursor, Principal};
 use crate::tools::ResourceArgs;
-use serde_json::Value;
+use crate::tools::resource_answer::ResourceAnswer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -20,7 +20,7 @@ pub fn coordinate(
     caller: &Caller,
     args: ResourceArgs,
     cancel: &AtomicBool,
-) -> Result<Value> {
+) -> Result<ResourceAnswer> {
     let principal = Principal {
         id: principal_id(&caller.peer_id),
         display: caller.alias.clone(),
@@ -30,7 +30,7 @@ pub fn coordinate(
     let home = core.ns.home.clone();
     let request = request_of(args, core.limits().wait_ms_max)?;
     let cancelled = || cancel.load(Ordering::SeqCst) || core.stopping.load(Ordering::SeqCst);
-    resource::coordinate_request(
+    resource::coordinate(
         &home,
         &core.config,
         &principal,
@@ -85,7 +85,7 @@ fn request_of(args: ResourceArgs, wait_ms_max: u64) -> Result<resource::Request>
             ticket,
             token,
         } => {
-            // A bad name is reported before a contradictory target, as the JSON form does.
+            // A bad name is reported before a contradictory target, as `peer res` does.
             resource::model::canonical_name(&resource)?;
             let target = match (ticket, token) {
                 (Some(t), None) => Target::Ticket(t),
@@ -221,18 +221,21 @@ pub fn spawn_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resource::api::parse_request;
-    use serde_json::json;
 
-    /// The tool's typed path gives the request the JSON path (`peer res`) gives for the same
-    /// call, including its errors.
+    /// The tool's arguments map onto the typed request `peer res` builds for the same call
+    /// (a request's wait capped at the tool bound), and its errors are the same usage errors.
     #[test]
-    fn tool_arguments_map_to_the_request_their_json_form_parses_to() {
+    fn tool_arguments_map_to_typed_requests() {
         let r = |s: &str| s.to_string();
+        let want = |resource: Option<&str>, op, wait_ms| resource::Request {
+            resource: resource.map(str::to_string),
+            op,
+            wait_ms,
+        };
         let same = [
             (
                 ResourceArgs::Status { resource: None },
-                json!({"op": "status"}),
+                want(None, Op::Status, 0),
             ),
             (
                 ResourceArgs::Request {
@@ -241,7 +244,14 @@ mod tests {
                     wait_ms: Some(5_000),
                     epoch: Some(3),
                 },
-                json!({"op": "request", "resource": "port:1", "capacity": 2, "waitMs": 1_000, "epoch": 3}),
+                want(
+                    Some("port:1"),
+                    Op::Request {
+                        capacity: Some(2),
+                        epoch: Some(3),
+                    },
+                    1_000,
+                ),
             ),
             (
                 ResourceArgs::Grant {
@@ -249,7 +259,14 @@ mod tests {
                     ticket: r("t-1"),
                     epoch: None,
                 },
-                json!({"op": "grant", "resource": "port:1", "ticket": "t-1"}),
+                want(
+                    Some("port:1"),
+                    Op::Grant {
+                        ticket: r("t-1"),
+                        epoch: None,
+                    },
+                    0,
+                ),
             ),
             (
                 ResourceArgs::Release {
@@ -257,7 +274,13 @@ mod tests {
                     ticket: None,
                     token: Some(7),
                 },
-                json!({"op": "release", "resource": "port:1", "token": 7}),
+                want(
+                    Some("port:1"),
+                    Op::Release {
+                        target: Target::Token(7),
+                    },
+                    0,
+                ),
             ),
             (
                 ResourceArgs::Release {
@@ -265,14 +288,20 @@ mod tests {
                     ticket: None,
                     token: None,
                 },
-                json!({"op": "release", "resource": "port:1"}),
+                want(
+                    Some("port:1"),
+                    Op::Release {
+                        target: Target::Mine,
+                    },
+                    0,
+                ),
             ),
             (
                 ResourceArgs::CancelRequest {
                     resource: r("port:1"),
                     ticket: r("t-2"),
                 },
-                json!({"op": "cancel_request", "resource": "port:1", "ticket": "t-2"}),
+                want(Some("port:1"), Op::Cancel { ticket: r("t-2") }, 0),
             ),
             (
                 ResourceArgs::SetController {
@@ -281,15 +310,24 @@ mod tests {
                     force: true,
                     automatic: false,
                 },
-                json!({"op": "set_controller", "resource": "port:1", "force": true}),
+                want(
+                    Some("port:1"),
+                    Op::SetController {
+                        capacity: None,
+                        force: true,
+                        automatic: false,
+                        ledger: Vec::new(),
+                    },
+                    0,
+                ),
             ),
         ];
-        for (args, v) in same {
+        for (args, expected) in same {
             let mut typed = request_of(args.clone(), 1_000).unwrap();
             typed.resource = typed
                 .resource
                 .map(|n| crate::resource::model::canonical_name(&n).unwrap());
-            assert_eq!(typed, parse_request(&v).unwrap(), "{args:?}");
+            assert_eq!(typed, expected, "{args:?}");
         }
         let both = ResourceArgs::Release {
             resource: r("port:1"),

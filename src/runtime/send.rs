@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use crate::config::internal::PUSH_BATCH;
 use crate::config::internal::ROUTES_PER_PASS;
+use crate::config::internal::WORKER_TICK_MS;
 /// A route that gave up is tried again after this long.
 pub const GAVE_UP_RETRY_MS: u64 = 5_000;
 
@@ -196,11 +197,7 @@ impl Core {
         let p = peer_id.to_string();
         self.store
             .query(move |m| {
-                let sent = m
-                    .state()
-                    .outbox()
-                    .find(|e| e.to.peer_id == p)
-                    .map(|e| e.to.clone());
+                let sent = m.state().sent_target(&p);
                 sent.or_else(|| {
                     m.state()
                         .inbox()
@@ -353,7 +350,6 @@ impl Core {
                 m.state()
                     .outbox_get(&t, &id)
                     .filter(|e| e.from_peer_id == f)
-                    .cloned()
             })?
             .ok_or_else(|| Error::new(Code::NotFound, format!("no outbox entry {message_id}")))?;
         match entry.receipt {
@@ -485,24 +481,45 @@ impl Core {
         }
     }
 
-    /// Pushes pending recipient-side receipts to their senders; returns whether any were
-    /// pending (so the caller retries soon), true also when the store could not say.
-    pub fn push_receipts(&self) -> bool {
+    /// Pushes pending recipient-side receipts to their senders. A sender that fails with a
+    /// retryable answer (stopped, not answering) is backed off (`Outbox::push_failed`): its
+    /// pushes stay queued, in order, while other senders' go ahead. Returns how long the
+    /// caller may sleep before the next attempt is due: None when nothing is pending.
+    pub fn push_receipts(&self) -> Option<Duration> {
+        let tick = Duration::from_millis(WORKER_TICK_MS);
         let Ok(pushes) = self.store.pending_pushes(PUSH_BATCH) else {
-            return true;
+            return Some(tick);
         };
-        let pending = !pushes.is_empty();
+        if pushes.is_empty() {
+            self.outbox.push_retry.lock().clear();
+            return None;
+        }
+        let now = clock::now_ms();
+        let mut deferred_until: Option<u64> = None;
+        let mut defer = |at: u64| deferred_until = Some(deferred_until.map_or(at, |d| d.min(at)));
+        let mut delivered = false;
         for p in pushes {
-            let delivered = self.push_one(&p.to, &p.receipt);
-            match delivered {
-                Ok(()) => {}
-                Err(e) if is_retryable(e.code) => break,
-                // The sender is gone or refuses: its copy stays as it was; ours is final.
-                Err(_) => {}
+            if let Some(at) = self.outbox.push_deferred(&p.to.instance_id, now) {
+                defer(at);
+                continue;
             }
+            match self.push_one(&p.to, &p.receipt) {
+                Ok(()) => self.outbox.push_succeeded(&p.to.instance_id),
+                Err(e) if is_retryable(e.code) => {
+                    defer(self.outbox.push_failed(&p.to.instance_id, now));
+                    continue;
+                }
+                // The sender is gone or refuses: its copy stays as it was; ours is final.
+                Err(_) => self.outbox.push_succeeded(&p.to.instance_id),
+            }
+            delivered = true;
             let _ = self.store.receipt_delivered(p.cursor);
         }
-        pending
+        match deferred_until {
+            // Delivered ones changed the store, which wakes the caller for the rest anyway.
+            Some(at) if !delivered => Some(Duration::from_millis(at.saturating_sub(now))),
+            _ => Some(tick),
+        }
     }
 
     fn push_one(&self, to: &Principal, receipt: &Receipt) -> Result<()> {

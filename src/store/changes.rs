@@ -23,6 +23,8 @@ pub struct StoreStats {
     pub compactions: u64,
     pub journal_bytes: u64,
     pub snapshot_bytes: u64,
+    /// Snapshot bytes written by compactions since the store was opened.
+    pub snapshot_bytes_written: u64,
     pub generation: u64,
     /// A write failed; nothing is acknowledged any more.
     pub poisoned: bool,

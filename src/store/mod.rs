@@ -141,6 +141,7 @@ impl Store {
             generation,
             batch_no,
             unsynced: false,
+            snapshot_bytes: loaded.snapshot_bytes,
             recipients: recipients.clone(),
             shared: shared.clone(),
             faults,

@@ -311,12 +311,7 @@ pub fn review(
     let loaded = load(&dir, limits)?;
     let (torn_tail_bytes, torn_tail_batches) = loaded.torn_tail();
     let m = Machine::from_state(loaded.state, limits.clone());
-    let mut unresolved: Vec<OutboxEntry> = m
-        .state()
-        .outbox()
-        .filter(|e| e.receipt.is_none())
-        .cloned()
-        .collect();
+    let mut unresolved: Vec<OutboxEntry> = m.state().unresolved_outbox().cloned().collect();
     unresolved.sort_by_key(|e| e.order);
     Ok(Review {
         unread: m.unread(),

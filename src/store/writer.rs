@@ -11,7 +11,7 @@
 use super::changes::Shared;
 use super::{journal, paths, snapshot};
 use crate::error::{Code, Error, Result};
-use crate::fsutil::{self, Durability, FileLock};
+use crate::fsutil::{self, FileLock};
 use crate::messaging::{Machine, Recipients, Record};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use parking_lot::RwLock;
@@ -85,6 +85,9 @@ pub(crate) struct Writer {
     pub batch_no: u64,
     /// Frames written after the last fdatasync (only batches of `Ack::Applied` writes).
     pub unsynced: bool,
+    /// Size of the current snapshot (0 before the first): the next compaction waits for
+    /// about as many journal bytes (see `Machine::compaction_trigger`).
+    pub snapshot_bytes: u64,
     pub recipients: Arc<RwLock<Recipients>>,
     /// Holds the committed state the writer alone mutates.
     pub shared: Arc<Shared>,
@@ -386,14 +389,18 @@ impl Writer {
     /// Only after D is any record appended to generation g+1. Any failure from B on could leave
     /// a covered journal behind, where appended records would be ignored, so it poisons.
     fn maybe_compact(&mut self) -> Result<()> {
-        let bytes = {
+        let written = {
             let c = self.shared.committed.read();
-            if self.len < c.machine.journal_threshold() {
+            if self.len < c.machine.compaction_trigger(self.snapshot_bytes) {
                 return Ok(());
             }
-            snapshot::encode(&c.machine.state().image(), self.generation)?
+            snapshot::write(
+                &self.dir.join(paths::SNAPSHOT),
+                c.machine.state(),
+                self.generation,
+            )?
         };
-        fsutil::atomic_write(&self.dir.join(paths::SNAPSHOT), &bytes, Durability::Durable)?;
+        self.snapshot_bytes = written;
         let next = self.generation + 1;
         self.file = create_journal(&self.dir, next)?;
         // The durable snapshot holds every record, deferred ones included.
@@ -405,7 +412,8 @@ impl Writer {
         super::write_sync_point(&self.dir, &self.sync_point())?;
         let mut s = self.shared.stats.lock();
         s.compactions += 1;
-        s.snapshot_bytes = bytes.len() as u64;
+        s.snapshot_bytes = written;
+        s.snapshot_bytes_written += written;
         s.journal_bytes = self.len;
         s.generation = next;
         Ok(())

@@ -3,9 +3,9 @@
 //! one sent message. A host returns them; the front end (MCP, the local channel) encodes them
 //! as the JSON objects tools have always returned, `null` for an absent optional field.
 
+use super::resource_answer::ResourceAnswer;
 use crate::protocol::message::Receipt;
 use serde::Serialize;
-use serde_json::Value;
 
 /// `list_peers`: one page of the directory and the cursor of the next.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -156,8 +156,8 @@ pub enum ToolAnswer {
     Peers(PeersPage),
     Sent(SendAnswer),
     Messages(MessagesPage),
-    /// A resource answer, shaped by the resource layer.
-    Resource(Value),
+    /// A resource coordination answer.
+    Resource(ResourceAnswer),
 }
 
 #[cfg(test)]

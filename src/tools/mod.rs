@@ -11,6 +11,7 @@
 pub mod answer;
 mod args;
 pub mod ask;
+pub mod resource_answer;
 mod schema;
 
 use crate::config::{Limits, Scope};
