@@ -143,6 +143,8 @@ fn quick_bench_reports_every_figure_beside_its_floor_with_nothing_lost() {
     // Every accepted message cost the receiver at least one shared fdatasync batch.
     assert!(number(&fsyncs[0]["receiver"], "warm receiver fsyncs") > 0.0);
     assert!(number(&r["idle"]["rssKb"], "idle rss") > 0.0);
+    assert!(number(&r["idleAfter"]["wakeupsPerSecond"], "idle wakeups after") >= 0.0);
+    assert!(number(&r["idleAfter"]["rssKb"], "idle rss after") > 0.0);
     let h = &r["history"];
     assert_eq!(h["window"], 100, "{h}");
     assert_eq!(h["sentBefore"], 1000, "{h}");

@@ -184,7 +184,11 @@ pub struct Outcome {
     pub mcp_ping: Vec<f64>,
     pub throughput: Vec<Throughput>,
     pub history: Option<History>,
+    /// The receiver idle right after it started.
     pub idle: Option<Idle>,
+    /// The receiver idle again after every phase, its senders still live: what it keeps
+    /// doing for the state a real run left behind (receipt pushes, sweeps, cached connections).
+    pub idle_after: Option<Idle>,
     /// Journal fdatasyncs counted by the roots (`local.info`) per phase: (phase, messages,
     /// senders' syncs, receiver's syncs).
     pub fsyncs: Vec<(String, usize, u64, u64)>,
@@ -257,6 +261,8 @@ pub fn run(exe: &Path, dir: &Path, plan: &Plan, idle_ms: u64) -> Outcome {
         run.out.receiver = r;
         run.out.sender = s;
     }
+    std::thread::sleep(Duration::from_millis(SETTLE_MS));
+    run.out.idle_after = Some(idle(run.rx.pid, idle_ms));
     let mut all: Vec<Host> = std::iter::once(run.rx).chain(run.tx).collect();
     run.out.host_exits = hosts::stop_all(&mut all);
     run.out

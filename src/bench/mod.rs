@@ -177,7 +177,8 @@ impl Measured<'_> {
                 "max": stats::round2(out.critical_syncs.iter().copied().fold(f64::NAN, f64::max)),
                 "method": "single sends on settled roots: fdatasyncs the sender and the receiver completed between the send's start and its return (an upper bound on the syncs it waited for)",
             },
-            "idle": out.idle.map(|i| json!({"seconds": stats::round2(i.seconds), "wakeupsPerSecond": stats::round2(i.wakeups_per_second), "rssKb": i.rss_kb, "target": "≤ 1 wakeup/s between heartbeats, RSS ≤ 4 MiB", "source": "/proc/PID/task/*/status voluntary + nonvoluntary ctxt_switches"})),
+            "idle": out.idle.map(|i| idle_json(&i, "right after start")),
+            "idleAfter": out.idle_after.map(|i| idle_json(&i, "after every phase, senders still live")),
             "integrity": report::integrity_json(out),
             "hostExits": out.host_exits.iter().filter(|(_, c)| *c != Some(0)).map(|(a, c)| json!({"alias": a, "exit": c})).collect::<Vec<_>>(),
             "elapsedMs": started.elapsed().as_millis() as u64,
@@ -268,11 +269,16 @@ fn counters_text(r: &Value) -> String {
         "fdatasyncs completed during a single send (critical path, upper bound): median {}, max {} over {} sends\n",
         c["median"], c["max"], c["n"]
     );
-    if let Some(i) = r["idle"].as_object() {
-        s += &format!(
-            "idle receiver: {} wakeups/s over {} s, RSS {} kB (target ≤ 1 wakeup/s, ≤ 4096 kB)\n",
-            i["wakeupsPerSecond"], i["seconds"], i["rssKb"]
-        );
+    for key in ["idle", "idleAfter"] {
+        if let Some(i) = r[key].as_object() {
+            s += &format!(
+                "idle receiver {}: {} wakeups/s over {} s, RSS {} kB (target ≤ 1 wakeup/s, ≤ 4096 kB)\n",
+                i["when"].as_str().unwrap_or_default(),
+                i["wakeupsPerSecond"],
+                i["seconds"],
+                i["rssKb"]
+            );
+        }
     }
     let h = &r["history"];
     if h.is_object() {
@@ -313,4 +319,16 @@ fn integrity_text(r: &Value) -> String {
     }
     s += &format!("elapsed: {} ms\n", r["elapsedMs"]);
     s
+}
+
+/// One idle window of the receiver as JSON.
+fn idle_json(i: &e2e::Idle, when: &str) -> Value {
+    json!({
+        "when": when,
+        "seconds": stats::round2(i.seconds),
+        "wakeupsPerSecond": stats::round2(i.wakeups_per_second),
+        "rssKb": i.rss_kb,
+        "target": "≤ 1 wakeup/s between heartbeats, RSS ≤ 4 MiB",
+        "source": "/proc/PID/task/*/status voluntary + nonvoluntary ctxt_switches",
+    })
 }

@@ -3,7 +3,7 @@
 //! only from enough samples: a run that has fewer (`--quick`, a small `--messages`) says so
 //! instead of passing or failing it. Pure code.
 
-use super::e2e::Outcome;
+use super::e2e::{Idle, Outcome};
 use super::report::Figure;
 use super::stats::{micros_text, rate_text, ratio, ratio_text, round_ratio, round2};
 use serde_json::{Value, json};
@@ -278,15 +278,24 @@ fn history_targets(out: &Outcome) -> Vec<Target> {
 
 fn idle_targets(out: &Outcome) -> Vec<Target> {
     let i = out.idle.as_ref();
+    // Wake-ups are judged on the busier of the two idle windows (fresh, and after the run).
+    let woke =
+        [out.idle, out.idle_after]
+            .into_iter()
+            .flatten()
+            .fold(None::<Idle>, |w, x| match w {
+                Some(w) if w.wakeups_per_second >= x.wakeups_per_second => Some(w),
+                _ => Some(x),
+            });
     vec![
         Target::new(
             "idleWakeups",
-            "idle receiver ≤ 1 wakeup/s (heartbeats included)",
-            i.map_or(f64::NAN, |i| i.wakeups_per_second),
+            "idle receiver ≤ 1 wakeup/s, fresh and after the run (heartbeats included)",
+            woke.map_or(f64::NAN, |i| i.wakeups_per_second),
             "/s",
             None,
             Bound::AtMost(1.0),
-            (i.map_or(0, |i| i.seconds as usize), IDLE_SECONDS_MIN),
+            (woke.map_or(0, |i| i.seconds as usize), IDLE_SECONDS_MIN),
         ),
         Target::new(
             "idleRss",
