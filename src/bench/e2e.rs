@@ -155,6 +155,8 @@ pub struct Idle {
     pub seconds: f64,
     pub wakeups_per_second: f64,
     pub rss_kb: u64,
+    /// Of `rss_kb`, the process's own (anonymous) memory.
+    pub anon_kb: u64,
 }
 
 /// Peak counters seen while sampling, next to the idle reading.
@@ -355,10 +357,12 @@ fn idle(pid: u32, ms: u64) -> Idle {
     std::thread::sleep(Duration::from_millis(ms));
     let seconds = t.elapsed().as_secs_f64();
     let woke = machine::context_switches(pid).saturating_sub(before);
+    let counters = machine::proc_counters(pid);
     Idle {
         seconds,
         wakeups_per_second: woke as f64 / seconds.max(1e-3),
-        rss_kb: machine::proc_counters(pid).map_or(0, |p| p.rss_kb),
+        rss_kb: counters.map_or(0, |p| p.rss_kb),
+        anon_kb: counters.map_or(0, |p| p.anon_kb),
     }
 }
 

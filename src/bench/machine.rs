@@ -270,11 +270,14 @@ pub fn filesystem_type(dir: &Path) -> String {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProcCounters {
     pub rss_kb: u64,
+    /// The part of `rss_kb` that is the process's own memory (heap, stacks); the rest is
+    /// code and libraries mapped from files, shared through the page cache.
+    pub anon_kb: u64,
     pub hwm_kb: u64,
     pub threads: u64,
 }
 
-/// Parses the VmRSS, VmHWM and Threads lines of a /proc/PID/status text.
+/// Parses the VmRSS, RssAnon, VmHWM and Threads lines of a /proc/PID/status text.
 pub fn parse_status(text: &str) -> Option<ProcCounters> {
     let field = |key: &str| {
         text.lines()
@@ -284,6 +287,7 @@ pub fn parse_status(text: &str) -> Option<ProcCounters> {
     };
     Some(ProcCounters {
         rss_kb: field("VmRSS:")?,
+        anon_kb: field("RssAnon:").unwrap_or(0),
         hwm_kb: field("VmHWM:").unwrap_or(0),
         threads: field("Threads:")?,
     })
@@ -324,11 +328,13 @@ mod tests {
 
     #[test]
     fn status_counters() {
-        let t = "Name:\tpeer\nVmHWM:\t  9000 kB\nVmRSS:\t  8000 kB\nThreads:\t5\n";
+        let t =
+            "Name:\tpeer\nVmHWM:\t  9000 kB\nVmRSS:\t  8000 kB\nRssAnon:\t  700 kB\nThreads:\t5\n";
         assert_eq!(
             parse_status(t),
             Some(ProcCounters {
                 rss_kb: 8000,
+                anon_kb: 700,
                 hwm_kb: 9000,
                 threads: 5
             })

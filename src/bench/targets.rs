@@ -434,6 +434,7 @@ mod tests {
                 seconds: 2.0,
                 wakeups_per_second: 0.5,
                 rss_kb: 5_000,
+                anon_kb: 400,
             }),
             critical_syncs: vec![2.0; 50],
             ..Outcome::default()
