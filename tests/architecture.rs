@@ -456,11 +456,6 @@ const LONG_FUNCTIONS: &[(&str, &str)] = &[
          straight sequence is what gets audited against peer-protocol(7)",
     ),
     (
-        "runtime/send.rs::resolve_target",
-        "own runs, the presence cache, then a directory read, in that order; the send path is \
-         being changed by the concurrent performance work (a cached target record)",
-    ),
-    (
         "runtime/tools.rs::read_messages",
         "cursor defaults, filters, the long-poll wait and the consume-on-read write of \
          peer_messages; the read path is being changed by the concurrent performance work (one \

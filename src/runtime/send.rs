@@ -34,22 +34,8 @@ impl Core {
     /// peer in the caller's scope.
     pub fn resolve_target(&self, to: &str) -> Result<TargetRef> {
         let name = to.strip_prefix('@').unwrap_or(to);
-        {
-            let runs = self.runs.lock();
-            let mine = runs.by_peer_or_alias(name);
-            if mine.len() == 1 {
-                return Ok(TargetRef {
-                    peer_id: mine[0].peer_id.clone(),
-                    instance_id: self.instance_id.clone(),
-                    run_id: Some(mine[0].run_id.clone()),
-                });
-            }
-            if runs.is_retired_peer(name) {
-                return Err(Error::new(
-                    Code::TargetEnded,
-                    format!("run {name} has been retired"),
-                ));
-            }
+        if let Some(own) = self.own_run_target(name) {
+            return own;
         }
         // Read before resolving: a change after this makes the cached entry invalid.
         let mtime = self.presence.directory_mtime();
@@ -83,28 +69,51 @@ impl Core {
                 if matches!(e.code, Code::PeerOffline | Code::TargetEnded)
                     && crate::mention::is_peer_id(name) =>
             {
-                // A peerId we have exchanged mail with names an exact incarnation even when the
-                // directory no longer lists it: its owning root answers for retired runs, and a
-                // vanished owner means the incarnation ended.
-                match self.known_incarnation(name) {
-                    Some(t)
-                        if !matches!(
-                            self.presence.reach_of(&t.instance_id),
-                            super::core::Reach::Gone(_)
-                        ) =>
-                    {
-                        Ok(t)
-                    }
-                    Some(_) => Err(Error::new(
-                        Code::TargetEnded,
-                        format!(
-                            "{name} has ended; refresh discovery and pick the current incarnation"
-                        ),
-                    )),
-                    None => Err(e),
-                }
+                self.known_incarnation_or_ended(name, e)
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// One of our own runs named `name` (or its alias), or `TARGET_ENDED` for a retired run;
+    /// `None` when `name` is not one of ours.
+    fn own_run_target(&self, name: &str) -> Option<Result<TargetRef>> {
+        let runs = self.runs.lock();
+        let mine = runs.by_peer_or_alias(name);
+        if mine.len() == 1 {
+            return Some(Ok(TargetRef {
+                peer_id: mine[0].peer_id.clone(),
+                instance_id: self.instance_id.clone(),
+                run_id: Some(mine[0].run_id.clone()),
+            }));
+        }
+        if runs.is_retired_peer(name) {
+            return Some(Err(Error::new(
+                Code::TargetEnded,
+                format!("run {name} has been retired"),
+            )));
+        }
+        None
+    }
+
+    /// A peerId we have exchanged mail with names an exact incarnation even when the
+    /// directory no longer lists it: its owning root answers for retired runs, and a vanished
+    /// owner means the incarnation ended. Unknown peerIds keep the directory's error `e`.
+    fn known_incarnation_or_ended(&self, name: &str, e: Error) -> Result<TargetRef> {
+        match self.known_incarnation(name) {
+            Some(t)
+                if !matches!(
+                    self.presence.reach_of(&t.instance_id),
+                    super::core::Reach::Gone(_)
+                ) =>
+            {
+                Ok(t)
+            }
+            Some(_) => Err(Error::new(
+                Code::TargetEnded,
+                format!("{name} has ended; refresh discovery and pick the current incarnation"),
+            )),
+            None => Err(e),
         }
     }
 
