@@ -456,12 +456,6 @@ const LONG_FUNCTIONS: &[(&str, &str)] = &[
          straight sequence is what gets audited against peer-protocol(7)",
     ),
     (
-        "runtime/tools.rs::read_messages",
-        "cursor defaults, filters, the long-poll wait and the consume-on-read write of \
-         peer_messages; the read path is being changed by the concurrent performance work (one \
-         durable write per page)",
-    ),
-    (
         "runtime/mod.rs::start",
         "the named start steps in their required order (bind before publish, undo on failure); \
          the start path is being changed by the concurrent performance work",

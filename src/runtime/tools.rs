@@ -141,8 +141,51 @@ fn read_messages(
     opts: &CallOptions,
     cancel: &AtomicBool,
 ) -> Result<MessagesPage> {
-    // A model that names no cursor continues where it left off; a person's `peer inbox` shows
-    // everything retained unless told otherwise.
+    let (q, unfiltered, wait_ms) = messages_query(core, caller, a, opts);
+    let deadline =
+        Instant::now() + std::time::Duration::from_millis(wait_ms.min(core.limits().wait_ms_max));
+    // Receipt events present when the call starts do not end a wait; new ones do, unless the
+    // caller filters for particular messages.
+    let filtered = q.reply_to.is_some() || q.message_id.is_some() || q.from.is_some();
+    let mut first_event_cursor = None;
+    loop {
+        let generation = core.store.change_generation();
+        let r = core.store.read(q.clone())?;
+        let waited_out = Instant::now() >= deadline
+            || cancel.load(Ordering::SeqCst)
+            || core.stopping.load(Ordering::SeqCst);
+        let baseline = *first_event_cursor.get_or_insert(r.next_event_cursor);
+        let events_end_wait = !filtered && !opts.wait_for_message;
+        let new_events = events_end_wait && r.next_event_cursor > baseline;
+        let initial_events = events_end_wait && !r.events.is_empty() && opts.events_after.is_some();
+        if !r.messages.is_empty() || new_events || initial_events || wait_ms == 0 || waited_out {
+            let page = messages_page(core, &r, &q);
+            if opts.consume_on_read {
+                consume_returned(core, &r.messages, page.messages.len())?;
+                core.advance_model_cursors(
+                    &caller.peer_id,
+                    unfiltered.then_some(page.cursor),
+                    page.event_cursor,
+                );
+            }
+            return Ok(page);
+        }
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis() as u64;
+        core.store.wait_for_change(generation, left, cancel);
+    }
+}
+
+/// The store query for a `peer_messages` call, whether it is unfiltered, and how long it may
+/// wait. A model that names no cursor continues where it left off; a person's `peer inbox`
+/// shows everything retained unless told otherwise.
+fn messages_query(
+    core: &Arc<Core>,
+    caller: &Caller,
+    a: MessagesArgs,
+    opts: &CallOptions,
+) -> (ReadQuery, bool, u64) {
     let (model_after, model_events) = core.model_cursors(&caller.peer_id);
     let unfiltered =
         a.after.is_none() && a.message_id.is_none() && a.reply_to.is_none() && a.from.is_none();
@@ -169,72 +212,53 @@ fn read_messages(
         events_after: Some(events_after.unwrap_or(0)),
         unconsumed_only: opts.unconsumed_only,
     };
-    let deadline =
-        Instant::now() + std::time::Duration::from_millis(a.wait_ms.min(core.limits().wait_ms_max));
-    // Receipt events present when the call starts do not end a wait; new ones do, unless the
-    // caller filters for particular messages.
-    let filtered = q.reply_to.is_some() || q.message_id.is_some() || q.from.is_some();
-    let mut first_event_cursor = None;
-    loop {
-        let generation = core.store.change_generation();
-        let r = core.store.read(q.clone())?;
-        let waited_out = Instant::now() >= deadline
-            || cancel.load(Ordering::SeqCst)
-            || core.stopping.load(Ordering::SeqCst);
-        let baseline = *first_event_cursor.get_or_insert(r.next_event_cursor);
-        let events_end_wait = !filtered && !opts.wait_for_message;
-        let new_events = events_end_wait && r.next_event_cursor > baseline;
-        let initial_events = events_end_wait && !r.events.is_empty() && opts.events_after.is_some();
-        if !r.messages.is_empty() || new_events || initial_events || a.wait_ms == 0 || waited_out {
-            let aliases = sender_aliases(core, &r.messages);
-            let budget = core
-                .limits()
-                .frame_bytes
-                .saturating_sub(crate::config::internal::PAGE_ENVELOPE_BYTES);
-            let starts = (q.after.unwrap_or(0), q.events_after.unwrap_or(0));
-            let page = bounded_page(&r, &aliases, starts, budget);
-            if opts.consume_on_read {
-                // The whole page is taken into context with one durable write.
-                let open: Vec<&InboxEntry> = r
-                    .messages
-                    .iter()
-                    .take(page.messages.len())
-                    .filter(|e| !e.state.is_final() && e.state != ReceiptState::Consumed)
-                    .collect();
-                if let Some(first) = open.first() {
-                    let recipient = first.recipient_peer_id.clone();
-                    let page = open
-                        .iter()
-                        .take_while(|e| e.recipient_peer_id == recipient)
-                        .map(|e| (MessageRef::Sequence(e.sequence), e.context_marked))
-                        .collect();
-                    let (receipts, failed) = core.store.consume_page(
-                        &recipient,
-                        page,
-                        "returned to the model by peer_messages",
-                    )?;
-                    if let Some(e) = failed {
-                        return Err(e);
-                    }
-                    receipts.iter().try_for_each(super::send::refuse_expired)?;
-                    // A page is one recipient's; any other (not expected) goes one by one.
-                    for e in open.iter().skip_while(|e| e.recipient_peer_id == recipient) {
-                        core.consume_entry(e, "returned to the model by peer_messages")?;
-                    }
-                }
-                core.advance_model_cursors(
-                    &caller.peer_id,
-                    unfiltered.then_some(page.cursor),
-                    page.event_cursor,
-                );
-            }
-            return Ok(page);
+    (q, unfiltered, a.wait_ms)
+}
+
+/// The page a read returns: its messages with their senders' aliases, cut to what fits in one
+/// frame.
+fn messages_page(
+    core: &Arc<Core>,
+    r: &crate::messaging::ReadResult,
+    q: &ReadQuery,
+) -> MessagesPage {
+    let aliases = sender_aliases(core, &r.messages);
+    let budget = core
+        .limits()
+        .frame_bytes
+        .saturating_sub(crate::config::internal::PAGE_ENVELOPE_BYTES);
+    let starts = (q.after.unwrap_or(0), q.events_after.unwrap_or(0));
+    bounded_page(r, &aliases, starts, budget)
+}
+
+/// Marks the first `returned` messages of a read as taken into the model's context. The
+/// whole page is one durable write.
+fn consume_returned(core: &Arc<Core>, messages: &[InboxEntry], returned: usize) -> Result<()> {
+    let open: Vec<&InboxEntry> = messages
+        .iter()
+        .take(returned)
+        .filter(|e| !e.state.is_final() && e.state != ReceiptState::Consumed)
+        .collect();
+    if let Some(first) = open.first() {
+        let recipient = first.recipient_peer_id.clone();
+        let page = open
+            .iter()
+            .take_while(|e| e.recipient_peer_id == recipient)
+            .map(|e| (MessageRef::Sequence(e.sequence), e.context_marked))
+            .collect();
+        let (receipts, failed) =
+            core.store
+                .consume_page(&recipient, page, "returned to the model by peer_messages")?;
+        if let Some(e) = failed {
+            return Err(e);
         }
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .as_millis() as u64;
-        core.store.wait_for_change(generation, left, cancel);
+        receipts.iter().try_for_each(super::send::refuse_expired)?;
+        // A page is one recipient's; any other (not expected) goes one by one.
+        for e in open.iter().skip_while(|e| e.recipient_peer_id == recipient) {
+            core.consume_entry(e, "returned to the model by peer_messages")?;
+        }
     }
+    Ok(())
 }
 
 /// One `peer_messages` page cut to a byte budget: messages first, then receipt events, each
