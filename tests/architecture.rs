@@ -456,11 +456,6 @@ const LONG_FUNCTIONS: &[(&str, &str)] = &[
          straight sequence is what gets audited against peer-protocol(7)",
     ),
     (
-        "runtime/mod.rs::start",
-        "the named start steps in their required order (bind before publish, undo on failure); \
-         the start path is being changed by the concurrent performance work",
-    ),
-    (
         "store/recovery.rs::load_files",
         "snapshot, journal, sync point and torn-tail checks in recovery order; the store is \
          being changed by the concurrent performance work",

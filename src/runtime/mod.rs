@@ -153,45 +153,11 @@ impl Root {
             instance_id: id.instance_id.clone(),
             keys: id.keys.clone(),
         };
-        let core_cell: Arc<OnceLock<Weak<Core>>> = Arc::new(OnceLock::new());
-        let pool = notifying_pool(me.clone(), &config.limits, core_cell.clone());
-        let capabilities = root_capabilities(&config);
-        let record = presence_record(opts, &config, &workspace, &id, &capabilities);
-        let mut token = [0u8; 16];
-        identity::random_bytes(&mut token);
-        let store_handle = store.handle();
-        store_handle.set_live(&id.peer_id);
-        let publisher = Arc::new(Publisher::prepare(&ns.active_agents(), record));
-        let presence = PresenceCache::new(ns.clone(), config.limits.clone());
-        let core = Arc::new(Core {
-            socket_path: id.socket.path.clone(),
-            presence,
-            ns,
-            auto_budget: Arc::new(auto::Budget::new(config.limits.automatic_replies)),
-            config,
-            workspace,
-            session_id: id.session_id,
-            instance_id: id.instance_id,
-            peer_id: id.peer_id,
-            alias: id.alias,
-            capabilities,
-            store: store_handle,
-            pool,
-            bus: events::Bus::default(),
-            runs: Mutex::new(runs::Runs::default()),
-            publisher,
-            auto_token: identity::hex(&token),
-            auto: Mutex::new(None),
-            stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            outbox: Outbox::default(),
-            model_cursors: Mutex::new(Default::default()),
-            problems: Mutex::new(Default::default()),
-        });
-        let _ = core_cell.set(Arc::downgrade(&core));
+        let (core, socket) = assemble_core(opts, ns, config, workspace, id, &store, &me);
         // Wiped from this stack frame when start returns; the endpoint keeps its own copy.
         let secret = zeroize::Zeroizing::new(control::new_secret());
         let (endpoint, store, control_path) =
-            Self::start_owned(core.clone(), store, me, &secret, &id.socket).map_err(
+            Self::start_owned(core.clone(), store, me, &secret, &socket).map_err(
                 |(e, store)| {
                     let _ = store.close();
                     e
@@ -200,7 +166,7 @@ impl Root {
         // From here on, dropping `root` undoes everything started so far.
         let mut root = Root {
             core,
-            socket: id.socket,
+            socket,
             control_path,
             inner: Some(Owned {
                 endpoint,
@@ -448,6 +414,56 @@ fn identify(
         alias,
         keys: Arc::new(KeyPair::generate()),
     })
+}
+
+/// The shared state of a new root, with every part it is made of in place: the store
+/// handle marked live, the notifying pool that reaches it once it exists, a prepared (not yet
+/// published) presence record. Returns it with the socket place the identity chose.
+fn assemble_core(
+    opts: &RootOptions,
+    ns: Namespace,
+    config: Config,
+    workspace: directory::WorkspaceId,
+    id: Identity,
+    store: &Store,
+    me: &LocalIdentity,
+) -> (Arc<Core>, SocketPlace) {
+    let core_cell: Arc<OnceLock<Weak<Core>>> = Arc::new(OnceLock::new());
+    let pool = notifying_pool(me.clone(), &config.limits, core_cell.clone());
+    let capabilities = root_capabilities(&config);
+    let record = presence_record(opts, &config, &workspace, &id, &capabilities);
+    let mut token = [0u8; 16];
+    identity::random_bytes(&mut token);
+    let store_handle = store.handle();
+    store_handle.set_live(&id.peer_id);
+    let publisher = Arc::new(Publisher::prepare(&ns.active_agents(), record));
+    let presence = PresenceCache::new(ns.clone(), config.limits.clone());
+    let core = Arc::new(Core {
+        socket_path: id.socket.path.clone(),
+        presence,
+        ns,
+        auto_budget: Arc::new(auto::Budget::new(config.limits.automatic_replies)),
+        config,
+        workspace,
+        session_id: id.session_id,
+        instance_id: id.instance_id,
+        peer_id: id.peer_id,
+        alias: id.alias,
+        capabilities,
+        store: store_handle,
+        pool,
+        bus: events::Bus::default(),
+        runs: Mutex::new(runs::Runs::default()),
+        publisher,
+        auto_token: identity::hex(&token),
+        auto: Mutex::new(None),
+        stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        outbox: Outbox::default(),
+        model_cursors: Mutex::new(Default::default()),
+        problems: Mutex::new(Default::default()),
+    });
+    let _ = core_cell.set(Arc::downgrade(&core));
+    (core, id.socket)
 }
 
 /// The outbound pool, whose notifications (pushed receipts) go to the root's handler once the
