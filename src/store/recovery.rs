@@ -184,7 +184,25 @@ fn load_files(dir: &Path, limits: &Limits) -> Result<Loaded> {
             ),
         ));
     }
-    let scan = journal::scan(&bytes, frame_bytes_max(limits))?;
+    let journal = replay_journal(&mut state, &bytes, generation, limits)?;
+    Ok(Loaded {
+        state,
+        covered,
+        journal,
+        snapshot_bytes,
+    })
+}
+
+/// Applies every complete batch of a live journal (generation `generation`, the one after the
+/// snapshot) to `state`, refusing a record that contradicts it, and describes the journal:
+/// its valid length, the torn tail recovery discards, its batch count.
+fn replay_journal(
+    state: &mut State,
+    bytes: &[u8],
+    generation: u64,
+    limits: &Limits,
+) -> Result<JournalFile> {
+    let scan = journal::scan(bytes, frame_bytes_max(limits))?;
     for (n, batch) in scan.batches.iter().enumerate() {
         for r in batch {
             if !state.fits(r) {
@@ -199,17 +217,11 @@ fn load_files(dir: &Path, limits: &Limits) -> Result<Loaded> {
             state.apply(r);
         }
     }
-    let journal = JournalFile::Live {
+    Ok(JournalFile::Live {
         generation,
         valid_len: scan.valid_len,
         torn_bytes: scan.torn_bytes,
         batches: scan.batches.len() as u64,
-    };
-    Ok(Loaded {
-        state,
-        covered,
-        journal,
-        snapshot_bytes,
     })
 }
 
