@@ -273,17 +273,7 @@ fn build_request(words: &[String], o: ResOptions) -> Result<Request> {
 /// `release`: of a ticket, a token or the caller's own grant; `--force` (with a ticket or a
 /// token) is the operator's override for any holder.
 fn release_op(ticket: Option<String>, token: Option<u64>, force: bool) -> Result<Op> {
-    let target = match (ticket, token) {
-        (Some(t), None) => Target::Ticket(t),
-        (None, Some(n)) => Target::Token(n),
-        (None, None) => Target::Mine,
-        (Some(_), Some(_)) => {
-            return Err(Error::new(
-                Code::Usage,
-                "release names a ticket or a token, not both",
-            ));
-        }
-    };
+    let target = Target::of_release(ticket, token)?;
     Ok(if force {
         Op::Override { target }
     } else {

@@ -53,6 +53,22 @@ pub enum Target {
     Mine,
 }
 
+impl Target {
+    /// The target a release names with an optional ticket and an optional token: the caller's
+    /// own reservation when neither is given, a usage error when both are.
+    pub fn of_release(ticket: Option<String>, token: Option<u64>) -> Result<Target> {
+        match (ticket, token) {
+            (Some(t), None) => Ok(Target::Ticket(t)),
+            (None, Some(n)) => Ok(Target::Token(n)),
+            (None, None) => Ok(Target::Mine),
+            (Some(_), Some(_)) => Err(Error::new(
+                Code::Usage,
+                "release names a ticket or a token, not both",
+            )),
+        }
+    }
+}
+
 /// A process from the launch ledger that a policy change must not overlook.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Launched {

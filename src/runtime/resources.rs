@@ -87,17 +87,7 @@ fn request_of(args: ResourceArgs, wait_ms_max: u64) -> Result<resource::Request>
         } => {
             // A bad name is reported before a contradictory target, as `peer res` does.
             resource::model::canonical_name(&resource)?;
-            let target = match (ticket, token) {
-                (Some(t), None) => Target::Ticket(t),
-                (None, Some(n)) => Target::Token(n),
-                (None, None) => Target::Mine,
-                (Some(_), Some(_)) => {
-                    return Err(Error::new(
-                        Code::Usage,
-                        "release names a ticket or a token, not both",
-                    ));
-                }
-            };
+            let target = Target::of_release(ticket, token)?;
             (Some(resource), Op::Release { target }, 0)
         }
         ResourceArgs::CancelRequest { resource, ticket } => {
