@@ -20,10 +20,9 @@ use crate::common;
 
 use common::*;
 use nix::sys::signal::Signal;
-use peerwire::config::{Config, Limits};
+use peerwire::config::Config;
 use peerwire::error::Code;
 use peerwire::messaging::ReceiptState;
-use peerwire::runtime::control;
 use peerwire::store::{self, paths};
 use peerwire::transport::LocalClient;
 use serde_json::{Value, json};
@@ -51,8 +50,7 @@ fn crash_config(ns: &Ns) {
 }
 
 fn client(host: &Host) -> LocalClient {
-    let cf = control::read(Path::new(&host.field("control"))).unwrap();
-    LocalClient::connect(&cf.endpoint, cf.secret_bytes().unwrap(), &Limits::default()).unwrap()
+    host.client()
 }
 
 fn send(c: &mut LocalClient, to: &str, id: &str) -> peerwire::error::Result<Value> {
@@ -286,24 +284,7 @@ fn receiver_kill_loop(ns: &Ns, kills: usize) -> Tally {
 
 /// Every message of one recipient from `from`, through the recipient's local channel.
 fn inbox_from(c: &mut LocalClient, from: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut after = 0u64;
-    loop {
-        let page = c
-            .call(
-                "local.tool",
-                json!({"version": 1, "tool": "peer_messages", "args": {"from": from, "after": after}}),
-                20_000,
-            )
-            .unwrap();
-        let msgs = page["messages"].as_array().cloned().unwrap_or_default();
-        out.extend(msgs);
-        let next = page["cursor"].as_u64().unwrap_or(after);
-        if page["more"] != json!(true) || next <= after {
-            return out;
-        }
-        after = next;
-    }
+    all_messages(c, json!({"from": from}))
 }
 
 #[test]
@@ -665,21 +646,5 @@ fn stream_custody(
 
 /// Every message of a recipient (any sender), through its local channel.
 fn inbox_from_all(c: &mut LocalClient) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut after = 0u64;
-    loop {
-        let page = c
-            .call(
-                "local.tool",
-                json!({"version": 1, "tool": "peer_messages", "args": {"after": after}}),
-                20_000,
-            )
-            .unwrap();
-        out.extend(page["messages"].as_array().cloned().unwrap_or_default());
-        let next = page["cursor"].as_u64().unwrap_or(after);
-        if page["more"] != json!(true) || next <= after {
-            return out;
-        }
-        after = next;
-    }
+    all_messages(c, json!({}))
 }

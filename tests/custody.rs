@@ -16,8 +16,7 @@ use std::path::Path;
 use std::time::Duration;
 
 fn client(host: &Host) -> LocalClient {
-    let cf = control::read(Path::new(&host.field("control"))).unwrap();
-    LocalClient::connect(&cf.endpoint, cf.secret_bytes().unwrap(), &Limits::default()).unwrap()
+    host.client()
 }
 
 /// `peer --json status ID` acting for `host`, parsed.

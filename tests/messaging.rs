@@ -7,13 +7,10 @@ use crate::common;
 
 use common::*;
 use nix::sys::signal::Signal;
-use peerwire::config::Limits;
 use peerwire::error::Code;
-use peerwire::runtime::control;
 use peerwire::store::paths;
 use peerwire::transport::LocalClient;
 use serde_json::{Value, json};
-use std::path::Path;
 use std::process::Output;
 
 fn code_of(o: &Output) -> Option<i32> {
@@ -21,8 +18,7 @@ fn code_of(o: &Output) -> Option<i32> {
 }
 
 fn client(host: &Host) -> LocalClient {
-    let cf = control::read(Path::new(&host.field("control"))).unwrap();
-    LocalClient::connect(&cf.endpoint, cf.secret_bytes().unwrap(), &Limits::default()).unwrap()
+    host.client()
 }
 
 fn send(c: &mut LocalClient, to: &str, id: &str, content: &str) -> peerwire::error::Result<Value> {
@@ -36,24 +32,7 @@ fn send(c: &mut LocalClient, to: &str, id: &str, content: &str) -> peerwire::err
 
 /// Every retained message in `host`'s inbox, in sequence order.
 fn inbox(host: &Host) -> Vec<Value> {
-    let mut c = client(host);
-    let mut out = Vec::new();
-    let mut after = 0u64;
-    loop {
-        let page = c
-            .call(
-                "local.tool",
-                json!({"version": 1, "tool": "peer_messages", "args": {"after": after}}),
-                20_000,
-            )
-            .unwrap();
-        out.extend(page["messages"].as_array().cloned().unwrap_or_default());
-        let next = page["cursor"].as_u64().unwrap_or(after);
-        if page["more"] != json!(true) || next <= after {
-            return out;
-        }
-        after = next;
-    }
+    all_messages(&mut client(host), json!({}))
 }
 
 fn with_id<'a>(msgs: &'a [Value], id: &str) -> Vec<&'a Value> {

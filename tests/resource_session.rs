@@ -7,7 +7,6 @@
 use crate::common;
 
 use common::*;
-use peerwire::config::Limits;
 use peerwire::error::Code;
 use peerwire::transport::LocalClient;
 use serde_json::{Value, json};
@@ -50,8 +49,7 @@ fn last_json_line(path: &Path) -> Value {
 }
 
 fn client_of(host: &Host) -> LocalClient {
-    let cf = peerwire::runtime::control::read(Path::new(&host.field("control"))).unwrap();
-    LocalClient::connect(&cf.endpoint, cf.secret_bytes().unwrap(), &Limits::default()).unwrap()
+    host.client()
 }
 
 fn tool(client: &mut LocalClient, args: Value) -> peerwire::error::Result<Value> {

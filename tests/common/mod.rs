@@ -185,6 +185,16 @@ impl Host {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
+    /// A trusted local channel to this root, through its control file.
+    pub fn client(&self) -> peerwire::transport::LocalClient {
+        let cf = peerwire::runtime::control::read(Path::new(&self.field("control"))).unwrap();
+        peerwire::transport::LocalClient::connect(
+            &cf.endpoint,
+            cf.secret_bytes().unwrap(),
+            &peerwire::config::Limits::default(),
+        )
+        .unwrap()
+    }
     /// Waits (bounded) for the process to exit and returns its status code.
     pub fn wait(&mut self) -> Option<i32> {
         let mut child = self.child.take()?;
@@ -209,6 +219,30 @@ impl Drop for Host {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+/// Every message `peer_messages` returns for `args` (a filter such as `{"from": …}`, or `{}`),
+/// following the cursor page by page from the start of the inbox.
+pub fn all_messages(c: &mut peerwire::transport::LocalClient, args: Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut after = 0u64;
+    loop {
+        let mut a = args.clone();
+        a["after"] = after.into();
+        let page = c
+            .call(
+                "local.tool",
+                serde_json::json!({"version": 1, "tool": "peer_messages", "args": a}),
+                20_000,
+            )
+            .unwrap();
+        out.extend(page["messages"].as_array().cloned().unwrap_or_default());
+        let next = page["cursor"].as_u64().unwrap_or(after);
+        if page["more"] != serde_json::json!(true) || next <= after {
+            return out;
+        }
+        after = next;
     }
 }
 
