@@ -316,6 +316,13 @@ fn handle_recommend(state: &ServerState, req: &Request) -> std::result::Result<R
     Ok(Response::ok(answer))
 }
 
+/// A friend's JSON answer to `GET path`, or the one-line reason it failed.
+fn get_from(f: &Friend, path: &str, timeout_ms: u64) -> std::result::Result<Value, String> {
+    client::get_json(&f.host, f.port, path, Duration::from_millis(timeout_ms))
+        .and_then(client::Reply::into_result)
+        .map_err(|e| e.message)
+}
+
 /// One friend's card: `GET /sign/card`, verified, naming that friend, with the pinned key
 /// when we pinned one.
 pub fn fetch_card(
@@ -323,14 +330,7 @@ pub fn fetch_card(
     timeout_ms: u64,
     now_ms: u64,
 ) -> std::result::Result<(String, Card), String> {
-    let body = client::get_json(
-        &f.host,
-        f.port,
-        "/sign/card",
-        Duration::from_millis(timeout_ms),
-    )
-    .and_then(client::Reply::into_result)
-    .map_err(|e| e.message)?;
+    let body = get_from(f, "/sign/card", timeout_ms)?;
     let card_str = body
         .get("card")
         .and_then(Value::as_str)
@@ -351,14 +351,7 @@ pub fn fetch_card(
 
 /// One friend's advert as received (checked by the caller).
 fn fetch_advert_raw(f: &Friend, timeout_ms: u64) -> std::result::Result<Value, String> {
-    let v = client::get_json(
-        &f.host,
-        f.port,
-        "/advertise",
-        Duration::from_millis(timeout_ms),
-    )
-    .and_then(client::Reply::into_result)
-    .map_err(|e| e.message)?;
+    let v = get_from(f, "/advertise", timeout_ms)?;
     if v.to_string().len() > advertise::ADVERT_BYTES_MAX {
         return Err(format!(
             "advert is larger than {} bytes",
