@@ -348,19 +348,8 @@ impl StoreHandle {
     /// [`wake_waiters`](Self::wake_waiters) afterwards (the root's stopping flag): it sleeps
     /// until a change, the deadline or that wake-up, with no periodic re-check.
     pub fn wait_for_change_woken(&self, seen: u64, wait_ms: u64, cancel: &AtomicBool) -> u64 {
-        let deadline = Instant::now() + Duration::from_millis(wait_ms);
-        let mut changes = self.shared.changes.lock();
-        while *changes <= seen && !cancel.load(Ordering::Acquire) {
-            if self
-                .shared
-                .changed
-                .wait_until(&mut changes, deadline)
-                .timed_out()
-            {
-                break;
-            }
-        }
-        *changes
+        let s = &self.shared;
+        wait_woken(&s.changes, &s.changed, seen, wait_ms, cancel)
     }
 
     /// Wakes every waiter so it re-checks its cancellation flag now.
@@ -387,18 +376,26 @@ impl StoreHandle {
 
     /// [`wait_for_change_woken`](Self::wait_for_change_woken) on the worker's counter.
     pub fn wait_for_worker(&self, seen: u64, wait_ms: u64, cancel: &AtomicBool) -> u64 {
-        let deadline = Instant::now() + Duration::from_millis(wait_ms);
-        let mut changes = self.shared.worker_changes.lock();
-        while *changes <= seen && !cancel.load(Ordering::Acquire) {
-            if self
-                .shared
-                .worker_changed
-                .wait_until(&mut changes, deadline)
-                .timed_out()
-            {
-                break;
-            }
-        }
-        *changes
+        let s = &self.shared;
+        wait_woken(&s.worker_changes, &s.worker_changed, seen, wait_ms, cancel)
     }
+}
+
+/// Sleeps on `changed` until `counter` passes `seen`, `wait_ms` passes or `cancel` is set (its
+/// setter wakes the condvar, so nothing re-checks periodically); returns the counter.
+fn wait_woken(
+    counter: &parking_lot::Mutex<u64>,
+    changed: &parking_lot::Condvar,
+    seen: u64,
+    wait_ms: u64,
+    cancel: &AtomicBool,
+) -> u64 {
+    let deadline = Instant::now() + Duration::from_millis(wait_ms);
+    let mut changes = counter.lock();
+    while *changes <= seen && !cancel.load(Ordering::Acquire) {
+        if changed.wait_until(&mut changes, deadline).timed_out() {
+            break;
+        }
+    }
+    *changes
 }
