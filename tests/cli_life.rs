@@ -769,3 +769,39 @@ fn bash_completion_offers_subcommands_and_their_flags() {
     let o = ns.peer(&["completions", "tcsh"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// Voluntary context switches of every thread of `pid` so far (each one is a thread waking
+/// from a sleep or a wait).
+fn voluntary_switches(pid: i32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .flat_map(|s| {
+            s.lines()
+                .filter_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .filter_map(|n| n.trim().parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// An idle `peer host` sleeps until its next deadline (the heartbeat every 5 s, the sweep once a
+/// minute) instead of polling: a count of wake-ups over a quiet window, not a timing. Before,
+/// its store writer and root worker woke about 16 times a second between heartbeats.
+#[test]
+fn an_idle_host_sleeps_between_heartbeats() {
+    const WINDOW_S: u64 = 6;
+    let ns = Ns::new("idlewake");
+    let host = ns.host(&["--alias", "idle"]);
+    std::thread::sleep(Duration::from_millis(1_000));
+    let before = voluntary_switches(host.pid());
+    std::thread::sleep(Duration::from_secs(WINDOW_S));
+    let woke = voluntary_switches(host.pid()) - before;
+    // A heartbeat costs a few wake-ups (its thread, the presence write, the resource watch's
+    // fallback re-read); two heartbeats fall in the window.
+    assert!(
+        woke <= 2 * WINDOW_S,
+        "an idle host woke {woke} times in {WINDOW_S} s"
+    );
+}

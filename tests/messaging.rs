@@ -55,6 +55,45 @@ fn quick_routes(ns: &Ns, extra: Value) {
     ns.config(json!({ "limits": limits }));
 }
 
+/// The sender's journal fdatasyncs so far, from `local.info`.
+fn syncs(c: &mut LocalClient) -> u64 {
+    let info = c.call("local.info", json!({"version": 1}), 10_000).unwrap();
+    info["store"]["syncs"]
+        .as_u64()
+        .expect("local.info store.syncs")
+}
+
+/// A stream of sends costs the sender one fdatasync per message (its outbox intent): the
+/// receipt it records after `accepted` rides the next intent's sync instead of a second one.
+/// Before, every send waited for two (intent, then the receipt record): 2 × N here. The bound
+/// leaves room for receipts synced on their own after a pause between sends on a slow machine.
+#[test]
+fn a_stream_of_sends_costs_the_sender_one_fdatasync_per_message() {
+    const N: u64 = 40;
+    let ns = Ns::new("onesync");
+    ns.config(json!({"limits": {
+        "ratePerSecond": 1_000_000,
+        "rateBurst": 1_000_000,
+        "inboxMessages": 1_000,
+    }}));
+    let alice = ns.host(&["--alias", "alice"]);
+    let bob = ns.host(&["--alias", "bob"]);
+    let to = bob.field("peerId");
+    let mut c = client(&alice);
+    send(&mut c, &to, "warm-0", "warm up the connection").unwrap();
+    let before = syncs(&mut c);
+    for i in 0..N {
+        let r = send(&mut c, &to, &format!("s-{i}"), "hello").unwrap();
+        assert_eq!(r["state"], json!("accepted"), "{r}");
+    }
+    let spent = syncs(&mut c) - before;
+    assert!(
+        (N..=N + N / 2).contains(&spent),
+        "{spent} fdatasyncs for {N} sends (one intent each; the receipt records ride them)"
+    );
+    assert_eq!(inbox(&bob).len() as u64, N + 1);
+}
+
 #[test]
 fn a_retried_message_id_returns_the_original_receipt_and_a_conflict_is_refused() {
     let ns = Ns::new("dedup");
