@@ -54,7 +54,7 @@ pub fn ratio_text(r: f64) -> String {
     if !r.is_finite() {
         "n/a".to_string()
     } else if r.abs() < 0.1 && r != 0.0 {
-        let decimals = (2 - r.abs().log10().floor() as i32).clamp(0, 12) as usize;
+        let decimals = (2 - decimal_exponent(r)).clamp(0, 12) as usize;
         format!("{r:.decimals$}×")
     } else {
         format!("{r:.2}×")
@@ -67,8 +67,18 @@ pub fn round_ratio(x: f64) -> Value {
     if !x.is_finite() || x.abs() >= 0.1 || x == 0.0 {
         return round2(x);
     }
-    let scale = 10f64.powi(2 - x.abs().log10().floor() as i32);
+    let scale = 10f64.powi(2 - decimal_exponent(x));
     json!((x * scale).round() / scale)
+}
+
+/// The power of ten of `x`'s leading digit (`-3` for `0.00512`), read from the exact
+/// scientific formatting of the standard library rather than `log10`: `log10` was the only
+/// libm function the binary called, and without it no root maps libm at all.
+fn decimal_exponent(x: f64) -> i32 {
+    let text = format!("{:e}", x.abs());
+    text.rsplit_once('e')
+        .and_then(|(_, e)| e.parse().ok())
+        .unwrap_or(0)
 }
 
 /// A duration in microseconds as text with a unit that keeps 3 significant digits.
@@ -116,6 +126,13 @@ mod tests {
         assert_eq!(round_ratio(0.05), json!(0.05));
         assert_eq!(round_ratio(1.234), json!(1.23));
         assert_eq!(round_ratio(f64::INFINITY), Value::Null);
+        // Exact powers of ten and negative ratios take the same digits.
+        assert_eq!(ratio_text(0.001), "0.00100×");
+        assert_eq!(ratio_text(-0.05), "-0.0500×");
+        assert_eq!(round_ratio(0.0999), json!(0.0999));
+        assert_eq!(round_ratio(1.0e-9), json!(1.0e-9));
+        assert_eq!(decimal_exponent(0.0051234), -3);
+        assert_eq!(decimal_exponent(0.1), -1);
     }
 
     #[test]
