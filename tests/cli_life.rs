@@ -805,3 +805,18 @@ fn an_idle_host_sleeps_between_heartbeats() {
         "an idle host woke {woke} times in {WINDOW_S} s"
     );
 }
+
+/// A root maps only the shared libraries it uses: libm held nothing the binary needs once the
+/// bench's number formatting stopped calling `log10` (its only libm function), and mapping it
+/// cost every idle root ≈ 330 kB of resident code and relocation data.
+#[test]
+fn a_host_maps_no_libm() {
+    let ns = Ns::new("nolibm");
+    let host = ns.host(&["--alias", "lean"]);
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", host.pid())).unwrap();
+    assert!(
+        maps.contains("/libc.so"),
+        "no libc in the maps read: {maps}"
+    );
+    assert!(!maps.contains("/libm.so"), "a host maps libm: {maps}");
+}
