@@ -12,7 +12,9 @@ The functions are found by running a real idle root twice from a temporary home:
   2. natively under `perf record -e page-faults`, which adds what only runs on the real CPU
      (code chosen by CPU-feature detection, such as the SHA extensions, that valgrind does not
      emulate): an instruction fetch that faults names the function it lands in.
-Both runs cover start-up and more than one heartbeat; shutdown is left out.
+Each run is what `peer bench` measures as its idle receiver: a root started in a home where a
+second root then starts, one local adapter (`peer inbox` through the root's control file)
+connecting, then more than one heartbeat of quiet; shutdown is left out.
 
 Legacy Rust symbol names end in a hash that changes with the compiler, the dependency versions
 and the profile. A name that is unique in the binary once the hash is dropped is written with a
@@ -29,6 +31,7 @@ Needs valgrind and perf; run as a user allowed to record page faults (perf_event
 
 import bisect
 import collections
+import json
 import os
 import re
 import shutil
@@ -47,6 +50,7 @@ CALLGRIND_IDLE_S = 30
 READY_TIMEOUT_S = 120
 HASH = re.compile(r"^(.*17h)[0-9a-f]{16}E$")
 LTO_SUFFIX = re.compile(r"\.llvm\.\d+$")
+NATIVE_MARK = "/* native */"
 
 
 def private_home(tmp):
@@ -60,16 +64,37 @@ def private_home(tmp):
     return home, ws
 
 
-def host_argv(binary, home, ws):
-    return [binary, "--home", home, "--json", "host", "--alias", "idle-layout", "--workspace", ws]
+def host_argv(binary, home, ws, alias="idle-layout"):
+    return [binary, "--home", home, "--json", "host", "--alias", alias, "--workspace", ws]
+
+
+def company(binary, home, ws, ready, tmp):
+    """What the idle root meets in `peer bench` before it goes quiet: a second root in the
+    same home, and a local adapter call through its control file. Returns the second root."""
+    out_path = os.path.join(tmp, "second.out")
+    second = start(host_argv(binary, home, ws, "idle-layout-2"), ws, out_path)
+    wait_ready(out_path, second)
+    env = dict(os.environ, PEER_CONTROL=ready["control"])
+    subprocess.run(
+        [binary, "--home", home, "--json", "inbox"], cwd=ws, env=env, check=True,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    return second
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    proc.wait()
 
 
 def wait_ready(out_path, proc):
+    """Waits for the host's ready line and returns it."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         with open(out_path, "rb") as f:
-            if b"\n" in f.read():
-                return
+            text = f.read()
+        if b"\n" in text:
+            return json.loads(text.split(b"\n", 1)[0])
         if proc.poll() is not None:
             sys.exit(f"idle-layout: the host exited with {proc.returncode} before it was ready")
         time.sleep(0.1)
@@ -92,7 +117,7 @@ def callgrind_addresses(binary, tmp):
     out_path = os.path.join(tmp, "cg.out")
     argv = ["valgrind", "--tool=callgrind", "--dump-instr=yes", f"--callgrind-out-file={cg_out}"]
     proc = start(argv + host_argv(binary, home, ws), ws, out_path)
-    wait_ready(out_path, proc)
+    second = company(binary, home, ws, wait_ready(out_path, proc), tmp)
     time.sleep(CALLGRIND_IDLE_S)
     subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -103,8 +128,8 @@ def callgrind_addresses(binary, tmp):
             break
         time.sleep(0.1)
     time.sleep(1)
-    proc.send_signal(signal.SIGTERM)
-    proc.wait()
+    stop(proc)
+    stop(second)
     return parse_callgrind(dump, os.path.realpath(binary))
 
 
@@ -150,7 +175,7 @@ def perf_fault_symbols(binary, tmp):
     out_path = os.path.join(tmp, "pf.out")
     argv = ["perf", "record", "-q", "-e", "page-faults", "-c", "1", "-d", "-o", data, "--"]
     proc = start(argv + host_argv(binary, home, ws), ws, out_path)
-    wait_ready(out_path, proc)
+    second = company(binary, home, ws, wait_ready(out_path, proc), tmp)
     time.sleep(NATIVE_IDLE_S)
     # The host is perf's only child; SIGKILL keeps its shutdown path out of the record (the
     # temporary home it would clean up is removed with the rest).
@@ -158,6 +183,7 @@ def perf_fault_symbols(binary, tmp):
         for pid in f.read().split():
             os.kill(int(pid), signal.SIGKILL)
     proc.wait()
+    stop(second)
     script = subprocess.run(
         ["perf", "script", "--no-demangle", "-i", data, "-F", "ip,addr,sym,dso"],
         capture_output=True, text=True, check=True,
@@ -183,6 +209,34 @@ def text_symbols(binary):
             syms.append((int(f[0], 16), int(f[1], 16), f[3]))
     syms.sort()
     return syms
+
+
+def native_patterns(path):
+    """The patterns an earlier round marked as found only natively, as regular expressions."""
+    found = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.rstrip().endswith(NATIVE_MARK) and "*(.text." in line:
+                    glob = line.split("*(.text.", 1)[1].split(" ", 1)[0]
+                    found.append(re.compile(".*".join(re.escape(g) for g in glob.split("*"))))
+    return found
+
+
+def module_of(sym):
+    """The path of a legacy-mangled function without its last component, or None."""
+    m = re.match(r"^_ZN((?:\d+[^\d].*?)+)17h[0-9a-f]{16}E", LTO_SUFFIX.sub("", sym))
+    if not m:
+        return None
+    parts, rest = [], m.group(1)
+    while rest:
+        n = re.match(r"\d+", rest)
+        if not n:
+            return None
+        size = int(n.group(0))
+        parts.append(rest[n.end() : n.end() + size])
+        rest = rest[n.end() + size :]
+    return tuple(parts[:-1]) if len(parts) > 1 else None
 
 
 def windows(funcs):
@@ -222,6 +276,15 @@ def main():
             if i >= 0 and a < syms[i][0] + max(syms[i][1], 1):
                 run.add(syms[i][2])
         native = {n for n in perf_fault_symbols(binary, tmp) if n in by_name}
+    # A function only the native run finds is seen there through its first page fault, which
+    # packing hides in the next round: keep the ones earlier rounds found while they exist.
+    native |= {n for n in by_name if any(p.fullmatch(n) for p in native_patterns(OUT))}
+    # Which variant CPU-feature dispatch picks can depend on the input (crc32fast takes its
+    # AVX-512 or AVX2 kernel by length): take a native-only function's module siblings along.
+    # Only small modules: a large one would bring in more than it saves.
+    members = collections.Counter(module_of(n) for n in by_name)
+    modules = {module_of(n) for n in native - run} - {None}
+    native |= {n for n in by_name if module_of(n) in modules and members[module_of(n)] <= 16}
     names = run | native
     # Identical functions are merged into one body under several names, and the input
     # section is named after only one of them: list every name at a run function's address.
@@ -230,12 +293,14 @@ def main():
         at[addr].append(sym)
     aliases = {alias for n in names for alias in at[by_name[n][0]]}
     spread = windows(by_name[n][:2] for n in names)
+    only_native = {pattern(n, stems) for n in native - run}
     pats = sorted({pattern(n, stems) for n in aliases})
     with open(OUT, "w") as f:
         f.write(HEADER)
         f.write("SECTIONS\n{\n  .text :\n  {\n")
         for p in pats:
-            f.write(f"    *(.text.{p} .text.unlikely.{p})\n")
+            mark = f" {NATIVE_MARK}" if p in only_native else ""
+            f.write(f"    *(.text.{p} .text.unlikely.{p}){mark}\n")
         f.write("  }\n}\nINSERT BEFORE .fini;\n")
     size = sum(by_name[n][1] for n in names)
     print(
