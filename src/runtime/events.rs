@@ -61,16 +61,26 @@ impl Bus {
         // on this lock behind it (spinning, then yielding, then parking).
         let mut wake: Vec<Notify> = Vec::new();
         let mut subs = self.subscribers.lock();
-        subs.retain(|(s, notify)| match s.try_send(event.clone()) {
-            Ok(()) => {
-                wake.extend(notify.iter().cloned());
-                true
+        // The last subscriber (usually the only one) gets the event itself, not a copy.
+        let mut left = subs.len();
+        subs.retain(|(s, notify)| {
+            left = left.saturating_sub(1);
+            let copy = if left == 0 {
+                std::mem::take(&mut event)
+            } else {
+                event.clone()
+            };
+            match s.try_send(copy) {
+                Ok(()) => {
+                    wake.extend(notify.iter().cloned());
+                    true
+                }
+                Err(TrySendError::Full(_)) => {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                Err(TrySendError::Disconnected(_)) => false,
             }
-            Err(TrySendError::Full(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            Err(TrySendError::Disconnected(_)) => false,
         });
         drop(subs);
         for n in wake {
@@ -209,6 +219,23 @@ mod tests {
             json!({"event": "peer_update", "kind": "problem", "what": "sweep", "code": "IO",
                 "message": "disk full", "busSequence": 3})
         );
+    }
+
+    /// Every live subscriber gets the same event, the last one included (it gets the event
+    /// itself rather than a copy); a closed one is pruned.
+    #[test]
+    fn every_subscriber_gets_the_same_event() {
+        let bus = Bus::default();
+        let (a, b) = (bus.subscribe().unwrap(), bus.subscribe().unwrap());
+        drop(bus.subscribe().unwrap());
+        let c = bus.subscribe().unwrap();
+        bus.publish(&ProblemRecorded::of("sweep", "IO", "disk full"));
+        let want = json!({"event": "peer_update", "kind": "problem", "what": "sweep",
+            "code": "IO", "message": "disk full", "busSequence": 1});
+        for rx in [&a, &b, &c] {
+            assert_eq!(next(rx), want);
+        }
+        assert_eq!(bus.subscribers.lock().len(), 3);
     }
 
     /// A subscriber's wake-up runs after the event is queued and outside the bus's lock: a
