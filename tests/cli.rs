@@ -20,6 +20,9 @@ fn a_shell_script_sends_waits_for_a_reply_and_checks_exit_codes() {
         [ -n "$id" ] || exit 91
         peer reply "$id" "pong" >/dev/null || exit 92
         peer consume "$id" >/dev/null 2>&1
+        # Stay alive until alice says she is done: her same-id resend below names @bob, and an
+        # ended bob no longer resolves by alias.
+        peer --json inbox --wait 20000 | grep -q '"content":"done"' || exit 93
         exit 0
     "#;
     let script = r#"
@@ -34,6 +37,7 @@ fn a_shell_script_sends_waits_for_a_reply_and_checks_exit_codes() {
         # The replied receipt travels back on its own: poll a bounded number of times.
         for i in $(seq 100); do peer status "$id" | grep -q replied && break; sleep 0.05; done
         peer status "$id" | grep -q replied || exit 88
+        peer send @bob "done" >/dev/null || exit 89
         exit 0
     "#;
     let mut bob = ns.host(&["--alias", "bob", "--", "sh", "-c", responder]);
