@@ -666,7 +666,8 @@ fn held_by(ns: &Ns, host: &Host, id: &str) -> usize {
 #[test]
 fn accepted_waits_for_the_senders_intent_sync_which_overlaps_delivery() {
     let ns = Ns::new("crashhold");
-    crash_config(&ns);
+    // Store waits are bounded by 4 × acknowledgementMs: room for the held sync under load.
+    ns.config(json!({"limits": {"acknowledgementMs": 5_000}}));
     let limits = Config::load(&ns.home).unwrap().limits;
     let bob = ns.host(&["--alias", "bob"]);
     let bob_peer = bob.field("peerId");

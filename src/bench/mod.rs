@@ -266,7 +266,7 @@ fn counters_text(r: &Value) -> String {
     }
     let c = &r["criticalFsyncs"];
     s += &format!(
-        "fdatasyncs completed during a single send (critical path, upper bound): median {}, max {} over {} sends\n",
+        "fdatasyncs completed during a single send (critical path, upper bound; the sender's intent sync overlaps the receiver's): median {}, max {} over {} sends\n",
         c["median"], c["max"], c["n"]
     );
     for key in ["idle", "idleAfter"] {
