@@ -9,7 +9,9 @@
 //! custody of ends delivered exactly once, with no sender record contradicting the receiver.
 //! About 370 kill and stop points in all, plus 40 kills of a receiver whose store compacts
 //! every few messages (some land inside a compaction: its temp file is left). Also: a killed host's journal with a flipped byte
-//! needs recovery and is left untouched; a torn tail is ignored.
+//! needs recovery and is left untouched; a torn tail is ignored; a sender whose intent
+//! fdatasync is held (debug builds' `PEERWIRE_TEST_HOLD_SYNC`) delivers but answers only after
+//! that sync, and a kill while it is held leaves the intent for the next incarnation to re-ask.
 //!
 //! SIGKILL keeps the page cache, so these loops prove the ordering (journal write before the
 //! answer, outbox intent before the first byte, replay of whatever the dead process wrote);

@@ -5,10 +5,10 @@
 //! then answers the waiters. A write asked with [`Ack::Applied`] is answered as soon as it is
 //! applied, before that fdatasync (see `StoreHandle::write_applied` for who may); one asked
 //! with [`Ack::Written`] once the frame is written, while the fdatasync runs (see
-//! `StoreHandle::write_written`). A failed
-//! write or sync answers that batch with the error and poisons the writer: nothing later is
-//! acknowledged until the root restarts and recovers from the journal. Compaction runs after
-//! the batch is answered. Between batches the writer sleeps on the shared doorbell.
+//! `StoreHandle::write_written`). A failed write or sync answers that batch with the error and
+//! poisons the writer: nothing later is acknowledged until the root restarts and recovers from
+//! the journal. Compaction runs after the batch is answered. Between batches the writer sleeps
+//! on the shared doorbell.
 
 use super::changes::Shared;
 use super::{journal, paths, snapshot};
