@@ -28,8 +28,16 @@ pub fn random_u64() -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// Lower-case hex, two digits a byte. Written out by table: a `format!` per byte (an
+/// allocation and a formatter run each) made digests a visible part of every send.
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    s
 }
 
 /// A fresh instance id: `i-` and 16 hex digits, new at every root start.
@@ -67,7 +75,9 @@ pub fn peer_id(instance_id: &str, run_id: Option<&str>) -> String {
     h.update(instance_id.as_bytes());
     h.update([0u8]);
     h.update(run_id.unwrap_or("").as_bytes());
-    format!("p-{}", &hex(&h.finalize())[..24])
+    // 24 hex digits: the first 12 bytes of the hash.
+    let digest = h.finalize();
+    format!("p-{}", hex(digest.get(..12).unwrap_or_default()))
 }
 
 /// Constant-time equality for secrets: no early exit on the first differing byte, and the
@@ -216,6 +226,20 @@ pub fn sha256_hex(parts: &[&[u8]]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_is_two_lower_case_digits_a_byte() {
+        let all: Vec<u8> = (0..=255u8).collect();
+        let want: String = all.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex(&all), want);
+        assert_eq!(hex(&[]), "");
+        assert_eq!(hex(&[0x0a, 0xf0]), "0af0");
+        // A peer id is the first 24 hex digits of its hash, as it always was.
+        let mut h = Sha256::new();
+        h.update(b"peerwire/peer-id/v1\0i-1\0r");
+        let full: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(peer_id("i-1", Some("r")), format!("p-{}", &full[..24]));
+    }
 
     #[test]
     fn spki_round_trips_and_signatures_verify() {

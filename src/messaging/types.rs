@@ -246,10 +246,7 @@ impl OutboxEntry {
     /// SHA-256 (hex) of a message body, what a resolved entry keeps of it.
     pub fn digest_of(content: &str) -> String {
         use sha2::{Digest, Sha256};
-        Sha256::digest(content.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        crate::identity::hex(&Sha256::digest(content.as_bytes()))
     }
 
     /// Whether `content` is this entry's body (compared by digest once the body is dropped).

@@ -196,16 +196,62 @@ pub fn line(value: &Value) -> Vec<u8> {
     out
 }
 
+/// The envelope of a request, a notification or a result, serialised from borrowed parts:
+/// building a `Value` envelope first copied the whole `params` or `result` tree on every
+/// frame. The fields are in the order a `Value` object writes its keys (sorted), so the bytes
+/// are the ones such an envelope gave.
+#[derive(serde::Serialize)]
+struct Envelope<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<Value>,
+    jsonrpc: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a Value>,
+}
+
+impl Envelope<'_> {
+    fn line(&self) -> Vec<u8> {
+        let mut out = serde_json::to_vec(self).unwrap_or_default();
+        out.push(b'\n');
+        out
+    }
+}
+
 pub fn encode_request(id: &Id, method: &str, params: &Value) -> Vec<u8> {
-    line(&json!({"jsonrpc": "2.0", "id": id.to_value(), "method": method, "params": params}))
+    Envelope {
+        id: Some(id.to_value()),
+        jsonrpc: "2.0",
+        method: Some(method),
+        params: Some(params),
+        result: None,
+    }
+    .line()
 }
 
 pub fn encode_notification(method: &str, params: &Value) -> Vec<u8> {
-    line(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+    Envelope {
+        id: None,
+        jsonrpc: "2.0",
+        method: Some(method),
+        params: Some(params),
+        result: None,
+    }
+    .line()
 }
 
 pub fn encode_result(id: &Id, result: &Value) -> Vec<u8> {
-    line(&json!({"jsonrpc": "2.0", "id": id.to_value(), "result": result}))
+    Envelope {
+        id: Some(id.to_value()),
+        jsonrpc: "2.0",
+        method: None,
+        params: None,
+        result: Some(result),
+    }
+    .line()
 }
 
 /// An error response: `{"code":N,"message":…,"data":{"code":NAME}}`; `id` null when unknown.
@@ -234,6 +280,37 @@ pub fn check_version(params: &Map<String, Value>) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The borrowed envelopes write exactly the bytes a `Value` envelope wrote.
+    #[test]
+    fn envelopes_are_the_bytes_a_value_envelope_gave() {
+        let ids = [Id::Num(7), Id::Num(-1), Id::Str("a\"b\u{1}é".into())];
+        let bodies = [
+            json!({}),
+            json!(null),
+            json!({"z": 1, "a": [1, "x\n", {"k": null}], "m": {"é": true, "b": 2.5}}),
+            json!("just text"),
+        ];
+        for id in &ids {
+            for b in &bodies {
+                assert_eq!(
+                    encode_request(id, "peer.send", b),
+                    line(
+                        &json!({"jsonrpc": "2.0", "id": id.to_value(), "method": "peer.send",
+                        "params": b})
+                    )
+                );
+                assert_eq!(
+                    encode_result(id, b),
+                    line(&json!({"jsonrpc": "2.0", "id": id.to_value(), "result": b}))
+                );
+                assert_eq!(
+                    encode_notification("peer.receipt", b),
+                    line(&json!({"jsonrpc": "2.0", "method": "peer.receipt", "params": b}))
+                );
+            }
+        }
+    }
 
     fn reject(frame: &[u8]) -> Reject {
         match parse(frame) {

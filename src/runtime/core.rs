@@ -355,6 +355,6 @@ impl Verifier for PresenceVerifier {
             Reach::Live(ad) | Reach::Silent(ad, _) => ad,
             Reach::Gone(_) | Reach::Unknown(_) => return None,
         };
-        identity::parse_spki_b64(&ad.public_key)
+        self.0.presence.public_key(&ad.public_key)
     }
 }

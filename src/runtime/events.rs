@@ -56,20 +56,36 @@ impl Bus {
         if let Some(obj) = event.as_object_mut() {
             obj.insert("busSequence".into(), Value::from(seq));
         }
+        // The subscribers' wake-ups run after the lock is released: a wake-up is a futex
+        // syscall, and connection threads publishing arrivals at once would otherwise queue
+        // on this lock behind it (spinning, then yielding, then parking).
+        let mut wake: Vec<Notify> = Vec::new();
         let mut subs = self.subscribers.lock();
-        subs.retain(|(s, notify)| match s.try_send(event.clone()) {
-            Ok(()) => {
-                if let Some(n) = notify {
-                    n();
+        // The last subscriber (usually the only one) gets the event itself, not a copy.
+        let mut left = subs.len();
+        subs.retain(|(s, notify)| {
+            left = left.saturating_sub(1);
+            let copy = if left == 0 {
+                std::mem::take(&mut event)
+            } else {
+                event.clone()
+            };
+            match s.try_send(copy) {
+                Ok(()) => {
+                    wake.extend(notify.iter().cloned());
+                    true
                 }
-                true
+                Err(TrySendError::Full(_)) => {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                Err(TrySendError::Disconnected(_)) => false,
             }
-            Err(TrySendError::Full(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            Err(TrySendError::Disconnected(_)) => false,
         });
+        drop(subs);
+        for n in wake {
+            n();
+        }
     }
 
     pub fn dropped(&self) -> u64 {
@@ -203,5 +219,44 @@ mod tests {
             json!({"event": "peer_update", "kind": "problem", "what": "sweep", "code": "IO",
                 "message": "disk full", "busSequence": 3})
         );
+    }
+
+    /// Every live subscriber gets the same event, the last one included (it gets the event
+    /// itself rather than a copy); a closed one is pruned.
+    #[test]
+    fn every_subscriber_gets_the_same_event() {
+        let bus = Bus::default();
+        let (a, b) = (bus.subscribe().unwrap(), bus.subscribe().unwrap());
+        drop(bus.subscribe().unwrap());
+        let c = bus.subscribe().unwrap();
+        bus.publish(&ProblemRecorded::of("sweep", "IO", "disk full"));
+        let want = json!({"event": "peer_update", "kind": "problem", "what": "sweep",
+            "code": "IO", "message": "disk full", "busSequence": 1});
+        for rx in [&a, &b, &c] {
+            assert_eq!(next(rx), want);
+        }
+        assert_eq!(bus.subscribers.lock().len(), 3);
+    }
+
+    /// A subscriber's wake-up runs after the event is queued and outside the bus's lock: a
+    /// wake-up that uses the bus itself (here: counts its subscriptions by adding one) does
+    /// not deadlock, and it sees the event already queued.
+    #[test]
+    fn wake_ups_run_outside_the_lock_after_the_event_is_queued() {
+        use std::sync::{Arc, OnceLock};
+        let bus = Arc::new(Bus::default());
+        let rx_slot: Arc<OnceLock<Receiver<Value>>> = Arc::new(OnceLock::new());
+        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let (b, slot, s) = (Arc::downgrade(&bus), rx_slot.clone(), seen.clone());
+        let notify: Notify = Arc::new(move || {
+            let queued = slot.get().map_or(0, |rx| rx.len());
+            let extra = b.upgrade().and_then(|bus| bus.subscribe()).is_some();
+            s.lock().push((queued, extra));
+        });
+        let rx = bus.subscribe_notified(Some(notify)).unwrap();
+        rx_slot.set(rx).unwrap();
+        bus.publish(&ProblemRecorded::of("sweep", "IO", "disk full"));
+        bus.publish(&ProblemRecorded::of("sweep", "IO", "disk full"));
+        assert_eq!(*seen.lock(), vec![(1, true), (2, true)]);
     }
 }

@@ -27,6 +27,11 @@ pub struct PresenceCache {
     adverts: Mutex<HashMap<String, CachedReach>>,
     /// Recent resolutions of a target name, valid while the presence directory is unchanged.
     names: Mutex<HashMap<String, CachedName>>,
+    /// Advertised public keys (SPKI base64) already checked to be curve points, and their
+    /// bytes: the check decompresses the point (tens of microseconds), which every delivery
+    /// would otherwise repeat for the same record. Keyed by text another root wrote, so the
+    /// map keeps the default (SipHash) hasher.
+    keys: Mutex<HashMap<String, [u8; 32]>>,
 }
 
 /// A resolved target name: the presence directory's mtime it was read under, when, and the
@@ -67,7 +72,23 @@ impl PresenceCache {
             files: presence::ReadCache::default(),
             adverts: Mutex::new(HashMap::new()),
             names: Mutex::new(HashMap::new()),
+            keys: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The key an advert's `publicKey` names, when it is a valid Ed25519 point; checked once
+    /// per distinct text while it stays among the last `ADVERTS_MAX` seen.
+    pub fn public_key(&self, spki: &str) -> Option<[u8; 32]> {
+        if let Some(key) = self.keys.lock().get(spki) {
+            return Some(*key);
+        }
+        let key = identity::parse_spki_b64(spki)?;
+        let mut keys = self.keys.lock();
+        if keys.len() >= ADVERTS_MAX {
+            keys.clear();
+        }
+        keys.insert(spki.to_string(), key);
+        Some(key)
     }
 
     /// The presence directory's mtime: every record written, replaced or removed changes it.
@@ -241,7 +262,8 @@ impl PresenceCache {
                 ));
             }
         };
-        let public_key = identity::parse_spki_b64(&ad.public_key)
+        let public_key = self
+            .public_key(&ad.public_key)
             .ok_or_else(|| Error::new(Code::AuthFailed, "advertised public key is malformed"))?;
         Ok(Target {
             instance_id: ad.instance_id.clone(),
@@ -280,5 +302,31 @@ mod tests {
         // A failed delivery forgets every name of that instance.
         c.forget_advertisement("i-a");
         assert_eq!(c.cached_name("alice", Some(old)), None);
+    }
+
+    /// The remembered key check answers exactly what the check itself does, the second time
+    /// too, for valid points, encodings that are no curve point and text that is no SPKI;
+    /// the memory stays bounded.
+    #[test]
+    fn a_checked_public_key_is_remembered_exactly() {
+        let tmp = crate::fsutil::TempDir::new("keys").unwrap();
+        let ns = Namespace::new(tmp.path().to_path_buf(), &crate::config::Config::default());
+        let c = PresenceCache::new(ns, Limits::default());
+        let mut texts: Vec<String> = (0..=255u8).map(|b| identity::spki_b64(&[b; 32])).collect();
+        texts.push(identity::KeyPair::generate().spki_b64());
+        texts.extend(["AAAA".to_string(), String::new(), "not base64!".to_string()]);
+        let (mut valid, mut invalid) = (0, 0);
+        for t in &texts {
+            let want = identity::parse_spki_b64(t);
+            assert_eq!(c.public_key(t), want, "{t}");
+            assert_eq!(c.public_key(t), want, "{t} (remembered)");
+            if want.is_some() {
+                valid += 1
+            } else {
+                invalid += 1
+            }
+            assert!(c.keys.lock().len() <= ADVERTS_MAX);
+        }
+        assert!(valid > 0 && invalid > 0, "{valid} valid, {invalid} invalid");
     }
 }

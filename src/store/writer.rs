@@ -170,6 +170,9 @@ impl Writer {
             .limits()
             .commit_batch
             .max(1) as usize;
+        // Reused for every batch: a fresh `commitBatch`-sized buffer per batch is a large
+        // allocation, and glibc consolidates its fast bins on each one.
+        let mut jobs: Vec<Job> = Vec::new();
         loop {
             let first = match rx.try_recv() {
                 Ok(job) => job,
@@ -185,7 +188,6 @@ impl Writer {
                 }
                 Err(TryRecvError::Disconnected) => break,
             };
-            let mut jobs = Vec::with_capacity(batch_max.min(1024));
             jobs.push(first);
             while jobs.len() < batch_max {
                 match rx.try_recv() {
@@ -193,14 +195,14 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            if self.run_batch(jobs) {
+            if self.run_batch(&mut jobs) {
                 break;
             }
         }
     }
 
     /// One group commit; returns true when asked to shut down.
-    fn run_batch(&mut self, jobs: Vec<Job>) -> bool {
+    fn run_batch(&mut self, jobs: &mut Vec<Job>) -> bool {
         let jobs_n = jobs.len() as u64;
         let mut writes = Vec::new();
         let mut stop = None;
@@ -214,7 +216,7 @@ impl Writer {
         // Reads first: the state here is exactly what earlier batches made durable.
         {
             let c = self.shared.committed.read();
-            for job in jobs {
+            for job in jobs.drain(..) {
                 match job {
                     Job::Read(f) => f(c.poisoned.as_ref().map_or(Ok(&c.machine), Err)),
                     Job::Write(f, ack, wake) => writes.push((f, ack, wake)),
@@ -352,7 +354,9 @@ impl Writer {
     /// waiter answered with the error) when the store is poisoned.
     fn apply(&mut self, writes: Vec<(WriteFn, Ack, Wake)>) -> Option<Applied> {
         let now = crate::clock::now_ms();
-        let recipients = self.recipients.read().clone();
+        // Read in place, not cloned per batch: only `set_live`/`set_ended` take this lock,
+        // never while holding the committed state.
+        let recipients = self.recipients.read();
         let mut out = Applied {
             records: Vec::new(),
             durable: Vec::with_capacity(writes.len()),
@@ -370,7 +374,7 @@ impl Writer {
         }
         let pushes_before = c.machine.state().next_push;
         for (f, ack, wake) in writes {
-            let (recs, fin) = f(Ok((&mut c.machine, &recipients, now)));
+            let (recs, fin) = f(Ok((&mut c.machine, &*recipients, now)));
             out.wake_worker |= wake == Wake::Worker && !recs.is_empty();
             out.records.extend(recs);
             match ack {

@@ -433,6 +433,11 @@ impl FrameReader {
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                     ) =>
                 {
+                    // A timeout armed up to the slack shorter than what was left can fire
+                    // before the deadline: the loop then re-arms for the rest.
+                    if deadline.is_some_and(|d| Instant::now() < d) {
+                        continue;
+                    }
                     return ReadEvent::TimedOut;
                 }
                 Err(_) => return ReadEvent::Closed,
@@ -441,17 +446,19 @@ impl FrameReader {
     }
 }
 
-/// Slack a read may overrun its deadline by rather than re-arming `SO_RCVTIMEO`: a reader
-/// waiting `idleMs` per frame would otherwise pay a setsockopt(2) on every frame, since each
-/// fresh deadline is a few microseconds shorter than the timeout already set.
+/// How far the timeout already armed may differ from what is left before `SO_RCVTIMEO` is
+/// re-armed: a reader waiting `idleMs` (or `acknowledgementMs`) per frame would otherwise pay
+/// a setsockopt(2) on every frame, since each fresh deadline is a few microseconds longer or
+/// shorter than the timeout already set. A read may overrun its deadline by this much; one
+/// that times out early is re-armed for the rest (`FrameReader::next`).
 const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(1);
 
-/// True unless the timeout already set serves `wanted`: both none, or the set one at most
-/// `READ_TIMEOUT_SLACK` longer (never shorter) than what is left.
+/// True unless the timeout already set serves `wanted`: both none, or the set one within
+/// `READ_TIMEOUT_SLACK` of what is left.
 fn needs_new_timeout(set: Option<Duration>, wanted: Option<Duration>) -> bool {
     match (set, wanted) {
         (None, None) => false,
-        (Some(set), Some(left)) => !(set >= left && set - left <= READ_TIMEOUT_SLACK),
+        (Some(set), Some(left)) => set.abs_diff(left) > READ_TIMEOUT_SLACK,
         _ => true,
     }
 }
@@ -514,4 +521,50 @@ pub(crate) fn connect_bounded(path: &std::path::Path, deadline: Instant) -> io::
 pub fn params_of<T: serde::Serialize>(params: &T) -> Result<Value> {
     serde_json::to_value(params)
         .map_err(|e| Error::new(Code::Io, format!("cannot encode params: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_read_timeout_is_rearmed_only_beyond_the_slack() {
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        assert!(!needs_new_timeout(None, None));
+        assert!(needs_new_timeout(None, Some(ms(5))));
+        assert!(needs_new_timeout(Some(ms(5)), None));
+        assert!(!needs_new_timeout(Some(ms(5)), Some(ms(5))));
+        // Within the slack either way: kept.
+        assert!(!needs_new_timeout(Some(ms(5)), Some(ms(5) + us(900))));
+        assert!(!needs_new_timeout(Some(ms(5) + us(900)), Some(ms(5))));
+        // Beyond it either way: re-armed.
+        assert!(needs_new_timeout(Some(ms(5)), Some(ms(7))));
+        assert!(needs_new_timeout(Some(ms(7)), Some(ms(5))));
+    }
+
+    /// A timeout kept although it is shorter than what is left fires before the deadline:
+    /// the reader waits on for the rest instead of reporting a timeout early, and a frame
+    /// that arrives still gets read.
+    #[test]
+    fn a_timeout_armed_shorter_than_the_deadline_does_not_end_the_read_early() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut r = FrameReader::new(a, 1 << 16);
+        let start = Instant::now();
+        assert!(matches!(
+            r.next(Some(start + Duration::from_millis(20))),
+            ReadEvent::TimedOut
+        ));
+        // The 20 ms timeout stays armed for a deadline up to the slack further away.
+        let deadline = Instant::now() + Duration::from_millis(20) + Duration::from_micros(900);
+        assert!(matches!(r.next(Some(deadline)), ReadEvent::TimedOut));
+        assert!(Instant::now() >= deadline);
+        b.write_all(b"{\"a\":1}\n").unwrap();
+        let deadline = Instant::now() + Duration::from_millis(20) + Duration::from_micros(900);
+        match r.next(Some(deadline)) {
+            ReadEvent::Frame(f) => assert_eq!(f, b"{\"a\":1}".to_vec()),
+            _ => panic!("the frame was not read"),
+        }
+    }
 }
