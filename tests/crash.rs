@@ -9,7 +9,9 @@
 //! custody of ends delivered exactly once, with no sender record contradicting the receiver.
 //! About 370 kill and stop points in all, plus 40 kills of a receiver whose store compacts
 //! every few messages (some land inside a compaction: its temp file is left). Also: a killed host's journal with a flipped byte
-//! needs recovery and is left untouched; a torn tail is ignored.
+//! needs recovery and is left untouched; a torn tail is ignored; a sender whose intent
+//! fdatasync is held (debug builds' `PEERWIRE_TEST_HOLD_SYNC`) delivers but answers only after
+//! that sync, and a kill while it is held leaves the intent for the next incarnation to re-ask.
 //!
 //! SIGKILL keeps the page cache, so these loops prove the ordering (journal write before the
 //! answer, outbox intent before the first byte, replay of whatever the dead process wrote);
@@ -647,4 +649,107 @@ fn stream_custody(
 /// Every message of a recipient (any sender), through its local channel.
 fn inbox_from_all(c: &mut LocalClient) -> Vec<Value> {
     all_messages(c, json!({}))
+}
+
+/// How many times the receiver holds `id` unconsumed (read-only, from its store files).
+fn held_by(ns: &Ns, host: &Host, id: &str) -> usize {
+    let limits = Config::load(&ns.home).unwrap().limits;
+    let (instance, session) = (host.field("instanceId"), host.field("sessionId"));
+    store::review(&ns.home, &instance, &session, &limits)
+        .map(|r| r.unread.iter().filter(|e| e.message_id == id).count())
+        .unwrap_or(0)
+}
+
+/// The sender's intent is in its journal file before the first byte leaves, and its fdatasync
+/// runs while the message is delivered: with that sync held, the recipient already holds the
+/// message, yet the caller is not told `accepted` until the intent is durable. A SIGKILL while
+/// the sync is held leaves the written intent unresolved in the dead store; the next
+/// incarnation re-asks and the recipient still holds the message exactly once.
+#[test]
+fn accepted_waits_for_the_senders_intent_sync_which_overlaps_delivery() {
+    let ns = Ns::new("crashhold");
+    // Store waits are bounded by 4 × acknowledgementMs: room for the held sync under load.
+    ns.config(json!({"limits": {"acknowledgementMs": 5_000}}));
+    let limits = Config::load(&ns.home).unwrap().limits;
+    let bob = ns.host(&["--alias", "bob"]);
+    let bob_peer = bob.field("peerId");
+    let hold = ns.root.join("hold-sync");
+    let alice_host = || {
+        ns.host_with(&["--alias", "alice", "--session-id", "s-hold"], |c| {
+            c.env(store::HOLD_SYNC_ENV, &hold);
+        })
+    };
+    let mut alice = alice_host();
+    let alice_instance = alice.field("instanceId");
+    let send_in_background = |id: &'static str| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (mut c, to) = (client(&alice), bob_peer.clone());
+        let t = std::thread::spawn(move || {
+            let _ = tx.send(send(&mut c, &to, id));
+        });
+        (t, rx)
+    };
+
+    // A durable read syncs whatever the sender's store wrote without a sync so far, so the
+    // hold below stops the next intent's fdatasync, not an earlier frame's.
+    let settle = || all_messages(&mut client(&alice), json!({}));
+    // Held sync: delivered, not yet answered; released: accepted.
+    settle();
+    std::fs::write(&hold, b"").unwrap();
+    let (t, answer) = send_in_background("held-1");
+    assert!(
+        eventually(20, || held_by(&ns, &bob, "held-1") == 1),
+        "the receiver never got the message while the sender's intent fdatasync was held"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        answer.try_recv().is_err(),
+        "the caller heard an answer before the sender's intent was durable"
+    );
+    std::fs::remove_file(&hold).unwrap();
+    let r = answer
+        .recv_timeout(Duration::from_secs(20))
+        .unwrap()
+        .unwrap();
+    assert_eq!(r["state"], json!("accepted"), "{r}");
+    t.join().unwrap();
+
+    // Killed while the intent's sync is held: the caller never hears accepted.
+    settle();
+    std::fs::write(&hold, b"").unwrap();
+    let (t, answer) = send_in_background("held-2");
+    assert!(eventually(20, || held_by(&ns, &bob, "held-2") == 1));
+    alice.signal(Signal::SIGKILL);
+    alice.wait();
+    t.join().unwrap();
+    let told = answer.recv_timeout(Duration::from_secs(20)).unwrap();
+    assert!(
+        told.is_err(),
+        "told {told:?} though the intent never became durable"
+    );
+    std::fs::remove_file(&hold).unwrap();
+    // The intent was written (a kill keeps the page cache): unresolved, to be re-asked.
+    let dir = paths::store_dir(&ns.home, &alice_instance);
+    let loaded = store::recovery::load(&dir, &limits).unwrap();
+    let entry = loaded.state.outbox().find(|e| e.message_id == "held-2");
+    assert!(
+        entry.is_some_and(|e| e.receipt.is_none()),
+        "the dead sender's outbox should hold held-2 unresolved"
+    );
+
+    // The next incarnation takes it over and re-asks; the receiver deduplicates.
+    let alice2 = alice_host();
+    let unresolved = || -> usize {
+        [&alice_instance, &alice2.field("instanceId")]
+            .iter()
+            .filter_map(|i| store::review(&ns.home, i, "s-hold", &limits).ok())
+            .map(|r| r.unresolved.len())
+            .sum()
+    };
+    assert!(
+        eventually(30, || unresolved() == 0),
+        "still unresolved after the restart"
+    );
+    assert_eq!(held_by(&ns, &bob, "held-1"), 1);
+    assert_eq!(held_by(&ns, &bob, "held-2"), 1);
 }

@@ -8,7 +8,7 @@ use super::stats::{Summary, micros_text, rate_text, ratio, ratio_text, round_rat
 use serde_json::{Value, json};
 
 /// Durability of every end-to-end figure, as the runtime's contract states it.
-const CUSTODY: &str = "receipt only after the receiver's inbox fdatasync (sender outbox persisted first; concurrent commits may share one fdatasync)";
+const CUSTODY: &str = "receipt only after the receiver's inbox fdatasync and the sender's outbox fdatasync (the outbox intent written before the first byte, its sync overlapping the delivery; concurrent commits may share one fdatasync)";
 
 /// Fewer samples than this give no real p99: the text table puts it in parentheses and the
 /// JSON says `p99FromEnoughSamples: false`.
@@ -99,8 +99,9 @@ pub fn figures(before: &Floors, after: &Floors, out: &Outcome) -> Vec<Figure> {
         "inboxLatency",
         "send start until the receiver's long poll returns it",
         &out.inbox,
-        "2×fdatasync + 3×UDS trip".to_string(),
-        2.0 * sync + 3.0 * trip,
+        // The sender's intent sync overlaps the delivery: only the receiver's is in series.
+        "fdatasync + 3×UDS trip".to_string(),
+        sync + 3.0 * trip,
     );
     inbox.peers = out.peers_first;
     v.push(inbox);
@@ -442,6 +443,8 @@ mod tests {
             figs[1].also.as_ref().unwrap().1,
             600.0 + 2.0 * 200.0 + 4.0 * 200.0
         );
+        // Inbox latency: one fdatasync (the sender's overlaps the delivery) + 3 trips.
+        assert_eq!(figs[2].floor, 800.0);
         // MCP: the ping measured in the run (100 µs) + fdatasync.
         assert_eq!(figs[3].floor, 300.0);
         assert_eq!(figs[3].value, 800.0); // nearest-rank median of two

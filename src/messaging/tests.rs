@@ -421,6 +421,28 @@ fn consuming_without_prepare_records_implicit_context() {
     );
 }
 
+/// A receipt for a message this store never recorded (its intent lost with a power loss while
+/// the recipient's copy survived) is refused with NOT_FOUND: no entry is invented, no record
+/// written, and the recipient's push treats that answer as final.
+#[test]
+fn a_receipt_for_an_unknown_message_is_not_found_and_changes_nothing() {
+    let mut m = machine();
+    let before = m.state().clone();
+    let r = Receipt {
+        message_id: "never-sent".into(),
+        from_peer_id: ME.into(),
+        to_peer_id: "p-alice".into(),
+        state: ReceiptState::Consumed,
+        sequence: 3,
+        correlation_id: "never-sent".into(),
+        at_ms: NOW,
+        reply_message_id: None,
+        code: None,
+    };
+    assert_eq!(code(m.record_receipt(&alice(), &r, NOW)), Code::NotFound);
+    assert_eq!(*m.state(), before);
+}
+
 #[test]
 fn sender_receipts_never_regress_and_need_the_exact_target() {
     let mut m = machine();

@@ -170,13 +170,33 @@ impl Core {
             correlation_id: None,
             expires_at_ms: None,
         };
-        // Held from before the intent is durable until the send returns: the root worker,
-        // woken by that commit, leaves a route a caller is about to drive to the caller
-        // instead of racing it for the route lock (`retry_routes`).
+        // Held from before the intent is written until the send returns: the root worker
+        // leaves a route a caller is about to drive to the caller instead of racing it for
+        // the route lock (`retry_routes`).
         let queue = self.route_queue(&caller.peer_id, &to.peer_id);
-        let entry = self.store.outbox_intent(intent)?;
+        // The intent is in the journal file before the first byte leaves (a crash of this
+        // process cannot lose it); its fdatasync runs while the route delivers it.
+        let (entry, intent_sync) = self.store.outbox_intent_written(intent)?;
+        let answer = self.answer_send(caller, &to, &req.message_id, &entry, &queue);
+        // Nobody hears an answer before the intent is durable: `accepted` means both the
+        // recipient's record and ours survive a power loss. A failure we recorded was appended
+        // after the intent, so its own fdatasync already covered it; usually this returns at
+        // once.
+        self.store.wait_durable(intent_sync)?;
+        answer
+    }
+
+    /// Drives the route of a just-written intent until `message_id` has an answer.
+    fn answer_send(
+        &self,
+        caller: &Caller,
+        to: &TargetRef,
+        message_id: &str,
+        entry: &OutboxEntry,
+        queue: &Mutex<RouteQueue>,
+    ) -> Result<Receipt> {
         if entry.receipt.is_some() {
-            self.outbox_answer(&caller.peer_id, &to.peer_id, &req.message_id)
+            self.outbox_answer(&caller.peer_id, &to.peer_id, message_id)
         } else {
             // A caller's send is a fresh attempt: a route whose head gave up starts over.
             {
@@ -186,7 +206,7 @@ impl Core {
                 }
             }
             let answer = self
-                .drive_route(&caller.peer_id, &to, Some(&req.message_id), true)
+                .drive_route(&caller.peer_id, to, Some(message_id), true)
                 .unwrap_or_else(|| {
                     Err(Error::new(
                         Code::NotFound,
@@ -279,6 +299,11 @@ impl Core {
                     let Some(entry) = pending.iter().find(|e| e.message_id == id) else {
                         continue;
                     };
+                    // `pending` was read as applied: an intent another caller just made may
+                    // not be in the journal file yet, and no byte of it leaves before it is.
+                    if let Err(e) = self.store.wait_written() {
+                        return want.map(|_| Err(e));
+                    }
                     if let Err(e) = self.attempt(entry, &mut q) {
                         last_err = Some(e);
                     }
@@ -574,7 +599,7 @@ impl Core {
             {
                 let queue = self.route_queue(&from, &to_peer);
                 // A caller holds this route's queue (the map and we hold the other two
-                // references): it drives the route itself as soon as its intent is durable.
+                // references): it drives the route itself as soon as its intent is written.
                 if Arc::strong_count(&queue) > 2 {
                     continue;
                 }

@@ -57,8 +57,14 @@ pub(crate) struct Shared {
     pub worker_changes: Mutex<u64>,
     pub worker_changed: Condvar,
     pub committed: parking_lot::RwLock<Committed>,
+    /// Batches whose frame is written to the journal file (in the page cache: a crash of
+    /// this process cannot lose them; a power loss still can until `durable` passes them).
+    pub written: AtomicU64,
     /// Batches made durable (see [`Committed::applied`]).
     pub durable: AtomicU64,
+    /// Wakes callers waiting for `written` or `durable` to pass a batch (or for poisoning).
+    progress: Mutex<()>,
+    progressed: Condvar,
     /// True while the writer sleeps for want of jobs.
     idle: Mutex<bool>,
     job_queued: Condvar,
@@ -77,7 +83,10 @@ impl Shared {
                 applied: 0,
                 poisoned: None,
             }),
+            written: AtomicU64::new(0),
             durable: AtomicU64::new(0),
+            progress: Mutex::new(()),
+            progressed: Condvar::new(),
             idle: Mutex::new(false),
             job_queued: Condvar::new(),
         }
@@ -116,6 +125,39 @@ impl Shared {
     /// Whether a reader holding the read lock on `c` sees exactly durable state.
     pub fn all_durable(&self, c: &Committed) -> bool {
         c.applied == self.durable.load(Ordering::Acquire)
+    }
+
+    /// Moves `counter` (`written` or `durable`) to `batch` and wakes its waiters.
+    pub fn advance(&self, counter: &AtomicU64, batch: u64) {
+        let _guard = self.progress.lock();
+        counter.store(batch, Ordering::Release);
+        self.progressed.notify_all();
+    }
+
+    /// Wakes the waiters of `written`/`durable` so they see a poisoned store.
+    pub fn wake_progress(&self) {
+        let _guard = self.progress.lock();
+        self.progressed.notify_all();
+    }
+
+    /// Sleeps until `counter` reaches `batch`, `failed()` says the store stopped, or
+    /// `deadline` passes; returns whether it was reached.
+    pub fn wait_progress(
+        &self,
+        counter: &AtomicU64,
+        batch: u64,
+        failed: impl Fn() -> bool,
+        deadline: std::time::Instant,
+    ) -> bool {
+        let mut guard = self.progress.lock();
+        loop {
+            if counter.load(Ordering::Acquire) >= batch {
+                return true;
+            }
+            if failed() || self.progressed.wait_until(&mut guard, deadline).timed_out() {
+                return counter.load(Ordering::Acquire) >= batch;
+            }
+        }
     }
 
     pub fn bump_changes(&self) {

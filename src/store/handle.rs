@@ -4,6 +4,8 @@
 //! shared committed state: [`StoreHandle::query`] sees only durable state (when a batch is
 //! between apply and fdatasync it is answered by the writer after that sync instead),
 //! [`StoreHandle::peek`] also sees applied records, for the root's own route bookkeeping.
+//! The send path's intent is answered once written, its fdatasync overlapping the delivery
+//! ([`StoreHandle::outbox_intent_written`], [`StoreHandle::wait_durable`]).
 //! Includes the change notification readers block on (bounded by `waitMsMax`, abortable).
 
 use super::changes::{Shared, StoreStats};
@@ -22,6 +24,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::internal::CANCEL_POLL_MS;
+
+/// The batch a write answered once written ([`StoreHandle::write_written`]) landed in:
+/// [`StoreHandle::wait_durable`] returns once that batch's fdatasync has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "the write is not durable until its batch is waited for"]
+pub struct SyncTicket(u64);
 
 /// A cloneable, thread-safe handle on one instance store.
 #[derive(Clone)]
@@ -96,13 +104,43 @@ impl StoreHandle {
         self.write_acked(op, Ack::Applied, Wake::Quiet)
     }
 
+    /// Runs a mutating operation in the writer and waits only until its batch's frame is
+    /// written to the journal file (so a crash of this process cannot lose it); that batch's
+    /// fdatasync starts at once and the caller waits for it with
+    /// [`wait_durable`](Self::wait_durable) before it tells anyone the record is durable. Only
+    /// for the send path's intent, whose fdatasync overlaps the delivery.
+    pub(crate) fn write_written<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
+    ) -> Result<(T, SyncTicket)> {
+        // The answer runs in the writer right after the batch's frame is written and
+        // `written` moved to it, before any later batch: that value is the batch's number
+        // (or, for a write that added no records, the last batch, whose state it read).
+        let shared = self.shared.clone();
+        self.write_job(op, Ack::Written, Wake::Quiet, move |v| {
+            (v, SyncTicket(shared.written.load(Ordering::Acquire)))
+        })
+    }
+
     fn write_acked<T: Send + 'static>(
         &self,
         op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
         ack: Ack,
         wake: Wake,
     ) -> Result<T> {
-        let (tx, rx) = oneshot::slot::<Result<T>>();
+        self.write_job(op, ack, wake, |v| v)
+    }
+
+    /// Queues a write job; `seal` turns its value into the answer, in the writer thread when
+    /// the write is acknowledged.
+    fn write_job<T: Send + 'static, U: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
+        ack: Ack,
+        wake: Wake,
+        seal: impl FnOnce(T) -> U + Send + 'static,
+    ) -> Result<U> {
+        let (tx, rx) = oneshot::slot::<Result<U>>();
         let job: WriteFn = Box::new(move |ctx| {
             let out = match ctx {
                 Ok((m, r, now)) => op(m, r, now),
@@ -112,7 +150,7 @@ impl StoreHandle {
                 Ok((value, records)) => (
                     records,
                     Box::new(move |failed: Option<&Error>| {
-                        tx.send(failed.map_or(Ok(value), |e| Err(e.clone())));
+                        tx.send(failed.map_or_else(|| Ok(seal(value)), |e| Err(e.clone())));
                     }),
                 ),
                 Err(e) => (
@@ -125,6 +163,43 @@ impl StoreHandle {
         });
         self.submit(Job::Write(job, ack, wake))?;
         self.answer(rx)
+    }
+
+    /// Waits until the batch of `ticket` is durable (its fdatasync returned). Errors: the
+    /// store's poisoning error when that sync (or an earlier one) failed, TIMEOUT after
+    /// 4 × `acknowledgementMs` (a wedged disk).
+    pub(crate) fn wait_durable(&self, ticket: SyncTicket) -> Result<()> {
+        self.wait_batch(&self.shared.durable, ticket.0)
+    }
+
+    /// Waits until every batch applied so far is written to the journal file, so a record
+    /// read with [`peek`](Self::peek) cannot be lost by a crash of this process. Usually
+    /// already true: a batch is written right after it is applied.
+    pub(crate) fn wait_written(&self) -> Result<()> {
+        let applied = self.shared.committed.read().applied;
+        self.wait_batch(&self.shared.written, applied)
+    }
+
+    fn wait_batch(&self, counter: &std::sync::atomic::AtomicU64, batch: u64) -> Result<()> {
+        let poisoned = || self.shared.committed.read().poisoned.clone();
+        if counter.load(Ordering::Acquire) < batch {
+            let wait = Duration::from_millis(self.limits.acknowledgement_ms.saturating_mul(4));
+            let reached = self.shared.wait_progress(
+                counter,
+                batch,
+                || poisoned().is_some(),
+                Instant::now() + wait,
+            );
+            if !reached {
+                return Err(poisoned().unwrap_or_else(|| {
+                    Error::new(
+                        Code::Timeout,
+                        "the message store did not commit in time; retry with the same message id (retries are deduplicated)",
+                    )
+                }));
+            }
+        }
+        Ok(())
     }
 
     /// Runs a query against the durable state. In the calling thread when the shared state is
@@ -172,6 +247,13 @@ impl StoreHandle {
     /// `peer.send` custody: durable before it returns. See `Machine::accept` for the codes.
     pub fn accept(&self, from: Principal, send: InboundSend) -> Result<Receipt> {
         self.write_quiet(move |m, r, now| m.accept(&from, &send, r, now))
+    }
+
+    /// [`outbox_intent`](Self::outbox_intent) answered once written (see
+    /// [`write_written`](Self::write_written)): the caller may deliver at once and waits for
+    /// the returned ticket before it tells anyone the message was accepted.
+    pub fn outbox_intent_written(&self, send: OutboundSend) -> Result<(OutboxEntry, SyncTicket)> {
+        self.write_written(move |m, _, now| m.outbox_intent(&send, now))
     }
 
     /// Outbox intent, durable before the first byte is sent. Its commit does not wake the

@@ -27,8 +27,9 @@ mod compat_tests;
 mod tests;
 
 pub use changes::StoreStats;
-pub use handle::StoreHandle;
+pub use handle::{StoreHandle, SyncTicket};
 pub use recovery::{Review, StoreIdentity, recover_unread, review};
+pub use writer::HOLD_SYNC_ENV;
 
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
@@ -71,7 +72,7 @@ impl Store {
         session_id: &str,
         limits: &Limits,
     ) -> Result<Store> {
-        Store::open_with(home, instance_id, session_id, limits, Faults::default())
+        Store::open_with(home, instance_id, session_id, limits, Faults::from_env())
     }
 
     pub(crate) fn open_with(

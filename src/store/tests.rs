@@ -876,3 +876,81 @@ fn applied_only_batches_ride_the_next_sync() {
     let s = open(&home, &limits()).unwrap();
     assert_eq!(s.handle().query(|m| m.unread().len()).unwrap(), 4);
 }
+
+#[test]
+fn a_written_write_is_answered_before_its_sync_and_its_ticket_waits_for_it() {
+    let home = TempHome::new("written");
+    let gate = Arc::new((parking_lot::Mutex::new(true), parking_lot::Condvar::new()));
+    let s = Store::open_with(
+        &home.0,
+        INSTANCE,
+        SESSION,
+        &limits(),
+        Faults {
+            hold_sync: Some(gate.clone()),
+            ..Faults::default()
+        },
+    )
+    .unwrap();
+    let h = s.handle();
+    h.set_live(ME);
+    let empty = journal_len(&home);
+    // Answered while its fdatasync is held, its frame already in the file.
+    let (r, ticket) = h
+        .write_written(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .unwrap();
+    assert_eq!(r.sequence, 1);
+    assert!(
+        journal_len(&home) > empty,
+        "answered before its frame was written"
+    );
+    assert_eq!(h.stats().syncs, 0);
+    // Every applied batch is written: a route may send what it peeks.
+    h.wait_written().unwrap();
+    // The ticket's wait ends only with the sync.
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let waiter = {
+        let h = h.clone();
+        std::thread::spawn(move || tx.send(h.wait_durable(ticket)).unwrap())
+    };
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(rx.try_recv().is_err(), "durable before its fdatasync");
+    *gate.0.lock() = false;
+    gate.1.notify_all();
+    rx.recv().unwrap().unwrap();
+    waiter.join().unwrap();
+    assert_eq!(h.stats().syncs, 1);
+    // A retry adds no records: its ticket is the batch it read, already durable.
+    let (_, again) = h
+        .write_written(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .unwrap();
+    assert_eq!(again, ticket);
+    h.wait_durable(again).unwrap();
+    assert_eq!(h.stats().syncs, 1);
+}
+
+#[test]
+fn a_failed_sync_fails_the_wait_of_a_written_write() {
+    let home = TempHome::new("writtenfail");
+    let s = Store::open_with(
+        &home.0,
+        INSTANCE,
+        SESSION,
+        &limits(),
+        Faults {
+            fail_sync_at: Some(1),
+            ..Faults::default()
+        },
+    )
+    .unwrap();
+    let h = s.handle();
+    h.set_live(ME);
+    let (_, ticket) = h
+        .write_written(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .unwrap();
+    assert_eq!(
+        h.wait_durable(ticket).unwrap_err().code,
+        Code::RecoveryRequired
+    );
+    assert!(h.stats().poisoned);
+}

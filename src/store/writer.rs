@@ -3,10 +3,12 @@
 //! write to the state machine (under the write lock of the shared committed state, with no
 //! I/O under it), appends all their records as one frame with one write and one fdatasync,
 //! then answers the waiters. A write asked with [`Ack::Applied`] is answered as soon as it is
-//! applied, before that fdatasync (see `StoreHandle::write_applied` for who may). A failed
-//! write or sync answers that batch with the error and poisons the writer: nothing later is
-//! acknowledged until the root restarts and recovers from the journal. Compaction runs after
-//! the batch is answered. Between batches the writer sleeps on the shared doorbell.
+//! applied, before that fdatasync (see `StoreHandle::write_applied` for who may); one asked
+//! with [`Ack::Written`] once the frame is written, while the fdatasync runs (see
+//! `StoreHandle::write_written`). A failed write or sync answers that batch with the error and
+//! poisons the writer: nothing later is acknowledged until the root restarts and recovers from
+//! the journal. Compaction runs after the batch is answered. Between batches the writer sleeps
+//! on the shared doorbell.
 
 use super::changes::Shared;
 use super::{journal, paths, snapshot};
@@ -20,7 +22,6 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use crate::config::internal::DEFERRED_SYNC_MS;
 
@@ -42,6 +43,10 @@ pub(crate) enum Ack {
     Durable,
     /// As soon as its records are applied to the shared state, before that fdatasync.
     Applied,
+    /// Once the batch's frame is written to the journal file (a crash of this process can no
+    /// longer lose it), while its fdatasync, started at once, still runs; the caller waits
+    /// for that sync later (`StoreHandle::wait_durable`) when it must.
+    Written,
 }
 
 /// Whom a write's commit wakes besides the readers waiting for any change.
@@ -64,17 +69,58 @@ pub(crate) enum Job {
 struct Applied {
     records: Vec<Record>,
     durable: Vec<Finish>,
+    written: Vec<Finish>,
     applied: Vec<Finish>,
     /// The batch leaves the root worker something to do (see `Wake`).
     wake_worker: bool,
 }
 
-/// Test-only fault injection: fail the fdatasync with this 1-based number; hold every batch
-/// between apply and append while the gate is closed (`true`).
+/// Test-only fault injection: fail the fdatasync with this 1-based number; hold every
+/// fdatasync of the journal (its frames already written) while the gate is closed (`true`).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Faults {
     pub fail_sync_at: Option<u64>,
     pub hold_sync: Option<Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>>,
+    /// The same hold, across processes: while this file exists (see [`HOLD_SYNC_ENV`]).
+    pub hold_sync_file: Option<PathBuf>,
+}
+
+/// Debug builds only (the binaries the integration tests run): names a file whose existence
+/// holds every journal fdatasync of every store this process opens, so a test can see what a
+/// caller is told while a record is written but not yet durable.
+/// Release builds ignore it.
+pub const HOLD_SYNC_ENV: &str = "PEERWIRE_TEST_HOLD_SYNC";
+
+impl Faults {
+    /// No faults, except the debug builds' [`HOLD_SYNC_ENV`] hold.
+    pub fn from_env() -> Faults {
+        let hold_sync_file = if cfg!(debug_assertions) {
+            std::env::var_os(HOLD_SYNC_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        } else {
+            None
+        };
+        Faults {
+            hold_sync_file,
+            ..Faults::default()
+        }
+    }
+
+    /// Waits while a hold is closed.
+    fn hold(&self) {
+        if let Some(gate) = &self.hold_sync {
+            let mut closed = gate.0.lock();
+            while *closed {
+                gate.1.wait(&mut closed);
+            }
+        }
+        if let Some(f) = &self.hold_sync_file {
+            while f.exists() {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+    }
 }
 
 pub(crate) struct Writer {
@@ -199,9 +245,14 @@ impl Writer {
 
     /// Every applied batch is on disk now.
     fn mark_durable(&self) {
-        self.shared
-            .durable
-            .store(self.shared.committed.read().applied, Ordering::Release);
+        let applied = self.shared.committed.read().applied;
+        self.shared.advance(&self.shared.durable, applied);
+    }
+
+    /// Every applied batch is written to the journal file now.
+    fn mark_written(&self) {
+        let applied = self.shared.committed.read().applied;
+        self.shared.advance(&self.shared.written, applied);
     }
 
     /// fdatasyncs frames written without a sync (see `Ack::Applied`); a failure poisons.
@@ -216,6 +267,7 @@ impl Writer {
     }
 
     fn sync_data(&mut self) -> Result<()> {
+        self.faults.hold();
         let sync_no = self.shared.stats.lock().syncs + 1;
         if self.faults.fail_sync_at == Some(sync_no) {
             return Err(Error::new(
@@ -242,6 +294,7 @@ impl Writer {
         let Some(Applied {
             records,
             durable,
+            written,
             applied,
             wake_worker,
         }) = self.apply(writes)
@@ -251,24 +304,27 @@ impl Writer {
         };
         // Applied-only waiters go on now, while the batch is being made durable.
         applied.into_iter().for_each(|fin| fin(None));
-        if let Some(gate) = &self.faults.hold_sync {
-            let mut closed = gate.0.lock();
-            while *closed {
-                gate.1.wait(&mut closed);
-            }
-        }
         // A batch nobody waits on the durability of is written now and synced with the next
         // durable batch, the next read of durable state, a close, or after DEFERRED_SYNC_MS.
         // A durable waiter whose write added no records (a retry answered from the state) may
         // still have read a deferred record: that one is synced before it is answered.
-        let sync = !durable.is_empty();
-        let outcome = if !records.is_empty() {
-            self.append(&records, sync)
-        } else if sync && self.unsynced {
-            self.sync_data()
-        } else {
+        let sync = !durable.is_empty() || !written.is_empty();
+        let mut outcome = if records.is_empty() {
             Ok(())
+        } else {
+            self.append(&records)
         };
+        if outcome.is_ok() {
+            // Written waiters go on while the fdatasync runs (their caller waits for it later).
+            self.mark_written();
+            written.into_iter().for_each(|fin| fin(None));
+            if sync && self.unsynced {
+                outcome = self.sync_data();
+            }
+        } else {
+            let e = outcome.as_ref().err().cloned();
+            written.into_iter().for_each(|fin| fin(e.as_ref()));
+        }
         // Counters and the change notification move before anyone is answered, so an
         // acknowledged caller always observes its own commit in them.
         self.note_batch(jobs_n, records.len() as u64);
@@ -304,6 +360,7 @@ impl Writer {
         let mut out = Applied {
             records: Vec::new(),
             durable: Vec::with_capacity(writes.len()),
+            written: Vec::new(),
             applied: Vec::new(),
             wake_worker: false,
         };
@@ -323,6 +380,7 @@ impl Writer {
             match ack {
                 Ack::Durable => out.durable.push(fin),
                 Ack::Applied => out.applied.push(fin),
+                Ack::Written => out.written.push(fin),
             }
         }
         out.wake_worker |= c.machine.state().next_push != pushes_before;
@@ -350,6 +408,7 @@ impl Writer {
         ));
         self.shared.stats.lock().poisoned = true;
         // Waiters (the root worker among them) see the store degraded now, not at a deadline.
+        self.shared.wake_progress();
         self.shared.bump_changes();
         self.shared.bump_worker();
     }
@@ -363,9 +422,9 @@ impl Writer {
         s.generation = self.generation;
     }
 
-    /// Appends one frame with one write and, when `sync`, makes it (and any deferred frame
-    /// before it) durable with one fdatasync.
-    fn append(&mut self, records: &[Record], sync: bool) -> Result<()> {
+    /// Appends one frame with one write; the caller makes it (and any deferred frame before
+    /// it) durable with one fdatasync.
+    fn append(&mut self, records: &[Record]) -> Result<()> {
         let batch = self.batch_no + 1;
         let frame = journal::encode_frame(batch, records)?;
         let path = self.dir.join(paths::JOURNAL);
@@ -373,9 +432,6 @@ impl Writer {
             .write_all_at(&frame, self.len)
             .map_err(|e| Error::io("cannot append to", &path, &e))?;
         self.unsynced = true;
-        if sync {
-            self.sync_data()?;
-        }
         self.len += frame.len() as u64;
         self.batch_no = batch;
         self.shared.stats.lock().batches += 1;
