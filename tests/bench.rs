@@ -138,6 +138,7 @@ fn quick_bench_reports_every_figure_beside_its_floor_with_nothing_lost() {
     assert!(number(&i["accepted"], "accepted") >= 6.0);
     assert_eq!(i["phases"].as_array().unwrap().len(), 10);
     assert!(number(&r["idle"]["wakeupsPerSecond"], "idle wakeups") >= 0.0);
+    assert!(number(&r["idle"]["preemptionsPerSecond"], "idle preemptions") >= 0.0);
     let fsyncs = r["fsyncsPerMessage"].as_array().unwrap();
     assert_eq!(fsyncs.len(), 4, "{fsyncs:?}");
     // Every accepted message cost the receiver at least one shared fdatasync batch.

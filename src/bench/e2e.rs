@@ -153,7 +153,10 @@ pub struct History {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Idle {
     pub seconds: f64,
+    /// Voluntary context switches per second: each thread sleep is one wake-up.
     pub wakeups_per_second: f64,
+    /// Involuntary context switches per second (preemptions by other tasks), shown beside.
+    pub preemptions_per_second: f64,
     pub rss_kb: u64,
     /// Of `rss_kb`, the process's own (anonymous) memory.
     pub anon_kb: u64,
@@ -356,11 +359,13 @@ fn idle(pid: u32, ms: u64) -> Idle {
     let t = Instant::now();
     std::thread::sleep(Duration::from_millis(ms));
     let seconds = t.elapsed().as_secs_f64();
-    let woke = machine::context_switches(pid).saturating_sub(before);
+    let after = machine::context_switches(pid);
+    let per_second = |n: u64| n as f64 / seconds.max(1e-3);
     let counters = machine::proc_counters(pid);
     Idle {
         seconds,
-        wakeups_per_second: woke as f64 / seconds.max(1e-3),
+        wakeups_per_second: per_second(after.0.saturating_sub(before.0)),
+        preemptions_per_second: per_second(after.1.saturating_sub(before.1)),
         rss_kb: counters.map_or(0, |p| p.rss_kb),
         anon_kb: counters.map_or(0, |p| p.anon_kb),
     }

@@ -66,23 +66,31 @@ pub fn parse_proc_ticks(line: &str) -> Option<(String, u64)> {
     Some((comm, utime + stime))
 }
 
-/// Context switches (voluntary + involuntary) of every live thread of `pid` so far: each is
-/// one wake-up of a thread that had been sleeping or was preempted.
-pub fn context_switches(pid: u32) -> u64 {
+/// Context switches of every live thread of `pid` so far, (voluntary, involuntary). A
+/// voluntary one is a thread going to sleep, so one wake-up of it follows; an involuntary one
+/// is a running thread preempted by another task, which says how busy the machine is, not how
+/// often the process wakes.
+pub fn context_switches(pid: u32) -> (u64, u64) {
     let dir = Path::new("/proc").join(pid.to_string()).join("task");
     let Ok(rd) = std::fs::read_dir(&dir) else {
-        return 0;
+        return (0, 0);
     };
     rd.flatten()
         .take(PROCESSES_MAX)
         .filter_map(|e| read_small(&e.path().join("status")))
         .map(|text| {
-            text.lines()
-                .filter(|l| l.contains("ctxt_switches:"))
-                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .sum::<u64>()
+            let count = |key: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(key))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            (
+                count("voluntary_ctxt_switches:"),
+                count("nonvoluntary_ctxt_switches:"),
+            )
         })
-        .sum()
+        .fold((0, 0), |(v, n), (a, b)| (v + a, n + b))
 }
 
 /// CPU time (user + system) one process has used so far, in microseconds, from clock ticks.

@@ -272,9 +272,10 @@ fn counters_text(r: &Value) -> String {
     for key in ["idle", "idleAfter"] {
         if let Some(i) = r[key].as_object() {
             s += &format!(
-                "idle receiver {}: {} wakeups/s over {} s, RSS {} kB of which {} kB its own memory, the rest mapped code (target ≤ 1 wakeup/s, ≤ 4096 kB)\n",
+                "idle receiver {}: {} wakeups/s (thread sleeps; {} preemptions/s beside) over {} s, RSS {} kB of which {} kB its own memory, the rest mapped code (target ≤ 1 wakeup/s, ≤ 4096 kB)\n",
                 i["when"].as_str().unwrap_or_default(),
                 i["wakeupsPerSecond"],
+                i["preemptionsPerSecond"],
                 i["seconds"],
                 i["rssKb"],
                 i["anonKb"]
@@ -328,9 +329,10 @@ fn idle_json(i: &e2e::Idle, when: &str) -> Value {
         "when": when,
         "seconds": stats::round2(i.seconds),
         "wakeupsPerSecond": stats::round2(i.wakeups_per_second),
+        "preemptionsPerSecond": stats::round2(i.preemptions_per_second),
         "rssKb": i.rss_kb,
         "anonKb": i.anon_kb,
         "target": "≤ 1 wakeup/s between heartbeats, RSS ≤ 4 MiB",
-        "source": "/proc/PID/task/*/status voluntary + nonvoluntary ctxt_switches",
+        "source": "/proc/PID/task/*/status voluntary_ctxt_switches (preemptions: nonvoluntary_ctxt_switches)",
     })
 }

@@ -433,6 +433,7 @@ mod tests {
             idle: Some(Idle {
                 seconds: 2.0,
                 wakeups_per_second: 0.5,
+                preemptions_per_second: 3.0,
                 rss_kb: 5_000,
                 anon_kb: 400,
             }),
