@@ -790,21 +790,24 @@ fn a_checksummed_record_that_contradicts_the_state_requires_recovery() {
     assert_eq!(files(&home.dir()), set);
 }
 
+/// A store whose every journal fdatasync waits while the returned gate is closed (`true`,
+/// as it starts).
+fn open_with_sync_held(home: &TempHome) -> (Store, HeldSync) {
+    let gate = Arc::new((parking_lot::Mutex::new(true), parking_lot::Condvar::new()));
+    let faults = Faults {
+        hold_sync: Some(gate.clone()),
+        ..Faults::default()
+    };
+    let s = Store::open_with(&home.0, INSTANCE, SESSION, &limits(), faults).unwrap();
+    (s, gate)
+}
+
+type HeldSync = Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>;
+
 #[test]
 fn reads_run_in_the_caller_and_see_only_durable_state_unless_they_peek() {
     let home = TempHome::new("peek");
-    let gate = Arc::new((parking_lot::Mutex::new(true), parking_lot::Condvar::new()));
-    let s = Store::open_with(
-        &home.0,
-        INSTANCE,
-        SESSION,
-        &limits(),
-        Faults {
-            hold_sync: Some(gate.clone()),
-            ..Faults::default()
-        },
-    )
-    .unwrap();
+    let (s, gate) = open_with_sync_held(&home);
     let h = s.handle();
     h.set_live(ME);
     // Nothing in flight: a read is answered in this thread, with no job for the writer.
@@ -880,18 +883,7 @@ fn applied_only_batches_ride_the_next_sync() {
 #[test]
 fn a_written_write_is_answered_before_its_sync_and_its_ticket_waits_for_it() {
     let home = TempHome::new("written");
-    let gate = Arc::new((parking_lot::Mutex::new(true), parking_lot::Condvar::new()));
-    let s = Store::open_with(
-        &home.0,
-        INSTANCE,
-        SESSION,
-        &limits(),
-        Faults {
-            hold_sync: Some(gate.clone()),
-            ..Faults::default()
-        },
-    )
-    .unwrap();
+    let (s, gate) = open_with_sync_held(&home);
     let h = s.handle();
     h.set_live(ME);
     let empty = journal_len(&home);
