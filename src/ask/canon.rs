@@ -229,6 +229,7 @@ pub fn verify(public: &[u8; 32], msg: &[u8], signature: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::hex;
     use serde_json::json;
 
     const SIGN: &str = "ed25519:LS0tLS1CRUdJTiBQVUJMSUMgS0VZLS0tLS0KTUNvd0JRWURLMlZ3QXlFQUE2RUh2L1BPRUw0ZGNOMFk1MHZBbVdmazFqQ2JwUTFmSGR5R1pCSlZNYmc9Ci0tLS0tRU5EIFBVQkxJQyBLRVktLS0tLQo";
@@ -239,10 +240,6 @@ mod tests {
             *b = i as u8;
         }
         SigningKey::from_bytes(&seed)
-    }
-
-    fn hex(bytes: &[u8]) -> String {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     #[test]

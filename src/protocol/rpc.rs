@@ -188,9 +188,10 @@ fn parse_response(id: Option<Id>, obj: &mut Map<String, Value>) -> Result<Incomi
     }
 }
 
-/// Serialises one message as a frame: compact JSON plus `\n`. Serialising a `Value` cannot
-/// fail (all keys are strings), so an impossible failure yields an empty frame.
-pub fn line(value: &Value) -> Vec<u8> {
+/// Serialises one message as a frame: compact JSON plus `\n`. Serialising a `Value` or an
+/// [`Envelope`] of them cannot fail (all keys are strings), so an impossible failure yields an
+/// empty frame.
+pub fn line<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
     let mut out = serde_json::to_vec(value).unwrap_or_default();
     out.push(b'\n');
     out
@@ -213,45 +214,34 @@ struct Envelope<'a> {
     result: Option<&'a Value>,
 }
 
-impl Envelope<'_> {
-    fn line(&self) -> Vec<u8> {
-        let mut out = serde_json::to_vec(self).unwrap_or_default();
-        out.push(b'\n');
-        out
-    }
-}
-
 pub fn encode_request(id: &Id, method: &str, params: &Value) -> Vec<u8> {
-    Envelope {
+    line(&Envelope {
         id: Some(id.to_value()),
         jsonrpc: "2.0",
         method: Some(method),
         params: Some(params),
         result: None,
-    }
-    .line()
+    })
 }
 
 pub fn encode_notification(method: &str, params: &Value) -> Vec<u8> {
-    Envelope {
+    line(&Envelope {
         id: None,
         jsonrpc: "2.0",
         method: Some(method),
         params: Some(params),
         result: None,
-    }
-    .line()
+    })
 }
 
 pub fn encode_result(id: &Id, result: &Value) -> Vec<u8> {
-    Envelope {
+    line(&Envelope {
         id: Some(id.to_value()),
         jsonrpc: "2.0",
         method: None,
         params: None,
         result: Some(result),
-    }
-    .line()
+    })
 }
 
 /// An error response: `{"code":N,"message":…,"data":{"code":NAME}}`; `id` null when unknown.

@@ -400,17 +400,13 @@ fn group_commit_acknowledges_all_with_one_sync_per_batch() {
 #[test]
 fn failed_sync_answers_the_batch_and_poisons_the_writer() {
     let home = TempHome::new("poison");
-    let s = Store::open_with(
-        &home.0,
-        INSTANCE,
-        SESSION,
-        &limits(),
+    let s = open_with_faults(
+        &home,
         Faults {
             fail_sync_at: Some(2),
             ..Faults::default()
         },
-    )
-    .unwrap();
+    );
     let h = s.handle();
     h.set_live(ME);
     h.accept(sender(1), send("m0")).unwrap();
@@ -798,8 +794,11 @@ fn open_with_sync_held(home: &TempHome) -> (Store, HeldSync) {
         hold_sync: Some(gate.clone()),
         ..Faults::default()
     };
-    let s = Store::open_with(&home.0, INSTANCE, SESSION, &limits(), faults).unwrap();
-    (s, gate)
+    (open_with_faults(home, faults), gate)
+}
+
+fn open_with_faults(home: &TempHome, faults: Faults) -> Store {
+    Store::open_with(&home.0, INSTANCE, SESSION, &limits(), faults).unwrap()
 }
 
 type HeldSync = Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>;
@@ -924,17 +923,13 @@ fn a_written_write_is_answered_before_its_sync_and_its_ticket_waits_for_it() {
 #[test]
 fn a_failed_sync_fails_the_wait_of_a_written_write() {
     let home = TempHome::new("writtenfail");
-    let s = Store::open_with(
-        &home.0,
-        INSTANCE,
-        SESSION,
-        &limits(),
+    let s = open_with_faults(
+        &home,
         Faults {
             fail_sync_at: Some(1),
             ..Faults::default()
         },
-    )
-    .unwrap();
+    );
     let h = s.handle();
     h.set_live(ME);
     let (_, ticket) = h
