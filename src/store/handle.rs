@@ -249,18 +249,21 @@ impl StoreHandle {
         self.write_quiet(move |m, r, now| m.accept(&from, &send, r, now))
     }
 
-    /// [`outbox_intent`](Self::outbox_intent) answered once written (see
-    /// [`write_written`](Self::write_written)): the caller may deliver at once and waits for
-    /// the returned ticket before it tells anyone the message was accepted.
+    /// Outbox intent, answered once written (see [`write_written`](Self::write_written)): the
+    /// caller may deliver at once and waits for the returned ticket before it tells anyone the
+    /// message was accepted. Its commit does not wake the root worker: the caller drives the
+    /// route and calls [`nudge_worker`](Self::nudge_worker) if it leaves the entry unresolved.
     pub fn outbox_intent_written(&self, send: OutboundSend) -> Result<(OutboxEntry, SyncTicket)> {
         self.write_written(move |m, _, now| m.outbox_intent(&send, now))
     }
 
-    /// Outbox intent, durable before the first byte is sent. Its commit does not wake the
-    /// root worker: the caller drives the route and calls [`nudge_worker`](Self::nudge_worker)
-    /// if it leaves the entry unresolved.
+    /// The send path's intent made durable before returning, for tests that need a settled
+    /// outbox entry.
+    #[cfg(test)]
     pub fn outbox_intent(&self, send: OutboundSend) -> Result<OutboxEntry> {
-        self.write_quiet(move |m, _, now| m.outbox_intent(&send, now))
+        let (entry, ticket) = self.outbox_intent_written(send)?;
+        self.wait_durable(ticket)?;
+        Ok(entry)
     }
 
     /// The custody answer of one send attempt (`Err(code)` for a typed failure).
