@@ -40,19 +40,23 @@ const KILLS: usize = 105;
 const STREAM_MAX: usize = 40;
 
 fn crash_config(ns: &Ns) {
-    // Fast retries so a sender notices a dead peer quickly; no rate or queue bound in the
-    // way of the stream (those rules have their own tests in messaging.rs).
-    ns.config(json!({"limits": {
+    crash_config_with(ns, json!({}));
+}
+
+/// Fast retries so a sender notices a dead peer quickly; no rate or queue bound in the way of
+/// the stream (those rules have their own tests in messaging.rs); plus `extra` limits.
+fn crash_config_with(ns: &Ns, extra: Value) {
+    let mut limits = json!({
         "acknowledgementMs": 200,
         "routeRetries": 1,
         "ratePerSecond": 1_000_000,
         "rateBurst": 1_000_000,
         "inboxMessages": 1_000_000,
-    }}));
-}
-
-fn client(host: &Host) -> LocalClient {
-    host.client()
+    });
+    if let (Some(l), Some(e)) = (limits.as_object_mut(), extra.as_object()) {
+        l.extend(e.clone());
+    }
+    ns.config(json!({ "limits": limits }));
 }
 
 fn send(c: &mut LocalClient, to: &str, id: &str) -> peerwire::error::Result<Value> {
@@ -204,14 +208,7 @@ fn receiver_killed_at_random_points_loses_and_duplicates_nothing() {
 fn receiver_killed_while_compacting_loses_and_duplicates_nothing() {
     const COMPACTION_KILLS: usize = 40;
     let ns = Ns::new("crashcompact");
-    ns.config(json!({"limits": {
-        "acknowledgementMs": 200,
-        "routeRetries": 1,
-        "ratePerSecond": 1_000_000,
-        "rateBurst": 1_000_000,
-        "inboxMessages": 1_000_000,
-        "journalBytes": 1_024,
-    }}));
+    crash_config_with(&ns, json!({"journalBytes": 1_024}));
     let tally = receiver_kill_loop(&ns, COMPACTION_KILLS);
     eprintln!("receiver kills while compacting: {tally:?}");
     assert_eq!(tally.kills, COMPACTION_KILLS);
@@ -240,7 +237,7 @@ fn receiver_kill_loop(ns: &Ns, kills: usize) -> Tally {
             .chain((0..STREAM_MAX).map(|n| format!("rx{kill}-{n}")))
             .collect();
         let worker = {
-            let (c, to) = (client(&alice), bob.field("peerId"));
+            let (c, to) = (alice.client(), bob.field("peerId"));
             let (carry, started, stop) = (carry.clone(), started.clone(), stop.clone());
             std::thread::spawn(move || stream(c, to, carry, format!("rx{kill}"), started, stop))
         };
@@ -295,7 +292,7 @@ fn sender_killed_at_random_points_keeps_outbox_ahead_of_the_wire() {
     crash_config(&ns);
     let limits = Config::load(&ns.home).unwrap().limits;
     let bob = ns.host(&["--alias", "bob"]);
-    let mut bob_client = client(&bob);
+    let mut bob_client = bob.client();
     let mut tally = Tally::default();
     let mut carry: Vec<String> = Vec::new();
     for kill in 0..KILLS {
@@ -309,7 +306,7 @@ fn sender_killed_at_random_points_keeps_outbox_ahead_of_the_wire() {
             .chain((0..STREAM_MAX).map(|n| format!("tx{kill}-{n}")))
             .collect();
         let worker = {
-            let (c, to) = (client(&alice), bob.field("peerId"));
+            let (c, to) = (alice.client(), bob.field("peerId"));
             let (carry, started, stop) = (carry.clone(), started.clone(), stop.clone());
             std::thread::spawn(move || stream(c, to, carry, format!("tx{kill}"), started, stop))
         };
@@ -407,7 +404,7 @@ fn a_killed_hosts_journal_torn_or_flipped_is_reviewed_or_refused_untouched() {
     let alice = ns.host(&["--alias", "alice"]);
     let mut bob = ns.host(&["--alias", "bob", "--session-id", "s-flip"]);
     let (bob_instance, bob_peer) = (bob.field("instanceId"), bob.field("peerId"));
-    let mut c = client(&alice);
+    let mut c = alice.client();
     let ids: Vec<String> = (0..6).map(|n| format!("f-{n}")).collect();
     for id in &ids {
         send(&mut c, &bob_peer, id).unwrap();
@@ -474,15 +471,7 @@ fn sender_restarts_and_stops_deliver_every_message_exactly_once() {
     // else is, no sender store is left with an unresolved entry, and no sender record
     // contradicts the receiver's (a failure where the receiver holds the message).
     let ns = Ns::new("crashmix");
-    ns.config(json!({"limits": {
-        "acknowledgementMs": 200,
-        "routeRetries": 1,
-        "heartbeatMs": 100,
-        "staleMs": 500,
-        "ratePerSecond": 1_000_000,
-        "rateBurst": 1_000_000,
-        "inboxMessages": 1_000_000,
-    }}));
+    crash_config_with(&ns, json!({"heartbeatMs": 100, "staleMs": 500}));
     let limits = Config::load(&ns.home).unwrap().limits;
     let bob = ns.host(&["--alias", "bob"]);
     let to = bob.field("peerId");
@@ -497,7 +486,7 @@ fn sender_restarts_and_stops_deliver_every_message_exactly_once() {
         let started = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let worker = {
-            let (c, to) = (client(&alice), to.clone());
+            let (c, to) = (alice.client(), to.clone());
             let (started, stop) = (started.clone(), stop.clone());
             std::thread::spawn(move || stream_custody(c, to, format!("mx{round}"), started, stop))
         };
@@ -549,7 +538,7 @@ fn sender_restarts_and_stops_deliver_every_message_exactly_once() {
         "still unresolved at the end: {:?}",
         unresolved()
     );
-    let got = inbox_from_all(&mut client(&bob));
+    let got = inbox_from_all(&mut bob.client());
     let held = counts(got.iter().map(|m| m["messageId"].as_str().unwrap_or("")));
     let (mut lost, mut duplicated, mut phantom, mut contradictions) = (0, 0, 0, 0);
     for id in &owed {
@@ -683,7 +672,7 @@ fn accepted_waits_for_the_senders_intent_sync_which_overlaps_delivery() {
     let alice_instance = alice.field("instanceId");
     let send_in_background = |id: &'static str| {
         let (tx, rx) = std::sync::mpsc::channel();
-        let (mut c, to) = (client(&alice), bob_peer.clone());
+        let (mut c, to) = (alice.client(), bob_peer.clone());
         let t = std::thread::spawn(move || {
             let _ = tx.send(send(&mut c, &to, id));
         });
@@ -692,7 +681,7 @@ fn accepted_waits_for_the_senders_intent_sync_which_overlaps_delivery() {
 
     // A durable read syncs whatever the sender's store wrote without a sync so far, so the
     // hold below stops the next intent's fdatasync, not an earlier frame's.
-    let settle = || all_messages(&mut client(&alice), json!({}));
+    let settle = || all_messages(&mut alice.client(), json!({}));
     // Held sync: delivered, not yet answered; released: accepted.
     settle();
     std::fs::write(&hold, b"").unwrap();
