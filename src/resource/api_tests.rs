@@ -22,6 +22,15 @@ fn request_r(resource: &str) -> Request {
     )
 }
 
+/// A principal allowed to request resources, displayed as its id.
+fn who(id: &str) -> Principal {
+    Principal {
+        id: id.into(),
+        display: id.into(),
+        capabilities: vec![CAP_REQUEST.into()],
+    }
+}
+
 /// The answer as the JSON object a front end encodes.
 fn run(
     home: &Path,
@@ -82,11 +91,6 @@ fn coordinate_and_events_since_follow_the_journal() {
 fn a_cancelled_wait_gives_its_ticket_back_and_corrupt_files_are_listed_apart() {
     let home = crate::fsutil::TempDir::new("api-c").unwrap();
     let cfg = Config::default();
-    let who = |id: &str| Principal {
-        id: id.into(),
-        display: id.into(),
-        capabilities: vec![CAP_REQUEST.into()],
-    };
     let me = Probe::new().own().unwrap();
     let no = &|| false;
     run(&home, &cfg, &who("cli:a"), request_r("r"), &me, no).unwrap();
@@ -121,11 +125,6 @@ fn a_cancelled_wait_gives_its_ticket_back_and_corrupt_files_are_listed_apart() {
 fn release_all_gives_back_a_principals_grants_and_tickets_only() {
     let home = crate::fsutil::TempDir::new("api-r").unwrap();
     let cfg = Config::default();
-    let who = |id: &str| Principal {
-        id: id.into(),
-        display: id.into(),
-        capabilities: vec![CAP_REQUEST.into()],
-    };
     let me = Probe::new().own().unwrap();
     let ask = |id: &str, r: &str| run(&home, &cfg, &who(id), request_r(r), &me, &|| false).unwrap();
     assert_eq!(ask("peer:run", "a")["state"], "granted");
