@@ -22,7 +22,7 @@ use std::sync::atomic::AtomicBool;
 /// What a root whose message store failed a write advertises and answers in `local.info`.
 pub const STORE_FAILED: &str = "the message store failed a write (disk full or read-only) and accepts nothing more; everything acknowledged is in its journal: free space or make the disk writable, then restart this root (peer host, peer mcp) to recover";
 
-pub use super::outbox::{Outbox, RouteMap, SubscriptionMap};
+pub use super::outbox::{Outbox, Route, RouteMap, SubscriptionMap};
 pub use super::presence_cache::{PresenceCache, Reach};
 
 /// Who is calling a tool or local method: the root itself or one of its child runs.

@@ -3,15 +3,56 @@
 //! senders. The delivery and push logic that drives them is in `send`.
 
 use crate::config::internal::{PUSH_RETRY_MAX_MS, SUBSCRIPTIONS_MAX, WORKER_TICK_MS};
-use crate::error::Error;
-use crate::messaging::{ReceiptState, RouteQueue};
+use crate::error::{Code, Error, Result};
+use crate::messaging::{OutboxEntry, ReceiptState, RouteQueue};
+use crate::store::{Applying, StoreHandle};
 use crate::transport::Notifier;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Route queues by (sender peerId, recipient peerId).
-pub type RouteMap = HashMap<(String, String), Arc<Mutex<RouteQueue>>>;
+pub type RouteMap = HashMap<(String, String), Arc<Mutex<Route>>>;
+
+/// One route's bookkeeping, under the mutex every driver of the route holds: the retry state
+/// of its head, and the receipt it last recorded while that record may not be applied yet.
+#[derive(Default)]
+pub struct Route {
+    pub queue: RouteQueue,
+    /// The sender's copy of the last receipt this route got, queued to the store writer
+    /// without waiting: until it is applied, a read of the route's unresolved entries would
+    /// still list that message, so the next driver waits for it first
+    /// ([`settled_pending`](Self::settled_pending)).
+    pub receipt: Option<Applying<()>>,
+}
+
+impl Route {
+    /// The route's unresolved entries, as applied, read only once the receipt this route last
+    /// queued is applied: otherwise the message that receipt resolved would still be listed
+    /// and sent again. Usually it already is: the writer takes jobs in order and took it long
+    /// before any job queued after it.
+    pub fn settled_pending(
+        &mut self,
+        store: &StoreHandle,
+        from: &str,
+        to: &str,
+    ) -> Result<Vec<OutboxEntry>> {
+        if let Some(ticket) = self.receipt.take() {
+            match store.wait_applied(ticket) {
+                // A write the custody machine refused applied nothing: the state reads as is.
+                Err(e) if matches!(e.code, Code::Timeout | Code::Disconnected) => return Err(e),
+                _ => {}
+            }
+        }
+        store.route_pending(from, to)
+    }
+
+    /// Whether the route holds anything worth keeping when nobody drives it: a head that
+    /// failed, or a receipt not yet applied.
+    pub fn worth_keeping(&self) -> bool {
+        self.queue.failures() > 0 || self.receipt.as_ref().is_some_and(|t| !t.is_done())
+    }
+}
 
 /// Subscribed senders by (sender instance, message id), with the last state notified.
 pub type SubscriptionMap = HashMap<(String, String), (Notifier, Option<ReceiptState>)>;

@@ -3,11 +3,11 @@
 //! root over the authenticated pool or to our own runs in-process, and the background workers
 //! that retry stuck routes and push recipient-side receipts back to their senders.
 
-use super::core::{Caller, Core};
+use super::core::{Caller, Core, Route};
 use crate::error::{Code, Error, Result};
 use crate::messaging::{
     InboundSend, MessageBody, MessageRef, OutboundSend, OutboxEntry, Principal, Receipt,
-    RouteDecision, RouteQueue, TargetRef, is_retryable,
+    RouteDecision, TargetRef, is_retryable,
 };
 use crate::protocol::message::{PeerSend, ReceiptPush};
 use crate::{clock, directory};
@@ -193,16 +193,16 @@ impl Core {
         to: &TargetRef,
         message_id: &str,
         entry: &OutboxEntry,
-        queue: &Mutex<RouteQueue>,
+        queue: &Mutex<Route>,
     ) -> Result<Receipt> {
         if entry.receipt.is_some() {
             self.outbox_answer(&caller.peer_id, &to.peer_id, message_id)
         } else {
             // A caller's send is a fresh attempt: a route whose head gave up starts over.
             {
-                let mut q = queue.lock();
-                if q.failures() > self.limits().route_retries {
-                    q.reset();
+                let mut r = queue.lock();
+                if r.queue.failures() > self.limits().route_retries {
+                    r.queue.reset();
                 }
             }
             let answer = self
@@ -260,10 +260,10 @@ impl Core {
             .unwrap_or_else(|| reply_to.to_string())
     }
 
-    fn route_queue(&self, from: &str, to: &str) -> Arc<Mutex<RouteQueue>> {
+    fn route_queue(&self, from: &str, to: &str) -> Arc<Mutex<Route>> {
         let mut routes = self.outbox.routes.lock();
         if routes.len() > 4 * self.limits().connections as usize {
-            routes.retain(|_, q| Arc::strong_count(q) > 1 || q.lock().failures() > 0);
+            routes.retain(|_, r| Arc::strong_count(r) > 1 || r.lock().worth_keeping());
         }
         routes
             .entry((from.to_string(), to.to_string()))
@@ -280,18 +280,18 @@ impl Core {
         want: Option<&str>,
         wait: bool,
     ) -> Option<Result<Receipt>> {
-        let queue = self.route_queue(from, &to.peer_id);
-        let mut q = queue.lock();
+        let route = self.route_queue(from, &to.peer_id);
+        let mut r = route.lock();
         let mut last_err: Option<Error> = None;
         loop {
-            let pending = match self.store.route_pending(from, &to.peer_id) {
+            let pending = match r.settled_pending(&self.store, from, &to.peer_id) {
                 Ok(p) => p,
                 Err(e) => return want.map(|_| Err(e)),
             };
             if let Some(w) = want.filter(|w| !pending.iter().any(|e| e.message_id == *w)) {
                 return Some(self.outbox_answer(from, &to.peer_id, w));
             }
-            match q.next(&pending, self.limits(), clock::now_ms()) {
+            match r.queue.next(&pending, self.limits(), clock::now_ms()) {
                 RouteDecision::Idle => {
                     return want.map(|w| self.outbox_answer(from, &to.peer_id, w));
                 }
@@ -304,8 +304,14 @@ impl Core {
                     if let Err(e) = self.store.wait_written() {
                         return want.map(|_| Err(e));
                     }
-                    if let Err(e) = self.attempt(entry, &mut q) {
-                        last_err = Some(e);
+                    match self.attempt(entry, &mut r) {
+                        // The answer is the receipt in hand: our copy of it may not be
+                        // applied yet (the route waits for it before its next read).
+                        Ok(receipt) if want == Some(id.as_str()) => {
+                            return Some(receipt_answer(receipt));
+                        }
+                        Ok(_) => {}
+                        Err(e) => last_err = Some(e),
                     }
                 }
                 RouteDecision::WaitUntil(at) if wait && !self.stopping.load(Ordering::SeqCst) => {
@@ -332,31 +338,43 @@ impl Core {
         }
     }
 
-    /// One delivery attempt of a route's head, recorded durably either way.
-    fn attempt(&self, entry: &OutboxEntry, q: &mut RouteQueue) -> Result<()> {
+    /// One delivery attempt of a route's head. A failure is recorded durably before anyone
+    /// hears it; a receipt is queued for recording and returned at once.
+    fn attempt(&self, entry: &OutboxEntry, r: &mut Route) -> Result<Receipt> {
         let outcome = self.deliver(entry);
-        // A receipt is the recipient's durable statement: our copy of it need not be durable
-        // before the caller hears `accepted` (a crash before it is only makes recovery re-ask,
-        // and the recipient answers the same receipt). A failure we record is our own verdict,
-        // so that one is durable before anyone hears it.
-        let recorded = match &outcome {
-            Ok(r) => self
-                .store
-                .outbox_receipt(&entry.to.peer_id, &entry.message_id, r.clone()),
-            Err(e) => self
-                .store
-                .outbox_result(&entry.to.peer_id, &entry.message_id, Err(e.code)),
-        };
         let key = (entry.from_peer_id.clone(), entry.to.peer_id.clone());
-        match outcome {
-            Ok(_) => {
-                q.resolved(&entry.message_id);
+        let e = match outcome {
+            Ok(receipt) => {
+                r.queue.resolved(&entry.message_id);
                 self.outbox.route_errors.lock().remove(&key);
-                recorded.map(|_| ())
+                // A receipt is the recipient's durable statement and the caller holds it: our
+                // copy need be neither durable nor applied before the caller hears `accepted`
+                // (a crash before its record is durable only makes recovery re-ask, and the
+                // recipient answers the same receipt). The route keeps the ticket and waits for
+                // it before it next reads its unresolved entries (`Route::settled_pending`).
+                match self.store.outbox_receipt_queued(
+                    &entry.to.peer_id,
+                    &entry.message_id,
+                    receipt.clone(),
+                ) {
+                    Ok(ticket) => r.receipt = Some(ticket),
+                    // Not recorded: the entry stays unresolved and the worker re-asks.
+                    Err(_) => self.store.nudge_worker(),
+                }
+                return Ok(receipt);
             }
-            Err(e) if is_retryable(e.code) => {
+            Err(e) => e,
+        };
+        // A failure we record is our own verdict, so it is durable before anyone hears it (a
+        // retryable one records nothing). If recording fails the store is poisoned, which the
+        // route's next read reports.
+        let _ = self
+            .store
+            .outbox_result(&entry.to.peer_id, &entry.message_id, Err(e.code));
+        match e {
+            e if is_retryable(e.code) => {
                 let now = clock::now_ms();
-                q.failed(&entry.message_id, self.limits(), now);
+                r.queue.failed(&entry.message_id, self.limits(), now);
                 let mut errors = self.outbox.route_errors.lock();
                 if let Some(slot) = errors.get_mut(&key) {
                     slot.0 = e.clone();
@@ -365,9 +383,9 @@ impl Core {
                 }
                 Err(e)
             }
-            Err(e) => {
+            e => {
                 // A typed refusal is terminal: the route moves on.
-                q.resolved(&entry.message_id);
+                r.queue.resolved(&entry.message_id);
                 Err(e)
             }
         }
@@ -376,8 +394,8 @@ impl Core {
     /// The current answer for one of our outbox entries: its receipt, or the refusal.
     fn outbox_answer(&self, from: &str, to: &str, message_id: &str) -> Result<Receipt> {
         let (f, t, id) = (from.to_string(), to.to_string(), message_id.to_string());
-        // The applied state: it includes a receipt recorded by this send whose fdatasync may
-        // still be running (see `StoreHandle::outbox_receipt`).
+        // The applied state: it includes a receipt whose fdatasync may still be running (see
+        // `StoreHandle::outbox_receipt_queued`).
         let entry = self
             .store
             .peek(move |m| {
@@ -387,18 +405,7 @@ impl Core {
             })?
             .ok_or_else(|| Error::new(Code::NotFound, format!("no outbox entry {message_id}")))?;
         match entry.receipt {
-            Some(r) if r.state == crate::messaging::ReceiptState::Refused => {
-                let code = r
-                    .code
-                    .as_deref()
-                    .and_then(Code::from_name)
-                    .unwrap_or(Code::Io);
-                Err(Error::new(
-                    code,
-                    format!("{} refused message {}", r.to_peer_id, r.message_id),
-                ))
-            }
-            Some(r) => Ok(r),
+            Some(r) => receipt_answer(r),
             None => Err(Error::new(
                 Code::Timeout,
                 format!(
@@ -608,9 +615,9 @@ impl Core {
                     continue;
                 };
                 // Only look: `next` would mark the head in flight without sending it.
-                let gave_up = q.failures() > self.limits().route_retries;
+                let gave_up = q.queue.failures() > self.limits().route_retries;
                 if gave_up && restart_gave_up {
-                    q.reset();
+                    q.queue.reset();
                 }
             }
             let _ = self.drive_route(&from, &target, None, false);
@@ -682,6 +689,22 @@ pub fn refuse_expired(r: &Receipt) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// What a send's caller hears for a receipt: the receipt, or the refusal it states.
+fn receipt_answer(r: Receipt) -> Result<Receipt> {
+    if r.state != crate::messaging::ReceiptState::Refused {
+        return Ok(r);
+    }
+    let code = r
+        .code
+        .as_deref()
+        .and_then(Code::from_name)
+        .unwrap_or(Code::Io);
+    Err(Error::new(
+        code,
+        format!("{} refused message {}", r.to_peer_id, r.message_id),
+    ))
 }
 
 fn blocked(want: &str, head: &str, cause: Option<Error>) -> Error {

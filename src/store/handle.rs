@@ -1,6 +1,7 @@
 //! `StoreHandle`: the cloneable front of the store-writer thread. Every mutating call returns
-//! only after its record is durable (or fails), except the few a caller asks to be answered
-//! once applied ([`StoreHandle::write_applied`]). Reads run in the calling thread against the
+//! only after its record is durable (or fails), except the sender's copy of a receipt, which
+//! is only queued ([`StoreHandle::outbox_receipt_queued`]: the caller keeps an [`Applying`]
+//! ticket, which its route waits for before its bookkeeping next reads the state). Reads run in the calling thread against the
 //! shared committed state: [`StoreHandle::query`] sees only durable state (when a batch is
 //! between apply and fdatasync it is answered by the writer after that sync instead),
 //! [`StoreHandle::peek`] also sees applied records, for the root's own route bookkeeping.
@@ -30,6 +31,19 @@ use crate::config::internal::CANCEL_POLL_MS;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use = "the write is not durable until its batch is waited for"]
 pub struct SyncTicket(u64);
+
+/// A write queued to the writer without waiting ([`StoreHandle::outbox_receipt_queued`]):
+/// [`StoreHandle::wait_applied`] returns once the writer has applied it to the shared state
+/// (its frame is then written at once and fdatasynced with the next durable batch).
+#[must_use = "a peek may not see the write until its ticket is waited for"]
+pub struct Applying<T>(oneshot::Waiter<Result<T>>);
+
+impl<T> Applying<T> {
+    /// Whether the writer has answered it (applied, or failed): waiting would not block.
+    pub fn is_done(&self) -> bool {
+        self.0.is_answered()
+    }
+}
 
 /// A cloneable, thread-safe handle on one instance store.
 #[derive(Clone)]
@@ -91,17 +105,36 @@ impl StoreHandle {
         self.write_acked(op, Ack::Durable, Wake::Quiet)
     }
 
-    /// Runs a mutating operation in the writer and waits only until it is applied to the
-    /// shared state: its records are made durable by the same batch's fdatasync, but this
-    /// caller does not wait for it. Only for records whose loss in a crash is repaired by
-    /// recovery (the sender's copy of a receipt the recipient already holds durably: recovery
-    /// re-asks and the recipient answers the original receipt). If that fdatasync fails the
-    /// store is poisoned and nothing later is acknowledged.
+    /// Queues a mutating operation to the writer and returns at once with a ticket that
+    /// [`wait_applied`](Self::wait_applied) turns into its value once it is applied to the
+    /// shared state; its records are written right after and made durable by the next durable
+    /// batch's fdatasync, which nobody waits for. Only for records whose loss in a crash is
+    /// repaired by recovery (the sender's copy of a receipt the recipient already holds
+    /// durably: recovery re-asks and the recipient answers the original receipt). If that
+    /// fdatasync fails the store is poisoned and nothing later is acknowledged.
+    pub(crate) fn write_queued<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
+    ) -> Result<Applying<T>> {
+        self.queue_job(op, Ack::Applied, Wake::Quiet, |v| v)
+            .map(Applying)
+    }
+
+    /// [`write_queued`](Self::write_queued), waited for: answered once applied.
+    #[cfg(test)]
     pub(crate) fn write_applied<T: Send + 'static>(
         &self,
         op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
     ) -> Result<T> {
-        self.write_acked(op, Ack::Applied, Wake::Quiet)
+        let ticket = self.write_queued(op)?;
+        self.wait_applied(ticket)
+    }
+
+    /// Waits until a queued write is applied (usually it already is: the writer takes jobs
+    /// in order, so it was applied before any job queued after it). Errors: the write's own
+    /// error, the store's poisoning error, TIMEOUT after 4 × `acknowledgementMs`.
+    pub(crate) fn wait_applied<T>(&self, ticket: Applying<T>) -> Result<T> {
+        self.answer(ticket.0)
     }
 
     /// Runs a mutating operation in the writer and waits only until its batch's frame is
@@ -140,6 +173,18 @@ impl StoreHandle {
         wake: Wake,
         seal: impl FnOnce(T) -> U + Send + 'static,
     ) -> Result<U> {
+        let rx = self.queue_job(op, ack, wake, seal)?;
+        self.answer(rx)
+    }
+
+    /// Queues a write job and returns the slot its answer arrives in.
+    fn queue_job<T: Send + 'static, U: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
+        ack: Ack,
+        wake: Wake,
+        seal: impl FnOnce(T) -> U + Send + 'static,
+    ) -> Result<oneshot::Waiter<Result<U>>> {
         let (tx, rx) = oneshot::slot::<Result<U>>();
         let job: WriteFn = Box::new(move |ctx| {
             let out = match ctx {
@@ -162,7 +207,7 @@ impl StoreHandle {
             }
         });
         self.submit(Job::Write(job, ack, wake))?;
-        self.answer(rx)
+        Ok(rx)
     }
 
     /// Waits until the batch of `ticket` is durable (its fdatasync returned). Errors: the
@@ -277,17 +322,22 @@ impl StoreHandle {
         self.write(move |m, _, now| m.outbox_result(&to, &id, answer, now))
     }
 
-    /// Records a recipient's receipt for one of our sends, answered once applied (see
-    /// [`write_applied`](Self::write_applied)): the recipient holds the message durably, so
-    /// the sender need not wait for its own copy of the answer to be.
-    pub fn outbox_receipt(
+    /// Queues a recipient's receipt for one of our sends without waiting (see
+    /// [`write_queued`](Self::write_queued)): the recipient holds the message durably and the
+    /// caller holds its receipt, so the sender need not wait for its own copy of the answer to
+    /// be applied, let alone durable. The route keeps the ticket and waits for it before it
+    /// next reads its unresolved entries.
+    pub fn outbox_receipt_queued(
         &self,
         to_peer_id: &str,
         message_id: &str,
         receipt: Receipt,
-    ) -> Result<OutboxEntry> {
+    ) -> Result<Applying<()>> {
         let (to, id) = (to_peer_id.to_string(), message_id.to_string());
-        self.write_applied(move |m, _, now| m.outbox_result(&to, &id, Ok(receipt), now))
+        self.write_queued(move |m, _, now| {
+            m.outbox_result(&to, &id, Ok(receipt), now)
+                .map(|(_, recs)| ((), recs))
+        })
     }
 
     /// Takes over a dead earlier incarnation's unresolved entry (see `Machine::adopt`).

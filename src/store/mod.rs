@@ -27,7 +27,7 @@ mod compat_tests;
 mod tests;
 
 pub use changes::StoreStats;
-pub use handle::{StoreHandle, SyncTicket};
+pub use handle::{Applying, StoreHandle, SyncTicket};
 pub use recovery::{Review, StoreIdentity, recover_unread, review};
 pub use writer::HOLD_SYNC_ENV;
 

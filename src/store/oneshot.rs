@@ -73,6 +73,11 @@ impl<T> Drop for Answer<T> {
 }
 
 impl<T> Waiter<T> {
+    /// Whether the answer (or the answering half's drop) has arrived: a wait would not block.
+    pub fn is_answered(&self) -> bool {
+        !matches!(*self.slot.state.lock(), State::Waiting)
+    }
+
     /// Sleeps until the answer arrives, the answering half is dropped, or `wait` passes.
     pub fn recv_timeout(self, wait: Duration) -> Result<T, Gone> {
         let deadline = Instant::now() + wait;

@@ -941,3 +941,114 @@ fn a_failed_sync_fails_the_wait_of_a_written_write() {
     );
     assert!(h.stats().poisoned);
 }
+
+/// A sender's copy of a receipt is queued without waiting; its route must not read the entry
+/// as unresolved (and send it again) while that record waits behind other jobs. The writer is
+/// held inside a read job so the receipt stays queued, deterministically.
+#[test]
+fn a_route_never_resends_an_entry_whose_receipt_is_queued_but_not_applied() {
+    use crate::runtime::core::Route;
+    let (ha, hb) = (TempHome::new("queued-a"), TempHome::new("queued-b"));
+    let l = limits();
+    let sa = open(&ha, &l).unwrap();
+    let sb = Store::open(&hb.0, "i-b", SESSION, &l).unwrap();
+    let (a, b) = (sa.handle(), sb.handle());
+    b.set_live("p-b");
+    let entry = a
+        .outbox_intent(OutboundSend {
+            from_peer_id: ME.into(),
+            to: TargetRef {
+                peer_id: "p-b".into(),
+                instance_id: "i-b".into(),
+                run_id: None,
+            },
+            message_id: new_message_id(),
+            body: MessageBody {
+                content: "queued receipt".into(),
+                topic: None,
+                reply_to: None,
+            },
+            correlation_id: None,
+            expires_at_ms: None,
+        })
+        .unwrap();
+    let me = Principal {
+        instance_id: INSTANCE.into(),
+        run_id: None,
+        peer_id: ME.into(),
+    };
+    let receipt = b
+        .accept(
+            me,
+            InboundSend {
+                origin: None,
+                to_peer_id: "p-b".into(),
+                message_id: entry.message_id.clone(),
+                body: entry.body.clone(),
+                correlation_id: Some(entry.correlation_id.clone()),
+                expires_at_ms: Some(entry.expires_at_ms),
+                from_alias: None,
+            },
+        )
+        .unwrap();
+    // Hold the writer in a read job until the gate opens (also when an assertion fails, so
+    // the stores can close).
+    struct OpenOnDrop(HeldSync);
+    impl Drop for OpenOnDrop {
+        fn drop(&mut self) {
+            *self.0.0.lock() = false;
+            self.0.1.notify_all();
+        }
+    }
+    let gate: HeldSync = Arc::new((parking_lot::Mutex::new(true), parking_lot::Condvar::new()));
+    let _open = OpenOnDrop(gate.clone());
+    let (entered_tx, entered_rx) = crossbeam_channel::bounded(1);
+    let holder = {
+        let (a, gate) = (a.clone(), gate.clone());
+        std::thread::spawn(move || {
+            a.query_in_writer(move |_| {
+                entered_tx.send(()).unwrap();
+                let mut closed = gate.0.lock();
+                while *closed {
+                    gate.1.wait(&mut closed);
+                }
+            })
+        })
+    };
+    entered_rx.recv().unwrap();
+    let ticket = a
+        .outbox_receipt_queued("p-b", &entry.message_id, receipt)
+        .unwrap();
+    assert!(!ticket.is_done(), "the writer is held: nothing is applied");
+    // The window: a plain read of applied state still lists the entry.
+    assert_eq!(a.route_pending(ME, "p-b").unwrap().len(), 1);
+    let mut route = Route {
+        receipt: Some(ticket),
+        ..Route::default()
+    };
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let reader = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            let pending = route.settled_pending(&a, ME, "p-b").unwrap();
+            let decision = route.queue.next(&pending, &limits(), 0);
+            tx.send((pending.len(), decision)).unwrap();
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(
+        rx.try_recv().is_err(),
+        "the route read its entries before its queued receipt was applied"
+    );
+    *gate.0.lock() = false;
+    gate.1.notify_all();
+    let (pending, decision) = rx.recv().unwrap();
+    assert_eq!(pending, 0, "the entry its receipt resolved is not pending");
+    assert_eq!(decision, RouteDecision::Idle, "nothing is sent again");
+    reader.join().unwrap();
+    holder.join().unwrap().unwrap();
+    // Nobody waited for the receipt's durability; a close still makes it durable.
+    sa.close().unwrap();
+    let sa = open(&ha, &l).unwrap();
+    assert!(sa.handle().route_pending(ME, "p-b").unwrap().is_empty());
+}
