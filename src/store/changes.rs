@@ -65,9 +65,19 @@ pub(crate) struct Shared {
     /// Wakes callers waiting for `written` or `durable` to pass a batch (or for poisoning).
     progress: Mutex<()>,
     progressed: Condvar,
-    /// True while the writer sleeps for want of jobs.
-    idle: Mutex<bool>,
+    /// How the writer sleeps for want of jobs, if it does.
+    idle: Mutex<Idle>,
     job_queued: Condvar,
+}
+
+/// The writer's sleep between batches, as the doorbell sees it.
+#[derive(Clone, Copy, Default)]
+struct Idle {
+    /// The writer sleeps until a ring (or its timer).
+    sleeping: bool,
+    /// That sleep ends by itself within `DEFERRED_SYNC_MS` (a deferred sync is due, or a send's
+    /// receipt is expected): a job that may wait (see [`Shared::ring_lazily`]) is taken then.
+    timed: bool,
 }
 
 impl Shared {
@@ -87,14 +97,25 @@ impl Shared {
             durable: AtomicU64::new(0),
             progress: Mutex::new(()),
             progressed: Condvar::new(),
-            idle: Mutex::new(false),
+            idle: Mutex::new(Idle::default()),
             job_queued: Condvar::new(),
         }
     }
 
     /// Called after a job was queued: wakes the writer if it sleeps.
     pub fn ring(&self) {
-        if *self.idle.lock() {
+        if self.idle.lock().sleeping {
+            self.job_queued.notify_one();
+        }
+    }
+
+    /// Called after a job nobody waits for was queued: wakes the writer only if its sleep has
+    /// no timer. A timed sleep takes the job when it ends (within `DEFERRED_SYNC_MS`) or with
+    /// the next rung job, so a stream of sends picks each receipt up with the next intent
+    /// instead of waking the writer for it. Whoever later must wait for such a job rings.
+    pub fn ring_lazily(&self) {
+        let idle = self.idle.lock();
+        if idle.sleeping && !idle.timed {
             self.job_queued.notify_one();
         }
     }
@@ -105,7 +126,10 @@ impl Shared {
     /// With `until`, returns `false` once that passes with `empty()` still true.
     pub fn sleep_while(&self, empty: impl Fn() -> bool, until: Option<std::time::Instant>) -> bool {
         let mut idle = self.idle.lock();
-        *idle = true;
+        *idle = Idle {
+            sleeping: true,
+            timed: until.is_some(),
+        };
         let mut woken = true;
         while empty() {
             match until {
@@ -118,7 +142,7 @@ impl Shared {
                 None => self.job_queued.wait(&mut idle),
             }
         }
-        *idle = false;
+        *idle = Idle::default();
         woken
     }
 

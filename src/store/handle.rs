@@ -60,6 +60,12 @@ impl StoreHandle {
     }
 
     fn submit(&self, job: Job) -> Result<()> {
+        self.enqueue(job)?;
+        self.shared.ring();
+        Ok(())
+    }
+
+    fn enqueue(&self, job: Job) -> Result<()> {
         let wait = Duration::from_millis(self.limits.acknowledgement_ms);
         self.tx.send_timeout(job, wait).map_err(|e| match e {
             crossbeam_channel::SendTimeoutError::Timeout(_) => Error::new(
@@ -70,9 +76,7 @@ impl StoreHandle {
                 ),
             ),
             crossbeam_channel::SendTimeoutError::Disconnected(_) => Self::gone(),
-        })?;
-        self.shared.ring();
-        Ok(())
+        })
     }
 
     fn answer<T>(&self, rx: oneshot::Waiter<Result<T>>) -> Result<T> {
@@ -112,12 +116,19 @@ impl StoreHandle {
     /// repaired by recovery (the sender's copy of a receipt the recipient already holds
     /// durably: recovery re-asks and the recipient answers the original receipt). If that
     /// fdatasync fails the store is poisoned and nothing later is acknowledged.
+    ///
+    /// The doorbell is rung lazily ([`Shared::ring_lazily`](super::changes::Shared)): a writer
+    /// that expects such a job (it just wrote a send's intent) takes it with the next job or
+    /// when its short timer ends, instead of waking for it; [`wait_applied`](Self::wait_applied)
+    /// rings.
     pub(crate) fn write_queued<T: Send + 'static>(
         &self,
         op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
     ) -> Result<Applying<T>> {
-        self.queue_job(op, Ack::Applied, Wake::Quiet, |v| v)
-            .map(Applying)
+        let (job, rx) = make_write_job(op, Ack::Applied, Wake::Quiet, |v| v);
+        self.enqueue(job)?;
+        self.shared.ring_lazily();
+        Ok(Applying(rx))
     }
 
     /// [`write_queued`](Self::write_queued), waited for: answered once applied.
@@ -134,6 +145,10 @@ impl StoreHandle {
     /// in order, so it was applied before any job queued after it). Errors: the write's own
     /// error, the store's poisoning error, TIMEOUT after 4 × `acknowledgementMs`.
     pub(crate) fn wait_applied<T>(&self, ticket: Applying<T>) -> Result<T> {
+        if !ticket.is_done() {
+            // It may still sit in the queue of a writer sleeping on its timer.
+            self.shared.ring();
+        }
         self.answer(ticket.0)
     }
 
@@ -185,28 +200,8 @@ impl StoreHandle {
         wake: Wake,
         seal: impl FnOnce(T) -> U + Send + 'static,
     ) -> Result<oneshot::Waiter<Result<U>>> {
-        let (tx, rx) = oneshot::slot::<Result<U>>();
-        let job: WriteFn = Box::new(move |ctx| {
-            let out = match ctx {
-                Ok((m, r, now)) => op(m, r, now),
-                Err(e) => Err(e.clone()),
-            };
-            match out {
-                Ok((value, records)) => (
-                    records,
-                    Box::new(move |failed: Option<&Error>| {
-                        tx.send(failed.map_or_else(|| Ok(seal(value)), |e| Err(e.clone())));
-                    }),
-                ),
-                Err(e) => (
-                    Vec::new(),
-                    Box::new(move |failed: Option<&Error>| {
-                        tx.send(Err(failed.cloned().unwrap_or(e)));
-                    }),
-                ),
-            }
-        });
-        self.submit(Job::Write(job, ack, wake))?;
+        let (job, rx) = make_write_job(op, ack, wake, seal);
+        self.submit(job)?;
         Ok(rx)
     }
 
@@ -533,4 +528,36 @@ fn wait_woken(
         }
     }
     *changes
+}
+
+/// A write job for `op` and the slot its answer arrives in; `seal` turns the value into the
+/// answer, in the writer thread when the write is acknowledged.
+fn make_write_job<T: Send + 'static, U: Send + 'static>(
+    op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
+    ack: Ack,
+    wake: Wake,
+    seal: impl FnOnce(T) -> U + Send + 'static,
+) -> (Job, oneshot::Waiter<Result<U>>) {
+    let (tx, rx) = oneshot::slot::<Result<U>>();
+    let job: WriteFn = Box::new(move |ctx| {
+        let out = match ctx {
+            Ok((m, r, now)) => op(m, r, now),
+            Err(e) => Err(e.clone()),
+        };
+        match out {
+            Ok((value, records)) => (
+                records,
+                Box::new(move |failed: Option<&Error>| {
+                    tx.send(failed.map_or_else(|| Ok(seal(value)), |e| Err(e.clone())));
+                }),
+            ),
+            Err(e) => (
+                Vec::new(),
+                Box::new(move |failed: Option<&Error>| {
+                    tx.send(Err(failed.cloned().unwrap_or(e)));
+                }),
+            ),
+        }
+    });
+    (Job::Write(job, ack, wake), rx)
 }

@@ -8,7 +8,9 @@
 //! `StoreHandle::write_written`). A failed write or sync answers that batch with the error and
 //! poisons the writer: nothing later is acknowledged until the root restarts and recovers from
 //! the journal. Compaction runs after the batch is answered. Between batches the writer sleeps
-//! on the shared doorbell.
+//! on the shared doorbell; after a batch with a send's intent, or with a frame still to sync,
+//! that sleep has a `DEFERRED_SYNC_MS` timer and takes jobs queued without a ring (a sender's
+//! copy of a receipt) when it ends, if no rung job came first.
 
 use super::changes::Shared;
 use super::{journal, paths, snapshot};
@@ -173,15 +175,19 @@ impl Writer {
         // Reused for every batch: a fresh `commitBatch`-sized buffer per batch is a large
         // allocation, and glibc consolidates its fast bins on each one.
         let mut jobs: Vec<Job> = Vec::new();
+        // The last batch held a send's intent: that send's receipt is queued soon without a
+        // ring (`Shared::ring_lazily`), so the sleep until then has a timer and takes it.
+        let mut receipt_due = false;
         loop {
             let first = match rx.try_recv() {
                 Ok(job) => job,
                 Err(TryRecvError::Empty) => {
-                    let until = self.unsynced.then(|| {
+                    let until = (self.unsynced || receipt_due).then(|| {
                         std::time::Instant::now()
                             + std::time::Duration::from_millis(DEFERRED_SYNC_MS)
                     });
                     if !self.shared.sleep_while(|| rx.is_empty(), until) {
+                        receipt_due = false;
                         self.sync_deferred();
                     }
                     continue;
@@ -195,6 +201,9 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            receipt_due = jobs
+                .iter()
+                .any(|j| matches!(j, Job::Write(_, Ack::Written, _)));
             if self.run_batch(&mut jobs) {
                 break;
             }
