@@ -8,6 +8,7 @@
 //! one forwarder turns host events into notifications once the client is initialized.
 
 mod lines;
+mod queue;
 mod session;
 mod wrap;
 
@@ -16,8 +17,9 @@ pub use wrap::tool_result;
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::tools::{ToolCall, ToolHost};
-use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
+use crossbeam_channel::{Receiver, bounded, select};
 use parking_lot::Mutex;
+use queue::TrySendError;
 use serde_json::{Value, json};
 use session::{Action, Session, error_response};
 use std::collections::HashMap;
@@ -72,10 +74,10 @@ impl InFlight {
 
 /// The channels and shared state the reader uses to act on [`Action`]s.
 struct Shell<'a> {
-    out: Sender<Value>,
-    jobs: Sender<Job>,
+    out: queue::Sender<Value>,
+    jobs: queue::Sender<Job>,
     inflight: &'a InFlight,
-    initialized: Option<Sender<()>>,
+    initialized: Option<crossbeam_channel::Sender<()>>,
 }
 
 /// Serves MCP on `input`/`output` until `input` ends, then cancels every call, joins all
@@ -89,8 +91,8 @@ pub fn serve(
     limits: &Limits,
 ) -> Result<()> {
     let bound = |n: u64| usize::try_from(n).unwrap_or(usize::MAX).max(1);
-    let (out_tx, out_rx) = bounded::<Value>(bound(limits.outgoing_frames));
-    let (job_tx, job_rx) = bounded::<Job>(bound(limits.pending_requests));
+    let (out_tx, out_rx) = queue::bounded::<Value>(bound(limits.outgoing_frames));
+    let (job_tx, job_rx) = queue::bounded::<Job>(bound(limits.pending_requests));
     let (init_tx, init_rx) = bounded::<()>(1);
     let (stop_tx, stop_rx) = bounded::<()>(0);
     let log_level = Arc::new(AtomicU8::new(0));
@@ -103,6 +105,9 @@ pub fn serve(
                 (host.clone(), job_rx.clone(), out_tx.clone(), &inflight);
             s.spawn(move || work(&*host, jobs, out, inflight));
         }
+        // Only the workers hold the job queue's receiving end: once they all ended (their
+        // output closed), a new call is refused at once instead of queued for nobody.
+        drop(job_rx);
         let out = out_tx.clone();
         s.spawn(move || forward_events(events, init_rx, stop_rx, out, &log_level));
         let mut shell = Shell {
@@ -206,8 +211,13 @@ impl Shell<'_> {
     }
 }
 
-fn work(host: &dyn ToolHost, jobs: Receiver<Job>, out: Sender<Value>, inflight: &InFlight) {
-    for job in jobs.iter() {
+fn work(
+    host: &dyn ToolHost,
+    jobs: queue::Receiver<Job>,
+    out: queue::Sender<Value>,
+    inflight: &InFlight,
+) {
+    while let Some(job) = jobs.recv() {
         let call_id = match &job.id {
             Value::String(s) => s.clone(),
             other => other.to_string(),
@@ -239,8 +249,8 @@ fn work(host: &dyn ToolHost, jobs: Receiver<Job>, out: Sender<Value>, inflight: 
     }
 }
 
-fn write_all(mut output: impl Write, messages: Receiver<Value>) {
-    for msg in messages.iter() {
+fn write_all(mut output: impl Write, messages: queue::Receiver<Value>) {
+    while let Some(msg) = messages.recv() {
         // serde_json escapes every control character, so one message is exactly one line.
         let mut line = msg.to_string();
         line.push('\n');
@@ -258,7 +268,7 @@ fn forward_events(
     events: Receiver<Value>,
     init: Receiver<()>,
     stop: Receiver<()>,
-    out: Sender<Value>,
+    out: queue::Sender<Value>,
     level: &AtomicU8,
 ) {
     // Hold events until the client said initialized; they wait in the host's bounded channel.
