@@ -4,10 +4,12 @@
 //!
 //! Threads (all scoped, joined before [`serve`] returns): the caller's thread reads stdin with
 //! a bounded line reader and runs the sans-IO [`session::Session`]; [`WORKERS`] workers run
-//! tool calls so a 30-second `peer_messages` wait never blocks `ping`; one writer owns stdout;
-//! one forwarder turns host events into notifications once the client is initialized.
+//! tool calls so a 30-second `peer_messages` wait never blocks `ping`; whoever answers writes
+//! stdout itself ([`out::Output`]: one writer at a time, no writer thread); one forwarder turns
+//! host events into notifications once the client is initialized.
 
 mod lines;
+mod out;
 mod queue;
 mod session;
 mod wrap;
@@ -18,6 +20,7 @@ use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::tools::{ToolCall, ToolHost};
 use crossbeam_channel::{Receiver, bounded, select};
+use out::Output;
 use parking_lot::Mutex;
 use queue::TrySendError;
 use serde_json::{Value, json};
@@ -73,8 +76,8 @@ impl InFlight {
 }
 
 /// The channels and shared state the reader uses to act on [`Action`]s.
-struct Shell<'a> {
-    out: queue::Sender<Value>,
+struct Shell<'a, W: Write> {
+    out: &'a Output<W>,
     jobs: queue::Sender<Job>,
     inflight: &'a InFlight,
     initialized: Option<crossbeam_channel::Sender<()>>,
@@ -91,7 +94,7 @@ pub fn serve(
     limits: &Limits,
 ) -> Result<()> {
     let bound = |n: u64| usize::try_from(n).unwrap_or(usize::MAX).max(1);
-    let (out_tx, out_rx) = queue::bounded::<Value>(bound(limits.outgoing_frames));
+    let out = Output::new(output, bound(limits.outgoing_frames));
     let (job_tx, job_rx) = queue::bounded::<Job>(bound(limits.pending_requests));
     let (init_tx, init_rx) = bounded::<()>(1);
     let (stop_tx, stop_rx) = bounded::<()>(0);
@@ -99,19 +102,17 @@ pub fn serve(
     let inflight = InFlight::default();
     let mut session = Session::new(limits, log_level.clone());
     std::thread::scope(|s| {
-        s.spawn(move || write_all(output, out_rx));
         for _ in 0..WORKERS {
-            let (host, jobs, out, inflight) =
-                (host.clone(), job_rx.clone(), out_tx.clone(), &inflight);
+            let (host, jobs, out, inflight) = (host.clone(), job_rx.clone(), &out, &inflight);
             s.spawn(move || work(&*host, jobs, out, inflight));
         }
         // Only the workers hold the job queue's receiving end: once they all ended (their
         // output closed), a new call is refused at once instead of queued for nobody.
         drop(job_rx);
-        let out = out_tx.clone();
-        s.spawn(move || forward_events(events, init_rx, stop_rx, out, &log_level));
+        let forward_out = &out;
+        s.spawn(move || forward_events(events, init_rx, stop_rx, forward_out, &log_level));
         let mut shell = Shell {
-            out: out_tx,
+            out: &out,
             jobs: job_tx,
             inflight: &inflight,
             initialized: Some(init_tx),
@@ -129,7 +130,7 @@ fn read_all(
     input: &mut impl BufRead,
     limits: &Limits,
     session: &mut Session,
-    shell: &mut Shell,
+    shell: &mut Shell<impl Write>,
 ) -> Result<()> {
     let max = usize::try_from(limits.frame_bytes).unwrap_or(usize::MAX);
     let mut reader = lines::LineReader::new(max);
@@ -158,7 +159,7 @@ fn read_all(
     }
 }
 
-impl Shell<'_> {
+impl<W: Write> Shell<'_, W> {
     fn send(&self, msg: Value) {
         // A closed writer means stdout is gone; keep reading so EOF still shuts down cleanly.
         let _ = self.out.send(msg);
@@ -214,7 +215,7 @@ impl Shell<'_> {
 fn work(
     host: &dyn ToolHost,
     jobs: queue::Receiver<Job>,
-    out: queue::Sender<Value>,
+    out: &Output<impl Write>,
     inflight: &InFlight,
 ) {
     while let Some(job) = jobs.recv() {
@@ -249,26 +250,11 @@ fn work(
     }
 }
 
-fn write_all(mut output: impl Write, messages: queue::Receiver<Value>) {
-    while let Some(msg) = messages.recv() {
-        // serde_json escapes every control character, so one message is exactly one line.
-        let mut line = msg.to_string();
-        line.push('\n');
-        if output
-            .write_all(line.as_bytes())
-            .and_then(|()| output.flush())
-            .is_err()
-        {
-            return;
-        }
-    }
-}
-
 fn forward_events(
     events: Receiver<Value>,
     init: Receiver<()>,
     stop: Receiver<()>,
-    out: queue::Sender<Value>,
+    out: &Output<impl Write>,
     level: &AtomicU8,
 ) {
     // Hold events until the client said initialized; they wait in the host's bounded channel.

@@ -1,7 +1,7 @@
-//! A bounded multi-producer, multi-consumer queue whose waits park at once on a condition
-//! variable. The MCP server's hand-offs (reader → tool workers → stdout writer) happen once per
-//! request; a channel receive would first spin and call `sched_yield` several times before it
-//! parks, on every idle thread, for every request.
+//! A bounded multi-producer, multi-consumer queue whose receive parks at once on a condition
+//! variable; a send never waits (it fails when the queue is full). The MCP server hands every
+//! tool call from its reader to the tool workers over it; a channel receive would first spin
+//! and call `sched_yield` several times before it parks, on every idle worker, per request.
 
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
@@ -17,7 +17,6 @@ struct State<T> {
 struct Inner<T> {
     state: Mutex<State<T>>,
     not_empty: Condvar,
-    not_full: Condvar,
 }
 
 /// The sending half; cloneable. When the last one is dropped, receivers drain what is queued
@@ -48,7 +47,6 @@ pub(crate) fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
             receivers: 1,
         }),
         not_empty: Condvar::new(),
-        not_full: Condvar::new(),
     });
     (
         Sender {
@@ -59,23 +57,6 @@ pub(crate) fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
 }
 
 impl<T> Sender<T> {
-    /// Queues `v`, waiting while the queue is full; `Err(v)` once every receiver is gone.
-    pub fn send(&self, v: T) -> Result<(), T> {
-        let mut st = self.inner.state.lock();
-        loop {
-            if st.receivers == 0 {
-                return Err(v);
-            }
-            if st.items.len() < st.cap {
-                st.items.push_back(v);
-                drop(st);
-                self.inner.not_empty.notify_one();
-                return Ok(());
-            }
-            self.inner.not_full.wait(&mut st);
-        }
-    }
-
     /// Queues `v` only if there is room now.
     pub fn try_send(&self, v: T) -> Result<(), TrySendError<T>> {
         let mut st = self.inner.state.lock();
@@ -99,8 +80,6 @@ impl<T> Receiver<T> {
         let mut st = self.inner.state.lock();
         loop {
             if let Some(v) = st.items.pop_front() {
-                drop(st);
-                self.inner.not_full.notify_one();
                 return Some(v);
             }
             if st.senders == 0 {
@@ -145,10 +124,8 @@ impl<T> Drop for Receiver<T> {
         let mut st = self.inner.state.lock();
         st.receivers -= 1;
         if st.receivers == 0 {
-            // Nobody will take them: free the values and release blocked senders.
+            // Nobody will take them.
             st.items.clear();
-            drop(st);
-            self.inner.not_full.notify_all();
         }
     }
 }
@@ -161,12 +138,12 @@ mod tests {
     fn values_arrive_in_order_and_the_end_after_the_last_sender() {
         let (tx, rx) = bounded(2);
         let tx2 = tx.clone();
-        tx.send(1).unwrap();
-        tx2.send(2).unwrap();
+        tx.try_send(1).unwrap();
+        tx2.try_send(2).unwrap();
         assert_eq!(tx.try_send(3), Err(TrySendError::Full(3)));
         drop(tx);
         assert_eq!(rx.recv(), Some(1));
-        tx2.send(3).unwrap();
+        tx2.try_send(3).unwrap();
         drop(tx2);
         assert_eq!(rx.recv(), Some(2));
         assert_eq!(rx.recv(), Some(3));
@@ -174,22 +151,19 @@ mod tests {
     }
 
     #[test]
-    fn a_full_send_waits_for_a_receiver_and_fails_once_all_are_gone() {
+    fn sends_fail_once_every_receiver_is_gone() {
         let (tx, rx) = bounded(1);
-        let tx2 = tx.clone();
-        tx.send(1).unwrap();
-        let t = std::thread::spawn(move || tx.send(2));
-        assert_eq!(rx.recv(), Some(1));
-        assert_eq!(rx.recv(), Some(2));
-        assert_eq!(t.join().unwrap(), Ok(()));
+        let rx2 = rx.clone();
         drop(rx);
-        assert_eq!(tx2.send(3), Err(3));
-        assert_eq!(tx2.try_send(4), Err(TrySendError::Disconnected(4)));
+        tx.try_send(1).unwrap();
+        assert_eq!(rx2.recv(), Some(1));
+        drop(rx2);
+        assert_eq!(tx.try_send(2), Err(TrySendError::Disconnected(2)));
     }
 
     #[test]
     fn workers_share_one_queue_and_each_value_is_taken_once() {
-        let (tx, rx) = bounded(4);
+        let (tx, rx) = bounded(100);
         let workers: Vec<_> = (0..3)
             .map(|_| {
                 let rx = rx.clone();
@@ -198,7 +172,7 @@ mod tests {
             .collect();
         drop(rx);
         for i in 0..100 {
-            tx.send(i).unwrap();
+            tx.try_send(i).unwrap();
         }
         drop(tx);
         let mut all: Vec<u32> = workers
