@@ -3,7 +3,7 @@
 //! write to the state machine (under the write lock of the shared committed state, with no
 //! I/O under it), appends all their records as one frame with one write and one fdatasync,
 //! then answers the waiters. A write asked with [`Ack::Applied`] is answered as soon as it is
-//! applied, before that fdatasync (see `StoreHandle::write_applied` for who may); one asked
+//! applied, before that fdatasync (see `StoreHandle::write_queued` for who may); one asked
 //! with [`Ack::Written`] once the frame is written, while the fdatasync runs (see
 //! `StoreHandle::write_written`). A failed write or sync answers that batch with the error and
 //! poisons the writer: nothing later is acknowledged until the root restarts and recovers from
@@ -43,7 +43,9 @@ pub(crate) type ReadFn = Box<dyn FnOnce(std::result::Result<&Machine, &Error>) +
 pub(crate) enum Ack {
     /// After the fdatasync of the batch holding its records.
     Durable,
-    /// As soon as its records are applied to the shared state, before that fdatasync.
+    /// As soon as its records are applied to the shared state, before that fdatasync. Its
+    /// submitter does not wait (`StoreHandle::write_queued`): it keeps the answer as a ticket
+    /// and rings the doorbell lazily (`Shared::ring_lazily`).
     Applied,
     /// Once the batch's frame is written to the journal file (a crash of this process can no
     /// longer lose it), while its fdatasync, started at once, still runs; the caller waits
