@@ -62,6 +62,12 @@ pub(crate) struct Shared {
     pub written: AtomicU64,
     /// Batches made durable (see [`Committed::applied`]).
     pub durable: AtomicU64,
+    /// Writes queued without waiting (`StoreHandle::write_queued`), counted before they are
+    /// queued, and how many of them the writer has applied (or that failed to queue): a read
+    /// of durable state first waits until every one queued before it is applied, so our own
+    /// receipt queued a moment ago is never missing from what `peer status` shows.
+    pub lazy_queued: AtomicU64,
+    pub lazy_applied: AtomicU64,
     /// Wakes callers waiting for `written` or `durable` to pass a batch (or for poisoning).
     progress: Mutex<()>,
     progressed: Condvar,
@@ -95,6 +101,8 @@ impl Shared {
             }),
             written: AtomicU64::new(0),
             durable: AtomicU64::new(0),
+            lazy_queued: AtomicU64::new(0),
+            lazy_applied: AtomicU64::new(0),
             progress: Mutex::new(()),
             progressed: Condvar::new(),
             idle: Mutex::new(Idle::default()),
@@ -155,6 +163,13 @@ impl Shared {
     pub fn advance(&self, counter: &AtomicU64, batch: u64) {
         let _guard = self.progress.lock();
         counter.store(batch, Ordering::Release);
+        self.progressed.notify_all();
+    }
+
+    /// Counts `n` more queued-without-waiting writes applied and wakes who waits for them.
+    pub fn note_lazy_applied(&self, n: u64) {
+        let _guard = self.progress.lock();
+        self.lazy_applied.fetch_add(n, Ordering::AcqRel);
         self.progressed.notify_all();
     }
 

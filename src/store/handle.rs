@@ -126,7 +126,11 @@ impl StoreHandle {
         op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
     ) -> Result<Applying<T>> {
         let (job, rx) = make_write_job(op, Ack::Applied, Wake::Quiet, |v| v);
-        self.enqueue(job)?;
+        self.shared.lazy_queued.fetch_add(1, Ordering::AcqRel);
+        if let Err(e) = self.enqueue(job) {
+            self.shared.note_lazy_applied(1);
+            return Err(e);
+        }
         self.shared.ring_lazily();
         Ok(Applying(rx))
     }
@@ -249,6 +253,7 @@ impl StoreHandle {
         &self,
         q: impl FnOnce(&Machine) -> T + Send + 'static,
     ) -> Result<T> {
+        self.settle_queued();
         {
             let c = self.shared.committed.read();
             if c.poisoned.is_none() && self.shared.all_durable(&c) {
@@ -263,12 +268,35 @@ impl StoreHandle {
         &self,
         q: impl FnOnce(&Machine) -> T + Send + 'static,
     ) -> Result<T> {
+        self.settle_queued();
         let (tx, rx) = oneshot::slot::<Result<T>>();
         let job: ReadFn = Box::new(move |m| {
             tx.send(m.map(q).map_err(|e| e.clone()));
         });
         self.submit(Job::Read(job))?;
         self.answer(rx)
+    }
+
+    /// Waits until every write queued without waiting before this call is applied (usually
+    /// none is pending: one atomic comparison), so a read of durable state never misses our
+    /// own record of a receipt the caller already heard (the reader then waits for its sync
+    /// like for any applied record). Bounded by 4 × `acknowledgementMs`; past that the read
+    /// goes ahead without it.
+    fn settle_queued(&self) {
+        let s = &self.shared;
+        let target = s.lazy_queued.load(Ordering::Acquire);
+        if s.lazy_applied.load(Ordering::Acquire) >= target {
+            return;
+        }
+        // It may sit in the queue of a writer sleeping on its timer.
+        s.ring();
+        let wait = Duration::from_millis(self.limits.acknowledgement_ms.saturating_mul(4));
+        s.wait_progress(
+            &s.lazy_applied,
+            target,
+            || s.committed.read().poisoned.is_some(),
+            Instant::now() + wait,
+        );
     }
 
     /// Runs a query in the calling thread against the state as applied, which may include the

@@ -1052,3 +1052,58 @@ fn a_route_never_resends_an_entry_whose_receipt_is_queued_but_not_applied() {
     let sa = open(&ha, &l).unwrap();
     assert!(sa.handle().route_pending(ME, "p-b").unwrap().is_empty());
 }
+
+/// A read of durable state waits for the writes queued without waiting before it (the
+/// sender's copy of a receipt its caller already heard), then for their sync: `peer status`
+/// right after a send never shows the entry unresolved.
+#[test]
+fn a_durable_read_sees_a_write_queued_before_it() {
+    let home = TempHome::new("queued-read");
+    let s = open(&home, &limits()).unwrap();
+    let h = s.handle();
+    // Nothing queued: answered in this thread.
+    let t = h
+        .write_queued(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .unwrap();
+    assert_eq!(h.query(|m| m.unread().len()).unwrap(), 1);
+    drop(t);
+    // Hold the writer in a read job, queue a write behind it, read from another thread.
+    let gate: HeldSync = Arc::new((parking_lot::Mutex::new(true), parking_lot::Condvar::new()));
+    let (entered_tx, entered_rx) = crossbeam_channel::bounded(1);
+    let holder = {
+        let (h, gate) = (h.clone(), gate.clone());
+        std::thread::spawn(move || {
+            h.query_in_writer(move |_| {
+                entered_tx.send(()).unwrap();
+                let mut closed = gate.0.lock();
+                while *closed {
+                    gate.1.wait(&mut closed);
+                }
+            })
+        })
+    };
+    entered_rx.recv().unwrap();
+    let open_gate = || {
+        *gate.0.lock() = false;
+        gate.1.notify_all();
+    };
+    let t = h
+        .write_queued(|m, r, now| m.accept(&sender(1), &send("m1"), r, now))
+        .unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let reader = {
+        let h = h.clone();
+        std::thread::spawn(move || tx.send(h.query(|m| m.unread().len()).unwrap()).unwrap())
+    };
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let early = rx.try_recv();
+    open_gate();
+    assert!(
+        early.is_err(),
+        "a durable read ran before a write queued ahead of it"
+    );
+    assert_eq!(rx.recv().unwrap(), 2);
+    reader.join().unwrap();
+    holder.join().unwrap().unwrap();
+    drop(t);
+}

@@ -378,25 +378,37 @@ impl Writer {
         let mut c = self.shared.committed.write();
         if let Some(err) = c.poisoned.clone() {
             drop(c);
+            let lazy = writes.iter().filter(|w| w.1 == Ack::Applied).count() as u64;
             for (f, _, _) in writes {
                 f(Err(&err)).1(Some(&err));
+            }
+            if lazy > 0 {
+                self.shared.note_lazy_applied(lazy);
             }
             return None;
         }
         let pushes_before = c.machine.state().next_push;
+        let mut lazy = 0;
         for (f, ack, wake) in writes {
             let (recs, fin) = f(Ok((&mut c.machine, &*recipients, now)));
             out.wake_worker |= wake == Wake::Worker && !recs.is_empty();
             out.records.extend(recs);
             match ack {
                 Ack::Durable => out.durable.push(fin),
-                Ack::Applied => out.applied.push(fin),
+                Ack::Applied => {
+                    lazy += 1;
+                    out.applied.push(fin);
+                }
                 Ack::Written => out.written.push(fin),
             }
         }
         out.wake_worker |= c.machine.state().next_push != pushes_before;
         if !out.records.is_empty() {
             c.applied += 1;
+        }
+        drop(c);
+        if lazy > 0 {
+            self.shared.note_lazy_applied(lazy);
         }
         Some(out)
     }
