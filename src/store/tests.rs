@@ -285,6 +285,40 @@ fn the_journal_is_preallocated_and_commits_overwrite_its_room() {
 }
 
 #[test]
+fn room_is_added_a_chunk_at_a_time_below_half_a_chunk_and_never_past_the_trigger() {
+    use writer::prealloc_target as t;
+    let (k, cap) = (16_384, 1 << 20);
+    assert_eq!(
+        t(32, 32, k, cap),
+        Some(k),
+        "a new journal gets its first chunk"
+    );
+    assert_eq!(t(32, k, k, cap), None);
+    assert_eq!(t(k / 2, k, k, cap), None, "half a chunk left is enough");
+    assert_eq!(t(k / 2 + 1, k, k, cap), Some(2 * k));
+    assert_eq!(t(k, k, k, cap), Some(2 * k));
+    // A frame written past the room grew the file: room is added after it.
+    assert_eq!(t(k + 100, k + 100, k, cap), Some(2 * k));
+    // Capped at the compaction trigger, and nothing once the trigger is passed.
+    assert_eq!(t(cap - 100, cap - 100, k, cap), Some(cap));
+    assert_eq!(t(cap - 100, cap, k, cap), None);
+    assert_eq!(t(cap + 10, cap + 10, k, cap), None);
+    assert_eq!(t(32, 32, k, 1_024), Some(1_024), "a tiny journalBytes");
+    // The chunk follows the journal threshold.
+    let mut l = limits();
+    assert_eq!(writer::prealloc_chunk(&l), writer::PREALLOC_CHUNK_BYTES);
+    l.journal_bytes = 1_024;
+    assert_eq!(writer::prealloc_chunk(&l), 4_096);
+    l.journal_bytes = 1 << 20;
+    l.storage_bytes = 1 << 20;
+    assert_eq!(
+        writer::prealloc_chunk(&l),
+        128 * 1024,
+        "a quarter of storageBytes / 2"
+    );
+}
+
+#[test]
 fn a_crash_with_any_room_reopens_and_appends_at_the_logical_end() {
     let home = TempHome::new("room");
     let mut l = limits();
