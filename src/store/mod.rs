@@ -144,6 +144,7 @@ impl Store {
             len,
             alloc,
             prealloc_chunk: room.chunk,
+            room_refused: false,
             generation,
             batch_no,
             unsynced: false,
@@ -267,7 +268,8 @@ fn prepare_journal(
             let g = covered + 1;
             let size =
                 writer::prealloc_target(header, header, room.chunk, room.cap).unwrap_or(header);
-            Ok((writer::create_journal(dir, g, size)?, header, size, g, 0))
+            let (file, size) = writer::create_journal(dir, g, size)?;
+            Ok((file, header, size, g, 0))
         }
         JournalFile::Live {
             generation,
@@ -289,11 +291,9 @@ fn prepare_journal(
                 .map_err(|e| Error::io("cannot stat", &path, &e))?
                 .len();
             if let Some(target) = writer::prealloc_target(*valid_len, alloc, room.chunk, room.cap) {
-                writer::write_zeros(&file, alloc, target)
-                    .map_err(|e| Error::io("cannot preallocate", &path, &e))?;
+                alloc = writer::add_room(&file, alloc, target);
                 file.sync_data()
                     .map_err(|e| Error::io("cannot fdatasync", &path, &e))?;
-                alloc = target;
             }
             Ok((file, *valid_len, alloc, *generation, *batches))
         }

@@ -62,7 +62,7 @@ pub(crate) fn prealloc_target(len: u64, alloc: u64, chunk: u64, cap: u64) -> Opt
 }
 
 /// Writes zeros to `file` from `from` up to `to` (not synced).
-pub(crate) fn write_zeros(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+fn write_zeros(file: &File, from: u64, to: u64) -> std::io::Result<()> {
     const PIECE: u64 = 64 * 1024;
     let zeros = vec![0u8; PIECE.min(to.saturating_sub(from)) as usize];
     let mut at = from;
@@ -72,6 +72,17 @@ pub(crate) fn write_zeros(file: &File, from: u64, to: u64) -> std::io::Result<()
         at += n as u64;
     }
     Ok(())
+}
+
+/// Adds zero-filled room to `file` (size `from`) up to `to`, as far as the filesystem allows,
+/// and returns the file's size after it (not synced). Room is only an optimisation: a full
+/// disk or a file size limit (`RLIMIT_FSIZE`) leaves less or none, and frames are then
+/// appended past it until a frame's own write fails, exactly as without preallocation.
+pub(crate) fn add_room(file: &File, from: u64, to: u64) -> u64 {
+    match write_zeros(file, from, to) {
+        Ok(()) => to,
+        Err(_) => file.metadata().map_or(from, |m| m.len().clamp(from, to)),
+    }
 }
 
 /// Called once the batch holding a write is durable (`None`) or failed (`Some(error)`); for
@@ -181,6 +192,9 @@ pub(crate) struct Writer {
     pub alloc: u64,
     /// How much room one preallocation adds (see [`prealloc_chunk`]).
     pub prealloc_chunk: u64,
+    /// The filesystem refused room for this journal generation (full, or a file size limit):
+    /// no more is tried until the next generation.
+    pub room_refused: bool,
     pub generation: u64,
     pub batch_no: u64,
     /// Frames written after the last fdatasync (only batches of `Ack::Applied` writes).
@@ -195,9 +209,14 @@ pub(crate) struct Writer {
     pub _lock: FileLock,
 }
 
-/// Creates journal `generation` durably with `size` bytes (at least the header; zeros after
-/// it, the first preallocated room): temp file, header, zeros, fsync, rename, fsync dir.
-pub(crate) fn create_journal(dir: &std::path::Path, generation: u64, size: u64) -> Result<File> {
+/// Creates journal `generation` durably with up to `size` bytes (the header, then zeros: the
+/// first preallocated room, as far as the filesystem allows): temp file, header, zeros, fsync,
+/// rename, fsync dir. Returns the file and its size.
+pub(crate) fn create_journal(
+    dir: &std::path::Path,
+    generation: u64,
+    size: u64,
+) -> Result<(File, u64)> {
     let tmp = dir.join(paths::JOURNAL_TMP);
     match std::fs::remove_file(&tmp) {
         Ok(()) => {}
@@ -207,14 +226,13 @@ pub(crate) fn create_journal(dir: &std::path::Path, generation: u64, size: u64) 
     let mut f = fsutil::create_private_new(&tmp)?;
     f.write_all(&journal::encode_header(generation))
         .map_err(|e| Error::io("cannot write", &tmp, &e))?;
-    write_zeros(&f, journal::HEADER_BYTES as u64, size)
-        .map_err(|e| Error::io("cannot write", &tmp, &e))?;
+    let size = add_room(&f, journal::HEADER_BYTES as u64, size);
     f.sync_data()
         .map_err(|e| Error::io("cannot fsync", &tmp, &e))?;
     let path = dir.join(paths::JOURNAL);
     std::fs::rename(&tmp, &path).map_err(|e| Error::io("cannot rename onto", &path, &e))?;
     fsutil::fsync_dir(dir)?;
-    Ok(f)
+    Ok((f, size))
 }
 
 impl Writer {
@@ -463,12 +481,19 @@ impl Writer {
     /// and block map once, and the commits after it sync data only. The sync also covers a
     /// deferred frame. Runs after a batch is answered, never on a commit's path.
     pub(crate) fn maybe_extend(&mut self) -> Result<()> {
+        if self.room_refused {
+            return Ok(());
+        }
         let Some(target) = self.prealloc_target(self.len, self.alloc) else {
             return Ok(());
         };
-        let path = self.dir.join(paths::JOURNAL);
-        write_zeros(&self.file, self.alloc, target)
-            .map_err(|e| Error::io("cannot preallocate", &path, &e))?;
+        let size = add_room(&self.file, self.alloc, target);
+        if size < target {
+            // Frames written into what was added sync the new size with them.
+            self.room_refused = true;
+            self.alloc = size;
+            return Ok(());
+        }
         self.sync_data()?;
         self.alloc = target;
         self.mark_durable();
@@ -551,8 +576,8 @@ impl Writer {
         let next = self.generation + 1;
         let header = journal::HEADER_BYTES as u64;
         let size = self.prealloc_target(header, header).unwrap_or(header);
-        self.file = create_journal(&self.dir, next, size)?;
-        self.alloc = size;
+        (self.file, self.alloc) = create_journal(&self.dir, next, size)?;
+        self.room_refused = self.alloc < size;
         // The durable snapshot holds every record, deferred ones included.
         self.unsynced = false;
         self.mark_durable();
