@@ -1,12 +1,14 @@
 //! The runtime's JSON edge: the transport's [`Handler`] and MCP's [`ToolHost`] implemented
 //! over the typed dispatch of `handler` and `tools`. Params arrive as the JSON objects the
-//! frame decoder produced and are decoded into protocol types here; typed answers leave as
-//! JSON objects here. Nothing else in the runtime handles JSON values.
+//! frame decoder produced and are decoded into protocol types here (the hot `peer.send` and
+//! `peer.receipt` arrive already typed, decoded from the frame's bytes by `protocol::hot`);
+//! typed answers leave as JSON objects here. Nothing else in the runtime handles JSON values.
 
 use super::core::Core;
 use super::handler::{self, LocalAnswer};
 use super::tools::{CallOptions, execute};
 use crate::error::{Code, Error, Result};
+use crate::protocol::hot::HotCall;
 use crate::protocol::local::LocalRequest;
 use crate::protocol::message::{PeerSend, PeerStatus, ReceiptPush};
 use crate::tools::{ToolCall, ToolHost};
@@ -66,6 +68,17 @@ impl Handler for RootHandler {
                     crate::sanitize::line(other, crate::config::internal::ECHO_CHARS_MAX)
                 ),
             )),
+        }
+    }
+
+    fn hot_calls(&self) -> bool {
+        true
+    }
+
+    fn peer_call(&self, from: &PeerInfo, call: HotCall, _notify: &Notifier) -> Result<Value> {
+        match call {
+            HotCall::Send(send) => encode(&handler::peer_send(&self.0, from, send)?),
+            HotCall::Receipt(push) => encode(&handler::peer_receipt(&self.0, from, push)?),
         }
     }
 

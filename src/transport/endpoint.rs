@@ -10,6 +10,7 @@ use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::protocol::access;
 use crate::protocol::handshake::{Channel, RecentNonces, Responder, ResponderCtx, Step};
+use crate::protocol::hot;
 use crate::protocol::rpc::{self, Id, Incoming};
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
@@ -389,6 +390,7 @@ fn serve_authenticated(
         }),
         Channel::Local | Channel::Run { .. } => None,
     };
+    let hot_calls = shared.handler.hot_calls();
     loop {
         let deadline = Instant::now() + Duration::from_millis(shared.limits.idle_ms);
         let frame = match reader.next(Some(deadline)) {
@@ -404,6 +406,19 @@ fn serve_authenticated(
                 return;
             }
         };
+        // A plain hot request from a peer is decoded straight into its typed params; any
+        // other frame (or one the typed decoder declines) takes the general path.
+        let hot = peer
+            .as_ref()
+            .filter(|_| hot_calls)
+            .and_then(|from| hot::decode(&frame).map(|req| (from, req)));
+        if let Some((from, req)) = hot {
+            let reply = dispatch_hot(shared, channel, from, req, notifier);
+            if out.send(reply).is_err() {
+                return;
+            }
+            continue;
+        }
         let reply = match rpc::parse(&frame) {
             Err(reject) => Some(reject.to_line()),
             Ok(Incoming::Request { id, method, params }) => Some(dispatch(
@@ -451,6 +466,24 @@ fn dispatch(
         }
         (None, _) => shared.handler.local_request(method, params, notifier),
     });
+    answer(shared, id, result)
+}
+
+/// [`dispatch`] for a request the typed decoder read: its version was checked there.
+fn dispatch_hot(
+    shared: &Shared,
+    channel: &Channel,
+    from: &PeerInfo,
+    req: hot::HotRequest,
+    notifier: &Notifier,
+) -> Vec<u8> {
+    let result = access::authorize(channel, req.call.method())
+        .and_then(|()| shared.handler.peer_call(from, req.call, notifier));
+    answer(shared, &req.id, result)
+}
+
+/// The response line for one call's result, an error when it exceeds `frameBytes`.
+fn answer(shared: &Shared, id: &Id, result: Result<Value>) -> Vec<u8> {
     let frame = match result {
         Ok(value) => rpc::encode_result(id, &value),
         Err(e) => return rpc::encode_error(Some(id), &e),
