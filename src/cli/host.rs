@@ -129,7 +129,20 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     let root = Root::start(&a.opts)?;
     warn_shared_alias(&root, "peer host");
     let ask = ask_beside(&root)?;
-    let (bell, events) = subscribe(&root);
+    let shows = Shows {
+        // A terminal on stdout belongs to CMD while it runs: no NDJSON into it either.
+        json: ctx.json && (a.command.is_empty() || !std::io::stdout().is_terminal()),
+        // By default a line on stderr only for a host of its own in a terminal (no CMD, no
+        // --json); never into a terminal CMD owns.
+        notify: a.notify.unwrap_or(if a.command.is_empty() && !ctx.json {
+            Notify::Stderr
+        } else {
+            Notify::None
+        }),
+    };
+    // A host that shows nothing subscribes to nothing: arrivals then neither queue events
+    // nor wake this thread.
+    let (bell, events) = subscribe(&root, shows.json || shows.notify != Notify::None);
     let ready = if ctx.json {
         let mut ready = serde_json::json!(root.ready_event());
         if let Some(h) = &ask {
@@ -157,23 +170,18 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     if a.command.is_empty() {
         ready?;
     }
-    let shows = Shows {
-        // A terminal on stdout belongs to CMD while it runs: no NDJSON into it either.
-        json: ctx.json && (a.command.is_empty() || !std::io::stdout().is_terminal()),
-        // By default a line on stderr only for a host of its own in a terminal (no CMD, no
-        // --json); never into a terminal CMD owns.
-        notify: a.notify.unwrap_or(if a.command.is_empty() && !ctx.json {
-            Notify::Stderr
-        } else {
-            Notify::None
-        }),
-    };
     let mut drain = || -> Result<()> {
         if let Some(rx) = &events {
+            // Everything queued since the last look leaves in one write per stream (bounded:
+            // the subscription's queue holds at most SUBSCRIBER_QUEUE events).
+            let mut shown = Shown::default();
             for ev in rx.try_iter() {
-                if output_open && print_event(&shows, &ev).is_err() {
-                    output_open = false;
+                if output_open {
+                    render_event(&shows, &ev, &mut shown);
                 }
+            }
+            if output_open && shown.flush().is_err() {
+                output_open = false;
             }
         }
         if output_open || !a.command.is_empty() {
@@ -235,17 +243,38 @@ struct Shows {
     notify: Notify,
 }
 
+/// What a batch of events prints: NDJSON for stdout, bells and lines for stderr.
+#[derive(Default)]
+struct Shown {
+    stdout: String,
+    stderr: String,
+}
+
+impl Shown {
+    /// Writes stdout's part in one write (its failure is returned) and stderr's in another.
+    fn flush(&self) -> Result<()> {
+        if !self.stderr.is_empty() {
+            out::err_text(&self.stderr);
+        }
+        if self.stdout.is_empty() {
+            return Ok(());
+        }
+        out::text(&self.stdout)
+    }
+}
+
 /// Events as NDJSON when asked for; an arrival announced as `--notify` says (on stderr, so a
 /// hosted command's own stdout stays clean).
-fn print_event(shows: &Shows, ev: &serde_json::Value) -> Result<()> {
+fn render_event(shows: &Shows, ev: &serde_json::Value, shown: &mut Shown) {
     if shows.json {
-        super::print_json(ev)?;
+        shown.stdout.push_str(&ev.to_string());
+        shown.stdout.push('\n');
     }
     if ev.get("kind").and_then(serde_json::Value::as_str) != Some("message") {
-        return Ok(());
+        return;
     }
     if shows.notify == Notify::Bell {
-        out::err_text("\u{7}");
+        shown.stderr.push('\u{7}');
     }
     if shows.notify == Notify::Stderr {
         let s = |k: &str| {
@@ -258,27 +287,31 @@ fn print_event(shows: &Shows, ev: &serde_json::Value) -> Result<()> {
             Some(alias) => format!("{} ({})", crate::sanitize::line(alias, 64), s("from")),
             None => s("from"),
         };
-        out::err_line(&format!(
-            "peer host: message {} from {from} (peer inbox to read it)",
+        shown.stderr.push_str(&format!(
+            "peer host: message {} from {from} (peer inbox to read it)\n",
             s("messageId")
         ));
     }
-    Ok(())
 }
 
-/// The host's event subscription, ringing the bell the main thread sleeps on.
+/// The host's event subscription (none when it `listens` to nothing), ringing the bell the
+/// main thread sleeps on.
 fn subscribe(
     root: &Root,
+    listens: bool,
 ) -> (
     Arc<Bell>,
     Option<crossbeam_channel::Receiver<serde_json::Value>>,
 ) {
     let bell = Arc::new(Bell::default());
     let ring = bell.clone();
-    let events = root
-        .core
-        .bus
-        .subscribe_notified(Some(Arc::new(move || ring.ring())));
+    let events = listens
+        .then(|| {
+            root.core
+                .bus
+                .subscribe_notified(Some(Arc::new(move || ring.ring())))
+        })
+        .flatten();
     (bell, events)
 }
 
@@ -455,6 +488,48 @@ pub fn exit_code(status: std::process::ExitStatus) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch of events renders as one NDJSON block for stdout and, for arrivals only, one
+    /// announcement per message for stderr; a host that shows nothing renders nothing.
+    #[test]
+    fn a_batch_of_events_renders_into_one_block_per_stream() {
+        let arrival = serde_json::json!({"event": "peer_update", "kind": "message",
+            "messageId": "m-1", "from": "p-a", "fromAlias": "ann", "busSequence": 1});
+        let receipt = serde_json::json!({"event": "peer_update", "kind": "receipt",
+            "messageId": "m-0", "busSequence": 2});
+        let both = Shows {
+            json: true,
+            notify: Notify::Stderr,
+        };
+        let mut shown = Shown::default();
+        for ev in [&arrival, &receipt] {
+            render_event(&both, ev, &mut shown);
+        }
+        assert_eq!(shown.stdout, format!("{arrival}\n{receipt}\n"));
+        assert_eq!(
+            shown.stderr,
+            "peer host: message m-1 from ann (p-a) (peer inbox to read it)\n"
+        );
+        let bell = Shows {
+            json: false,
+            notify: Notify::Bell,
+        };
+        let mut shown = Shown::default();
+        for ev in [&arrival, &receipt, &arrival] {
+            render_event(&bell, ev, &mut shown);
+        }
+        assert_eq!(
+            (shown.stdout.as_str(), shown.stderr.as_str()),
+            ("", "\u{7}\u{7}")
+        );
+        let silent = Shows {
+            json: false,
+            notify: Notify::None,
+        };
+        let mut shown = Shown::default();
+        render_event(&silent, &arrival, &mut shown);
+        assert!(shown.stdout.is_empty() && shown.stderr.is_empty());
+    }
 
     /// Rings coalesce into one wake-up until the main thread looks, and a ring from another
     /// thread while it sleeps is never lost (each `wait` here returns only because of one).
