@@ -246,7 +246,7 @@ struct Shows {
 /// What a batch of events prints: NDJSON for stdout, bells and lines for stderr.
 #[derive(Default)]
 struct Shown {
-    stdout: String,
+    stdout: Vec<u8>,
     stderr: String,
 }
 
@@ -259,16 +259,17 @@ impl Shown {
         if self.stdout.is_empty() {
             return Ok(());
         }
-        out::text(&self.stdout)
+        out::bytes(&self.stdout)
     }
 }
 
 /// Events as NDJSON when asked for; an arrival announced as `--notify` says (on stderr, so a
 /// hosted command's own stdout stays clean).
 fn render_event(shows: &Shows, ev: &serde_json::Value, shown: &mut Shown) {
-    if shows.json {
-        shown.stdout.push_str(&ev.to_string());
-        shown.stdout.push('\n');
+    // Serialised straight into the buffer: the same bytes as the value's `Display`, without
+    // going through a formatter per string.
+    if shows.json && serde_json::to_writer(&mut shown.stdout, ev).is_ok() {
+        shown.stdout.push(b'\n');
     }
     if ev.get("kind").and_then(serde_json::Value::as_str) != Some("message") {
         return;
@@ -505,7 +506,7 @@ mod tests {
         for ev in [&arrival, &receipt] {
             render_event(&both, ev, &mut shown);
         }
-        assert_eq!(shown.stdout, format!("{arrival}\n{receipt}\n"));
+        assert_eq!(shown.stdout, format!("{arrival}\n{receipt}\n").into_bytes());
         assert_eq!(
             shown.stderr,
             "peer host: message m-1 from ann (p-a) (peer inbox to read it)\n"
@@ -519,8 +520,8 @@ mod tests {
             render_event(&bell, ev, &mut shown);
         }
         assert_eq!(
-            (shown.stdout.as_str(), shown.stderr.as_str()),
-            ("", "\u{7}\u{7}")
+            (shown.stdout.len(), shown.stderr.as_str()),
+            (0, "\u{7}\u{7}")
         );
         let silent = Shows {
             json: false,
