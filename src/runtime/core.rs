@@ -208,7 +208,10 @@ impl Core {
         if who.instance_id == self.instance_id {
             return Ok(());
         }
-        self.scope_admits(who, self.presence.advertisement_of(&who.instance_id).as_ref())
+        self.scope_admits(
+            who,
+            self.presence.advertisement_of(&who.instance_id).as_ref(),
+        )
     }
 
     /// What taking custody of a `peer.send` needs to know about its sender, from one presence

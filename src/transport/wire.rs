@@ -5,7 +5,7 @@
 use crate::error::{Code, Error, Result};
 use crate::protocol::frame::{FrameDecoder, FrameError};
 use crate::protocol::rpc;
-use crossbeam_channel::{Sender, bounded};
+use crossbeam_channel::{Receiver, Sender, bounded};
 use nix::sys::socket::{MsgFlags, send};
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -31,9 +31,14 @@ pub(crate) enum Out {
 /// queued, which saves two thread hand-offs per round trip. `write_lock` serialises the
 /// writer thread and direct writers; `queued` counts frames enqueued but not yet written, so
 /// a direct write never overtakes a queued frame.
+///
+/// The writer thread starts with the first frame that has to be queued (a full socket buffer,
+/// a notification): most connections answer every request directly and never need one, so
+/// a root with many connections does not keep an idle writer thread for each.
 #[derive(Clone)]
 pub(crate) struct Outgoing {
     tx: Sender<Out>,
+    writer: Arc<Mutex<Writer>>,
     closed: Arc<AtomicBool>,
     stream: Arc<UnixStream>,
     write_lock: Arc<Mutex<UnixStream>>,
@@ -41,8 +46,18 @@ pub(crate) struct Outgoing {
     write_ms: u64,
 }
 
+/// The writer thread's state.
+enum Writer {
+    /// Not needed yet; holds the queue's receiving end for it.
+    Idle(Receiver<Out>),
+    Running,
+    /// Closed before it was ever needed.
+    Closed,
+}
+
 impl Outgoing {
-    /// Starts the writer thread for `stream` with a queue of `capacity` frames.
+    /// The sending half of `stream` with a queue of `capacity` frames (its writer thread
+    /// starts when the first frame is queued).
     pub(crate) fn spawn(stream: &UnixStream, capacity: u64, write_ms: u64) -> Result<Outgoing> {
         let clone = || {
             stream
@@ -52,9 +67,30 @@ impl Outgoing {
         let write_lock = Arc::new(Mutex::new(clone()?));
         let handle = Arc::new(clone()?);
         let (tx, rx) = bounded::<Out>(usize::try_from(capacity).unwrap_or(usize::MAX).max(1));
-        let queued = Arc::new(AtomicUsize::new(0));
-        let (lock, count) = (write_lock.clone(), queued.clone());
-        std::thread::Builder::new()
+        Ok(Outgoing {
+            tx,
+            writer: Arc::new(Mutex::new(Writer::Idle(rx))),
+            closed: Arc::new(AtomicBool::new(false)),
+            stream: handle,
+            write_lock,
+            queued: Arc::new(AtomicUsize::new(0)),
+            write_ms,
+        })
+    }
+
+    /// Starts the writer thread unless it runs; `DISCONNECTED` once closed.
+    fn ensure_writer(&self) -> Result<()> {
+        let mut writer = self.writer.lock();
+        let rx = match std::mem::replace(&mut *writer, Writer::Running) {
+            Writer::Running => return Ok(()),
+            Writer::Closed => {
+                *writer = Writer::Closed;
+                return Err(disconnected());
+            }
+            Writer::Idle(rx) => rx,
+        };
+        let (lock, count, write_ms) = (self.write_lock.clone(), self.queued.clone(), self.write_ms);
+        let spawned = std::thread::Builder::new()
             .name("peer-writer".into())
             .spawn(move || {
                 while let Ok(Out::Frame(bytes)) = rx.recv() {
@@ -66,17 +102,14 @@ impl Outgoing {
                     }
                 }
                 let _ = lock.lock().shutdown(std::net::Shutdown::Both);
-            })
-            .map_err(|e| io_err("cannot start a writer thread", &e))?;
-        let closed = Arc::new(AtomicBool::new(false));
-        Ok(Outgoing {
-            tx,
-            closed,
-            stream: handle,
-            write_lock,
-            queued,
-            write_ms,
-        })
+            });
+        if let Err(e) = spawned {
+            *writer = Writer::Closed;
+            drop(writer);
+            self.abort();
+            return Err(io_err("cannot start a writer thread", &e));
+        }
+        Ok(())
     }
 
     /// Writes `frame` at once from this thread when no queued frame is waiting; `None` when
@@ -96,6 +129,7 @@ impl Outgoing {
 
     /// Enqueues for the writer thread, waiting at most `wait` for room (`None`: no wait).
     fn enqueue(&self, frame: Vec<u8>, wait: Option<Duration>) -> Result<()> {
+        self.ensure_writer()?;
         self.queued.fetch_add(1, Ordering::AcqRel);
         let sent = match wait {
             Some(wait) => self
@@ -191,6 +225,17 @@ impl Outgoing {
     pub(crate) fn close(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
+        }
+        {
+            let mut writer = self.writer.lock();
+            if let Writer::Idle(_) = *writer {
+                // Nothing was ever queued: no writer to flush through. Shutting down under
+                // the write lock waits for a direct write in progress (bounded by writeMs).
+                *writer = Writer::Closed;
+                drop(writer);
+                let _ = self.write_lock.lock().shutdown(std::net::Shutdown::Both);
+                return;
+            }
         }
         if self
             .tx
@@ -577,5 +622,40 @@ mod tests {
         }
         drop(writer.join().unwrap());
         assert!(matches!(r.next(None), ReadEvent::Closed));
+    }
+
+    fn writer_idle(out: &Outgoing) -> bool {
+        matches!(*out.writer.lock(), Writer::Idle(_))
+    }
+
+    /// Frames written directly start no writer thread, and closing such a connection still
+    /// ends the stream; the first queued frame starts it, and queued frames are delivered
+    /// before the close.
+    #[test]
+    fn the_writer_thread_starts_with_the_first_queued_frame() {
+        use std::io::Read;
+        let (near, mut far) = UnixStream::pair().unwrap();
+        let out = Outgoing::spawn(&near, 4, 5_000).unwrap();
+        out.send(b"direct\n".to_vec()).unwrap();
+        assert!(writer_idle(&out));
+        out.close();
+        assert!(matches!(*out.writer.lock(), Writer::Closed));
+        let mut got = Vec::new();
+        far.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"direct\n");
+        assert_eq!(
+            out.try_send(b"late\n".to_vec()).unwrap_err().code,
+            Code::Disconnected
+        );
+
+        let (near, mut far) = UnixStream::pair().unwrap();
+        let out = Outgoing::spawn(&near, 4, 5_000).unwrap();
+        out.try_send(b"queued 1\n".to_vec()).unwrap();
+        assert!(matches!(*out.writer.lock(), Writer::Running));
+        out.try_send(b"queued 2\n".to_vec()).unwrap();
+        out.close();
+        let mut got = Vec::new();
+        far.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"queued 1\nqueued 2\n");
     }
 }
