@@ -170,12 +170,15 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     if a.command.is_empty() {
         ready?;
     }
-    let mut drain = || -> Result<()> {
+    // Whether events were drained (so more are likely to follow: see `Wake::gather`).
+    let mut drain = || -> Result<bool> {
+        let mut drained = false;
         if let Some(rx) = &events {
             // Everything queued since the last look leaves in one write per stream (bounded:
             // the subscription's queue holds at most SUBSCRIBER_QUEUE events).
             let mut shown = Shown::default();
             for ev in rx.try_iter() {
+                drained = true;
                 if output_open {
                     render_event(&shows, &ev, &mut shown);
                 }
@@ -185,7 +188,7 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
             }
         }
         if output_open || !a.command.is_empty() {
-            Ok(())
+            Ok(drained)
         } else {
             Err(out::closed())
         }
@@ -386,15 +389,40 @@ impl Wake {
             self.bell.cv.wait(&mut held);
         }
     }
+
+    /// After a look that found events (a busy host: arrivals come in bursts, one per group
+    /// commit): sleeps `EVENT_GATHER` with the bell's flag left set, so the events arriving
+    /// meanwhile cost their publishers an atomic swap instead of a futex wake each, and they
+    /// leave together at the next look. A stop or the command's end (which ring too) is seen
+    /// at that look, within `EVENT_GATHER`; the flag makes the next `wait` return at once. An
+    /// idle host is not affected: it gathers only after finding events.
+    fn gather(&self) {
+        self.bell
+            .rung
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut held = self.bell.lock.lock();
+        let _ = self.bell.cv.wait_for(&mut held, EVENT_GATHER);
+    }
 }
 
-fn wait_for_signal(stop: &Stop, wake: &Wake, drain: &mut dyn FnMut() -> Result<()>) -> Result<i32> {
+/// How long the host's main thread lets events gather after a look that found some.
+const EVENT_GATHER: std::time::Duration = std::time::Duration::from_millis(2);
+
+fn wait_for_signal(
+    stop: &Stop,
+    wake: &Wake,
+    drain: &mut dyn FnMut() -> Result<bool>,
+) -> Result<i32> {
     loop {
-        drain()?;
+        let drained = drain()?;
         if stop.signal().is_some() {
             return Ok(0);
         }
-        wake.wait(false, None);
+        if drained {
+            wake.gather();
+        } else {
+            wake.wait(false, None);
+        }
     }
 }
 
@@ -403,7 +431,7 @@ fn run_child(
     command: &[OsString],
     stop: &Stop,
     wake: &Wake,
-    drain: &mut dyn FnMut() -> Result<()>,
+    drain: &mut dyn FnMut() -> Result<bool>,
 ) -> Result<i32> {
     let mut child_cmd = std::process::Command::new(&command[0]);
     if let Some(path) = path_with_own_dir() {
@@ -443,7 +471,7 @@ fn run_child(
         .map_err(|e| Error::new(Code::Io, format!("cannot wait for the command: {e}")))?;
     let mut forwarded = false;
     loop {
-        drain()?;
+        let drained = drain()?;
         if done.try_recv().is_ok() {
             let status = child
                 .wait()
@@ -461,7 +489,11 @@ fn run_child(
             );
             forwarded = true;
         }
-        wake.wait(forwarded, Some(&done));
+        if drained {
+            wake.gather();
+        } else {
+            wake.wait(forwarded, Some(&done));
+        }
     }
 }
 
@@ -530,6 +562,30 @@ mod tests {
         let mut shown = Shown::default();
         render_event(&silent, &arrival, &mut shown);
         assert!(shown.stdout.is_empty() && shown.stderr.is_empty());
+    }
+
+    /// While the main thread gathers, a ring neither wakes it nor is lost: the flag stays
+    /// set, so the wait after the gathering returns at once, and the one after that sleeps.
+    #[test]
+    fn rings_while_gathering_are_kept_for_the_next_look() {
+        let (_tx, stopped) = crossbeam_channel::bounded(1);
+        let bell = Arc::new(Bell::default());
+        let wake = Wake {
+            events: None,
+            stopped,
+            bell: bell.clone(),
+        };
+        let b = bell.clone();
+        let ringer = std::thread::spawn(move || {
+            for _ in 0..100 {
+                b.ring();
+            }
+        });
+        wake.gather();
+        ringer.join().unwrap();
+        assert!(bell.rung.load(std::sync::atomic::Ordering::SeqCst));
+        wake.wait(false, None);
+        assert!(!bell.rung.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     /// Rings coalesce into one wake-up until the main thread looks, and a ring from another
