@@ -129,17 +129,7 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     let root = Root::start(&a.opts)?;
     warn_shared_alias(&root, "peer host");
     let ask = ask_beside(&root)?;
-    let shows = Shows {
-        // A terminal on stdout belongs to CMD while it runs: no NDJSON into it either.
-        json: ctx.json && (a.command.is_empty() || !std::io::stdout().is_terminal()),
-        // By default a line on stderr only for a host of its own in a terminal (no CMD, no
-        // --json); never into a terminal CMD owns.
-        notify: a.notify.unwrap_or(if a.command.is_empty() && !ctx.json {
-            Notify::Stderr
-        } else {
-            Notify::None
-        }),
-    };
+    let shows = Shows::of(ctx, a);
     // A host that shows nothing subscribes to nothing: arrivals then neither queue events
     // nor wake this thread.
     let (bell, events) = subscribe(&root, shows.json || shows.notify != Notify::None);
@@ -172,21 +162,9 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     }
     // Whether events were drained (so more are likely to follow: see `Wake::gather`).
     let mut drain = || -> Result<bool> {
-        let mut drained = false;
-        if let Some(rx) = &events {
-            // Everything queued since the last look leaves in one write per stream (bounded:
-            // the subscription's queue holds at most SUBSCRIBER_QUEUE events).
-            let mut shown = Shown::default();
-            for ev in rx.try_iter() {
-                drained = true;
-                if output_open {
-                    render_event(&shows, &ev, &mut shown);
-                }
-            }
-            if output_open && shown.flush().is_err() {
-                output_open = false;
-            }
-        }
+        let drained = events
+            .as_ref()
+            .is_some_and(|rx| show_events(rx, &shows, &mut output_open));
         if output_open || !a.command.is_empty() {
             Ok(drained)
         } else {
@@ -246,6 +224,28 @@ struct Shows {
     notify: Notify,
 }
 
+/// Shows everything queued since the last look, in one write per stream (bounded: the
+/// subscription's queue holds at most SUBSCRIBER_QUEUE events); a failed write to stdout
+/// clears `output_open`. True when there was anything.
+fn show_events(
+    rx: &crossbeam_channel::Receiver<serde_json::Value>,
+    shows: &Shows,
+    output_open: &mut bool,
+) -> bool {
+    let mut drained = false;
+    let mut shown = Shown::default();
+    for ev in rx.try_iter() {
+        drained = true;
+        if *output_open {
+            render_event(shows, &ev, &mut shown);
+        }
+    }
+    if *output_open && shown.flush().is_err() {
+        *output_open = false;
+    }
+    drained
+}
+
 /// What a batch of events prints: NDJSON for stdout, bells and lines for stderr.
 #[derive(Default)]
 struct Shown {
@@ -263,6 +263,22 @@ impl Shown {
             return Ok(());
         }
         out::bytes(&self.stdout)
+    }
+}
+
+impl Shows {
+    fn of(ctx: &Ctx, a: &HostArgs) -> Shows {
+        Shows {
+            // A terminal on stdout belongs to CMD while it runs: no NDJSON into it either.
+            json: ctx.json && (a.command.is_empty() || !std::io::stdout().is_terminal()),
+            // By default a line on stderr only for a host of its own in a terminal (no CMD,
+            // no --json); never into a terminal CMD owns.
+            notify: a.notify.unwrap_or(if a.command.is_empty() && !ctx.json {
+                Notify::Stderr
+            } else {
+                Notify::None
+            }),
+        }
     }
 }
 

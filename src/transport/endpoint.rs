@@ -373,14 +373,9 @@ fn answer_read_failure(out: &Outgoing, event: &ReadEvent, timeout_code: Code) ->
     Err(err)
 }
 
-fn serve_authenticated(
-    shared: &Shared,
-    reader: &mut FrameReader,
-    out: &Outgoing,
-    channel: &Channel,
-    notifier: &Notifier,
-) {
-    let peer = match channel {
+/// The authenticated peer of a peer channel.
+fn peer_of(channel: &Channel) -> Option<PeerInfo> {
+    match channel {
         Channel::Peer {
             instance_id,
             run_id,
@@ -389,7 +384,17 @@ fn serve_authenticated(
             run_id: run_id.clone(),
         }),
         Channel::Local | Channel::Run { .. } => None,
-    };
+    }
+}
+
+fn serve_authenticated(
+    shared: &Shared,
+    reader: &mut FrameReader,
+    out: &Outgoing,
+    channel: &Channel,
+    notifier: &Notifier,
+) {
+    let peer = peer_of(channel);
     let hot_calls = shared.handler.hot_calls();
     loop {
         let deadline = Instant::now() + Duration::from_millis(shared.limits.idle_ms);
@@ -408,13 +413,13 @@ fn serve_authenticated(
         };
         // A plain hot request from a peer is decoded straight into its typed params; any
         // other frame (or one the typed decoder declines) takes the general path.
-        let hot = peer
-            .as_ref()
-            .filter(|_| hot_calls)
-            .and_then(|from| hot::decode(&frame).map(|req| (from, req)));
-        if let Some((from, req)) = hot {
-            let reply = dispatch_hot(shared, channel, from, req, notifier);
-            if out.send(reply).is_err() {
+        if let Some(from) = peer.as_ref().filter(|_| hot_calls)
+            && let Some(req) = hot::decode(&frame)
+        {
+            if out
+                .send(dispatch_hot(shared, channel, from, req, notifier))
+                .is_err()
+            {
                 return;
             }
             continue;
