@@ -12,7 +12,7 @@ use crate::protocol::hot::HotCall;
 use crate::protocol::local::LocalRequest;
 use crate::protocol::message::{PeerSend, PeerStatus, ReceiptPush};
 use crate::tools::{ToolCall, ToolHost};
-use crate::transport::{Handler, Notifier, PeerInfo};
+use crate::transport::{Answer, Handler, Notifier, PeerInfo};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -75,11 +75,14 @@ impl Handler for RootHandler {
         true
     }
 
-    fn peer_call(&self, from: &PeerInfo, call: HotCall, _notify: &Notifier) -> Result<Value> {
-        match call {
-            HotCall::Send(send) => encode(&handler::peer_send(&self.0, from, send)?),
-            HotCall::Receipt(push) => encode(&handler::peer_receipt(&self.0, from, push)?),
-        }
+    fn peer_call(&self, from: &PeerInfo, call: HotCall, _notify: &Notifier) -> Result<Answer> {
+        Ok(match call {
+            // The custody receipt goes out as its JSON text, written without a `Value`.
+            HotCall::Send(send) => Answer::Json(handler::peer_send(&self.0, from, send)?.to_json()),
+            HotCall::Receipt(push) => {
+                Answer::Value(encode(&handler::peer_receipt(&self.0, from, push)?)?)
+            }
+        })
     }
 
     fn local_request(

@@ -471,7 +471,7 @@ fn dispatch(
         }
         (None, _) => shared.handler.local_request(method, params, notifier),
     });
-    answer(shared, id, result)
+    answer(shared, id, result.map(super::Answer::Value))
 }
 
 /// [`dispatch`] for a request the typed decoder read: its version was checked there.
@@ -488,9 +488,10 @@ fn dispatch_hot(
 }
 
 /// The response line for one call's result, an error when it exceeds `frameBytes`.
-fn answer(shared: &Shared, id: &Id, result: Result<Value>) -> Vec<u8> {
+fn answer(shared: &Shared, id: &Id, result: Result<super::Answer>) -> Vec<u8> {
     let frame = match result {
-        Ok(value) => rpc::encode_result(id, &value),
+        Ok(super::Answer::Value(value)) => rpc::encode_result(id, &value),
+        Ok(super::Answer::Json(json)) => rpc::encode_result_json(id, &json),
         Err(e) => return rpc::encode_error(Some(id), &e),
     };
     match wire::check_frame_len(&frame, shared.limits.frame_bytes) {

@@ -1089,12 +1089,14 @@ impl Handler for HotRecorder {
         _from: &PeerInfo,
         call: crate::protocol::hot::HotCall,
         _notify: &Notifier,
-    ) -> Result<Value> {
+    ) -> Result<Answer> {
         self.0.lock().push(("typed", call.method().to_string()));
-        match call {
-            crate::protocol::hot::HotCall::Send(s) => Ok(json!({"messageId": s.message_id})),
-            crate::protocol::hot::HotCall::Receipt(r) => Ok(json!({"ok": r.from_run})),
-        }
+        Ok(match call {
+            crate::protocol::hot::HotCall::Send(s) => {
+                Answer::Json(serde_json::to_vec(&json!({"messageId": s.message_id})).unwrap())
+            }
+            crate::protocol::hot::HotCall::Receipt(r) => Answer::Value(json!({"ok": r.from_run})),
+        })
     }
 
     fn peer_request(
