@@ -44,7 +44,12 @@ fn a_store_that_failed_a_write_advertises_it_and_says_how_to_recover() {
     shared_coord_config(&ns.home, &coord);
     let small = ns.root.join("small");
     std::fs::create_dir(&small).unwrap();
-    let config = json!({"sessions": {"communication": {"coordinationDirectory": coord}}});
+    // journalBytes 64 KiB: the journal's preallocated room (zeros written when the store
+    // opened, before the disk filled up) is a 16 KiB chunk, so a few sends use it up.
+    let config = json!({"sessions": {"communication": {
+        "coordinationDirectory": coord,
+        "limits": {"journalBytes": 65_536},
+    }}});
     // Inside a private mount namespace: a 512 KiB tmpfs becomes the root's home; once the
     // root runs, its command fills the disk.
     let inner = format!(
@@ -72,13 +77,20 @@ fn a_store_that_failed_a_write_advertises_it_and_says_how_to_recover() {
         "the full-disk root never started"
     );
     let sender = ns.host(&["--alias", "sender"]);
-    // The sends reach the full root, whose store fails the write once the journal's last
-    // allocated page is used up (tmpfs allocates whole pages).
+    // The sends reach the full root, whose store fails the write once the journal's
+    // preallocated room and its last allocated page are used up (tmpfs allocates whole
+    // pages; more room cannot be added on a full disk).
     let big = "x".repeat(6000);
     let mut answers = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..8 {
         let out = peer_as(&ns, &sender, &["--json", "send", "@full", &big]);
         answers.push(json_of(&out));
+        if answers
+            .last()
+            .is_some_and(|a| a["state"] != json!("accepted"))
+        {
+            break;
+        }
     }
     assert!(
         answers.iter().any(|a| a["state"] != json!("accepted")),

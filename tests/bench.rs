@@ -30,9 +30,10 @@ const TARGETS: [&str; 11] = [
     "idleRss",
     "criticalFsyncs",
 ];
-const FLOORS: [&str; 6] = [
+const FLOORS: [&str; 7] = [
     "udsTrip",
     "fdatasync",
+    "fdatasyncAppend",
     "atomicReplace",
     "spawn",
     "sign",

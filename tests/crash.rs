@@ -422,7 +422,8 @@ fn a_killed_hosts_journal_torn_or_flipped_is_reviewed_or_refused_untouched() {
     // A torn tail (the last batch cut short, as a crash mid-write leaves it) is ignored
     // read-only: the earlier messages are all there and no file changes.
     let whole = std::fs::read(&journal).unwrap();
-    std::fs::write(&journal, &whole[..whole.len() - 3]).unwrap();
+    let end = journal_frames_end(&whole);
+    std::fs::write(&journal, &whole[..end - 3]).unwrap();
     let before = snapshot_files(&dir);
     let o = recover(&ns, &bob_instance, "s-flip");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -435,7 +436,7 @@ fn a_killed_hosts_journal_torn_or_flipped_is_reviewed_or_refused_untouched() {
 
     // One flipped bit in the middle: RECOVERY_REQUIRED, bytes unchanged.
     let mut flipped = whole.clone();
-    let mid = flipped.len() / 2;
+    let mid = end / 2;
     flipped[mid] ^= 0x10;
     std::fs::write(&journal, &flipped).unwrap();
     let before = snapshot_files(&dir);

@@ -422,7 +422,7 @@ fn a_restarted_host_leaves_old_mail_to_recover_and_a_corrupt_journal_is_untouche
     let dir = paths::store_dir(&ns.home, &old);
     let journal = dir.join(paths::JOURNAL);
     let mut bytes = std::fs::read(&journal).unwrap();
-    let mid = bytes.len() / 2;
+    let mid = journal_frames_end(&bytes) / 2;
     bytes[mid] ^= 0x01;
     std::fs::write(&journal, &bytes).unwrap();
     let before: Vec<(String, Vec<u8>)> = files_in(&dir)

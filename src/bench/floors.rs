@@ -1,14 +1,19 @@
 //! Phase 1 of `peer bench`: the physical floors measured in-process in the same run (Unix
-//! socket round trip, append + fdatasync, atomic replace, no-op spawn, Ed25519 sign and
+//! socket round trip, fdatasync of a record written in place into a preallocated zero-filled
+//! file and, beside it, of an append, atomic replace, no-op spawn, Ed25519 sign and
 //! verify_strict, and the group-commit ceiling: durable commits per second of one journal with
 //! N concurrent writers), so that every peerwire figure can be reported as a ratio to them.
+//! The durable floors write into preallocated room because that is the cheapest way this
+//! filesystem makes a record durable (an fdatasync that writes data blocks only, no inode),
+//! which is also how the message store's journal is written.
 
 use super::stats::Summary;
 use crate::error::{Code, Error, Result};
 use crate::{fsutil, identity};
 use serde_json::{Value, json};
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Instant;
@@ -56,7 +61,10 @@ impl FloorSizes {
 #[derive(Clone, Debug)]
 pub struct Floors {
     pub uds_trip: Summary,
+    /// A record written in place into preallocated room + fdatasync.
     pub fdatasync: Summary,
+    /// A record appended (the file grows) + fdatasync: the size goes to disk too.
+    pub fdatasync_append: Summary,
     pub atomic_replace: Summary,
     pub spawn: Summary,
     pub sign: Summary,
@@ -66,7 +74,7 @@ pub struct Floors {
 }
 
 /// The floor names, in report order, with what each measures and the durability it gives.
-pub const FLOOR_ROWS: [(&str, &str, &str); 6] = [
+pub const FLOOR_ROWS: [(&str, &str, &str); 7] = [
     (
         "udsTrip",
         "Unix socket round trip, 64 B, echo thread, unpinned",
@@ -74,7 +82,12 @@ pub const FLOOR_ROWS: [(&str, &str, &str); 6] = [
     ),
     (
         "fdatasync",
-        "append 4 KiB + fdatasync, benchmark filesystem",
+        "write 4 KiB in place into a preallocated zero-filled file + fdatasync, benchmark filesystem",
+        "fdatasync per record",
+    ),
+    (
+        "fdatasyncAppend",
+        "append 4 KiB + fdatasync (the file size changes each time), benchmark filesystem",
         "fdatasync per record",
     ),
     (
@@ -92,6 +105,7 @@ impl Floors {
         Some(match name {
             "udsTrip" => self.uds_trip,
             "fdatasync" => self.fdatasync,
+            "fdatasyncAppend" => self.fdatasync_append,
             "atomicReplace" => self.atomic_replace,
             "spawn" => self.spawn,
             "sign" => self.sign,
@@ -129,7 +143,7 @@ impl Floors {
 }
 
 /// What the group-commit ceiling measures.
-pub const GROUP_COMMIT_WHAT: &str = "N writer threads each append a 4 KiB record and wait; one committer writes every queued record and fdatasyncs once per batch";
+pub const GROUP_COMMIT_WHAT: &str = "N writer threads each hand over a 4 KiB record and wait; one committer writes every queued record in place into a preallocated zero-filled file and fdatasyncs once per batch";
 
 /// Mean of the before and after group-commit ceilings with `writers` writers (NaN if absent).
 pub fn mean_ceiling(before: &Floors, after: &Floors, writers: usize) -> f64 {
@@ -151,7 +165,8 @@ pub fn mean_median(before: &Floors, after: &Floors, name: &str) -> f64 {
 pub fn measure(dir: &Path, sizes: &FloorSizes) -> Result<Floors> {
     Ok(Floors {
         uds_trip: uds_trip(sizes.trips, sizes.trips_warmup)?,
-        fdatasync: append_sync(dir, sizes.syncs)?,
+        fdatasync: overwrite_sync(dir, sizes.syncs)?,
+        fdatasync_append: append_sync(dir, sizes.syncs)?,
         atomic_replace: atomic_replace(dir, sizes.replaces)?,
         spawn: spawn(sizes.spawns)?,
         sign: sign(sizes.signatures),
@@ -205,6 +220,59 @@ fn uds_trip(n: usize, warmup: usize) -> Result<Summary> {
     }
 }
 
+/// Creates `path` holding `bytes` zeros, written and fdatasynced: room that later writes fill
+/// in place without changing the file's size or block map.
+fn zero_filled(path: &Path, bytes: usize) -> Result<File> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| io("create the preallocated file", e))?;
+    let zeros = vec![0u8; 64 * 1024];
+    let mut at = 0;
+    while at < bytes {
+        let n = (bytes - at).min(zeros.len());
+        f.write_all_at(&zeros[..n], at as u64)
+            .map_err(|e| io("preallocate", e))?;
+        at += n;
+    }
+    f.sync_all()
+        .map_err(|e| io("fsync the preallocated file", e))?;
+    Ok(f)
+}
+
+fn overwrite_sync(dir: &Path, n: usize) -> Result<Summary> {
+    let path = dir.join("floor-overwrite.log");
+    let warmup = (n / 20).max(2);
+    let f = zero_filled(&path, (n + warmup) * RECORD_BYTES);
+    let f = match f {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+    };
+    let record = [0x5au8; RECORD_BYTES];
+    let mut samples = Vec::with_capacity(n);
+    let mut run = || -> std::io::Result<()> {
+        for i in 0..n + warmup {
+            let t = Instant::now();
+            f.write_all_at(&record, (i * RECORD_BYTES) as u64)?;
+            f.sync_data()?;
+            if i >= warmup {
+                samples.push(micros(t));
+            }
+        }
+        Ok(())
+    };
+    let outcome = run();
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    outcome.map_err(|e| io("write in place + fdatasync", e))?;
+    Ok(Summary::of(&samples))
+}
+
 fn append_sync(dir: &Path, n: usize) -> Result<Summary> {
     let path = dir.join("floor-append.log");
     let mut f = OpenOptions::new()
@@ -230,7 +298,8 @@ fn append_sync(dir: &Path, n: usize) -> Result<Summary> {
 
 /// Durable commits per second of one journal file with `writers` concurrent writers: each
 /// writer hands a record to the committer and waits for its acknowledgement; the committer
-/// takes every record queued, appends them, fdatasyncs once and acknowledges the batch. This is
+/// takes every record queued, writes them in place into the preallocated file, fdatasyncs
+/// once and acknowledges the batch. This is
 /// what a store with group commit can do at best on this filesystem with that many writers
 /// waiting, whatever else the path around it costs.
 fn group_commit(dir: &Path, writers: usize, records: usize) -> Result<f64> {
@@ -238,11 +307,13 @@ fn group_commit(dir: &Path, writers: usize, records: usize) -> Result<f64> {
     let writers = writers.max(1);
     let per_writer = (records / writers).max(4);
     let path = dir.join(format!("floor-group-{writers}.log"));
-    let mut f = OpenOptions::new()
-        .create_new(true)
-        .append(true)
-        .open(&path)
-        .map_err(|e| io("create the group-commit file", e))?;
+    let f = match zero_filled(&path, writers * per_writer * RECORD_BYTES) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+    };
     let (queue, jobs) = bounded::<Sender<()>>(writers);
     let record = [0x5au8; RECORD_BYTES];
     let start = Instant::now();
@@ -263,6 +334,7 @@ fn group_commit(dir: &Path, writers: usize, records: usize) -> Result<f64> {
         drop(queue);
         let jobs = jobs;
         let mut committed = 0;
+        let mut at = 0u64;
         let mut batch = Vec::with_capacity(writers);
         let mut bytes = Vec::with_capacity(writers * RECORD_BYTES);
         while let Ok(first) = jobs.recv() {
@@ -272,7 +344,8 @@ fn group_commit(dir: &Path, writers: usize, records: usize) -> Result<f64> {
             for _ in &batch {
                 bytes.extend_from_slice(&record);
             }
-            f.write_all(&bytes)?;
+            f.write_all_at(&bytes, at)?;
+            at += bytes.len() as u64;
             f.sync_data()?;
             committed += batch.len();
             for ack in batch.drain(..) {
@@ -374,7 +447,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let f = f.unwrap();
         assert_eq!(f.uds_trip.n, 5);
-        assert_eq!(f.fdatasync.n, 3);
+        assert_eq!((f.fdatasync.n, f.fdatasync_append.n), (3, 3));
         assert_eq!(f.verify.n, 3);
         let j = f.to_json();
         for (name, _, _) in FLOOR_ROWS {

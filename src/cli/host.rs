@@ -129,7 +129,10 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     let root = Root::start(&a.opts)?;
     warn_shared_alias(&root, "peer host");
     let ask = ask_beside(&root)?;
-    let (bell, events) = subscribe(&root);
+    let shows = Shows::of(ctx, a);
+    // A host that shows nothing subscribes to nothing: arrivals then neither queue events
+    // nor wake this thread.
+    let (bell, events) = subscribe(&root, shows.json || shows.notify != Notify::None);
     let ready = if ctx.json {
         let mut ready = serde_json::json!(root.ready_event());
         if let Some(h) = &ask {
@@ -157,27 +160,13 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     if a.command.is_empty() {
         ready?;
     }
-    let shows = Shows {
-        // A terminal on stdout belongs to CMD while it runs: no NDJSON into it either.
-        json: ctx.json && (a.command.is_empty() || !std::io::stdout().is_terminal()),
-        // By default a line on stderr only for a host of its own in a terminal (no CMD, no
-        // --json); never into a terminal CMD owns.
-        notify: a.notify.unwrap_or(if a.command.is_empty() && !ctx.json {
-            Notify::Stderr
-        } else {
-            Notify::None
-        }),
-    };
-    let mut drain = || -> Result<()> {
-        if let Some(rx) = &events {
-            for ev in rx.try_iter() {
-                if output_open && print_event(&shows, &ev).is_err() {
-                    output_open = false;
-                }
-            }
-        }
+    // Whether events were drained (so more are likely to follow: see `Wake::gather`).
+    let mut drain = || -> Result<bool> {
+        let drained = events
+            .as_ref()
+            .is_some_and(|rx| show_events(rx, &shows, &mut output_open));
         if output_open || !a.command.is_empty() {
-            Ok(())
+            Ok(drained)
         } else {
             Err(out::closed())
         }
@@ -235,17 +224,77 @@ struct Shows {
     notify: Notify,
 }
 
+/// Shows everything queued since the last look, in one write per stream (bounded: the
+/// subscription's queue holds at most SUBSCRIBER_QUEUE events); a failed write to stdout
+/// clears `output_open`. True when there was anything.
+fn show_events(
+    rx: &crossbeam_channel::Receiver<serde_json::Value>,
+    shows: &Shows,
+    output_open: &mut bool,
+) -> bool {
+    let mut drained = false;
+    let mut shown = Shown::default();
+    for ev in rx.try_iter() {
+        drained = true;
+        if *output_open {
+            render_event(shows, &ev, &mut shown);
+        }
+    }
+    if *output_open && shown.flush().is_err() {
+        *output_open = false;
+    }
+    drained
+}
+
+/// What a batch of events prints: NDJSON for stdout, bells and lines for stderr.
+#[derive(Default)]
+struct Shown {
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+impl Shown {
+    /// Writes stdout's part in one write (its failure is returned) and stderr's in another.
+    fn flush(&self) -> Result<()> {
+        if !self.stderr.is_empty() {
+            out::err_text(&self.stderr);
+        }
+        if self.stdout.is_empty() {
+            return Ok(());
+        }
+        out::bytes(&self.stdout)
+    }
+}
+
+impl Shows {
+    fn of(ctx: &Ctx, a: &HostArgs) -> Shows {
+        Shows {
+            // A terminal on stdout belongs to CMD while it runs: no NDJSON into it either.
+            json: ctx.json && (a.command.is_empty() || !std::io::stdout().is_terminal()),
+            // By default a line on stderr only for a host of its own in a terminal (no CMD,
+            // no --json); never into a terminal CMD owns.
+            notify: a.notify.unwrap_or(if a.command.is_empty() && !ctx.json {
+                Notify::Stderr
+            } else {
+                Notify::None
+            }),
+        }
+    }
+}
+
 /// Events as NDJSON when asked for; an arrival announced as `--notify` says (on stderr, so a
 /// hosted command's own stdout stays clean).
-fn print_event(shows: &Shows, ev: &serde_json::Value) -> Result<()> {
-    if shows.json {
-        super::print_json(ev)?;
+fn render_event(shows: &Shows, ev: &serde_json::Value, shown: &mut Shown) {
+    // Serialised straight into the buffer: the same bytes as the value's `Display`, without
+    // going through a formatter per string.
+    if shows.json && serde_json::to_writer(&mut shown.stdout, ev).is_ok() {
+        shown.stdout.push(b'\n');
     }
     if ev.get("kind").and_then(serde_json::Value::as_str) != Some("message") {
-        return Ok(());
+        return;
     }
     if shows.notify == Notify::Bell {
-        out::err_text("\u{7}");
+        shown.stderr.push('\u{7}');
     }
     if shows.notify == Notify::Stderr {
         let s = |k: &str| {
@@ -258,27 +307,31 @@ fn print_event(shows: &Shows, ev: &serde_json::Value) -> Result<()> {
             Some(alias) => format!("{} ({})", crate::sanitize::line(alias, 64), s("from")),
             None => s("from"),
         };
-        out::err_line(&format!(
-            "peer host: message {} from {from} (peer inbox to read it)",
+        shown.stderr.push_str(&format!(
+            "peer host: message {} from {from} (peer inbox to read it)\n",
             s("messageId")
         ));
     }
-    Ok(())
 }
 
-/// The host's event subscription, ringing the bell the main thread sleeps on.
+/// The host's event subscription (none when it `listens` to nothing), ringing the bell the
+/// main thread sleeps on.
 fn subscribe(
     root: &Root,
+    listens: bool,
 ) -> (
     Arc<Bell>,
     Option<crossbeam_channel::Receiver<serde_json::Value>>,
 ) {
     let bell = Arc::new(Bell::default());
     let ring = bell.clone();
-    let events = root
-        .core
-        .bus
-        .subscribe_notified(Some(Arc::new(move || ring.ring())));
+    let events = listens
+        .then(|| {
+            root.core
+                .bus
+                .subscribe_notified(Some(Arc::new(move || ring.ring())))
+        })
+        .flatten();
     (bell, events)
 }
 
@@ -352,15 +405,40 @@ impl Wake {
             self.bell.cv.wait(&mut held);
         }
     }
+
+    /// After a look that found events (a busy host: arrivals come in bursts, one per group
+    /// commit): sleeps `EVENT_GATHER` with the bell's flag left set, so the events arriving
+    /// meanwhile cost their publishers an atomic swap instead of a futex wake each, and they
+    /// leave together at the next look. A stop or the command's end (which ring too) is seen
+    /// at that look, within `EVENT_GATHER`; the flag makes the next `wait` return at once. An
+    /// idle host is not affected: it gathers only after finding events.
+    fn gather(&self) {
+        self.bell
+            .rung
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut held = self.bell.lock.lock();
+        let _ = self.bell.cv.wait_for(&mut held, EVENT_GATHER);
+    }
 }
 
-fn wait_for_signal(stop: &Stop, wake: &Wake, drain: &mut dyn FnMut() -> Result<()>) -> Result<i32> {
+/// How long the host's main thread lets events gather after a look that found some.
+const EVENT_GATHER: std::time::Duration = std::time::Duration::from_millis(2);
+
+fn wait_for_signal(
+    stop: &Stop,
+    wake: &Wake,
+    drain: &mut dyn FnMut() -> Result<bool>,
+) -> Result<i32> {
     loop {
-        drain()?;
+        let drained = drain()?;
         if stop.signal().is_some() {
             return Ok(0);
         }
-        wake.wait(false, None);
+        if drained {
+            wake.gather();
+        } else {
+            wake.wait(false, None);
+        }
     }
 }
 
@@ -369,7 +447,7 @@ fn run_child(
     command: &[OsString],
     stop: &Stop,
     wake: &Wake,
-    drain: &mut dyn FnMut() -> Result<()>,
+    drain: &mut dyn FnMut() -> Result<bool>,
 ) -> Result<i32> {
     let mut child_cmd = std::process::Command::new(&command[0]);
     if let Some(path) = path_with_own_dir() {
@@ -409,7 +487,7 @@ fn run_child(
         .map_err(|e| Error::new(Code::Io, format!("cannot wait for the command: {e}")))?;
     let mut forwarded = false;
     loop {
-        drain()?;
+        let drained = drain()?;
         if done.try_recv().is_ok() {
             let status = child
                 .wait()
@@ -427,7 +505,11 @@ fn run_child(
             );
             forwarded = true;
         }
-        wake.wait(forwarded, Some(&done));
+        if drained {
+            wake.gather();
+        } else {
+            wake.wait(forwarded, Some(&done));
+        }
     }
 }
 
@@ -455,6 +537,72 @@ pub fn exit_code(status: std::process::ExitStatus) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch of events renders as one NDJSON block for stdout and, for arrivals only, one
+    /// announcement per message for stderr; a host that shows nothing renders nothing.
+    #[test]
+    fn a_batch_of_events_renders_into_one_block_per_stream() {
+        let arrival = serde_json::json!({"event": "peer_update", "kind": "message",
+            "messageId": "m-1", "from": "p-a", "fromAlias": "ann", "busSequence": 1});
+        let receipt = serde_json::json!({"event": "peer_update", "kind": "receipt",
+            "messageId": "m-0", "busSequence": 2});
+        let both = Shows {
+            json: true,
+            notify: Notify::Stderr,
+        };
+        let mut shown = Shown::default();
+        for ev in [&arrival, &receipt] {
+            render_event(&both, ev, &mut shown);
+        }
+        assert_eq!(shown.stdout, format!("{arrival}\n{receipt}\n").into_bytes());
+        assert_eq!(
+            shown.stderr,
+            "peer host: message m-1 from ann (p-a) (peer inbox to read it)\n"
+        );
+        let bell = Shows {
+            json: false,
+            notify: Notify::Bell,
+        };
+        let mut shown = Shown::default();
+        for ev in [&arrival, &receipt, &arrival] {
+            render_event(&bell, ev, &mut shown);
+        }
+        assert_eq!(
+            (shown.stdout.len(), shown.stderr.as_str()),
+            (0, "\u{7}\u{7}")
+        );
+        let silent = Shows {
+            json: false,
+            notify: Notify::None,
+        };
+        let mut shown = Shown::default();
+        render_event(&silent, &arrival, &mut shown);
+        assert!(shown.stdout.is_empty() && shown.stderr.is_empty());
+    }
+
+    /// While the main thread gathers, a ring neither wakes it nor is lost: the flag stays
+    /// set, so the wait after the gathering returns at once, and the one after that sleeps.
+    #[test]
+    fn rings_while_gathering_are_kept_for_the_next_look() {
+        let (_tx, stopped) = crossbeam_channel::bounded(1);
+        let bell = Arc::new(Bell::default());
+        let wake = Wake {
+            events: None,
+            stopped,
+            bell: bell.clone(),
+        };
+        let b = bell.clone();
+        let ringer = std::thread::spawn(move || {
+            for _ in 0..100 {
+                b.ring();
+            }
+        });
+        wake.gather();
+        ringer.join().unwrap();
+        assert!(bell.rung.load(std::sync::atomic::Ordering::SeqCst));
+        wake.wait(false, None);
+        assert!(!bell.rung.load(std::sync::atomic::Ordering::SeqCst));
+    }
 
     /// Rings coalesce into one wake-up until the main thread looks, and a ring from another
     /// thread while it sleeps is never lost (each `wait` here returns only because of one).

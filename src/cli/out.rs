@@ -20,8 +20,13 @@ pub fn is_closed(e: &Error) -> bool {
 
 /// Writes `text` to standard output as it is and flushes.
 pub fn text(text: &str) -> Result<()> {
+    bytes(text.as_bytes())
+}
+
+/// Writes `bytes` to standard output as they are and flushes.
+pub fn bytes(bytes: &[u8]) -> Result<()> {
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
+    out.write_all(bytes)
         .and_then(|()| out.flush())
         .map_err(|e| write_error(&e))
 }

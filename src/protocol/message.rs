@@ -132,7 +132,42 @@ pub struct Receipt {
     pub code: Option<String>,
 }
 
+/// A receipt's fields in the order a `Value` object writes its keys (sorted), so it
+/// serialises to the bytes the receipt's `Value` gives without building one.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SortedReceipt<'a> {
+    at_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    code: Option<&'a str>,
+    correlation_id: &'a str,
+    from_peer_id: &'a str,
+    message_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply_message_id: Option<&'a str>,
+    sequence: u64,
+    state: ReceiptState,
+    to_peer_id: &'a str,
+}
+
 impl Receipt {
+    /// The receipt as compact JSON text, byte for byte what serialising its `Value` writes
+    /// (keys in sorted order).
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(&SortedReceipt {
+            at_ms: self.at_ms,
+            code: self.code.as_deref(),
+            correlation_id: &self.correlation_id,
+            from_peer_id: &self.from_peer_id,
+            message_id: &self.message_id,
+            reply_message_id: self.reply_message_id.as_deref(),
+            sequence: self.sequence,
+            state: self.state,
+            to_peer_id: &self.to_peer_id,
+        })
+        .unwrap_or_default()
+    }
+
     /// A receipt a peer answered with (the result of `peer.send` or `peer.status`).
     pub fn decode(v: Value) -> Result<Receipt> {
         serde_json::from_value(v).map_err(|e| {

@@ -224,3 +224,29 @@ fn waitable_states_are_the_four_progress_states() {
     assert_eq!(ReceiptState::waitable("refused"), None);
     assert_eq!(ReceiptState::waitable(""), None);
 }
+
+proptest::proptest! {
+    /// The receipt's direct JSON text is the bytes of its `Value`, whatever its strings hold.
+    #[test]
+    fn receipt_text_is_the_bytes_of_its_value(
+        id in ".{0,12}", corr in "[a-z\"\\\\\u{1}é]{0,8}", reply in proptest::option::of(".{0,6}"),
+        code in proptest::option::of("[A-Z_]{0,10}"), seq in proptest::prelude::any::<u64>(),
+        at in proptest::prelude::any::<u64>(), state in 0usize..6,
+    ) {
+        let states = [ReceiptState::Accepted, ReceiptState::Prepared, ReceiptState::Consumed,
+            ReceiptState::Replied, ReceiptState::Refused, ReceiptState::Expired];
+        let r = Receipt {
+            message_id: id,
+            from_peer_id: "p-a".into(),
+            to_peer_id: TO.into(),
+            state: states[state],
+            sequence: seq,
+            correlation_id: corr,
+            at_ms: at,
+            reply_message_id: reply,
+            code,
+        };
+        let via_value = serde_json::to_vec(&serde_json::to_value(&r).unwrap()).unwrap();
+        proptest::prop_assert_eq!(r.to_json(), via_value);
+    }
+}

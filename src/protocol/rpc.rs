@@ -244,6 +244,25 @@ pub fn encode_result(id: &Id, result: &Value) -> Vec<u8> {
     })
 }
 
+/// [`encode_result`] for a result already written as compact JSON text (`json`, keys in
+/// sorted order): the same bytes, without a `Value` of the result.
+pub fn encode_result_json(id: &Id, json: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(json.len() + 48);
+    out.extend_from_slice(b"{\"id\":");
+    match id {
+        Id::Num(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        Id::Str(s) => {
+            if serde_json::to_writer(&mut out, s).is_err() {
+                return encode_result(id, &Value::Null);
+            }
+        }
+    }
+    out.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"result\":");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"}\n");
+    out
+}
+
 /// An error response: `{"code":N,"message":…,"data":{"code":NAME}}`; `id` null when unknown.
 pub fn encode_error(id: Option<&Id>, error: &Error) -> Vec<u8> {
     line(&json!({"jsonrpc": "2.0", "id": id.map(Id::to_value), "error": error.to_rpc()}))
@@ -298,6 +317,28 @@ mod tests {
                     encode_notification("peer.receipt", b),
                     line(&json!({"jsonrpc": "2.0", "method": "peer.receipt", "params": b}))
                 );
+            }
+        }
+    }
+
+    /// A result written from its JSON text is the bytes of the `Value` envelope.
+    #[test]
+    fn results_from_json_text_are_the_bytes_of_a_value_envelope() {
+        let ids = [
+            Id::Num(7),
+            Id::Num(-1),
+            Id::Num(i64::MIN),
+            Id::Str("a\"b\u{1}é".into()),
+        ];
+        let bodies = [
+            json!({}),
+            json!({"z": 1, "a": [1, "x\n", {"k": null}], "m": {"é": true}}),
+            json!("text"),
+        ];
+        for id in &ids {
+            for b in &bodies {
+                let text = serde_json::to_vec(b).unwrap();
+                assert_eq!(encode_result_json(id, &text), encode_result(id, b));
             }
         }
     }

@@ -208,8 +208,40 @@ impl Core {
         if who.instance_id == self.instance_id {
             return Ok(());
         }
+        self.scope_admits(
+            who,
+            self.presence.advertisement_of(&who.instance_id).as_ref(),
+        )
+    }
+
+    /// What taking custody of a `peer.send` needs to know about its sender, from one presence
+    /// lookup: the sessionId its record states ([`session_of`](Self::session_of)), the scope
+    /// check ([`check_sender_scope`](Self::check_sender_scope)) and its alias
+    /// ([`alias_of`](Self::alias_of)).
+    pub fn sender_facts(
+        &self,
+        who: &crate::messaging::Principal,
+    ) -> Result<(Option<String>, Option<String>)> {
+        if who.instance_id == self.instance_id {
+            return Ok((Some(self.session_id.clone()), self.alias_of(who)));
+        }
+        let (reach, session) = self.presence.reach_and_session(&who.instance_id);
+        let ad = match reach {
+            super::presence_cache::Reach::Live(ad) => Some(ad),
+            _ => None,
+        };
+        self.scope_admits(who, ad.as_ref())?;
+        Ok((session, ad.and_then(|ad| advertised_alias(ad, who))))
+    }
+
+    /// The scope check against the sender's live advertisement `ad` (none: refused).
+    fn scope_admits(
+        &self,
+        who: &crate::messaging::Principal,
+        ad: Option<&crate::presence::Advertisement>,
+    ) -> Result<()> {
         let viewer = self.viewer(None)?;
-        let Some(ad) = self.presence.advertisement_of(&who.instance_id) else {
+        let Some(ad) = ad else {
             return Err(Error::new(
                 Code::ScopeDenied,
                 format!(
@@ -248,14 +280,7 @@ impl Core {
             };
         }
         let ad = self.presence.advertisement_of(&who.instance_id)?;
-        match &who.run_id {
-            None => Some(ad.alias),
-            Some(run) => ad
-                .runs
-                .iter()
-                .find(|r| &r.run_id == run)
-                .map(|r| r.alias.clone()),
-        }
+        advertised_alias(ad, who)
     }
 
     /// Rewrites our presence record with the current runs.
@@ -356,5 +381,20 @@ impl Verifier for PresenceVerifier {
             Reach::Gone(_) | Reach::Unknown(_) => return None,
         };
         self.0.presence.public_key(&ad.public_key)
+    }
+}
+
+/// The alias another root's advertisement states for `who` (its run's, for a child run).
+fn advertised_alias(
+    ad: crate::presence::Advertisement,
+    who: &crate::messaging::Principal,
+) -> Option<String> {
+    match &who.run_id {
+        None => Some(ad.alias),
+        Some(run) => ad
+            .runs
+            .into_iter()
+            .find(|r| &r.run_id == run)
+            .map(|r| r.alias),
     }
 }

@@ -118,9 +118,7 @@ pub fn peer_directory(core: &Core) -> RunsPage {
 /// plus its `fromRun`, its session and alias what its presence record states.
 pub fn peer_send(core: &Core, from: &PeerInfo, send: PeerSend) -> Result<message::Receipt> {
     let who = principal(from, send.from_run);
-    let origin = core.session_of(&from.instance_id);
-    core.check_sender_scope(&who)?;
-    let from_alias = core.alias_of(&who);
+    let (origin, from_alias) = core.sender_facts(&who)?;
     let reply_to = send.body.reply_to.clone();
     let inbound = InboundSend {
         origin,

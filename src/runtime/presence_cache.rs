@@ -156,7 +156,8 @@ impl PresenceCache {
         self.reach_and_session(instance_id).1
     }
 
-    fn reach_and_session(&self, instance_id: &str) -> (Reach, Option<String>) {
+    /// [`reach_of`](Self::reach_of) and [`session_of`](Self::session_of) from one lookup.
+    pub fn reach_and_session(&self, instance_id: &str) -> (Reach, Option<String>) {
         if let Some((at, reach, session)) = self.adverts.lock().get(instance_id)
             && at.elapsed().as_millis() < ADVERT_TTL_MS
         {

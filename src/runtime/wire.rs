@@ -1,16 +1,18 @@
 //! The runtime's JSON edge: the transport's [`Handler`] and MCP's [`ToolHost`] implemented
 //! over the typed dispatch of `handler` and `tools`. Params arrive as the JSON objects the
-//! frame decoder produced and are decoded into protocol types here; typed answers leave as
-//! JSON objects here. Nothing else in the runtime handles JSON values.
+//! frame decoder produced and are decoded into protocol types here (the hot `peer.send` and
+//! `peer.receipt` arrive already typed, decoded from the frame's bytes by `protocol::hot`);
+//! typed answers leave as JSON objects here. Nothing else in the runtime handles JSON values.
 
 use super::core::Core;
 use super::handler::{self, LocalAnswer};
 use super::tools::{CallOptions, execute};
 use crate::error::{Code, Error, Result};
+use crate::protocol::hot::HotCall;
 use crate::protocol::local::LocalRequest;
 use crate::protocol::message::{PeerSend, PeerStatus, ReceiptPush};
 use crate::tools::{ToolCall, ToolHost};
-use crate::transport::{Handler, Notifier, PeerInfo};
+use crate::transport::{Answer, Handler, Notifier, PeerInfo};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -67,6 +69,20 @@ impl Handler for RootHandler {
                 ),
             )),
         }
+    }
+
+    fn hot_calls(&self) -> bool {
+        true
+    }
+
+    fn peer_call(&self, from: &PeerInfo, call: HotCall, _notify: &Notifier) -> Result<Answer> {
+        Ok(match call {
+            // The custody receipt goes out as its JSON text, written without a `Value`.
+            HotCall::Send(send) => Answer::Json(handler::peer_send(&self.0, from, send)?.to_json()),
+            HotCall::Receipt(push) => {
+                Answer::Value(encode(&handler::peer_receipt(&self.0, from, push)?)?)
+            }
+        })
     }
 
     fn local_request(

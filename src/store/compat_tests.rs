@@ -168,6 +168,22 @@ fn a_store_written_before_message_bodies_were_shared_loads_unchanged() {
         img.inbox.iter().any(|e| e.message_id == "f0"),
         "journal replayed"
     );
+    // The old journal had no preallocated room: it gets some, and a new frame goes right
+    // after its last one.
+    let old_journal = std::fs::read(Path::new(FIXTURE).join(paths::JOURNAL)).unwrap();
+    let journal = std::fs::read(dir.join(paths::JOURNAL)).unwrap();
+    assert!(journal.len() > old_journal.len(), "preallocated at open");
+    assert_eq!(journal[..old_journal.len()], old_journal[..]);
+    h.set_live(ME);
+    h.accept(peer(), inbound("q3", None)).unwrap();
+    h.query(|_| ()).unwrap();
+    let after = h.query(|m| m.state().image()).unwrap();
+    assert_eq!(h.stats().generation, 2, "no compaction in between");
+    let journal = std::fs::read(dir.join(paths::JOURNAL)).unwrap();
+    assert_eq!(journal[..old_journal.len()], old_journal[..]);
+    s.close().unwrap();
+    let s = Store::open(&home, INSTANCE, SESSION, &limits()).unwrap();
+    assert_eq!(s.handle().query(|m| m.state().image()).unwrap(), after);
     s.close().unwrap();
     // Opening verified the old snapshot against its re-encoding; it was not rewritten.
     assert_eq!(

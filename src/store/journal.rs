@@ -8,17 +8,23 @@
 //!   16  generation  u64 LE   (≥ 1; the snapshot says which generation it covers)
 //!   24  header_crc  u32 LE   crc32(bytes 0..24)
 //!   28  reserved    u32 LE = 0
-//! frame (one per group commit, appended with one write, then fdatasync)
+//! frame (one per group commit, written with one pwrite at the logical end, then fdatasync)
 //!   0   len         u32 LE   payload bytes, 1 ..= frame_bytes_max
 //!   4   len_crc     u32 LE   crc32("pwjf" ‖ len LE): a torn or flipped length is detected
 //!   8   crc         u32 LE   crc32(payload)
 //!   12  payload     len bytes: JSON {"batch":n,"records":[Record…]}, n = 1, 2, 3 … per generation
+//! room (0x00 bytes up to the file's size: preallocated by the writer, written as real zeros
+//!   and fdatasynced before any frame is written into it, so the file size and its blocks are
+//!   already durable and a frame's fdatasync writes data blocks only)
 //! ```
 //!
+//! The *logical end* is the end of the last complete frame; everything after it that is 0x00
+//! is room, the normal clean end of a preallocated journal (and of an old journal, which has
+//! none). A writer appends at the logical end, never at the file's size.
 //! Recovery classifies the first defective frame at offset `o`. Let `z` be where the run of
 //! 0x00 bytes that ends the file starts (JSON payloads never end in 0x00, so `z` is the end of
-//! everything the disk really wrote). The defect is a torn tail — the unacknowledged last
-//! batch, discarded by truncating to `o` — exactly when:
+//! everything the disk really wrote; a frame is only looked for before `z`). The defect is a
+//! torn tail — the unacknowledged last batch, discarded by truncating to `o` — exactly when:
 //!   1. fewer than 12 header bytes remain after `o`; or
 //!   2. `len_crc` fails and the header reaches into the zero suffix (`z < o + 12`); or
 //!   3. the header is valid but the payload runs past end of file; or
@@ -147,8 +153,11 @@ pub struct Scan {
     pub batches: Vec<Vec<Record>>,
     /// Bytes that hold the header and complete batches; a torn tail starts here.
     pub valid_len: u64,
-    /// Bytes after `valid_len` (a torn, never acknowledged tail) to discard.
+    /// Written bytes after `valid_len` (a torn, never acknowledged tail) to discard; the
+    /// zeros after them are not counted (0 for a clean end, preallocated or not).
     pub torn_bytes: u64,
+    /// The file's size: `valid_len` plus the torn tail plus the zero-filled room after it.
+    pub file_len: u64,
 }
 
 /// Scans a whole journal file. A torn tail is reported (not an error); corruption is
@@ -162,10 +171,11 @@ pub fn scan(bytes: &[u8], frame_bytes_max: u64) -> Result<Scan> {
         ..Scan::default()
     };
     let mut o = HEADER_BYTES;
-    while o < end {
+    // Zeros from `o` to the end are the preallocated, never written room: the clean end.
+    while o < zero_from {
         match frame_at(bytes, o, zero_from, frame_bytes_max)? {
             Frame::Torn => {
-                scan.torn_bytes = (end - o) as u64;
+                scan.torn_bytes = (zero_from - o) as u64;
                 break;
             }
             Frame::Complete {
@@ -185,6 +195,7 @@ pub fn scan(bytes: &[u8], frame_bytes_max: u64) -> Result<Scan> {
         }
     }
     scan.valid_len = o.min(end) as u64;
+    scan.file_len = end as u64;
     Ok(scan)
 }
 
@@ -311,6 +322,83 @@ mod tests {
         let mut pre = f.clone();
         pre.extend([0u8; 100]);
         assert_eq!(scan(&pre, 1 << 20).unwrap().batches.len(), 2);
+    }
+
+    /// `f` followed by zero-filled room up to `size` bytes, as the writer preallocates it.
+    fn with_room(f: &[u8], size: usize) -> Vec<u8> {
+        let mut r = f.to_vec();
+        r.resize(size, 0);
+        r
+    }
+
+    #[test]
+    fn a_preallocated_clean_end_is_not_torn() {
+        let (f, ends) = file(&[&[rec(1)], &[rec(2), rec(3)]]);
+        for size in [
+            f.len(),
+            f.len() + 1,
+            f.len() + 11,
+            f.len() + 12,
+            4096,
+            65_536,
+        ] {
+            let s = scan(&with_room(&f, size), 1 << 20).unwrap();
+            assert_eq!(
+                (s.batches.len(), s.valid_len, s.torn_bytes, s.file_len),
+                (2, ends[2] as u64, 0, size as u64),
+                "room up to {size}"
+            );
+        }
+        // A journal that is only its header and room: no batch, nothing torn.
+        let s = scan(&with_room(&encode_header(1), 4096), 1 << 20).unwrap();
+        assert_eq!(
+            (s.batches.len(), s.valid_len, s.torn_bytes),
+            (0, HEADER_BYTES as u64, 0)
+        );
+    }
+
+    #[test]
+    fn a_frame_torn_inside_the_room_at_every_byte_is_a_torn_tail() {
+        let (f, ends) = file(&[&[rec(1)], &[rec(2), rec(3)]]);
+        let size = 4096;
+        for cut in ends[1]..ends[2] {
+            let s = scan(&with_room(&f[..cut], size), 1 << 20).unwrap();
+            // The torn frame's written bytes end at its last non-zero byte before the cut.
+            let written = cut - f[..cut].iter().rev().take_while(|b| **b == 0).count();
+            assert_eq!(
+                (s.batches.len(), s.valid_len as usize, s.torn_bytes as usize),
+                (1, ends[1], written.max(ends[1]) - ends[1]),
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn bit_flips_in_a_preallocated_journal_stay_corruption() {
+        let (f, ends) = file(&[&[rec(1)], &[rec(2)], &[rec(3)]]);
+        let room = with_room(&f, 4096);
+        for at in ends[0]..ends[2] {
+            for bit in [0, 3, 7] {
+                let mut x = room.clone();
+                x[at] ^= 1 << bit;
+                let e = scan(&x, 1 << 20).unwrap_err();
+                assert_eq!(e.code, Code::RecoveryRequired, "flip at {at} bit {bit}");
+            }
+        }
+        // The complete last frame with a bad checksum and zeros after it: corruption too.
+        let mut x = room.clone();
+        x[ends[3] - 2] ^= 0x10;
+        assert_eq!(scan(&x, 1 << 20).unwrap_err().code, Code::RecoveryRequired);
+        // Bytes in the room past a gap of zeros were never a frame written at the end.
+        for at in [ends[3] + FRAME_HEADER_BYTES, 4000] {
+            let mut x = room.clone();
+            x[at] = 1;
+            assert_eq!(
+                scan(&x, 1 << 20).unwrap_err().code,
+                Code::RecoveryRequired,
+                "byte set at {at}"
+            );
+        }
     }
 
     #[test]

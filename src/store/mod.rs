@@ -1,6 +1,7 @@
 //! The durable message store of one root instance, `<home>/peer-messages/<instanceId>/`:
-//! `identity.json` (session ↔ instance association), `messages.journal` (append-only,
-//! checksummed group-commit frames; byte layout in [`journal`]) and `messages.json` (the
+//! `identity.json` (session ↔ instance association), `messages.journal` (checksummed
+//! group-commit frames written in order at its logical end, into zero-filled room the writer
+//! preallocates; byte layout in [`journal`]) and `messages.json` (the
 //! compacted snapshot; see [`snapshot`]). One writer thread ([`writer`]) owns the files;
 //! [`StoreHandle`] is its cloneable front. Directory 0700, files 0600.
 //!
@@ -109,8 +110,14 @@ impl Store {
             }
             write_identity(&dir, instance_id, session_id)?;
         }
-        let (file, len, generation, batch_no) =
-            prepare_journal(&dir, &loaded.journal, loaded.covered)?;
+        let (torn_tail_bytes, torn_tail_batches) = loaded.torn_tail();
+        let machine = Machine::from_state(loaded.state, limits.clone());
+        let room = Room {
+            chunk: writer::prealloc_chunk(limits),
+            cap: machine.compaction_trigger(loaded.snapshot_bytes),
+        };
+        let (file, len, alloc, generation, batch_no) =
+            prepare_journal(&dir, &loaded.journal, loaded.covered, room)?;
         remove_stale_temps(&dir);
         // Everything recovered is durable now: later recoveries must find at least this much.
         write_sync_point(
@@ -121,7 +128,6 @@ impl Store {
                 batches: batch_no,
             },
         )?;
-        let (torn_tail_bytes, torn_tail_batches) = loaded.torn_tail();
         let stats = StoreStats {
             journal_bytes: len,
             generation,
@@ -130,15 +136,15 @@ impl Store {
             torn_tail_batches,
             ..StoreStats::default()
         };
-        let shared = Arc::new(Shared::new(
-            stats,
-            Machine::from_state(loaded.state, limits.clone()),
-        ));
+        let shared = Arc::new(Shared::new(stats, machine));
         let recipients = Arc::new(RwLock::new(Recipients::default()));
         let writer = Writer {
             dir: dir.clone(),
             file,
             len,
+            alloc,
+            prealloc_chunk: room.chunk,
+            room_refused: false,
             generation,
             batch_no,
             unsynced: false,
@@ -237,19 +243,33 @@ fn write_identity(dir: &Path, instance_id: &str, session_id: &str) -> Result<()>
     fsutil::atomic_write(&dir.join(paths::IDENTITY), &bytes, Durability::Durable)
 }
 
-/// Makes the journal ready for appending: (file, length, generation, last batch number).
+/// How the journal at open is preallocated: chunk size and the compaction trigger it stays
+/// within (see `writer::prealloc_target`).
+#[derive(Clone, Copy)]
+struct Room {
+    chunk: u64,
+    cap: u64,
+}
+
+/// Makes the journal ready for appending: (file, logical length, file size, generation, last
+/// batch number). The file gets its zero-filled room now if it has too little (an old journal
+/// written before preallocation, or one cut at a torn tail), synced before any frame goes in.
 fn prepare_journal(
     dir: &Path,
     journal: &JournalFile,
     covered: u64,
-) -> Result<(std::fs::File, u64, u64, u64)> {
+    room: Room,
+) -> Result<(std::fs::File, u64, u64, u64, u64)> {
     let header = journal::HEADER_BYTES as u64;
     match journal {
         JournalFile::Fresh | JournalFile::Covered { .. } => {
             // Fresh store, or a crash between snapshot and journal swap: start generation
             // covered + 1 (the covered journal's records are all in the snapshot).
             let g = covered + 1;
-            Ok((writer::create_journal(dir, g)?, header, g, 0))
+            let size =
+                writer::prealloc_target(header, header, room.chunk, room.cap).unwrap_or(header);
+            let (file, size) = writer::create_journal(dir, g, size)?;
+            Ok((file, header, size, g, 0))
         }
         JournalFile::Live {
             generation,
@@ -266,7 +286,16 @@ fn prepare_journal(
                 file.sync_all()
                     .map_err(|e| Error::io("cannot fsync", &path, &e))?;
             }
-            Ok((file, *valid_len, *generation, *batches))
+            let mut alloc = file
+                .metadata()
+                .map_err(|e| Error::io("cannot stat", &path, &e))?
+                .len();
+            if let Some(target) = writer::prealloc_target(*valid_len, alloc, room.chunk, room.cap) {
+                alloc = writer::add_room(&file, alloc, target);
+                file.sync_data()
+                    .map_err(|e| Error::io("cannot fdatasync", &path, &e))?;
+            }
+            Ok((file, *valid_len, alloc, *generation, *batches))
         }
     }
 }

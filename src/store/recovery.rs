@@ -368,4 +368,48 @@ mod tests {
         assert!(check_sync_point(&p, 2, &JournalFile::Covered { generation: 2 }).is_err());
         assert!(check_sync_point(&p, 0, &JournalFile::Fresh).is_err());
     }
+
+    #[test]
+    fn a_preallocated_journal_is_checked_at_its_logical_length() {
+        use crate::messaging::Record;
+        let mut f = journal::encode_header(3).to_vec();
+        for n in 1..=3 {
+            f.extend(journal::encode_frame(n, &[Record::PushDone { cursor: n }]).unwrap());
+        }
+        let logical = f.len() as u64;
+        let scanned = |bytes: &[u8]| {
+            let s = journal::scan(bytes, 1 << 20).unwrap();
+            JournalFile::Live {
+                generation: s.generation,
+                valid_len: s.valid_len,
+                torn_bytes: s.torn_bytes,
+                batches: s.batches.len() as u64,
+            }
+        };
+        let mut room = f.clone();
+        room.resize(64 * 1024, 0);
+        let live = scanned(&room);
+        assert_eq!(
+            live,
+            JournalFile::Live {
+                generation: 3,
+                valid_len: logical,
+                torn_bytes: 0,
+                batches: 3
+            }
+        );
+        let at = |length, batches| SyncPoint {
+            generation: 3,
+            length,
+            batches,
+        };
+        assert!(check_sync_point(&at(logical, 3), 2, &live).is_ok());
+        // The file's size is room, not acknowledged bytes: a sync point past the logical end
+        // (an acknowledged frame zeroed out) is refused however large the file is.
+        assert!(check_sync_point(&at(logical + 1, 3), 2, &live).is_err());
+        let mut zeroed = room.clone();
+        zeroed[logical as usize - 5..logical as usize].fill(0);
+        let cut = scanned(&zeroed);
+        assert!(check_sync_point(&at(logical, 3), 2, &cut).is_err());
+    }
 }

@@ -79,7 +79,18 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     m
 }
 
+/// Where a journal's frames end: the zero-filled room after them is not counted.
+fn logical_len(journal: &[u8]) -> usize {
+    journal.len() - journal.iter().rev().take_while(|b| **b == 0).count()
+}
+
+/// The journal's logical end (see [`logical_len`]).
 fn journal_len(home: &TempHome) -> usize {
+    logical_len(&std::fs::read(home.dir().join(paths::JOURNAL)).unwrap())
+}
+
+/// The journal file's size, room included.
+fn journal_file_len(home: &TempHome) -> usize {
     std::fs::metadata(home.dir().join(paths::JOURNAL))
         .unwrap()
         .len() as usize
@@ -168,12 +179,17 @@ fn torn_tail_at_every_offset_drops_only_the_last_batch() {
     let full = files(&home.dir());
     let journal = full[paths::JOURNAL].clone();
     let (last_start, last_end) = (ends[3], ends[4]);
+    assert!(
+        journal.len() > last_end,
+        "the journal is preallocated past its frames"
+    );
     for cut in last_start..last_end {
         for zero_fill in [false, true] {
             let mut set = full.clone();
             let mut j = journal[..cut].to_vec();
             if zero_fill {
-                j.resize(last_end + 512, 0);
+                // Cut inside the preallocated room: the rest of the room stays zeros.
+                j.resize(journal.len(), 0);
             }
             set.insert(paths::JOURNAL.into(), j);
             set.insert(paths::SYNC.into(), sync_at_open.clone());
@@ -186,7 +202,8 @@ fn torn_tail_at_every_offset_drops_only_the_last_batch() {
             );
             // Recovery says what it discarded.
             let stats = s.handle().stats();
-            let torn = if zero_fill { last_end + 512 } else { cut } - last_start;
+            // The written bytes of the torn frame (zeros at its cut are room, not written).
+            let torn = logical_len(&journal[..cut]).max(last_start) - last_start;
             assert_eq!(
                 (stats.torn_tail_bytes, stats.torn_tail_batches),
                 (torn as u64, u64::from(torn > 0)),
@@ -195,6 +212,179 @@ fn torn_tail_at_every_offset_drops_only_the_last_batch() {
             s.close().unwrap();
             assert_eq!(journal_len(&home), last_start, "the torn tail is truncated");
         }
+    }
+}
+
+#[test]
+fn the_journal_is_preallocated_and_commits_overwrite_its_room() {
+    let home = TempHome::new("prealloc");
+    let mut l = limits();
+    l.journal_bytes = 64 * 1024;
+    let chunk = writer::prealloc_chunk(&l) as usize;
+    assert_eq!(chunk, 16 * 1024, "a quarter of journalBytes");
+    let s = open(&home, &l).unwrap();
+    let h = s.handle();
+    assert_eq!(
+        journal_file_len(&home),
+        chunk,
+        "created with its first chunk"
+    );
+    let mut sizes = vec![journal_file_len(&home)];
+    let mut i = 0;
+    while h.stats().compactions == 0 {
+        let syncs = h.stats().syncs;
+        h.accept(sender(1), send(&format!("m{i}"))).unwrap();
+        settle(&h);
+        i += 1;
+        assert!(i < 1_000, "compaction never ran");
+        let st = h.stats();
+        if st.compactions > 0 {
+            break;
+        }
+        let (logical, size) = (journal_len(&home), journal_file_len(&home));
+        assert_eq!(
+            st.journal_bytes as usize, logical,
+            "stats count frames, not room"
+        );
+        assert!(size >= logical);
+        // Never past the compaction trigger (what admission counts for the journal).
+        assert!(
+            size <= logical.max(l.journal_bytes as usize),
+            "{size} at {logical}"
+        );
+        let grew = size != *sizes.last().unwrap();
+        if grew {
+            assert_eq!(size % chunk, 0, "room is added a chunk at a time");
+            sizes.push(size);
+        } else {
+            // Until the cap, at least half a chunk of room is kept ahead of the frames.
+            assert!(size - logical >= chunk / 2 || size == l.journal_bytes as usize);
+        }
+        // One fdatasync per commit, plus one per chunk of room added after it.
+        assert_eq!(st.syncs - syncs, 1 + u64::from(grew), "accept {i}");
+    }
+    assert_eq!(sizes, [chunk, 2 * chunk, 3 * chunk, 4 * chunk]);
+    // The next generation is created with its first chunk, and its frames go into it.
+    assert_eq!(h.stats().generation, 2);
+    assert_eq!(journal_file_len(&home), chunk);
+    let image_before = image(&h);
+    h.accept(sender(2), send("after")).unwrap();
+    settle(&h);
+    assert_eq!(journal_file_len(&home), chunk);
+    assert_eq!(h.stats().journal_bytes as usize, journal_len(&home));
+    let want = image(&h);
+    assert_ne!(want, image_before);
+    s.close().unwrap();
+    let s = open(&home, &l).unwrap();
+    assert_eq!(image(&s.handle()), want);
+    assert_eq!(
+        s.handle().stats().torn_tail_bytes,
+        0,
+        "room is not a torn tail"
+    );
+}
+
+#[test]
+fn room_is_added_a_chunk_at_a_time_below_half_a_chunk_and_never_past_the_trigger() {
+    use writer::prealloc_target as t;
+    let (k, cap) = (16_384, 1 << 20);
+    assert_eq!(
+        t(32, 32, k, cap),
+        Some(k),
+        "a new journal gets its first chunk"
+    );
+    assert_eq!(t(32, k, k, cap), None);
+    assert_eq!(t(k / 2, k, k, cap), None, "half a chunk left is enough");
+    assert_eq!(t(k / 2 + 1, k, k, cap), Some(2 * k));
+    assert_eq!(t(k, k, k, cap), Some(2 * k));
+    // A frame written past the room grew the file: room is added after it.
+    assert_eq!(t(k + 100, k + 100, k, cap), Some(2 * k));
+    // Capped at the compaction trigger, and nothing once the trigger is passed.
+    assert_eq!(t(cap - 100, cap - 100, k, cap), Some(cap));
+    assert_eq!(t(cap - 100, cap, k, cap), None);
+    assert_eq!(t(cap + 10, cap + 10, k, cap), None);
+    assert_eq!(t(32, 32, k, 1_024), Some(1_024), "a tiny journalBytes");
+    // The chunk follows the journal threshold.
+    let mut l = limits();
+    assert_eq!(writer::prealloc_chunk(&l), writer::PREALLOC_CHUNK_BYTES);
+    l.journal_bytes = 1_024;
+    assert_eq!(writer::prealloc_chunk(&l), 4_096);
+    l.journal_bytes = 1 << 20;
+    l.storage_bytes = 1 << 20;
+    assert_eq!(
+        writer::prealloc_chunk(&l),
+        128 * 1024,
+        "a quarter of storageBytes / 2"
+    );
+}
+
+#[test]
+fn a_crash_with_any_room_reopens_and_appends_at_the_logical_end() {
+    let home = TempHome::new("room");
+    let mut l = limits();
+    l.journal_bytes = 64 * 1024;
+    let chunk = writer::prealloc_chunk(&l) as usize;
+    let s = open(&home, &l).unwrap();
+    let h = s.handle();
+    for i in 0..3 {
+        h.accept(sender(1), send(&format!("m{i}"))).unwrap();
+    }
+    settle(&h);
+    // The disk as a SIGKILL leaves it: the sync point of the open, frames in the room.
+    let killed = files(&home.dir());
+    let want = image(&h);
+    drop(h);
+    s.close().unwrap();
+    let j = &killed[paths::JOURNAL];
+    let end = logical_len(j);
+    let frame = journal::encode_frame(4, &[Record::PushDone { cursor: 9 }]).unwrap();
+    let torn = {
+        let mut t = j.clone();
+        t[end..end + frame.len() / 2].copy_from_slice(&frame[..frame.len() / 2]);
+        t
+    };
+    let variants: [(&str, Vec<u8>, bool); 5] = [
+        ("room as written", j.clone(), false),
+        // Not preallocated: an old journal, or an extension whose size never became durable.
+        ("no room", j[..end].to_vec(), false),
+        ("part of a chunk", j[..end + 100].to_vec(), false),
+        // The next chunk's zeros written, their fdatasync never done.
+        (
+            "a chunk more",
+            [j.as_slice(), &vec![0; chunk]].concat(),
+            false,
+        ),
+        ("a frame torn in the room", torn, true),
+    ];
+    for (what, journal, is_torn) in variants {
+        let mut set = killed.clone();
+        set.insert(paths::JOURNAL.into(), journal);
+        restore(&home, &set);
+        let s = open(&home, &l).unwrap();
+        let h = s.handle();
+        assert_eq!(image(&h), want, "{what}");
+        let st = h.stats();
+        assert_eq!(st.torn_tail_bytes > 0, is_torn, "{what}: {st:?}");
+        assert_eq!(st.journal_bytes as usize, end, "{what}");
+        assert!(
+            journal_file_len(&home) >= end + chunk / 2,
+            "{what}: room again"
+        );
+        h.accept(sender(2), send("after")).unwrap();
+        settle(&h);
+        let after = std::fs::read(home.dir().join(paths::JOURNAL)).unwrap();
+        assert_eq!(
+            after[..end],
+            j[..end],
+            "{what}: frames before the end unchanged"
+        );
+        let scan = journal::scan(&after, recovery::frame_bytes_max(&l)).unwrap();
+        assert_eq!((scan.batches.len(), scan.torn_bytes), (4, 0), "{what}");
+        let with_after = image(&h);
+        s.close().unwrap();
+        let s = open(&home, &l).unwrap();
+        assert_eq!(image(&s.handle()), with_after, "{what}");
+        s.close().unwrap();
     }
 }
 
@@ -211,7 +401,8 @@ fn a_journal_shorter_than_its_sync_point_requires_recovery_at_every_cut() {
     let full = files(&home.dir());
     let journal = full[paths::JOURNAL].clone();
     let mut refused = 0;
-    for cut in journal::HEADER_BYTES..journal.len() {
+    let end = logical_len(&journal);
+    for cut in journal::HEADER_BYTES..end {
         for zero_fill in [false, true] {
             let mut set = full.clone();
             let mut j = journal[..cut].to_vec();
@@ -228,7 +419,7 @@ fn a_journal_shorter_than_its_sync_point_requires_recovery_at_every_cut() {
             refused += 1;
         }
     }
-    assert_eq!(refused, 2 * (journal.len() - journal::HEADER_BYTES));
+    assert_eq!(refused, 2 * (end - journal::HEADER_BYTES));
     // A damaged sync point is refused too, never ignored.
     let mut set = full.clone();
     set.get_mut(paths::SYNC).unwrap()[12] ^= 0x01;
@@ -270,7 +461,7 @@ fn bit_flip_in_an_earlier_record_requires_recovery_and_changes_nothing() {
         restore(&home, &saved);
     }
     let mut set = files(&home.dir());
-    let last = set[paths::JOURNAL].len() - 10;
+    let last = logical_len(&set[paths::JOURNAL]) - 10;
     set.get_mut(paths::JOURNAL).unwrap()[last] ^= 0x04;
     restore(&home, &set);
     assert_eq!(
@@ -309,6 +500,9 @@ fn compaction_crash_points_lose_and_duplicate_nothing() {
         let mut set = pre_files.clone();
         let g1 = set.get_mut(paths::JOURNAL).unwrap();
         let frame = journal::encode_frame(i as u64, &h_records_of_last(&post)).unwrap();
+        // Written at the logical end, into the room or past it.
+        let end = logical_len(g1);
+        g1.truncate(end);
         g1.extend(frame);
         set
     };
@@ -440,9 +634,11 @@ fn recover_unread_reviews_an_old_store_without_touching_it() {
     h.mark(ME, MessageRef::Sequence(1), ReceiptState::Consumed)
         .unwrap();
     s.close().unwrap();
-    // A torn tail is ignored in memory but not truncated by a review.
+    // A torn tail (written into the room) is ignored in memory but not cut by a review.
     let mut set = files(&home.dir());
-    set.get_mut(paths::JOURNAL).unwrap().extend([1, 2, 3]);
+    let j = set.get_mut(paths::JOURNAL).unwrap();
+    let end = logical_len(j);
+    j[end..end + 3].copy_from_slice(&[1, 2, 3]);
     restore(&home, &set);
     let unread = recover_unread(&home.0, INSTANCE, SESSION, &limits()).unwrap();
     assert_eq!(
@@ -577,12 +773,15 @@ mod model {
             let k = crash_pick.index(ops.len());
             // The disk after op k, plus a torn prefix of op k+1's frame when it was an append.
             let mut disk = disks[k].clone();
+            // Written at the logical end: into the preallocated room (the rest of the room
+            // stays zeros) or, as in a journal without room, cut at the torn byte.
             let (cur, next) = (&disks[k][paths::JOURNAL], &disks[k + 1][paths::JOURNAL]);
-            if next.len() > cur.len() && next.starts_with(cur) {
-                let extra = torn_pick.index(next.len() - cur.len());
-                let mut j = next[..cur.len() + extra].to_vec();
+            let (cur_end, next_end) = (logical_len(cur), logical_len(next));
+            if next_end > cur_end && next[..cur_end] == cur[..cur_end] {
+                let extra = torn_pick.index(next_end - cur_end);
+                let mut j = next[..cur_end + extra].to_vec();
                 if zero_fill {
-                    j.resize(next.len() + 64, 0);
+                    j.resize(cur.len().max(j.len()), 0);
                 }
                 disk.insert(paths::JOURNAL.into(), j);
             }

@@ -11,6 +11,12 @@
 //! on the shared doorbell; after a batch with a send's intent, or with a frame still to sync,
 //! that sleep has a `DEFERRED_SYNC_MS` timer and takes jobs queued without a ring (a sender's
 //! copy of a receipt) when it ends, if no rung job came first.
+//!
+//! The journal file is kept preallocated: after a batch is answered, when less than half a
+//! chunk of zero-filled room is left past the logical end, the writer writes the next chunk
+//! of real zeros and fdatasyncs it (see [`prealloc_target`]). Frames are then written with
+//! `pwrite` into that room, so a commit's fdatasync changes neither the file's size nor its
+//! block map and writes data blocks only.
 
 use super::changes::Shared;
 use super::{journal, paths, snapshot};
@@ -25,7 +31,61 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::config::Limits;
 use crate::config::internal::DEFERRED_SYNC_MS;
+
+/// Largest chunk of zero-filled room the writer adds to the journal at once.
+pub(crate) const PREALLOC_CHUNK_BYTES: u64 = 256 * 1024;
+
+/// The preallocation chunk for `limits`: a quarter of the journal threshold
+/// (`journalBytes`, at most half of `storageBytes`), between 4 KiB and
+/// [`PREALLOC_CHUNK_BYTES`], so a small journal is not mostly room.
+pub(crate) fn prealloc_chunk(limits: &Limits) -> u64 {
+    let threshold = limits.journal_bytes.min(limits.storage_bytes / 2);
+    (threshold / 4).clamp(4096, PREALLOC_CHUNK_BYTES)
+}
+
+/// The size to zero-fill the journal up to now, if it should grow: when less than half a
+/// `chunk` of room is left past the logical end `len` (the file's size is `alloc`), up to the
+/// chunk boundary at least half a chunk past `len`; never past `cap`, the compaction trigger,
+/// so the file's allocated bytes stay within what storage admission counts for the journal
+/// (a frame that does not fit the room is appended past it, as without preallocation).
+pub(crate) fn prealloc_target(len: u64, alloc: u64, chunk: u64, cap: u64) -> Option<u64> {
+    let chunk = chunk.max(1);
+    if alloc.saturating_sub(len) >= chunk / 2 {
+        return None;
+    }
+    let target = len
+        .saturating_add(chunk / 2)
+        .div_ceil(chunk)
+        .saturating_mul(chunk)
+        .min(cap);
+    (target > alloc && target > len).then_some(target)
+}
+
+/// Writes zeros to `file` from `from` up to `to` (not synced).
+fn write_zeros(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+    const PIECE: u64 = 64 * 1024;
+    let zeros = vec![0u8; PIECE.min(to.saturating_sub(from)) as usize];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(PIECE) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Adds zero-filled room to `file` (size `from`) up to `to`, as far as the filesystem allows,
+/// and returns the file's size after it (not synced). Room is only an optimisation: a full
+/// disk or a file size limit (`RLIMIT_FSIZE`) leaves less or none, and frames are then
+/// appended past it until a frame's own write fails, exactly as without preallocation.
+pub(crate) fn add_room(file: &File, from: u64, to: u64) -> u64 {
+    match write_zeros(file, from, to) {
+        Ok(()) => to,
+        Err(_) => file.metadata().map_or(from, |m| m.len().clamp(from, to)),
+    }
+}
 
 /// Called once the batch holding a write is durable (`None`) or failed (`Some(error)`); for
 /// an [`Ack::Applied`] write, once it is applied.
@@ -130,7 +190,15 @@ impl Faults {
 pub(crate) struct Writer {
     pub dir: PathBuf,
     pub file: File,
+    /// The logical end: where the next frame is written.
     pub len: u64,
+    /// The file's size: `len` plus the zero-filled room after it.
+    pub alloc: u64,
+    /// How much room one preallocation adds (see [`prealloc_chunk`]).
+    pub prealloc_chunk: u64,
+    /// The filesystem refused room for this journal generation (full, or a file size limit):
+    /// no more is tried until the next generation.
+    pub room_refused: bool,
     pub generation: u64,
     pub batch_no: u64,
     /// Frames written after the last fdatasync (only batches of `Ack::Applied` writes).
@@ -145,8 +213,14 @@ pub(crate) struct Writer {
     pub _lock: FileLock,
 }
 
-/// Creates journal `generation` durably: temp file, header, fsync, rename, fsync dir.
-pub(crate) fn create_journal(dir: &std::path::Path, generation: u64) -> Result<File> {
+/// Creates journal `generation` durably with up to `size` bytes (the header, then zeros: the
+/// first preallocated room, as far as the filesystem allows): temp file, header, zeros, fsync,
+/// rename, fsync dir. Returns the file and its size.
+pub(crate) fn create_journal(
+    dir: &std::path::Path,
+    generation: u64,
+    size: u64,
+) -> Result<(File, u64)> {
     let tmp = dir.join(paths::JOURNAL_TMP);
     match std::fs::remove_file(&tmp) {
         Ok(()) => {}
@@ -156,12 +230,13 @@ pub(crate) fn create_journal(dir: &std::path::Path, generation: u64) -> Result<F
     let mut f = fsutil::create_private_new(&tmp)?;
     f.write_all(&journal::encode_header(generation))
         .map_err(|e| Error::io("cannot write", &tmp, &e))?;
+    let size = add_room(&f, journal::HEADER_BYTES as u64, size);
     f.sync_data()
         .map_err(|e| Error::io("cannot fsync", &tmp, &e))?;
     let path = dir.join(paths::JOURNAL);
     std::fs::rename(&tmp, &path).map_err(|e| Error::io("cannot rename onto", &path, &e))?;
     fsutil::fsync_dir(dir)?;
-    Ok(f)
+    Ok((f, size))
 }
 
 impl Writer {
@@ -238,7 +313,7 @@ impl Writer {
         let committed = self.commit_writes(writes, jobs_n);
         if committed
             && !self.is_poisoned()
-            && let Err(e) = self.maybe_compact()
+            && let Err(e) = self.maybe_compact().and_then(|()| self.maybe_extend())
         {
             self.poison(&e);
         }
@@ -413,6 +488,41 @@ impl Writer {
         Some(out)
     }
 
+    /// [`prealloc_target`] for this journal, capped at its compaction trigger.
+    fn prealloc_target(&self, len: u64, alloc: u64) -> Option<u64> {
+        let cap = self
+            .shared
+            .committed
+            .read()
+            .machine
+            .compaction_trigger(self.snapshot_bytes);
+        prealloc_target(len, alloc, self.prealloc_chunk, cap)
+    }
+
+    /// Adds the next chunk of zero-filled room when little is left: zeros written and
+    /// fdatasynced before any frame is written into them, so that sync carries the new size
+    /// and block map once, and the commits after it sync data only. The sync also covers a
+    /// deferred frame. Runs after a batch is answered, never on a commit's path.
+    pub(crate) fn maybe_extend(&mut self) -> Result<()> {
+        if self.room_refused {
+            return Ok(());
+        }
+        let Some(target) = self.prealloc_target(self.len, self.alloc) else {
+            return Ok(());
+        };
+        let size = add_room(&self.file, self.alloc, target);
+        if size < target {
+            // Frames written into what was added sync the new size with them.
+            self.room_refused = true;
+            self.alloc = size;
+            return Ok(());
+        }
+        self.sync_data()?;
+        self.alloc = target;
+        self.mark_durable();
+        Ok(())
+    }
+
     fn sync_point(&self) -> super::syncpoint::SyncPoint {
         super::syncpoint::SyncPoint {
             generation: self.generation,
@@ -445,8 +555,9 @@ impl Writer {
         s.generation = self.generation;
     }
 
-    /// Appends one frame with one write; the caller makes it (and any deferred frame before
-    /// it) durable with one fdatasync.
+    /// Writes one frame at the logical end (into the preallocated room when it fits) with one
+    /// write; the caller makes it (and any deferred frame before it) durable with one
+    /// fdatasync.
     fn append(&mut self, records: &[Record]) -> Result<()> {
         let batch = self.batch_no + 1;
         let frame = journal::encode_frame(batch, records)?;
@@ -456,6 +567,7 @@ impl Writer {
             .map_err(|e| Error::io("cannot append to", &path, &e))?;
         self.unsynced = true;
         self.len += frame.len() as u64;
+        self.alloc = self.alloc.max(self.len);
         self.batch_no = batch;
         self.shared.stats.lock().batches += 1;
         Ok(())
@@ -485,7 +597,10 @@ impl Writer {
         };
         self.snapshot_bytes = written;
         let next = self.generation + 1;
-        self.file = create_journal(&self.dir, next)?;
+        let header = journal::HEADER_BYTES as u64;
+        let size = self.prealloc_target(header, header).unwrap_or(header);
+        (self.file, self.alloc) = create_journal(&self.dir, next, size)?;
+        self.room_refused = self.alloc < size;
         // The durable snapshot holds every record, deferred ones included.
         self.unsynced = false;
         self.mark_durable();

@@ -10,6 +10,7 @@ use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::protocol::access;
 use crate::protocol::handshake::{Channel, RecentNonces, Responder, ResponderCtx, Step};
+use crate::protocol::hot;
 use crate::protocol::rpc::{self, Id, Incoming};
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
@@ -372,14 +373,9 @@ fn answer_read_failure(out: &Outgoing, event: &ReadEvent, timeout_code: Code) ->
     Err(err)
 }
 
-fn serve_authenticated(
-    shared: &Shared,
-    reader: &mut FrameReader,
-    out: &Outgoing,
-    channel: &Channel,
-    notifier: &Notifier,
-) {
-    let peer = match channel {
+/// The authenticated peer of a peer channel.
+fn peer_of(channel: &Channel) -> Option<PeerInfo> {
+    match channel {
         Channel::Peer {
             instance_id,
             run_id,
@@ -388,7 +384,18 @@ fn serve_authenticated(
             run_id: run_id.clone(),
         }),
         Channel::Local | Channel::Run { .. } => None,
-    };
+    }
+}
+
+fn serve_authenticated(
+    shared: &Shared,
+    reader: &mut FrameReader,
+    out: &Outgoing,
+    channel: &Channel,
+    notifier: &Notifier,
+) {
+    let peer = peer_of(channel);
+    let hot_calls = shared.handler.hot_calls();
     loop {
         let deadline = Instant::now() + Duration::from_millis(shared.limits.idle_ms);
         let frame = match reader.next(Some(deadline)) {
@@ -404,6 +411,19 @@ fn serve_authenticated(
                 return;
             }
         };
+        // A plain hot request from a peer is decoded straight into its typed params; any
+        // other frame (or one the typed decoder declines) takes the general path.
+        if let Some(from) = peer.as_ref().filter(|_| hot_calls)
+            && let Some(req) = hot::decode(&frame)
+        {
+            if out
+                .send(dispatch_hot(shared, channel, from, req, notifier))
+                .is_err()
+            {
+                return;
+            }
+            continue;
+        }
         let reply = match rpc::parse(&frame) {
             Err(reject) => Some(reject.to_line()),
             Ok(Incoming::Request { id, method, params }) => Some(dispatch(
@@ -451,8 +471,27 @@ fn dispatch(
         }
         (None, _) => shared.handler.local_request(method, params, notifier),
     });
+    answer(shared, id, result.map(super::Answer::Value))
+}
+
+/// [`dispatch`] for a request the typed decoder read: its version was checked there.
+fn dispatch_hot(
+    shared: &Shared,
+    channel: &Channel,
+    from: &PeerInfo,
+    req: hot::HotRequest,
+    notifier: &Notifier,
+) -> Vec<u8> {
+    let result = access::authorize(channel, req.call.method())
+        .and_then(|()| shared.handler.peer_call(from, req.call, notifier));
+    answer(shared, &req.id, result)
+}
+
+/// The response line for one call's result, an error when it exceeds `frameBytes`.
+fn answer(shared: &Shared, id: &Id, result: Result<super::Answer>) -> Vec<u8> {
     let frame = match result {
-        Ok(value) => rpc::encode_result(id, &value),
+        Ok(super::Answer::Value(value)) => rpc::encode_result(id, &value),
+        Ok(super::Answer::Json(json)) => rpc::encode_result_json(id, &json),
         Err(e) => return rpc::encode_error(Some(id), &e),
     };
     match wire::check_frame_len(&frame, shared.limits.frame_bytes) {

@@ -19,6 +19,7 @@ pub use pool::{NotificationSink, Pool};
 pub use wire::Notifier;
 
 use crate::error::Result;
+use crate::protocol::hot::HotCall;
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -43,6 +44,14 @@ pub struct PeerInfo {
     pub run_id: Option<String>,
 }
 
+/// The result of a typed call: a JSON value, or the value's compact JSON text already
+/// written (keys in sorted order, byte for byte what serialising the value would give).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    Value(Value),
+    Json(Vec<u8>),
+}
+
 /// What the root does with authenticated calls. Calls on one connection are handled one at a
 /// time, in order, on that connection's thread.
 pub trait Handler: Send + Sync {
@@ -54,6 +63,31 @@ pub trait Handler: Send + Sync {
         params: Map<String, Value>,
         notify: &Notifier,
     ) -> Result<Value>;
+    /// Whether the endpoint hands well-formed hot requests (`peer.send`, `peer.receipt`)
+    /// to [`peer_call`](Self::peer_call) decoded straight into their typed params, instead of
+    /// as a params object to [`peer_request`](Self::peer_request). The default: no.
+    fn hot_calls(&self) -> bool {
+        false
+    }
+    /// A hot request from an authenticated peer, already typed (see `protocol::hot`); only
+    /// called when [`hot_calls`](Self::hot_calls) says so. The default hands it on as the
+    /// params object our encoder writes for it.
+    fn peer_call(&self, from: &PeerInfo, call: HotCall, notify: &Notifier) -> Result<Answer> {
+        let method = call.method();
+        let params = match call {
+            HotCall::Send(send) => wire::params_of(&send)?,
+            HotCall::Receipt(push) => wire::params_of(&push)?,
+        };
+        match params {
+            Value::Object(params) => self
+                .peer_request(from, method, params, notify)
+                .map(Answer::Value),
+            _ => Err(crate::error::Error::new(
+                crate::error::Code::Io,
+                "typed params did not encode as an object",
+            )),
+        }
+    }
     /// A request from a trusted local adapter (the root's CLI/MCP or a hosted child).
     fn local_request(
         &self,

@@ -1075,3 +1075,102 @@ fn oversize_answers_become_errors_and_local_notifications_arrive() {
     assert_eq!((method.as_str(), &params["n"]), ("local.note", &json!(5)));
     assert_eq!(client.next_notification(10).unwrap(), None);
 }
+
+/// Records which path each peer request took: typed (`peer_call`) or general.
+struct HotRecorder(Mutex<Vec<(&'static str, String)>>);
+
+impl Handler for HotRecorder {
+    fn hot_calls(&self) -> bool {
+        true
+    }
+
+    fn peer_call(
+        &self,
+        _from: &PeerInfo,
+        call: crate::protocol::hot::HotCall,
+        _notify: &Notifier,
+    ) -> Result<Answer> {
+        self.0.lock().push(("typed", call.method().to_string()));
+        Ok(match call {
+            crate::protocol::hot::HotCall::Send(s) => {
+                Answer::Json(serde_json::to_vec(&json!({"messageId": s.message_id})).unwrap())
+            }
+            crate::protocol::hot::HotCall::Receipt(r) => Answer::Value(json!({"ok": r.from_run})),
+        })
+    }
+
+    fn peer_request(
+        &self,
+        _from: &PeerInfo,
+        method: &str,
+        params: Map<String, Value>,
+        _notify: &Notifier,
+    ) -> Result<Value> {
+        self.0.lock().push(("general", method.to_string()));
+        let send = crate::protocol::message::PeerSend::decode(params)?;
+        Ok(json!({"messageId": send.message_id}))
+    }
+
+    fn local_request(&self, _: &str, _: Map<String, Value>, _: &Notifier) -> Result<Value> {
+        Ok(json!({}))
+    }
+}
+
+/// A handler that takes typed hot calls gets plain `peer.send` frames typed and every other
+/// frame through the general path, with the general path's answers and error texts.
+#[test]
+fn plain_hot_requests_reach_the_typed_call_and_the_rest_the_general_path() {
+    let dir = TempDir::new("transport").unwrap();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir, "a", &adverts, &l);
+    let keys = Arc::new(KeyPair::generate());
+    let me = LocalIdentity {
+        instance_id: identity::new_instance_id(),
+        keys: keys.clone(),
+    };
+    adverts
+        .0
+        .lock()
+        .insert(me.instance_id.clone(), keys.public());
+    let path = dir.join("hot.sock");
+    let seen = Arc::new(HotRecorder(Mutex::new(Vec::new())));
+    let _endpoint = Endpoint::bind(&path, me.clone(), &l, SECRET, seen.clone(), adverts).unwrap();
+    let target = Target {
+        instance_id: me.instance_id,
+        endpoint: path.clone(),
+        public_key: keys.public(),
+    };
+    let mut raw = Raw::connect(&path);
+    raw.authenticate(&a.me, &target, [9; 32]);
+    let good = json!({"messageId": "m-1", "to": "p-x", "content": "hi", "version": 1});
+    let v = raw.request(1, "peer.send", good.clone());
+    assert_eq!(v["result"]["messageId"], json!("m-1"), "{v}");
+    let mut unusual = good.clone();
+    unusual["extra"] = json!(1);
+    let v = raw.request(2, "peer.send", unusual);
+    assert_eq!(v["result"]["messageId"], json!("m-1"), "{v}");
+    let mut bad = good.clone();
+    bad["messageId"] = json!("bad id");
+    let v = raw.request(3, "peer.send", bad);
+    assert_eq!(
+        v["error"]["message"],
+        json!("params.messageId \"bad id\" is not an id ([A-Za-z0-9_.-], at most 96)"),
+        "{v}"
+    );
+    let mut old = good;
+    old["version"] = json!(2);
+    let v = raw.request(4, "peer.send", old);
+    assert_eq!(
+        v["error"]["message"],
+        json!("params.version must be 1; upgrade the older peer")
+    );
+    assert_eq!(
+        *seen.0.lock(),
+        vec![
+            ("typed", "peer.send".to_string()),
+            ("general", "peer.send".to_string()),
+            ("general", "peer.send".to_string()),
+        ]
+    );
+}

@@ -5,11 +5,11 @@
 use crate::error::{Code, Error, Result};
 use crate::protocol::frame::{FrameDecoder, FrameError};
 use crate::protocol::rpc;
-use crossbeam_channel::{Sender, bounded};
+use crossbeam_channel::{Receiver, Sender, bounded};
 use nix::sys::socket::{MsgFlags, send};
 use parking_lot::Mutex;
 use serde_json::Value;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -31,9 +31,14 @@ pub(crate) enum Out {
 /// queued, which saves two thread hand-offs per round trip. `write_lock` serialises the
 /// writer thread and direct writers; `queued` counts frames enqueued but not yet written, so
 /// a direct write never overtakes a queued frame.
+///
+/// The writer thread starts with the first frame that has to be queued (a full socket buffer,
+/// a notification): most connections answer every request directly and never need one, so
+/// a root with many connections does not keep an idle writer thread for each.
 #[derive(Clone)]
 pub(crate) struct Outgoing {
     tx: Sender<Out>,
+    writer: Arc<Mutex<Writer>>,
     closed: Arc<AtomicBool>,
     stream: Arc<UnixStream>,
     write_lock: Arc<Mutex<UnixStream>>,
@@ -41,8 +46,18 @@ pub(crate) struct Outgoing {
     write_ms: u64,
 }
 
+/// The writer thread's state.
+enum Writer {
+    /// Not needed yet; holds the queue's receiving end for it.
+    Idle(Receiver<Out>),
+    Running,
+    /// Closed before it was ever needed.
+    Closed,
+}
+
 impl Outgoing {
-    /// Starts the writer thread for `stream` with a queue of `capacity` frames.
+    /// The sending half of `stream` with a queue of `capacity` frames (its writer thread
+    /// starts when the first frame is queued).
     pub(crate) fn spawn(stream: &UnixStream, capacity: u64, write_ms: u64) -> Result<Outgoing> {
         let clone = || {
             stream
@@ -52,9 +67,30 @@ impl Outgoing {
         let write_lock = Arc::new(Mutex::new(clone()?));
         let handle = Arc::new(clone()?);
         let (tx, rx) = bounded::<Out>(usize::try_from(capacity).unwrap_or(usize::MAX).max(1));
-        let queued = Arc::new(AtomicUsize::new(0));
-        let (lock, count) = (write_lock.clone(), queued.clone());
-        std::thread::Builder::new()
+        Ok(Outgoing {
+            tx,
+            writer: Arc::new(Mutex::new(Writer::Idle(rx))),
+            closed: Arc::new(AtomicBool::new(false)),
+            stream: handle,
+            write_lock,
+            queued: Arc::new(AtomicUsize::new(0)),
+            write_ms,
+        })
+    }
+
+    /// Starts the writer thread unless it runs; `DISCONNECTED` once closed.
+    fn ensure_writer(&self) -> Result<()> {
+        let mut writer = self.writer.lock();
+        let rx = match std::mem::replace(&mut *writer, Writer::Running) {
+            Writer::Running => return Ok(()),
+            Writer::Closed => {
+                *writer = Writer::Closed;
+                return Err(disconnected());
+            }
+            Writer::Idle(rx) => rx,
+        };
+        let (lock, count, write_ms) = (self.write_lock.clone(), self.queued.clone(), self.write_ms);
+        let spawned = std::thread::Builder::new()
             .name("peer-writer".into())
             .spawn(move || {
                 while let Ok(Out::Frame(bytes)) = rx.recv() {
@@ -66,17 +102,14 @@ impl Outgoing {
                     }
                 }
                 let _ = lock.lock().shutdown(std::net::Shutdown::Both);
-            })
-            .map_err(|e| io_err("cannot start a writer thread", &e))?;
-        let closed = Arc::new(AtomicBool::new(false));
-        Ok(Outgoing {
-            tx,
-            closed,
-            stream: handle,
-            write_lock,
-            queued,
-            write_ms,
-        })
+            });
+        if let Err(e) = spawned {
+            *writer = Writer::Closed;
+            drop(writer);
+            self.abort();
+            return Err(io_err("cannot start a writer thread", &e));
+        }
+        Ok(())
     }
 
     /// Writes `frame` at once from this thread when no queued frame is waiting; `None` when
@@ -96,6 +129,7 @@ impl Outgoing {
 
     /// Enqueues for the writer thread, waiting at most `wait` for room (`None`: no wait).
     fn enqueue(&self, frame: Vec<u8>, wait: Option<Duration>) -> Result<()> {
+        self.ensure_writer()?;
         self.queued.fetch_add(1, Ordering::AcqRel);
         let sent = match wait {
             Some(wait) => self
@@ -191,6 +225,17 @@ impl Outgoing {
     pub(crate) fn close(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
+        }
+        {
+            let mut writer = self.writer.lock();
+            if let Writer::Idle(_) = *writer {
+                // Nothing was ever queued: no writer to flush through. Shutting down under
+                // the write lock waits for a direct write in progress (bounded by writeMs).
+                *writer = Writer::Closed;
+                drop(writer);
+                let _ = self.write_lock.lock().shutdown(std::net::Shutdown::Both);
+                return;
+            }
         }
         if self
             .tx
@@ -373,11 +418,26 @@ pub(crate) enum ReadEvent {
 }
 
 /// Reads frames from a stream through the bounded decoder.
+///
+/// It sleeps in poll(2) for `POLLIN`, never in a blocking read: a Unix stream socket wakes
+/// every sleeper on its wait queue, blocked readers included, each time the peer consumes a
+/// frame this side wrote (the freed buffer space is announced as writable), so a reader
+/// blocked in read(2) while the peer reads our answer is woken for nothing, a context switch
+/// and often a cross-CPU wake-up per frame. A poll(2) sleeper for `POLLIN` is not woken by
+/// that announcement. The read itself then never blocks, and read deadlines are poll's own
+/// timeout (no `SO_RCVTIMEO` to re-arm).
 pub(crate) struct FrameReader {
     stream: UnixStream,
     decoder: FrameDecoder,
     chunk: Vec<u8>,
-    timeout: Option<Duration>,
+}
+
+/// What waiting for bytes ended with.
+enum Readiness {
+    /// Bytes, end of stream or an error to read.
+    Ready,
+    TimedOut,
+    Failed,
 }
 
 impl FrameReader {
@@ -387,7 +447,6 @@ impl FrameReader {
             stream,
             decoder: FrameDecoder::new(max),
             chunk: vec![0; READ_CHUNK_BYTES],
-            timeout: None,
         }
     }
 
@@ -399,6 +458,7 @@ impl FrameReader {
 
     /// The next frame, waiting until `deadline` (forever when `None`).
     pub(crate) fn next(&mut self, deadline: Option<Instant>) -> ReadEvent {
+        use nix::sys::socket::recv;
         loop {
             match self.decoder.next_frame() {
                 Some(Ok(frame)) => return ReadEvent::Frame(frame),
@@ -407,60 +467,56 @@ impl FrameReader {
                 None if self.decoder.is_failed() => return ReadEvent::Closed,
                 None => {}
             }
-            let timeout = match deadline {
-                None => None,
-                Some(d) => match d
-                    .checked_duration_since(Instant::now())
-                    .filter(|t| !t.is_zero())
-                {
-                    Some(left) => Some(left),
-                    None => return ReadEvent::TimedOut,
-                },
-            };
-            if needs_new_timeout(self.timeout, timeout) {
-                if self.stream.set_read_timeout(timeout).is_err() {
-                    return ReadEvent::Closed;
-                }
-                self.timeout = timeout;
+            match self.wait_readable(deadline) {
+                Readiness::Ready => {}
+                Readiness::TimedOut => return ReadEvent::TimedOut,
+                Readiness::Failed => return ReadEvent::Closed,
             }
-            match self.stream.read(&mut self.chunk) {
+            match recv(
+                self.stream.as_raw_fd(),
+                &mut self.chunk,
+                MsgFlags::MSG_DONTWAIT,
+            ) {
                 Ok(0) => return ReadEvent::Closed,
                 Ok(n) => self.decoder.push(self.chunk.get(..n).unwrap_or_default()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    // A timeout armed up to the slack shorter than what was left can fire
-                    // before the deadline: the loop then re-arms for the rest.
-                    if deadline.is_some_and(|d| Instant::now() < d) {
-                        continue;
-                    }
-                    return ReadEvent::TimedOut;
-                }
+                // Readable turned out empty (another reader of a shared socket, a spurious
+                // readiness): wait again.
+                Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => {}
                 Err(_) => return ReadEvent::Closed,
+            }
+        }
+    }
+
+    /// Sleeps in poll(2) until the socket is readable (or hung up) or `deadline` passes.
+    fn wait_readable(&self, deadline: Option<Instant>) -> Readiness {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        loop {
+            let timeout = match deadline {
+                None => PollTimeout::NONE,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => poll_timeout(left),
+                    _ => return Readiness::TimedOut,
+                },
+            };
+            let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, timeout) {
+                // Timed out: the loop re-checks the deadline (poll may end a little early).
+                Ok(0) => {}
+                Ok(_) => return Readiness::Ready,
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(_) => return Readiness::Failed,
             }
         }
     }
 }
 
-/// How far the timeout already armed may differ from what is left before `SO_RCVTIMEO` is
-/// re-armed: a reader waiting `idleMs` (or `acknowledgementMs`) per frame would otherwise pay
-/// a setsockopt(2) on every frame, since each fresh deadline is a few microseconds longer or
-/// shorter than the timeout already set. A read may overrun its deadline by this much; one
-/// that times out early is re-armed for the rest (`FrameReader::next`).
-const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(1);
-
-/// True unless the timeout already set serves `wanted`: both none, or the set one within
-/// `READ_TIMEOUT_SLACK` of what is left.
-fn needs_new_timeout(set: Option<Duration>, wanted: Option<Duration>) -> bool {
-    match (set, wanted) {
-        (None, None) => false,
-        (Some(set), Some(left)) => set.abs_diff(left) > READ_TIMEOUT_SLACK,
-        _ => true,
-    }
+/// `left` as poll(2)'s timeout, rounded up to whole milliseconds so that a wait never ends
+/// before its deadline only to poll again with a zero timeout (capped at poll's maximum).
+fn poll_timeout(left: Duration) -> nix::poll::PollTimeout {
+    let ms = left.as_micros().div_ceil(1000);
+    let ms = i32::try_from(ms).unwrap_or(i32::MAX);
+    nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)
 }
 
 /// Refuses a connection from another OS user; runs before any byte is read.
@@ -529,42 +585,77 @@ mod tests {
     use std::io::Write;
 
     #[test]
-    fn a_read_timeout_is_rearmed_only_beyond_the_slack() {
-        let ms = Duration::from_millis;
-        let us = Duration::from_micros;
-        assert!(!needs_new_timeout(None, None));
-        assert!(needs_new_timeout(None, Some(ms(5))));
-        assert!(needs_new_timeout(Some(ms(5)), None));
-        assert!(!needs_new_timeout(Some(ms(5)), Some(ms(5))));
-        // Within the slack either way: kept.
-        assert!(!needs_new_timeout(Some(ms(5)), Some(ms(5) + us(900))));
-        assert!(!needs_new_timeout(Some(ms(5) + us(900)), Some(ms(5))));
-        // Beyond it either way: re-armed.
-        assert!(needs_new_timeout(Some(ms(5)), Some(ms(7))));
-        assert!(needs_new_timeout(Some(ms(7)), Some(ms(5))));
+    fn poll_timeouts_round_up_to_whole_milliseconds() {
+        use nix::poll::PollTimeout;
+        let t = |d: Duration| i32::from(poll_timeout(d));
+        assert_eq!(t(Duration::from_micros(1)), 1);
+        assert_eq!(t(Duration::from_millis(5)), 5);
+        assert_eq!(t(Duration::from_micros(5_001)), 6);
+        assert_eq!(
+            t(Duration::from_secs(u64::MAX / 4)),
+            i32::from(PollTimeout::MAX)
+        );
     }
 
-    /// A timeout kept although it is shorter than what is left fires before the deadline:
-    /// the reader waits on for the rest instead of reporting a timeout early, and a frame
-    /// that arrives still gets read.
+    /// A read times out at its deadline, never before; bytes already there, or written while
+    /// the reader sleeps, are read; a peer that hangs up ends the stream.
     #[test]
-    fn a_timeout_armed_shorter_than_the_deadline_does_not_end_the_read_early() {
+    fn reads_wait_until_their_deadline_and_wake_for_bytes() {
         let (a, mut b) = UnixStream::pair().unwrap();
         let mut r = FrameReader::new(a, 1 << 16);
-        let start = Instant::now();
-        assert!(matches!(
-            r.next(Some(start + Duration::from_millis(20))),
-            ReadEvent::TimedOut
-        ));
-        // The 20 ms timeout stays armed for a deadline up to the slack further away.
         let deadline = Instant::now() + Duration::from_millis(20) + Duration::from_micros(900);
         assert!(matches!(r.next(Some(deadline)), ReadEvent::TimedOut));
         assert!(Instant::now() >= deadline);
-        b.write_all(b"{\"a\":1}\n").unwrap();
-        let deadline = Instant::now() + Duration::from_millis(20) + Duration::from_micros(900);
-        match r.next(Some(deadline)) {
+        b.write_all(b"{\"a\":1}\n{\"b\"").unwrap();
+        match r.next(Some(Instant::now() + Duration::from_secs(10))) {
             ReadEvent::Frame(f) => assert_eq!(f, b"{\"a\":1}".to_vec()),
-            _ => panic!("the frame was not read"),
+            _ => panic!("the frame already there was not read"),
         }
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            b.write_all(b":2}\n").unwrap();
+            b
+        });
+        match r.next(None) {
+            ReadEvent::Frame(f) => assert_eq!(f, b"{\"b\":2}".to_vec()),
+            _ => panic!("the frame written later was not read"),
+        }
+        drop(writer.join().unwrap());
+        assert!(matches!(r.next(None), ReadEvent::Closed));
+    }
+
+    fn writer_idle(out: &Outgoing) -> bool {
+        matches!(*out.writer.lock(), Writer::Idle(_))
+    }
+
+    /// Frames written directly start no writer thread, and closing such a connection still
+    /// ends the stream; the first queued frame starts it, and queued frames are delivered
+    /// before the close.
+    #[test]
+    fn the_writer_thread_starts_with_the_first_queued_frame() {
+        use std::io::Read;
+        let (near, mut far) = UnixStream::pair().unwrap();
+        let out = Outgoing::spawn(&near, 4, 5_000).unwrap();
+        out.send(b"direct\n".to_vec()).unwrap();
+        assert!(writer_idle(&out));
+        out.close();
+        assert!(matches!(*out.writer.lock(), Writer::Closed));
+        let mut got = Vec::new();
+        far.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"direct\n");
+        assert_eq!(
+            out.try_send(b"late\n".to_vec()).unwrap_err().code,
+            Code::Disconnected
+        );
+
+        let (near, mut far) = UnixStream::pair().unwrap();
+        let out = Outgoing::spawn(&near, 4, 5_000).unwrap();
+        out.try_send(b"queued 1\n".to_vec()).unwrap();
+        assert!(matches!(*out.writer.lock(), Writer::Running));
+        out.try_send(b"queued 2\n".to_vec()).unwrap();
+        out.close();
+        let mut got = Vec::new();
+        far.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"queued 1\nqueued 2\n");
     }
 }

@@ -293,3 +293,9 @@ pub fn files_in(dir: &Path) -> Vec<String> {
     v.sort();
     v
 }
+
+/// Where a journal's frames end: the zero-filled room the store preallocates after them is
+/// not part of them (a frame never ends in 0x00).
+pub fn journal_frames_end(journal: &[u8]) -> usize {
+    journal.len() - journal.iter().rev().take_while(|b| **b == 0).count()
+}

@@ -1,0 +1,301 @@
+//! Typed decoding of the hot peer requests (`peer.send`, `peer.receipt`) straight from a
+//! frame's bytes into their structs, in one pass with borrowed strings and no JSON value tree.
+//!
+//! It only ever says yes to a plain, fully valid request: exactly the envelope keys
+//! `jsonrpc`, `id`, `method`, `params` (each once, `method` before `params`), a known method,
+//! params with only that method's fields, each once and of the right type, ids that pass the
+//! id check. Anything else, malformed or merely unusual (duplicate or unknown keys, `null`
+//! where a value is optional, params before the method), yields `None`, and the caller takes
+//! the general path (`rpc::parse` plus the method's own decoder), which gives the answer and
+//! error text it always gave. So accepting a frame here never changes what a frame means: a
+//! frame decoded here is one the general path decodes to the same request.
+
+use super::message::{self, MessageBody, PeerSend, Receipt, ReceiptPush, ReceiptState};
+use super::rpc::{ID_BYTES_MAX, Id};
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use std::borrow::Cow;
+use std::fmt;
+
+/// One hot request, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HotRequest {
+    pub id: Id,
+    pub call: HotCall,
+}
+
+/// The hot methods with their typed params.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HotCall {
+    Send(PeerSend),
+    Receipt(ReceiptPush),
+}
+
+impl HotCall {
+    pub fn method(&self) -> &'static str {
+        match self {
+            HotCall::Send(_) => "peer.send",
+            HotCall::Receipt(_) => "peer.receipt",
+        }
+    }
+}
+
+/// The frame (without its newline) as a hot request, or `None`: take the general path.
+pub fn decode(frame: &[u8]) -> Option<HotRequest> {
+    let mut de = serde_json::Deserializer::from_slice(frame);
+    let req = de.deserialize_map(FrameVisitor).ok()??;
+    de.end().ok()?;
+    Some(req)
+}
+
+struct FrameVisitor;
+
+/// Which hot method the frame names.
+#[derive(Clone, Copy)]
+enum Method {
+    Send,
+    Receipt,
+}
+
+impl<'de> Visitor<'de> for FrameVisitor {
+    type Value = Option<HotRequest>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON-RPC request object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut version_ok = false;
+        let mut id: Option<Id> = None;
+        let mut method: Option<Method> = None;
+        let mut call: Option<HotCall> = None;
+        // Returning early leaves the map unfinished, which the deserializer reports as an
+        // error: either way the caller sees `None`.
+        while let Some(key) = map.next_key::<Str<'de>>()? {
+            match key.0.as_ref() {
+                "jsonrpc" if !version_ok => {
+                    if map.next_value::<Str<'de>>()?.0 != "2.0" {
+                        return Ok(None);
+                    }
+                    version_ok = true;
+                }
+                "id" if id.is_none() => id = Some(map.next_value::<WireId>()?.0),
+                "method" if method.is_none() => {
+                    method = match map.next_value::<Str<'de>>()?.0.as_ref() {
+                        "peer.send" => Some(Method::Send),
+                        "peer.receipt" => Some(Method::Receipt),
+                        _ => return Ok(None),
+                    }
+                }
+                "params" if call.is_none() => match method {
+                    Some(Method::Send) => {
+                        let Some(send) = map.next_value::<SendParams>()?.checked() else {
+                            return Ok(None);
+                        };
+                        call = Some(HotCall::Send(send));
+                    }
+                    Some(Method::Receipt) => {
+                        let Some(push) = map.next_value::<ReceiptParams>()?.checked() else {
+                            return Ok(None);
+                        };
+                        call = Some(HotCall::Receipt(push));
+                    }
+                    None => return Ok(None),
+                },
+                _ => return Ok(None),
+            }
+        }
+        Ok(match (version_ok, id, call) {
+            (true, Some(id), Some(call)) => Some(HotRequest { id, call }),
+            _ => None,
+        })
+    }
+}
+
+/// A request id as the general path reads it: an integer that fits i64, or a string of at
+/// most [`ID_BYTES_MAX`] bytes. Anything else is a decode failure here.
+struct WireId(Id);
+
+impl<'de> Deserialize<'de> for WireId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<WireId, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = WireId;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an integer or a short string")
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<WireId, E> {
+                Ok(WireId(Id::Num(n)))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<WireId, E> {
+                i64::try_from(n)
+                    .map(|n| WireId(Id::Num(n)))
+                    .map_err(|_| E::custom("id out of range"))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<WireId, E> {
+                if s.len() > ID_BYTES_MAX {
+                    return Err(E::custom("id too long"));
+                }
+                Ok(WireId(Id::Str(s.to_string())))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `params.version` as the general path accepts it: the integer 1 (absent is fine too).
+struct VersionOne;
+
+impl<'de> Deserialize<'de> for VersionOne {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<VersionOne, D::Error> {
+        match u64::deserialize(d)? {
+            super::PROTOCOL_VERSION => Ok(VersionOne),
+            _ => Err(de::Error::custom("unsupported version")),
+        }
+    }
+}
+
+/// `version` when present: a `null` there is refused by the general path, so it must not
+/// read as absent here (which a plain `Option` would do).
+fn version_one<'de, D: Deserializer<'de>>(d: D) -> Result<Option<VersionOne>, D::Error> {
+    VersionOne::deserialize(d).map(Some)
+}
+
+/// A string field, borrowed from the frame unless it holds escapes. An optional one reads
+/// `null` as absent, as the general path does.
+type Text<'a> = Cow<'a, str>;
+
+/// A string borrowed from the frame when it has no escapes (serde's `Cow` always copies).
+struct Str<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Str<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Str<'de>, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Str<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(s.to_string())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// An optional string field: `null` or absent is `None`.
+fn opt_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Text<'de>>, D::Error> {
+    Ok(Option::<Str<'de>>::deserialize(d)?.map(|s| s.0))
+}
+
+fn owned(s: Option<Text<'_>>) -> Option<String> {
+    s.map(Cow::into_owned)
+}
+
+/// `peer.send` params, field by field (the general path's `PeerSend`, flattened).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SendParams<'a> {
+    #[serde(default, deserialize_with = "version_one")]
+    version: Option<VersionOne>,
+    #[serde(borrow)]
+    message_id: Text<'a>,
+    #[serde(borrow)]
+    to: Text<'a>,
+    #[serde(default, borrow, deserialize_with = "opt_text")]
+    from_run: Option<Text<'a>>,
+    #[serde(borrow)]
+    content: Text<'a>,
+    #[serde(default, borrow, deserialize_with = "opt_text")]
+    topic: Option<Text<'a>>,
+    #[serde(default, borrow, deserialize_with = "opt_text")]
+    reply_to: Option<Text<'a>>,
+    #[serde(default, borrow, deserialize_with = "opt_text")]
+    correlation_id: Option<Text<'a>>,
+    #[serde(default)]
+    expires_at: Option<u64>,
+}
+
+impl SendParams<'_> {
+    /// The typed request when every id field passes the general path's id check.
+    fn checked(self) -> Option<PeerSend> {
+        let _ = self.version;
+        let ids = [
+            ("fromRun", self.from_run.as_deref()),
+            ("messageId", Some(self.message_id.as_ref())),
+            ("replyTo", self.reply_to.as_deref()),
+            ("correlationId", self.correlation_id.as_deref()),
+        ];
+        if ids.iter().any(|(k, v)| message::check_id(k, *v).is_err()) {
+            return None;
+        }
+        Some(PeerSend {
+            version: super::PROTOCOL_VERSION,
+            message_id: self.message_id.into_owned(),
+            to: self.to.into_owned(),
+            from_run: owned(self.from_run),
+            body: MessageBody {
+                content: self.content.into_owned(),
+                topic: owned(self.topic),
+                reply_to: owned(self.reply_to),
+            },
+            correlation_id: owned(self.correlation_id),
+            expires_at_ms: self.expires_at,
+        })
+    }
+}
+
+/// `peer.receipt` params: `fromRun` plus the receipt's fields.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ReceiptParams<'a> {
+    #[serde(default, deserialize_with = "version_one")]
+    version: Option<VersionOne>,
+    #[serde(default, borrow, deserialize_with = "opt_text")]
+    from_run: Option<Text<'a>>,
+    #[serde(borrow)]
+    message_id: Text<'a>,
+    #[serde(borrow)]
+    from_peer_id: Text<'a>,
+    #[serde(borrow)]
+    to_peer_id: Text<'a>,
+    state: ReceiptState,
+    sequence: u64,
+    #[serde(borrow)]
+    correlation_id: Text<'a>,
+    at_ms: u64,
+    #[serde(default, borrow, deserialize_with = "opt_text")]
+    reply_message_id: Option<Text<'a>>,
+    #[serde(default, borrow, deserialize_with = "opt_text")]
+    code: Option<Text<'a>>,
+}
+
+impl ReceiptParams<'_> {
+    fn checked(self) -> Option<ReceiptPush> {
+        let _ = self.version;
+        message::check_id("fromRun", self.from_run.as_deref()).ok()?;
+        Some(ReceiptPush {
+            version: super::PROTOCOL_VERSION,
+            from_run: owned(self.from_run),
+            receipt: Receipt {
+                message_id: self.message_id.into_owned(),
+                from_peer_id: self.from_peer_id.into_owned(),
+                to_peer_id: self.to_peer_id.into_owned(),
+                state: self.state,
+                sequence: self.sequence,
+                correlation_id: self.correlation_id.into_owned(),
+                at_ms: self.at_ms,
+                reply_message_id: owned(self.reply_message_id),
+                code: owned(self.code),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "hot_tests.rs"]
+mod tests;

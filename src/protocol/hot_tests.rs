@@ -1,0 +1,449 @@
+//! The typed decoder against the general path (`rpc::parse`, the version check, the method's
+//! own decoder): it decodes what our encoder writes, never accepts what the general path
+//! refuses, and decodes to the same request; malformed frames keep the general path's texts.
+
+use super::*;
+use crate::error::{Code, Error};
+use crate::protocol::rpc::{self, Incoming};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+const TO: &str = "p-0123456789abcdef01234567";
+
+/// What the general path makes of a frame: the request, or the error it answers with.
+fn general(frame: &[u8]) -> Result<HotRequest, (Code, String)> {
+    let fail = |e: Error| (e.code, e.message);
+    let (id, method, params) = match rpc::parse(frame) {
+        Ok(Incoming::Request { id, method, params }) => (id, method, params),
+        Ok(other) => return Err((Code::InvalidRequest, format!("not a request: {other:?}"))),
+        Err(r) => return Err((r.error.code, r.error.message)),
+    };
+    rpc::check_version(&params).map_err(fail)?;
+    let call = match method.as_str() {
+        "peer.send" => HotCall::Send(PeerSend::decode(params).map_err(fail)?),
+        "peer.receipt" => HotCall::Receipt(ReceiptPush::decode(params).map_err(fail)?),
+        other => return Err((Code::MethodNotFound, other.to_string())),
+    };
+    Ok(HotRequest { id, call })
+}
+
+fn frame(id: &Id, method: &str, params: &Value) -> Vec<u8> {
+    let mut f = rpc::encode_request(id, method, params);
+    f.pop();
+    f
+}
+
+fn sample_send() -> PeerSend {
+    PeerSend {
+        version: 1,
+        message_id: "m-1".into(),
+        to: TO.into(),
+        from_run: Some("r-1".into()),
+        body: MessageBody {
+            content: "hello \"quoted\" \u{e9}\n".into(),
+            topic: Some("t".into()),
+            reply_to: Some("m-0".into()),
+        },
+        correlation_id: Some("m-0".into()),
+        expires_at_ms: Some(1_700_000_000_000),
+    }
+}
+
+fn sample_push() -> ReceiptPush {
+    ReceiptPush {
+        version: 1,
+        from_run: None,
+        receipt: Receipt {
+            message_id: "m-1".into(),
+            from_peer_id: "p-aaaaaaaaaaaaaaaaaaaaaaaa".into(),
+            to_peer_id: TO.into(),
+            state: ReceiptState::Replied,
+            sequence: 3,
+            correlation_id: "m-1".into(),
+            at_ms: 42,
+            reply_message_id: Some("m-2".into()),
+            code: None,
+        },
+    }
+}
+
+/// The frames our own encoder writes decode here, to what the general path gives.
+#[test]
+fn decodes_what_our_encoder_writes() {
+    let minimal = PeerSend {
+        from_run: None,
+        body: MessageBody::text("hi"),
+        correlation_id: None,
+        expires_at_ms: None,
+        ..sample_send()
+    };
+    for (id, send) in [
+        (Id::Num(7), sample_send()),
+        (Id::Str("c-1".into()), minimal),
+    ] {
+        let f = frame(&id, "peer.send", &serde_json::to_value(&send).unwrap());
+        let want = HotRequest {
+            id,
+            call: HotCall::Send(send),
+        };
+        assert_eq!(decode(&f), Some(want.clone()));
+        assert_eq!(general(&f), Ok(want));
+    }
+    let push = sample_push();
+    let f = frame(
+        &Id::Num(-3),
+        "peer.receipt",
+        &serde_json::to_value(&push).unwrap(),
+    );
+    let want = HotRequest {
+        id: Id::Num(-3),
+        call: HotCall::Receipt(push),
+    };
+    assert_eq!(decode(&f), Some(want.clone()));
+    assert_eq!(general(&f), Ok(want));
+}
+
+/// Unusual but valid frames (key order, duplicates, unknown keys, a `null` fromRun) are left
+/// to the general path or decoded alike; other methods are never decoded here.
+#[test]
+fn unusual_frames_take_the_general_path() {
+    let p = r#"{"messageId":"m-1","to":"p-x","content":"c"}"#;
+    let cases = [
+        format!(r#"{{"params":{p},"jsonrpc":"2.0","id":1,"method":"peer.send"}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"id":2,"method":"peer.send","params":{p}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"peer.send","params":{p},"x":1}}"#),
+        r#"{"jsonrpc":"2.0","id":1,"method":"peer.send","params":{"messageId":"m-1","messageId":"m-2","to":"p-x","content":"c"}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"peer.send","params":{"messageId":"m-1","to":"p-x","content":"c","extra":[1]}}"#.to_string(),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"peer.status","params":{p}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","method":"peer.send","params":{p}}}"#),
+    ];
+    for (n, f) in cases.iter().enumerate() {
+        assert_eq!(decode(f.as_bytes()), None, "{f}");
+        // The last two are not hot requests at all (another method, a notification).
+        assert_eq!(general(f.as_bytes()).is_ok(), n < 5, "{f}");
+    }
+    let null_run = r#"{"id":1,"jsonrpc":"2.0","method":"peer.send","params":{"content":"c","fromRun":null,"messageId":"m-1","to":"p-x"}}"#;
+    assert_eq!(
+        decode(null_run.as_bytes()).map(Ok),
+        Some(general(null_run.as_bytes()))
+    );
+}
+
+/// The malformed `peer.send` and `peer.receipt` params the message tests refuse: never
+/// decoded here, and the general path still answers each with its code and exact text.
+#[test]
+fn malformed_params_keep_the_general_paths_code_and_text() {
+    let send = |key: &str, value: Value| {
+        let mut p = json!({"messageId": "m-1", "to": TO, "content": "hello"});
+        match value {
+            Value::Null if key.starts_with('-') => {
+                p.as_object_mut().unwrap().remove(&key[1..]);
+            }
+            v => p[key] = v,
+        }
+        frame(&Id::Num(1), "peer.send", &p)
+    };
+    let sends: Vec<(&str, Value, &str)> = vec![
+        (
+            "messageId",
+            Value::Null,
+            "peer.send params: invalid type: null, expected a string",
+        ),
+        (
+            "messageId",
+            json!("bad id"),
+            "params.messageId \"bad id\" is not an id ([A-Za-z0-9_.-], at most 96)",
+        ),
+        (
+            "messageId",
+            json!(7),
+            "peer.send params: invalid type: integer `7`, expected a string",
+        ),
+        (
+            "to",
+            json!(["x"]),
+            "peer.send params: invalid type: sequence, expected a string",
+        ),
+        (
+            "content",
+            json!(5),
+            "peer.send params: invalid type: integer `5`, expected a string",
+        ),
+        (
+            "topic",
+            json!(5),
+            "peer.send params: invalid type: integer `5`, expected a string",
+        ),
+        (
+            "replyTo",
+            json!("not/an/id"),
+            "params.replyTo \"not/an/id\" is not an id ([A-Za-z0-9_.-], at most 96)",
+        ),
+        (
+            "correlationId",
+            json!(1),
+            "peer.send params: invalid type: integer `1`, expected a string",
+        ),
+        (
+            "fromRun",
+            json!("a b"),
+            "params.fromRun \"a b\" is not an id ([A-Za-z0-9_.-], at most 96)",
+        ),
+        (
+            "fromRun",
+            json!(true),
+            "peer.send params: invalid type: boolean `true`, expected a string",
+        ),
+        (
+            "expiresAt",
+            json!(-1),
+            "peer.send params: invalid value: integer `-1`, expected u64",
+        ),
+        (
+            "expiresAt",
+            json!(1.5),
+            "peer.send params: invalid type: floating point `1.5`, expected u64",
+        ),
+        (
+            "expiresAt",
+            json!("soon"),
+            "peer.send params: invalid type: string \"soon\", expected u64",
+        ),
+        (
+            "-messageId",
+            Value::Null,
+            "peer.send params: missing field `messageId`",
+        ),
+        (
+            "-content",
+            Value::Null,
+            "peer.send params: missing field `content`",
+        ),
+        (
+            "version",
+            json!(2),
+            "params.version must be 1; upgrade the older peer",
+        ),
+        (
+            "version",
+            Value::Null,
+            "params.version must be 1; upgrade the older peer",
+        ),
+    ];
+    for (key, value, text) in sends {
+        let f = send(key, value);
+        assert_eq!(decode(&f), None, "{key}");
+        let (code, message) = general(&f).unwrap_err();
+        let want = if key == "version" {
+            Code::InvalidRequest
+        } else {
+            Code::Usage
+        };
+        assert_eq!((code, message.as_str()), (want, text), "{key}");
+    }
+    let push = |key: &str, value: Value| {
+        let mut p = serde_json::to_value(sample_push()).unwrap();
+        match value {
+            Value::Null => {
+                p.as_object_mut().unwrap().remove(key);
+            }
+            v => p[key] = v,
+        }
+        frame(&Id::Num(1), "peer.receipt", &p)
+    };
+    let pushes: Vec<(&str, Value, Code, &str)> = vec![
+        (
+            "fromRun",
+            json!(5),
+            Code::Usage,
+            "params.fromRun must be a string",
+        ),
+        (
+            "fromRun",
+            json!("bad run"),
+            Code::Usage,
+            "params.fromRun \"bad run\" is not an id ([A-Za-z0-9_.-], at most 96)",
+        ),
+        (
+            "state",
+            json!("lost"),
+            Code::InvalidRequest,
+            "the peer answered with a malformed receipt: unknown variant `lost`, expected one of `accepted`, `prepared`, `consumed`, `replied`, `refused`, `expired`",
+        ),
+        (
+            "sequence",
+            json!(-1),
+            Code::InvalidRequest,
+            "the peer answered with a malformed receipt: invalid value: integer `-1`, expected u64",
+        ),
+        (
+            "atMs",
+            Value::Null,
+            Code::InvalidRequest,
+            "the peer answered with a malformed receipt: missing field `atMs`",
+        ),
+    ];
+    for (key, value, code, text) in pushes {
+        let f = push(key, value);
+        assert_eq!(decode(&f), None, "{key}");
+        let got = general(&f).unwrap_err();
+        assert_eq!((got.0, got.1.as_str()), (code, text), "{key}");
+    }
+}
+
+/// A value of the right shape for `key`, so that generated params are often valid.
+fn valid_for(key: &str) -> String {
+    match key {
+        "expiresAt" | "sequence" | "atMs" => "5",
+        "version" => "1",
+        "state" => "\"accepted\"",
+        _ => "\"m-1\"",
+    }
+    .to_string()
+}
+
+/// `key`'s value in generated params: mostly right, else any shape of any kind.
+fn keyed_value(key: &'static str) -> impl Strategy<Value = Option<String>> {
+    prop_oneof![3 => Just(Some(valid_for(key))), 2 => field_value()]
+}
+
+/// A field's value in generated params: valid and invalid shapes of every kind.
+fn field_value() -> impl Strategy<Value = Option<String>> {
+    prop_oneof![
+        Just(None),
+        Just(Some("null".to_string())),
+        Just(Some("\"m-1\"".to_string())),
+        Just(Some("\"p-x\"".to_string())),
+        Just(Some("\"bad id\"".to_string())),
+        Just(Some("\"esc\\u0061ped\"".to_string())),
+        Just(Some(format!("\"{}\"", "x".repeat(200)))),
+        Just(Some("\"\"".to_string())),
+        Just(Some("1".to_string())),
+        Just(Some("-1".to_string())),
+        Just(Some("1.0".to_string())),
+        Just(Some("18446744073709551615".to_string())),
+        Just(Some("true".to_string())),
+        Just(Some("[]".to_string())),
+        Just(Some("{}".to_string())),
+        Just(Some("\"accepted\"".to_string())),
+        Just(Some("\"replied\"".to_string())),
+    ]
+}
+
+const SEND_KEYS: [&str; 9] = [
+    "content",
+    "correlationId",
+    "expiresAt",
+    "fromRun",
+    "messageId",
+    "replyTo",
+    "to",
+    "topic",
+    "version",
+];
+
+const RECEIPT_KEYS: [&str; 11] = [
+    "atMs",
+    "code",
+    "correlationId",
+    "fromPeerId",
+    "fromRun",
+    "messageId",
+    "replyMessageId",
+    "sequence",
+    "state",
+    "toPeerId",
+    "version",
+];
+
+/// A JSON object written by hand from `(key, value text)` pairs, duplicates and all.
+fn object(pairs: &[(String, String)]) -> String {
+    let body: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{}:{v}", serde_json::to_string(k).unwrap()))
+        .collect();
+    format!("{{{}}}", body.join(","))
+}
+
+fn params(keys: &'static [&'static str]) -> impl Strategy<Value = Vec<(String, String)>> {
+    let values: Vec<_> = keys.iter().map(|k| keyed_value(k)).collect();
+    values.prop_map(move |vals| {
+        keys.iter()
+            .zip(vals)
+            .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+            .collect()
+    })
+}
+
+fn id_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("1".to_string()),
+        Just("-9".to_string()),
+        Just("9223372036854775808".to_string()),
+        Just("1.5".to_string()),
+        Just("null".to_string()),
+        Just("\"c-1\"".to_string()),
+        Just(format!("\"{}\"", "i".repeat(129))),
+        Just("[1]".to_string()),
+    ]
+}
+
+proptest! {
+    /// Frames shaped as our encoder writes them (sorted keys, no duplicates): the typed
+    /// decoder accepts exactly what the general path accepts, with the same request.
+    #[test]
+    fn accepts_exactly_what_the_general_path_accepts(
+        send in any::<bool>(),
+        sp in params(&SEND_KEYS),
+        rp in params(&RECEIPT_KEYS),
+        id in id_text(),
+        v in prop_oneof![Just("\"2.0\""), Just("\"1.0\""), Just("2")],
+    ) {
+        let (method, p) = if send { ("peer.send", sp) } else { ("peer.receipt", rp) };
+        let f = object(&[
+            ("id".into(), id),
+            ("jsonrpc".into(), v.to_string()),
+            ("method".into(), format!("\"{method}\"")),
+            ("params".into(), object(&p)),
+        ]);
+        let typed = decode(f.as_bytes());
+        let old = general(f.as_bytes()).ok();
+        prop_assert_eq!(typed, old, "{}", f);
+    }
+
+    /// Any arrangement (duplicates, unknown keys, any order): what the typed decoder accepts,
+    /// the general path accepts as the same request.
+    #[test]
+    fn never_accepts_what_the_general_path_refuses(
+        mut sp in params(&SEND_KEYS),
+        extra in proptest::collection::vec(
+            (prop_oneof![Just("to"), Just("messageId"), Just("other"), Just("version")], field_value()), 0..3),
+        envelope in proptest::sample::subsequence(vec!["id", "jsonrpc", "method", "params", "id", "method"], 0..=6),
+        shuffle in any::<proptest::sample::Index>(),
+    ) {
+        for (k, v) in extra {
+            if let Some(v) = v {
+                let at = shuffle.index(sp.len() + 1);
+                sp.insert(at, (k.to_string(), v));
+            }
+        }
+        let pairs: Vec<(String, String)> = envelope.iter().map(|k| {
+            let v = match *k {
+                "id" => "3".to_string(),
+                "jsonrpc" => "\"2.0\"".to_string(),
+                "method" => "\"peer.send\"".to_string(),
+                _ => object(&sp),
+            };
+            (k.to_string(), v)
+        }).collect();
+        let f = object(&pairs);
+        if let Some(req) = decode(f.as_bytes()) {
+            prop_assert_eq!(Ok(req), general(f.as_bytes()), "{}", f);
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = decode(&bytes);
+    }
+}
