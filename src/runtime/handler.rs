@@ -22,7 +22,7 @@ use std::sync::Arc;
 fn principal(from: &PeerInfo, run_id: Option<String>) -> Principal {
     Principal {
         instance_id: from.instance_id.clone(),
-        peer_id: identity::peer_id(&from.instance_id, run_id.as_deref()),
+        peer_id: from.peer_id(run_id.as_deref()),
         run_id,
     }
 }

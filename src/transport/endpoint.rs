@@ -379,10 +379,7 @@ fn peer_of(channel: &Channel) -> Option<PeerInfo> {
         Channel::Peer {
             instance_id,
             run_id,
-        } => Some(PeerInfo {
-            instance_id: instance_id.clone(),
-            run_id: run_id.clone(),
-        }),
+        } => Some(PeerInfo::new(instance_id.clone(), run_id.clone())),
         Channel::Local | Channel::Run { .. } => None,
     }
 }

@@ -22,7 +22,7 @@ use crate::error::Result;
 use crate::protocol::hot::HotCall;
 use serde_json::{Map, Value};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// This root as the transport presents it.
 #[derive(Clone)]
@@ -38,11 +38,47 @@ pub trait Verifier: Send + Sync {
 }
 
 /// The authenticated remote root of a connection. `run_id` is that root's own claim.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct PeerInfo {
     pub instance_id: String,
     pub run_id: Option<String>,
+    /// The first peerId asked of this connection (keyed by its run), so the SHA-256 behind
+    /// a peerId is computed once per connection rather than once per message; one entry
+    /// keeps the memo bounded, and any other run is computed afresh.
+    memo: OnceLock<(Option<String>, String)>,
 }
+
+impl PeerInfo {
+    pub fn new(instance_id: String, run_id: Option<String>) -> PeerInfo {
+        PeerInfo {
+            instance_id,
+            run_id,
+            memo: OnceLock::new(),
+        }
+    }
+
+    /// The peerId of `run` (or of the root itself for `None`) of this authenticated
+    /// instance: `identity::peer_id`, remembered for the first run asked.
+    pub fn peer_id(&self, run: Option<&str>) -> String {
+        let (memo_run, id) = self.memo.get_or_init(|| {
+            let id = crate::identity::peer_id(&self.instance_id, run);
+            (run.map(str::to_owned), id)
+        });
+        if memo_run.as_deref() == run {
+            id.clone()
+        } else {
+            crate::identity::peer_id(&self.instance_id, run)
+        }
+    }
+}
+
+impl PartialEq for PeerInfo {
+    fn eq(&self, o: &PeerInfo) -> bool {
+        self.instance_id == o.instance_id && self.run_id == o.run_id
+    }
+}
+
+impl Eq for PeerInfo {}
 
 /// The result of a typed call: a JSON value, or the value's compact JSON text already
 /// written (keys in sorted order, byte for byte what serialising the value would give).

@@ -549,10 +549,7 @@ fn start_reader(
 ) -> Result<Arc<OutConn>> {
     let out = Outgoing::spawn(stream, inner.limits.outgoing_frames, inner.limits.write_ms)?;
     let conn = Arc::new(OutConn {
-        peer: PeerInfo {
-            instance_id: target.instance_id.clone(),
-            run_id: None,
-        },
+        peer: PeerInfo::new(target.instance_id.clone(), None),
         target: target.clone(),
         out,
         sink: inner.sink.clone(),

@@ -1174,3 +1174,26 @@ fn plain_hot_requests_reach_the_typed_call_and_the_rest_the_general_path() {
         ]
     );
 }
+
+#[test]
+fn peer_info_peer_id_matches_identity_for_every_run() {
+    let info = PeerInfo::new("i-7".into(), None);
+    let runs = [
+        Some("r-1"),
+        None,
+        Some("r-2"),
+        Some("r-1"),
+        None,
+        Some("r-2"),
+    ];
+    for run in runs {
+        assert_eq!(
+            info.peer_id(run),
+            crate::identity::peer_id("i-7", run),
+            "{run:?}"
+        );
+    }
+    // The memo does not take part in equality.
+    assert_eq!(info, PeerInfo::new("i-7".into(), None));
+    assert_ne!(info, PeerInfo::new("i-7".into(), Some("r-1".into())));
+}
