@@ -1,5 +1,5 @@
-//! Typed decoding of the hot peer requests (`peer.send`, `peer.receipt`) straight from a
-//! frame's bytes into their structs, in one pass with borrowed strings and no JSON value tree.
+//! Typed decoding of the hot peer requests (`peer.send`, `peer.receipt`), and of the plain
+//! success answers the sender reads back, straight from a frame's bytes into their structs, in one pass with borrowed strings and no JSON value tree.
 //!
 //! It only ever says yes to a plain, fully valid request: exactly the envelope keys
 //! `jsonrpc`, `id`, `method`, `params` (each once, `method` before `params`), a known method,
@@ -14,6 +14,7 @@ use super::message::{self, MessageBody, PeerSend, Receipt, ReceiptPush, ReceiptS
 use super::rpc::{ID_BYTES_MAX, Id};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::fmt;
 
@@ -294,6 +295,41 @@ impl ReceiptParams<'_> {
             },
         })
     }
+}
+
+/// A plain success answer `{"jsonrpc":"2.0","id":N,"result":R}`: exactly those keys, each
+/// once, `N` an integer that fits i64. Yields the id and the result's JSON text, unparsed, so
+/// the caller decodes it straight into the type it expects. Anything else (an error answer,
+/// duplicate or unknown keys, another id shape) yields `None`: take `rpc::parse`, which
+/// reads an accepted frame as the same id and result.
+pub fn decode_result(frame: &[u8]) -> Option<(i64, Box<RawValue>)> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Success<'a> {
+        #[serde(borrow)]
+        jsonrpc: &'a str,
+        id: i64,
+        #[serde(borrow)]
+        result: &'a RawValue,
+    }
+    let s: Success = serde_json::from_slice(frame).ok()?;
+    (s.jsonrpc == "2.0").then(|| (s.id, s.result.to_owned()))
+}
+
+/// A result's JSON text as the receipt answering `peer.send`: decoded straight into the
+/// struct, or, when that fails, through a `Value` and [`Receipt::decode`], so a malformed
+/// receipt gets the error text it always got.
+pub fn receipt_answer(raw: &RawValue) -> crate::error::Result<Receipt> {
+    if let Ok(r) = serde_json::from_str::<Receipt>(raw.get()) {
+        return Ok(r);
+    }
+    let v: serde_json::Value = serde_json::from_str(raw.get()).map_err(|e| {
+        crate::error::Error::new(
+            crate::error::Code::InvalidRequest,
+            format!("the peer answered with a malformed receipt: {e}"),
+        )
+    })?;
+    Receipt::decode(v)
 }
 
 #[cfg(test)]

@@ -447,3 +447,110 @@ proptest! {
         let _ = decode(&bytes);
     }
 }
+
+/// What the general path makes of an answer frame: its id and successful result, if any.
+fn general_result(frame: &[u8]) -> Option<(i64, Value)> {
+    match rpc::parse(frame) {
+        Ok(Incoming::Response {
+            id: Some(Id::Num(id)),
+            result: Ok(v),
+        }) => Some((id, v)),
+        _ => None,
+    }
+}
+
+/// What the sender made of a `peer.send` answer before the typed path: `rpc::parse`, then
+/// `Receipt::decode` of the result.
+fn general_receipt(frame: &[u8]) -> Option<Result<Receipt, (Code, String)>> {
+    let (_, v) = general_result(frame)?;
+    Some(Receipt::decode(v).map_err(|e| (e.code, e.message)))
+}
+
+#[test]
+fn decodes_the_receipt_answer_our_encoder_writes() {
+    let r = Receipt {
+        message_id: "m-1".into(),
+        from_peer_id: TO.into(),
+        to_peer_id: TO.into(),
+        state: ReceiptState::Accepted,
+        sequence: 4,
+        correlation_id: "c-\"1\"".into(),
+        at_ms: 9,
+        reply_message_id: None,
+        code: None,
+    };
+    let mut f = rpc::encode_result(&Id::Num(12), &serde_json::to_value(&r).unwrap());
+    assert_eq!(f.pop(), Some(b'\n'));
+    let (id, raw) = decode_result(&f).expect("a plain success answer");
+    assert_eq!(id, 12);
+    assert_eq!(receipt_answer(&raw).unwrap(), r);
+    // Error answers, string ids, notifications and requests are the general path's.
+    for other in [
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"x"}}"#,
+        r#"{"jsonrpc":"2.0","id":"s-1","result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{},"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{},"method":"peer.send"}"#,
+        r#"{"jsonrpc":"2.0","method":"peer.receipt","params":{}}"#,
+        r#"{"jsonrpc":"1.0","id":1,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1.0,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{}} x"#,
+    ] {
+        assert!(decode_result(other.as_bytes()).is_none(), "{other}");
+    }
+}
+
+proptest! {
+    /// Any arrangement of an answer's envelope and receipt: what the typed path accepts, the
+    /// general path reads as the same id and result, and the receipt (or the error text for a
+    /// malformed one) is the one the general path gives.
+    #[test]
+    fn answers_decode_as_the_general_path_decodes_them(
+        rp in params(&RECEIPT_KEYS),
+        id in id_text(),
+        v in prop_oneof![Just("\"2.0\""), Just("\"1.0\""), Just("\"2\\u002e0\"")],
+        envelope in proptest::sample::subsequence(
+            vec!["id", "jsonrpc", "result", "error", "result", "method", "id"], 0..=7),
+        shuffle in any::<bool>(),
+    ) {
+        let mut keys = envelope;
+        if shuffle {
+            keys.reverse();
+        }
+        let pairs: Vec<(String, String)> = keys
+            .iter()
+            .map(|k| {
+                let value = match *k {
+                    "id" => id.clone(),
+                    "jsonrpc" => v.to_string(),
+                    "result" => object(&rp),
+                    "error" => r#"{"code":-32600,"message":"no"}"#.to_string(),
+                    _ => "\"peer.send\"".to_string(),
+                };
+                (k.to_string(), value)
+            })
+            .collect();
+        let f = object(&pairs);
+        if let Some((id, raw)) = decode_result(f.as_bytes()) {
+            let (gid, gv) = general_result(f.as_bytes()).expect("the general path accepts it");
+            prop_assert_eq!(id, gid, "{}", f);
+            prop_assert_eq!(serde_json::from_str::<Value>(raw.get()).unwrap(), gv, "{}", f);
+            let typed = receipt_answer(&raw).map_err(|e| (e.code, e.message));
+            prop_assert_eq!(Some(typed), general_receipt(f.as_bytes()), "{}", f);
+        }
+    }
+
+    /// Receipts in the shape our encoder writes them (sorted keys, no duplicates) are always
+    /// taken by the typed path, with the general path's receipt or error.
+    #[test]
+    fn plain_answers_take_the_typed_path(rp in params(&RECEIPT_KEYS), id in -5i64..5) {
+        let f = object(&[
+            ("id".into(), id.to_string()),
+            ("jsonrpc".into(), "\"2.0\"".into()),
+            ("result".into(), object(&rp)),
+        ]);
+        let (got, raw) = decode_result(f.as_bytes()).expect("a plain success answer");
+        prop_assert_eq!(got, id);
+        let typed = receipt_answer(&raw).map_err(|e| (e.code, e.message));
+        prop_assert_eq!(Some(typed), general_receipt(f.as_bytes()), "{}", f);
+    }
+}

@@ -9,9 +9,10 @@ use super::{LocalIdentity, PeerInfo, Target};
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::protocol::handshake::{Expected, Initiator};
-use crate::protocol::message;
 use crate::protocol::rpc::{self, Id, Incoming};
+use crate::protocol::{hot, message};
 use parking_lot::{Condvar, Mutex};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::io;
@@ -40,16 +41,33 @@ const QUIET: Duration = Duration::from_millis(10);
 /// A connection's read side, under one lock.
 struct Waiters {
     /// Answers by request id (`None` until answered); the map is `None` once dead.
-    pending: Option<HashMap<i64, Option<Result<Value>>>>,
+    pending: Option<HashMap<i64, Option<Result<Reply>>>>,
     /// The frame reader while nobody reads; the thread reading takes it out.
     reader: Option<FrameReader>,
     /// When a request last finished reading.
     last_active: Instant,
 }
 
+/// A successful answer: its result as a `Value` (the general path), or as the unparsed JSON
+/// text of a plain success frame, for the caller to decode into the type it expects.
+enum Reply {
+    Value(Value),
+    Text(Box<RawValue>),
+}
+
+impl Reply {
+    fn into_value(self) -> Result<Value> {
+        match self {
+            Reply::Value(v) => Ok(v),
+            Reply::Text(raw) => serde_json::from_str(raw.get())
+                .map_err(|e| Error::new(Code::InvalidRequest, format!("unreadable answer: {e}"))),
+        }
+    }
+}
+
 /// How a call ended.
 enum Outcome {
-    Done(Result<Value>),
+    Done(Result<Reply>),
     /// The frame cannot have reached the peer: retrying on a fresh connection is safe.
     Undelivered(Error),
 }
@@ -142,7 +160,7 @@ impl OutConn {
     }
 
     /// Waits for answer `id`, reading it ourselves whenever the reader is free.
-    fn await_answer(&self, id: i64, method: &str, deadline: Instant) -> Result<Value> {
+    fn await_answer(&self, id: i64, method: &str, deadline: Instant) -> Result<Reply> {
         let mut st = self.state.lock();
         loop {
             let Some(map) = st.pending.as_mut() else {
@@ -179,7 +197,7 @@ impl OutConn {
 
     /// Reads as the leader until answer `id` arrives (`Some`), or the deadline passes or the
     /// connection ends (`None`: the caller re-checks its slot).
-    fn lead(&self, id: i64, reader: FrameReader, deadline: Instant) -> Option<Result<Value>> {
+    fn lead(&self, id: i64, reader: FrameReader, deadline: Instant) -> Option<Result<Reply>> {
         let mut reading = Reading::new(self, reader, true);
         loop {
             match reading.next(Some(deadline))? {
@@ -200,24 +218,20 @@ impl OutConn {
     }
 
     /// Delivers one incoming frame. Returns the answer when it is `mine`.
-    fn route(&self, frame: &[u8], mine: Option<i64>) -> Option<Result<Value>> {
+    fn route(&self, frame: &[u8], mine: Option<i64>) -> Option<Result<Reply>> {
+        // A plain success answer skips the `Value` tree: its result stays JSON text.
+        if let Some((id, raw)) = hot::decode_result(frame) {
+            return self.settle(id, Ok(Reply::Text(raw)), mine);
+        }
         match rpc::parse(frame) {
             Ok(Incoming::Response {
                 id: Some(Id::Num(id)),
                 result,
             }) => {
-                let result = result.map_err(|obj| Error::from_rpc(&obj));
-                if mine == Some(id) {
-                    self.forget(id);
-                    return Some(result);
-                }
-                let mut st = self.state.lock();
-                // Answers to requests that already gave up are dropped.
-                if let Some(slot) = st.pending.as_mut().and_then(|m| m.get_mut(&id)) {
-                    *slot = Some(result);
-                    drop(st);
-                    self.answered.notify_all();
-                }
+                let result = result
+                    .map(Reply::Value)
+                    .map_err(|obj| Error::from_rpc(&obj));
+                return self.settle(id, result, mine);
             }
             Ok(Incoming::Notification { method, params }) => {
                 // The sink may run on a requesting thread: a panic in it must not unwind
@@ -236,6 +250,22 @@ impl OutConn {
             }
             // A connection-level error (id null) precedes a close; other ids are not ours.
             Ok(Incoming::Response { .. }) | Err(_) => {}
+        }
+        None
+    }
+
+    /// Hands answer `id` to its waiter; returns it when it is `mine`.
+    fn settle(&self, id: i64, result: Result<Reply>, mine: Option<i64>) -> Option<Result<Reply>> {
+        if mine == Some(id) {
+            self.forget(id);
+            return Some(result);
+        }
+        let mut st = self.state.lock();
+        // Answers to requests that already gave up are dropped.
+        if let Some(slot) = st.pending.as_mut().and_then(|m| m.get_mut(&id)) {
+            *slot = Some(result);
+            drop(st);
+            self.answered.notify_all();
         }
         None
     }
@@ -353,6 +383,16 @@ impl Pool {
         params: Value,
         timeout_ms: u64,
     ) -> Result<Value> {
+        self.reply(target, method, params, timeout_ms)?.into_value()
+    }
+
+    fn reply(
+        &self,
+        target: &Target,
+        method: &str,
+        params: Value,
+        timeout_ms: u64,
+    ) -> Result<Reply> {
         let ms = if timeout_ms == 0 {
             self.inner.limits.acknowledgement_ms
         } else {
@@ -380,8 +420,10 @@ impl Pool {
         send: &message::PeerSend,
         timeout_ms: u64,
     ) -> Result<message::Receipt> {
-        let v = self.request(target, "peer.send", wire::params_of(send)?, timeout_ms)?;
-        message::Receipt::decode(v)
+        match self.reply(target, "peer.send", wire::params_of(send)?, timeout_ms)? {
+            Reply::Text(raw) => hot::receipt_answer(&raw),
+            Reply::Value(v) => message::Receipt::decode(v),
+        }
     }
 
     /// `peer.receipt` to `target`: hands over one recipient-side receipt.
