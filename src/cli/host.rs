@@ -580,17 +580,23 @@ mod tests {
         assert!(shown.stdout.is_empty() && shown.stderr.is_empty());
     }
 
-    /// While the main thread gathers, a ring neither wakes it nor is lost: the flag stays
-    /// set, so the wait after the gathering returns at once, and the one after that sleeps.
-    #[test]
-    fn rings_while_gathering_are_kept_for_the_next_look() {
-        let (_tx, stopped) = crossbeam_channel::bounded(1);
+    /// A main thread's wake-up with no event stream, its stop channel's sender and its bell.
+    fn quiet_wake() -> (crossbeam_channel::Sender<()>, Wake, Arc<Bell>) {
+        let (tx, stopped) = crossbeam_channel::bounded(1);
         let bell = Arc::new(Bell::default());
         let wake = Wake {
             events: None,
             stopped,
             bell: bell.clone(),
         };
+        (tx, wake, bell)
+    }
+
+    /// While the main thread gathers, a ring neither wakes it nor is lost: the flag stays
+    /// set, so the wait after the gathering returns at once, and the one after that sleeps.
+    #[test]
+    fn rings_while_gathering_are_kept_for_the_next_look() {
+        let (_tx, wake, bell) = quiet_wake();
         let b = bell.clone();
         let ringer = std::thread::spawn(move || {
             for _ in 0..100 {
@@ -608,13 +614,7 @@ mod tests {
     /// thread while it sleeps is never lost (each `wait` here returns only because of one).
     #[test]
     fn rings_coalesce_and_none_is_lost() {
-        let (_tx, stopped) = crossbeam_channel::bounded(1);
-        let bell = Arc::new(Bell::default());
-        let wake = Wake {
-            events: None,
-            stopped,
-            bell: bell.clone(),
-        };
+        let (_tx, wake, bell) = quiet_wake();
         bell.ring();
         bell.ring();
         wake.wait(false, None);

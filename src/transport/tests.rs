@@ -113,7 +113,8 @@ struct Node {
 
 const SECRET: [u8; 32] = [42; 32];
 
-fn node(dir: &Path, name: &str, adverts: &Arc<Adverts>, limits: &Limits) -> Node {
+/// A fresh identity whose public key `adverts` advertises.
+fn advertised_identity(adverts: &Adverts) -> (Arc<KeyPair>, LocalIdentity) {
     let keys = Arc::new(KeyPair::generate());
     let me = LocalIdentity {
         instance_id: identity::new_instance_id(),
@@ -123,6 +124,11 @@ fn node(dir: &Path, name: &str, adverts: &Arc<Adverts>, limits: &Limits) -> Node
         .0
         .lock()
         .insert(me.instance_id.clone(), keys.public());
+    (keys, me)
+}
+
+fn node(dir: &Path, name: &str, adverts: &Arc<Adverts>, limits: &Limits) -> Node {
+    let (keys, me) = advertised_identity(adverts);
     let path = dir.join(format!("{name}.sock"));
     let (entered_tx, entered) = unbounded();
     let (release, release_rx) = unbounded();
@@ -1124,15 +1130,7 @@ fn plain_hot_requests_reach_the_typed_call_and_the_rest_the_general_path() {
     let adverts = Arc::new(Adverts::default());
     let l = limits();
     let a = node(&dir, "a", &adverts, &l);
-    let keys = Arc::new(KeyPair::generate());
-    let me = LocalIdentity {
-        instance_id: identity::new_instance_id(),
-        keys: keys.clone(),
-    };
-    adverts
-        .0
-        .lock()
-        .insert(me.instance_id.clone(), keys.public());
+    let (keys, me) = advertised_identity(&adverts);
     let path = dir.join("hot.sock");
     let seen = Arc::new(HotRecorder(Mutex::new(Vec::new())));
     let _endpoint = Endpoint::bind(&path, me.clone(), &l, SECRET, seen.clone(), adverts).unwrap();
