@@ -123,6 +123,11 @@ fn quick_bench_reports_every_figure_beside_its_floor_with_nothing_lost() {
             assert!(number(&fl["n"], name) >= 1.0);
         }
         assert!(r["machine"][when]["allCpusIdleOk"].is_boolean());
+        let steal = &r["machine"]["stealPercent"];
+        assert!(
+            steal.as_f64().is_some_and(|p| (0.0..=100.0).contains(&p)),
+            "{steal}"
+        );
         let ceilings = r["floors"][when]["groupCommit"]["ceilings"]
             .as_array()
             .unwrap();

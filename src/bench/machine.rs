@@ -1,5 +1,5 @@
 //! What `peer bench` records about the machine around its figures: per-CPU idle share over a
-//! short window from /proc/stat, the other processes using CPU meanwhile, the filesystem type
+//! short window from /proc/stat, the hypervisor's steal share over the whole run, the other processes using CPU meanwhile, the filesystem type
 //! under the benchmark directory, and a process's RSS and thread count from /proc.
 
 use serde_json::{Value, json};
@@ -17,11 +17,13 @@ const PROC_FILE_BYTES: u64 = 64 * 1024;
 /// Share of one CPU above which another process is listed, in percent.
 const BUSY_PERCENT_MIN: f64 = 5.0;
 
-/// Cumulative ticks of one `cpu…` line: idle (idle + iowait) and total.
+/// Cumulative ticks of one `cpu…` line: idle (idle + iowait), steal (time a hypervisor ran
+/// something else while this virtual CPU wanted to run) and total.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CpuTicks {
     pub name: String,
     pub idle: u64,
+    pub steal: u64,
     pub total: u64,
 }
 
@@ -36,7 +38,13 @@ pub fn parse_stat(text: &str) -> Vec<CpuTicks> {
             // user nice system idle iowait irq softirq steal [guest guest_nice, already in user]
             let total = v.iter().take(8).sum();
             let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
-            Some(CpuTicks { name, idle, total })
+            let steal = v.get(7).copied().unwrap_or(0);
+            Some(CpuTicks {
+                name,
+                idle,
+                steal,
+                total,
+            })
         })
         .collect()
 }
@@ -218,12 +226,30 @@ impl IdleCheck {
     }
 }
 
+/// The `cpu` lines of /proc/stat now (empty when unreadable).
+pub fn read_stat() -> Vec<CpuTicks> {
+    read_small(Path::new("/proc/stat"))
+        .map(|s| parse_stat(&s))
+        .unwrap_or_default()
+}
+
+/// The machine-wide share of CPU time stolen by the hypervisor between two readings, in
+/// percent; `None` without both readings. On a shared virtual machine this is what makes a
+/// run's latencies and CPU figures incomparable although every CPU reads idle before and
+/// after: the other guests' load lands in the middle of the run.
+pub fn steal_percent(before: &[CpuTicks], after: &[CpuTicks]) -> Option<f64> {
+    let find = |v: &[CpuTicks]| v.iter().find(|c| c.name == "cpu").cloned();
+    let (a, b) = (find(before)?, find(after)?);
+    let total = b.total.checked_sub(a.total).filter(|t| *t > 0)?;
+    let steal = b.steal.checked_sub(a.steal)?;
+    Some(100.0 * steal as f64 / total as f64)
+}
+
 /// Reads /proc/stat and every process's CPU time twice, `IDLE_WINDOW_MS` apart.
 pub fn idle_check() -> IdleCheck {
-    let stat = || read_small(Path::new("/proc/stat")).map(|s| parse_stat(&s));
-    let (s0, p0) = (stat().unwrap_or_default(), process_ticks());
+    let (s0, p0) = (read_stat(), process_ticks());
     std::thread::sleep(Duration::from_millis(IDLE_WINDOW_MS));
-    let (s1, p1) = (stat().unwrap_or_default(), process_ticks());
+    let (s1, p1) = (read_stat(), process_ticks());
     let all = idle_percent(&s0, &s1);
     let machine_idle = all
         .iter()
@@ -325,6 +351,19 @@ mod tests {
         assert_eq!(idle[0], ("cpu".to_string(), 90.0));
         assert_eq!(idle[1], ("cpu0".to_string(), 90.0));
         assert!(parse_stat("cpu x y\n").is_empty());
+    }
+
+    #[test]
+    fn steal_is_the_share_of_all_ticks_between_two_readings() {
+        let a = parse_stat("cpu  100 0 100 700 0 0 0 100 0 0\ncpu0 50 0 50 350 0 0 0 50 0 0\n");
+        let b = parse_stat("cpu  150 0 150 840 0 0 0 160 0 0\ncpu0 75 0 75 420 0 0 0 80 0 0\n");
+        assert_eq!(a[0].steal, 100);
+        assert_eq!(steal_percent(&a, &b), Some(20.0));
+        assert_eq!(steal_percent(&a, &a), None, "no ticks passed");
+        assert_eq!(steal_percent(&[], &b), None);
+        // A kernel that does not report steal (four or five columns) reads as none.
+        let old = parse_stat("cpu  1 2 3 4\n");
+        assert_eq!(old[0].steal, 0);
     }
 
     #[test]

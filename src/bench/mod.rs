@@ -83,6 +83,7 @@ pub fn run(opts: &Options) -> Result<i32> {
     let plan = e2e::Plan::new(opts.messages, &opts.senders);
     let sizes = floors::FloorSizes::new(opts.quick, &opts.senders);
     let idle_before = machine::idle_check();
+    let stat_start = machine::read_stat();
     if !opts.json && !idle_before.ok() {
         let _ = writeln!(
             std::io::stderr(),
@@ -97,6 +98,7 @@ pub fn run(opts: &Options) -> Result<i32> {
         let out = e2e::run(&exe, &dir, &plan, idle_ms);
         floors::measure(&floor_dir, &sizes).map(|after| (before, out, after))
     });
+    let steal = machine::steal_percent(&stat_start, &machine::read_stat());
     let idle_after = machine::idle_check();
     let (before, out, after) = match measured {
         Ok(m) => m,
@@ -110,6 +112,7 @@ pub fn run(opts: &Options) -> Result<i32> {
         plan: &plan,
         dir: &dir,
         idle: [idle_before, idle_after],
+        steal,
         before,
         after,
         out,
@@ -133,6 +136,8 @@ struct Measured<'a> {
     dir: &'a std::path::Path,
     /// The machine's idle check before and after.
     idle: [machine::IdleCheck; 2],
+    /// The hypervisor's steal share over the whole run, in percent.
+    steal: Option<f64>,
     before: floors::Floors,
     after: floors::Floors,
     out: e2e::Outcome,
@@ -158,6 +163,7 @@ impl Measured<'_> {
                 "cpus": idle_before.per_cpu.len(),
                 "before": idle_before.to_json(),
                 "after": idle_after.to_json(),
+                "stealPercent": self.steal.map(stats::round2),
                 "filesystem": machine::filesystem_type(self.dir),
                 "dir": self.dir.display().to_string(),
                 "kept": opts.keep || !ok,
@@ -213,7 +219,11 @@ fn text(r: &Value, run: &Measured, figs: &[report::Figure], targets: &[targets::
     s
 }
 
-/// The machine line, other CPU users and the limit overrides.
+/// Steal share above which the text report calls a run disturbed, in percent: quiet runs on
+/// the development VM read 0.1–0.6 %, runs with ten-fold p99s 4–14 %.
+const STEAL_PERCENT_NOISY: f64 = 2.0;
+
+/// The machine line, other CPU users, the hypervisor's steal and the limit overrides.
 fn machine_text(r: &Value) -> String {
     let m = &r["machine"];
     let mut s = format!(
@@ -233,6 +243,16 @@ fn machine_text(r: &Value) -> String {
         {
             s += &format!("other CPU users {when}: {}\n", Value::Array(busy.clone()));
         }
+    }
+    if let Some(steal) = m["stealPercent"].as_f64() {
+        s += &format!(
+            "hypervisor steal during the run: {steal}% of CPU time{}\n",
+            if steal > STEAL_PERCENT_NOISY {
+                " (other guests ran in the middle of this run: its latencies and CPU figures are disturbed)"
+            } else {
+                ""
+            }
+        );
     }
     s += &format!("limit overrides (config.json): {}\n\n", r["limitOverrides"]);
     s
