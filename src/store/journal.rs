@@ -373,18 +373,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn bit_flips_in_a_preallocated_journal_stay_corruption() {
-        let (f, ends) = file(&[&[rec(1)], &[rec(2)], &[rec(3)]]);
-        let room = with_room(&f, 4096);
-        for at in ends[0]..ends[2] {
+    /// Flipping bit 0, 3 or 7 of any byte in `range` of `bytes` is corruption.
+    fn assert_flips_are_corruption(bytes: &[u8], range: std::ops::Range<usize>) {
+        for at in range {
             for bit in [0, 3, 7] {
-                let mut x = room.clone();
+                let mut x = bytes.to_vec();
                 x[at] ^= 1 << bit;
                 let e = scan(&x, 1 << 20).unwrap_err();
                 assert_eq!(e.code, Code::RecoveryRequired, "flip at {at} bit {bit}");
             }
         }
+    }
+
+    #[test]
+    fn bit_flips_in_a_preallocated_journal_stay_corruption() {
+        let (f, ends) = file(&[&[rec(1)], &[rec(2)], &[rec(3)]]);
+        let room = with_room(&f, 4096);
+        assert_flips_are_corruption(&room, ends[0]..ends[2]);
         // The complete last frame with a bad checksum and zeros after it: corruption too.
         let mut x = room.clone();
         x[ends[3] - 2] ^= 0x10;
@@ -404,14 +409,7 @@ mod tests {
     #[test]
     fn any_bit_flip_in_an_earlier_batch_is_corruption() {
         let (f, ends) = file(&[&[rec(1)], &[rec(2)], &[rec(3)]]);
-        for at in ends[0]..ends[2] {
-            for bit in [0, 3, 7] {
-                let mut x = f.clone();
-                x[at] ^= 1 << bit;
-                let e = scan(&x, 1 << 20).unwrap_err();
-                assert_eq!(e.code, Code::RecoveryRequired, "flip at {at} bit {bit}");
-            }
-        }
+        assert_flips_are_corruption(&f, ends[0]..ends[2]);
     }
 
     #[test]

@@ -553,16 +553,7 @@ fn group_commit_acknowledges_all_with_one_sync_per_batch() {
     let s = open(&home, &limits()).unwrap();
     let h = s.handle();
     // Hold the writer inside a read so that every sender queues behind it.
-    let (entered_tx, entered_rx) = crossbeam_channel::bounded::<()>(1);
-    let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(1);
-    let gate = {
-        let h = h.clone();
-        std::thread::spawn(move || {
-            h.query_in_writer(move |_| entered_tx.send(()).is_ok() && release_rx.recv().is_ok())
-                .unwrap()
-        })
-    };
-    entered_rx.recv().unwrap();
+    let held = hold_writer(&h);
     const N: usize = 16;
     let senders: Vec<_> = (0..N)
         .map(|i| {
@@ -574,8 +565,7 @@ fn group_commit_acknowledges_all_with_one_sync_per_batch() {
         std::thread::yield_now();
     }
     let before = h.stats();
-    release_tx.send(()).unwrap();
-    assert!(gate.join().unwrap());
+    assert!(held.release());
     let receipts: Vec<Receipt> = senders.into_iter().map(|t| t.join().unwrap()).collect();
     settle(&h);
     let mut seqs: Vec<u64> = receipts.iter().map(|r| r.sequence).collect();
@@ -1002,6 +992,47 @@ fn open_with_faults(home: &TempHome, faults: Faults) -> Store {
 
 type HeldSync = Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>;
 
+/// A store writer held inside a read job: everything queued meanwhile waits behind it until
+/// [`WriterHeld::release`] (or the drop, so a failing test never leaves the writer stuck).
+struct WriterHeld {
+    release: Option<crossbeam_channel::Sender<()>>,
+    job: Option<std::thread::JoinHandle<Result<bool>>>,
+}
+
+/// Holds `h`'s writer; returns once the writer is inside the read job.
+fn hold_writer(h: &StoreHandle) -> WriterHeld {
+    let (entered_tx, entered_rx) = crossbeam_channel::bounded::<()>(1);
+    let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(1);
+    let h = h.clone();
+    let job = std::thread::spawn(move || {
+        h.query_in_writer(move |_| entered_tx.send(()).is_ok() && release_rx.recv().is_ok())
+    });
+    entered_rx.recv().unwrap();
+    WriterHeld {
+        release: Some(release_tx),
+        job: Some(job),
+    }
+}
+
+impl WriterHeld {
+    /// Lets the writer go on; true when the read job ran and was released by this call.
+    fn release(mut self) -> bool {
+        if let Some(tx) = self.release.take() {
+            let _ = tx.send(());
+        }
+        self.job.take().is_some_and(|j| j.join().unwrap().unwrap())
+    }
+}
+
+impl Drop for WriterHeld {
+    fn drop(&mut self) {
+        drop(self.release.take());
+        if let Some(j) = self.job.take() {
+            let _ = j.join();
+        }
+    }
+}
+
 #[test]
 fn reads_run_in_the_caller_and_see_only_durable_state_unless_they_peek() {
     let home = TempHome::new("peek");
@@ -1192,29 +1223,7 @@ fn a_route_never_resends_an_entry_whose_receipt_is_queued_but_not_applied() {
         .unwrap();
     // Hold the writer in a read job until the gate opens (also when an assertion fails, so
     // the stores can close).
-    struct OpenOnDrop(HeldSync);
-    impl Drop for OpenOnDrop {
-        fn drop(&mut self) {
-            *self.0.0.lock() = false;
-            self.0.1.notify_all();
-        }
-    }
-    let gate: HeldSync = Arc::new((parking_lot::Mutex::new(true), parking_lot::Condvar::new()));
-    let _open = OpenOnDrop(gate.clone());
-    let (entered_tx, entered_rx) = crossbeam_channel::bounded(1);
-    let holder = {
-        let (a, gate) = (a.clone(), gate.clone());
-        std::thread::spawn(move || {
-            a.query_in_writer(move |_| {
-                entered_tx.send(()).unwrap();
-                let mut closed = gate.0.lock();
-                while *closed {
-                    gate.1.wait(&mut closed);
-                }
-            })
-        })
-    };
-    entered_rx.recv().unwrap();
+    let held = hold_writer(&a);
     let ticket = a
         .outbox_receipt_queued("p-b", &entry.message_id, receipt)
         .unwrap();
@@ -1239,13 +1248,11 @@ fn a_route_never_resends_an_entry_whose_receipt_is_queued_but_not_applied() {
         rx.try_recv().is_err(),
         "the route read its entries before its queued receipt was applied"
     );
-    *gate.0.lock() = false;
-    gate.1.notify_all();
+    assert!(held.release());
     let (pending, decision) = rx.recv().unwrap();
     assert_eq!(pending, 0, "the entry its receipt resolved is not pending");
     assert_eq!(decision, RouteDecision::Idle, "nothing is sent again");
     reader.join().unwrap();
-    holder.join().unwrap().unwrap();
     // Nobody waited for the receipt's durability; a close still makes it durable.
     sa.close().unwrap();
     let sa = open(&ha, &l).unwrap();
@@ -1267,25 +1274,7 @@ fn a_durable_read_sees_a_write_queued_before_it() {
     assert_eq!(h.query(|m| m.unread().len()).unwrap(), 1);
     drop(t);
     // Hold the writer in a read job, queue a write behind it, read from another thread.
-    let gate: HeldSync = Arc::new((parking_lot::Mutex::new(true), parking_lot::Condvar::new()));
-    let (entered_tx, entered_rx) = crossbeam_channel::bounded(1);
-    let holder = {
-        let (h, gate) = (h.clone(), gate.clone());
-        std::thread::spawn(move || {
-            h.query_in_writer(move |_| {
-                entered_tx.send(()).unwrap();
-                let mut closed = gate.0.lock();
-                while *closed {
-                    gate.1.wait(&mut closed);
-                }
-            })
-        })
-    };
-    entered_rx.recv().unwrap();
-    let open_gate = || {
-        *gate.0.lock() = false;
-        gate.1.notify_all();
-    };
+    let held = hold_writer(&h);
     let t = h
         .write_queued(|m, r, now| m.accept(&sender(1), &send("m1"), r, now))
         .unwrap();
@@ -1296,13 +1285,12 @@ fn a_durable_read_sees_a_write_queued_before_it() {
     };
     std::thread::sleep(std::time::Duration::from_millis(50));
     let early = rx.try_recv();
-    open_gate();
+    assert!(held.release());
     assert!(
         early.is_err(),
         "a durable read ran before a write queued ahead of it"
     );
     assert_eq!(rx.recv().unwrap(), 2);
     reader.join().unwrap();
-    holder.join().unwrap().unwrap();
     drop(t);
 }
