@@ -183,8 +183,8 @@ impl StoreHandle {
         self.write_job(op, ack, wake, |v| v)
     }
 
-    /// Queues a write job; `seal` turns its value into the answer, in the writer thread when
-    /// the write is acknowledged.
+    /// Queues a write job and waits for its answer; `seal` turns its value into the answer, in
+    /// the writer thread when the write is acknowledged.
     fn write_job<T: Send + 'static, U: Send + 'static>(
         &self,
         op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
@@ -192,21 +192,9 @@ impl StoreHandle {
         wake: Wake,
         seal: impl FnOnce(T) -> U + Send + 'static,
     ) -> Result<U> {
-        let rx = self.queue_job(op, ack, wake, seal)?;
-        self.answer(rx)
-    }
-
-    /// Queues a write job and returns the slot its answer arrives in.
-    fn queue_job<T: Send + 'static, U: Send + 'static>(
-        &self,
-        op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
-        ack: Ack,
-        wake: Wake,
-        seal: impl FnOnce(T) -> U + Send + 'static,
-    ) -> Result<oneshot::Waiter<Result<U>>> {
         let (job, rx) = make_write_job(op, ack, wake, seal);
         self.submit(job)?;
-        Ok(rx)
+        self.answer(rx)
     }
 
     /// Waits until the batch of `ticket` is durable (its fdatasync returned). Errors: the
