@@ -1,5 +1,6 @@
 //! Typed decoding of the hot peer requests (`peer.send`, `peer.receipt`), and of the plain
-//! success answers the sender reads back, straight from a frame's bytes into their structs, in one pass with borrowed strings and no JSON value tree.
+//! success answers the sender reads back, straight from a frame's bytes into their structs,
+//! in one pass with borrowed strings and no JSON value tree.
 //!
 //! It only ever says yes to a plain, fully valid request: exactly the envelope keys
 //! `jsonrpc`, `id`, `method`, `params` (each once, `method` before `params`), a known method,

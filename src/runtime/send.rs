@@ -173,11 +173,11 @@ impl Core {
         // Held from before the intent is written until the send returns: the root worker
         // leaves a route a caller is about to drive to the caller instead of racing it for
         // the route lock (`retry_routes`).
-        let queue = self.route_queue(&caller.peer_id, &to.peer_id);
+        let route = self.route(&caller.peer_id, &to.peer_id);
         // The intent is in the journal file before the first byte leaves (a crash of this
         // process cannot lose it); its fdatasync runs while the route delivers it.
         let (entry, intent_sync) = self.store.outbox_intent_written(intent)?;
-        let answer = self.answer_send(caller, &to, &req.message_id, &entry, &queue);
+        let answer = self.answer_send(caller, &to, &req.message_id, &entry, &route);
         // Nobody hears an answer before the intent is durable: `accepted` means both the
         // recipient's record and ours survive a power loss. A failure we recorded was appended
         // after the intent, so its own fdatasync already covered it; usually this returns at
@@ -193,14 +193,14 @@ impl Core {
         to: &TargetRef,
         message_id: &str,
         entry: &OutboxEntry,
-        queue: &Mutex<Route>,
+        route: &Mutex<Route>,
     ) -> Result<Receipt> {
         if entry.receipt.is_some() {
             self.outbox_answer(&caller.peer_id, &to.peer_id, message_id)
         } else {
             // A caller's send is a fresh attempt: a route whose head gave up starts over.
             {
-                let mut r = queue.lock();
+                let mut r = route.lock();
                 if r.queue.failures() > self.limits().route_retries {
                     r.queue.reset();
                 }
@@ -260,7 +260,7 @@ impl Core {
             .unwrap_or_else(|| reply_to.to_string())
     }
 
-    fn route_queue(&self, from: &str, to: &str) -> Arc<Mutex<Route>> {
+    fn route(&self, from: &str, to: &str) -> Arc<Mutex<Route>> {
         let mut routes = self.outbox.routes.lock();
         if routes.len() > 4 * self.limits().connections as usize {
             routes.retain(|_, r| Arc::strong_count(r) > 1 || r.lock().worth_keeping());
@@ -280,7 +280,7 @@ impl Core {
         want: Option<&str>,
         wait: bool,
     ) -> Option<Result<Receipt>> {
-        let route = self.route_queue(from, &to.peer_id);
+        let route = self.route(from, &to.peer_id);
         let mut r = route.lock();
         let mut last_err: Option<Error> = None;
         loop {
@@ -604,14 +604,14 @@ impl Core {
                 .peek(move |m| m.route_head(&f, &t).map(|e| e.to.clone()));
             let Ok(Some(target)) = head else { continue };
             {
-                let queue = self.route_queue(&from, &to_peer);
-                // A caller holds this route's queue (the map and we hold the other two
+                let route = self.route(&from, &to_peer);
+                // A caller holds this route (the map and we hold the other two
                 // references): it drives the route itself as soon as its intent is written.
-                if Arc::strong_count(&queue) > 2 {
+                if Arc::strong_count(&route) > 2 {
                     continue;
                 }
                 // A sender is working this route right now: leave it to them.
-                let Some(mut q) = queue.try_lock() else {
+                let Some(mut q) = route.try_lock() else {
                     continue;
                 };
                 // Only look: `next` would mark the head in flight without sending it.
