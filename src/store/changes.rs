@@ -1,12 +1,12 @@
-//! The state the store-writer thread and its handles share: the writer's counters, the change
-//! notification (a counter plus a condition variable) that readers block on, the doorbell the
-//! writer sleeps on between batches, and the custody state itself ([`Committed`]) that
-//! handles read in their own thread.
+//! The state the store writer (its thread and the callers leading a group commit) and its
+//! handles share: the writer's counters, the change notification (a counter plus a condition
+//! variable) that readers block on, the doorbell the writer thread sleeps on between batches,
+//! and the custody state itself ([`Committed`]) that handles read in their own thread.
 
 use crate::error::Error;
 use crate::messaging::Machine;
 use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Counters of the writer, for tests, benchmarks and `peer bench`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,7 +35,7 @@ pub struct StoreStats {
 }
 
 /// The custody state as the writer last applied it, behind a `RwLock` in [`Shared`]. Only the
-/// writer thread takes the write lock, and only while it applies one batch's writes (no I/O
+/// writer (its thread or a leading caller, holding the writer's mutex) takes the write lock, and only while it applies one batch's writes (no I/O
 /// under it); handles read it in their own thread. `applied` counts the batches whose records
 /// are in `machine`; [`Shared::durable`] counts those whose fdatasync returned, so a reader
 /// holding the read lock sees exactly durable state when the two are equal.
@@ -68,6 +68,11 @@ pub(crate) struct Shared {
     /// receipt queued a moment ago is never missing from what `peer status` shows.
     pub lazy_queued: AtomicU64,
     pub lazy_applied: AtomicU64,
+    /// A leader left the writer thread work (a handed fdatasync, compaction, preallocation, a
+    /// deferred frame's timer, a close): set before the ring, so the thread's sleep sees it.
+    pub thread_wanted: AtomicBool,
+    /// The writer shut down: submissions fail with DISCONNECTED before they are queued.
+    pub closed: AtomicBool,
     /// Wakes callers waiting for `written` or `durable` to pass a batch (or for poisoning).
     progress: Mutex<()>,
     progressed: Condvar,
@@ -103,6 +108,8 @@ impl Shared {
             durable: AtomicU64::new(0),
             lazy_queued: AtomicU64::new(0),
             lazy_applied: AtomicU64::new(0),
+            thread_wanted: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             progress: Mutex::new(()),
             progressed: Condvar::new(),
             idle: Mutex::new(Idle::default()),
@@ -115,6 +122,12 @@ impl Shared {
         if self.idle.lock().sleeping {
             self.job_queued.notify_one();
         }
+    }
+
+    /// Called by a leader that left the writer thread work, after releasing the writer.
+    pub fn want_thread(&self) {
+        self.thread_wanted.store(true, Ordering::Release);
+        self.ring();
     }
 
     /// Called after a job nobody waits for was queued: wakes the writer only if its sleep has

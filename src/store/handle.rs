@@ -1,4 +1,6 @@
-//! `StoreHandle`: the cloneable front of the store-writer thread. Every mutating call returns
+//! `StoreHandle`: the cloneable front of the store writer. A call that submits a job and waits
+//! for it leads the group commit in its own thread when the writer is free (see
+//! [`writer`](super::writer)), and otherwise rings the writer thread. Every mutating call returns
 //! only after its record is durable (or fails), except the sender's copy of a receipt, which
 //! is only queued ([`StoreHandle::outbox_receipt_queued`]: the caller keeps an [`Applying`]
 //! ticket, which its route waits for before its bookkeeping next reads the state). Reads run in the calling thread against the
@@ -11,7 +13,7 @@
 
 use super::changes::{Shared, StoreStats};
 use super::oneshot::{self, Gone};
-use super::writer::{Ack, Job, ReadFn, Wake, WriteFn};
+use super::writer::{Ack, Job, ReadFn, Wake, WriteFn, Writer};
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::messaging::{
@@ -49,6 +51,8 @@ impl<T> Applying<T> {
 #[derive(Clone)]
 pub struct StoreHandle {
     pub(crate) tx: Sender<Job>,
+    /// The writer, which a submitter that finds it free runs a batch with.
+    pub(crate) core: Arc<parking_lot::Mutex<Writer>>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) recipients: Arc<RwLock<Recipients>>,
     pub(crate) limits: Arc<Limits>,
@@ -59,13 +63,27 @@ impl StoreHandle {
         Error::new(Code::Disconnected, "the message store has shut down")
     }
 
+    /// Queues a job the caller then waits for, and leads the group commit if the writer is
+    /// free; otherwise rings the writer thread, which takes it after the current holder.
     fn submit(&self, job: Job) -> Result<()> {
         self.enqueue(job)?;
-        self.shared.ring();
+        match self.core.try_lock() {
+            Some(mut w) => {
+                let wanted = w.lead();
+                drop(w);
+                if wanted {
+                    self.shared.want_thread();
+                }
+            }
+            None => self.shared.ring(),
+        }
         Ok(())
     }
 
     fn enqueue(&self, job: Job) -> Result<()> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(Self::gone());
+        }
         let wait = Duration::from_millis(self.limits.acknowledgement_ms);
         self.tx.send_timeout(job, wait).map_err(|e| match e {
             crossbeam_channel::SendTimeoutError::Timeout(_) => Error::new(

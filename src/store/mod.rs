@@ -2,8 +2,9 @@
 //! `identity.json` (session ↔ instance association), `messages.journal` (checksummed
 //! group-commit frames written in order at its logical end, into zero-filled room the writer
 //! preallocates; byte layout in [`journal`]) and `messages.json` (the
-//! compacted snapshot; see [`snapshot`]). One writer thread ([`writer`]) owns the files;
-//! [`StoreHandle`] is its cloneable front. Directory 0700, files 0600.
+//! compacted snapshot; see [`snapshot`]). One writer ([`writer`]) owns the files, behind a
+//! mutex: a submitting caller that finds it free runs the group commit itself, the writer
+//! thread does the rest; [`StoreHandle`] is its cloneable front. Directory 0700, files 0600.
 //!
 //! Durability rules:
 //! - A write is acknowledged only after the frame holding its records is fdatasynced.
@@ -138,6 +139,7 @@ impl Store {
         };
         let shared = Arc::new(Shared::new(stats, machine));
         let recipients = Arc::new(RwLock::new(Recipients::default()));
+        let (tx, rx) = crossbeam_channel::bounded(limits.commit_batch.max(1) as usize);
         let writer = Writer {
             dir: dir.clone(),
             file,
@@ -152,11 +154,19 @@ impl Store {
             recipients: recipients.clone(),
             shared: shared.clone(),
             faults,
-            _lock: lock,
+            lock: Some(lock),
+            rx: rx.clone(),
+            batch_max: limits.commit_batch.max(1) as usize,
+            jobs: Vec::new(),
+            receipt_due: false,
+            handed: None,
+            closed: false,
         };
-        let (tx, thread) = spawn_writer(writer, instance_id, limits)?;
+        let core = Arc::new(parking_lot::Mutex::new(writer));
+        let thread = spawn_writer(core.clone(), shared.clone(), rx, instance_id)?;
         let handle = StoreHandle {
             tx,
+            core,
             shared,
             recipients,
             limits: Arc::new(limits.clone()),
@@ -203,23 +213,22 @@ impl Drop for Store {
     }
 }
 
-/// Starts the writer thread behind a queue of `commitBatch` jobs.
+/// Starts the writer thread of `core`, whose queue is `rx`.
 fn spawn_writer(
-    writer: Writer,
+    core: Arc<parking_lot::Mutex<Writer>>,
+    shared: Arc<Shared>,
+    rx: crossbeam_channel::Receiver<Job>,
     instance_id: &str,
-    limits: &Limits,
-) -> Result<(crossbeam_channel::Sender<Job>, std::thread::JoinHandle<()>)> {
-    let (tx, rx) = crossbeam_channel::bounded(limits.commit_batch.max(1) as usize);
-    let thread = std::thread::Builder::new()
+) -> Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
         .name(format!("store-writer-{instance_id}"))
-        .spawn(move || writer.run(rx))
+        .spawn(move || writer::run_thread(core, shared, rx))
         .map_err(|e| {
             Error::new(
                 Code::Io,
                 format!("cannot start the store writer thread: {e}"),
             )
-        })?;
-    Ok((tx, thread))
+        })
 }
 
 /// Records a journal position as durable and acknowledged (`messages.sync`).

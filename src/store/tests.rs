@@ -59,9 +59,18 @@ fn send(id: &str) -> InboundSend {
     }
 }
 
-/// Waits until the writer finished everything before this call (stats, compaction).
+/// Waits until the writer finished everything before this call (stats, and the compaction
+/// and preallocation a leader's batch leaves to the writer thread).
 fn settle(h: &StoreHandle) {
     h.query_in_writer(|_| ()).unwrap();
+    while h
+        .shared
+        .thread_wanted
+        .load(std::sync::atomic::Ordering::Acquire)
+        || h.core.lock().upkeep_due()
+    {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 fn image(h: &StoreHandle) -> StateImage {
@@ -1293,4 +1302,214 @@ fn a_durable_read_sees_a_write_queued_before_it() {
     assert_eq!(rx.recv().unwrap(), 2);
     reader.join().unwrap();
     drop(t);
+}
+
+/// An uncontended write runs its group commit in the calling thread: no hand-off to the
+/// writer thread and back.
+#[test]
+fn a_caller_that_finds_the_writer_free_commits_in_its_own_thread() {
+    let home = TempHome::new("lead");
+    let s = open(&home, &limits()).unwrap();
+    let h = s.handle();
+    let me = std::thread::current().id();
+    let (ran_in, syncs) = (Arc::new(parking_lot::Mutex::new(None)), h.stats().syncs);
+    let seen = ran_in.clone();
+    let r = h
+        .write(move |m, r, now| {
+            *seen.lock() = Some(std::thread::current().id());
+            m.accept(&sender(1), &send("m0"), r, now)
+        })
+        .unwrap();
+    assert_eq!(r.sequence, 1);
+    assert_eq!(*ran_in.lock(), Some(me), "applied in the caller's thread");
+    assert_eq!(h.stats().syncs - syncs, 1, "and synced before it returned");
+    // A written write's sync is handed to the writer thread: it ends without this thread.
+    let (_, ticket) = h
+        .write_written(|m, r, now| m.accept(&sender(1), &send("m1"), r, now))
+        .unwrap();
+    h.wait_durable(ticket).unwrap();
+    assert_eq!(h.stats().syncs - syncs, 2);
+}
+
+/// A job queued while a leader holds the writer is taken after it (by the writer thread, with
+/// nobody else submitting): a durable write, a written one and a read of durable state.
+#[test]
+fn a_job_queued_while_a_leader_holds_the_writer_is_answered() {
+    let home = TempHome::new("follow");
+    let s = open(&home, &limits()).unwrap();
+    let h = s.handle();
+    for kind in 0..3u8 {
+        // The holder is a leader: a caller's read job running in its own thread.
+        let held = hold_writer(&h);
+        assert!(h.core.try_lock().is_none(), "the leader holds the writer");
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let follower = {
+            let h = h.clone();
+            std::thread::spawn(move || {
+                let id = format!("f{kind}");
+                let r = match kind {
+                    0 => h.accept(sender(1), send(&id)).map(|r| r.sequence),
+                    1 => h
+                        .write_written(move |m, r, now| m.accept(&sender(1), &send(&id), r, now))
+                        .and_then(|(r, t)| h.wait_durable(t).map(|()| r.sequence)),
+                    _ => h.query_in_writer(|m| m.unread().len() as u64),
+                };
+                tx.send(r).unwrap();
+            })
+        };
+        while h.tx.is_empty() {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(rx.try_recv().is_err(), "answered while the writer was held");
+        assert!(held.release());
+        let want = if kind == 2 { 2 } else { u64::from(kind) + 1 };
+        assert_eq!(rx.recv().unwrap().unwrap(), want, "job {kind}");
+        follower.join().unwrap();
+    }
+    settle(&h);
+    assert!(h.tx.is_empty());
+}
+
+/// Many callers leading and following at once, with durable, written and applied-only
+/// writes: every write is answered once with its own sequence, and the journal replays to
+/// the same state.
+#[test]
+fn concurrent_leaders_answer_every_job_once_and_replay_to_the_same_state() {
+    const THREADS: usize = 8;
+    const EACH: usize = 40;
+    let home = TempHome::new("leaders");
+    let s = open(&home, &limits()).unwrap();
+    let h = s.handle();
+    let ran = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (h, ran) = (h.clone(), ran.clone());
+            std::thread::spawn(move || {
+                let mut seqs = Vec::new();
+                for i in 0..EACH {
+                    let (id, ran) = (format!("t{t}-{i}"), ran.clone());
+                    let from = sender(t as u8);
+                    let op = move |m: &mut Machine, r: &Recipients, now| {
+                        ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        m.accept(&from, &send(&id), r, now)
+                    };
+                    let r = match (t + i) % 3 {
+                        0 => h.write(op).unwrap(),
+                        1 => {
+                            let (r, ticket) = h.write_written(op).unwrap();
+                            h.wait_durable(ticket).unwrap();
+                            r
+                        }
+                        _ => h.write_applied(op).unwrap(),
+                    };
+                    seqs.push(r.sequence);
+                }
+                seqs
+            })
+        })
+        .collect();
+    let mut seqs: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    seqs.sort_unstable();
+    let total = (THREADS * EACH) as u64;
+    assert_eq!(seqs, (1..=total).collect::<Vec<_>>(), "each answered once");
+    assert_eq!(ran.load(std::sync::atomic::Ordering::Relaxed), total);
+    settle(&h);
+    let st = h.stats();
+    assert!(!st.poisoned);
+    assert!(st.syncs <= st.batches + 1, "{st:?}");
+    let want = image(&h);
+    assert_eq!(want.inbox.len() as u64, total);
+    s.close().unwrap();
+    let s = open(&home, &limits()).unwrap();
+    assert_eq!(
+        image(&s.handle()),
+        want,
+        "the journal replays to the same state"
+    );
+}
+
+/// A held fdatasync blocks the leader that runs it: its caller is not answered, and callers
+/// arriving meanwhile queue behind it; both are answered once the sync is let go.
+#[test]
+fn a_held_sync_blocks_the_leader_and_queues_the_rest() {
+    let home = TempHome::new("leadheld");
+    let (s, gate) = open_with_sync_held(&home);
+    let h = s.handle();
+    h.set_live(ME);
+    let spawn_accept = |id: &'static str| {
+        let (h, (tx, rx)) = (h.clone(), crossbeam_channel::bounded(1));
+        let me = std::thread::spawn(move || {
+            let tid = std::thread::current().id();
+            let ran = Arc::new(parking_lot::Mutex::new(None));
+            let seen = ran.clone();
+            let r = h.write(move |m, r, now| {
+                *seen.lock() = Some(std::thread::current().id());
+                m.accept(&sender(1), &send(id), r, now)
+            });
+            tx.send((r.map(|r| r.sequence), *ran.lock() == Some(tid)))
+                .unwrap();
+        });
+        (me, rx)
+    };
+    let (first, first_rx) = spawn_accept("m0");
+    // The leader has written its frame and waits in the held sync, holding the writer.
+    while h.stats().batches == 0 {
+        std::thread::yield_now();
+    }
+    assert!(h.core.try_lock().is_none());
+    let (second, second_rx) = spawn_accept("m1");
+    while h.tx.is_empty() {
+        std::thread::yield_now();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(first_rx.try_recv().is_err(), "answered before its sync");
+    assert!(second_rx.try_recv().is_err(), "answered behind a held sync");
+    assert_eq!(h.stats().syncs, 0);
+    *gate.0.lock() = false;
+    gate.1.notify_all();
+    let (r0, led) = first_rx.recv().unwrap();
+    assert_eq!(r0.unwrap(), 1);
+    assert!(led, "the first caller led its own batch");
+    assert_eq!(second_rx.recv().unwrap().0.unwrap(), 2);
+    first.join().unwrap();
+    second.join().unwrap();
+}
+
+/// A sync the writer thread runs for a leader fails: the written caller's wait fails, and the
+/// next leader sees the poisoning and writes nothing.
+#[test]
+fn a_leader_sees_the_poisoning_of_a_handed_sync() {
+    let home = TempHome::new("leadpoison");
+    let s = open_with_faults(
+        &home,
+        Faults {
+            fail_sync_at: Some(1),
+            ..Faults::default()
+        },
+    );
+    let h = s.handle();
+    h.set_live(ME);
+    let (_, ticket) = h
+        .write_written(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .unwrap();
+    assert_eq!(
+        h.wait_durable(ticket).unwrap_err().code,
+        Code::RecoveryRequired
+    );
+    let len = journal_len(&home);
+    let e = h.accept(sender(1), send("m1")).unwrap_err();
+    assert_eq!(e.code, Code::RecoveryRequired);
+    let e = h
+        .write_written(|m, r, now| m.accept(&sender(1), &send("m2"), r, now))
+        .unwrap_err();
+    assert_eq!(e.code, Code::RecoveryRequired);
+    assert_eq!(
+        journal_len(&home),
+        len,
+        "nothing written after the poisoning"
+    );
 }

@@ -1,35 +1,64 @@
-//! The store-writer thread: the only writer of an instance store. It drains up to
-//! `commitBatch` queued jobs, answers reads from the already-durable state, applies every
-//! write to the state machine (under the write lock of the shared committed state, with no
-//! I/O under it), appends all their records as one frame with one write and one fdatasync,
-//! then answers the waiters. A write asked with [`Ack::Applied`] is answered as soon as it is
-//! applied, before that fdatasync (see `StoreHandle::write_queued` for who may); one asked
-//! with [`Ack::Written`] once the frame is written, while the fdatasync runs (see
+//! The store writer: the state only one thread at a time may write with (the journal file,
+//! its lengths and batch numbers, the deferred-sync state), behind a mutex, and the
+//! store-writer thread. Whoever holds the mutex runs the group commit: it drains up to
+//! `commitBatch` queued jobs, answers reads from the already-durable state, applies every write
+//! to the state machine (under the write lock of the shared committed state, with no I/O under
+//! it), appends all their records as one frame with one write and one fdatasync, then answers
+//! the waiters. A write asked with [`Ack::Applied`] is answered as soon as it is applied,
+//! before that fdatasync (see `StoreHandle::write_queued` for who may); one asked with
+//! [`Ack::Written`] once the frame is written, while the fdatasync runs (see
 //! `StoreHandle::write_written`). A failed write or sync answers that batch with the error and
 //! poisons the writer: nothing later is acknowledged until the root restarts and recovers from
-//! the journal. Compaction runs after the batch is answered. Between batches the writer sleeps
-//! on the shared doorbell; after a batch with a send's intent, or with a frame still to sync,
-//! that sleep has a `DEFERRED_SYNC_MS` timer and takes jobs queued without a ring (a sender's
-//! copy of a receipt) when it ends, if no rung job came first.
+//! the journal.
+//!
+//! Leaders and followers. A caller that submits a write (or a read of durable state) queues
+//! its job, then tries the mutex without blocking. If it gets it, it leads: it runs one batch
+//! of everything queued by then (its own job among them) in its own thread, answers the others'
+//! slots, and needs no wake-up for its own answer. A batch with a durable waiter is
+//! fdatasynced by the leader itself; a batch whose waiters are all answered once written (a
+//! send's intent) is written by the leader and its fdatasync handed to the writer thread, so
+//! the sync still overlaps the delivery. If the mutex is held, the caller is a follower: it
+//! rings the doorbell and sleeps on its slot, and the holder's successor takes its job.
+//!
+//! The writer thread keeps everything that must not sit on a caller's path: fdatasyncs a
+//! leader handed over (and the change notifications due after them), compaction and
+//! preallocation after a batch (a leader rings for them when they are due), the
+//! `DEFERRED_SYNC_MS` timer, the shutdown, and every job queued while nobody leads. Between
+//! batches it sleeps on the shared doorbell; after a batch with a send's intent, or with a
+//! frame still to sync, that sleep has a `DEFERRED_SYNC_MS` timer and takes jobs queued without
+//! a ring (a sender's copy of a receipt) when it ends, if no rung job came first.
+//!
+//! No job is lost. A job is queued before its submitter tries the mutex. If the try succeeds,
+//! the submitter drains the queue itself; the queue holds at most `commitBatch` jobs, which is
+//! also the batch bound, so its own job is in what it drains, unless an earlier holder already
+//! took and answered it. If the try fails, the submitter rings after queueing. The writer
+//! thread checks the queue (and the hand-over flag) under the doorbell's lock before it
+//! sleeps, and a ring takes that lock after the job was queued, so the thread either sees the
+//! job before sleeping or is woken by the ring; it then blocks on the mutex until the holder
+//! releases it and drains the queue. So every job queued while the mutex is held is taken by
+//! the next holder: a leader that barges in first, or the thread. A job a leader leaves
+//! behind for the thread (a handed sync, upkeep, a closed store) is announced the same way:
+//! a flag set, then a ring.
 //!
 //! The journal file is kept preallocated: after a batch is answered, when less than half a
-//! chunk of zero-filled room is left past the logical end, the writer writes the next chunk
-//! of real zeros and fdatasyncs it (see [`prealloc_target`]). Frames are then written with
-//! `pwrite` into that room, so a commit's fdatasync changes neither the file's size nor its
-//! block map and writes data blocks only.
+//! chunk of zero-filled room is left past the logical end, the writer thread writes the next
+//! chunk of real zeros and fdatasyncs it (see [`prealloc_target`]). Frames are then written
+//! with `pwrite` into that room, so a commit's fdatasync changes neither the file's size nor
+//! its block map and writes data blocks only.
 
 use super::changes::Shared;
 use super::{journal, paths, snapshot};
 use crate::error::{Code, Error, Result};
 use crate::fsutil::{self, FileLock};
 use crate::messaging::{Machine, Recipients, Record};
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use parking_lot::RwLock;
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Mutex, RwLock};
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::config::Limits;
 use crate::config::internal::DEFERRED_SYNC_MS;
@@ -210,7 +239,68 @@ pub(crate) struct Writer {
     /// Holds the committed state the writer alone mutates.
     pub shared: Arc<Shared>,
     pub faults: Faults,
-    pub _lock: FileLock,
+    /// The store's lock file, held until the writer closes.
+    pub lock: Option<FileLock>,
+    /// The job queue (bounded by `commitBatch`); only the mutex's holder takes from it.
+    pub rx: Receiver<Job>,
+    /// Most jobs in one batch (`commitBatch`).
+    pub batch_max: usize,
+    /// Reused for every batch: a fresh `commitBatch`-sized buffer per batch is a large
+    /// allocation, and glibc consolidates its fast bins on each one.
+    pub jobs: Vec<Job>,
+    /// The last batch held a send's intent: that send's receipt is queued soon without a
+    /// ring (`Shared::ring_lazily`), so the thread's sleep until then has a timer and takes it.
+    pub receipt_due: bool,
+    /// A leader's written frames whose fdatasync it left to the writer thread, and the change
+    /// notifications due once they are durable.
+    pub handed: Option<Handed>,
+    /// Shut down: queued jobs are dropped unanswered (their callers see DISCONNECTED).
+    pub closed: bool,
+}
+
+/// Change notifications a leader deferred to the fdatasync it handed to the writer thread,
+/// so readers woken by them find the state durable (as after a batch the thread synced).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Handed {
+    changes: bool,
+    worker: bool,
+}
+
+/// Who runs a batch: the writer thread syncs every batch with a waiter itself; a leader (a
+/// submitting caller) hands a batch without durable waiters to the thread for its sync, and
+/// leaves compaction and preallocation to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Runner {
+    Thread,
+    Leader,
+}
+
+/// The writer thread: runs what leaders hand over and the jobs queued while nobody leads,
+/// until the writer is closed.
+pub(crate) fn run_thread(core: Arc<Mutex<Writer>>, shared: Arc<Shared>, rx: Receiver<Job>) {
+    loop {
+        let until = {
+            let mut w = core.lock();
+            shared.thread_wanted.store(false, Ordering::Release);
+            if w.closed {
+                break;
+            }
+            w.tend();
+            if w.take_jobs() {
+                w.run_batch(Runner::Thread);
+                continue;
+            }
+            (w.unsynced || w.receipt_due).then(|| {
+                std::time::Instant::now() + std::time::Duration::from_millis(DEFERRED_SYNC_MS)
+            })
+        };
+        let idle = || rx.is_empty() && !shared.thread_wanted.load(Ordering::Acquire);
+        if !shared.sleep_while(idle, until) {
+            let mut w = core.lock();
+            w.receipt_due = false;
+            w.sync_deferred();
+        }
+    }
 }
 
 /// Creates journal `generation` durably with up to `size` bytes (the header, then zeros: the
@@ -240,56 +330,69 @@ pub(crate) fn create_journal(
 }
 
 impl Writer {
-    pub fn run(mut self, rx: Receiver<Job>) {
-        let batch_max = self
+    /// Runs one batch of the jobs queued now in the calling thread, which holds the mutex
+    /// (see the module doc). Returns whether the writer thread must be rung: a sync handed
+    /// over, a deferred frame whose timer it keeps, compaction or preallocation due, or a close.
+    pub(crate) fn lead(&mut self) -> bool {
+        if self.closed {
+            // Dropping a job drops its answer: its caller sees DISCONNECTED.
+            while self.rx.try_recv().is_ok() {}
+            return false;
+        }
+        if !self.take_jobs() {
+            return false;
+        }
+        self.run_batch(Runner::Leader);
+        self.closed || self.unsynced || self.upkeep_due()
+    }
+
+    /// Takes up to `commitBatch` queued jobs; false when none is queued.
+    fn take_jobs(&mut self) -> bool {
+        while self.jobs.len() < self.batch_max {
+            match self.rx.try_recv() {
+                Ok(j) => self.jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        !self.jobs.is_empty()
+    }
+
+    /// The writer thread's work between batches: a sync a leader handed over, then
+    /// compaction and preallocation when due. A failure poisons.
+    fn tend(&mut self) {
+        if self.handed.is_some() {
+            self.sync_deferred();
+        }
+        if !self.is_poisoned()
+            && let Err(e) = self.maybe_compact().and_then(|()| self.maybe_extend())
+        {
+            self.poison(&e);
+        }
+    }
+
+    /// Whether compaction or preallocation is due (cheap: lengths and the trigger).
+    pub(crate) fn upkeep_due(&self) -> bool {
+        if self.is_poisoned() {
+            return false;
+        }
+        let cap = self
             .shared
             .committed
             .read()
             .machine
-            .limits()
-            .commit_batch
-            .max(1) as usize;
-        // Reused for every batch: a fresh `commitBatch`-sized buffer per batch is a large
-        // allocation, and glibc consolidates its fast bins on each one.
-        let mut jobs: Vec<Job> = Vec::new();
-        // The last batch held a send's intent: that send's receipt is queued soon without a
-        // ring (`Shared::ring_lazily`), so the sleep until then has a timer and takes it.
-        let mut receipt_due = false;
-        loop {
-            let first = match rx.try_recv() {
-                Ok(job) => job,
-                Err(TryRecvError::Empty) => {
-                    let until = (self.unsynced || receipt_due).then(|| {
-                        std::time::Instant::now()
-                            + std::time::Duration::from_millis(DEFERRED_SYNC_MS)
-                    });
-                    if !self.shared.sleep_while(|| rx.is_empty(), until) {
-                        receipt_due = false;
-                        self.sync_deferred();
-                    }
-                    continue;
-                }
-                Err(TryRecvError::Disconnected) => break,
-            };
-            jobs.push(first);
-            while jobs.len() < batch_max {
-                match rx.try_recv() {
-                    Ok(j) => jobs.push(j),
-                    Err(_) => break,
-                }
-            }
-            receipt_due = jobs
-                .iter()
-                .any(|j| matches!(j, Job::Write(_, Ack::Written, _)));
-            if self.run_batch(&mut jobs) {
-                break;
-            }
-        }
+            .compaction_trigger(self.snapshot_bytes);
+        self.len >= cap
+            || (!self.room_refused
+                && prealloc_target(self.len, self.alloc, self.prealloc_chunk, cap).is_some())
     }
 
-    /// One group commit; returns true when asked to shut down.
-    fn run_batch(&mut self, jobs: &mut Vec<Job>) -> bool {
+    /// One group commit of the taken jobs.
+    fn run_batch(&mut self, by: Runner) {
+        let mut jobs = std::mem::take(&mut self.jobs);
         let jobs_n = jobs.len() as u64;
+        self.receipt_due = jobs
+            .iter()
+            .any(|j| matches!(j, Job::Write(_, Ack::Written, _)));
         let mut writes = Vec::new();
         let mut stop = None;
         // Reads see only durable state: a deferred frame is synced before they are answered.
@@ -310,8 +413,10 @@ impl Writer {
                 }
             }
         }
-        let committed = self.commit_writes(writes, jobs_n);
-        if committed
+        self.jobs = jobs;
+        let committed = self.commit_writes(writes, jobs_n, by);
+        if by == Runner::Thread
+            && committed
             && !self.is_poisoned()
             && let Err(e) = self.maybe_compact().and_then(|()| self.maybe_extend())
         {
@@ -323,16 +428,33 @@ impl Writer {
             if !self.is_poisoned() {
                 let _ = super::write_sync_point(&self.dir, &self.sync_point());
             }
+            self.close();
             let _ = tx.send(());
-            return true;
         }
-        false
     }
 
-    /// Every applied batch is on disk now.
-    fn mark_durable(&self) {
+    /// Stops taking jobs: drops what is still queued (its callers see DISCONNECTED) and
+    /// releases the store's lock file, so the store can be opened again at once.
+    fn close(&mut self) {
+        self.closed = true;
+        self.shared.closed.store(true, Ordering::Release);
+        while self.rx.try_recv().is_ok() {}
+        self.lock = None;
+    }
+
+    /// Every applied batch is on disk now; the notifications a leader deferred to this sync
+    /// go out.
+    fn mark_durable(&mut self) {
         let applied = self.shared.committed.read().applied;
         self.shared.advance(&self.shared.durable, applied);
+        if let Some(h) = self.handed.take() {
+            if h.changes {
+                self.shared.bump_changes();
+            }
+            if h.worker {
+                self.shared.bump_worker();
+            }
+        }
     }
 
     /// Every applied batch is written to the journal file now.
@@ -375,8 +497,14 @@ impl Writer {
     }
 
     /// Applies the batch's writes, makes their records durable with one write + one
-    /// fdatasync, then answers each waiter. Returns true when records were committed.
-    fn commit_writes(&mut self, writes: Vec<(WriteFn, Ack, Wake)>, jobs_n: u64) -> bool {
+    /// fdatasync (a leader without durable waiters hands that sync to the writer thread), then
+    /// answers each waiter. Returns true when records were committed.
+    fn commit_writes(
+        &mut self,
+        writes: Vec<(WriteFn, Ack, Wake)>,
+        jobs_n: u64,
+        by: Runner,
+    ) -> bool {
         let Some(Applied {
             records,
             durable,
@@ -395,6 +523,10 @@ impl Writer {
         // A durable waiter whose write added no records (a retry answered from the state) may
         // still have read a deferred record: that one is synced before it is answered.
         let sync = !durable.is_empty() || !written.is_empty();
+        // A leader whose waiters are all answered once written does not wait for the sync:
+        // the writer thread runs it, and the notifications follow it (see `mark_durable`).
+        let hand = by == Runner::Leader && durable.is_empty();
+        let mut handed = false;
         let mut outcome = if records.is_empty() {
             Ok(())
         } else {
@@ -405,7 +537,14 @@ impl Writer {
             self.mark_written();
             written.into_iter().for_each(|fin| fin(None));
             if sync && self.unsynced {
-                outcome = self.sync_data();
+                if hand {
+                    let h = self.handed.get_or_insert_with(Handed::default);
+                    h.changes |= !records.is_empty();
+                    h.worker |= wake_worker && !records.is_empty();
+                    handed = true;
+                } else {
+                    outcome = self.sync_data();
+                }
             }
         } else {
             let e = outcome.as_ref().err().cloned();
@@ -419,7 +558,7 @@ impl Writer {
                 if !self.unsynced {
                     self.mark_durable();
                 }
-                if !records.is_empty() {
+                if !records.is_empty() && !handed {
                     self.shared.bump_changes();
                     if wake_worker {
                         self.shared.bump_worker();
