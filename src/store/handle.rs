@@ -67,6 +67,13 @@ impl StoreHandle {
     /// free; otherwise rings the writer thread, which takes it after the current holder.
     fn submit(&self, job: Job) -> Result<()> {
         self.enqueue(job)?;
+        self.lead_or_ring();
+        Ok(())
+    }
+
+    /// Runs a batch of the queued jobs in this thread if the writer is free; otherwise rings
+    /// the writer thread, which takes them after the current holder.
+    fn lead_or_ring(&self) {
         match self.core.try_lock() {
             Some(mut w) => {
                 let wanted = w.lead();
@@ -77,7 +84,6 @@ impl StoreHandle {
             }
             None => self.shared.ring(),
         }
-        Ok(())
     }
 
     fn enqueue(&self, job: Job) -> Result<()> {
@@ -168,8 +174,8 @@ impl StoreHandle {
     /// error, the store's poisoning error, TIMEOUT after 4 × `acknowledgementMs`.
     pub(crate) fn wait_applied<T>(&self, ticket: Applying<T>) -> Result<T> {
         if !ticket.is_done() {
-            // It may still sit in the queue of a writer sleeping on its timer.
-            self.shared.ring();
+            // It may still sit in the queue of a writer thread sleeping on its timer.
+            self.lead_or_ring();
         }
         self.answer(ticket.0)
     }
@@ -294,8 +300,8 @@ impl StoreHandle {
         if s.lazy_applied.load(Ordering::Acquire) >= target {
             return;
         }
-        // It may sit in the queue of a writer sleeping on its timer.
-        s.ring();
+        // It may sit in the queue of a writer thread sleeping on its timer.
+        self.lead_or_ring();
         let wait = Duration::from_millis(self.limits.acknowledgement_ms.saturating_mul(4));
         s.wait_progress(
             &s.lazy_applied,
