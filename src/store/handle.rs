@@ -23,7 +23,7 @@ use crate::messaging::{
 use crossbeam_channel::Sender;
 use parking_lot::RwLock;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::time::{Duration, Instant};
 
 use crate::config::internal::CANCEL_POLL_MS;
@@ -71,18 +71,23 @@ impl StoreHandle {
         Ok(())
     }
 
-    /// Runs a batch of the queued jobs in this thread if the writer is free; otherwise rings
-    /// the writer thread, which takes them after the current holder.
+    /// Runs a batch of the queued jobs in this thread if the writer is free. Otherwise the
+    /// current holder sees them when it lets go, and rings the writer thread for them (or,
+    /// being that thread, takes them): see the writer module's doc for why none is missed.
     fn lead_or_ring(&self) {
-        match self.core.try_lock() {
-            Some(mut w) => {
-                let wanted = w.lead();
-                drop(w);
-                if wanted {
-                    self.shared.want_thread();
-                }
-            }
-            None => self.shared.ring(),
+        // Orders the job queued before it against the holder's check after its release.
+        fence(Ordering::SeqCst);
+        let Some(mut w) = self.core.try_lock() else {
+            return;
+        };
+        let wanted = w.lead();
+        drop(w);
+        fence(Ordering::SeqCst);
+        if wanted {
+            self.shared.want_thread();
+        } else if !self.tx.is_empty() {
+            // Queued while this batch ran: followers, asleep on their slots.
+            self.shared.ring();
         }
     }
 

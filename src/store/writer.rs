@@ -18,7 +18,8 @@
 //! fdatasynced by the leader itself; a batch whose waiters are all answered once written (a
 //! send's intent) is written by the leader and its fdatasync handed to the writer thread, so
 //! the sync still overlaps the delivery. If the mutex is held, the caller is a follower: it
-//! rings the doorbell and sleeps on its slot, and the holder's successor takes its job.
+//! sleeps on its slot, and the holder, once it lets go, rings the writer thread for it (or,
+//! being that thread, takes it next), so a batch of followers costs one wake-up, not one each.
 //!
 //! The writer thread keeps everything that must not sit on a caller's path: fdatasyncs a
 //! leader handed over (and the change notifications due after them), compaction and
@@ -28,17 +29,22 @@
 //! frame still to sync, that sleep has a `DEFERRED_SYNC_MS` timer and takes jobs queued without
 //! a ring (a sender's copy of a receipt) when it ends, if no rung job came first.
 //!
-//! No job is lost. A job is queued before its submitter tries the mutex. If the try succeeds,
-//! the submitter drains the queue itself; the queue holds at most `commitBatch` jobs, which is
-//! also the batch bound, so its own job is in what it drains, unless an earlier holder already
-//! took and answered it. If the try fails, the submitter rings after queueing. The writer
-//! thread checks the queue (and the hand-over flag) under the doorbell's lock before it
-//! sleeps, and a ring takes that lock after the job was queued, so the thread either sees the
-//! job before sleeping or is woken by the ring; it then blocks on the mutex until the holder
-//! releases it and drains the queue. So every job queued while the mutex is held is taken by
-//! the next holder: a leader that barges in first, or the thread. A job a leader leaves
-//! behind for the thread (a handed sync, upkeep, a closed store) is announced the same way:
-//! a flag set, then a ring.
+//! No job is lost. A submitter queues its job, issues a sequentially consistent fence, then
+//! tries the mutex. If the try succeeds, it drains the queue itself; the queue holds at most
+//! `commitBatch` jobs, which is also the batch bound, so its own job is in what it drains,
+//! unless an earlier holder already took and answered it. Every holder, once it releases the
+//! mutex, issues the same fence and looks at the queue: a leader rings the writer thread when
+//! the queue is not empty; the thread looks (under the doorbell's lock, before it sleeps, and
+//! again after it retakes the mutex) and takes what it finds. The two fences make this the
+//! store-buffering pattern: a submitter whose try saw the mutex still held by some holder
+//! (queue, fence, read the lock word) and that holder (release the lock word, fence, read the
+//! queue) cannot both miss the other's write, so the holder sees the job. A leader's ring takes
+//! the doorbell's lock after the job was queued, so the thread either sees the job before it
+//! sleeps or is woken; a leader that barges in first may take the job instead. A job a leader
+//! leaves behind for the thread (a handed sync, upkeep, a closed store) is announced the same
+//! way: a flag set, then a ring. A job queued without waiting (`StoreHandle::write_queued`)
+//! rings lazily (see `Shared::ring_lazily`), and whoever must wait for it leads or relies on
+//! the same look.
 //!
 //! The journal file is kept preallocated: after a batch is answered, when less than half a
 //! chunk of zero-filled room is left past the logical end, the writer thread writes the next
@@ -58,7 +64,7 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{Ordering, fence};
 
 use crate::config::Limits;
 use crate::config::internal::DEFERRED_SYNC_MS;
@@ -282,6 +288,8 @@ pub(crate) fn run_thread(core: Arc<Mutex<Writer>>, shared: Arc<Shared>, rx: Rece
         let until = {
             let mut w = core.lock();
             shared.thread_wanted.store(false, Ordering::Release);
+            // Orders this look at the queue after the previous release (see the module doc).
+            fence(Ordering::SeqCst);
             if w.closed {
                 break;
             }
@@ -294,7 +302,10 @@ pub(crate) fn run_thread(core: Arc<Mutex<Writer>>, shared: Arc<Shared>, rx: Rece
                 std::time::Instant::now() + std::time::Duration::from_millis(DEFERRED_SYNC_MS)
             })
         };
-        let idle = || rx.is_empty() && !shared.thread_wanted.load(Ordering::Acquire);
+        let idle = || {
+            fence(Ordering::SeqCst);
+            rx.is_empty() && !shared.thread_wanted.load(Ordering::Acquire)
+        };
         if !shared.sleep_while(idle, until) {
             let mut w = core.lock();
             w.receipt_due = false;
