@@ -280,7 +280,8 @@ impl StoreHandle {
         self.query_in_writer(q)
     }
 
-    /// Runs a query in the writer thread, between batches (always durable state).
+    /// Runs a query as a job of the writer, between batches (always durable state): in this
+    /// thread when the writer is free, else by the next holder.
     pub(crate) fn query_in_writer<T: Send + 'static>(
         &self,
         q: impl FnOnce(&Machine) -> T + Send + 'static,

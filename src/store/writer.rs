@@ -534,8 +534,6 @@ impl Writer {
         // A durable waiter whose write added no records (a retry answered from the state) may
         // still have read a deferred record: that one is synced before it is answered.
         let sync = !durable.is_empty() || !written.is_empty();
-        // A leader whose waiters are all answered once written does not wait for the sync:
-        // the writer thread runs it, and the notifications follow it (see `mark_durable`).
         let hand = by == Runner::Leader && durable.is_empty();
         let mut handed = false;
         let mut outcome = if records.is_empty() {
@@ -548,14 +546,11 @@ impl Writer {
             self.mark_written();
             written.into_iter().for_each(|fin| fin(None));
             if sync && self.unsynced {
-                if hand {
-                    let h = self.handed.get_or_insert_with(Handed::default);
-                    h.changes |= !records.is_empty();
-                    h.worker |= wake_worker && !records.is_empty();
-                    handed = true;
-                } else {
-                    outcome = self.sync_data();
-                }
+                let notify = Handed {
+                    changes: !records.is_empty(),
+                    worker: wake_worker && !records.is_empty(),
+                };
+                (outcome, handed) = self.sync_or_hand(hand, notify);
             }
         } else {
             let e = outcome.as_ref().err().cloned();
@@ -584,6 +579,20 @@ impl Writer {
                 false
             }
         }
+    }
+
+    /// Syncs a written batch, or with `hand` (a leader whose waiters are all answered once
+    /// written) leaves the sync to the writer thread instead, the batch's change notifications
+    /// `notify` following it (see `mark_durable`). Returns the sync's outcome and whether it was
+    /// handed over.
+    fn sync_or_hand(&mut self, hand: bool, notify: Handed) -> (Result<()>, bool) {
+        if !hand {
+            return (self.sync_data(), false);
+        }
+        let h = self.handed.get_or_insert_with(Handed::default);
+        h.changes |= notify.changes;
+        h.worker |= notify.worker;
+        (Ok(()), true)
     }
 
     /// Applies a batch's writes under the write lock of the committed state; `None` (every
