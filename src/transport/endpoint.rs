@@ -462,13 +462,18 @@ fn dispatch(
 ) -> Vec<u8> {
     let checked = rpc::check_version(&params).and_then(|()| access::authorize(channel, method));
     let result = checked.and_then(|()| match (peer, channel) {
-        (Some(from), _) => shared.handler.peer_request(from, method, params, notifier),
+        (Some(from), _) => shared
+            .handler
+            .peer_request(from, method, params, notifier)
+            .map(super::Answer::Value),
         (None, Channel::Run { run_id }) => {
-            shared.handler.run_request(run_id, method, params, notifier)
+            shared
+                .handler
+                .local_answer(Some(run_id), method, params, notifier)
         }
-        (None, _) => shared.handler.local_request(method, params, notifier),
+        (None, _) => shared.handler.local_answer(None, method, params, notifier),
     });
-    answer(shared, id, result.map(super::Answer::Value))
+    answer(shared, id, result)
 }
 
 /// [`dispatch`] for a request the typed decoder read: its version was checked there.

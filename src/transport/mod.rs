@@ -131,6 +131,23 @@ pub trait Handler: Send + Sync {
         params: Map<String, Value>,
         notify: &Notifier,
     ) -> Result<Value>;
+    /// A local request (`run_id`: from that child run, proven by its secret) answered as a
+    /// [`Answer`]: the default hands it to [`run_request`](Self::run_request) or
+    /// [`local_request`](Self::local_request); a handler may answer with JSON text instead of
+    /// a `Value`, the same bytes.
+    fn local_answer(
+        &self,
+        run_id: Option<&str>,
+        method: &str,
+        params: Map<String, Value>,
+        notify: &Notifier,
+    ) -> Result<Answer> {
+        match run_id {
+            Some(run_id) => self.run_request(run_id, method, params, notify),
+            None => self.local_request(method, params, notify),
+        }
+        .map(Answer::Value)
+    }
     /// The live child run whose own local secret `secret` is (compared in constant time); the
     /// default knows no runs.
     fn run_for_secret(&self, secret: &[u8; 32]) -> Option<String> {
