@@ -8,7 +8,7 @@ use super::core::Core;
 use super::handler::{self, LocalAnswer};
 use super::tools::{CallOptions, execute};
 use crate::error::{Code, Error, Result};
-use crate::protocol::hot::HotCall;
+use crate::protocol::hot::{HotCall, LocalSend};
 use crate::protocol::local::LocalRequest;
 use crate::protocol::message::{PeerSend, PeerStatus, ReceiptPush};
 use crate::tools::answer::ToolAnswer;
@@ -117,6 +117,18 @@ impl Handler for RootHandler {
         _notify: &Notifier,
     ) -> Result<Answer> {
         local_answer(&self.0, run_id, method, params)
+    }
+
+    fn local_send(
+        &self,
+        run_id: Option<&str>,
+        send: LocalSend,
+        _notify: &Notifier,
+    ) -> Result<Answer> {
+        match handler::local_send(&self.0, run_id, send)? {
+            ToolAnswer::Sent(sent) => Ok(Answer::Json(sent.to_json())),
+            other => encode(&other).map(Answer::Value),
+        }
     }
 
     fn run_for_secret(&self, secret: &[u8; 32]) -> Option<String> {
