@@ -362,7 +362,7 @@ fn sender_aliases(core: &Core, msgs: &[InboxEntry]) -> HashMap<String, presence:
             continue;
         }
         if let Some(ad) = core.presence.advertisement_of(&m.from.instance_id) {
-            out.insert(m.from.instance_id.clone(), ad);
+            out.insert(m.from.instance_id.clone(), Arc::unwrap_or_clone(ad));
         }
         if out.len() > 64 {
             break;
