@@ -192,10 +192,18 @@ fn parse_response(id: Option<Id>, obj: &mut Map<String, Value>) -> Result<Incomi
 /// [`Envelope`] of them cannot fail (all keys are strings), so an impossible failure yields an
 /// empty frame.
 pub fn line<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
-    let mut out = serde_json::to_vec(value).unwrap_or_default();
+    // Sized for a message frame up front (serde_json starts at 128 bytes and doubles).
+    let mut out = Vec::with_capacity(LINE_CAPACITY);
+    if serde_json::to_writer(&mut out, value).is_err() {
+        out.clear();
+    }
     out.push(b'\n');
     out
 }
+
+/// Bytes reserved for a frame before it is serialised: a `peer.send` with a short body and
+/// its answer fit.
+const LINE_CAPACITY: usize = 512;
 
 /// The envelope of a request, a notification or a result, serialised from borrowed parts:
 /// building a `Value` envelope first copied the whole `params` or `result` tree on every
