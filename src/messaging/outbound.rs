@@ -132,7 +132,12 @@ impl Machine {
         answer: std::result::Result<Receipt, Code>,
         now_ms: u64,
     ) -> Outcome<OutboxEntry> {
-        let entry = self.outbox_entry(to_peer_id, message_id)?;
+        // Borrowed while the records are built (an unresolved entry is not copied); the
+        // entry returned is read again after the commit.
+        let entry = self
+            .state
+            .outbox_view(to_peer_id, message_id)
+            .ok_or_else(|| no_outbox_entry(to_peer_id, message_id))?;
         let receipt = match answer {
             Ok(r) => {
                 if r.message_id != entry.message_id
@@ -146,7 +151,7 @@ impl Machine {
                 }
                 r
             }
-            Err(code) if is_retryable(code) => return Ok((entry, Vec::new())),
+            Err(code) if is_retryable(code) => return Ok((entry.into_owned(), Vec::new())),
             Err(code) => Receipt {
                 message_id: entry.message_id.clone(),
                 from_peer_id: entry.from_peer_id.clone(),
@@ -169,6 +174,7 @@ impl Machine {
         if !records.is_empty() && in_custody {
             records.extend(self.replied_records(&entry, now_ms));
         }
+        drop(entry);
         let records = self.commit(records);
         Ok((self.outbox_entry(to_peer_id, message_id)?, records))
     }
@@ -270,12 +276,7 @@ impl Machine {
     pub(crate) fn outbox_entry(&self, to_peer_id: &str, message_id: &str) -> Result<OutboxEntry> {
         self.state
             .outbox_get(to_peer_id, message_id)
-            .ok_or_else(|| {
-                Error::new(
-                    Code::NotFound,
-                    format!("no outgoing message {message_id} to {to_peer_id}"),
-                )
-            })
+            .ok_or_else(|| no_outbox_entry(to_peer_id, message_id))
     }
 
     /// Takes over an unresolved entry of a dead earlier incarnation of our session, to be sent
@@ -336,4 +337,12 @@ impl Machine {
     pub fn pending_routes(&self) -> Vec<(String, String)> {
         self.state.pending_route_keys().cloned().collect()
     }
+}
+
+/// `NOT_FOUND` for an outgoing message the outbox does not hold.
+fn no_outbox_entry(to_peer_id: &str, message_id: &str) -> Error {
+    Error::new(
+        Code::NotFound,
+        format!("no outgoing message {message_id} to {to_peer_id}"),
+    )
 }

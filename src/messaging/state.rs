@@ -8,6 +8,7 @@ use super::types::{
     ReceiptState, TargetRef,
 };
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub use crate::config::internal::ENTRY_OVERHEAD_BYTES;
@@ -549,7 +550,7 @@ impl State {
                 receipt,
                 ..
             } => self
-                .outbox_get(to_peer_id, message_id)
+                .outbox_view(to_peer_id, message_id)
                 .is_some_and(|e| e.receipt.as_ref().is_none_or(|r| receipt.may_replace(r))),
             Record::Event { event } => !self.events.contains_key(&event.cursor),
             Record::InboxRemoved {
@@ -678,15 +679,26 @@ impl State {
 
     /// One outbox entry by its target and message id.
     pub fn outbox_get(&self, to_peer_id: &str, message_id: &str) -> Option<OutboxEntry> {
+        self.outbox_view(to_peer_id, message_id)
+            .map(Cow::into_owned)
+    }
+
+    /// [`outbox_get`](Self::outbox_get) borrowed when the entry is unresolved (the common
+    /// case on the send path: no copy of the entry and its body), rebuilt when settled.
+    pub(crate) fn outbox_view(
+        &self,
+        to_peer_id: &str,
+        message_id: &str,
+    ) -> Option<Cow<'_, OutboxEntry>> {
         if let Some(e) = self
             .outbox
             .get(&(to_peer_id.to_string(), message_id.to_string()))
         {
-            return Some(e.clone());
+            return Some(Cow::Borrowed(e));
         }
         let key = self.settled_key(to_peer_id, message_id)?;
         let (k, s) = self.settled.get_key_value(&key)?;
-        Some(s.to_entry(k))
+        Some(Cow::Owned(s.to_entry(k)))
     }
 
     /// The unresolved (full-form) outbox entry by its target and message id.

@@ -298,6 +298,116 @@ impl ReceiptParams<'_> {
     }
 }
 
+/// A plain `local.tool` call of `send_peer_message` from a local adapter, decoded: the
+/// tool's arguments as their strings (checked by the tool's own reader afterwards) and the
+/// envelope options a send uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalSend {
+    pub id: Id,
+    pub to: String,
+    pub content: String,
+    pub topic: Option<String>,
+    pub reply_to: Option<String>,
+    pub message_id: Option<String>,
+    pub call_id: Option<String>,
+}
+
+/// The frame as a plain `send_peer_message` call, or `None`: take the general path.
+///
+/// Only a frame whose meaning is plain says yes: the envelope keys once each (`method`
+/// before `params`), params with only `tool`, `args`, `messageId`, `callId` and `version`,
+/// each once, `messageId` and `callId` strings (or `null`, which the general path also reads
+/// as absent); args with only `to` and `content` (strings) and `topic` and `replyTo`
+/// (strings or `null`). A run or automatic-reply envelope (`runId`, `auto`), any other
+/// tool, or a value of another type declines, so the general path gives its own answer.
+pub fn decode_local_send(frame: &[u8]) -> Option<LocalSend> {
+    let mut de = serde_json::Deserializer::from_slice(frame);
+    let req = de.deserialize_map(LocalVisitor).ok()??;
+    de.end().ok()?;
+    Some(req)
+}
+
+struct LocalVisitor;
+
+impl<'de> Visitor<'de> for LocalVisitor {
+    type Value = Option<LocalSend>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON-RPC request object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut version_ok = false;
+        let mut id: Option<Id> = None;
+        let mut method_ok = false;
+        let mut params: Option<LocalToolParams<'de>> = None;
+        while let Some(key) = map.next_key::<Str<'de>>()? {
+            match key.0.as_ref() {
+                "jsonrpc" if !version_ok => {
+                    if map.next_value::<Str<'de>>()?.0 != "2.0" {
+                        return Ok(None);
+                    }
+                    version_ok = true;
+                }
+                "id" if id.is_none() => id = Some(map.next_value::<WireId>()?.0),
+                "method" if !method_ok => {
+                    if map.next_value::<Str<'de>>()?.0 != "local.tool" {
+                        return Ok(None);
+                    }
+                    method_ok = true;
+                }
+                "params" if method_ok && params.is_none() => params = Some(map.next_value()?),
+                _ => return Ok(None),
+            }
+        }
+        Ok(match (version_ok, id, params) {
+            (true, Some(id), Some(p)) if p.tool == "send_peer_message" => {
+                let _ = p.version;
+                Some(LocalSend {
+                    id,
+                    to: p.args.to.into_owned(),
+                    content: p.args.content.into_owned(),
+                    topic: owned(p.args.topic),
+                    reply_to: owned(p.args.reply_to),
+                    message_id: owned(p.message_id),
+                    call_id: owned(p.call_id),
+                })
+            }
+            _ => None,
+        })
+    }
+}
+
+/// `local.tool` params of a plain send.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct LocalToolParams<'a> {
+    #[serde(default, deserialize_with = "version_one")]
+    version: Option<VersionOne>,
+    #[serde(borrow)]
+    tool: Text<'a>,
+    #[serde(borrow)]
+    args: SendToolArgs<'a>,
+    #[serde(default, borrow, deserialize_with = "opt_text")]
+    message_id: Option<Text<'a>>,
+    #[serde(default, borrow, deserialize_with = "opt_text")]
+    call_id: Option<Text<'a>>,
+}
+
+/// `send_peer_message` arguments as strings.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SendToolArgs<'a> {
+    #[serde(borrow)]
+    to: Text<'a>,
+    #[serde(borrow)]
+    content: Text<'a>,
+    #[serde(default, borrow, deserialize_with = "opt_text")]
+    topic: Option<Text<'a>>,
+    #[serde(default, borrow, deserialize_with = "opt_text")]
+    reply_to: Option<Text<'a>>,
+}
+
 /// A plain success answer `{"jsonrpc":"2.0","id":N,"result":R}`: exactly those keys, each
 /// once, `N` an integer that fits i64. Yields the id and the result's JSON text, unparsed, so
 /// the caller decodes it straight into the type it expects. Anything else (an error answer,

@@ -554,3 +554,356 @@ proptest! {
         prop_assert_eq!(Some(typed), general_receipt(f.as_bytes()), "{}", f);
     }
 }
+
+/// Any text, escapes, control characters and non-ASCII included.
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        Just("m-1".to_string()),
+        Just("q\"uote\\back/slash\u{1}\u{1f}\t\n\u{7f}\u{e9}\u{2028}\u{1f600}".to_string()),
+        any::<String>(),
+    ]
+}
+
+fn opt_text() -> impl Strategy<Value = Option<String>> {
+    proptest::option::of(text())
+}
+
+fn any_send() -> impl Strategy<Value = PeerSend> {
+    (
+        (any::<u64>(), text(), text(), opt_text()),
+        (text(), opt_text(), opt_text()),
+        (opt_text(), proptest::option::of(any::<u64>())),
+    )
+        .prop_map(
+            |((version, message_id, to, from_run), body, rest)| PeerSend {
+                version,
+                message_id,
+                to,
+                from_run,
+                body: MessageBody {
+                    content: body.0,
+                    topic: body.1,
+                    reply_to: body.2,
+                },
+                correlation_id: rest.0,
+                expires_at_ms: rest.1,
+            },
+        )
+}
+
+fn any_state() -> impl Strategy<Value = ReceiptState> {
+    prop_oneof![
+        Just(ReceiptState::Accepted),
+        Just(ReceiptState::Prepared),
+        Just(ReceiptState::Consumed),
+        Just(ReceiptState::Replied),
+        Just(ReceiptState::Refused),
+        Just(ReceiptState::Expired),
+    ]
+}
+
+fn any_push() -> impl Strategy<Value = ReceiptPush> {
+    (
+        (any::<u64>(), opt_text(), text(), text(), text()),
+        (any_state(), any::<u64>(), text(), any::<u64>()),
+        (opt_text(), opt_text()),
+    )
+        .prop_map(
+            |((version, from_run, message_id, from_peer_id, to_peer_id), mid, (reply, code))| {
+                ReceiptPush {
+                    version,
+                    from_run,
+                    receipt: Receipt {
+                        message_id,
+                        from_peer_id,
+                        to_peer_id,
+                        state: mid.0,
+                        sequence: mid.1,
+                        correlation_id: mid.2,
+                        at_ms: mid.3,
+                        reply_message_id: reply,
+                        code,
+                    },
+                }
+            },
+        )
+}
+
+/// The frame the general encoder writes: the params' `Value`, then the envelope.
+fn value_frame<T: serde::Serialize>(id: &Id, method: &str, params: &T) -> Vec<u8> {
+    let v = serde_json::to_value(params).unwrap();
+    rpc::encode_request(id, method, &v)
+}
+
+proptest! {
+    /// The typed params of `peer.send` and `peer.receipt` serialise to the bytes their `Value`
+    /// gives, as params, in a request frame and in a notification frame, and the typed
+    /// decoder reads a frame of valid ones back as the same request.
+    #[test]
+    fn typed_params_encode_as_their_value(send in any_send(), push in any_push(), n in any::<i64>()) {
+        let id = Id::Num(n);
+        let sv = serde_json::to_value(&send).unwrap();
+        prop_assert_eq!(serde_json::to_vec(&send.sorted()).unwrap(), serde_json::to_vec(&sv).unwrap());
+        prop_assert_eq!(
+            rpc::encode_request(&id, "peer.send", &send.sorted()),
+            value_frame(&id, "peer.send", &send)
+        );
+        let pv = serde_json::to_value(&push).unwrap();
+        prop_assert_eq!(serde_json::to_vec(&push.sorted()).unwrap(), serde_json::to_vec(&pv).unwrap());
+        prop_assert_eq!(
+            rpc::encode_request(&id, "peer.receipt", &push.sorted()),
+            value_frame(&id, "peer.receipt", &push)
+        );
+        prop_assert_eq!(
+            rpc::encode_notification("peer.receipt", &push.sorted()),
+            rpc::encode_notification("peer.receipt", &pv)
+        );
+    }
+
+    /// What the typed encoder writes for a valid request, the typed decoder reads back whole.
+    #[test]
+    fn typed_frames_decode_to_the_request(mut send in any_send(), mut push in any_push(), n in any::<i64>()) {
+        let id = Id::Num(n);
+        send.version = 1;
+        push.version = 1;
+        let mut f = rpc::encode_request(&id, "peer.send", &send.sorted());
+        f.pop();
+        prop_assert_eq!(decode(&f), general(&f).ok());
+        let mut f = rpc::encode_request(&id, "peer.receipt", &push.sorted());
+        f.pop();
+        prop_assert_eq!(decode(&f), general(&f).ok());
+    }
+}
+
+/// A sample request, sent through the typed encoder, is decoded on the fast path to itself.
+#[test]
+fn sample_requests_round_trip_through_the_typed_encoder() {
+    let send = sample_send();
+    let mut f = rpc::encode_request(&Id::Num(7), "peer.send", &send.sorted());
+    f.pop();
+    assert_eq!(
+        decode(&f),
+        Some(HotRequest {
+            id: Id::Num(7),
+            call: HotCall::Send(send)
+        })
+    );
+    let push = sample_push();
+    let mut f = rpc::encode_request(&Id::Num(8), "peer.receipt", &push.sorted());
+    f.pop();
+    assert_eq!(
+        decode(&f),
+        Some(HotRequest {
+            id: Id::Num(8),
+            call: HotCall::Receipt(push)
+        })
+    );
+}
+
+/// What the general path makes of a local frame: the request's id, the tool call's
+/// envelope options (`messageId`, `callId`) and its checked arguments, or the error it answers
+/// with. `None` when it is not a plain root-level `send_peer_message` call at all.
+type LocalOutcome = (
+    Id,
+    Option<String>,
+    Option<String>,
+    Result<crate::tools::SendArgs, (Code, String)>,
+);
+
+fn general_local(frame: &[u8]) -> Option<LocalOutcome> {
+    use crate::protocol::local::{LocalCall, LocalRequest};
+    let Ok(Incoming::Request { id, method, params }) = rpc::parse(frame) else {
+        return None;
+    };
+    rpc::check_version(&params).ok()?;
+    let req = LocalRequest::decode(&method, params).ok()?;
+    let LocalCall::Tool(t) = req.call else {
+        return None;
+    };
+    if req.run_id.is_some() || req.auto.is_some() || t.tool != "send_peer_message" {
+        return None;
+    }
+    let args = match crate::tools::parse_call(&t.tool, &t.args, &crate::config::Limits::default()) {
+        Ok(crate::tools::ToolCall::Send(a)) => Ok(a),
+        Ok(other) => panic!("send_peer_message parsed as {other:?}"),
+        Err(e) => Err((e.code, e.message)),
+    };
+    Some((id, t.message_id, t.call_id, args))
+}
+
+fn typed_local(frame: &[u8]) -> Option<LocalOutcome> {
+    let s = decode_local_send(frame)?;
+    let args = crate::tools::send_args(&s.to, s.content, s.topic, s.reply_to)
+        .map_err(|e| (e.code, e.message));
+    Some((s.id, s.message_id, s.call_id, args))
+}
+
+/// A local field's value: strings the checks take and refuse, and every other kind.
+fn local_value() -> impl Strategy<Value = Option<String>> {
+    prop_oneof![
+        Just(None),
+        Just(Some("null".to_string())),
+        Just(Some("\"alice\"".to_string())),
+        Just(Some("\"@alice\"".to_string())),
+        Just(Some("\"@@alice\"".to_string())),
+        Just(Some(format!("\"{TO}\""))),
+        Just(Some("\"m-1\"".to_string())),
+        Just(Some("\"bad id\"".to_string())),
+        Just(Some("\"hello \\\"there\\\" \\u00e9\\n\"".to_string())),
+        Just(Some("\"one\\u0001line\"".to_string())),
+        Just(Some("\"  \\t \"".to_string())),
+        Just(Some("\"\"".to_string())),
+        Just(Some(format!("\"{}\"", "x".repeat(97)))),
+        Just(Some(format!("\"{}\"", "y".repeat(201)))),
+        Just(Some(format!("\"{}\"", "\u{e9}".repeat(60)))),
+        Just(Some("1".to_string())),
+        Just(Some("true".to_string())),
+        Just(Some("[]".to_string())),
+        Just(Some("{}".to_string())),
+    ]
+}
+
+const LOCAL_ARG_KEYS: [&str; 4] = ["content", "replyTo", "to", "topic"];
+
+fn local_pairs(keys: &'static [&'static str]) -> impl Strategy<Value = Vec<(String, String)>> {
+    let values: Vec<_> = keys
+        .iter()
+        .map(|k| {
+            let valid = match *k {
+                "to" => "\"alice\"",
+                "content" => "\"hi\"",
+                "topic" => "\"t\"",
+                _ => "\"m-1\"",
+            };
+            prop_oneof![2 => Just(Some(valid.to_string())), 3 => local_value()]
+        })
+        .collect();
+    values.prop_map(move |vals| {
+        keys.iter()
+            .zip(vals)
+            .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+            .collect()
+    })
+}
+
+/// A local frame: the envelope in order, params from `extra` plus the usual keys.
+fn local_frame(
+    id: &str,
+    method: &str,
+    tool: &str,
+    args: &[(String, String)],
+    extra: &[(String, String)],
+) -> String {
+    let mut params = vec![("args".to_string(), object(args))];
+    params.extend(extra.iter().cloned());
+    params.push(("tool".to_string(), tool.to_string()));
+    params.sort_by(|a, b| a.0.cmp(&b.0));
+    object(&[
+        ("id".into(), id.to_string()),
+        ("jsonrpc".into(), "\"2.0\"".into()),
+        ("method".into(), method.to_string()),
+        ("params".into(), object(&params)),
+    ])
+}
+
+proptest! {
+    /// Local send frames of every shape: what the typed decoder accepts, the general path
+    /// reads as the same call with the same options, and the arguments check to the same
+    /// typed arguments or the same error.
+    #[test]
+    fn local_sends_decode_as_the_general_path_reads_them(
+        args in local_pairs(&LOCAL_ARG_KEYS),
+        message_id in local_value(),
+        call_id in local_value(),
+        other in proptest::option::of((
+            prop_oneof![Just("version"), Just("runId"), Just("auto"), Just("eventsAfter"), Just("to")],
+            prop_oneof![Just("1"), Just("2"), Just("null"), Just("\"r-1\"")],
+        )),
+        id in id_text(),
+        method in prop_oneof![3 => Just("\"local.tool\""), 1 => Just("\"local.info\"")],
+        tool in prop_oneof![3 => Just("\"send_peer_message\""), 1 => Just("\"peer_messages\""), 1 => Just("1")],
+    ) {
+        let mut extra = Vec::new();
+        if let Some(m) = message_id {
+            extra.push(("messageId".to_string(), m));
+        }
+        if let Some(c) = call_id {
+            extra.push(("callId".to_string(), c));
+        }
+        if let Some((k, v)) = other {
+            extra.push((k.to_string(), v.to_string()));
+        }
+        let f = local_frame(&id, method, tool, &args, &extra);
+        if let Some(typed) = typed_local(f.as_bytes()) {
+            prop_assert_eq!(Some(typed), general_local(f.as_bytes()), "{}", f);
+        }
+    }
+
+    /// Sends as the local adapters write them (strings, sorted keys) always take the typed
+    /// path, whatever the strings hold.
+    #[test]
+    fn plain_local_sends_take_the_typed_path(
+        to in local_string(), content in local_string(),
+        topic in proptest::option::of(local_string()),
+        reply_to in proptest::option::of(local_string()),
+        message_id in proptest::option::of(local_string()),
+        n in any::<i64>(),
+    ) {
+        let mut args = serde_json::Map::new();
+        args.insert("to".into(), json!(to));
+        args.insert("content".into(), json!(content));
+        if let Some(t) = topic {
+            args.insert("topic".into(), json!(t));
+        }
+        if let Some(r) = reply_to {
+            args.insert("replyTo".into(), json!(r));
+        }
+        let mut p = json!({"tool": "send_peer_message", "args": args});
+        if let Some(m) = message_id {
+            p["messageId"] = json!(m);
+        }
+        let mut f = rpc::encode_request(&Id::Num(n), "local.tool", &p);
+        f.pop();
+        let typed = typed_local(&f);
+        prop_assert!(typed.is_some());
+        prop_assert_eq!(typed, general_local(&f));
+    }
+}
+
+fn local_string() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("alice".to_string()),
+        Just("@bob".to_string()),
+        Just(TO.to_string()),
+        Just(" ".to_string()),
+        Just(String::new()),
+        Just("tab\there".to_string()),
+        Just("x".repeat(300)),
+        any::<String>(),
+    ]
+}
+
+/// Frames the typed local decoder leaves to the general path: a run or automatic-reply
+/// envelope, another tool or method, duplicates, unknown keys, arguments of other types.
+#[test]
+fn unusual_local_frames_take_the_general_path() {
+    let base = r#""args":{"content":"hi","to":"bob"},"tool":"send_peer_message""#;
+    let ok = format!(r#"{{"id":1,"jsonrpc":"2.0","method":"local.tool","params":{{{base}}}}}"#);
+    assert!(decode_local_send(ok.as_bytes()).is_some());
+    for f in [
+        format!(r#"{{"id":1,"jsonrpc":"2.0","method":"local.tool","params":{{{base},"runId":"r-1"}}}}"#),
+        format!(r#"{{"id":1,"jsonrpc":"2.0","method":"local.tool","params":{{{base},"auto":"c"}}}}"#),
+        format!(r#"{{"id":1,"jsonrpc":"2.0","method":"local.tool","params":{{{base},"tool":"x"}}}}"#),
+        format!(r#"{{"id":1,"jsonrpc":"2.0","params":{{{base}}},"method":"local.tool"}}"#),
+        format!(r#"{{"id":1,"jsonrpc":"2.0","method":"local.info","params":{{{base}}}}}"#),
+        format!(r#"{{"id":1,"jsonrpc":"2.0","method":"local.tool","params":{{{base},"version":2}}}}"#),
+        format!(r#"{{"id":1,"jsonrpc":"2.0","method":"local.tool","params":{{{base},"messageId":5}}}}"#),
+        r#"{"id":1,"jsonrpc":"2.0","method":"local.tool","params":{"args":{"content":"hi","to":"bob","to":"x"},"tool":"send_peer_message"}}"#.to_string(),
+        r#"{"id":1,"jsonrpc":"2.0","method":"local.tool","params":{"args":{"content":"hi","to":null},"tool":"send_peer_message"}}"#.to_string(),
+        r#"{"id":1,"jsonrpc":"2.0","method":"local.tool","params":{"args":{"content":"hi","to":"b","x":1},"tool":"send_peer_message"}}"#.to_string(),
+        r#"{"id":1,"jsonrpc":"2.0","method":"local.tool","params":{"tool":"send_peer_message"}}"#.to_string(),
+    ] {
+        assert!(decode_local_send(f.as_bytes()).is_none(), "{f}");
+    }
+}

@@ -202,7 +202,39 @@ pub struct PeerSend {
     pub expires_at_ms: Option<u64>,
 }
 
+/// `peer.send` params in the order a `Value` object writes its keys (sorted, the body's
+/// fields flattened, absent optionals as `null`): they serialise to the bytes the params'
+/// `Value` gives without building one.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SortedPeerSend<'a> {
+    content: &'a str,
+    correlation_id: Option<&'a str>,
+    expires_at: Option<u64>,
+    from_run: Option<&'a str>,
+    message_id: &'a str,
+    reply_to: Option<&'a str>,
+    to: &'a str,
+    topic: Option<&'a str>,
+    version: u64,
+}
+
 impl PeerSend {
+    /// The params as the encoder writes them, without a `Value` (see [`SortedPeerSend`]).
+    pub fn sorted(&self) -> SortedPeerSend<'_> {
+        SortedPeerSend {
+            content: &self.body.content,
+            correlation_id: self.correlation_id.as_deref(),
+            expires_at: self.expires_at_ms,
+            from_run: self.from_run.as_deref(),
+            message_id: &self.message_id,
+            reply_to: self.body.reply_to.as_deref(),
+            to: &self.to,
+            topic: self.body.topic.as_deref(),
+            version: self.version,
+        }
+    }
+
     /// Reads and checks `peer.send` params: every malformed field is `USAGE`.
     pub fn decode(params: Map<String, Value>) -> Result<PeerSend> {
         let send: PeerSend = serde_json::from_value(Value::Object(params))
@@ -228,7 +260,45 @@ pub struct ReceiptPush {
     pub receipt: Receipt,
 }
 
+/// `peer.receipt` params in the order a `Value` object writes its keys (sorted, the
+/// receipt's fields flattened): they serialise to the bytes the params' `Value` gives.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SortedReceiptPush<'a> {
+    at_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    code: Option<&'a str>,
+    correlation_id: &'a str,
+    from_peer_id: &'a str,
+    from_run: Option<&'a str>,
+    message_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply_message_id: Option<&'a str>,
+    sequence: u64,
+    state: ReceiptState,
+    to_peer_id: &'a str,
+    version: u64,
+}
+
 impl ReceiptPush {
+    /// The params as the encoder writes them, without a `Value` (see [`SortedReceiptPush`]).
+    pub fn sorted(&self) -> SortedReceiptPush<'_> {
+        let r = &self.receipt;
+        SortedReceiptPush {
+            at_ms: r.at_ms,
+            code: r.code.as_deref(),
+            correlation_id: &r.correlation_id,
+            from_peer_id: &r.from_peer_id,
+            from_run: self.from_run.as_deref(),
+            message_id: &r.message_id,
+            reply_message_id: r.reply_message_id.as_deref(),
+            sequence: r.sequence,
+            state: r.state,
+            to_peer_id: &r.to_peer_id,
+            version: self.version,
+        }
+    }
+
     /// Reads `peer.receipt` params: a malformed `fromRun` is `USAGE`, a malformed receipt
     /// `INVALID_REQUEST`.
     pub fn decode(params: Map<String, Value>) -> Result<ReceiptPush> {

@@ -192,29 +192,40 @@ fn parse_response(id: Option<Id>, obj: &mut Map<String, Value>) -> Result<Incomi
 /// [`Envelope`] of them cannot fail (all keys are strings), so an impossible failure yields an
 /// empty frame.
 pub fn line<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
-    let mut out = serde_json::to_vec(value).unwrap_or_default();
+    // Sized for a message frame up front (serde_json starts at 128 bytes and doubles).
+    let mut out = Vec::with_capacity(LINE_CAPACITY);
+    if serde_json::to_writer(&mut out, value).is_err() {
+        out.clear();
+    }
     out.push(b'\n');
     out
 }
 
+/// Bytes reserved for a frame before it is serialised: a `peer.send` with a short body and
+/// its answer fit.
+const LINE_CAPACITY: usize = 512;
+
 /// The envelope of a request, a notification or a result, serialised from borrowed parts:
 /// building a `Value` envelope first copied the whole `params` or `result` tree on every
 /// frame. The fields are in the order a `Value` object writes its keys (sorted), so the bytes
-/// are the ones such an envelope gave.
+/// are the ones such an envelope gave. `P` is the params' type: a `Value`, or a typed
+/// request's params whose fields are written in sorted order (the same bytes again).
 #[derive(serde::Serialize)]
-struct Envelope<'a> {
+struct Envelope<'a, P: ?Sized = Value> {
     #[serde(skip_serializing_if = "Option::is_none")]
     id: Option<Value>,
     jsonrpc: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     method: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    params: Option<&'a Value>,
+    params: Option<&'a P>,
     #[serde(skip_serializing_if = "Option::is_none")]
     result: Option<&'a Value>,
 }
 
-pub fn encode_request(id: &Id, method: &str, params: &Value) -> Vec<u8> {
+/// A request frame. `params` is a `Value` object, or typed params that serialise as the
+/// bytes their `Value` would (keys in sorted order, e.g. [`crate::protocol::message::SortedPeerSend`]).
+pub fn encode_request<P: serde::Serialize + ?Sized>(id: &Id, method: &str, params: &P) -> Vec<u8> {
     line(&Envelope {
         id: Some(id.to_value()),
         jsonrpc: "2.0",
@@ -224,7 +235,8 @@ pub fn encode_request(id: &Id, method: &str, params: &Value) -> Vec<u8> {
     })
 }
 
-pub fn encode_notification(method: &str, params: &Value) -> Vec<u8> {
+/// A notification frame; `params` as for [`encode_request`].
+pub fn encode_notification<P: serde::Serialize + ?Sized>(method: &str, params: &P) -> Vec<u8> {
     line(&Envelope {
         id: None,
         jsonrpc: "2.0",
@@ -235,7 +247,7 @@ pub fn encode_notification(method: &str, params: &Value) -> Vec<u8> {
 }
 
 pub fn encode_result(id: &Id, result: &Value) -> Vec<u8> {
-    line(&Envelope {
+    line(&Envelope::<Value> {
         id: Some(id.to_value()),
         jsonrpc: "2.0",
         method: None,

@@ -210,7 +210,7 @@ impl Core {
         }
         self.scope_admits(
             who,
-            self.presence.advertisement_of(&who.instance_id).as_ref(),
+            self.presence.advertisement_of(&who.instance_id).as_deref(),
         )
     }
 
@@ -230,8 +230,8 @@ impl Core {
             super::presence_cache::Reach::Live(ad) => Some(ad),
             _ => None,
         };
-        self.scope_admits(who, ad.as_ref())?;
-        Ok((session, ad.and_then(|ad| advertised_alias(ad, who))))
+        self.scope_admits(who, ad.as_deref())?;
+        Ok((session, ad.and_then(|ad| advertised_alias(&ad, who))))
     }
 
     /// The scope check against the sender's live advertisement `ad` (none: refused).
@@ -280,7 +280,7 @@ impl Core {
             };
         }
         let ad = self.presence.advertisement_of(&who.instance_id)?;
-        advertised_alias(ad, who)
+        advertised_alias(&ad, who)
     }
 
     /// Rewrites our presence record with the current runs.
@@ -386,15 +386,15 @@ impl Verifier for PresenceVerifier {
 
 /// The alias another root's advertisement states for `who` (its run's, for a child run).
 fn advertised_alias(
-    ad: crate::presence::Advertisement,
+    ad: &crate::presence::Advertisement,
     who: &crate::messaging::Principal,
 ) -> Option<String> {
     match &who.run_id {
-        None => Some(ad.alias),
+        None => Some(ad.alias.clone()),
         Some(run) => ad
             .runs
-            .into_iter()
+            .iter()
             .find(|r| &r.run_id == run)
-            .map(|r| r.alias),
+            .map(|r| r.alias.clone()),
     }
 }

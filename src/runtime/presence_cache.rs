@@ -14,6 +14,7 @@ use crate::transport::Target;
 use crate::{clock, identity};
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// How long a looked-up advertisement is reused.
 const ADVERT_TTL_MS: u128 = 1_000;
@@ -50,13 +51,15 @@ const MTIME_SETTLED_MS: u128 = 100;
 type CachedReach = (std::time::Instant, Reach, Option<String>);
 
 /// What a sender knows about another instance, from its presence record and process evidence.
+/// A record is shared (`Arc`): every send looks its target up, and a copy of the whole record
+/// per lookup was a tenth of a sender's instructions.
 #[derive(Clone, Debug)]
 pub enum Reach {
     /// Current record.
-    Live(presence::Advertisement),
+    Live(Arc<presence::Advertisement>),
     /// The record is there but has not been refreshed since the given time, and nothing
     /// proves its process gone: stopped, suspended or slow. Still the same incarnation.
-    Silent(presence::Advertisement, String),
+    Silent(Arc<presence::Advertisement>, String),
     /// Provably ended (the reason says how): its owner removed the record or its process no
     /// longer runs.
     Gone(String),
@@ -138,7 +141,7 @@ impl PresenceCache {
     }
 
     /// The live advertisement of another instance (cached for a second).
-    pub fn advertisement_of(&self, instance_id: &str) -> Option<presence::Advertisement> {
+    pub fn advertisement_of(&self, instance_id: &str) -> Option<Arc<presence::Advertisement>> {
         match self.reach_of(instance_id) {
             Reach::Live(ad) => Some(ad),
             _ => None,
@@ -215,7 +218,12 @@ impl PresenceCache {
         let mut unreadable = None;
         for n in &names {
             let e = presence::read_one(&dir, n, &self.limits, now);
-            let Some(ad) = e.advert.clone().filter(|ad| ad.instance_id == instance_id) else {
+            let Some(ad) = e
+                .advert
+                .clone()
+                .filter(|ad| ad.instance_id == instance_id)
+                .map(Arc::new)
+            else {
                 if let presence::Liveness::Invalid(why) = &e.liveness {
                     unreadable = Some(why.clone());
                 }

@@ -9,6 +9,7 @@ use crate::error::{Code, Error, Result};
 use crate::messaging::{
     InboxEntry, MessageRef, ReadQuery, ReceiptState, derive_message_id, new_message_id,
 };
+use crate::protocol::hot::LocalSend;
 use crate::protocol::local::{LocalTool, WaitReceipt};
 use crate::protocol::message;
 use crate::tools::answer::{
@@ -39,7 +40,38 @@ pub struct CallOptions {
 /// `local.tool`: one model tool for a local adapter, with the CLI's envelope options.
 pub fn local_tool(core: &Arc<Core>, caller: &Caller, t: LocalTool) -> Result<ToolAnswer> {
     let call = tools::parse_call(&t.tool, &t.args, core.limits())?;
-    if t.message_id
+    let opts = CallOptions {
+        call_id: t.call_id,
+        message_id: t.message_id,
+        events_after: t.events_after,
+        consume_on_read: false,
+        unconsumed_only: t.unconsumed,
+        wait_for_message: t.wait_for.as_deref() == Some("message"),
+    };
+    run_local(core, caller, call, &opts)
+}
+
+/// A plain `local.tool` send, decoded by `protocol::hot` with its arguments as strings:
+/// checked by the tool's reader ([`tools::send_args`]) and run as [`local_tool`] runs it.
+pub fn local_send(core: &Arc<Core>, caller: &Caller, s: LocalSend) -> Result<ToolAnswer> {
+    let call = ToolCall::Send(tools::send_args(&s.to, s.content, s.topic, s.reply_to)?);
+    let opts = CallOptions {
+        call_id: s.call_id,
+        message_id: s.message_id,
+        ..CallOptions::default()
+    };
+    run_local(core, caller, call, &opts)
+}
+
+/// A validated local tool call with the envelope options of `local.tool`.
+fn run_local(
+    core: &Arc<Core>,
+    caller: &Caller,
+    call: ToolCall,
+    opts: &CallOptions,
+) -> Result<ToolAnswer> {
+    if opts
+        .message_id
         .as_deref()
         .is_some_and(|m| !identity::is_valid_id(m))
     {
@@ -51,15 +83,7 @@ pub fn local_tool(core: &Arc<Core>, caller: &Caller, t: LocalTool) -> Result<Too
             ),
         ));
     }
-    let opts = CallOptions {
-        call_id: t.call_id,
-        message_id: t.message_id,
-        events_after: t.events_after,
-        consume_on_read: false,
-        unconsumed_only: t.unconsumed,
-        wait_for_message: t.wait_for.as_deref() == Some("message"),
-    };
-    execute(core, caller, call, &opts, &core.stopping)
+    execute(core, caller, call, opts, &core.stopping)
 }
 
 /// Runs one validated tool call for `caller`.
@@ -338,7 +362,7 @@ fn sender_aliases(core: &Core, msgs: &[InboxEntry]) -> HashMap<String, presence:
             continue;
         }
         if let Some(ad) = core.presence.advertisement_of(&m.from.instance_id) {
-            out.insert(m.from.instance_id.clone(), ad);
+            out.insert(m.from.instance_id.clone(), Arc::unwrap_or_clone(ad));
         }
         if out.len() > 64 {
             break;

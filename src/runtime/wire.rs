@@ -8,9 +8,10 @@ use super::core::Core;
 use super::handler::{self, LocalAnswer};
 use super::tools::{CallOptions, execute};
 use crate::error::{Code, Error, Result};
-use crate::protocol::hot::HotCall;
+use crate::protocol::hot::{HotCall, LocalSend};
 use crate::protocol::local::LocalRequest;
 use crate::protocol::message::{PeerSend, PeerStatus, ReceiptPush};
+use crate::tools::answer::ToolAnswer;
 use crate::tools::{ToolCall, ToolHost};
 use crate::transport::{Answer, Handler, Notifier, PeerInfo};
 use serde_json::{Map, Value};
@@ -35,6 +36,20 @@ pub fn local(
     let answer: LocalAnswer =
         handler::local_request(core, bound, LocalRequest::decode(method, p)?)?;
     encode(&answer)
+}
+
+/// [`local`] answered as JSON text where a typed answer writes its own (a send's receipt,
+/// the hot local call), else as its `Value`: the same bytes either way.
+fn local_answer(
+    core: &Arc<Core>,
+    bound: Option<&str>,
+    method: &str,
+    p: Map<String, Value>,
+) -> Result<Answer> {
+    match handler::local_request(core, bound, LocalRequest::decode(method, p)?)? {
+        LocalAnswer::Tool(ToolAnswer::Sent(sent)) => Ok(Answer::Json(sent.to_json())),
+        answer => encode(&answer).map(Answer::Value),
+    }
 }
 
 impl Handler for RootHandler {
@@ -92,6 +107,28 @@ impl Handler for RootHandler {
         _notify: &Notifier,
     ) -> Result<Value> {
         local(&self.0, None, method, params)
+    }
+
+    fn local_answer(
+        &self,
+        run_id: Option<&str>,
+        method: &str,
+        params: Map<String, Value>,
+        _notify: &Notifier,
+    ) -> Result<Answer> {
+        local_answer(&self.0, run_id, method, params)
+    }
+
+    fn local_send(
+        &self,
+        run_id: Option<&str>,
+        send: LocalSend,
+        _notify: &Notifier,
+    ) -> Result<Answer> {
+        match handler::local_send(&self.0, run_id, send)? {
+            ToolAnswer::Sent(sent) => Ok(Answer::Json(sent.to_json())),
+            other => encode(&other).map(Answer::Value),
+        }
     }
 
     fn run_for_secret(&self, secret: &[u8; 32]) -> Option<String> {

@@ -131,19 +131,38 @@ fn len_crc(len: u32) -> u32 {
 }
 
 /// One frame holding batch number `batch` and its records.
+///
+/// The payload is serialised in place after a header-sized gap that is filled in afterwards:
+/// one buffer, sized up front for a typical batch, instead of a payload grown from empty
+/// (a reallocation per doubling) and then copied behind its header.
 pub fn encode_frame(batch: u64, records: &[Record]) -> Result<Vec<u8>> {
-    let payload = serde_json::to_vec(&BatchBody { batch, records })
+    let hint = FRAME_CAPACITY_HINT
+        .saturating_mul(records.len())
+        .min(FRAME_CAPACITY_MAX);
+    let mut f = Vec::with_capacity(FRAME_HEADER_BYTES + hint);
+    f.resize(FRAME_HEADER_BYTES, 0);
+    serde_json::to_writer(&mut f, &BatchBody { batch, records })
         .map_err(|e| Error::new(Code::Io, format!("cannot encode a journal batch: {e}")))?;
+    let payload = f.get(FRAME_HEADER_BYTES..).unwrap_or_default();
     let len = u32::try_from(payload.len())
         .map_err(|_| Error::new(Code::Io, "journal batch exceeds 4 GiB"))?;
     assert!(payload.last() != Some(&0), "a payload never ends in 0x00");
-    let mut f = Vec::with_capacity(FRAME_HEADER_BYTES + payload.len());
-    f.extend_from_slice(&len.to_le_bytes());
-    f.extend_from_slice(&len_crc(len).to_le_bytes());
-    f.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    f.extend_from_slice(&payload);
+    let crc = crc32fast::hash(payload);
+    let mut header = [0u8; FRAME_HEADER_BYTES];
+    header[FRAME_LEN_OFFSET..FRAME_LEN_CRC_OFFSET].copy_from_slice(&len.to_le_bytes());
+    header[FRAME_LEN_CRC_OFFSET..FRAME_CRC_OFFSET].copy_from_slice(&len_crc(len).to_le_bytes());
+    header[FRAME_CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+    if let Some(gap) = f.get_mut(..FRAME_HEADER_BYTES) {
+        gap.copy_from_slice(&header);
+    }
     Ok(f)
 }
+
+/// Bytes reserved per record when a frame's buffer is allocated: a message's outbox or inbox
+/// record with a short body fits, so most frames are written without growing their buffer.
+const FRAME_CAPACITY_HINT: usize = 1024;
+/// The most reserved up front for one frame (a larger batch grows its buffer as it goes).
+const FRAME_CAPACITY_MAX: usize = 16 * 1024;
 
 /// The result of scanning a journal file.
 #[derive(Debug, Default)]
@@ -268,6 +287,27 @@ mod tests {
             ends.push(f.len());
         }
         (f, ends)
+    }
+
+    /// A frame is its payload's length, that length's checksum, the payload's crc32 and the
+    /// payload (the batch as compact JSON), whatever the batch's size against the buffer's
+    /// initial capacity.
+    #[test]
+    fn a_frame_is_its_header_then_the_batch_json() {
+        for n in [0usize, 1, 3, 40] {
+            let records: Vec<Record> = (0..n as u64).map(rec).collect();
+            let payload = serde_json::to_vec(&BatchBody {
+                batch: 7,
+                records: &records,
+            })
+            .unwrap();
+            let len = payload.len() as u32;
+            let mut want = len.to_le_bytes().to_vec();
+            want.extend(len_crc(len).to_le_bytes());
+            want.extend(crc32fast::hash(&payload).to_le_bytes());
+            want.extend(&payload);
+            assert_eq!(encode_frame(7, &records).unwrap(), want, "{n} records");
+        }
     }
 
     #[test]

@@ -81,6 +81,51 @@ pub struct SendAnswer {
     pub to_alias: Option<String>,
 }
 
+/// A send's answer with its fields (the receipt's flattened) in the order a `Value` object
+/// writes its keys (sorted), so it serialises to the bytes its `Value` gives without one.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SortedSendAnswer<'a> {
+    at_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    code: Option<&'a str>,
+    correlation_id: &'a str,
+    from: &'a str,
+    from_peer_id: &'a str,
+    mentions: &'a [String],
+    message_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply_message_id: Option<&'a str>,
+    sequence: u64,
+    state: crate::protocol::message::ReceiptState,
+    to: &'a str,
+    to_alias: Option<&'a str>,
+    to_peer_id: &'a str,
+}
+
+impl SendAnswer {
+    /// The answer as compact JSON text, byte for byte what serialising its `Value` writes.
+    pub fn to_json(&self) -> Vec<u8> {
+        let r = &self.receipt;
+        serde_json::to_vec(&SortedSendAnswer {
+            at_ms: r.at_ms,
+            code: r.code.as_deref(),
+            correlation_id: &r.correlation_id,
+            from: &self.from,
+            from_peer_id: &r.from_peer_id,
+            mentions: &self.mentions,
+            message_id: &r.message_id,
+            reply_message_id: r.reply_message_id.as_deref(),
+            sequence: r.sequence,
+            state: r.state,
+            to: &self.to,
+            to_alias: self.to_alias.as_deref(),
+            to_peer_id: &r.to_peer_id,
+        })
+        .unwrap_or_default()
+    }
+}
+
 /// One received message as tools and the CLI show it. The content is peer data.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -170,3 +170,74 @@ fn a_peer_view_has_the_old_keys_and_capabilities_only_for_a_root() {
     assert_eq!(bytes(&root), bytes(&old_root));
     assert!(run.matches("work") && run.matches("proj") && !run.matches("nothing"));
 }
+
+mod json_text {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            Just("q\"uote\\back\u{1}\u{1f}\t\n\u{7f}\u{e9}\u{2028}\u{1f600}".to_string()),
+            any::<String>(),
+        ]
+    }
+
+    fn state() -> impl Strategy<Value = ReceiptState> {
+        prop_oneof![
+            Just(ReceiptState::Accepted),
+            Just(ReceiptState::Prepared),
+            Just(ReceiptState::Consumed),
+            Just(ReceiptState::Replied),
+            Just(ReceiptState::Refused),
+            Just(ReceiptState::Expired),
+        ]
+    }
+
+    fn answer() -> impl Strategy<Value = SendAnswer> {
+        (
+            (
+                text(),
+                text(),
+                text(),
+                state(),
+                any::<u64>(),
+                text(),
+                any::<u64>(),
+            ),
+            (proptest::option::of(text()), proptest::option::of(text())),
+            (text(), text(), proptest::collection::vec(text(), 0..3)),
+            proptest::option::of(text()),
+        )
+            .prop_map(
+                |(r, (reply, code), (to, from, mentions), to_alias)| SendAnswer {
+                    receipt: Receipt {
+                        message_id: r.0,
+                        from_peer_id: r.1,
+                        to_peer_id: r.2,
+                        state: r.3,
+                        sequence: r.4,
+                        correlation_id: r.5,
+                        at_ms: r.6,
+                        reply_message_id: reply,
+                        code,
+                    },
+                    to,
+                    from,
+                    mentions,
+                    to_alias,
+                },
+            )
+    }
+
+    proptest! {
+        /// A send's answer written as JSON text is byte for byte the text of its `Value`,
+        /// alone and as the tool answer it travels in.
+        #[test]
+        fn send_answer_text_is_the_bytes_of_its_value(a in answer()) {
+            let text = String::from_utf8(a.to_json()).unwrap();
+            prop_assert_eq!(&text, &bytes(&a));
+            prop_assert_eq!(&text, &bytes(&ToolAnswer::Sent(a)));
+        }
+    }
+}

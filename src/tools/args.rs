@@ -74,17 +74,13 @@ impl<'a> Args<'a> {
         let Some(v) = self.get(name) else {
             return Ok(None);
         };
-        let expect = || {
-            format!(
-                "argument `{name}` must be a non-empty string of at most {max_chars} characters"
+        let s = v.as_str().ok_or_else(|| {
+            usage(
+                self.tool,
+                format!("{}, not {}", str_expected(name, max_chars), kind(v)),
             )
-        };
-        let s = v
-            .as_str()
-            .ok_or_else(|| usage(self.tool, format!("{}, not {}", expect(), kind(v))))?;
-        if s.is_empty() || s.chars().count() > max_chars {
-            return Err(usage(self.tool, expect()));
-        }
+        })?;
+        check_str(self.tool, name, s, max_chars)?;
         Ok(Some(s.to_string()))
     }
 
@@ -101,13 +97,8 @@ impl<'a> Args<'a> {
     /// An optional one-line label: like [`Args::opt_str`] but control characters are refused.
     pub fn opt_label(&self, name: &str, max_chars: usize) -> Result<Option<String>> {
         let s = self.opt_str(name, max_chars)?;
-        if s.as_deref()
-            .is_some_and(|s| s.chars().any(char::is_control))
-        {
-            return Err(usage(
-                self.tool,
-                format!("argument `{name}` must be one line without control characters"),
-            ));
+        if let Some(s) = s.as_deref() {
+            check_one_line(self.tool, name, s)?;
         }
         Ok(s)
     }
@@ -159,6 +150,29 @@ impl<'a> Args<'a> {
             )),
         }
     }
+}
+
+fn str_expected(name: &str, max_chars: usize) -> String {
+    format!("argument `{name}` must be a non-empty string of at most {max_chars} characters")
+}
+
+/// A string argument's bound: 1..=`max_chars` characters (the check of [`Args::opt_str`]).
+pub fn check_str(tool: &str, name: &str, s: &str, max_chars: usize) -> Result<()> {
+    if s.is_empty() || s.chars().count() > max_chars {
+        return Err(usage(tool, str_expected(name, max_chars)));
+    }
+    Ok(())
+}
+
+/// A label's line check: no control characters (the check of [`Args::opt_label`]).
+pub fn check_one_line(tool: &str, name: &str, s: &str) -> Result<()> {
+    if s.chars().any(char::is_control) {
+        return Err(usage(
+            tool,
+            format!("argument `{name}` must be one line without control characters"),
+        ));
+    }
+    Ok(())
 }
 
 /// A non-negative integer, also from an integral float such as `5.0`.

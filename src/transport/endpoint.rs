@@ -408,15 +408,12 @@ fn serve_authenticated(
                 return;
             }
         };
-        // A plain hot request from a peer is decoded straight into its typed params; any
-        // other frame (or one the typed decoder declines) takes the general path.
-        if let Some(from) = peer.as_ref().filter(|_| hot_calls)
-            && let Some(req) = hot::decode(&frame)
+        // A plain hot request is decoded straight into its typed params; any other frame (or
+        // one the typed decoder declines) takes the general path.
+        if hot_calls
+            && let Some(reply) = hot_reply(shared, channel, peer.as_ref(), &frame, notifier)
         {
-            if out
-                .send(dispatch_hot(shared, channel, from, req, notifier))
-                .is_err()
-            {
+            if out.send(reply).is_err() {
                 return;
             }
             continue;
@@ -462,13 +459,18 @@ fn dispatch(
 ) -> Vec<u8> {
     let checked = rpc::check_version(&params).and_then(|()| access::authorize(channel, method));
     let result = checked.and_then(|()| match (peer, channel) {
-        (Some(from), _) => shared.handler.peer_request(from, method, params, notifier),
+        (Some(from), _) => shared
+            .handler
+            .peer_request(from, method, params, notifier)
+            .map(super::Answer::Value),
         (None, Channel::Run { run_id }) => {
-            shared.handler.run_request(run_id, method, params, notifier)
+            shared
+                .handler
+                .local_answer(Some(run_id), method, params, notifier)
         }
-        (None, _) => shared.handler.local_request(method, params, notifier),
+        (None, _) => shared.handler.local_answer(None, method, params, notifier),
     });
-    answer(shared, id, result.map(super::Answer::Value))
+    answer(shared, id, result)
 }
 
 /// [`dispatch`] for a request the typed decoder read: its version was checked there.
@@ -482,6 +484,41 @@ fn dispatch_hot(
     let result = access::authorize(channel, req.call.method())
         .and_then(|()| shared.handler.peer_call(from, req.call, notifier));
     answer(shared, &req.id, result)
+}
+
+/// The answer to a plain hot frame (a peer's `peer.send` or `peer.receipt`, a local adapter's
+/// `send_peer_message`), or `None` when the typed decoder declines it.
+fn hot_reply(
+    shared: &Shared,
+    channel: &Channel,
+    peer: Option<&PeerInfo>,
+    frame: &[u8],
+    notifier: &Notifier,
+) -> Option<Vec<u8>> {
+    match peer {
+        Some(from) => {
+            hot::decode(frame).map(|req| dispatch_hot(shared, channel, from, req, notifier))
+        }
+        None => hot::decode_local_send(frame)
+            .map(|send| dispatch_local_send(shared, channel, send, notifier)),
+    }
+}
+
+/// [`dispatch`] for a local send the typed decoder read: its version was checked there.
+fn dispatch_local_send(
+    shared: &Shared,
+    channel: &Channel,
+    send: hot::LocalSend,
+    notifier: &Notifier,
+) -> Vec<u8> {
+    let id = send.id.clone();
+    let run_id = match channel {
+        Channel::Run { run_id } => Some(run_id.as_str()),
+        _ => None,
+    };
+    let result = access::authorize(channel, "local.tool")
+        .and_then(|()| shared.handler.local_send(run_id, send, notifier));
+    answer(shared, &id, result)
 }
 
 /// The response line for one call's result, an error when it exceeds `frameBytes`.

@@ -19,7 +19,7 @@ pub use pool::{NotificationSink, Pool};
 pub use wire::Notifier;
 
 use crate::error::Result;
-use crate::protocol::hot::HotCall;
+use crate::protocol::hot::{self, HotCall};
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -101,7 +101,8 @@ pub trait Handler: Send + Sync {
     ) -> Result<Value>;
     /// Whether the endpoint hands well-formed hot requests (`peer.send`, `peer.receipt`)
     /// to [`peer_call`](Self::peer_call) decoded straight into their typed params, instead of
-    /// as a params object to [`peer_request`](Self::peer_request). The default: no.
+    /// as a params object to [`peer_request`](Self::peer_request), and plain local sends to
+    /// [`local_send`](Self::local_send). The default: no.
     fn hot_calls(&self) -> bool {
         false
     }
@@ -131,6 +132,49 @@ pub trait Handler: Send + Sync {
         params: Map<String, Value>,
         notify: &Notifier,
     ) -> Result<Value>;
+    /// A local request (`run_id`: from that child run, proven by its secret) answered as a
+    /// [`Answer`]: the default hands it to [`run_request`](Self::run_request) or
+    /// [`local_request`](Self::local_request); a handler may answer with JSON text instead of
+    /// a `Value`, the same bytes.
+    fn local_answer(
+        &self,
+        run_id: Option<&str>,
+        method: &str,
+        params: Map<String, Value>,
+        notify: &Notifier,
+    ) -> Result<Answer> {
+        match run_id {
+            Some(run_id) => self.run_request(run_id, method, params, notify),
+            None => self.local_request(method, params, notify),
+        }
+        .map(Answer::Value)
+    }
+    /// A plain `send_peer_message` call of `local.tool` (see `protocol::hot`), already typed;
+    /// only called when [`hot_calls`](Self::hot_calls) says so. The default hands it on as
+    /// the params object the general path reads the same call from.
+    fn local_send(
+        &self,
+        run_id: Option<&str>,
+        send: hot::LocalSend,
+        notify: &Notifier,
+    ) -> Result<Answer> {
+        let mut args = Map::new();
+        args.insert("to".into(), Value::String(send.to));
+        args.insert("content".into(), Value::String(send.content));
+        let opt = |m: &mut Map<String, Value>, k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                m.insert(k.into(), Value::String(v));
+            }
+        };
+        opt(&mut args, "topic", send.topic);
+        opt(&mut args, "replyTo", send.reply_to);
+        let mut params = Map::new();
+        params.insert("tool".into(), Value::from("send_peer_message"));
+        params.insert("args".into(), Value::Object(args));
+        opt(&mut params, "messageId", send.message_id);
+        opt(&mut params, "callId", send.call_id);
+        self.local_answer(run_id, "local.tool", params, notify)
+    }
     /// The live child run whose own local secret `secret` is (compared in constant time); the
     /// default knows no runs.
     fn run_for_secret(&self, secret: &[u8; 32]) -> Option<String> {

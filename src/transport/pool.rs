@@ -123,7 +123,13 @@ impl OutConn {
         self.idle.notify_all();
     }
 
-    fn call(&self, method: &str, params: &Value, deadline: Instant, limits: &Limits) -> Outcome {
+    fn call<P: serde::Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+        deadline: Instant,
+        limits: &Limits,
+    ) -> Outcome {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = rpc::encode_request(&Id::Num(id), method, params);
         if let Err(e) = wire::check_frame_len(&frame, limits.frame_bytes) {
@@ -383,14 +389,17 @@ impl Pool {
         params: Value,
         timeout_ms: u64,
     ) -> Result<Value> {
-        self.reply(target, method, params, timeout_ms)?.into_value()
+        self.reply(target, method, &params, timeout_ms)?
+            .into_value()
     }
 
-    fn reply(
+    /// [`Pool::request`] with params of any type that serialises as their `Value` would (a
+    /// `Value`, or a typed request's sorted params), the answer as it came.
+    fn reply<P: serde::Serialize + ?Sized>(
         &self,
         target: &Target,
         method: &str,
-        params: Value,
+        params: &P,
         timeout_ms: u64,
     ) -> Result<Reply> {
         let ms = if timeout_ms == 0 {
@@ -400,12 +409,12 @@ impl Pool {
         };
         let deadline = Instant::now() + Duration::from_millis(ms);
         let conn = self.connection(target, deadline)?;
-        match conn.call(method, &params, deadline, &self.inner.limits) {
+        match conn.call(method, params, deadline, &self.inner.limits) {
             Outcome::Done(result) => result,
             // The cached connection had ended unseen; one fresh connection is tried.
             Outcome::Undelivered(_) => {
                 let conn = self.connection(target, deadline)?;
-                match conn.call(method, &params, deadline, &self.inner.limits) {
+                match conn.call(method, params, deadline, &self.inner.limits) {
                     Outcome::Done(result) => result,
                     Outcome::Undelivered(e) => Err(e),
                 }
@@ -420,7 +429,7 @@ impl Pool {
         send: &message::PeerSend,
         timeout_ms: u64,
     ) -> Result<message::Receipt> {
-        match self.reply(target, "peer.send", wire::params_of(send)?, timeout_ms)? {
+        match self.reply(target, "peer.send", &send.sorted(), timeout_ms)? {
             Reply::Text(raw) => hot::receipt_answer(&raw),
             Reply::Value(v) => message::Receipt::decode(v),
         }
@@ -433,7 +442,8 @@ impl Pool {
         push: &message::ReceiptPush,
         timeout_ms: u64,
     ) -> Result<()> {
-        self.request(target, "peer.receipt", wire::params_of(push)?, timeout_ms)
+        // The answer is an empty acknowledgement: nothing of it is read.
+        self.reply(target, "peer.receipt", &push.sorted(), timeout_ms)
             .map(|_| ())
     }
 

@@ -50,7 +50,7 @@ impl Handler for Echo {
                 Ok(json!({"from": from.instance_id, "method": method, "params": params}))
             }
             "test.notify" => {
-                notify.notify("test.note", Value::Object(params))?;
+                notify.notify("test.note", &Value::Object(params))?;
                 Ok(json!({"ok": true}))
             }
             "test.later" => {
@@ -58,7 +58,7 @@ impl Handler for Echo {
                 let notify = notify.clone();
                 std::thread::spawn(move || {
                     std::thread::sleep(Duration::from_millis(20));
-                    let _ = notify.notify("test.note", Value::Object(params));
+                    let _ = notify.notify("test.note", &Value::Object(params));
                 });
                 Ok(json!({"ok": true}))
             }
@@ -84,7 +84,7 @@ impl Handler for Echo {
         notify: &Notifier,
     ) -> Result<Value> {
         if method == "local.notify" {
-            notify.notify("local.note", Value::Object(params.clone()))?;
+            notify.notify("local.note", &Value::Object(params.clone()))?;
         }
         Ok(json!({"local": true, "method": method, "params": params}))
     }
@@ -828,21 +828,24 @@ fn notifications_are_bounded_by_the_outgoing_queue() {
     let payload = json!({"pad": "x".repeat(1000)});
     let mut first_error = None;
     for _ in 0..1_000_000 {
-        if let Err(e) = notifier.notify("peer.receipt", payload.clone()) {
+        if let Err(e) = notifier.notify("peer.receipt", &payload) {
             first_error = Some(e.code);
             break;
         }
     }
     assert_eq!(first_error, Some(Code::QueueFull));
     let e = notifier
-        .notify("peer.receipt", json!({"pad": "x".repeat(5000)}))
+        .notify("peer.receipt", &json!({"pad": "x".repeat(5000)}))
         .unwrap_err();
     assert_eq!(e.code, Code::FrameTooLarge);
     drop(far);
     out.abort();
     assert!(notifier.is_closed());
     assert_eq!(
-        notifier.notify("peer.receipt", json!({})).unwrap_err().code,
+        notifier
+            .notify("peer.receipt", &json!({}))
+            .unwrap_err()
+            .code,
         Code::Disconnected
     );
 }

@@ -379,11 +379,13 @@ impl Notifier {
     /// `DISCONNECTED` once the connection closed, `FRAME_TOO_LARGE` past `frameBytes`.
     /// A `peer.receipt` notification (advisory; the durable copy is a request).
     pub fn push_receipt(&self, push: &crate::protocol::message::ReceiptPush) -> Result<()> {
-        self.notify("peer.receipt", params_of(push)?)
+        self.notify("peer.receipt", &push.sorted())
     }
 
-    pub fn notify(&self, method: &str, params: Value) -> Result<()> {
-        let frame = rpc::encode_notification(method, &params);
+    /// Queues one notification; `params` a `Value` object or typed params that serialise as
+    /// their `Value` would.
+    pub fn notify<P: serde::Serialize + ?Sized>(&self, method: &str, params: &P) -> Result<()> {
+        let frame = rpc::encode_notification(method, params);
         check_frame_len(&frame, self.frame_bytes)?;
         self.out.try_send(frame)
     }
