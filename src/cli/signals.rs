@@ -125,6 +125,13 @@ impl StopAwareInput {
     }
 }
 
+/// Standard input's descriptor, so the MCP server can ask whether more input is waiting.
+impl std::os::fd::AsFd for StopAwareInput {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.input.as_fd()
+    }
+}
+
 impl Read for StopAwareInput {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         loop {

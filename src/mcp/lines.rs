@@ -3,7 +3,35 @@
 //! to its newline (never buffered whole) while the server keeps serving.
 
 use crate::protocol::frame::{LineSplitter, Overlong, TooLong};
-use std::io::{self, BufRead};
+use std::io::{self, BufRead, BufReader, Cursor, Read};
+use std::os::fd::AsFd;
+
+/// Input the server reads lines from, which can also tell, without blocking, whether more
+/// bytes are already waiting: the reader runs a short call itself only when nothing else was
+/// sent meanwhile (see the module comment of `mcp`).
+pub trait Input: BufRead {
+    /// Bytes can be read now without blocking (or the answer is unknown: `true`).
+    fn has_pending(&mut self) -> bool;
+}
+
+impl<R: Read + AsFd> Input for BufReader<R> {
+    fn has_pending(&mut self) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        if !self.buffer().is_empty() {
+            return true;
+        }
+        let mut fds = [PollFd::new(self.get_ref().as_fd(), PollFlags::POLLIN)];
+        // A failed poll says nothing; assume input is waiting (the call is handed off).
+        poll(&mut fds, PollTimeout::ZERO).map_or(true, |n| n > 0)
+    }
+}
+
+impl<T: AsRef<[u8]>> Input for Cursor<T> {
+    fn has_pending(&mut self) -> bool {
+        let len = self.get_ref().as_ref().len() as u64;
+        self.position() < len
+    }
+}
 
 /// What one [`LineReader::next`] call produced.
 #[derive(Debug, PartialEq, Eq)]
@@ -26,6 +54,11 @@ impl LineReader {
         LineReader {
             lines: LineSplitter::new(max_bytes, Overlong::Skip),
         }
+    }
+
+    /// Part of a line, or whole lines, are buffered: more input is already here.
+    pub fn has_buffered(&self) -> bool {
+        self.lines.unconsumed_bytes() > 0
     }
 
     /// The next line, reading more input only when no complete line is buffered.

@@ -7,6 +7,25 @@
 //! tool calls so a 30-second `peer_messages` wait never blocks `ping`; whoever answers writes
 //! stdout itself ([`out::Output`]: one writer at a time, no writer thread); one forwarder turns
 //! host events into notifications once the client is initialized.
+//!
+//! A short call runs in the reader itself when nothing else has been sent meanwhile: handing
+//! it to a worker costs a wake-up of another thread (on a VM, an inter-processor interrupt
+//! and an exit to the hypervisor) before any work starts, for the call an agent makes most,
+//! one `send_peer_message` at a time. Which calls may run inline is decided by what they
+//! can block on ([`runs_inline`]): sends, `list_peers`, `peer_messages` without `waitMs`,
+//! and resource operations that do not wait are bounded by the local store and, for a send,
+//! by one acknowledgement deadline (`acknowledgementMs`); a waiting `peer_messages`, a
+//! waiting resource request and the ask tools (another machine's agent) can take seconds to
+//! minutes and always go to a worker, so such a wait never delays a send or a ping behind
+//! it. A short call is still handed off when more input is already buffered or readable
+//! (the client sent requests back to back, or a batch): those overlap, and the workers keep
+//! running them concurrently. The price is what arrives while an inline call runs: it is
+//! read when that call ends, at most its acknowledgement deadline later (usually the one
+//! durable round trip the call takes); a cancellation of the inline call itself then finds
+//! it answered, which MCP allows (a client ignores a response to a request it cancelled). A
+//! send never looked at its cancel flag, so cancelling one only ever suppressed its answer.
+//! Queue bounds are unchanged: an inline call takes no queue slot, and the reader runs at
+//! most one at a time.
 
 mod lines;
 mod out;
@@ -14,11 +33,12 @@ mod queue;
 mod session;
 mod wrap;
 
+pub use lines::Input;
 pub use wrap::tool_result;
 
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
-use crate::tools::{ToolCall, ToolHost};
+use crate::tools::{ResourceArgs, ToolCall, ToolHost};
 use crossbeam_channel::{Receiver, bounded, select};
 use out::Output;
 use parking_lot::Mutex;
@@ -26,7 +46,7 @@ use queue::TrySendError;
 use serde_json::{Value, json};
 use session::{Action, Session, error_response};
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
@@ -77,6 +97,7 @@ impl InFlight {
 
 /// The channels and shared state the reader uses to act on [`Action`]s.
 struct Shell<'a, W: Write> {
+    host: &'a dyn ToolHost,
     out: &'a Output<W>,
     jobs: queue::Sender<Job>,
     inflight: &'a InFlight,
@@ -89,7 +110,7 @@ struct Shell<'a, W: Write> {
 pub fn serve(
     host: Arc<dyn ToolHost>,
     events: Receiver<Value>,
-    mut input: impl BufRead,
+    mut input: impl Input,
     output: impl Write + Send,
     limits: &Limits,
 ) -> Result<()> {
@@ -112,6 +133,7 @@ pub fn serve(
         let forward_out = &out;
         s.spawn(move || forward_events(events, init_rx, stop_rx, forward_out, &log_level));
         let mut shell = Shell {
+            host: &*host,
             out: &out,
             jobs: job_tx,
             inflight: &inflight,
@@ -127,7 +149,7 @@ pub fn serve(
 }
 
 fn read_all(
-    input: &mut impl BufRead,
+    input: &mut impl Input,
     limits: &Limits,
     session: &mut Session,
     shell: &mut Shell<impl Write>,
@@ -154,7 +176,16 @@ fn read_all(
                     &text,
                 ));
             }
-            lines::Line::Complete(buf) => shell.act(session.handle(&buf)),
+            lines::Line::Complete(buf) => match session.handle(&buf) {
+                // Checked last: the poll is a system call, paid only by a call that could
+                // run here.
+                Action::Call { id, call }
+                    if runs_inline(&call) && !reader.has_buffered() && !input.has_pending() =>
+                {
+                    shell.run_inline(id, call);
+                }
+                action => shell.act(action),
+            },
         }
     }
 }
@@ -181,22 +212,39 @@ impl<W: Write> Shell<'_, W> {
         }
     }
 
-    fn enqueue(&self, id: Value, call: ToolCall) {
+    /// Registers the call as in flight; `None` (and the client answered) when its id is
+    /// already in progress.
+    fn register(&self, id: Value, call: ToolCall) -> Option<Job> {
         let key = id.to_string();
         let Some(cancel) = self.inflight.insert(&key) else {
             let text = "a request with this id is still in progress; use a new id";
-            return self.send(error_response(
+            self.send(error_response(
                 id,
                 session::INVALID_REQUEST,
                 Code::InvalidRequest,
                 text,
             ));
+            return None;
         };
-        let job = Job {
+        Some(Job {
             id,
             key,
             call,
             cancel,
+        })
+    }
+
+    /// Runs the call in the reader's thread and answers it (see the module comment).
+    fn run_inline(&self, id: Value, call: ToolCall) {
+        if let Some(job) = self.register(id, call) {
+            // A closed stdout is seen by the next send; keep reading until EOF.
+            let _ = answer(self.host, job, self.out, self.inflight);
+        }
+    }
+
+    fn enqueue(&self, id: Value, call: ToolCall) {
+        let Some(job) = self.register(id, call) else {
+            return;
         };
         match self.jobs.try_send(job) {
             Ok(()) => {}
@@ -212,6 +260,18 @@ impl<W: Write> Shell<'_, W> {
     }
 }
 
+/// Whether a call may run in the reader's thread: it cannot wait for anything but the local
+/// store and, for a send, one acknowledgement deadline (see the module comment).
+fn runs_inline(call: &ToolCall) -> bool {
+    match call {
+        ToolCall::ListPeers(_) | ToolCall::Send(_) => true,
+        ToolCall::Messages(m) => m.wait_ms == 0,
+        ToolCall::Resource(ResourceArgs::Request { wait_ms, .. }) => wait_ms.unwrap_or(0) == 0,
+        ToolCall::Resource(_) => true,
+        ToolCall::Ask(_) => false,
+    }
+}
+
 fn work(
     host: &dyn ToolHost,
     jobs: queue::Receiver<Job>,
@@ -219,34 +279,43 @@ fn work(
     inflight: &InFlight,
 ) {
     while let Some(job) = jobs.recv() {
-        let call_id = match &job.id {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        let outcome = if job.cancel.load(Ordering::SeqCst) {
-            None
-        } else {
-            // A panicking host must not take the server down; the caller gets an error result.
-            let run = std::panic::AssertUnwindSafe(|| host.call(job.call, &call_id, &job.cancel));
-            Some(std::panic::catch_unwind(run).unwrap_or_else(|_| {
-                Err(Error::new(
-                    Code::Io,
-                    "the tool failed unexpectedly (internal panic); see the server log",
-                ))
-            }))
-        };
-        inflight.remove(&job.key);
-        // Cancelled calls get no response (MCP cancellation: the client ignores it anyway).
-        if job.cancel.load(Ordering::SeqCst) {
-            continue;
-        }
-        if let Some(outcome) = outcome
-            && out
-                .send(session::call_response(job.id, tool_result(outcome)))
-                .is_err()
-        {
+        if answer(host, job, out, inflight).is_err() {
             return;
         }
+    }
+}
+
+/// Runs one call and writes its answer, unless it was cancelled. Errors once stdout is gone.
+fn answer(
+    host: &dyn ToolHost,
+    job: Job,
+    out: &Output<impl Write>,
+    inflight: &InFlight,
+) -> std::result::Result<(), out::Closed> {
+    let call_id = match &job.id {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let outcome = if job.cancel.load(Ordering::SeqCst) {
+        None
+    } else {
+        // A panicking host must not take the server down; the caller gets an error result.
+        let run = std::panic::AssertUnwindSafe(|| host.call(job.call, &call_id, &job.cancel));
+        Some(std::panic::catch_unwind(run).unwrap_or_else(|_| {
+            Err(Error::new(
+                Code::Io,
+                "the tool failed unexpectedly (internal panic); see the server log",
+            ))
+        }))
+    };
+    inflight.remove(&job.key);
+    // Cancelled calls get no response (MCP cancellation: the client ignores it anyway).
+    if job.cancel.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    match outcome {
+        Some(outcome) => out.send(session::call_response(job.id, tool_result(outcome))),
+        None => Ok(()),
     }
 }
 

@@ -17,10 +17,15 @@ struct FakeHost {
     release: AtomicBool,
     started: Sender<String>,
     cancelled: Sender<String>,
+    /// The thread each call ran on, by call id.
+    threads: Mutex<HashMap<String, std::thread::ThreadId>>,
 }
 
 impl ToolHost for FakeHost {
     fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<Value> {
+        self.threads
+            .lock()
+            .insert(call_id.to_string(), std::thread::current().id());
         match call {
             ToolCall::Send(SendArgs { to, .. }) => {
                 Ok(json!({"messageId": format!("m-{call_id}"), "state": "accepted", "to": to}))
@@ -89,6 +94,7 @@ impl Harness {
             release: AtomicBool::new(false),
             started: started_tx,
             cancelled: cancelled_tx,
+            threads: Mutex::default(),
         });
         let (reader, writer) = std::io::pipe().unwrap();
         let (out_tx, output) = unbounded();
@@ -146,6 +152,12 @@ impl Harness {
         let r = self.request(0, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}));
         assert_eq!(r["result"]["protocolVersion"], "2025-11-25");
         self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    }
+
+    /// Whether call `id` ran on the reader's thread (the one `serve` runs on).
+    fn ran_inline(&self, id: &str) -> bool {
+        let reader = self.server.as_ref().unwrap().thread().id();
+        self.host.threads.lock().get(id).copied() == Some(reader)
     }
 
     /// Closes stdin, waits for `serve` to return, and gives every message written after.
@@ -334,6 +346,64 @@ fn ping_is_answered_during_a_long_wait() {
         r["result"]["structuredContent"]["messages"][0]["authority"],
         PEER_AUTHORITY
     );
+    h.finish();
+}
+
+#[test]
+fn a_lone_short_call_runs_in_the_reader_and_a_wait_on_a_worker() {
+    let mut h = Harness::start(Limits::default());
+    h.init();
+    let r = h.call(1, "send_peer_message", json!({"to": "bob", "content": "x"}));
+    assert_eq!(r["result"]["structuredContent"]["messageId"], "m-1");
+    assert!(h.ran_inline("1"));
+    let r = h.call(2, "peer_messages", json!({}));
+    assert_eq!(r["result"]["structuredContent"]["messages"], json!([]));
+    assert!(h.ran_inline("2"));
+    // A wait goes to a worker, so a send behind it is answered while it still waits.
+    h.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "peer_messages", "arguments": {"waitMs": 30000}}}));
+    assert_eq!(h.started.recv_timeout(HANG_GUARD).unwrap(), "3");
+    assert!(!h.ran_inline("3"));
+    let r = h.call(4, "send_peer_message", json!({"to": "bob", "content": "y"}));
+    assert_eq!(r["id"], 4);
+    assert_eq!(r["result"]["structuredContent"]["messageId"], "m-4");
+    assert!(h.ran_inline("4"));
+    // The waiting call's id stays in flight while it runs.
+    let r = h.call(3, "send_peer_message", json!({"to": "bob", "content": "z"}));
+    assert_eq!(r["error"]["data"]["code"], "INVALID_REQUEST", "{r}");
+    h.host.release.store(true, Ordering::SeqCst);
+    assert_eq!(h.recv()["id"], 3);
+    h.finish();
+}
+
+#[test]
+fn calls_sent_together_are_handed_to_workers_and_all_answered() {
+    let mut h = Harness::start(Limits::default());
+    h.init();
+    // One write: the reader finds the second line already buffered when it takes the first.
+    let mut lines = String::new();
+    for id in ["a", "b", "c"] {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "send_peer_message", "arguments": {"to": "bob", "content": id}}});
+        lines += &format!("{call}\n");
+    }
+    h.input
+        .as_mut()
+        .unwrap()
+        .write_all(lines.as_bytes())
+        .unwrap();
+    let mut ids: Vec<String> = (0..3)
+        .map(|_| {
+            let r = h.recv();
+            let id = r["id"].as_str().unwrap().to_string();
+            assert_eq!(
+                r["result"]["structuredContent"]["messageId"],
+                format!("m-{id}")
+            );
+            id
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["a", "b", "c"]);
+    assert!(!h.ran_inline("a") && !h.ran_inline("b"));
     h.finish();
 }
 

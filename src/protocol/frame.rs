@@ -105,6 +105,11 @@ impl LineSplitter {
         self.buf.len()
     }
 
+    /// Bytes pushed and not yet returned as (or skipped with) a line.
+    pub fn unconsumed_bytes(&self) -> usize {
+        self.buf.len().saturating_sub(self.start)
+    }
+
     /// The next complete line without its `\n`; `None` means more bytes are needed (or the
     /// splitter stopped).
     pub fn next_line(&mut self) -> Option<Result<Vec<u8>, TooLong>> {
