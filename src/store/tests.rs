@@ -1159,6 +1159,8 @@ fn a_written_write_is_answered_before_its_sync_and_its_ticket_waits_for_it() {
     assert_eq!(h.stats().syncs, 1);
 }
 
+/// A written write's fdatasync (which the writer thread runs for the leader that wrote it)
+/// fails: the caller's wait fails, and the next leader sees the poisoning and writes nothing.
 #[test]
 fn a_failed_sync_fails_the_wait_of_a_written_write() {
     let home = TempHome::new("writtenfail");
@@ -1179,6 +1181,18 @@ fn a_failed_sync_fails_the_wait_of_a_written_write() {
         Code::RecoveryRequired
     );
     assert!(h.stats().poisoned);
+    let len = journal_len(&home);
+    let e = h.accept(sender(1), send("m1")).unwrap_err();
+    assert_eq!(e.code, Code::RecoveryRequired);
+    let e = h
+        .write_written(|m, r, now| m.accept(&sender(1), &send("m2"), r, now))
+        .unwrap_err();
+    assert_eq!(e.code, Code::RecoveryRequired);
+    assert_eq!(
+        journal_len(&home),
+        len,
+        "nothing written after the poisoning"
+    );
 }
 
 /// A sender's copy of a receipt is queued without waiting; its route must not read the entry
@@ -1494,39 +1508,4 @@ fn a_held_sync_blocks_the_leader_and_queues_the_rest() {
     assert_eq!(second_rx.recv().unwrap().0.unwrap(), 2);
     first.join().unwrap();
     second.join().unwrap();
-}
-
-/// A sync the writer thread runs for a leader fails: the written caller's wait fails, and the
-/// next leader sees the poisoning and writes nothing.
-#[test]
-fn a_leader_sees_the_poisoning_of_a_handed_sync() {
-    let home = TempHome::new("leadpoison");
-    let s = open_with_faults(
-        &home,
-        Faults {
-            fail_sync_at: Some(1),
-            ..Faults::default()
-        },
-    );
-    let h = s.handle();
-    h.set_live(ME);
-    let (_, ticket) = h
-        .write_written(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
-        .unwrap();
-    assert_eq!(
-        h.wait_durable(ticket).unwrap_err().code,
-        Code::RecoveryRequired
-    );
-    let len = journal_len(&home);
-    let e = h.accept(sender(1), send("m1")).unwrap_err();
-    assert_eq!(e.code, Code::RecoveryRequired);
-    let e = h
-        .write_written(|m, r, now| m.accept(&sender(1), &send("m2"), r, now))
-        .unwrap_err();
-    assert_eq!(e.code, Code::RecoveryRequired);
-    assert_eq!(
-        journal_len(&home),
-        len,
-        "nothing written after the poisoning"
-    );
 }
