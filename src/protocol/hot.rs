@@ -44,10 +44,24 @@ impl HotCall {
 
 /// The frame (without its newline) as a hot request, or `None`: take the general path.
 pub fn decode(frame: &[u8]) -> Option<HotRequest> {
+    decode_with(frame, FrameVisitor)
+}
+
+/// Runs a request visitor over the whole frame: `None` when it declines, or when the frame
+/// is no JSON object or has anything after it.
+fn decode_with<'de, T, V: Visitor<'de, Value = Option<T>>>(
+    frame: &'de [u8],
+    visitor: V,
+) -> Option<T> {
     let mut de = serde_json::Deserializer::from_slice(frame);
-    let req = de.deserialize_map(FrameVisitor).ok()??;
+    let req = de.deserialize_map(visitor).ok()??;
     de.end().ok()?;
     Some(req)
+}
+
+/// Reads a `jsonrpc` value: whether it is the version both paths accept, `"2.0"`.
+fn version_is_2<'de, A: MapAccess<'de>>(map: &mut A) -> Result<bool, A::Error> {
+    Ok(map.next_value::<Str<'de>>()?.0 == "2.0")
 }
 
 struct FrameVisitor;
@@ -76,7 +90,7 @@ impl<'de> Visitor<'de> for FrameVisitor {
         while let Some(key) = map.next_key::<Str<'de>>()? {
             match key.0.as_ref() {
                 "jsonrpc" if !version_ok => {
-                    if map.next_value::<Str<'de>>()?.0 != "2.0" {
+                    if !version_is_2(&mut map)? {
                         return Ok(None);
                     }
                     version_ok = true;
@@ -321,10 +335,7 @@ pub struct LocalSend {
 /// (strings or `null`). A run or automatic-reply envelope (`runId`, `auto`), any other
 /// tool, or a value of another type declines, so the general path gives its own answer.
 pub fn decode_local_send(frame: &[u8]) -> Option<LocalSend> {
-    let mut de = serde_json::Deserializer::from_slice(frame);
-    let req = de.deserialize_map(LocalVisitor).ok()??;
-    de.end().ok()?;
-    Some(req)
+    decode_with(frame, LocalVisitor)
 }
 
 struct LocalVisitor;
@@ -344,7 +355,7 @@ impl<'de> Visitor<'de> for LocalVisitor {
         while let Some(key) = map.next_key::<Str<'de>>()? {
             match key.0.as_ref() {
                 "jsonrpc" if !version_ok => {
-                    if map.next_value::<Str<'de>>()?.0 != "2.0" {
+                    if !version_is_2(&mut map)? {
                         return Ok(None);
                     }
                     version_ok = true;
