@@ -5,6 +5,7 @@
 use super::*;
 use crate::error::{Code, Error};
 use crate::protocol::rpc::{self, Incoming};
+use crate::protocol::strategies::{opt_text, receipt_state, text};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -555,20 +556,6 @@ proptest! {
     }
 }
 
-/// Any text, escapes, control characters and non-ASCII included.
-fn text() -> impl Strategy<Value = String> {
-    prop_oneof![
-        Just(String::new()),
-        Just("m-1".to_string()),
-        Just("q\"uote\\back/slash\u{1}\u{1f}\t\n\u{7f}\u{e9}\u{2028}\u{1f600}".to_string()),
-        any::<String>(),
-    ]
-}
-
-fn opt_text() -> impl Strategy<Value = Option<String>> {
-    proptest::option::of(text())
-}
-
 fn any_send() -> impl Strategy<Value = PeerSend> {
     (
         (any::<u64>(), text(), text(), opt_text()),
@@ -592,21 +579,10 @@ fn any_send() -> impl Strategy<Value = PeerSend> {
         )
 }
 
-fn any_state() -> impl Strategy<Value = ReceiptState> {
-    prop_oneof![
-        Just(ReceiptState::Accepted),
-        Just(ReceiptState::Prepared),
-        Just(ReceiptState::Consumed),
-        Just(ReceiptState::Replied),
-        Just(ReceiptState::Refused),
-        Just(ReceiptState::Expired),
-    ]
-}
-
 fn any_push() -> impl Strategy<Value = ReceiptPush> {
     (
         (any::<u64>(), opt_text(), text(), text(), text()),
-        (any_state(), any::<u64>(), text(), any::<u64>()),
+        (receipt_state(), any::<u64>(), text(), any::<u64>()),
         (opt_text(), opt_text()),
     )
         .prop_map(

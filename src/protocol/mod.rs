@@ -16,6 +16,8 @@ pub mod rpc;
 
 #[cfg(test)]
 mod manpage_tests;
+#[cfg(test)]
+pub(crate) mod strategies;
 
 /// The application protocol version carried in `params.version` (not JSON-RPC's "2.0").
 pub const PROTOCOL_VERSION: u64 = 1;

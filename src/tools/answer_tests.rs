@@ -173,26 +173,8 @@ fn a_peer_view_has_the_old_keys_and_capabilities_only_for_a_root() {
 
 mod json_text {
     use super::*;
+    use crate::protocol::strategies::{receipt_state, text};
     use proptest::prelude::*;
-
-    fn text() -> impl Strategy<Value = String> {
-        prop_oneof![
-            Just(String::new()),
-            Just("q\"uote\\back\u{1}\u{1f}\t\n\u{7f}\u{e9}\u{2028}\u{1f600}".to_string()),
-            any::<String>(),
-        ]
-    }
-
-    fn state() -> impl Strategy<Value = ReceiptState> {
-        prop_oneof![
-            Just(ReceiptState::Accepted),
-            Just(ReceiptState::Prepared),
-            Just(ReceiptState::Consumed),
-            Just(ReceiptState::Replied),
-            Just(ReceiptState::Refused),
-            Just(ReceiptState::Expired),
-        ]
-    }
 
     fn answer() -> impl Strategy<Value = SendAnswer> {
         (
@@ -200,7 +182,7 @@ mod json_text {
                 text(),
                 text(),
                 text(),
-                state(),
+                receipt_state(),
                 any::<u64>(),
                 text(),
                 any::<u64>(),
