@@ -9,7 +9,7 @@ use crate::ask::discovery::{self, friends};
 use crate::ask::recommend::{self, pending};
 use crate::ask::{card, keys};
 use crate::error::{Code, Error, Result};
-use crate::tools::{ToolCall, ToolHost};
+use crate::tools::{ToolCall, ToolHost, ToolOutput};
 use crate::{clock, sanitize};
 use serde_json::{Value, json};
 use std::ffi::OsString;
@@ -56,9 +56,11 @@ pub struct WithAskTools<H> {
 }
 
 impl<H: ToolHost> ToolHost for WithAskTools<H> {
-    fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<Value> {
+    fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<ToolOutput> {
         match call {
-            ToolCall::Ask(a) => crate::ask::discovery::tools::execute(&self.home, a, cancel),
+            ToolCall::Ask(a) => {
+                crate::ask::discovery::tools::execute(&self.home, a, cancel).map(ToolOutput::Value)
+            }
             other => self.inner.call(other, call_id, cancel),
         }
     }

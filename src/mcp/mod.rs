@@ -193,7 +193,7 @@ fn read_all(
 impl<W: Write> Shell<'_, W> {
     fn send(&self, msg: Value) {
         // A closed writer means stdout is gone; keep reading so EOF still shuts down cleanly.
-        let _ = self.out.send(msg);
+        let _ = self.out.send(&msg);
     }
 
     fn act(&mut self, action: Action) {
@@ -314,7 +314,7 @@ fn answer(
         return Ok(());
     }
     match outcome {
-        Some(outcome) => out.send(session::call_response(job.id, tool_result(outcome))),
+        Some(outcome) => out.send_line(session::call_response_line(&job.id, outcome)),
         None => Ok(()),
     }
 }
@@ -335,7 +335,7 @@ fn forward_events(
         select! {
             recv(events) -> event => match event {
                 Ok(event) if level.load(Ordering::Relaxed) <= EVENT_LEVEL => {
-                    if out.send(event_notification(event)).is_err() {
+                    if out.send(&event_notification(event)).is_err() {
                         return;
                     }
                 }

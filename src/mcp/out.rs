@@ -3,7 +3,9 @@
 //! `outgoingFrames`; a sender waits while it is full), and whoever queued it writes the queue
 //! out unless another thread is writing already, which then writes it too. A tool answer thus
 //! leaves from the worker that made it, with no hand-off to another thread (a wake-up on
-//! another CPU) per request, and a slow client still holds at most the bound.
+//! another CPU) per request, and a slow client still holds at most the bound. A message is
+//! queued as its finished line, serialised by the thread that made it before any lock is
+//! taken.
 
 use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
@@ -11,7 +13,8 @@ use std::collections::VecDeque;
 use std::io::Write;
 
 struct Queue {
-    items: VecDeque<Value>,
+    /// Complete lines, each ending in `\n`.
+    items: VecDeque<Vec<u8>>,
     cap: usize,
     /// A write failed (stdout is gone): nothing more is queued or written.
     closed: bool,
@@ -42,9 +45,19 @@ impl<W: Write> Output<W> {
         }
     }
 
-    /// Queues `msg` (waiting while the queue is full) and writes the queue out unless another
-    /// thread is writing. Errors once stdout has failed.
-    pub fn send(&self, msg: Value) -> Result<(), Closed> {
+    /// Queues `msg` as one line (waiting while the queue is full) and writes the queue out
+    /// unless another thread is writing. Errors once stdout has failed.
+    pub fn send(&self, msg: &Value) -> Result<(), Closed> {
+        // serde_json escapes every control character, so one message is one line.
+        let mut line = serde_json::to_vec(msg).unwrap_or_default();
+        line.push(b'\n');
+        self.send_line(line)
+    }
+
+    /// [`send`](Self::send) for a message already written as JSON text: `line` is one
+    /// compact JSON object followed by `\n`.
+    pub fn send_line(&self, line: Vec<u8>) -> Result<(), Closed> {
+        debug_assert_eq!(line.iter().position(|&b| b == b'\n'), Some(line.len() - 1));
         {
             let mut q = self.queue.lock();
             loop {
@@ -52,7 +65,7 @@ impl<W: Write> Output<W> {
                     return Err(Closed);
                 }
                 if q.items.len() < q.cap {
-                    q.items.push_back(msg);
+                    q.items.push_back(line);
                     break;
                 }
                 self.space.wait(&mut q);
@@ -70,17 +83,11 @@ impl<W: Write> Output<W> {
                 return;
             };
             loop {
-                let Some(msg) = self.queue.lock().items.pop_front() else {
+                let Some(line) = self.queue.lock().items.pop_front() else {
                     break;
                 };
                 self.space.notify_one();
-                // serde_json escapes every control character, so one message is one line.
-                let mut line = msg.to_string();
-                line.push('\n');
-                if w.write_all(line.as_bytes())
-                    .and_then(|()| w.flush())
-                    .is_err()
-                {
+                if w.write_all(&line).and_then(|()| w.flush()).is_err() {
                     let mut q = self.queue.lock();
                     q.closed = true;
                     q.items.clear();
@@ -138,7 +145,7 @@ mod tests {
                 let out = &out;
                 s.spawn(move || {
                     for i in 0..50 {
-                        out.send(json!({"t": t, "i": i})).unwrap();
+                        out.send(&json!({"t": t, "i": i})).unwrap();
                     }
                 });
             }
@@ -166,10 +173,10 @@ mod tests {
             },
             4,
         );
-        assert_eq!(out.send(json!(1)), Ok(()));
+        assert_eq!(out.send(&json!(1)), Ok(()));
         // Queued, then its write fails: the output closes.
-        assert_eq!(out.send(json!(2)), Ok(()));
-        assert_eq!(out.send(json!(3)), Err(Closed));
+        assert_eq!(out.send(&json!(2)), Ok(()));
+        assert_eq!(out.send_line(b"3\n".to_vec()), Err(Closed));
         assert_eq!(lines.lock().as_slice(), b"1\n");
     }
 }

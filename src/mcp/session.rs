@@ -4,8 +4,9 @@
 //! running calls and writing output belong to the shell in `mod.rs`.
 
 use crate::config::Limits;
-use crate::error::{Code, Error};
-use crate::tools::{ToolCall, parse_call, tool_list};
+use crate::error::{Code, Error, Result};
+use crate::tools::answer::ToolAnswer;
+use crate::tools::{ToolCall, ToolOutput, parse_call, tool_list};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -155,7 +156,7 @@ impl Session {
 
     /// One JSON-RPC message (`in_batch`: an element of a batch).
     fn message(&mut self, msg: Value, in_batch: bool) -> Action {
-        let Value::Object(obj) = msg else {
+        let Value::Object(mut obj) = msg else {
             let text = "expected a JSON-RPC 2.0 object";
             return Action::Reply(error_response(
                 Value::Null,
@@ -164,9 +165,10 @@ impl Session {
                 text,
             ));
         };
+        // Taken, not copied: a send's params hold its whole content.
+        let params = obj.remove("params").unwrap_or(Value::Null);
         let id = obj.get("id").cloned();
         let method = obj.get("method").and_then(Value::as_str);
-        let params = obj.get("params").cloned().unwrap_or(Value::Null);
         if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
             let id = id.filter(valid_id).unwrap_or(Value::Null);
             return Action::Reply(error_response(
@@ -288,11 +290,9 @@ impl Session {
             let text = "tools/call needs params.name (string)";
             return Action::Reply(error_response(id, INVALID_PARAMS, Code::Usage, text));
         };
-        let args = params
-            .get("arguments")
-            .cloned()
-            .unwrap_or(Value::Object(Map::new()));
-        match parse_call(name, &args, &self.limits) {
+        let empty = Value::Object(Map::new());
+        let args = params.get("arguments").unwrap_or(&empty);
+        match parse_call(name, args, &self.limits) {
             Ok(call) => Action::Call { id, call },
             // Unknown tool is a protocol error; bad arguments are tool errors the model can read
             // and correct (SEP-1303, MCP 2025-11-25).
@@ -331,6 +331,28 @@ impl Session {
 /// The response to a finished call.
 pub fn call_response(id: Value, result: Value) -> Value {
     result_response(id, result)
+}
+
+/// The response to a finished call as the line written to stdout (ending in `\n`). A send's
+/// typed answer is written as text directly (see [`super::wrap::write_sent_result`]); every
+/// other outcome goes through its `Value`. The bytes are the same either way.
+pub fn call_response_line(id: &Value, outcome: Result<ToolOutput>) -> Vec<u8> {
+    let mut line = Vec::new();
+    match outcome {
+        Ok(ToolOutput::Answer(ToolAnswer::Sent(sent))) => {
+            line.extend_from_slice(br#"{"id":"#);
+            let _ = serde_json::to_writer(&mut line, id);
+            line.extend_from_slice(br#","jsonrpc":"2.0","result":"#);
+            super::wrap::write_sent_result(&sent, &mut line);
+            line.push(b'}');
+        }
+        other => {
+            let result = super::wrap::tool_result(other.and_then(ToolOutput::into_value));
+            let _ = serde_json::to_writer(&mut line, &result_response(id.clone(), result));
+        }
+    }
+    line.push(b'\n');
+    line
 }
 
 #[cfg(test)]
@@ -462,5 +484,55 @@ mod tests {
             "initialize in a batch"
         );
         assert_eq!(reply_code(&s.handle(b"[]")), Some(INVALID_REQUEST));
+    }
+
+    /// What a finished call's line was before typed answers: the host's object, the tool
+    /// result and the response built as `Value`s, then serialised.
+    fn old_line(id: &Value, outcome: Result<Value>) -> Vec<u8> {
+        let mut line = call_response(id.clone(), super::super::wrap::tool_result(outcome))
+            .to_string()
+            .into_bytes();
+        line.push(b'\n');
+        line
+    }
+
+    fn request_id() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            crate::protocol::strategies::text().prop_map(Value::from),
+        ]
+    }
+
+    proptest! {
+        /// A send's response line written from its typed answer is byte for byte the line
+        /// its `Value` gives.
+        #[test]
+        fn a_sent_answer_line_is_the_bytes_of_its_value(
+            a in crate::protocol::strategies::send_answer(),
+            id in request_id(),
+        ) {
+            let answer = ToolAnswer::Sent(a);
+            let old = old_line(&id, Ok(serde_json::to_value(&answer).unwrap()));
+            let new = call_response_line(&id, Ok(ToolOutput::Answer(answer)));
+            prop_assert_eq!(String::from_utf8(new).unwrap(), String::from_utf8(old).unwrap());
+        }
+    }
+
+    #[test]
+    fn other_outcomes_keep_their_value_lines() {
+        let id = json!("r-1");
+        let page = ToolAnswer::Messages(crate::tools::answer::MessagesPage::default());
+        let value = serde_json::to_value(&page).unwrap();
+        assert_eq!(
+            call_response_line(&id, Ok(ToolOutput::Answer(page))),
+            old_line(&id, Ok(value.clone()))
+        );
+        assert_eq!(
+            call_response_line(&id, Ok(ToolOutput::Value(value.clone()))),
+            old_line(&id, Ok(value))
+        );
+        let e = || Error::new(Code::QueueFull, "inbox \"full\"");
+        assert_eq!(call_response_line(&id, Err(e())), old_line(&id, Err(e())));
     }
 }

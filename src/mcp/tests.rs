@@ -5,7 +5,7 @@
 use super::session::LATEST_PROTOCOL_VERSION;
 use super::wrap::PEER_AUTHORITY;
 use super::*;
-use crate::tools::{MessagesArgs, SendArgs};
+use crate::tools::{MessagesArgs, SendArgs, ToolOutput};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use std::io::{BufReader, PipeWriter};
 use std::time::Duration;
@@ -22,7 +22,13 @@ struct FakeHost {
 }
 
 impl ToolHost for FakeHost {
-    fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<Value> {
+    fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<ToolOutput> {
+        self.value(call, call_id, cancel).map(ToolOutput::Value)
+    }
+}
+
+impl FakeHost {
+    fn value(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<Value> {
         self.threads
             .lock()
             .insert(call_id.to_string(), std::thread::current().id());

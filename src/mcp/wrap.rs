@@ -4,6 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::sanitize;
+use crate::tools::answer::SendAnswer;
 use serde_json::{Map, Value, json};
 
 /// The authority every peer message carries in model-visible output (defined with the tool
@@ -124,6 +125,21 @@ pub fn tool_result(outcome: Result<Value>) -> Value {
         Ok(value) => success(value),
         Err(e) => failure(&e),
     }
+}
+
+/// The `tools/call` result of a send, written straight from its typed answer: the bytes
+/// [`tool_result`] gives for that answer's object, serialised, without building either. The
+/// structured JSON is made once, and the text block is that JSON escaped once.
+pub(super) fn write_sent_result(sent: &SendAnswer, out: &mut Vec<u8>) {
+    let structured = sent.to_tool_json();
+    // The text (escaped, a little longer), the object, the frame around them.
+    out.reserve(2 * structured.len() + 128);
+    out.extend_from_slice(br#"{"content":[{"text":"#);
+    // A `str` serialises as its JSON string and cannot fail into a `Vec`.
+    let _ = serde_json::to_writer(&mut *out, structured.as_str());
+    out.extend_from_slice(br#","type":"text"}],"isError":false,"structuredContent":"#);
+    out.extend_from_slice(structured.as_bytes());
+    out.push(b'}');
 }
 
 fn success(value: Value) -> Value {

@@ -12,7 +12,7 @@ use crate::protocol::hot::{HotCall, LocalSend};
 use crate::protocol::local::LocalRequest;
 use crate::protocol::message::{PeerSend, PeerStatus, ReceiptPush};
 use crate::tools::answer::ToolAnswer;
-use crate::tools::{ToolCall, ToolHost};
+use crate::tools::{ToolCall, ToolHost, ToolOutput};
 use crate::transport::{Answer, Handler, Notifier, PeerInfo};
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -167,13 +167,14 @@ impl RootHandler {
 pub struct RootTools(pub Arc<Core>);
 
 impl ToolHost for RootTools {
-    fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<Value> {
+    fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<ToolOutput> {
         let caller = self.0.root_caller();
         let opts = CallOptions {
             call_id: Some(format!("mcp:{}:{call_id}", self.0.instance_id)),
             consume_on_read: true,
             ..CallOptions::default()
         };
-        encode(&execute(&self.0, &caller, call, &opts, cancel)?)
+        // Typed: the MCP server writes a send's answer as text without a `Value`.
+        execute(&self.0, &caller, call, &opts, cancel).map(ToolOutput::Answer)
     }
 }

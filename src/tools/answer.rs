@@ -94,6 +94,9 @@ struct SortedSendAnswer<'a> {
     from_peer_id: &'a str,
     mentions: &'a [String],
     message_id: &'a str,
+    /// Only in a tool result (see [`SendAnswer::to_tool_json`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ok: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reply_message_id: Option<&'a str>,
     sequence: u64,
@@ -106,8 +109,18 @@ struct SortedSendAnswer<'a> {
 impl SendAnswer {
     /// The answer as compact JSON text, byte for byte what serialising its `Value` writes.
     pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.sorted(None)).unwrap_or_default()
+    }
+
+    /// The answer as an MCP tool result's `structuredContent`: its object with `ok: true`,
+    /// byte for byte what serialising that `Value` writes.
+    pub fn to_tool_json(&self) -> String {
+        serde_json::to_string(&self.sorted(Some(true))).unwrap_or_default()
+    }
+
+    fn sorted(&self, ok: Option<bool>) -> SortedSendAnswer<'_> {
         let r = &self.receipt;
-        serde_json::to_vec(&SortedSendAnswer {
+        SortedSendAnswer {
             at_ms: r.at_ms,
             code: r.code.as_deref(),
             correlation_id: &r.correlation_id,
@@ -115,14 +128,14 @@ impl SendAnswer {
             from_peer_id: &r.from_peer_id,
             mentions: &self.mentions,
             message_id: &r.message_id,
+            ok,
             reply_message_id: r.reply_message_id.as_deref(),
             sequence: r.sequence,
             state: r.state,
             to: &self.to,
             to_alias: self.to_alias.as_deref(),
             to_peer_id: &r.to_peer_id,
-        })
-        .unwrap_or_default()
+        }
     }
 }
 

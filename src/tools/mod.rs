@@ -147,7 +147,40 @@ pub trait ToolHost: Send + Sync {
     /// Runs one validated tool call for the calling principal. `call_id` is the MCP request id
     /// (retry-stable message ids derive from it). `cancel` is set when the client cancels
     /// (notifications/cancelled) or shuts down; long waits must poll it.
-    fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<Value>;
+    fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<ToolOutput>;
+}
+
+/// What a host answered: a typed answer, which a front end may write as JSON text without
+/// building a `Value` (the MCP server does so for a send's receipt, the call agents make
+/// most), or a JSON object made elsewhere (the ask tools, test hosts).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolOutput {
+    Answer(answer::ToolAnswer),
+    Value(Value),
+}
+
+impl From<Value> for ToolOutput {
+    fn from(v: Value) -> ToolOutput {
+        ToolOutput::Value(v)
+    }
+}
+
+impl From<answer::ToolAnswer> for ToolOutput {
+    fn from(a: answer::ToolAnswer) -> ToolOutput {
+        ToolOutput::Answer(a)
+    }
+}
+
+impl ToolOutput {
+    /// The answer as the JSON object tools have always returned.
+    pub fn into_value(self) -> Result<Value> {
+        match self {
+            ToolOutput::Answer(a) => {
+                serde_json::to_value(a).map_err(|e| Error::new(Code::Io, e.to_string()))
+            }
+            ToolOutput::Value(v) => Ok(v),
+        }
+    }
 }
 
 impl ToolCall {
