@@ -132,8 +132,21 @@ impl Machine {
         answer: std::result::Result<Receipt, Code>,
         now_ms: u64,
     ) -> Outcome<OutboxEntry> {
-        // Borrowed while the records are built (an unresolved entry is not copied); the
-        // entry returned is read again after the commit.
+        let ((), records) = self.record_outbox_result(to_peer_id, message_id, answer, now_ms)?;
+        Ok((self.outbox_entry(to_peer_id, message_id)?, records))
+    }
+
+    /// [`outbox_result`](Self::outbox_result) without reading the entry back: the send path
+    /// records a receipt it already holds, and a resolved entry read back is rebuilt from its
+    /// compact form only to be dropped.
+    pub fn record_outbox_result(
+        &mut self,
+        to_peer_id: &str,
+        message_id: &str,
+        answer: std::result::Result<Receipt, Code>,
+        now_ms: u64,
+    ) -> Outcome<()> {
+        // Borrowed while the records are built (an unresolved entry is not copied).
         let entry = self
             .state
             .outbox_view(to_peer_id, message_id)
@@ -151,7 +164,7 @@ impl Machine {
                 }
                 r
             }
-            Err(code) if is_retryable(code) => return Ok((entry.into_owned(), Vec::new())),
+            Err(code) if is_retryable(code) => return Ok(((), Vec::new())),
             Err(code) => Receipt {
                 message_id: entry.message_id.clone(),
                 from_peer_id: entry.from_peer_id.clone(),
@@ -175,8 +188,7 @@ impl Machine {
             records.extend(self.replied_records(&entry, now_ms));
         }
         drop(entry);
-        let records = self.commit(records);
-        Ok((self.outbox_entry(to_peer_id, message_id)?, records))
+        Ok(((), self.commit(records)))
     }
 
     /// Once a reply is in the target's custody, the message it answers is replied.

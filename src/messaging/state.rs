@@ -133,12 +133,18 @@ pub struct StateImage {
 /// Bytes `s` takes as a JSON string body: control characters become `\u00XX` (6 bytes),
 /// quotes and backslashes 2; so admission never underestimates escaped content.
 pub(crate) fn json_len(s: &str) -> u64 {
+    // Branch-free over 32-bit lanes so the compiler vectorises it: a send's content is
+    // measured on every admission and resolution. A chunk adds at most 5 per byte, far
+    // below `u32::MAX`.
     let extra: u64 = s
-        .bytes()
-        .map(|b| match b {
-            b'"' | b'\\' => 1,
-            0..0x20 => 5,
-            _ => 0,
+        .as_bytes()
+        .chunks(1 << 20)
+        .map(|chunk| {
+            let n: u32 = chunk
+                .iter()
+                .map(|&b| u32::from(b == b'"' || b == b'\\') + 5 * u32::from(b < 0x20))
+                .sum();
+            u64::from(n)
         })
         .sum();
     s.len() as u64 + extra

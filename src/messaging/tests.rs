@@ -1404,3 +1404,33 @@ fn receipt_events_are_bounded_per_local_peer() {
     }
     assert_eq!(replay, *m.state());
 }
+
+mod json_length {
+    use super::state::json_len;
+    use proptest::prelude::*;
+
+    /// The byte-at-a-time rule `json_len` implements: quotes and backslashes take 2 bytes,
+    /// control characters 6 (`\u00XX`).
+    fn by_byte(s: &str) -> u64 {
+        s.bytes()
+            .map(|b| match b {
+                b'"' | b'\\' => 2,
+                0..0x20 => 6,
+                _ => 1,
+            })
+            .sum()
+    }
+
+    proptest! {
+        /// The vectorised count is the byte-at-a-time rule, and never less than what
+        /// serde_json writes for the string.
+        #[test]
+        fn json_len_counts_every_escape(s in prop_oneof![
+            any::<String>(),
+            "[\"\\\\\\x00-\\x1f a-z\\u{e9}]{0,300}",
+        ]) {
+            prop_assert_eq!(json_len(&s), by_byte(&s));
+            prop_assert!(json_len(&s) + 2 >= serde_json::to_string(&s).unwrap().len() as u64);
+        }
+    }
+}

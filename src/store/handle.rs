@@ -375,10 +375,7 @@ impl StoreHandle {
         receipt: Receipt,
     ) -> Result<Applying<()>> {
         let (to, id) = (to_peer_id.to_string(), message_id.to_string());
-        self.write_queued(move |m, _, now| {
-            m.outbox_result(&to, &id, Ok(receipt), now)
-                .map(|(_, recs)| ((), recs))
-        })
+        self.write_queued(move |m, _, now| m.record_outbox_result(&to, &id, Ok(receipt), now))
     }
 
     /// Takes over a dead earlier incarnation's unresolved entry (see `Machine::adopt`).
