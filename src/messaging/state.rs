@@ -130,6 +130,67 @@ pub struct StateImage {
     pub next_event: u64,
 }
 
+/// A `(String, String)` key as two borrowed strings, so the outbox maps are searched by the
+/// `&str`s a caller holds without building an owned pair (two allocations and their frees per
+/// lookup, several lookups per send). Orders exactly as the owned tuple does.
+pub(crate) trait StrPair {
+    fn strs(&self) -> (&str, &str);
+}
+
+impl StrPair for (String, String) {
+    fn strs(&self) -> (&str, &str) {
+        (&self.0, &self.1)
+    }
+}
+
+impl StrPair for (&str, &str) {
+    fn strs(&self) -> (&str, &str) {
+        (self.0, self.1)
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn StrPair + 'a> for (String, String) {
+    fn borrow(&self) -> &(dyn StrPair + 'a) {
+        self
+    }
+}
+
+impl PartialEq for dyn StrPair + '_ {
+    fn eq(&self, o: &Self) -> bool {
+        self.strs() == o.strs()
+    }
+}
+
+impl Eq for dyn StrPair + '_ {}
+
+impl PartialOrd for dyn StrPair + '_ {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+impl Ord for dyn StrPair + '_ {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.strs().cmp(&o.strs())
+    }
+}
+
+/// The lookup key `(a, b)` for a `(String, String)`-keyed map, borrowed (see [`StrPair`]).
+macro_rules! pair {
+    ($a:expr, $b:expr) => {
+        &(
+            {
+                let a: &str = $a;
+                a
+            },
+            {
+                let b: &str = $b;
+                b
+            },
+        ) as &dyn StrPair
+    };
+}
+
 /// Bytes `s` takes as a JSON string body: control characters become `\u00XX` (6 bytes),
 /// quotes and backslashes 2; so admission never underestimates escaped content.
 pub(crate) fn json_len(s: &str) -> u64 {
@@ -354,8 +415,8 @@ impl State {
 
     /// Removes an entry from whichever map holds it, in full form.
     fn take_outbox(&mut self, to: &str, id: &str) -> Option<OutboxEntry> {
-        if let Some(e) = self.outbox.remove(&(to.to_string(), id.to_string())) {
-            self.sent_ids.remove(&(id.to_string(), to.to_string()));
+        if let Some(e) = self.outbox.remove(pair!(to, id)) {
+            self.sent_ids.remove(pair!(id, to));
             return Some(e);
         }
         let key = self.settled_key(to, id)?;
@@ -373,15 +434,20 @@ impl State {
 
     /// Whether an outbox entry with this target and id exists (resolved or not).
     pub fn has_outbox(&self, to: &str, id: &str) -> bool {
-        self.outbox.contains_key(&(to.to_string(), id.to_string()))
-            || self.settled_key(to, id).is_some()
+        self.outbox.contains_key(pair!(to, id)) || self.settled_key(to, id).is_some()
     }
 
     fn pending_insert(&mut self, e: &OutboxEntry) {
-        self.pending
-            .entry((e.from_peer_id.clone(), e.to.peer_id.clone()))
-            .or_default()
-            .insert(e.order, e.message_id.clone());
+        let id = e.message_id.clone();
+        match self.pending.get_mut(pair!(&e.from_peer_id, &e.to.peer_id)) {
+            Some(route) => {
+                route.insert(e.order, id);
+            }
+            None => {
+                let key = (e.from_peer_id.clone(), e.to.peer_id.clone());
+                self.pending.insert(key, BTreeMap::from([(e.order, id)]));
+            }
+        }
     }
 
     fn pending_remove(&mut self, e: &OutboxEntry) {
@@ -389,11 +455,10 @@ impl State {
     }
 
     fn pending_remove_key(&mut self, from: &str, to: &str, order: u64) {
-        let key = (from.to_string(), to.to_string());
-        if let Some(route) = self.pending.get_mut(&key) {
+        if let Some(route) = self.pending.get_mut(pair!(from, to)) {
             route.remove(&order);
             if route.is_empty() {
-                self.pending.remove(&key);
+                self.pending.remove(pair!(from, to));
             }
         }
     }
@@ -401,7 +466,7 @@ impl State {
     /// Message ids of the unresolved entries of one route, in send order.
     pub fn route_pending_ids(&self, from: &str, to: &str) -> impl Iterator<Item = &String> {
         self.pending
-            .get(&(from.to_string(), to.to_string()))
+            .get(pair!(from, to))
             .into_iter()
             .flat_map(|r| r.values())
     }
@@ -424,9 +489,7 @@ impl State {
 
     /// How many entries of one route are unresolved.
     pub fn route_pending_count(&self, from: &str, to: &str) -> usize {
-        self.pending
-            .get(&(from.to_string(), to.to_string()))
-            .map_or(0, |r| r.len())
+        self.pending.get(pair!(from, to)).map_or(0, |r| r.len())
     }
 
     /// Every route with unresolved entries, (from, to) in order.
@@ -699,10 +762,7 @@ impl State {
         to_peer_id: &str,
         message_id: &str,
     ) -> Option<Cow<'_, OutboxEntry>> {
-        if let Some(e) = self
-            .outbox
-            .get(&(to_peer_id.to_string(), message_id.to_string()))
-        {
+        if let Some(e) = self.outbox.get(pair!(to_peer_id, message_id)) {
             return Some(Cow::Borrowed(e));
         }
         let key = self.settled_key(to_peer_id, message_id)?;
@@ -717,7 +777,7 @@ impl State {
         message_id: &str,
     ) -> Option<&OutboxEntry> {
         self.outbox
-            .get(&(to_peer_id.to_string(), message_id.to_string()))
+            .get(pair!(to_peer_id, message_id))
             .filter(|e| e.receipt.is_none())
     }
 

@@ -1434,3 +1434,36 @@ mod json_length {
         }
     }
 }
+
+mod borrowed_pairs {
+    use super::state::StrPair;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    fn s() -> impl Strategy<Value = String> {
+        prop_oneof!["[ab]{0,3}", any::<String>()]
+    }
+
+    proptest! {
+        /// A map keyed by owned pairs finds, and misses, exactly what the borrowed key does:
+        /// the two orders agree.
+        #[test]
+        fn a_borrowed_pair_finds_what_the_owned_pair_finds(
+            keys in proptest::collection::vec((s(), s()), 0..12),
+            probe in (s(), s()),
+        ) {
+            let map: BTreeMap<(String, String), usize> =
+                keys.iter().cloned().enumerate().map(|(i, k)| (k, i)).collect();
+            let borrowed = &(probe.0.as_str(), probe.1.as_str()) as &dyn StrPair;
+            prop_assert_eq!(map.get(borrowed), map.get(&probe));
+            for k in map.keys() {
+                let b = &(k.0.as_str(), k.1.as_str()) as &dyn StrPair;
+                prop_assert_eq!(map.get(b), map.get(k));
+                prop_assert_eq!(
+                    b.cmp(borrowed),
+                    k.cmp(&probe),
+                );
+            }
+        }
+    }
+}
