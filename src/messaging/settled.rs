@@ -113,11 +113,74 @@ impl SettledKey {
 
 impl Ord for SettledKey {
     fn cmp(&self, o: &SettledKey) -> std::cmp::Ordering {
-        (self.hash, &*self.message_id, self.to_peer_id()).cmp(&(
-            o.hash,
-            &*o.message_id,
-            o.to_peer_id(),
-        ))
+        self.order_parts().cmp(&o.order_parts())
+    }
+}
+
+/// What a [`SettledKey`] is ordered by, so the map is searched with a borrowed
+/// [`SettledProbe`] instead of a probe key built with an `Arc`ed route (four allocations per
+/// lookup, one or two lookups per send).
+pub(crate) trait SettledOrder {
+    fn order_parts(&self) -> (u64, &str, &str);
+}
+
+impl SettledOrder for SettledKey {
+    fn order_parts(&self) -> (u64, &str, &str) {
+        (self.hash, &self.message_id, self.to_peer_id())
+    }
+}
+
+/// A borrowed lookup key: (message id, target peer id).
+pub(crate) struct SettledProbe<'a> {
+    hash: u64,
+    message_id: &'a str,
+    to_peer_id: &'a str,
+}
+
+impl<'a> SettledProbe<'a> {
+    pub fn new(message_id: &'a str, to_peer_id: &'a str) -> SettledProbe<'a> {
+        SettledProbe {
+            hash: id_hash(message_id),
+            message_id,
+            to_peer_id,
+        }
+    }
+
+    /// As the map's key type borrows it.
+    pub fn key(&self) -> &(dyn SettledOrder + 'a) {
+        self
+    }
+}
+
+impl SettledOrder for SettledProbe<'_> {
+    fn order_parts(&self) -> (u64, &str, &str) {
+        (self.hash, self.message_id, self.to_peer_id)
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn SettledOrder + 'a> for SettledKey {
+    fn borrow(&self) -> &(dyn SettledOrder + 'a) {
+        self
+    }
+}
+
+impl PartialEq for dyn SettledOrder + '_ {
+    fn eq(&self, o: &Self) -> bool {
+        self.order_parts() == o.order_parts()
+    }
+}
+
+impl Eq for dyn SettledOrder + '_ {}
+
+impl PartialOrd for dyn SettledOrder + '_ {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+impl Ord for dyn SettledOrder + '_ {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.order_parts().cmp(&o.order_parts())
     }
 }
 impl PartialOrd for SettledKey {

@@ -2,7 +2,7 @@
 //! only mutator: live operations and crash recovery replay the same records through it, so
 //! the recovered state is the acknowledged state by construction.
 
-use super::settled::{Interner, Settled, SettledKey};
+use super::settled::{Interner, Settled, SettledKey, SettledProbe};
 use super::types::{
     ContextEntry, InboxEntry, OutboxEntry, Principal, PushEntry, Receipt, ReceiptEvent,
     ReceiptState, TargetRef,
@@ -419,22 +419,16 @@ impl State {
             self.sent_ids.remove(pair!(id, to));
             return Some(e);
         }
-        let key = self.settled_key(to, id)?;
-        let (key, s) = self.settled.remove_entry(&key)?;
+        let (key, s) = self.settled.remove_entry(SettledProbe::new(id, to).key())?;
         let e = s.to_entry(&key);
         self.interner.release(&key.route);
         Some(e)
     }
 
-    /// The key of a resolved entry (the map compares ids and target peer ids only).
-    fn settled_key(&self, to: &str, id: &str) -> Option<SettledKey> {
-        let key = SettledKey::probe(id, to);
-        self.settled.contains_key(&key).then_some(key)
-    }
-
     /// Whether an outbox entry with this target and id exists (resolved or not).
     pub fn has_outbox(&self, to: &str, id: &str) -> bool {
-        self.outbox.contains_key(pair!(to, id)) || self.settled_key(to, id).is_some()
+        self.outbox.contains_key(pair!(to, id))
+            || self.settled.contains_key(SettledProbe::new(id, to).key())
     }
 
     fn pending_insert(&mut self, e: &OutboxEntry) {
@@ -765,8 +759,8 @@ impl State {
         if let Some(e) = self.outbox.get(pair!(to_peer_id, message_id)) {
             return Some(Cow::Borrowed(e));
         }
-        let key = self.settled_key(to_peer_id, message_id)?;
-        let (k, s) = self.settled.get_key_value(&key)?;
+        let probe = SettledProbe::new(message_id, to_peer_id);
+        let (k, s) = self.settled.get_key_value(probe.key())?;
         Some(Cow::Owned(s.to_entry(k)))
     }
 

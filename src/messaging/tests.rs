@@ -1467,3 +1467,35 @@ mod borrowed_pairs {
         }
     }
 }
+
+mod settled_probes {
+    use super::settled::{SettledKey, SettledProbe};
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    fn s() -> impl Strategy<Value = String> {
+        prop_oneof!["[ab]{0,3}", any::<String>()]
+    }
+
+    proptest! {
+        /// A borrowed probe finds, and misses, what an owned probe key finds, in a map of
+        /// resolved-entry keys: the two orders agree.
+        #[test]
+        fn a_borrowed_probe_finds_what_an_owned_probe_finds(
+            keys in proptest::collection::vec((s(), s()), 0..12),
+            probe in (s(), s()),
+        ) {
+            let map: BTreeMap<SettledKey, usize> = keys
+                .iter()
+                .enumerate()
+                .map(|(i, (id, to))| (SettledKey::probe(id, to), i))
+                .collect();
+            let owned = SettledKey::probe(&probe.0, &probe.1);
+            prop_assert_eq!(map.get(SettledProbe::new(&probe.0, &probe.1).key()), map.get(&owned));
+            for (id, to) in &keys {
+                let b = SettledProbe::new(id, to);
+                prop_assert_eq!(map.get(b.key()), map.get(&SettledKey::probe(id, to)));
+            }
+        }
+    }
+}
