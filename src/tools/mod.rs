@@ -153,6 +153,9 @@ pub trait ToolHost: Send + Sync {
 /// What a host answered: a typed answer, which a front end may write as JSON text without
 /// building a `Value` (the MCP server does so for a send's receipt, the call agents make
 /// most), or a JSON object made elsewhere (the ask tools, test hosts).
+// Made and moved once per call, host to writer: a box would cost an allocation per call to
+// save copying a few hundred bytes once.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum ToolOutput {
     Answer(answer::ToolAnswer),
