@@ -509,7 +509,7 @@ mod tests {
         /// its `Value` gives.
         #[test]
         fn a_sent_answer_line_is_the_bytes_of_its_value(
-            a in crate::protocol::strategies::send_answer(),
+            a in crate::tools::answer::tests::send_answer(),
             id in request_id(),
         ) {
             let answer = ToolAnswer::Sent(a);

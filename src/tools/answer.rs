@@ -220,4 +220,4 @@ pub enum ToolAnswer {
 
 #[cfg(test)]
 #[path = "answer_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -171,9 +171,49 @@ fn a_peer_view_has_the_old_keys_and_capabilities_only_for_a_root() {
     assert!(run.matches("work") && run.matches("proj") && !run.matches("nothing"));
 }
 
+/// Any send answer (receipt fields, names, mentions, alias), for the suites that hold a typed
+/// send answer's text to its `Value` (here and the MCP response line).
+pub(crate) fn send_answer() -> impl proptest::strategy::Strategy<Value = SendAnswer> {
+    use crate::protocol::strategies::{receipt_state, text};
+    use proptest::prelude::*;
+    (
+        (
+            text(),
+            text(),
+            text(),
+            receipt_state(),
+            any::<u64>(),
+            text(),
+            any::<u64>(),
+        ),
+        (proptest::option::of(text()), proptest::option::of(text())),
+        (text(), text(), proptest::collection::vec(text(), 0..3)),
+        proptest::option::of(text()),
+    )
+        .prop_map(
+            |(r, (reply, code), (to, from, mentions), to_alias)| SendAnswer {
+                receipt: Receipt {
+                    message_id: r.0,
+                    from_peer_id: r.1,
+                    to_peer_id: r.2,
+                    state: r.3,
+                    sequence: r.4,
+                    correlation_id: r.5,
+                    at_ms: r.6,
+                    reply_message_id: reply,
+                    code,
+                },
+                to,
+                from,
+                mentions,
+                to_alias,
+            },
+        )
+}
+
 mod json_text {
+    use super::send_answer as answer;
     use super::*;
-    use crate::protocol::strategies::send_answer as answer;
     use proptest::prelude::*;
 
     proptest! {
