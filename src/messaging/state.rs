@@ -132,15 +132,18 @@ pub struct StateImage {
 
 /// Bytes `s` takes as a JSON string body: control characters become `\u00XX` (6 bytes),
 /// quotes and backslashes 2; so admission never underestimates escaped content.
+/// Admission computes it for every message body (twice per accept): the extra bytes are
+/// tallied per 32-byte chunk in a `u8` (at most 32 × 5 = 160), a loop the compiler turns into
+/// vector instructions, instead of one `u64` addition per byte.
 pub(crate) fn json_len(s: &str) -> u64 {
-    let extra: u64 = s
-        .bytes()
-        .map(|b| match b {
-            b'"' | b'\\' => 1,
-            0..0x20 => 5,
-            _ => 0,
-        })
-        .sum();
+    let mut extra = 0u64;
+    for chunk in s.as_bytes().chunks(32) {
+        let mut n = 0u8;
+        for &b in chunk {
+            n += u8::from(b == b'"' || b == b'\\') + 5 * u8::from(b < 0x20);
+        }
+        extra += u64::from(n);
+    }
     s.len() as u64 + extra
 }
 

@@ -1404,3 +1404,25 @@ fn receipt_events_are_bounded_per_local_peer() {
     }
     assert_eq!(replay, *m.state());
 }
+
+proptest::proptest! {
+    /// The chunked tally counts what the per-byte definition counts (quote and backslash one
+    /// extra byte, a control character five), for any text and across chunk boundaries.
+    #[test]
+    fn json_len_counts_every_escape(
+        s in proptest::prop_oneof![
+            crate::protocol::strategies::text(),
+            "[\"\\\\\u{0}-\u{1f}a\u{e9}]{0,200}",
+        ]
+    ) {
+        let per_byte: u64 = s
+            .bytes()
+            .map(|b| match b {
+                b'"' | b'\\' => 1,
+                0..0x20 => 5,
+                _ => 0,
+            })
+            .sum();
+        proptest::prop_assert_eq!(state::json_len(&s), s.len() as u64 + per_byte);
+    }
+}
