@@ -76,20 +76,26 @@ pub type DedupKey = (String, Option<String>, String, String);
 /// message id, recipient.
 pub type OriginKey = (String, Option<String>, String, String);
 
+/// The hash maps of [`State`]: every accepted message looks up and inserts its dedup and
+/// origin keys (four strings each) and its recipient's counters, and SipHash cost more than
+/// the map work itself. foldhash is seeded per process (minimally DoS-resistant), and a
+/// peer's keys are bounded by `Limits` (inbox entries) before they reach a map.
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// The whole custody state of one instance store, with derived indexes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct State {
     /// (recipient peerId, sequence) → entry.
     pub(crate) inbox: BTreeMap<(String, u64), InboxEntry>,
-    pub(crate) dedup: HashMap<DedupKey, (String, u64)>,
-    pub(crate) origins: HashMap<OriginKey, (String, u64)>,
+    pub(crate) dedup: FastMap<DedupKey, (String, u64)>,
+    pub(crate) origins: FastMap<OriginKey, (String, u64)>,
     /// The sending session each sender instance stated (from entries that carry an origin),
     /// so a message processed after its sender's record vanished is still scoped to it.
     /// instance → (origin, entries from it that carry an origin); an instance is forgotten with
     /// its last entry (an instance whose entries moved to a later incarnation is kept).
-    pub(crate) instance_origins: HashMap<String, (String, u64)>,
+    pub(crate) instance_origins: FastMap<String, (String, u64)>,
     /// Unconsumed (accepted or prepared) count per recipient.
-    pub(crate) unconsumed: HashMap<String, u64>,
+    pub(crate) unconsumed: FastMap<String, u64>,
     pub(crate) next_sequence: BTreeMap<String, u64>,
     /// (to peerId, message id) → entry, for unresolved entries (and resolved ones whose
     /// compact form would not rebuild them exactly).
@@ -107,7 +113,7 @@ pub struct State {
     pub(crate) pushes: BTreeMap<u64, PushEntry>,
     pub(crate) events: BTreeMap<u64, ReceiptEvent>,
     /// Event cursors per local peer, oldest first (bounds each peer's event feed).
-    pub(crate) peer_events: HashMap<String, BTreeSet<u64>>,
+    pub(crate) peer_events: FastMap<String, BTreeSet<u64>>,
     pub(crate) next_order: u64,
     pub(crate) next_push: u64,
     pub(crate) next_event: u64,
