@@ -288,6 +288,8 @@ impl Shows {
 fn render_event(shows: &Shows, text: &str, shown: &mut Shown) {
     // The bus encoded the event once: NDJSON is its text as it is.
     if shows.json {
+        // With its newline in the same reservation: a push past an exact fit reallocates.
+        shown.stdout.reserve(text.len() + 1);
         shown.stdout.extend_from_slice(text.as_bytes());
         shown.stdout.push(b'\n');
     }
