@@ -182,6 +182,80 @@ fn small_cost(note: &str) -> u64 {
     ENTRY_OVERHEAD_BYTES + json_len(note)
 }
 
+/// A dedup or origin key as borrowed parts. The maps are keyed by the owned tuples; a lookup
+/// goes through [`KeyParts`] with this instead, so checking a message against the indexes
+/// (three times per accept) does not copy four strings each time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct KeyRef<'a>(pub &'a str, pub Option<&'a str>, pub &'a str, pub &'a str);
+
+/// What an owned key and a [`KeyRef`] have in common: both hash and compare as their parts
+/// (one `Hash` for both, so a lookup with either finds the same entry).
+pub(crate) trait KeyParts {
+    fn parts(&self) -> KeyRef<'_>;
+}
+
+impl KeyParts for (String, Option<String>, String, String) {
+    fn parts(&self) -> KeyRef<'_> {
+        KeyRef(&self.0, self.1.as_deref(), &self.2, &self.3)
+    }
+}
+
+impl KeyParts for KeyRef<'_> {
+    fn parts(&self) -> KeyRef<'_> {
+        *self
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn KeyParts + 'a> for (String, Option<String>, String, String) {
+    fn borrow(&self) -> &(dyn KeyParts + 'a) {
+        self
+    }
+}
+
+impl<'a> KeyRef<'a> {
+    /// The form a map lookup takes.
+    pub(crate) fn find(&self) -> &(dyn KeyParts + 'a) {
+        self
+    }
+}
+
+/// The owned tuple hashes as its parts do: a tuple hashes its fields in order, exactly as
+/// `KeyRef`'s derived `Hash` does (an `Option<String>` as the `Option<&str>` it derefs to);
+/// `owned_and_borrowed_keys_hash_alike` holds them to it.
+impl std::hash::Hash for dyn KeyParts + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.parts().hash(state);
+    }
+}
+
+impl PartialEq for dyn KeyParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyParts + '_ {}
+
+/// [`dedup_key`] borrowed.
+pub(crate) fn dedup_ref(e: &InboxEntry) -> KeyRef<'_> {
+    KeyRef(
+        &e.from.instance_id,
+        e.from.run_id.as_deref(),
+        &e.message_id,
+        &e.recipient_peer_id,
+    )
+}
+
+/// [`origin_key`] borrowed.
+pub(crate) fn origin_ref(e: &InboxEntry) -> Option<KeyRef<'_>> {
+    Some(KeyRef(
+        e.origin.as_deref()?,
+        e.from.run_id.as_deref(),
+        &e.message_id,
+        &e.recipient_peer_id,
+    ))
+}
+
 pub(crate) fn dedup_key(e: &InboxEntry) -> DedupKey {
     (
         e.from.instance_id.clone(),
@@ -513,12 +587,12 @@ impl State {
         self.live_bytes = self
             .live_bytes
             .saturating_sub(inbox_cost(&e) + RECEIPT_RESERVE_BYTES);
-        self.dedup.remove(&dedup_key(&e));
+        self.dedup.remove(dedup_ref(&e).find());
         self.count_origin(&e, false);
-        if let Some(o) = origin_key(&e)
-            && self.origins.get(&o) == Some(&key)
+        if let Some(o) = origin_ref(&e)
+            && self.origins.get(o.find()) == Some(&key)
         {
-            self.origins.remove(&o);
+            self.origins.remove(o.find());
         }
         if let Some(c) = self.context.remove(&key) {
             self.live_bytes = self.live_bytes.saturating_sub(small_cost(&c.note));
@@ -535,8 +609,8 @@ impl State {
                 !self
                     .inbox
                     .contains_key(&(entry.recipient_peer_id.clone(), entry.sequence))
-                    && !self.dedup.contains_key(&dedup_key(entry))
-                    && origin_key(entry).is_none_or(|o| !self.origins.contains_key(&o))
+                    && !self.dedup.contains_key(dedup_ref(entry).find())
+                    && origin_ref(entry).is_none_or(|o| !self.origins.contains_key(o.find()))
             }
             Record::InboxState {
                 recipient,
