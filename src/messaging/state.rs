@@ -510,16 +510,23 @@ impl State {
 
     fn add_inbox(&mut self, entry: InboxEntry) {
         let key = (entry.recipient_peer_id.clone(), entry.sequence);
-        let next = self
-            .next_sequence
-            .entry(entry.recipient_peer_id.clone())
-            .or_insert(1);
-        *next = (*next).max(entry.sequence + 1);
+        // The recipient is almost always known already: its counters are updated in place,
+        // and its peerId copied only for a first entry.
+        let recipient = &entry.recipient_peer_id;
+        match self.next_sequence.get_mut(recipient) {
+            Some(next) => *next = (*next).max(entry.sequence + 1),
+            None => {
+                self.next_sequence
+                    .insert(recipient.clone(), entry.sequence + 1);
+            }
+        }
         if is_unconsumed(entry.state) {
-            *self
-                .unconsumed
-                .entry(entry.recipient_peer_id.clone())
-                .or_insert(0) += 1;
+            match self.unconsumed.get_mut(recipient) {
+                Some(n) => *n += 1,
+                None => {
+                    self.unconsumed.insert(recipient.clone(), 1);
+                }
+            }
         }
         self.live_bytes += inbox_cost(&entry) + RECEIPT_RESERVE_BYTES;
         self.dedup.insert(dedup_key(&entry), key.clone());
@@ -535,16 +542,19 @@ impl State {
         let Some(origin) = &e.origin else {
             return;
         };
-        let instance = e.from.instance_id.clone();
+        let instance = &e.from.instance_id;
         if added {
-            self.instance_origins
-                .entry(instance)
-                .or_insert_with(|| (origin.clone(), 0))
-                .1 += 1;
-        } else if let Some(slot) = self.instance_origins.get_mut(&instance) {
+            match self.instance_origins.get_mut(instance) {
+                Some(slot) => slot.1 += 1,
+                None => {
+                    self.instance_origins
+                        .insert(instance.clone(), (origin.clone(), 1));
+                }
+            }
+        } else if let Some(slot) = self.instance_origins.get_mut(instance) {
             slot.1 = slot.1.saturating_sub(1);
             if slot.1 == 0 {
-                self.instance_origins.remove(&instance);
+                self.instance_origins.remove(instance);
             }
         }
     }
