@@ -154,37 +154,56 @@ impl<'a> MessageArrived<'a> {
     }
 }
 
-/// [`MessageArrived`] with its bus sequence, fields in sorted key order (see [`Encode`]).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SortedArrival<'a> {
-    bus_sequence: u64,
-    correlation_id: &'a str,
-    event: &'static str,
-    from: &'a str,
-    from_alias: Option<&'a str>,
-    kind: &'static str,
-    message_id: &'a str,
-    recipient: &'a str,
-    reply_to: Option<&'a str>,
-    sequence: u64,
-}
-
-/// One per message a root receives: the encoding its `peer host --json` spends most on.
+/// One per message a root receives: the encoding its `peer host --json` spends most on. The
+/// keys are written in sorted order (the order a `Value` object writes them), and a string
+/// that needs no escape (its ids always, and almost every alias) is copied as it is instead of
+/// going through the serializer's byte-by-byte escaping.
 impl Encode for MessageArrived<'_> {
     fn encode(&self, bus_sequence: u64) -> serde_json::Result<String> {
-        serde_json::to_string(&SortedArrival {
-            bus_sequence,
-            correlation_id: self.correlation_id,
-            event: self.event,
-            from: self.from,
-            from_alias: self.from_alias,
-            kind: self.kind,
-            message_id: self.message_id,
-            recipient: self.recipient,
-            reply_to: self.reply_to,
-            sequence: self.sequence,
-        })
+        use std::fmt::Write;
+        let mut out = String::with_capacity(256);
+        // Writing into a String cannot fail.
+        let _ = write!(out, "{{\"busSequence\":{bus_sequence},\"correlationId\":");
+        push_json_str(&mut out, self.correlation_id)?;
+        out.push_str(",\"event\":");
+        push_json_str(&mut out, self.event)?;
+        out.push_str(",\"from\":");
+        push_json_str(&mut out, self.from)?;
+        out.push_str(",\"fromAlias\":");
+        push_json_opt(&mut out, self.from_alias)?;
+        out.push_str(",\"kind\":");
+        push_json_str(&mut out, self.kind)?;
+        out.push_str(",\"messageId\":");
+        push_json_str(&mut out, self.message_id)?;
+        out.push_str(",\"recipient\":");
+        push_json_str(&mut out, self.recipient)?;
+        out.push_str(",\"replyTo\":");
+        push_json_opt(&mut out, self.reply_to)?;
+        let _ = write!(out, ",\"sequence\":{}}}", self.sequence);
+        Ok(out)
+    }
+}
+
+/// `s` as a JSON string, the bytes serde_json writes: it escapes exactly the control
+/// characters, `"` and `\\`, so text without them is written between quotes as it is.
+fn push_json_str(out: &mut String, s: &str) -> serde_json::Result<()> {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(s)?);
+    }
+    Ok(())
+}
+
+fn push_json_opt(out: &mut String, s: Option<&str>) -> serde_json::Result<()> {
+    match s {
+        Some(s) => push_json_str(out, s),
+        None => {
+            out.push_str("null");
+            Ok(())
+        }
     }
 }
 
