@@ -400,7 +400,7 @@ impl crate::tools::ToolHost for InstantHost {
 
 /// Runs the MCP server over `input` to end of input and returns everything it wrote.
 fn run_mcp(input: &[u8]) -> Vec<u8> {
-    let (_events_tx, events) = crossbeam_channel::bounded::<Value>(1);
+    let (_events_tx, events) = crossbeam_channel::bounded::<crate::runtime::events::Event>(1);
     let out = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
     let sink = Sink(out.clone());
     let _ = crate::mcp::serve(

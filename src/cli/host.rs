@@ -8,6 +8,7 @@
 use super::signals::Stop;
 use super::{Ctx, args, out};
 use crate::error::{Code, Error, Result};
+use crate::runtime::events::Event;
 use crate::runtime::{Root, RootOptions};
 use std::ffi::OsString;
 use std::io::IsTerminal;
@@ -228,7 +229,7 @@ struct Shows {
 /// subscription's queue holds at most SUBSCRIBER_QUEUE events); a failed write to stdout
 /// clears `output_open`. True when there was anything.
 fn show_events(
-    rx: &crossbeam_channel::Receiver<serde_json::Value>,
+    rx: &crossbeam_channel::Receiver<Event>,
     shows: &Shows,
     output_open: &mut bool,
 ) -> bool {
@@ -284,12 +285,21 @@ impl Shows {
 
 /// Events as NDJSON when asked for; an arrival announced as `--notify` says (on stderr, so a
 /// hosted command's own stdout stays clean).
-fn render_event(shows: &Shows, ev: &serde_json::Value, shown: &mut Shown) {
-    // Serialised straight into the buffer: the same bytes as the value's `Display`, without
-    // going through a formatter per string.
-    if shows.json && serde_json::to_writer(&mut shown.stdout, ev).is_ok() {
+fn render_event(shows: &Shows, text: &str, shown: &mut Shown) {
+    // The bus encoded the event once: NDJSON is its text as it is.
+    if shows.json {
+        // With its newline in the same reservation: a push past an exact fit reallocates.
+        shown.stdout.reserve(text.len() + 1);
+        shown.stdout.extend_from_slice(text.as_bytes());
         shown.stdout.push(b'\n');
     }
+    // Only an announcement needs the fields (a `--json` host announces nothing by default).
+    if shows.notify == Notify::None {
+        return;
+    }
+    let Ok(ev) = serde_json::from_str::<serde_json::Value>(text) else {
+        return;
+    };
     if ev.get("kind").and_then(serde_json::Value::as_str) != Some("message") {
         return;
     }
@@ -319,10 +329,7 @@ fn render_event(shows: &Shows, ev: &serde_json::Value, shown: &mut Shown) {
 fn subscribe(
     root: &Root,
     listens: bool,
-) -> (
-    Arc<Bell>,
-    Option<crossbeam_channel::Receiver<serde_json::Value>>,
-) {
+) -> (Arc<Bell>, Option<crossbeam_channel::Receiver<Event>>) {
     let bell = Arc::new(Bell::default());
     let ring = bell.clone();
     let events = listens
@@ -360,7 +367,7 @@ impl Bell {
 /// What the host's main thread sleeps on between events: an event on the bus, a stop signal,
 /// the hosted command's end. Blocking on these (no polling) keeps an idle host asleep.
 struct Wake {
-    events: Option<crossbeam_channel::Receiver<serde_json::Value>>,
+    events: Option<crossbeam_channel::Receiver<Event>>,
     stopped: crossbeam_channel::Receiver<()>,
     bell: Arc<Bell>,
 }
@@ -368,7 +375,7 @@ struct Wake {
 impl Wake {
     fn new(
         stop: &Arc<Stop>,
-        events: Option<crossbeam_channel::Receiver<serde_json::Value>>,
+        events: Option<crossbeam_channel::Receiver<Event>>,
         bell: Arc<Bell>,
     ) -> Result<Wake> {
         let (tx, stopped) = crossbeam_channel::bounded(1);
@@ -543,9 +550,11 @@ mod tests {
     #[test]
     fn a_batch_of_events_renders_into_one_block_per_stream() {
         let arrival = serde_json::json!({"event": "peer_update", "kind": "message",
-            "messageId": "m-1", "from": "p-a", "fromAlias": "ann", "busSequence": 1});
+            "messageId": "m-1", "from": "p-a", "fromAlias": "ann", "busSequence": 1})
+        .to_string();
         let receipt = serde_json::json!({"event": "peer_update", "kind": "receipt",
-            "messageId": "m-0", "busSequence": 2});
+            "messageId": "m-0", "busSequence": 2})
+        .to_string();
         let both = Shows {
             json: true,
             notify: Notify::Stderr,

@@ -38,6 +38,7 @@ pub use wrap::tool_result;
 
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
+use crate::runtime::events::Event;
 use crate::tools::{ResourceArgs, ToolCall, ToolHost};
 use crossbeam_channel::{Receiver, bounded, select};
 use out::Output;
@@ -109,7 +110,7 @@ struct Shell<'a, W: Write> {
 /// writing and the server keeps draining `input` until EOF.
 pub fn serve(
     host: Arc<dyn ToolHost>,
-    events: Receiver<Value>,
+    events: Receiver<Event>,
     mut input: impl Input,
     output: impl Write + Send,
     limits: &Limits,
@@ -320,7 +321,7 @@ fn answer(
 }
 
 fn forward_events(
-    events: Receiver<Value>,
+    events: Receiver<Event>,
     init: Receiver<()>,
     stop: Receiver<()>,
     out: &Output<impl Write>,
@@ -335,6 +336,10 @@ fn forward_events(
         select! {
             recv(events) -> event => match event {
                 Ok(event) if level.load(Ordering::Relaxed) <= EVENT_LEVEL => {
+                    // The bus's text is JSON it encoded itself; nothing else is forwarded.
+                    let Ok(event) = serde_json::from_str(&event) else {
+                        continue;
+                    };
                     if out.send(&event_notification(event)).is_err() {
                         return;
                     }

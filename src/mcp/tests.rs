@@ -63,7 +63,7 @@ impl FakeHost {
 struct Harness {
     input: Option<PipeWriter>,
     output: Receiver<Value>,
-    events: Sender<Value>,
+    events: Sender<crate::runtime::events::Event>,
     host: Arc<FakeHost>,
     started: Receiver<String>,
     cancelled: Receiver<String>,
@@ -444,7 +444,11 @@ fn events_wait_for_initialized_then_become_log_notifications() {
     let mut h = Harness::start(Limits::default());
     h.request(1, "initialize", json!({"protocolVersion": "2025-11-25"}));
     h.events
-        .send(json!({"messageId": "m-1", "preview": "x\u{1b}[2Jy"}))
+        .send(
+            json!({"messageId": "m-1", "preview": "x\u{1b}[2Jy"})
+                .to_string()
+                .into(),
+        )
         .unwrap();
     // Not initialized yet: the ping answer comes first, no notification before it.
     assert_eq!(h.request(2, "ping", json!({}))["id"], 2);
@@ -465,7 +469,9 @@ fn events_wait_for_initialized_then_become_log_notifications() {
         h.request(4, "logging/setLevel", json!({"level": "loud"}))["error"]["code"],
         -32602
     );
-    h.events.send(json!({"event": "peer_update"})).unwrap();
+    h.events
+        .send(json!({"event": "peer_update"}).to_string().into())
+        .unwrap();
     assert_eq!(h.request(5, "ping", json!({}))["id"], 5);
     let rest = h.finish();
     assert!(

@@ -3,7 +3,7 @@
 //! pushes to original senders; `peer.status`.
 
 use super::machine::{Machine, Outcome, as_of, expiry_due};
-use super::state::{RECEIPT_RESERVE_BYTES, Record, dedup_key, inbox_cost};
+use super::state::{KeyRef, RECEIPT_RESERVE_BYTES, Record, dedup_ref, inbox_cost};
 use super::types::{
     ContextEntry, InboundSend, InboxEntry, MessageRef, Principal, PushEntry, Receipt, ReceiptState,
     Recipients,
@@ -36,11 +36,11 @@ impl Machine {
         } else {
             send
         };
-        let key = (
-            from.instance_id.clone(),
-            from.run_id.clone(),
-            send.message_id.clone(),
-            send.to_peer_id.clone(),
+        let key = KeyRef(
+            &from.instance_id,
+            from.run_id.as_deref(),
+            &send.message_id,
+            &send.to_peer_id,
         );
         if let Some(original) = self.dedup_hit(&key, send, now_ms) {
             return original.map(|r| (r, Vec::new()));
@@ -90,7 +90,7 @@ impl Machine {
         self.check_capacity(&entry)?;
         self.rate.take(&self.limits, &from.instance_id, now_ms);
         assert_eq!(
-            dedup_key(&entry),
+            dedup_ref(&entry),
             key,
             "the entry deduplicates under its own key"
         );
@@ -99,13 +99,8 @@ impl Machine {
     }
 
     /// The original receipt for a retry, or MESSAGE_ID_CONFLICT when the content changed.
-    fn dedup_hit(
-        &self,
-        key: &super::state::DedupKey,
-        send: &InboundSend,
-        now_ms: u64,
-    ) -> Option<Result<Receipt>> {
-        let at = self.state.dedup.get(key)?;
+    fn dedup_hit(&self, key: &KeyRef, send: &InboundSend, now_ms: u64) -> Option<Result<Receipt>> {
+        let at = self.state.dedup.get(key.find())?;
         let Some(e) = self.state.inbox.get(at) else {
             return Some(Err(Error::new(
                 Code::RecoveryRequired,
@@ -133,14 +128,13 @@ impl Machine {
         send: &InboundSend,
         now_ms: u64,
     ) -> Option<Outcome<Receipt>> {
-        let origin = send.origin.clone()?;
-        let okey = (
-            origin,
-            from.run_id.clone(),
-            send.message_id.clone(),
-            send.to_peer_id.clone(),
+        let okey = KeyRef(
+            send.origin.as_deref()?,
+            from.run_id.as_deref(),
+            &send.message_id,
+            &send.to_peer_id,
         );
-        let at = self.state.origins.get(&okey)?.clone();
+        let at = self.state.origins.get(okey.find())?.clone();
         let Some(e) = self.state.inbox.get(&at) else {
             return Some(Err(Error::new(
                 Code::RecoveryRequired,

@@ -76,20 +76,26 @@ pub type DedupKey = (String, Option<String>, String, String);
 /// message id, recipient.
 pub type OriginKey = (String, Option<String>, String, String);
 
+/// The hash maps of [`State`]: every accepted message looks up and inserts its dedup and
+/// origin keys (four strings each) and its recipient's counters, and SipHash cost more than
+/// the map work itself. foldhash is seeded per process (minimally DoS-resistant), and a
+/// peer's keys are bounded by `Limits` (inbox entries) before they reach a map.
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// The whole custody state of one instance store, with derived indexes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct State {
     /// (recipient peerId, sequence) → entry.
     pub(crate) inbox: BTreeMap<(String, u64), InboxEntry>,
-    pub(crate) dedup: HashMap<DedupKey, (String, u64)>,
-    pub(crate) origins: HashMap<OriginKey, (String, u64)>,
+    pub(crate) dedup: FastMap<DedupKey, (String, u64)>,
+    pub(crate) origins: FastMap<OriginKey, (String, u64)>,
     /// The sending session each sender instance stated (from entries that carry an origin),
     /// so a message processed after its sender's record vanished is still scoped to it.
     /// instance → (origin, entries from it that carry an origin); an instance is forgotten with
     /// its last entry (an instance whose entries moved to a later incarnation is kept).
-    pub(crate) instance_origins: HashMap<String, (String, u64)>,
+    pub(crate) instance_origins: FastMap<String, (String, u64)>,
     /// Unconsumed (accepted or prepared) count per recipient.
-    pub(crate) unconsumed: HashMap<String, u64>,
+    pub(crate) unconsumed: FastMap<String, u64>,
     pub(crate) next_sequence: BTreeMap<String, u64>,
     /// (to peerId, message id) → entry, for unresolved entries (and resolved ones whose
     /// compact form would not rebuild them exactly).
@@ -107,7 +113,7 @@ pub struct State {
     pub(crate) pushes: BTreeMap<u64, PushEntry>,
     pub(crate) events: BTreeMap<u64, ReceiptEvent>,
     /// Event cursors per local peer, oldest first (bounds each peer's event feed).
-    pub(crate) peer_events: HashMap<String, BTreeSet<u64>>,
+    pub(crate) peer_events: FastMap<String, BTreeSet<u64>>,
     pub(crate) next_order: u64,
     pub(crate) next_push: u64,
     pub(crate) next_event: u64,
@@ -241,6 +247,80 @@ pub(crate) fn outbox_cost(e: &OutboxEntry) -> u64 {
 
 fn small_cost(note: &str) -> u64 {
     ENTRY_OVERHEAD_BYTES + json_len(note)
+}
+
+/// A dedup or origin key as borrowed parts. The maps are keyed by the owned tuples; a lookup
+/// goes through [`KeyParts`] with this instead, so checking a message against the indexes
+/// (three times per accept) does not copy four strings each time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct KeyRef<'a>(pub &'a str, pub Option<&'a str>, pub &'a str, pub &'a str);
+
+/// What an owned key and a [`KeyRef`] have in common: both hash and compare as their parts
+/// (one `Hash` for both, so a lookup with either finds the same entry).
+pub(crate) trait KeyParts {
+    fn parts(&self) -> KeyRef<'_>;
+}
+
+impl KeyParts for (String, Option<String>, String, String) {
+    fn parts(&self) -> KeyRef<'_> {
+        KeyRef(&self.0, self.1.as_deref(), &self.2, &self.3)
+    }
+}
+
+impl KeyParts for KeyRef<'_> {
+    fn parts(&self) -> KeyRef<'_> {
+        *self
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn KeyParts + 'a> for (String, Option<String>, String, String) {
+    fn borrow(&self) -> &(dyn KeyParts + 'a) {
+        self
+    }
+}
+
+impl<'a> KeyRef<'a> {
+    /// The form a map lookup takes.
+    pub(crate) fn find(&self) -> &(dyn KeyParts + 'a) {
+        self
+    }
+}
+
+/// The owned tuple hashes as its parts do: a tuple hashes its fields in order, exactly as
+/// `KeyRef`'s derived `Hash` does (an `Option<String>` as the `Option<&str>` it derefs to);
+/// `owned_and_borrowed_keys_hash_alike` holds them to it.
+impl std::hash::Hash for dyn KeyParts + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.parts().hash(state);
+    }
+}
+
+impl PartialEq for dyn KeyParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyParts + '_ {}
+
+/// [`dedup_key`] borrowed.
+pub(crate) fn dedup_ref(e: &InboxEntry) -> KeyRef<'_> {
+    KeyRef(
+        &e.from.instance_id,
+        e.from.run_id.as_deref(),
+        &e.message_id,
+        &e.recipient_peer_id,
+    )
+}
+
+/// [`origin_key`] borrowed.
+pub(crate) fn origin_ref(e: &InboxEntry) -> Option<KeyRef<'_>> {
+    Some(KeyRef(
+        e.origin.as_deref()?,
+        e.from.run_id.as_deref(),
+        &e.message_id,
+        &e.recipient_peer_id,
+    ))
 }
 
 pub(crate) fn dedup_key(e: &InboxEntry) -> DedupKey {
@@ -493,16 +573,23 @@ impl State {
 
     fn add_inbox(&mut self, entry: InboxEntry) {
         let key = (entry.recipient_peer_id.clone(), entry.sequence);
-        let next = self
-            .next_sequence
-            .entry(entry.recipient_peer_id.clone())
-            .or_insert(1);
-        *next = (*next).max(entry.sequence + 1);
+        // The recipient is almost always known already: its counters are updated in place,
+        // and its peerId copied only for a first entry.
+        let recipient = &entry.recipient_peer_id;
+        match self.next_sequence.get_mut(recipient) {
+            Some(next) => *next = (*next).max(entry.sequence + 1),
+            None => {
+                self.next_sequence
+                    .insert(recipient.clone(), entry.sequence + 1);
+            }
+        }
         if is_unconsumed(entry.state) {
-            *self
-                .unconsumed
-                .entry(entry.recipient_peer_id.clone())
-                .or_insert(0) += 1;
+            match self.unconsumed.get_mut(recipient) {
+                Some(n) => *n += 1,
+                None => {
+                    self.unconsumed.insert(recipient.clone(), 1);
+                }
+            }
         }
         self.live_bytes += inbox_cost(&entry) + RECEIPT_RESERVE_BYTES;
         self.dedup.insert(dedup_key(&entry), key.clone());
@@ -518,16 +605,19 @@ impl State {
         let Some(origin) = &e.origin else {
             return;
         };
-        let instance = e.from.instance_id.clone();
+        let instance = &e.from.instance_id;
         if added {
-            self.instance_origins
-                .entry(instance)
-                .or_insert_with(|| (origin.clone(), 0))
-                .1 += 1;
-        } else if let Some(slot) = self.instance_origins.get_mut(&instance) {
+            match self.instance_origins.get_mut(instance) {
+                Some(slot) => slot.1 += 1,
+                None => {
+                    self.instance_origins
+                        .insert(instance.clone(), (origin.clone(), 1));
+                }
+            }
+        } else if let Some(slot) = self.instance_origins.get_mut(instance) {
             slot.1 = slot.1.saturating_sub(1);
             if slot.1 == 0 {
-                self.instance_origins.remove(&instance);
+                self.instance_origins.remove(instance);
             }
         }
     }
@@ -570,12 +660,12 @@ impl State {
         self.live_bytes = self
             .live_bytes
             .saturating_sub(inbox_cost(&e) + RECEIPT_RESERVE_BYTES);
-        self.dedup.remove(&dedup_key(&e));
+        self.dedup.remove(dedup_ref(&e).find());
         self.count_origin(&e, false);
-        if let Some(o) = origin_key(&e)
-            && self.origins.get(&o) == Some(&key)
+        if let Some(o) = origin_ref(&e)
+            && self.origins.get(o.find()) == Some(&key)
         {
-            self.origins.remove(&o);
+            self.origins.remove(o.find());
         }
         if let Some(c) = self.context.remove(&key) {
             self.live_bytes = self.live_bytes.saturating_sub(small_cost(&c.note));
@@ -592,8 +682,8 @@ impl State {
                 !self
                     .inbox
                     .contains_key(&(entry.recipient_peer_id.clone(), entry.sequence))
-                    && !self.dedup.contains_key(&dedup_key(entry))
-                    && origin_key(entry).is_none_or(|o| !self.origins.contains_key(&o))
+                    && !self.dedup.contains_key(dedup_ref(entry).find())
+                    && origin_ref(entry).is_none_or(|o| !self.origins.contains_key(o.find()))
             }
             Record::InboxState {
                 recipient,

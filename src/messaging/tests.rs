@@ -1499,3 +1499,30 @@ mod settled_probes {
         }
     }
 }
+
+proptest::proptest! {
+    /// An owned dedup/origin key and its borrowed parts hash alike and compare alike, so a
+    /// lookup with either finds the same entry (and a key that differs in any part, the run's
+    /// absence included, finds nothing).
+    #[test]
+    fn owned_and_borrowed_keys_hash_alike(
+        a in crate::protocol::strategies::text(),
+        run in crate::protocol::strategies::opt_text(),
+        c in crate::protocol::strategies::text(),
+        d in crate::protocol::strategies::text(),
+        other_run in crate::protocol::strategies::opt_text(),
+    ) {
+        use std::hash::BuildHasher;
+        let owned: state::DedupKey = (a.clone(), run.clone(), c.clone(), d.clone());
+        let borrowed = state::KeyRef(&a, run.as_deref(), &c, &d);
+        let hasher = foldhash::fast::RandomState::default();
+        let dyn_owned: &dyn state::KeyParts = &owned;
+        proptest::prop_assert_eq!(hasher.hash_one(&owned), hasher.hash_one(borrowed.find()));
+        proptest::prop_assert_eq!(hasher.hash_one(dyn_owned), hasher.hash_one(borrowed.find()));
+        let mut map: state::FastMap<state::DedupKey, u64> = Default::default();
+        map.insert(owned, 7);
+        proptest::prop_assert_eq!(map.get(borrowed.find()), Some(&7));
+        let other = state::KeyRef(&a, other_run.as_deref(), &c, &d);
+        proptest::prop_assert_eq!(map.contains_key(other.find()), other_run == run);
+    }
+}

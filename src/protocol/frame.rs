@@ -118,11 +118,7 @@ impl LineSplitter {
         }
         let pending = self.buf.get(self.start..).unwrap_or_default();
         let from = self.scanned.min(pending.len());
-        let newline = pending
-            .get(from..)
-            .unwrap_or_default()
-            .iter()
-            .position(|&b| b == b'\n');
+        let newline = find_newline(pending.get(from..).unwrap_or_default());
         let Some(offset) = newline else {
             self.scanned = pending.len();
             if pending.len() > self.max_line_bytes {
@@ -241,10 +237,43 @@ impl Iterator for FrameDecoder {
     }
 }
 
+/// The index of the first `\n` in `bytes`. Every byte of every frame passes here, so it looks
+/// at eight bytes per step: a word XORed with eight `\n` bytes has a zero byte exactly where
+/// the word has a `\n` (the classic has-zero-byte test), and only the word that does is
+/// searched byte by byte.
+fn find_newline(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const NEWLINES: u64 = u64::from_ne_bytes([b'\n'; 8]);
+    let mut at = 0;
+    for word in bytes.chunks_exact(8) {
+        let w = u64::from_ne_bytes(word.try_into().unwrap_or([0; 8])) ^ NEWLINES;
+        if w.wrapping_sub(ONES) & !w & HIGHS != 0 {
+            break;
+        }
+        at += 8;
+    }
+    let rest = bytes.get(at..)?;
+    rest.iter().position(|&b| b == b'\n').map(|i| at + i)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        /// The word-at-a-time search finds what a byte-by-byte search finds, wherever the
+        /// newline sits (or none), next to any other byte value.
+        #[test]
+        fn find_newline_is_the_first_newline(
+            bytes in proptest::collection::vec(prop_oneof![Just(b'\n'), Just(0x8a_u8), Just(0x0b_u8), any::<u8>()], 0..40),
+            skip in 0usize..40,
+        ) {
+            let bytes = bytes.get(skip.min(bytes.len())..).unwrap_or_default();
+            prop_assert_eq!(find_newline(bytes), bytes.iter().position(|&b| b == b'\n'));
+        }
+    }
 
     fn all(d: &mut FrameDecoder) -> Vec<Result<Vec<u8>, FrameError>> {
         d.by_ref().collect()

@@ -1,14 +1,15 @@
 //! The event bus of a root: `peer_update` and `resource_update` events fanned out to bounded
 //! subscriber queues (`peer host --json`, MCP notifications, waiting readers). A subscriber
 //! that does not keep up loses events, never blocks the root; the loss is counted and shown.
-//! Events are published typed and kept as the JSON objects subscribers print or forward: this
-//! module is the runtime's event-stream edge.
+//! Events are published typed and encoded once, as the JSON text subscribers print or
+//! forward, shared by every subscriber: this module is the runtime's event-stream edge.
 
-use crate::protocol::message;
+use crate::protocol::message::ReceiptState;
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::Value;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 pub use crate::config::internal::SUBSCRIBER_QUEUE;
@@ -16,11 +17,34 @@ pub use crate::config::internal::SUBSCRIBERS_MAX;
 
 /// Called after an event was queued for a subscriber that sleeps on something other than its
 /// channel (keep it short: it runs in the publishing thread).
-pub type Notify = std::sync::Arc<dyn Fn() + Send + Sync>;
+pub type Notify = Arc<dyn Fn() + Send + Sync>;
+
+/// One published event as every subscriber gets it: a JSON object (with its `busSequence`,
+/// keys in the order a `Value` object writes them) in compact text. `peer host --json` writes
+/// it as it is; a subscriber that needs fields parses it.
+pub type Event = Arc<str>;
+
+/// What the bus can publish: an event that encodes itself with its bus sequence number.
+pub trait Encode {
+    /// The event's JSON text with `busSequence` added, byte for byte what serialising the
+    /// event's `Value` with that key inserted writes (`by_value`).
+    fn encode(&self, bus_sequence: u64) -> serde_json::Result<String>;
+}
+
+/// The general encoding: the event's `Value` (an object, so its keys sorted), `busSequence`
+/// inserted. Events published rarely use it; the frequent ones write the same bytes from a
+/// struct whose fields are declared in that sorted order, without building the `Value`.
+pub fn by_value<T: Serialize>(event: &T, bus_sequence: u64) -> serde_json::Result<String> {
+    let mut v = serde_json::to_value(event)?;
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("busSequence".into(), Value::from(bus_sequence));
+    }
+    serde_json::to_string(&v)
+}
 
 #[derive(Default)]
 pub struct Bus {
-    subscribers: Mutex<Vec<(Sender<Value>, Option<Notify>)>>,
+    subscribers: Mutex<Vec<(Sender<Event>, Option<Notify>)>>,
     /// `subscribers.len()` as of its last change, read without the lock: with nobody
     /// subscribed (a `peer host` that prints nothing) a publish costs one atomic load.
     listening: AtomicUsize,
@@ -31,14 +55,14 @@ pub struct Bus {
 impl Bus {
     /// A new subscription; `None` when the bus already has its maximum. Closed subscriptions
     /// are pruned at the next publish.
-    pub fn subscribe(&self) -> Option<Receiver<Value>> {
+    pub fn subscribe(&self) -> Option<Receiver<Event>> {
         self.subscribe_notified(None)
     }
 
     /// [`subscribe`](Self::subscribe), calling `notify` after each event queued for it: a
     /// subscriber waiting on several sources sleeps on one condition variable instead of a
     /// channel select, which spins and calls `sched_yield` before it parks.
-    pub fn subscribe_notified(&self, notify: Option<Notify>) -> Option<Receiver<Value>> {
+    pub fn subscribe_notified(&self, notify: Option<Notify>) -> Option<Receiver<Event>> {
         let mut subs = self.subscribers.lock();
         if subs.len() >= SUBSCRIBERS_MAX {
             return None;
@@ -52,43 +76,32 @@ impl Bus {
     /// Stamps `event` with a bus sequence number and offers it to every subscriber. An event
     /// that cannot be encoded (none of ours) is counted as dropped. With no subscriber the
     /// event is only numbered: nobody could receive it, so it is not encoded.
-    pub fn publish<T: Serialize>(&self, event: &T) {
+    pub fn publish<T: Encode + ?Sized>(&self, event: &T) {
         let seq = self.sequence.fetch_add(1, Ordering::SeqCst) + 1;
         if self.listening.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let Ok(mut event) = serde_json::to_value(event) else {
+        let Ok(text) = event.encode(seq) else {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        if let Some(obj) = event.as_object_mut() {
-            obj.insert("busSequence".into(), Value::from(seq));
-        }
+        // Encoded once outside the lock; each subscriber gets a reference to the same text.
+        let event: Event = Arc::from(text);
         // The subscribers' wake-ups run after the lock is released: a wake-up is a futex
         // syscall, and connection threads publishing arrivals at once would otherwise queue
         // on this lock behind it (spinning, then yielding, then parking).
         let mut wake: Vec<Notify> = Vec::new();
         let mut subs = self.subscribers.lock();
-        // The last subscriber (usually the only one) gets the event itself, not a copy.
-        let mut left = subs.len();
-        subs.retain(|(s, notify)| {
-            left = left.saturating_sub(1);
-            let copy = if left == 0 {
-                std::mem::take(&mut event)
-            } else {
-                event.clone()
-            };
-            match s.try_send(copy) {
-                Ok(()) => {
-                    wake.extend(notify.iter().cloned());
-                    true
-                }
-                Err(TrySendError::Full(_)) => {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                    true
-                }
-                Err(TrySendError::Disconnected(_)) => false,
+        subs.retain(|(s, notify)| match s.try_send(event.clone()) {
+            Ok(()) => {
+                wake.extend(notify.iter().cloned());
+                true
             }
+            Err(TrySendError::Full(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(TrySendError::Disconnected(_)) => false,
         });
         self.listening.store(subs.len(), Ordering::SeqCst);
         drop(subs);
@@ -141,22 +154,117 @@ impl<'a> MessageArrived<'a> {
     }
 }
 
+/// One per message a root receives: the encoding its `peer host --json` spends most on. The
+/// keys are written in sorted order (the order a `Value` object writes them), and a string
+/// that needs no escape (its ids always, and almost every alias) is copied as it is instead of
+/// going through the serializer's byte-by-byte escaping.
+impl Encode for MessageArrived<'_> {
+    fn encode(&self, bus_sequence: u64) -> serde_json::Result<String> {
+        use std::fmt::Write;
+        let mut out = String::with_capacity(256);
+        // Writing into a String cannot fail.
+        let _ = write!(out, "{{\"busSequence\":{bus_sequence},\"correlationId\":");
+        push_json_str(&mut out, self.correlation_id)?;
+        out.push_str(",\"event\":");
+        push_json_str(&mut out, self.event)?;
+        out.push_str(",\"from\":");
+        push_json_str(&mut out, self.from)?;
+        out.push_str(",\"fromAlias\":");
+        push_json_opt(&mut out, self.from_alias)?;
+        out.push_str(",\"kind\":");
+        push_json_str(&mut out, self.kind)?;
+        out.push_str(",\"messageId\":");
+        push_json_str(&mut out, self.message_id)?;
+        out.push_str(",\"recipient\":");
+        push_json_str(&mut out, self.recipient)?;
+        out.push_str(",\"replyTo\":");
+        push_json_opt(&mut out, self.reply_to)?;
+        let _ = write!(out, ",\"sequence\":{}}}", self.sequence);
+        Ok(out)
+    }
+}
+
+/// `s` as a JSON string, the bytes serde_json writes: it escapes exactly the control
+/// characters, `"` and `\\`, so text without them is written between quotes as it is.
+fn push_json_str(out: &mut String, s: &str) -> serde_json::Result<()> {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(s)?);
+    }
+    Ok(())
+}
+
+fn push_json_opt(out: &mut String, s: Option<&str>) -> serde_json::Result<()> {
+    match s {
+        Some(s) => push_json_str(out, s),
+        None => {
+            out.push_str("null");
+            Ok(())
+        }
+    }
+}
+
 /// A receipt of one of this root's sent messages changed.
 #[derive(Serialize)]
-pub struct ReceiptChanged {
+pub struct ReceiptChanged<'a> {
     event: &'static str,
     kind: &'static str,
     #[serde(flatten)]
-    pub receipt: message::Receipt,
+    pub receipt: &'a crate::messaging::Receipt,
 }
 
-impl ReceiptChanged {
-    pub fn of(receipt: &crate::messaging::Receipt) -> ReceiptChanged {
+impl<'a> ReceiptChanged<'a> {
+    pub fn of(receipt: &'a crate::messaging::Receipt) -> ReceiptChanged<'a> {
         ReceiptChanged {
             event: PEER_UPDATE,
             kind: "receipt",
-            receipt: receipt.clone().into(),
+            receipt,
         }
+    }
+}
+
+/// [`ReceiptChanged`] with its bus sequence, the receipt's fields flattened, in sorted key
+/// order (see [`Encode`]).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SortedReceiptChange<'a> {
+    at_ms: u64,
+    bus_sequence: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    code: Option<&'a str>,
+    correlation_id: &'a str,
+    event: &'static str,
+    from_peer_id: &'a str,
+    kind: &'static str,
+    message_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply_message_id: Option<&'a str>,
+    sequence: u64,
+    state: ReceiptState,
+    to_peer_id: &'a str,
+}
+
+/// One or more per message a root sends (accepted, then consumed, replied…).
+impl Encode for ReceiptChanged<'_> {
+    fn encode(&self, bus_sequence: u64) -> serde_json::Result<String> {
+        let r = self.receipt;
+        serde_json::to_string(&SortedReceiptChange {
+            at_ms: r.at_ms,
+            bus_sequence,
+            code: r.code.as_deref(),
+            correlation_id: &r.correlation_id,
+            event: self.event,
+            from_peer_id: &r.from_peer_id,
+            kind: self.kind,
+            message_id: &r.message_id,
+            reply_message_id: r.reply_message_id.as_deref(),
+            sequence: r.sequence,
+            state: r.state,
+            to_peer_id: &r.to_peer_id,
+        })
     }
 }
 
@@ -182,22 +290,34 @@ impl<'a> ProblemRecorded<'a> {
     }
 }
 
+/// Rare: through the `Value`.
+impl Encode for ProblemRecorded<'_> {
+    fn encode(&self, bus_sequence: u64) -> serde_json::Result<String> {
+        by_value(self, bus_sequence)
+    }
+}
+
+/// A resource journal entry (at most a few per resource operation): through the `Value`.
+impl Encode for crate::tools::resource_answer::ResourceUpdate {
+    fn encode(&self, bus_sequence: u64) -> serde_json::Result<String> {
+        by_value(self, bus_sequence)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::messaging::{Receipt, ReceiptState};
+    use crate::messaging::Receipt;
+    use crate::protocol::strategies::{opt_text, receipt_state, text};
+    use proptest::prelude::*;
     use serde_json::json;
 
-    fn next(rx: &crossbeam_channel::Receiver<Value>) -> Value {
-        rx.try_recv().expect("an event")
+    fn next(rx: &Receiver<Event>) -> Value {
+        serde_json::from_str(&rx.try_recv().expect("an event")).expect("JSON text")
     }
 
-    /// The typed events are the objects the bus carried when they were built by hand.
-    #[test]
-    fn events_keep_their_shape() {
-        let bus = Bus::default();
-        let rx = bus.subscribe().unwrap();
-        let r = Receipt {
+    fn receipt() -> Receipt {
+        Receipt {
             message_id: "m-1".into(),
             from_peer_id: "p-a".into(),
             to_peer_id: "p-b".into(),
@@ -207,7 +327,15 @@ mod tests {
             at_ms: 7,
             reply_message_id: None,
             code: None,
-        };
+        }
+    }
+
+    /// The typed events are the objects the bus carried when they were built by hand.
+    #[test]
+    fn events_keep_their_shape() {
+        let bus = Bus::default();
+        let rx = bus.subscribe().unwrap();
+        let r = receipt();
         bus.publish(&MessageArrived::of(&r, Some("m-0"), None));
         assert_eq!(
             next(&rx),
@@ -230,8 +358,58 @@ mod tests {
         );
     }
 
-    /// Every live subscriber gets the same event, the last one included (it gets the event
-    /// itself rather than a copy); a closed one is pruned.
+    fn arb_receipt() -> impl Strategy<Value = Receipt> {
+        (
+            (text(), text(), text(), receipt_state()),
+            (any::<u64>(), text(), any::<u64>(), opt_text(), opt_text()),
+        )
+            .prop_map(
+                |((m, f, t, state), (sequence, c, at_ms, reply, code))| Receipt {
+                    message_id: m,
+                    from_peer_id: f,
+                    to_peer_id: t,
+                    state,
+                    sequence,
+                    correlation_id: c,
+                    at_ms,
+                    reply_message_id: reply,
+                    code,
+                },
+            )
+    }
+
+    /// The text the old bus printed: the event's wire form as a `Value`, `busSequence`
+    /// inserted, serialised (an arrival was its struct's `Value`; a receipt change flattened
+    /// the wire receipt).
+    fn old_receipt_text(r: &Receipt, seq: u64) -> String {
+        let mut v =
+            serde_json::to_value(crate::protocol::message::Receipt::from(r.clone())).unwrap();
+        let o = v.as_object_mut().unwrap();
+        o.insert("event".into(), json!("peer_update"));
+        o.insert("kind".into(), json!("receipt"));
+        o.insert("busSequence".into(), json!(seq));
+        serde_json::to_string(&v).unwrap()
+    }
+
+    proptest! {
+        /// The sorted structs write byte for byte what the `Value` path wrote, for any text
+        /// (escapes, control characters, non-ASCII) and any numbers.
+        #[test]
+        fn typed_encodings_are_the_value_path_bytes(
+            r in arb_receipt(),
+            reply_to in opt_text(),
+            alias in opt_text(),
+            seq in any::<u64>(),
+        ) {
+            let arrival = MessageArrived::of(&r, reply_to.as_deref(), alias.as_deref());
+            prop_assert_eq!(arrival.encode(seq).unwrap(), by_value(&arrival, seq).unwrap());
+            let change = ReceiptChanged::of(&r);
+            prop_assert_eq!(change.encode(seq).unwrap(), old_receipt_text(&r, seq));
+            prop_assert_eq!(change.encode(seq).unwrap(), by_value(&change, seq).unwrap());
+        }
+    }
+
+    /// Every live subscriber gets the same event, one shared text; a closed one is pruned.
     #[test]
     fn every_subscriber_gets_the_same_event() {
         let bus = Bus::default();
@@ -239,11 +417,15 @@ mod tests {
         drop(bus.subscribe().unwrap());
         let c = bus.subscribe().unwrap();
         bus.publish(&ProblemRecorded::of("sweep", "IO", "disk full"));
-        let want = json!({"event": "peer_update", "kind": "problem", "what": "sweep",
-            "code": "IO", "message": "disk full", "busSequence": 1});
-        for rx in [&a, &b, &c] {
-            assert_eq!(next(rx), want);
+        let want = r#"{"busSequence":1,"code":"IO","event":"peer_update","kind":"problem","message":"disk full","what":"sweep"}"#;
+        let got: Vec<Event> = [&a, &b, &c]
+            .iter()
+            .map(|rx| rx.try_recv().unwrap())
+            .collect();
+        for e in &got {
+            assert_eq!(&**e, want);
         }
+        assert!(Arc::ptr_eq(&got[0], &got[2]));
         assert_eq!(bus.subscribers.lock().len(), 3);
     }
 
@@ -270,9 +452,9 @@ mod tests {
     /// not deadlock, and it sees the event already queued.
     #[test]
     fn wake_ups_run_outside_the_lock_after_the_event_is_queued() {
-        use std::sync::{Arc, OnceLock};
+        use std::sync::OnceLock;
         let bus = Arc::new(Bus::default());
-        let rx_slot: Arc<OnceLock<Receiver<Value>>> = Arc::new(OnceLock::new());
+        let rx_slot: Arc<OnceLock<Receiver<Event>>> = Arc::new(OnceLock::new());
         let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let (b, slot, s) = (Arc::downgrade(&bus), rx_slot.clone(), seen.clone());
         let notify: Notify = Arc::new(move || {
