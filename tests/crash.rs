@@ -10,8 +10,8 @@
 //! About 370 kill and stop points in all, plus 40 kills of a receiver whose store compacts
 //! every few messages (some land inside a compaction: its temp file is left). Also: a killed host's journal with a flipped byte
 //! needs recovery and is left untouched; a torn tail is ignored; a sender whose intent
-//! fdatasync is held (debug builds' `PEERWIRE_TEST_HOLD_SYNC`) delivers but answers only after
-//! that sync, and a kill while it is held leaves the intent for the next incarnation to re-ask.
+//! fdatasync is held (debug builds' `PEERWIRE_TEST_HOLD_SYNC`; its receiver states no device
+//! flush, `PEERWIRE_TEST_UNFLUSHED`) delivers but answers only after that sync, and a kill while it is held leaves the intent for the next incarnation to re-ask.
 //!
 //! SIGKILL keeps the page cache, so these loops prove the ordering (journal write before the
 //! answer, outbox intent before the first byte, replay of whatever the dead process wrote);
@@ -661,7 +661,11 @@ fn accepted_waits_for_the_senders_intent_sync_which_overlaps_delivery() {
     // Store waits are bounded by 4 × acknowledgementMs: room for the held sync under load.
     ns.config(json!({"limits": {"acknowledgementMs": 5_000}}));
     let limits = Config::load(&ns.home).unwrap().limits;
-    let bob = ns.host(&["--alias", "bob"]);
+    // Bob states no device flush: on a shared ext4 device his accept's fdatasync would
+    // otherwise make alice's written-out intent durable, and she would not sync it herself.
+    let bob = ns.host_with(&["--alias", "bob"], |c| {
+        c.env(store::UNFLUSHED_ENV, "1");
+    });
     let bob_peer = bob.field("peerId");
     let hold = ns.root.join("hold-sync");
     let alice_host = || {
