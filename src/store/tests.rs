@@ -1617,3 +1617,26 @@ fn an_accept_states_its_flush_only_when_it_wrote_and_synced() {
     assert!(!h.device().flushes);
     assert_eq!(h.accept_stating(sender(1), send("m0")).unwrap().1, None);
 }
+
+/// A failed write-out fails the intent and poisons the store like a failed fdatasync: the
+/// error it reported would not be reported again by a later fdatasync of the same file.
+#[test]
+fn a_failed_write_out_fails_the_intent_and_poisons() {
+    let home = TempHome::new("writeoutfail");
+    let s = open_with_faults(
+        &home,
+        Faults {
+            fail_write_out: true,
+            ..Faults::default()
+        },
+    );
+    let h = s.handle();
+    h.set_live(ME);
+    let e = h
+        .write_written(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .unwrap_err();
+    assert_eq!(e.code, Code::Io, "{e:?}");
+    assert!(h.stats().poisoned);
+    let later = h.accept(sender(1), send("m1")).unwrap_err();
+    assert_eq!(later.code, Code::RecoveryRequired);
+}

@@ -193,6 +193,8 @@ pub(crate) struct Faults {
     /// The writer thread never syncs a deferred frame by its timer (so a test sees who else
     /// leads that sync).
     pub no_deferred_timer: bool,
+    /// Every write-out of an intent batch fails.
+    pub fail_write_out: bool,
     /// Every journal fdatasync records the thread that ran it here.
     pub sync_threads: Option<Arc<parking_lot::Mutex<Vec<std::thread::ThreadId>>>>,
 }
@@ -561,21 +563,26 @@ impl Writer {
     /// After a send's intent batch is written: writes every byte not yet fdatasynced out to
     /// the device (the intent's frame and any deferred frame before it, so no gap of
     /// unwritten bytes can lie before it after a power loss) and records what the intent's
-    /// waiters learn about it (see [`IntentFrame`]). A failed write-out only means the sender
-    /// fdatasyncs itself; that sync reports the error.
-    fn write_out_intent(&mut self) {
+    /// waiters learn about it (see [`IntentFrame`]). A failed write-out fails the batch and
+    /// poisons, like a failed fdatasync: `sync_file_range` reports a writeback error once per
+    /// open file (it advances the file's error cursor), so a later fdatasync would not.
+    fn write_out_intent(&mut self) -> Result<()> {
         let pending = self.len - self.synced_len;
-        let written_out =
-            pending == 0 || flush::write_out(&self.file, self.synced_len, pending).is_ok();
         if pending > 0 {
+            if self.faults.fail_write_out {
+                return Err(Error::new(Code::Io, "injected write-out failure"));
+            }
+            flush::write_out(&self.file, self.synced_len, pending)
+                .map_err(|e| Error::io("cannot write out", &self.dir.join(paths::JOURNAL), &e))?;
             let mut st = self.shared.stats.lock();
             st.write_outs += 1;
             st.write_out_bytes += pending;
         }
         self.shared.set_intent_frame(IntentFrame {
             in_room: self.len <= self.durable_room,
-            written_out,
+            written_out: true,
         });
+        Ok(())
     }
 
     fn is_poisoned(&self) -> bool {
@@ -613,10 +620,10 @@ impl Writer {
         } else {
             self.append(&records)
         };
+        if intent && outcome.is_ok() {
+            outcome = self.write_out_intent();
+        }
         if outcome.is_ok() {
-            if intent {
-                self.write_out_intent();
-            }
             // Written waiters go on now (their caller syncs later, when nobody covered it).
             self.mark_written();
             written.into_iter().for_each(|fin| fin(None));
