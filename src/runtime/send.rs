@@ -334,13 +334,7 @@ impl Core {
                         // The answer is the receipt in hand: our copy of it may not be
                         // applied yet (the route waits for it before its next read).
                         Ok((receipt, stated)) if want == Some(id.as_str()) => {
-                            let answer = match receipt.state {
-                                crate::messaging::ReceiptState::Accepted => {
-                                    Answer::Accepted(stated)
-                                }
-                                _ => Answer::Other,
-                            };
-                            return Some(receipt_answer(receipt).map(|r| (r, answer)));
+                            return Some(attempt_answer(receipt, stated));
                         }
                         Ok(_) => {}
                         Err(e) => last_err = Some(e),
@@ -723,6 +717,16 @@ pub fn refuse_expired(r: &Receipt) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The answer of a caller's own delivery attempt: the receipt (or the refusal it states), and
+/// the recipient's `flushedDevice` statement, which counts only for an `accepted` receipt.
+fn attempt_answer(receipt: Receipt, stated: Option<u64>) -> Result<(Receipt, Answer)> {
+    let answer = match receipt.state {
+        crate::messaging::ReceiptState::Accepted => Answer::Accepted(stated),
+        _ => Answer::Other,
+    };
+    receipt_answer(receipt).map(|r| (r, answer))
 }
 
 /// What a send's caller hears for a receipt: the receipt, or the refusal it states.

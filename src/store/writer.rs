@@ -393,7 +393,8 @@ impl Writer {
     /// `DEFERRED_SYNC_MS` from now while a send's receipt is expected.
     fn timer(&self) -> Option<std::time::Instant> {
         let wait = std::time::Duration::from_millis(DEFERRED_SYNC_MS);
-        let sync = (self.unsynced && !self.faults.no_deferred_timer)
+        // A poisoned writer syncs nothing more: no timer for it (it would fire at once, again).
+        let sync = (self.unsynced && !self.faults.no_deferred_timer && !self.is_poisoned())
             .then(|| self.unsynced_since.unwrap_or_else(std::time::Instant::now) + wait);
         let receipt = self.receipt_due.then(|| std::time::Instant::now() + wait);
         match (sync, receipt) {
@@ -589,6 +590,16 @@ impl Writer {
         self.shared.committed.read().poisoned.is_some()
     }
 
+    /// A send's intent batch left unsynced: its change notifications wait for the sync that
+    /// makes it durable (see `mark_durable`), so readers woken by them find it durable.
+    /// Returns true (deferred).
+    fn defer_notifications(&mut self, wake_worker: bool) -> bool {
+        let h = self.handed.get_or_insert_with(Handed::default);
+        h.changes = true;
+        h.worker |= wake_worker;
+        true
+    }
+
     /// Applies the batch's writes, writes their records as one frame and, when a waiter needs
     /// them durable, fdatasyncs it (a batch without durable waiters is deferred; a send's
     /// intent is written out), then answers each waiter. Returns true when records were committed.
@@ -630,11 +641,7 @@ impl Writer {
             if sync && self.unsynced {
                 outcome = self.sync_data();
             } else if self.unsynced && !records.is_empty() && intent {
-                // A send's intent: readers woken by it must find it durable.
-                let h = self.handed.get_or_insert_with(Handed::default);
-                h.changes = true;
-                h.worker |= wake_worker;
-                deferred = true;
+                deferred = self.defer_notifications(wake_worker);
             }
         } else {
             let e = outcome.as_ref().err().cloned();
