@@ -30,9 +30,10 @@ const TARGETS: [&str; 11] = [
     "idleRss",
     "criticalFsyncs",
 ];
-const FLOORS: [&str; 7] = [
+const FLOORS: [&str; 8] = [
     "udsTrip",
     "fdatasync",
+    "writeOut",
     "fdatasyncAppend",
     "atomicReplace",
     "spawn",

@@ -10,8 +10,8 @@
 //! About 370 kill and stop points in all, plus 40 kills of a receiver whose store compacts
 //! every few messages (some land inside a compaction: its temp file is left). Also: a killed host's journal with a flipped byte
 //! needs recovery and is left untouched; a torn tail is ignored; a sender whose intent
-//! fdatasync is held (debug builds' `PEERWIRE_TEST_HOLD_SYNC`) delivers but answers only after
-//! that sync, and a kill while it is held leaves the intent for the next incarnation to re-ask.
+//! fdatasync is held (debug builds' `PEERWIRE_TEST_HOLD_SYNC`; its receiver states no device
+//! flush, `PEERWIRE_TEST_UNFLUSHED`) delivers but answers only after that sync, and a kill while it is held leaves the intent for the next incarnation to re-ask.
 //!
 //! SIGKILL keeps the page cache, so these loops prove the ordering (journal write before the
 //! answer, outbox intent before the first byte, replay of whatever the dead process wrote);
@@ -472,7 +472,14 @@ fn sender_restarts_and_stops_deliver_every_message_exactly_once() {
     // else is, no sender store is left with an unresolved entry, and no sender record
     // contradicts the receiver's (a failure where the receiver holds the message).
     let ns = Ns::new("crashmix");
-    crash_config_with(&ns, json!({"heartbeatMs": 100, "staleMs": 500}));
+    // Room for every message of every round in the receiver's store: sends are fast enough
+    // (one fdatasync each) that 100 rounds of a stream outgrow the default storageBytes, and a
+    // full store answers QUEUE_FULL, which would hold the route's head (and everything behind
+    // it) unresolved, correctly but beside this test's point.
+    crash_config_with(
+        &ns,
+        json!({"heartbeatMs": 100, "staleMs": 500, "storageBytes": 64u64 << 20}),
+    );
     let limits = Config::load(&ns.home).unwrap().limits;
     let bob = ns.host(&["--alias", "bob"]);
     let to = bob.field("peerId");
@@ -661,7 +668,11 @@ fn accepted_waits_for_the_senders_intent_sync_which_overlaps_delivery() {
     // Store waits are bounded by 4 × acknowledgementMs: room for the held sync under load.
     ns.config(json!({"limits": {"acknowledgementMs": 5_000}}));
     let limits = Config::load(&ns.home).unwrap().limits;
-    let bob = ns.host(&["--alias", "bob"]);
+    // Bob states no device flush: on a shared ext4 device his accept's fdatasync would
+    // otherwise make alice's written-out intent durable, and she would not sync it herself.
+    let bob = ns.host_with(&["--alias", "bob"], |c| {
+        c.env(store::UNFLUSHED_ENV, "1");
+    });
     let bob_peer = bob.field("peerId");
     let hold = ns.root.join("hold-sync");
     let alice_host = || {

@@ -55,43 +55,95 @@ fn quick_routes(ns: &Ns, extra: Value) {
     ns.config(json!({ "limits": limits }));
 }
 
-/// The sender's journal fdatasyncs so far, from `local.info`.
-fn syncs(c: &mut LocalClient) -> u64 {
+/// A root's journal counters so far, from `local.info`: (fdatasyncs, of them the ones a send
+/// led for its own intent).
+fn syncs(c: &mut LocalClient) -> (u64, u64) {
     let info = c.call("local.info", json!({"version": 1}), 10_000).unwrap();
-    info["store"]["syncs"]
-        .as_u64()
-        .expect("local.info store.syncs")
+    let n = |k: &str| {
+        info["store"][k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("local.info store.{k}: {info}"))
+    };
+    (n("syncs"), n("intentSyncs"))
 }
 
-/// A stream of sends costs the sender one fdatasync per message (its outbox intent): the
-/// receipt it records after `accepted` rides the next intent's sync instead of a second one.
-/// Before, every send waited for two (intent, then the receipt record): 2 × N here. The bound
-/// leaves room for receipts synced on their own after a pause between sends on a slow machine.
-#[test]
-fn a_stream_of_sends_costs_the_sender_one_fdatasync_per_message() {
-    const N: u64 = 40;
-    let ns = Ns::new("onesync");
+/// A stream of `N` sends between two roots on one filesystem: (sender fdatasyncs, of them led
+/// for an intent, receiver fdatasyncs). `unflushed` starts the receiver with
+/// `PEERWIRE_TEST_UNFLUSHED`: it states no device flush, as an older peer or one on another
+/// filesystem.
+fn stream_syncs(tag: &str, n: u64, unflushed: bool) -> (u64, u64, u64) {
+    let ns = Ns::new(tag);
     ns.config(json!({"limits": {
         "ratePerSecond": 1_000_000,
         "rateBurst": 1_000_000,
         "inboxMessages": 1_000,
     }}));
     let alice = ns.host(&["--alias", "alice"]);
-    let bob = ns.host(&["--alias", "bob"]);
+    let bob = ns.host_with(&["--alias", "bob"], |c| {
+        if unflushed {
+            c.env(peerwire::store::UNFLUSHED_ENV, "1");
+        }
+    });
     let to = bob.field("peerId");
-    let mut c = client(&alice);
+    let (mut c, mut b) = (client(&alice), client(&bob));
     send(&mut c, &to, "warm-0", "warm up the connection").unwrap();
-    let before = syncs(&mut c);
-    for i in 0..N {
+    let (before, led_before) = syncs(&mut c);
+    let (bob_before, _) = syncs(&mut b);
+    for i in 0..n {
         let r = send(&mut c, &to, &format!("s-{i}"), "hello").unwrap();
         assert_eq!(r["state"], json!("accepted"), "{r}");
     }
-    let spent = syncs(&mut c) - before;
+    let (after, led_after) = syncs(&mut c);
+    let (bob_after, _) = syncs(&mut b);
+    assert_eq!(inbox(&bob).len() as u64, n + 1);
+    (
+        after - before,
+        led_after - led_before,
+        bob_after - bob_before,
+    )
+}
+
+/// The receiver's accept fdatasync, stated as `flushedDevice`, also flushes the sender's
+/// written-out intent when both journals share an ext4 device: a stream of sends then costs
+/// the sender no fdatasync of its own on any send's path (only the writer thread's deferred
+/// sync every `DEFERRED_SYNC_MS`), while the receiver still makes one per accept. Before, the
+/// sender made one per message (its intent). On another filesystem the statement is never made
+/// and the sender syncs every intent itself, as checked by the next test.
+#[test]
+fn a_stream_of_sends_rides_the_receivers_flush_on_a_shared_ext4_device() {
+    const N: u64 = 40;
+    let probe = peerwire::fsutil::TempDir::new("flush-probe").unwrap();
+    let f = std::fs::File::create(probe.join("f")).unwrap();
+    if !peerwire::store::flush::Device::of(&f).flushes {
+        eprintln!(
+            "skipped: the test directory's filesystem does not flush on fdatasync (not ext4)"
+        );
+        return;
+    }
+    let (sender, led, receiver) = stream_syncs("flushride", N, false);
+    assert_eq!(led, 0, "the sender synced {led} intents itself");
     assert!(
-        (N..=N + N / 2).contains(&spent),
-        "{spent} fdatasyncs for {N} sends (one intent each; the receipt records ride them)"
+        sender < N,
+        "{sender} sender fdatasyncs for {N} sends (only deferred ones expected)"
     );
-    assert_eq!(inbox(&bob).len() as u64, N + 1);
+    assert!(
+        receiver >= N,
+        "{receiver} receiver fdatasyncs for {N} accepts (one each)"
+    );
+}
+
+/// A receiver that states no device flush (an older peer, another filesystem): the sender
+/// makes every intent durable itself before it reports `accepted`, so each send costs it an
+/// fdatasync, led by the sending thread unless the deferred sync came first.
+#[test]
+fn a_sender_syncs_its_intent_itself_when_the_receiver_states_no_flush() {
+    const N: u64 = 40;
+    let (sender, led, _) = stream_syncs("flushnone", N, true);
+    assert!(
+        sender >= N,
+        "{sender} sender fdatasyncs for {N} sends: each intent must be synced before its answer"
+    );
+    assert!(led > 0, "no intent sync was led by a send");
 }
 
 #[test]

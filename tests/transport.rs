@@ -923,7 +923,14 @@ fn the_manpage_example_is_answered_by_a_real_host_as_documented() {
     let got = raw.line().unwrap();
     let want = page(5);
     assert_eq!(got["id"], want["id"]);
-    assert_eq!(keys(&got["result"]), keys(&want["result"]), "{got}");
+    // `flushedDevice` is optional (a recipient on a qualifying ext4 journal states it; see
+    // peer.send in the man page): the documented example, from no particular filesystem,
+    // leaves it out.
+    let stated = &got["result"]["flushedDevice"];
+    assert!(stated.is_null() || stated.is_u64(), "{got}");
+    let mut got_keys = keys(&got["result"]);
+    got_keys.retain(|k| k != "flushedDevice");
+    assert_eq!(got_keys, keys(&want["result"]), "{got}");
     assert_eq!(got["result"]["toPeerId"], json!(b.peer_id));
     assert_eq!(got["result"]["fromPeerId"], json!(client.peer_id));
     assert_eq!(got["result"]["state"], want["result"]["state"]);

@@ -63,6 +63,9 @@ pub struct Floors {
     pub uds_trip: Summary,
     /// A record written in place into preallocated room + fdatasync.
     pub fdatasync: Summary,
+    /// A record written in place into preallocated room + written out to the device
+    /// (`sync_file_range`, no flush): what a send's intent costs on its path now.
+    pub write_out: Summary,
     /// A record appended (the file grows) + fdatasync: the size goes to disk too.
     pub fdatasync_append: Summary,
     pub atomic_replace: Summary,
@@ -74,7 +77,7 @@ pub struct Floors {
 }
 
 /// The floor names, in report order, with what each measures and the durability it gives.
-pub const FLOOR_ROWS: [(&str, &str, &str); 7] = [
+pub const FLOOR_ROWS: [(&str, &str, &str); 8] = [
     (
         "udsTrip",
         "Unix socket round trip, 64 B, echo thread, unpinned",
@@ -84,6 +87,11 @@ pub const FLOOR_ROWS: [(&str, &str, &str); 7] = [
         "fdatasync",
         "write 4 KiB in place into a preallocated zero-filled file + fdatasync, benchmark filesystem",
         "fdatasync per record",
+    ),
+    (
+        "writeOut",
+        "write 4 KiB in place into a preallocated zero-filled file + sync_file_range (write out and wait, no device flush), benchmark filesystem",
+        "none alone: durable at the device's next cache flush (a send's intent, covered by the recipient's accept fdatasync on the same ext4 device)",
     ),
     (
         "fdatasyncAppend",
@@ -105,6 +113,7 @@ impl Floors {
         Some(match name {
             "udsTrip" => self.uds_trip,
             "fdatasync" => self.fdatasync,
+            "writeOut" => self.write_out,
             "fdatasyncAppend" => self.fdatasync_append,
             "atomicReplace" => self.atomic_replace,
             "spawn" => self.spawn,
@@ -166,6 +175,7 @@ pub fn measure(dir: &Path, sizes: &FloorSizes) -> Result<Floors> {
     Ok(Floors {
         uds_trip: uds_trip(sizes.trips, sizes.trips_warmup)?,
         fdatasync: overwrite_sync(dir, sizes.syncs)?,
+        write_out: overwrite(dir, sizes.syncs, Settle::WriteOut)?,
         fdatasync_append: append_sync(dir, sizes.syncs)?,
         atomic_replace: atomic_replace(dir, sizes.replaces)?,
         spawn: spawn(sizes.spawns)?,
@@ -242,7 +252,18 @@ fn zero_filled(path: &Path, bytes: usize) -> Result<File> {
     Ok(f)
 }
 
+/// How an in-place floor record is made to settle.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Settle {
+    Fdatasync,
+    WriteOut,
+}
+
 fn overwrite_sync(dir: &Path, n: usize) -> Result<Summary> {
+    overwrite(dir, n, Settle::Fdatasync)
+}
+
+fn overwrite(dir: &Path, n: usize, settle: Settle) -> Result<Summary> {
     let path = dir.join("floor-overwrite.log");
     let warmup = (n / 20).max(2);
     let f = zero_filled(&path, (n + warmup) * RECORD_BYTES);
@@ -258,8 +279,12 @@ fn overwrite_sync(dir: &Path, n: usize) -> Result<Summary> {
     let mut run = || -> std::io::Result<()> {
         for i in 0..n + warmup {
             let t = Instant::now();
-            f.write_all_at(&record, (i * RECORD_BYTES) as u64)?;
-            f.sync_data()?;
+            let at = (i * RECORD_BYTES) as u64;
+            f.write_all_at(&record, at)?;
+            match settle {
+                Settle::Fdatasync => f.sync_data()?,
+                Settle::WriteOut => crate::store::flush::write_out(&f, at, RECORD_BYTES as u64)?,
+            }
             if i >= warmup {
                 samples.push(micros(t));
             }
@@ -269,7 +294,10 @@ fn overwrite_sync(dir: &Path, n: usize) -> Result<Summary> {
     let outcome = run();
     drop(f);
     let _ = std::fs::remove_file(&path);
-    outcome.map_err(|e| io("write in place + fdatasync", e))?;
+    outcome.map_err(|e| match settle {
+        Settle::Fdatasync => io("write in place + fdatasync", e),
+        Settle::WriteOut => io("write in place + sync_file_range", e),
+    })?;
     Ok(Summary::of(&samples))
 }
 
@@ -447,7 +475,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let f = f.unwrap();
         assert_eq!(f.uds_trip.n, 5);
-        assert_eq!((f.fdatasync.n, f.fdatasync_append.n), (3, 3));
+        assert_eq!(
+            (f.fdatasync.n, f.write_out.n, f.fdatasync_append.n),
+            (3, 3, 3)
+        );
         assert_eq!(f.verify.n, 3);
         let j = f.to_json();
         for (name, _, _) in FLOOR_ROWS {

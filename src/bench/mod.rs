@@ -181,7 +181,7 @@ impl Measured<'_> {
                 "n": out.critical_syncs.len(),
                 "median": stats::round2(stats::Summary::of(&out.critical_syncs).median),
                 "max": stats::round2(out.critical_syncs.iter().copied().fold(f64::NAN, f64::max)),
-                "method": "single sends on settled roots: fdatasyncs the sender and the receiver completed between the send's start and its return (an upper bound on the syncs it waited for; the sender's intent sync runs while the message is delivered and the receiver's accept sync runs, so these two overlap rather than add up)",
+                "method": "single sends on settled roots: fdatasyncs the sender and the receiver completed between the send's start and its return (an upper bound on the syncs it waited for; the sender's intent is written out, not synced, and the receiver's accept sync flushes it when both journals share an ext4 device; otherwise the sender syncs it after the answer)",
             },
             "idle": out.idle.map(|i| idle_json(&i, "right after start")),
             "idleAfter": out.idle_after.map(|i| idle_json(&i, "after every phase, senders still live")),
@@ -286,7 +286,7 @@ fn counters_text(r: &Value) -> String {
     }
     let c = &r["criticalFsyncs"];
     s += &format!(
-        "fdatasyncs completed during a single send (critical path, upper bound; the sender's intent sync overlaps the receiver's): median {}, max {} over {} sends\n",
+        "fdatasyncs completed during a single send (critical path, upper bound; the sender's intent is written out and covered by the receiver's accept sync): median {}, max {} over {} sends\n",
         c["median"], c["max"], c["n"]
     );
     for key in ["idle", "idleAfter"] {

@@ -388,6 +388,7 @@ mod tests {
         Floors {
             uds_trip: s,
             fdatasync: s,
+            write_out: s,
             fdatasync_append: s,
             atomic_replace: s,
             spawn: s,

@@ -454,6 +454,19 @@ pub fn receipt_answer(raw: &RawValue) -> crate::error::Result<Receipt> {
     Receipt::decode(v)
 }
 
+/// The recipient's `flushedDevice` statement in a `peer.send` answer's JSON text, if it makes
+/// one (a number); anything else, or a malformed answer, states nothing.
+pub fn flushed_device(raw: &RawValue) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Stated {
+        #[serde(default, rename = "flushedDevice")]
+        flushed_device: Option<u64>,
+    }
+    serde_json::from_str::<Stated>(raw.get())
+        .ok()
+        .and_then(|s| s.flushed_device)
+}
+
 #[cfg(test)]
 #[path = "hot_tests.rs"]
 mod tests;

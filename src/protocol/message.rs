@@ -110,6 +110,12 @@ impl ReceiptState {
     }
 }
 
+/// The optional `peer.send` answer field in which a recipient states that an fdatasync of its
+/// journal, begun after the request arrived, returned for this very accept, and that this
+/// fdatasync flushed the write cache of the device with this `st_dev` (see
+/// `store::flush`). Older peers neither send nor read it.
+pub const FLUSHED_DEVICE: &str = "flushedDevice";
+
 /// A custody receipt as it crosses the wire: the answer of `peer.send` and `peer.status`, the
 /// body of `peer.receipt`, and what local adapters are shown.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,6 +147,8 @@ struct SortedReceipt<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     code: Option<&'a str>,
     correlation_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flushed_device: Option<u64>,
     from_peer_id: &'a str,
     message_id: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -154,10 +162,17 @@ impl Receipt {
     /// The receipt as compact JSON text, byte for byte what serialising its `Value` writes
     /// (keys in sorted order).
     pub fn to_json(&self) -> Vec<u8> {
+        self.to_json_stating(None)
+    }
+
+    /// [`to_json`](Self::to_json) as a `peer.send` answer, with the recipient's
+    /// `flushedDevice` statement when it makes one (see [`FLUSHED_DEVICE`]).
+    pub fn to_json_stating(&self, flushed_device: Option<u64>) -> Vec<u8> {
         serde_json::to_vec(&SortedReceipt {
             at_ms: self.at_ms,
             code: self.code.as_deref(),
             correlation_id: &self.correlation_id,
+            flushed_device,
             from_peer_id: &self.from_peer_id,
             message_id: &self.message_id,
             reply_message_id: self.reply_message_id.as_deref(),

@@ -116,8 +116,14 @@ pub fn peer_directory(core: &Core) -> RunsPage {
 }
 
 /// Takes custody of one `peer.send` from an authenticated peer: the sender is the connection
-/// plus its `fromRun`, its session and alias what its presence record states.
-pub fn peer_send(core: &Core, from: &PeerInfo, send: PeerSend) -> Result<message::Receipt> {
+/// plus its `fromRun`, its session and alias what its presence record states. Answers the
+/// receipt and the `flushedDevice` statement the answer carries, if the store may make it
+/// (`StoreHandle::accept_stating`).
+pub fn peer_send(
+    core: &Core,
+    from: &PeerInfo,
+    send: PeerSend,
+) -> Result<(message::Receipt, Option<u64>)> {
     let who = principal(from, send.from_run);
     let (origin, from_alias) = core.sender_facts(&who)?;
     let reply_to = send.body.reply_to.clone();
@@ -130,9 +136,9 @@ pub fn peer_send(core: &Core, from: &PeerInfo, send: PeerSend) -> Result<message
         expires_at_ms: send.expires_at_ms,
         from_alias: from_alias.clone(),
     };
-    let r = core.store.accept(who, inbound)?;
+    let (r, stated) = core.store.accept_stating(who, inbound)?;
     core.announce_arrival(&r, reply_to.as_deref(), from_alias.as_deref());
-    Ok(r.into())
+    Ok((r.into(), stated))
 }
 
 /// What a local method answers.
@@ -265,6 +271,10 @@ pub struct StoreInfo {
     pub torn_tail_batches: u64,
     pub poisoned: bool,
     pub syncs: u64,
+    /// Of those, the ones a sender led for its own intent (no recipient's flush covered it).
+    pub intent_syncs: u64,
+    /// Intent frames written out (`sync_file_range`) instead of fdatasynced.
+    pub write_outs: u64,
     pub batches: u64,
     pub jobs: u64,
     pub compactions: u64,
@@ -428,6 +438,8 @@ fn store_info(core: &Core) -> StoreInfo {
         torn_tail_batches: s.torn_tail_batches,
         poisoned: s.poisoned,
         syncs: s.syncs,
+        intent_syncs: s.intent_syncs,
+        write_outs: s.write_outs,
         batches: s.batches,
         jobs: s.jobs,
         compactions: s.compactions,

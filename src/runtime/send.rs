@@ -10,6 +10,7 @@ use crate::messaging::{
     RouteDecision, TargetRef, is_retryable,
 };
 use crate::protocol::message::{PeerSend, ReceiptPush};
+use crate::store::flush::{self, Answer};
 use crate::{clock, directory};
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -174,19 +175,28 @@ impl Core {
         // leaves a route a caller is about to drive to the caller instead of racing it for
         // the route lock (`retry_routes`).
         let route = self.route(&caller.peer_id, &to.peer_id);
-        // The intent is in the journal file before the first byte leaves (a crash of this
-        // process cannot lose it); its fdatasync runs while the route delivers it.
+        // The intent is in the journal file and written out to the device before the first
+        // byte leaves (a crash of this process cannot lose it; the device's next cache flush
+        // makes it durable).
         let (entry, intent_sync) = self.store.outbox_intent_written(intent)?;
         let answer = self.answer_send(caller, &to, &req.message_id, &entry, &route);
         // Nobody hears an answer before the intent is durable: `accepted` means both the
-        // recipient's record and ours survive a power loss. A failure we recorded was appended
-        // after the intent, so its own fdatasync already covered it; usually this returns at
-        // once.
-        self.store.wait_durable(intent_sync)?;
-        answer
+        // recipient's record and ours survive a power loss. The recipient's stated flush of our
+        // device covers it when every condition of `flush::covered` holds; otherwise we
+        // fdatasync it now. A failure we recorded was appended after the intent, so its own
+        // fdatasync already covered it; then this returns at once.
+        let stated = match &answer {
+            Ok((_, a)) => *a,
+            Err(_) => Answer::Other,
+        };
+        if !flush::covered(self.store.device(), intent_sync.frame, stated) {
+            self.store.wait_durable(intent_sync)?;
+        }
+        answer.map(|(r, _)| r)
     }
 
-    /// Drives the route of a just-written intent until `message_id` has an answer.
+    /// Drives the route of a just-written intent until `message_id` has an answer, and how
+    /// the recipient answered (see [`Answer`]).
     fn answer_send(
         &self,
         caller: &Caller,
@@ -194,9 +204,10 @@ impl Core {
         message_id: &str,
         entry: &OutboxEntry,
         route: &Mutex<Route>,
-    ) -> Result<Receipt> {
+    ) -> Result<(Receipt, Answer)> {
         if entry.receipt.is_some() {
             self.outbox_answer(&caller.peer_id, &to.peer_id, message_id)
+                .map(|r| (r, Answer::Other))
         } else {
             // A caller's send is a fresh attempt: a route whose head gave up starts over.
             {
@@ -206,7 +217,7 @@ impl Core {
                 }
             }
             let answer = self
-                .drive_route(&caller.peer_id, to, Some(message_id), true)
+                .drive_route_stated(&caller.peer_id, to, Some(message_id), true)
                 .unwrap_or_else(|| {
                     Err(Error::new(
                         Code::NotFound,
@@ -280,6 +291,21 @@ impl Core {
         want: Option<&str>,
         wait: bool,
     ) -> Option<Result<Receipt>> {
+        self.drive_route_stated(from, to, want, wait)
+            .map(|a| a.map(|(r, _)| r))
+    }
+
+    /// [`drive_route`](Self::drive_route), with how the recipient answered: `Accepted` only
+    /// for an `accepted` receipt this very call's attempt of `want` got (never one read from
+    /// the stored state or another caller's attempt).
+    fn drive_route_stated(
+        &self,
+        from: &str,
+        to: &TargetRef,
+        want: Option<&str>,
+        wait: bool,
+    ) -> Option<Result<(Receipt, Answer)>> {
+        let from_state = |r: Result<Receipt>| r.map(|r| (r, Answer::Other));
         let route = self.route(from, &to.peer_id);
         let mut r = route.lock();
         let mut last_err: Option<Error> = None;
@@ -289,11 +315,11 @@ impl Core {
                 Err(e) => return want.map(|_| Err(e)),
             };
             if let Some(w) = want.filter(|w| !pending.iter().any(|e| e.message_id == *w)) {
-                return Some(self.outbox_answer(from, &to.peer_id, w));
+                return Some(from_state(self.outbox_answer(from, &to.peer_id, w)));
             }
             match r.queue.next(&pending, self.limits(), clock::now_ms()) {
                 RouteDecision::Idle => {
-                    return want.map(|w| self.outbox_answer(from, &to.peer_id, w));
+                    return want.map(|w| from_state(self.outbox_answer(from, &to.peer_id, w)));
                 }
                 RouteDecision::Send(id) => {
                     let Some(entry) = pending.iter().find(|e| e.message_id == id) else {
@@ -307,8 +333,8 @@ impl Core {
                     match self.attempt(entry, &mut r) {
                         // The answer is the receipt in hand: our copy of it may not be
                         // applied yet (the route waits for it before its next read).
-                        Ok(receipt) if want == Some(id.as_str()) => {
-                            return Some(receipt_answer(receipt));
+                        Ok((receipt, stated)) if want == Some(id.as_str()) => {
+                            return Some(attempt_answer(receipt, stated));
                         }
                         Ok(_) => {}
                         Err(e) => last_err = Some(e),
@@ -339,12 +365,13 @@ impl Core {
     }
 
     /// One delivery attempt of a route's head. A failure is recorded durably before anyone
-    /// hears it; a receipt is queued for recording and returned at once.
-    fn attempt(&self, entry: &OutboxEntry, r: &mut Route) -> Result<Receipt> {
+    /// hears it; a receipt is queued for recording and returned at once, with the
+    /// recipient's `flushedDevice` statement.
+    fn attempt(&self, entry: &OutboxEntry, r: &mut Route) -> Result<(Receipt, Option<u64>)> {
         let outcome = self.deliver(entry);
         let key = (entry.from_peer_id.clone(), entry.to.peer_id.clone());
         let e = match outcome {
-            Ok(receipt) => {
+            Ok((receipt, stated)) => {
                 r.queue.resolved(&entry.message_id);
                 self.outbox.route_errors.lock().remove(&key);
                 // A receipt is the recipient's durable statement and the caller holds it: our
@@ -361,7 +388,7 @@ impl Core {
                     // Not recorded: the entry stays unresolved and the worker re-asks.
                     Err(_) => self.store.nudge_worker(),
                 }
-                return Ok(receipt);
+                return Ok((receipt, stated));
             }
             Err(e) => e,
         };
@@ -415,9 +442,10 @@ impl Core {
         }
     }
 
-    /// Hands one outbox entry to its recipient: in-process for our own runs, otherwise over
-    /// an authenticated connection to the target instance.
-    fn deliver(&self, entry: &OutboxEntry) -> Result<Receipt> {
+    /// Hands one outbox entry to its recipient: in-process for our own runs (no statement: our
+    /// own accept's sync is ours), otherwise over an authenticated connection to the target
+    /// instance, with what its answer states (`flushedDevice`).
+    fn deliver(&self, entry: &OutboxEntry) -> Result<(Receipt, Option<u64>)> {
         let from_run = self.run_of_peer(&entry.from_peer_id);
         if entry.to.instance_id == self.instance_id {
             let from = self.principal_of(&entry.from_peer_id, from_run);
@@ -433,7 +461,7 @@ impl Core {
             };
             let r = self.store.accept(from, send)?;
             self.announce_arrival(&r, entry.body.reply_to.as_deref(), alias.as_deref());
-            return Ok(r);
+            return Ok((r, None));
         }
         let target = self.presence.target_of_instance(&entry.to.instance_id)?;
         let silent = match self.presence.reach_of(&entry.to.instance_id) {
@@ -449,7 +477,7 @@ impl Core {
             correlation_id: Some(entry.correlation_id.clone()),
             expires_at_ms: Some(entry.expires_at_ms),
         };
-        let r = self
+        let (r, stated) = self
             .pool
             .peer_send(&target, &send, self.limits().acknowledgement_ms)
             .inspect_err(|e| {
@@ -471,7 +499,7 @@ impl Core {
                 ),
                 _ => e,
             })?;
-        Ok(r.into())
+        Ok((r.into(), stated))
     }
 
     /// Why an unresolved outbox entry is still unresolved, for `peer status`: the route's last
@@ -689,6 +717,16 @@ pub fn refuse_expired(r: &Receipt) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The answer of a caller's own delivery attempt: the receipt (or the refusal it states), and
+/// the recipient's `flushedDevice` statement, which counts only for an `accepted` receipt.
+fn attempt_answer(receipt: Receipt, stated: Option<u64>) -> Result<(Receipt, Answer)> {
+    let answer = match receipt.state {
+        crate::messaging::ReceiptState::Accepted => Answer::Accepted(stated),
+        _ => Answer::Other,
+    };
+    receipt_answer(receipt).map(|r| (r, answer))
 }
 
 /// What a send's caller hears for a receipt: the receipt, or the refusal it states.

@@ -62,7 +62,14 @@ impl Handler for RootHandler {
     ) -> Result<Value> {
         let core = &self.0;
         match method {
-            "peer.send" => encode(&handler::peer_send(core, from, PeerSend::decode(params)?)?),
+            "peer.send" => {
+                let (r, stated) = handler::peer_send(core, from, PeerSend::decode(params)?)?;
+                let mut v = encode(&r)?;
+                if let (Some(d), Some(m)) = (stated, v.as_object_mut()) {
+                    m.insert(crate::protocol::message::FLUSHED_DEVICE.into(), d.into());
+                }
+                Ok(v)
+            }
             "peer.status" => {
                 let q = PeerStatus::decode(&params)?;
                 encode(&handler::peer_status(core, from, q, None)?)
@@ -93,7 +100,10 @@ impl Handler for RootHandler {
     fn peer_call(&self, from: &PeerInfo, call: HotCall, _notify: &Notifier) -> Result<Answer> {
         Ok(match call {
             // The custody receipt goes out as its JSON text, written without a `Value`.
-            HotCall::Send(send) => Answer::Json(handler::peer_send(&self.0, from, send)?.to_json()),
+            HotCall::Send(send) => {
+                let (r, stated) = handler::peer_send(&self.0, from, send)?;
+                Answer::Json(r.to_json_stating(stated))
+            }
             HotCall::Receipt(push) => {
                 Answer::Value(encode(&handler::peer_receipt(&self.0, from, push)?)?)
             }

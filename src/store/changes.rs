@@ -15,8 +15,15 @@ pub struct StoreStats {
     pub jobs: u64,
     /// Batches that wrote a frame.
     pub batches: u64,
-    /// fdatasync calls on the journal (one per written batch).
+    /// fdatasync calls on the journal.
     pub syncs: u64,
+    /// Write-outs (`sync_file_range`) of a send's intent frame instead of an fdatasync.
+    pub write_outs: u64,
+    /// Bytes those write-outs covered (each from the end of the last fdatasync).
+    pub write_out_bytes: u64,
+    /// fdatasyncs a sender led for its own intent because no recipient's flush covered it
+    /// (`StoreHandle::wait_durable`).
+    pub intent_syncs: u64,
     pub records: u64,
     /// Most jobs taken in one batch.
     pub max_batch: u64,
@@ -73,6 +80,15 @@ pub(crate) struct Shared {
     pub thread_wanted: AtomicBool,
     /// The writer shut down: submissions fail with DISCONNECTED before they are queued.
     pub closed: AtomicBool,
+    /// fdatasyncs of the journal begun, and the number (in that count) of the latest one
+    /// begun that returned successfully: a write queued when `syncs_begun` was `n` is covered
+    /// by a device flush issued after it was queued once `synced_begun > n` (see
+    /// `StoreHandle::accept_stating`).
+    syncs_begun: AtomicU64,
+    synced_begun: AtomicU64,
+    /// What the last intent batch's waiters learn about their frame (set by the writer
+    /// right before it answers them, read by their answer in the same thread).
+    intent_frame: Mutex<super::flush::IntentFrame>,
     /// Wakes callers waiting for `written` or `durable` to pass a batch (or for poisoning).
     progress: Mutex<()>,
     progressed: Condvar,
@@ -110,6 +126,9 @@ impl Shared {
             lazy_applied: AtomicU64::new(0),
             thread_wanted: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            syncs_begun: AtomicU64::new(0),
+            synced_begun: AtomicU64::new(0),
+            intent_frame: Mutex::new(super::flush::IntentFrame::default()),
             progress: Mutex::new(()),
             progressed: Condvar::new(),
             idle: Mutex::new(Idle::default()),
@@ -122,6 +141,41 @@ impl Shared {
         if self.idle.lock().sleeping {
             self.job_queued.notify_one();
         }
+    }
+
+    /// Counts an fdatasync about to begin; returns its number.
+    pub fn sync_begins(&self) -> u64 {
+        self.syncs_begun.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Fdatasync number `begun` returned successfully.
+    pub fn sync_ended(&self, begun: u64) {
+        self.synced_begun.fetch_max(begun, Ordering::SeqCst);
+    }
+
+    /// How many fdatasyncs have begun (read before a write is queued).
+    pub fn syncs_begun(&self) -> u64 {
+        self.syncs_begun.load(Ordering::SeqCst)
+    }
+
+    /// Whether an fdatasync begun after `syncs_begun()` read `before` has returned.
+    pub fn synced_since(&self, before: u64) -> bool {
+        self.synced_begun.load(Ordering::SeqCst) > before
+    }
+
+    pub fn set_intent_frame(&self, f: super::flush::IntentFrame) {
+        *self.intent_frame.lock() = f;
+    }
+
+    pub fn intent_frame(&self) -> super::flush::IntentFrame {
+        *self.intent_frame.lock()
+    }
+
+    /// Whether the writer thread sleeps with a timer: it will look at deferred frames when
+    /// it ends, without a ring.
+    pub fn sleeps_timed(&self) -> bool {
+        let idle = self.idle.lock();
+        idle.sleeping && idle.timed
     }
 
     /// Called by a leader that left the writer thread work, after releasing the writer.

@@ -7,11 +7,15 @@
 //! shared committed state: [`StoreHandle::query`] sees only durable state (when a batch is
 //! between apply and fdatasync it is answered by the writer after that sync instead),
 //! [`StoreHandle::peek`] also sees applied records, for the root's own route bookkeeping.
-//! The send path's intent is answered once written, its fdatasync overlapping the delivery
-//! ([`StoreHandle::outbox_intent_written`], [`StoreHandle::wait_durable`]).
+//! The send path's intent is answered once written and written out to the device, without an
+//! fdatasync: a recipient's stated device flush usually makes it durable, otherwise the sender
+//! leads its sync ([`StoreHandle::outbox_intent_written`], [`StoreHandle::wait_durable`],
+//! [`super::flush`]). A recipient's accept says whether an fdatasync begun after it was
+//! queued returned ([`StoreHandle::accept_stating`]).
 //! Includes the change notification readers block on (bounded by `waitMsMax`, abortable).
 
 use super::changes::{Shared, StoreStats};
+use super::flush::{Device, IntentFrame};
 use super::oneshot::{self, Gone};
 use super::writer::{Ack, Job, ReadFn, Wake, WriteFn, Writer};
 use crate::config::Limits;
@@ -28,11 +32,16 @@ use std::time::{Duration, Instant};
 
 use crate::config::internal::CANCEL_POLL_MS;
 
-/// The batch a write answered once written ([`StoreHandle::write_written`]) landed in:
-/// [`StoreHandle::wait_durable`] returns once that batch's fdatasync has.
+/// The batch a write answered once written ([`StoreHandle::write_written`]) landed in, and
+/// what the writer knows of its frame: [`StoreHandle::wait_durable`] returns once that batch
+/// is fdatasynced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use = "the write is not durable until its batch is waited for"]
-pub struct SyncTicket(u64);
+pub struct SyncTicket {
+    batch: u64,
+    /// In room and written out (see [`IntentFrame`]).
+    pub frame: IntentFrame,
+}
 
 /// A write queued to the writer without waiting ([`StoreHandle::outbox_receipt_queued`]):
 /// [`StoreHandle::wait_applied`] returns once the writer has applied it to the shared state
@@ -56,6 +65,8 @@ pub struct StoreHandle {
     pub(crate) shared: Arc<Shared>,
     pub(crate) recipients: Arc<RwLock<Recipients>>,
     pub(crate) limits: Arc<Limits>,
+    /// The journal's device facts (the writer's, copied at open).
+    pub(crate) device: Device,
 }
 
 impl StoreHandle {
@@ -199,7 +210,11 @@ impl StoreHandle {
         // (or, for a write that added no records, the last batch, whose state it read).
         let shared = self.shared.clone();
         self.write_job(op, Ack::Written, Wake::Quiet, move |v| {
-            (v, SyncTicket(shared.written.load(Ordering::Acquire)))
+            let ticket = SyncTicket {
+                batch: shared.written.load(Ordering::Acquire),
+                frame: shared.intent_frame(),
+            };
+            (v, ticket)
         })
     }
 
@@ -226,11 +241,36 @@ impl StoreHandle {
         self.answer(rx)
     }
 
-    /// Waits until the batch of `ticket` is durable (its fdatasync returned). Errors: the
+    /// Makes the batch of `ticket` durable: returns at once when it is, otherwise leads its
+    /// fdatasync in this thread (taking the writer when the current holder lets go), since a
+    /// written-out intent is otherwise synced only by the writer thread's timer. Errors: the
     /// store's poisoning error when that sync (or an earlier one) failed, TIMEOUT after
     /// 4 × `acknowledgementMs` (a wedged disk).
     pub(crate) fn wait_durable(&self, ticket: SyncTicket) -> Result<()> {
-        self.wait_batch(&self.shared.durable, ticket.0)
+        if self.shared.durable.load(Ordering::Acquire) < ticket.batch {
+            let mut w = self.core.lock();
+            if self.shared.durable.load(Ordering::Acquire) < ticket.batch {
+                let before = self.shared.stats.lock().syncs;
+                w.sync_deferred();
+                let mut st = self.shared.stats.lock();
+                if st.syncs > before {
+                    st.intent_syncs += 1;
+                }
+            }
+            drop(w);
+            // Jobs queued while this thread held the writer are rung for (see the writer's
+            // module doc).
+            fence(Ordering::SeqCst);
+            if !self.tx.is_empty() {
+                self.shared.ring();
+            }
+        }
+        self.wait_batch(&self.shared.durable, ticket.batch)
+    }
+
+    /// The journal's device and whether its fdatasync flushes it (read at open).
+    pub fn device(&self) -> Device {
+        self.device
     }
 
     /// Waits until every batch applied so far is written to the journal file, so a record
@@ -332,7 +372,28 @@ impl StoreHandle {
 
     /// `peer.send` custody: durable before it returns. See `Machine::accept` for the codes.
     pub fn accept(&self, from: Principal, send: InboundSend) -> Result<Receipt> {
-        self.write_quiet(move |m, r, now| m.accept(&from, &send, r, now))
+        self.accept_stating(from, send).map(|(r, _)| r)
+    }
+
+    /// [`accept`](Self::accept), plus the device flush the answer may state
+    /// (`flushedDevice`): the journal's device when this call's own write added records and an
+    /// fdatasync of the journal begun after it was queued has returned, on a journal whose
+    /// fdatasync always flushes its device (see [`super::flush`]). `None` for a duplicate
+    /// answered from the state, or on any other filesystem.
+    pub fn accept_stating(
+        &self,
+        from: Principal,
+        send: InboundSend,
+    ) -> Result<(Receipt, Option<u64>)> {
+        let device = self.device;
+        let before = self.shared.syncs_begun();
+        let (receipt, new) = self.write_quiet(move |m, r, now| {
+            m.accept(&from, &send, r, now)
+                .map(|(receipt, recs)| ((receipt, !recs.is_empty()), recs))
+        })?;
+        let stated =
+            (device.flushes && new && self.shared.synced_since(before)).then_some(device.dev);
+        Ok((receipt, stated))
     }
 
     /// Outbox intent, answered once written (see [`write_written`](Self::write_written)): the

@@ -15,6 +15,7 @@
 //! - Admission keeps snapshot + journal within `storageBytes` (see `Machine::storage_budget`).
 
 mod changes;
+pub mod flush;
 pub(crate) mod handle;
 pub mod journal;
 mod oneshot;
@@ -31,7 +32,7 @@ mod tests;
 pub use changes::StoreStats;
 pub use handle::{Applying, StoreHandle, SyncTicket};
 pub use recovery::{Review, StoreIdentity, recover_unread, review};
-pub use writer::HOLD_SYNC_ENV;
+pub use writer::{HOLD_SYNC_ENV, UNFLUSHED_ENV};
 
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
@@ -140,6 +141,8 @@ impl Store {
         let shared = Arc::new(Shared::new(stats, machine));
         let recipients = Arc::new(RwLock::new(Recipients::default()));
         let (tx, rx) = crossbeam_channel::bounded(limits.commit_batch.max(1) as usize);
+        let mut device = flush::Device::of(&file);
+        device.flushes &= !faults.unflushed;
         let writer = Writer {
             dir: dir.clone(),
             file,
@@ -150,6 +153,9 @@ impl Store {
             generation,
             batch_no,
             unsynced: false,
+            unsynced_since: None,
+            synced_len: len,
+            durable_room: alloc,
             snapshot_bytes: loaded.snapshot_bytes,
             recipients: recipients.clone(),
             shared: shared.clone(),
@@ -170,6 +176,7 @@ impl Store {
             shared,
             recipients,
             limits: Arc::new(limits.clone()),
+            device,
         };
         Ok(Store {
             handle,
@@ -301,9 +308,12 @@ fn prepare_journal(
                 .len();
             if let Some(target) = writer::prealloc_target(*valid_len, alloc, room.chunk, room.cap) {
                 alloc = writer::add_room(&file, alloc, target);
-                file.sync_data()
-                    .map_err(|e| Error::io("cannot fdatasync", &path, &e))?;
             }
+            // Frames a killed process wrote without a sync may still be only in the page
+            // cache, and so may the file's size: what the sync point below claims, and what
+            // the writer's write-outs count as durable room, is made durable here.
+            file.sync_data()
+                .map_err(|e| Error::io("cannot fdatasync", &path, &e))?;
             Ok((file, *valid_len, alloc, *generation, *batches))
         }
     }

@@ -1509,3 +1509,134 @@ fn a_held_sync_blocks_the_leader_and_queues_the_rest() {
     first.join().unwrap();
     second.join().unwrap();
 }
+
+/// A send's intent is answered once its frame is written and written out to the device,
+/// without an fdatasync; the ticket says so; the writer thread's timer still syncs it soon.
+#[test]
+fn an_intent_frame_is_written_out_not_synced_and_the_timer_still_syncs_it() {
+    let home = TempHome::new("writeout");
+    let s = open(&home, &limits()).unwrap();
+    let h = s.handle();
+    h.set_live(ME);
+    let before = h.stats();
+    // A deferred frame first: the intent's write-out covers it too, so no unwritten gap can
+    // lie before the intent's frame after a power loss.
+    let start = h.stats().journal_bytes;
+    h.write_applied(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .unwrap();
+    let (_, ticket) = h
+        .write_written(|m, r, now| m.accept(&sender(1), &send("m1"), r, now))
+        .unwrap();
+    let st = h.stats();
+    assert_eq!(
+        ticket.frame,
+        flush::IntentFrame {
+            in_room: true,
+            written_out: true
+        }
+    );
+    assert_eq!(st.write_outs - before.write_outs, 1);
+    assert_eq!(
+        st.write_out_bytes - before.write_out_bytes,
+        st.journal_bytes - start,
+        "the write-out covers every byte since the last fdatasync"
+    );
+    // The safety net: the deferred sync happens by itself.
+    let t = std::time::Instant::now();
+    while h.stats().syncs == before.syncs {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "never synced"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    h.wait_durable(ticket).unwrap();
+}
+
+/// A sender whose intent nobody covered leads its fdatasync itself, in its own thread, instead
+/// of waiting for the writer thread's timer.
+#[test]
+fn wait_durable_leads_the_sync_of_a_written_out_intent() {
+    let home = TempHome::new("leadsync");
+    let threads = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let s = open_with_faults(
+        &home,
+        Faults {
+            no_deferred_timer: true,
+            sync_threads: Some(threads.clone()),
+            ..Faults::default()
+        },
+    );
+    let h = s.handle();
+    h.set_live(ME);
+    let syncs = h.stats().syncs;
+    let (_, ticket) = h
+        .write_written(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .unwrap();
+    assert_eq!(
+        h.stats().syncs,
+        syncs,
+        "the intent was not synced on its way"
+    );
+    threads.lock().clear();
+    h.wait_durable(ticket).unwrap();
+    assert_eq!(h.stats().syncs - syncs, 1);
+    assert_eq!(*threads.lock(), vec![std::thread::current().id()]);
+    // Durable now: a second wait syncs nothing.
+    h.wait_durable(ticket).unwrap();
+    assert_eq!(h.stats().syncs - syncs, 1);
+}
+
+/// A recipient states a device flush only for its own new accept whose batch fdatasynced
+/// after it was queued, and only on a journal whose fdatasync flushes its device.
+#[test]
+fn an_accept_states_its_flush_only_when_it_wrote_and_synced() {
+    let home = TempHome::new("stating");
+    let s = open(&home, &limits()).unwrap();
+    let h = s.handle();
+    let dev = h.device();
+    let (r, stated) = h.accept_stating(sender(1), send("m0")).unwrap();
+    assert_eq!(r.sequence, 1);
+    assert_eq!(stated, dev.flushes.then_some(dev.dev));
+    // A retry answered from the state wrote nothing: no statement.
+    let (again, stated) = h.accept_stating(sender(1), send("m0")).unwrap();
+    assert_eq!(again.sequence, 1);
+    assert_eq!(stated, None);
+    // A store told its fdatasync does not flush states nothing.
+    drop(s);
+    let home = TempHome::new("stating-off");
+    let s = open_with_faults(
+        &home,
+        Faults {
+            unflushed: true,
+            ..Faults::default()
+        },
+    );
+    let h = s.handle();
+    h.set_live(ME);
+    assert!(!h.device().flushes);
+    assert_eq!(h.accept_stating(sender(1), send("m0")).unwrap().1, None);
+}
+
+/// A failed write-out fails the intent and poisons the store like a failed fdatasync: the
+/// error it reported would not be reported again by a later fdatasync of the same file.
+#[test]
+fn a_failed_write_out_fails_the_intent_and_poisons() {
+    let home = TempHome::new("writeoutfail");
+    let s = open_with_faults(
+        &home,
+        Faults {
+            fail_write_out: true,
+            ..Faults::default()
+        },
+    );
+    let h = s.handle();
+    h.set_live(ME);
+    let e = h
+        .write_written(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .unwrap_err();
+    assert_eq!(e.code, Code::Io, "{e:?}");
+    assert!(h.stats().poisoned);
+    let later = h.accept(sender(1), send("m1")).unwrap_err();
+    assert_eq!(later.code, Code::RecoveryRequired);
+}

@@ -6,8 +6,8 @@
 //! it), appends all their records as one frame with one write and one fdatasync, then answers
 //! the waiters. A write asked with [`Ack::Applied`] is answered as soon as it is applied,
 //! before that fdatasync (see `StoreHandle::write_queued` for who may); one asked with
-//! [`Ack::Written`] once the frame is written, while the fdatasync runs (see
-//! `StoreHandle::write_written`). A failed write or sync answers that batch with the error and
+//! [`Ack::Written`] once the frame is written and written out to the device, without an
+//! fdatasync (see `StoreHandle::write_written`). A failed write or sync answers that batch with the error and
 //! poisons the writer: nothing later is acknowledged until the root restarts and recovers from
 //! the journal.
 //!
@@ -15,19 +15,24 @@
 //! its job, then tries the mutex without blocking. If it gets it, it leads: it runs one batch
 //! of everything queued by then (its own job among them) in its own thread, answers the others'
 //! slots, and needs no wake-up for its own answer. A batch with a durable waiter is
-//! fdatasynced by the leader itself; a batch whose waiters are all answered once written (a
-//! send's intent) is written by the leader and its fdatasync handed to the writer thread, so
-//! the sync still overlaps the delivery. If the mutex is held, the caller is a follower: it
+//! fdatasynced by whoever runs it; a batch whose waiters are all answered once written (a
+//! send's intent) is written, then written out (`sync_file_range` over every byte since the
+//! last fdatasync: on the device, waiting for the device's cache flush) and left unsynced: the
+//! recipient's stated flush usually makes it durable (see [`super::flush`]); otherwise its
+//! sender leads the fdatasync itself (`StoreHandle::wait_durable`), and the writer thread's
+//! `DEFERRED_SYNC_MS` timer syncs it anyway. If the mutex is held, the caller is a follower: it
 //! sleeps on its slot, and the holder, once it lets go, rings the writer thread for it (or,
 //! being that thread, takes it next), so a batch of followers costs one wake-up, not one each.
 //!
-//! The writer thread keeps everything that must not sit on a caller's path: fdatasyncs a
-//! leader handed over (and the change notifications due after them), compaction and
+//! The writer thread keeps everything that must not sit on a caller's path: the deferred
+//! fdatasync of written-out frames (and the change notifications due after it), compaction and
 //! preallocation after a batch (a leader rings for them when they are due), the
 //! `DEFERRED_SYNC_MS` timer, the shutdown, and every job queued while nobody leads. Between
 //! batches it sleeps on the shared doorbell; after a batch with a send's intent, or with a
-//! frame still to sync, that sleep has a `DEFERRED_SYNC_MS` timer and takes jobs queued without
-//! a ring (a sender's copy of a receipt) when it ends, if no rung job came first.
+//! frame still to sync, that sleep has a timer (`DEFERRED_SYNC_MS` after the oldest unsynced
+//! frame was written, so a stream of sends cannot postpone it) and takes jobs queued without a
+//! ring (a sender's copy of a receipt) when it ends, if no rung job came first. A leader rings
+//! the thread for a deferred frame only when the thread does not already sleep with a timer.
 //!
 //! No job is lost. A submitter queues its job, issues a sequentially consistent fence, then
 //! tries the mutex. If the try succeeds, it drains the queue itself; the queue holds at most
@@ -53,6 +58,7 @@
 //! its block map and writes data blocks only.
 
 use super::changes::Shared;
+use super::flush::{self, IntentFrame};
 use super::{journal, paths, snapshot};
 use crate::error::{Code, Error, Result};
 use crate::fsutil::{self, FileLock};
@@ -182,6 +188,15 @@ pub(crate) struct Faults {
     pub hold_sync: Option<Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>>,
     /// The same hold, across processes: while this file exists (see [`HOLD_SYNC_ENV`]).
     pub hold_sync_file: Option<PathBuf>,
+    /// Treat the journal's fdatasync as not flushing its device (see [`UNFLUSHED_ENV`]).
+    pub unflushed: bool,
+    /// The writer thread never syncs a deferred frame by its timer (so a test sees who else
+    /// leads that sync).
+    pub no_deferred_timer: bool,
+    /// Every write-out of an intent batch fails.
+    pub fail_write_out: bool,
+    /// Every journal fdatasync records the thread that ran it here.
+    pub sync_threads: Option<Arc<parking_lot::Mutex<Vec<std::thread::ThreadId>>>>,
 }
 
 /// Debug builds only (the binaries the integration tests run): names a file whose existence
@@ -189,6 +204,12 @@ pub(crate) struct Faults {
 /// caller is told while a record is written but not yet durable.
 /// Release builds ignore it.
 pub const HOLD_SYNC_ENV: &str = "PEERWIRE_TEST_HOLD_SYNC";
+
+/// When set (non-empty), every store this process opens treats its journal's fdatasync as
+/// not flushing the device, so as a recipient it never states `flushedDevice` and as a sender
+/// it fdatasyncs every intent itself (a recipient on another filesystem, or an older peer, as
+/// a test sees it). Honoured by every build: it can only make a root sync more, never less.
+pub const UNFLUSHED_ENV: &str = "PEERWIRE_TEST_UNFLUSHED";
 
 impl Faults {
     /// No faults, except the debug builds' [`HOLD_SYNC_ENV`] hold.
@@ -200,8 +221,10 @@ impl Faults {
         } else {
             None
         };
+        let unflushed = std::env::var_os(UNFLUSHED_ENV).is_some_and(|v| !v.is_empty());
         Faults {
             hold_sync_file,
+            unflushed,
             ..Faults::default()
         }
     }
@@ -236,8 +259,18 @@ pub(crate) struct Writer {
     pub room_refused: bool,
     pub generation: u64,
     pub batch_no: u64,
-    /// Frames written after the last fdatasync (only batches of `Ack::Applied` writes).
+    /// Frames written after the last fdatasync (batches of `Ack::Applied` and
+    /// `Ack::Written` writes).
     pub unsynced: bool,
+    /// When the oldest of those frames was written: the deferred sync is due
+    /// `DEFERRED_SYNC_MS` after it.
+    pub unsynced_since: Option<std::time::Instant>,
+    /// The logical end the last fdatasync covered: frames from here to `len` are not yet
+    /// durable by our own sync.
+    pub synced_len: u64,
+    /// The file size (room included) whose size and block map an fdatasync made durable: a
+    /// frame ending within it needs no metadata to survive, only its data blocks.
+    pub durable_room: u64,
     /// Size of the current snapshot (0 before the first): the next compaction waits for
     /// about as many journal bytes (see `Machine::compaction_trigger`).
     pub snapshot_bytes: u64,
@@ -257,24 +290,22 @@ pub(crate) struct Writer {
     /// The last batch held a send's intent: that send's receipt is queued soon without a
     /// ring (`Shared::ring_lazily`), so the thread's sleep until then has a timer and takes it.
     pub receipt_due: bool,
-    /// A leader's written frames whose fdatasync it left to the writer thread, and the change
-    /// notifications due once they are durable.
+    /// The change notifications of written-out frames, due once they are durable.
     pub handed: Option<Handed>,
     /// Shut down: queued jobs are dropped unanswered (their callers see DISCONNECTED).
     pub closed: bool,
 }
 
-/// Change notifications a leader deferred to the fdatasync it handed to the writer thread,
-/// so readers woken by them find the state durable (as after a batch the thread synced).
+/// Change notifications of a written-out batch, deferred to the fdatasync that makes it
+/// durable, so readers woken by them find the state durable (as after a synced batch).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Handed {
     changes: bool,
     worker: bool,
 }
 
-/// Who runs a batch: the writer thread syncs every batch with a waiter itself; a leader (a
-/// submitting caller) hands a batch without durable waiters to the thread for its sync, and
-/// leaves compaction and preallocation to it.
+/// Who runs a batch: a leader (a submitting caller) leaves compaction and preallocation to the
+/// writer thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Runner {
     Thread,
@@ -298,9 +329,7 @@ pub(crate) fn run_thread(core: Arc<Mutex<Writer>>, shared: Arc<Shared>, rx: Rece
                 w.run_batch(Runner::Thread);
                 continue;
             }
-            (w.unsynced || w.receipt_due).then(|| {
-                std::time::Instant::now() + std::time::Duration::from_millis(DEFERRED_SYNC_MS)
-            })
+            w.timer()
         };
         let idle = || {
             fence(Ordering::SeqCst);
@@ -309,7 +338,9 @@ pub(crate) fn run_thread(core: Arc<Mutex<Writer>>, shared: Arc<Shared>, rx: Rece
         if !shared.sleep_while(idle, until) {
             let mut w = core.lock();
             w.receipt_due = false;
-            w.sync_deferred();
+            if !w.faults.no_deferred_timer {
+                w.sync_deferred();
+            }
         }
     }
 }
@@ -342,8 +373,9 @@ pub(crate) fn create_journal(
 
 impl Writer {
     /// Runs one batch of the jobs queued now in the calling thread, which holds the mutex
-    /// (see the module doc). Returns whether the writer thread must be rung: a sync handed
-    /// over, a deferred frame whose timer it keeps, compaction or preallocation due, or a close.
+    /// (see the module doc). Returns whether the writer thread must be rung: a deferred frame
+    /// whose timer it keeps (unless it already sleeps with one), compaction or preallocation
+    /// due, or a close.
     pub(crate) fn lead(&mut self) -> bool {
         if self.closed {
             // Dropping a job drops its answer: its caller sees DISCONNECTED.
@@ -354,7 +386,21 @@ impl Writer {
             return false;
         }
         self.run_batch(Runner::Leader);
-        self.closed || self.unsynced || self.upkeep_due()
+        self.closed || (self.unsynced && !self.shared.sleeps_timed()) || self.upkeep_due()
+    }
+
+    /// When the writer thread's sleep must end by itself: the deferred sync's due time, or
+    /// `DEFERRED_SYNC_MS` from now while a send's receipt is expected.
+    fn timer(&self) -> Option<std::time::Instant> {
+        let wait = std::time::Duration::from_millis(DEFERRED_SYNC_MS);
+        // A poisoned writer syncs nothing more: no timer for it (it would fire at once, again).
+        let sync = (self.unsynced && !self.faults.no_deferred_timer && !self.is_poisoned())
+            .then(|| self.unsynced_since.unwrap_or_else(std::time::Instant::now) + wait);
+        let receipt = self.receipt_due.then(|| std::time::Instant::now() + wait);
+        match (sync, receipt) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Takes up to `commitBatch` queued jobs; false when none is queued.
@@ -368,10 +414,13 @@ impl Writer {
         !self.jobs.is_empty()
     }
 
-    /// The writer thread's work between batches: a sync a leader handed over, then
+    /// The writer thread's work between batches: the deferred sync once due, then
     /// compaction and preallocation when due. A failure poisons.
     fn tend(&mut self) {
-        if self.handed.is_some() {
+        let wait = std::time::Duration::from_millis(DEFERRED_SYNC_MS);
+        if !self.faults.no_deferred_timer
+            && self.unsynced_since.is_some_and(|t| t.elapsed() >= wait)
+        {
             self.sync_deferred();
         }
         if !self.is_poisoned()
@@ -425,7 +474,7 @@ impl Writer {
             }
         }
         self.jobs = jobs;
-        let committed = self.commit_writes(writes, jobs_n, by);
+        let committed = self.commit_writes(writes, jobs_n);
         if by == Runner::Thread
             && committed
             && !self.is_poisoned()
@@ -474,8 +523,9 @@ impl Writer {
         self.shared.advance(&self.shared.written, applied);
     }
 
-    /// fdatasyncs frames written without a sync (see `Ack::Applied`); a failure poisons.
-    fn sync_deferred(&mut self) {
+    /// fdatasyncs frames written without a sync (see `Ack::Applied`, `Ack::Written`); a
+    /// failure poisons.
+    pub(crate) fn sync_deferred(&mut self) {
         if !self.unsynced || self.is_poisoned() {
             return;
         }
@@ -495,11 +545,44 @@ impl Writer {
             ));
         }
         let path = self.dir.join(paths::JOURNAL);
+        if let Some(t) = &self.faults.sync_threads {
+            t.lock().push(std::thread::current().id());
+        }
+        let begun = self.shared.sync_begins();
         self.file
             .sync_data()
             .map_err(|e| Error::io("cannot fdatasync", &path, &e))?;
+        self.shared.sync_ended(begun);
         self.unsynced = false;
+        self.unsynced_since = None;
+        self.synced_len = self.len;
+        self.durable_room = self.durable_room.max(self.alloc);
         self.shared.stats.lock().syncs += 1;
+        Ok(())
+    }
+
+    /// After a send's intent batch is written: writes every byte not yet fdatasynced out to
+    /// the device (the intent's frame and any deferred frame before it, so no gap of
+    /// unwritten bytes can lie before it after a power loss) and records what the intent's
+    /// waiters learn about it (see [`IntentFrame`]). A failed write-out fails the batch and
+    /// poisons, like a failed fdatasync: `sync_file_range` reports a writeback error once per
+    /// open file (it advances the file's error cursor), so a later fdatasync would not.
+    fn write_out_intent(&mut self) -> Result<()> {
+        let pending = self.len - self.synced_len;
+        if pending > 0 {
+            if self.faults.fail_write_out {
+                return Err(Error::new(Code::Io, "injected write-out failure"));
+            }
+            flush::write_out(&self.file, self.synced_len, pending)
+                .map_err(|e| Error::io("cannot write out", &self.dir.join(paths::JOURNAL), &e))?;
+            let mut st = self.shared.stats.lock();
+            st.write_outs += 1;
+            st.write_out_bytes += pending;
+        }
+        self.shared.set_intent_frame(IntentFrame {
+            in_room: self.len <= self.durable_room,
+            written_out: true,
+        });
         Ok(())
     }
 
@@ -507,15 +590,20 @@ impl Writer {
         self.shared.committed.read().poisoned.is_some()
     }
 
-    /// Applies the batch's writes, makes their records durable with one write + one
-    /// fdatasync (a leader without durable waiters hands that sync to the writer thread), then
-    /// answers each waiter. Returns true when records were committed.
-    fn commit_writes(
-        &mut self,
-        writes: Vec<(WriteFn, Ack, Wake)>,
-        jobs_n: u64,
-        by: Runner,
-    ) -> bool {
+    /// A send's intent batch left unsynced: its change notifications wait for the sync that
+    /// makes it durable (see `mark_durable`), so readers woken by them find it durable.
+    /// Returns true (deferred).
+    fn defer_notifications(&mut self, wake_worker: bool) -> bool {
+        let h = self.handed.get_or_insert_with(Handed::default);
+        h.changes = true;
+        h.worker |= wake_worker;
+        true
+    }
+
+    /// Applies the batch's writes, writes their records as one frame and, when a waiter needs
+    /// them durable, fdatasyncs it (a batch without durable waiters is deferred; a send's
+    /// intent is written out), then answers each waiter. Returns true when records were committed.
+    fn commit_writes(&mut self, writes: Vec<(WriteFn, Ack, Wake)>, jobs_n: u64) -> bool {
         let Some(Applied {
             records,
             durable,
@@ -530,27 +618,30 @@ impl Writer {
         // Applied-only waiters go on now, while the batch is being made durable.
         applied.into_iter().for_each(|fin| fin(None));
         // A batch nobody waits on the durability of is written now and synced with the next
-        // durable batch, the next read of durable state, a close, or after DEFERRED_SYNC_MS.
-        // A durable waiter whose write added no records (a retry answered from the state) may
-        // still have read a deferred record: that one is synced before it is answered.
-        let sync = !durable.is_empty() || !written.is_empty();
-        let hand = by == Runner::Leader && durable.is_empty();
-        let mut handed = false;
+        // durable batch, the next read of durable state, a close, a sender that leads its sync
+        // (`StoreHandle::wait_durable`), or after DEFERRED_SYNC_MS. A send's intent is also
+        // written out first. A durable waiter whose write added no records (a retry answered
+        // from the state) may still have read a deferred record: that one is synced before it
+        // is answered.
+        let sync = !durable.is_empty();
+        let intent = !written.is_empty();
+        let mut deferred = false;
         let mut outcome = if records.is_empty() {
             Ok(())
         } else {
             self.append(&records)
         };
+        if intent && outcome.is_ok() {
+            outcome = self.write_out_intent();
+        }
         if outcome.is_ok() {
-            // Written waiters go on while the fdatasync runs (their caller waits for it later).
+            // Written waiters go on now (their caller syncs later, when nobody covered it).
             self.mark_written();
             written.into_iter().for_each(|fin| fin(None));
             if sync && self.unsynced {
-                let notify = Handed {
-                    changes: !records.is_empty(),
-                    worker: wake_worker && !records.is_empty(),
-                };
-                (outcome, handed) = self.sync_or_hand(hand, notify);
+                outcome = self.sync_data();
+            } else if self.unsynced && !records.is_empty() && intent {
+                deferred = self.defer_notifications(wake_worker);
             }
         } else {
             let e = outcome.as_ref().err().cloned();
@@ -564,7 +655,7 @@ impl Writer {
                 if !self.unsynced {
                     self.mark_durable();
                 }
-                if !records.is_empty() && !handed {
+                if !records.is_empty() && !deferred {
                     self.shared.bump_changes();
                     if wake_worker {
                         self.shared.bump_worker();
@@ -579,20 +670,6 @@ impl Writer {
                 false
             }
         }
-    }
-
-    /// Syncs a written batch, or with `hand` (a leader whose waiters are all answered once
-    /// written) leaves the sync to the writer thread instead, the batch's change notifications
-    /// `notify` following it (see `mark_durable`). Returns the sync's outcome and whether it was
-    /// handed over.
-    fn sync_or_hand(&mut self, hand: bool, notify: Handed) -> (Result<()>, bool) {
-        if !hand {
-            return (self.sync_data(), false);
-        }
-        let h = self.handed.get_or_insert_with(Handed::default);
-        h.changes |= notify.changes;
-        h.worker |= notify.worker;
-        (Ok(()), true)
     }
 
     /// Applies a batch's writes under the write lock of the committed state; `None` (every
@@ -678,6 +755,7 @@ impl Writer {
         }
         self.sync_data()?;
         self.alloc = target;
+        self.durable_room = target;
         self.mark_durable();
         Ok(())
     }
@@ -725,6 +803,8 @@ impl Writer {
             .write_all_at(&frame, self.len)
             .map_err(|e| Error::io("cannot append to", &path, &e))?;
         self.unsynced = true;
+        self.unsynced_since
+            .get_or_insert_with(std::time::Instant::now);
         self.len += frame.len() as u64;
         self.alloc = self.alloc.max(self.len);
         self.batch_no = batch;
@@ -762,6 +842,9 @@ impl Writer {
         self.room_refused = self.alloc < size;
         // The durable snapshot holds every record, deferred ones included.
         self.unsynced = false;
+        self.unsynced_since = None;
+        self.synced_len = journal::HEADER_BYTES as u64;
+        self.durable_room = self.alloc;
         self.mark_durable();
         self.generation = next;
         self.len = journal::HEADER_BYTES as u64;

@@ -422,16 +422,20 @@ impl Pool {
         }
     }
 
-    /// `peer.send` to `target`: the recipient's custody receipt, or its typed refusal.
+    /// `peer.send` to `target`: the recipient's custody receipt with its `flushedDevice`
+    /// statement, if any, or its typed refusal.
     pub fn peer_send(
         &self,
         target: &Target,
         send: &message::PeerSend,
         timeout_ms: u64,
-    ) -> Result<message::Receipt> {
+    ) -> Result<(message::Receipt, Option<u64>)> {
         match self.reply(target, "peer.send", &send.sorted(), timeout_ms)? {
-            Reply::Text(raw) => hot::receipt_answer(&raw),
-            Reply::Value(v) => message::Receipt::decode(v),
+            Reply::Text(raw) => Ok((hot::receipt_answer(&raw)?, hot::flushed_device(&raw))),
+            Reply::Value(v) => {
+                let stated = v.get(message::FLUSHED_DEVICE).and_then(|d| d.as_u64());
+                Ok((message::Receipt::decode(v)?, stated))
+            }
         }
     }
 
