@@ -15,6 +15,33 @@
 //! - `ids`: retry-stable and fresh message ids.
 #![forbid(unsafe_code)]
 
+/// `Eq` and `Ord` for a borrowed-key trait object `dyn $trait`, by the tuple its method
+/// `$parts` returns: an owned map key and the borrowed probe that implement the trait then
+/// compare exactly alike, so a `BTreeMap` is searched without building an owned key.
+macro_rules! order_by_parts {
+    ($trait:ident, $parts:ident) => {
+        impl PartialEq for dyn $trait + '_ {
+            fn eq(&self, o: &Self) -> bool {
+                self.$parts() == o.$parts()
+            }
+        }
+
+        impl Eq for dyn $trait + '_ {}
+
+        impl PartialOrd for dyn $trait + '_ {
+            fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(o))
+            }
+        }
+
+        impl Ord for dyn $trait + '_ {
+            fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+                self.$parts().cmp(&o.$parts())
+            }
+        }
+    };
+}
+
 pub(crate) mod ids;
 pub(crate) mod inbound;
 pub(crate) mod machine;

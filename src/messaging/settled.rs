@@ -164,25 +164,8 @@ impl<'a> std::borrow::Borrow<dyn SettledOrder + 'a> for SettledKey {
     }
 }
 
-impl PartialEq for dyn SettledOrder + '_ {
-    fn eq(&self, o: &Self) -> bool {
-        self.order_parts() == o.order_parts()
-    }
-}
+order_by_parts!(SettledOrder, order_parts);
 
-impl Eq for dyn SettledOrder + '_ {}
-
-impl PartialOrd for dyn SettledOrder + '_ {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-
-impl Ord for dyn SettledOrder + '_ {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.order_parts().cmp(&o.order_parts())
-    }
-}
 impl PartialOrd for SettledKey {
     fn partial_cmp(&self, o: &SettledKey) -> Option<std::cmp::Ordering> {
         Some(self.cmp(o))

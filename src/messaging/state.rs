@@ -161,25 +161,7 @@ impl<'a> std::borrow::Borrow<dyn StrPair + 'a> for (String, String) {
     }
 }
 
-impl PartialEq for dyn StrPair + '_ {
-    fn eq(&self, o: &Self) -> bool {
-        self.strs() == o.strs()
-    }
-}
-
-impl Eq for dyn StrPair + '_ {}
-
-impl PartialOrd for dyn StrPair + '_ {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-
-impl Ord for dyn StrPair + '_ {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.strs().cmp(&o.strs())
-    }
-}
+order_by_parts!(StrPair, strs);
 
 /// The lookup key `(a, b)` for a `(String, String)`-keyed map, borrowed (see [`StrPair`]).
 macro_rules! pair {

@@ -31,8 +31,9 @@ pub struct Device {
 }
 
 impl Device {
-    /// Reads the facts of `file` once (at open, and for each new journal generation).
-    /// Anything unreadable answers `flushes: false`.
+    /// Reads the facts of `file` once, at open: every later journal generation is created in
+    /// the same directory, so on the same filesystem and mount. Anything unreadable answers
+    /// `flushes: false`.
     pub fn of(file: &File) -> Device {
         let Ok(st) = nix::sys::stat::fstat(file) else {
             return Device::default();
