@@ -165,7 +165,7 @@ impl Store {
             batch_max: limits.commit_batch.max(1) as usize,
             jobs: Vec::new(),
             receipt_due: false,
-            handed: None,
+            deferred_notices: None,
             closed: false,
         };
         let core = Arc::new(parking_lot::Mutex::new(writer));

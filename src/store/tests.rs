@@ -1337,7 +1337,7 @@ fn a_caller_that_finds_the_writer_free_commits_in_its_own_thread() {
     assert_eq!(r.sequence, 1);
     assert_eq!(*ran_in.lock(), Some(me), "applied in the caller's thread");
     assert_eq!(h.stats().syncs - syncs, 1, "and synced before it returned");
-    // A written write's sync is handed to the writer thread: it ends without this thread.
+    // A written write is not synced on its way; waiting for it leads the sync.
     let (_, ticket) = h
         .write_written(|m, r, now| m.accept(&sender(1), &send("m1"), r, now))
         .unwrap();

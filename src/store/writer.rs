@@ -46,7 +46,7 @@
 //! queue) cannot both miss the other's write, so the holder sees the job. A leader's ring takes
 //! the doorbell's lock after the job was queued, so the thread either sees the job before it
 //! sleeps or is woken; a leader that barges in first may take the job instead. A job a leader
-//! leaves behind for the thread (a handed sync, upkeep, a closed store) is announced the same
+//! leaves behind for the thread (a deferred sync, upkeep, a closed store) is announced the same
 //! way: a flag set, then a ring. A job queued without waiting (`StoreHandle::write_queued`)
 //! rings lazily (see `Shared::ring_lazily`), and whoever must wait for it leads or relies on
 //! the same look.
@@ -291,7 +291,7 @@ pub(crate) struct Writer {
     /// ring (`Shared::ring_lazily`), so the thread's sleep until then has a timer and takes it.
     pub receipt_due: bool,
     /// The change notifications of written-out frames, due once they are durable.
-    pub handed: Option<Handed>,
+    pub deferred_notices: Option<DeferredNotices>,
     /// Shut down: queued jobs are dropped unanswered (their callers see DISCONNECTED).
     pub closed: bool,
 }
@@ -299,7 +299,7 @@ pub(crate) struct Writer {
 /// Change notifications of a written-out batch, deferred to the fdatasync that makes it
 /// durable, so readers woken by them find the state durable (as after a synced batch).
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Handed {
+pub(crate) struct DeferredNotices {
     changes: bool,
     worker: bool,
 }
@@ -507,7 +507,7 @@ impl Writer {
     fn mark_durable(&mut self) {
         let applied = self.shared.committed.read().applied;
         self.shared.advance(&self.shared.durable, applied);
-        if let Some(h) = self.handed.take() {
+        if let Some(h) = self.deferred_notices.take() {
             if h.changes {
                 self.shared.bump_changes();
             }
@@ -594,7 +594,9 @@ impl Writer {
     /// makes it durable (see `mark_durable`), so readers woken by them find it durable.
     /// Returns true (deferred).
     fn defer_notifications(&mut self, wake_worker: bool) -> bool {
-        let h = self.handed.get_or_insert_with(Handed::default);
+        let h = self
+            .deferred_notices
+            .get_or_insert_with(DeferredNotices::default);
         h.changes = true;
         h.worker |= wake_worker;
         true
