@@ -75,7 +75,7 @@ pub(crate) struct Shared {
     /// receipt queued a moment ago is never missing from what `peer status` shows.
     pub lazy_queued: AtomicU64,
     pub lazy_applied: AtomicU64,
-    /// A leader left the writer thread work (a handed fdatasync, compaction, preallocation, a
+    /// A leader left the writer thread work (compaction, preallocation, a
     /// deferred frame's timer, a close): set before the ring, so the thread's sleep sees it.
     pub thread_wanted: AtomicBool,
     /// The writer shut down: submissions fail with DISCONNECTED before they are queued.
