@@ -197,10 +197,12 @@ impl StoreHandle {
     }
 
     /// Runs a mutating operation in the writer and waits only until its batch's frame is
-    /// written to the journal file (so a crash of this process cannot lose it); that batch's
-    /// fdatasync starts at once and the caller waits for it with
-    /// [`wait_durable`](Self::wait_durable) before it tells anyone the record is durable. Only
-    /// for the send path's intent, whose fdatasync overlaps the delivery.
+    /// written to the journal file and written out to the device (so a crash of this process
+    /// cannot lose it), without an fdatasync; the ticket says what the writer knows of the
+    /// frame. Before the caller tells anyone the record is durable, a recipient's stated flush
+    /// covers it (`flush::covered`) or the caller waits with
+    /// [`wait_durable`](Self::wait_durable), which leads the sync. Only for the send path's
+    /// intent.
     pub(crate) fn write_written<T: Send + 'static>(
         &self,
         op: impl FnOnce(&mut Machine, &Recipients, u64) -> Outcome<T> + Send + 'static,
