@@ -1435,14 +1435,18 @@ mod json_length {
     }
 }
 
+/// Key parts for the borrowed-key suites: short strings from a tiny alphabet, so keys collide
+/// and share prefixes often, or any string.
+fn short_or_any() -> impl proptest::strategy::Strategy<Value = String> {
+    proptest::prop_oneof!["[ab]{0,3}", proptest::arbitrary::any::<String>()]
+}
+
 mod borrowed_pairs {
     use super::state::StrPair;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
-    fn s() -> impl Strategy<Value = String> {
-        prop_oneof!["[ab]{0,3}", any::<String>()]
-    }
+    use super::short_or_any as s;
 
     proptest! {
         /// A map keyed by owned pairs finds, and misses, exactly what the borrowed key does:
@@ -1473,9 +1477,7 @@ mod settled_probes {
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
-    fn s() -> impl Strategy<Value = String> {
-        prop_oneof!["[ab]{0,3}", any::<String>()]
-    }
+    use super::short_or_any as s;
 
     proptest! {
         /// A borrowed probe finds, and misses, what an owned probe key finds, in a map of
