@@ -85,7 +85,11 @@ impl Plan {
             + self.mcp
             + self.sync_probes
             + self.crowded
-            + self.throughput.iter().map(|(k, m)| k * m).sum::<usize>()
+            + self
+                .throughput
+                .iter()
+                .map(|(k, m)| k * (m + 1))
+                .sum::<usize>()
             + self.history.0
             + self.history.1
     }
@@ -725,6 +729,9 @@ impl Run<'_> {
                 std::thread::spawn(move || send_run(a, &barrier, &to, &label, &prefix, m))
             })
             .collect();
+        // Every sender has sent its warm-up message when the first wait ends; the CPU marks
+        // are taken before the second releases the measured sends.
+        barrier.wait();
         let cpu: Vec<CpuMark> = std::iter::once(self.rx.pid)
             .chain(self.tx.iter().take(k).map(|h| h.pid))
             .map(CpuMark::now)
@@ -741,9 +748,18 @@ impl Run<'_> {
             receiver_cpu_us: f64::NAN,
         };
         let mut sender_after = 0;
+        // Each sender's channel stays open until its root's CPU is read below: closing it
+        // ends the root's connection thread, and an exited thread's CPU time is invisible
+        // to the per-thread reading (a root that sent a few dozen messages is under the
+        // clock-tick fallback's threshold, so its work went uncounted).
+        let mut open = Vec::with_capacity(k);
+        let mut warmed = 0;
         for t in threads {
             match t.join() {
-                Ok(sent) => {
+                Ok(mut sent) => {
+                    open.extend(sent.channel.take());
+                    warmed += sent.warm_ids.len();
+                    self.accepted.append(&mut sent.warm_ids);
                     sender_after += sent.syncs;
                     run.latency.extend(sent.latency);
                     run.messages += sent.ids.len();
@@ -760,13 +776,15 @@ impl Run<'_> {
         }
         run.seconds = start.elapsed().as_secs_f64();
         let used: Vec<f64> = cpu.iter().map(CpuMark::used_us).collect();
+        drop(open);
         let per = |us: f64| us / run.messages.max(1) as f64;
         run.receiver_cpu_us = per(used.first().copied().unwrap_or(f64::NAN));
         run.sender_cpu_us = per(used.iter().skip(1).sum());
         let receiver_after = self.b.syncs()?;
+        // The fdatasyncs were counted from before the warm-up messages: they count here.
         self.out.fsyncs.push((
             format!("throughput{k}"),
-            run.messages,
+            run.messages + warmed,
             sender_after.saturating_sub(sender_syncs),
             receiver_after.saturating_sub(receiver_syncs),
         ));
@@ -783,9 +801,15 @@ struct SendRun {
     failed: Option<(String, Error)>,
     /// The sender root's journal fdatasyncs at the end.
     syncs: u64,
+    /// The channel, still open, for the caller to close after reading the root's CPU.
+    channel: Option<Adapter>,
+    /// The accepted warm-up message (not measured).
+    warm_ids: Vec<String>,
 }
 
-/// One sender of a throughput run: waits at `barrier`, then sends `m` messages to `to`.
+/// One sender of a throughput run: sends one warm-up message to `to` (its root's first
+/// contact with the receiver: connection, handshake, cold caches), waits at `barrier` twice
+/// (the caller reads the CPU marks in between), then sends the `m` measured messages.
 fn send_run(
     mut a: Adapter,
     barrier: &std::sync::Barrier,
@@ -799,9 +823,24 @@ fn send_run(
         ids: Vec::with_capacity(m),
         failed: None,
         syncs: 0,
+        channel: None,
+        warm_ids: Vec::with_capacity(1),
+    };
+    let warm_id = format!("{prefix}warm");
+    let warmed = match a.send(to, &body(label, m), &warm_id) {
+        Ok(()) => {
+            run.warm_ids.push(warm_id);
+            true
+        }
+        Err(e) => {
+            let e = Error::new(e.code, format!("message {warm_id}: {}", e.message));
+            run.failed = Some((warm_id, e));
+            false
+        }
     };
     barrier.wait();
-    for j in 0..m {
+    barrier.wait();
+    for j in 0..if warmed { m } else { 0 } {
         let id = format!("{prefix}{j}");
         let t = Instant::now();
         match a.send(to, &body(label, j), &id) {
@@ -817,6 +856,7 @@ fn send_run(
         }
     }
     run.syncs = a.syncs().unwrap_or(0);
+    run.channel = Some(a);
     run
 }
 
@@ -855,7 +895,7 @@ mod tests {
         assert_eq!((p.mcp, p.sync_probes), (20, 5));
         assert_eq!(
             p.total(),
-            3 + 20 + 3 + 10 + 3 + 20 + 5 + 5 + 80 + 80 + 128 + 100 + 1000
+            3 + 20 + 3 + 10 + 3 + 20 + 5 + 5 + 81 + 88 + 192 + 100 + 1000
         );
         assert_eq!(Plan::new(1000, &[1]).history, (2500, 25_000));
         assert_eq!(p.senders_max(), 64);
