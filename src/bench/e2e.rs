@@ -747,20 +747,48 @@ impl Run<'_> {
             sender_cpu_us: f64::NAN,
             receiver_cpu_us: f64::NAN,
         };
-        let mut sender_after = 0;
         // Each sender's channel stays open until its root's CPU is read below: closing it
         // ends the root's connection thread, and an exited thread's CPU time is invisible
         // to the per-thread reading (a root that sent a few dozen messages is under the
         // clock-tick fallback's threshold, so its work went uncounted).
-        let mut open = Vec::with_capacity(k);
-        let mut warmed = 0;
+        let joined = self.join_senders(threads, &mut run);
+        run.seconds = start.elapsed().as_secs_f64();
+        let used: Vec<f64> = cpu.iter().map(CpuMark::used_us).collect();
+        drop(joined.open);
+        let per = |us: f64| us / run.messages.max(1) as f64;
+        run.receiver_cpu_us = per(used.first().copied().unwrap_or(f64::NAN));
+        run.sender_cpu_us = per(used.iter().skip(1).sum());
+        let receiver_after = self.b.syncs()?;
+        // The fdatasyncs were counted from before the warm-up messages: they count here.
+        self.out.fsyncs.push((
+            format!("throughput{k}"),
+            run.messages + joined.warmed,
+            joined.syncs.saturating_sub(sender_syncs),
+            receiver_after.saturating_sub(receiver_syncs),
+        ));
+        self.out.throughput.push(run);
+        Ok(())
+    }
+
+    /// Waits for every sender thread of a throughput run, records what each accepted or
+    /// failed, and adds their measured sends and latencies to `run`.
+    fn join_senders(
+        &mut self,
+        threads: Vec<std::thread::JoinHandle<SendRun>>,
+        run: &mut Throughput,
+    ) -> Joined {
+        let mut joined = Joined {
+            open: Vec::with_capacity(threads.len()),
+            warmed: 0,
+            syncs: 0,
+        };
         for t in threads {
             match t.join() {
                 Ok(mut sent) => {
-                    open.extend(sent.channel.take());
-                    warmed += sent.warm_ids.len();
+                    joined.open.extend(sent.channel.take());
+                    joined.warmed += sent.warm_ids.len();
                     self.accepted.append(&mut sent.warm_ids);
-                    sender_after += sent.syncs;
+                    joined.syncs += sent.syncs;
                     run.latency.extend(sent.latency);
                     run.messages += sent.ids.len();
                     self.accepted.extend(sent.ids);
@@ -774,23 +802,18 @@ impl Run<'_> {
                     .fail(&Error::new(Code::Io, "bench: a sender thread panicked")),
             }
         }
-        run.seconds = start.elapsed().as_secs_f64();
-        let used: Vec<f64> = cpu.iter().map(CpuMark::used_us).collect();
-        drop(open);
-        let per = |us: f64| us / run.messages.max(1) as f64;
-        run.receiver_cpu_us = per(used.first().copied().unwrap_or(f64::NAN));
-        run.sender_cpu_us = per(used.iter().skip(1).sum());
-        let receiver_after = self.b.syncs()?;
-        // The fdatasyncs were counted from before the warm-up messages: they count here.
-        self.out.fsyncs.push((
-            format!("throughput{k}"),
-            run.messages + warmed,
-            sender_after.saturating_sub(sender_syncs),
-            receiver_after.saturating_sub(receiver_syncs),
-        ));
-        self.out.throughput.push(run);
-        Ok(())
+        joined
     }
+}
+
+/// The sender threads of a throughput run, joined.
+struct Joined {
+    /// Their channels, still open (see `throughput`).
+    open: Vec<Adapter>,
+    /// Accepted warm-up messages.
+    warmed: usize,
+    /// The sender roots' journal fdatasyncs at the end, summed.
+    syncs: u64,
 }
 
 /// What one sender thread of a throughput run did.
