@@ -38,8 +38,9 @@ impl Core {
         if let Some(own) = self.own_run_target(name) {
             return own;
         }
-        // Read before resolving: a change after this makes the cached entry invalid.
-        let mtime = self.presence.directory_mtime();
+        // Read before resolving: a change after this makes the cached entry invalid. A read
+        // reused for a moment (`NAME_RECHECK_MS` says why a restart is still noticed).
+        let mtime = self.presence.recent_directory_mtime();
         // Liveness still comes from evidence: a process provably gone is not reused.
         if let Some(t) = self.presence.cached_name(name, mtime)
             && matches!(
