@@ -185,6 +185,12 @@ impl PresenceCache {
 
     /// What presence and process evidence say about another instance (cached for a second).
     pub fn reach_of(&self, instance_id: &str) -> Reach {
+        // A hit copies only the reach (an `Arc`), not the sessionId too.
+        if let Some((at, reach, _)) = self.adverts.lock().get(instance_id)
+            && at.elapsed().as_millis() < ADVERT_TTL_MS
+        {
+            return reach.clone();
+        }
         self.reach_and_session(instance_id).0
     }
 
@@ -291,7 +297,13 @@ impl PresenceCache {
     /// Where to reach another instance. A silent record (no heartbeat, process still there) is
     /// still tried: only evidence that the incarnation is gone yields `TARGET_ENDED`.
     pub fn target_of_instance(&self, instance_id: &str) -> Result<Target> {
-        let ad = match self.reach_of(instance_id) {
+        self.target_of(instance_id, self.reach_of(instance_id))
+    }
+
+    /// [`target_of_instance`](Self::target_of_instance) from `reach`, what
+    /// [`reach_of`](Self::reach_of) said of `instance_id` just now.
+    pub fn target_of(&self, instance_id: &str, reach: Reach) -> Result<Target> {
+        let ad = match reach {
             Reach::Live(ad) | Reach::Silent(ad, _) => ad,
             Reach::Gone(why) => {
                 return Err(Error::new(
