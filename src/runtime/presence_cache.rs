@@ -35,7 +35,15 @@ pub struct PresenceCache {
     /// would otherwise repeat for the same record. Keyed by text another root wrote, so the
     /// map keeps the default (SipHash) hasher.
     keys: Mutex<HashMap<String, [u8; 32]>>,
+    /// The target last built from each instance's record, with the record it was built from:
+    /// every delivery needs it, and building it joins the endpoint path and looks the key up.
+    /// Valid while the lookup still returns that very record (`Arc::ptr_eq`): the target is a
+    /// function of the record alone.
+    targets: Mutex<HashMap<String, BuiltTarget>>,
 }
+
+/// A target and the record it was built from.
+type BuiltTarget = (Arc<presence::Advertisement>, Arc<Target>);
 
 /// A resolved target name: the presence directory's mtime it was read under, when, and the
 /// target (peerId, instanceId, runId).
@@ -95,6 +103,7 @@ impl PresenceCache {
             names: Mutex::new(HashMap::new()),
             dir_mtime: Mutex::new(None),
             keys: Mutex::new(HashMap::new()),
+            targets: Mutex::new(HashMap::new()),
         }
     }
 
@@ -296,13 +305,13 @@ impl PresenceCache {
 
     /// Where to reach another instance. A silent record (no heartbeat, process still there) is
     /// still tried: only evidence that the incarnation is gone yields `TARGET_ENDED`.
-    pub fn target_of_instance(&self, instance_id: &str) -> Result<Target> {
+    pub fn target_of_instance(&self, instance_id: &str) -> Result<Arc<Target>> {
         self.target_of(instance_id, self.reach_of(instance_id))
     }
 
     /// [`target_of_instance`](Self::target_of_instance) from `reach`, what
     /// [`reach_of`](Self::reach_of) said of `instance_id` just now.
-    pub fn target_of(&self, instance_id: &str, reach: Reach) -> Result<Target> {
+    pub fn target_of(&self, instance_id: &str, reach: Reach) -> Result<Arc<Target>> {
         let ad = match reach {
             Reach::Live(ad) | Reach::Silent(ad, _) => ad,
             Reach::Gone(why) => {
@@ -318,14 +327,25 @@ impl PresenceCache {
                 ));
             }
         };
+        if let Some((seen, target)) = self.targets.lock().get(instance_id)
+            && Arc::ptr_eq(seen, &ad)
+        {
+            return Ok(target.clone());
+        }
         let public_key = self
             .public_key(&ad.public_key)
             .ok_or_else(|| Error::new(Code::AuthFailed, "advertised public key is malformed"))?;
-        Ok(Target {
+        let target = Arc::new(Target {
             instance_id: ad.instance_id.clone(),
             endpoint: self.ns.endpoint_path(&ad.endpoint)?,
             public_key,
-        })
+        });
+        let mut targets = self.targets.lock();
+        if targets.len() >= ADVERTS_MAX {
+            targets.clear();
+        }
+        targets.insert(instance_id.to_string(), (ad, target.clone()));
+        Ok(target)
     }
 }
 
@@ -393,6 +413,51 @@ mod tests {
         *c.dir_mtime.lock() = Some((old, Some(t1)));
         assert_eq!(c.recent_directory_mtime(), Some(t2));
         assert_eq!(c.directory_mtime(), Some(t2));
+    }
+
+    /// A target is rebuilt for a new record and reused, equal, only for the very record it
+    /// was built from (a record read again is a new `Arc`, even with the same content).
+    #[test]
+    fn a_target_is_reused_only_for_the_record_it_was_built_from() {
+        let tmp = crate::fsutil::TempDir::new("targets").unwrap();
+        let ns = Namespace::new(tmp.path().to_path_buf(), &crate::config::Config::default());
+        let c = PresenceCache::new(ns.clone(), Limits::default());
+        let record = |endpoint: &str| {
+            Arc::new(presence::Advertisement {
+                protocol_version: 1,
+                instance_id: "i-a".into(),
+                peer_id: "p-a".into(),
+                endpoint: endpoint.into(),
+                public_key: identity::KeyPair::generate().spki_b64(),
+                capabilities: Vec::new(),
+                scope: String::new(),
+                workspace: String::new(),
+                repository: None,
+                alias: "a".into(),
+                runs: Vec::new(),
+                process_start_time: None,
+                boot_id: None,
+                degraded: None,
+            })
+        };
+        let first = record("peer-runtime/a.sock");
+        let t1 = c.target_of("i-a", Reach::Live(first.clone())).unwrap();
+        let again = c
+            .target_of("i-a", Reach::Silent(first.clone(), "x".into()))
+            .unwrap();
+        assert!(Arc::ptr_eq(&t1, &again));
+        let second = record("peer-runtime/b.sock");
+        let t2 = c.target_of("i-a", Reach::Live(second.clone())).unwrap();
+        assert_eq!(
+            t2.endpoint,
+            ns.endpoint_path("peer-runtime/b.sock").unwrap()
+        );
+        assert_eq!(
+            Some(t2.public_key),
+            identity::parse_spki_b64(&second.public_key)
+        );
+        assert_ne!(t1.endpoint, t2.endpoint);
+        assert!(c.target_of("i-a", Reach::Gone("ended".into())).is_err());
     }
 
     /// The remembered key check answers exactly what the check itself does, the second time
