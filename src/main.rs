@@ -8,8 +8,11 @@ fn main() {
 }
 
 /// glibc gives every thread that allocates its own arena (up to 8 per core), and each keeps
-/// what it freed; a root's connection threads then pin tens of megabytes after a burst. Two
-/// arenas bound that, and a fixed mmap threshold (which also stops glibc raising it after a
+/// what it freed; a root's connection threads then pin tens of megabytes after a burst. One
+/// arena bounds that: a second (thread) arena grows its heap a page at a time with one
+/// mprotect(2) per new page (glibc pads only the main arena's growth, by `M_TOP_PAD`), which
+/// under load was about 0.4 mprotect per message in the receiver; the main arena grows by
+/// brk(2) in padded steps. A fixed mmap threshold (which also stops glibc raising it after a
 /// large free) keeps large transient buffers — snapshot encoding, big frames — in their own
 /// mappings, returned to the system when freed.
 fn tune_allocator() {
@@ -17,7 +20,7 @@ fn tune_allocator() {
     {
         use nix::libc;
         /// Arenas the process may create (threads share them beyond that).
-        const ARENAS_MAX: libc::c_int = 2;
+        const ARENAS_MAX: libc::c_int = 1;
         /// Allocations from this size on get their own mapping.
         const MMAP_THRESHOLD_BYTES: libc::c_int = 256 * 1024;
         // SAFETY: mallopt only changes allocator parameters; it is called once, before any

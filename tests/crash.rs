@@ -703,9 +703,10 @@ fn accepted_waits_for_the_senders_intent_sync_which_overlaps_delivery() {
         "the receiver never got the message while the sender's intent fdatasync was held"
     );
     std::thread::sleep(Duration::from_millis(200));
+    let early = answer.try_recv();
     assert!(
-        answer.try_recv().is_err(),
-        "the caller heard an answer before the sender's intent was durable"
+        early.is_err(),
+        "the caller heard an answer before the sender's intent was durable: {early:?}"
     );
     std::fs::remove_file(&hold).unwrap();
     let r = answer

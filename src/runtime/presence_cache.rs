@@ -28,12 +28,22 @@ pub struct PresenceCache {
     adverts: Mutex<HashMap<String, CachedReach>>,
     /// Recent resolutions of a target name, valid while the presence directory is unchanged.
     names: Mutex<HashMap<String, CachedName>>,
+    /// The presence directory's mtime as last read, and when (see [`NAME_RECHECK_MS`]).
+    dir_mtime: Mutex<Option<(std::time::Instant, Option<std::time::SystemTime>)>>,
     /// Advertised public keys (SPKI base64) already checked to be curve points, and their
     /// bytes: the check decompresses the point (tens of microseconds), which every delivery
     /// would otherwise repeat for the same record. Keyed by text another root wrote, so the
     /// map keeps the default (SipHash) hasher.
     keys: Mutex<HashMap<String, [u8; 32]>>,
+    /// The target last built from each instance's record, with the record it was built from:
+    /// every delivery needs it, and building it joins the endpoint path and looks the key up.
+    /// Valid while the lookup still returns that very record (`Arc::ptr_eq`): the target is a
+    /// function of the record alone.
+    targets: Mutex<HashMap<String, BuiltTarget>>,
 }
+
+/// A target and the record it was built from.
+type BuiltTarget = (Arc<presence::Advertisement>, Arc<Target>);
 
 /// A resolved target name: the presence directory's mtime it was read under, when, and the
 /// target (peerId, instanceId, runId).
@@ -46,6 +56,22 @@ type CachedName = (
 /// A presence directory whose mtime is younger than this may change again within the same
 /// coarse timestamp, so a resolution read under it is not reused.
 const MTIME_SETTLED_MS: u128 = 100;
+
+/// How long a read of the presence directory's mtime is reused before it is read again.
+///
+/// Every send by name needs the mtime (a cached resolution is valid only under the mtime it
+/// was read under), and reading it is a statx(2) per send. Reusing a read for this long means
+/// a record written, replaced or removed is noticed by a send by name at most this much later:
+/// a target that restarted under the same alias within this window is still resolved to its
+/// old incarnation. That send then ends exactly like a send racing a restart always could
+/// (the delay between resolution and delivery is the same kind of window, only shorter):
+/// the old incarnation cannot be reached, its cached advertisement and every name resolved to
+/// it are forgotten (`forget_advertisement`), and its presence record being gone makes the
+/// route's retry answer `TARGET_ENDED`; the next send by that name reads the directory again
+/// and finds the new incarnation. The window is short beside the advertisement cache's
+/// (`ADVERT_TTL_MS`, for which a looked-up incarnation's liveness is trusted anyway), and it
+/// counts from the read, not from the last send: a stream of sends does not extend it.
+pub const NAME_RECHECK_MS: u64 = 50;
 
 /// A looked-up instance: when, what it is, and the sessionId its record states.
 type CachedReach = (std::time::Instant, Reach, Option<String>);
@@ -75,7 +101,9 @@ impl PresenceCache {
             files: presence::ReadCache::default(),
             adverts: Mutex::new(HashMap::new()),
             names: Mutex::new(HashMap::new()),
+            dir_mtime: Mutex::new(None),
             keys: Mutex::new(HashMap::new()),
+            targets: Mutex::new(HashMap::new()),
         }
     }
 
@@ -99,6 +127,22 @@ impl PresenceCache {
         std::fs::metadata(self.ns.active_agents())
             .and_then(|m| m.modified())
             .ok()
+    }
+
+    /// [`directory_mtime`](Self::directory_mtime) as read at most [`NAME_RECHECK_MS`] ago.
+    /// An older value only makes a resolution read since then miss later (it was remembered
+    /// under an mtime the directory no longer has): it never validates a newer one.
+    pub fn recent_directory_mtime(&self) -> Option<std::time::SystemTime> {
+        let now = std::time::Instant::now();
+        let window = std::time::Duration::from_millis(NAME_RECHECK_MS);
+        if let Some((at, mtime)) = *self.dir_mtime.lock()
+            && now.saturating_duration_since(at) < window
+        {
+            return mtime;
+        }
+        let mtime = self.directory_mtime();
+        *self.dir_mtime.lock() = Some((now, mtime));
+        mtime
     }
 
     /// A resolution of `name` read while the presence directory had mtime `mtime`, reused
@@ -150,6 +194,12 @@ impl PresenceCache {
 
     /// What presence and process evidence say about another instance (cached for a second).
     pub fn reach_of(&self, instance_id: &str) -> Reach {
+        // A hit copies only the reach (an `Arc`), not the sessionId too.
+        if let Some((at, reach, _)) = self.adverts.lock().get(instance_id)
+            && at.elapsed().as_millis() < ADVERT_TTL_MS
+        {
+            return reach.clone();
+        }
         self.reach_and_session(instance_id).0
     }
 
@@ -255,8 +305,14 @@ impl PresenceCache {
 
     /// Where to reach another instance. A silent record (no heartbeat, process still there) is
     /// still tried: only evidence that the incarnation is gone yields `TARGET_ENDED`.
-    pub fn target_of_instance(&self, instance_id: &str) -> Result<Target> {
-        let ad = match self.reach_of(instance_id) {
+    pub fn target_of_instance(&self, instance_id: &str) -> Result<Arc<Target>> {
+        self.target_of(instance_id, self.reach_of(instance_id))
+    }
+
+    /// [`target_of_instance`](Self::target_of_instance) from `reach`, what
+    /// [`reach_of`](Self::reach_of) said of `instance_id` just now.
+    pub fn target_of(&self, instance_id: &str, reach: Reach) -> Result<Arc<Target>> {
+        let ad = match reach {
             Reach::Live(ad) | Reach::Silent(ad, _) => ad,
             Reach::Gone(why) => {
                 return Err(Error::new(
@@ -271,14 +327,25 @@ impl PresenceCache {
                 ));
             }
         };
+        if let Some((seen, target)) = self.targets.lock().get(instance_id)
+            && Arc::ptr_eq(seen, &ad)
+        {
+            return Ok(target.clone());
+        }
         let public_key = self
             .public_key(&ad.public_key)
             .ok_or_else(|| Error::new(Code::AuthFailed, "advertised public key is malformed"))?;
-        Ok(Target {
+        let target = Arc::new(Target {
             instance_id: ad.instance_id.clone(),
             endpoint: self.ns.endpoint_path(&ad.endpoint)?,
             public_key,
-        })
+        });
+        let mut targets = self.targets.lock();
+        if targets.len() >= ADVERTS_MAX {
+            targets.clear();
+        }
+        targets.insert(instance_id.to_string(), (ad, target.clone()));
+        Ok(target)
     }
 }
 
@@ -311,6 +378,86 @@ mod tests {
         // A failed delivery forgets every name of that instance.
         c.forget_advertisement("i-a");
         assert_eq!(c.cached_name("alice", Some(old)), None);
+    }
+
+    /// The directory's mtime is read again once the last read is older than the window, and
+    /// only then: a change inside the window is seen at the next read after it.
+    #[test]
+    fn the_directory_mtime_is_reused_only_within_the_recheck_window() {
+        let tmp = crate::fsutil::TempDir::new("mtime").unwrap();
+        let ns = Namespace::new(tmp.path().to_path_buf(), &crate::config::Config::default());
+        std::fs::create_dir_all(ns.active_agents()).unwrap();
+        let set = |t: SystemTime| {
+            std::fs::File::open(ns.active_agents())
+                .unwrap()
+                .set_modified(t)
+                .unwrap()
+        };
+        let c = PresenceCache::new(ns.clone(), Limits::default());
+        let (t1, t2) = (
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000),
+        );
+        set(t1);
+        assert_eq!(c.recent_directory_mtime(), Some(t1));
+        set(t2);
+        // A read that is still recent is reused (dated ahead so that no scheduling delay of
+        // this test can age it).
+        *c.dir_mtime.lock() = Some((
+            std::time::Instant::now() + Duration::from_secs(60),
+            Some(t1),
+        ));
+        assert_eq!(c.recent_directory_mtime(), Some(t1));
+        // One older than the window is not.
+        let old = std::time::Instant::now() - Duration::from_millis(NAME_RECHECK_MS);
+        *c.dir_mtime.lock() = Some((old, Some(t1)));
+        assert_eq!(c.recent_directory_mtime(), Some(t2));
+        assert_eq!(c.directory_mtime(), Some(t2));
+    }
+
+    /// A target is rebuilt for a new record and reused, equal, only for the very record it
+    /// was built from (a record read again is a new `Arc`, even with the same content).
+    #[test]
+    fn a_target_is_reused_only_for_the_record_it_was_built_from() {
+        let tmp = crate::fsutil::TempDir::new("targets").unwrap();
+        let ns = Namespace::new(tmp.path().to_path_buf(), &crate::config::Config::default());
+        let c = PresenceCache::new(ns.clone(), Limits::default());
+        let record = |endpoint: &str| {
+            Arc::new(presence::Advertisement {
+                protocol_version: 1,
+                instance_id: "i-a".into(),
+                peer_id: "p-a".into(),
+                endpoint: endpoint.into(),
+                public_key: identity::KeyPair::generate().spki_b64(),
+                capabilities: Vec::new(),
+                scope: String::new(),
+                workspace: String::new(),
+                repository: None,
+                alias: "a".into(),
+                runs: Vec::new(),
+                process_start_time: None,
+                boot_id: None,
+                degraded: None,
+            })
+        };
+        let first = record("peer-runtime/a.sock");
+        let t1 = c.target_of("i-a", Reach::Live(first.clone())).unwrap();
+        let again = c
+            .target_of("i-a", Reach::Silent(first.clone(), "x".into()))
+            .unwrap();
+        assert!(Arc::ptr_eq(&t1, &again));
+        let second = record("peer-runtime/b.sock");
+        let t2 = c.target_of("i-a", Reach::Live(second.clone())).unwrap();
+        assert_eq!(
+            t2.endpoint,
+            ns.endpoint_path("peer-runtime/b.sock").unwrap()
+        );
+        assert_eq!(
+            Some(t2.public_key),
+            identity::parse_spki_b64(&second.public_key)
+        );
+        assert_ne!(t1.endpoint, t2.endpoint);
+        assert!(c.target_of("i-a", Reach::Gone("ended".into())).is_err());
     }
 
     /// The remembered key check answers exactly what the check itself does, the second time

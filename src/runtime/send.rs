@@ -38,8 +38,9 @@ impl Core {
         if let Some(own) = self.own_run_target(name) {
             return own;
         }
-        // Read before resolving: a change after this makes the cached entry invalid.
-        let mtime = self.presence.directory_mtime();
+        // Read before resolving: a change after this makes the cached entry invalid. A read
+        // reused for a moment (`NAME_RECHECK_MS` says why a restart is still noticed).
+        let mtime = self.presence.recent_directory_mtime();
         // Liveness still comes from evidence: a process provably gone is not reused.
         if let Some(t) = self.presence.cached_name(name, mtime)
             && matches!(
@@ -217,7 +218,7 @@ impl Core {
                 }
             }
             let answer = self
-                .drive_route_stated(&caller.peer_id, to, Some(message_id), true)
+                .drive_route_on(route, &caller.peer_id, to, Some(message_id), true)
                 .unwrap_or_else(|| {
                     Err(Error::new(
                         Code::NotFound,
@@ -305,8 +306,21 @@ impl Core {
         want: Option<&str>,
         wait: bool,
     ) -> Option<Result<(Receipt, Answer)>> {
-        let from_state = |r: Result<Receipt>| r.map(|r| (r, Answer::Other));
         let route = self.route(from, &to.peer_id);
+        self.drive_route_on(&route, from, to, want, wait)
+    }
+
+    /// [`drive_route_stated`](Self::drive_route_stated) on `route`, the route of `from` to
+    /// `to` the caller already holds (a send looks it up once, not once more to drive it).
+    fn drive_route_on(
+        &self,
+        route: &Mutex<Route>,
+        from: &str,
+        to: &TargetRef,
+        want: Option<&str>,
+        wait: bool,
+    ) -> Option<Result<(Receipt, Answer)>> {
+        let from_state = |r: Result<Receipt>| r.map(|r| (r, Answer::Other));
         let mut r = route.lock();
         let mut last_err: Option<Error> = None;
         loop {
@@ -369,11 +383,16 @@ impl Core {
     /// recipient's `flushedDevice` statement.
     fn attempt(&self, entry: &OutboxEntry, r: &mut Route) -> Result<(Receipt, Option<u64>)> {
         let outcome = self.deliver(entry);
-        let key = (entry.from_peer_id.clone(), entry.to.peer_id.clone());
+        let key = || (entry.from_peer_id.clone(), entry.to.peer_id.clone());
         let e = match outcome {
             Ok((receipt, stated)) => {
                 r.queue.resolved(&entry.message_id);
-                self.outbox.route_errors.lock().remove(&key);
+                // The key is built only when there is a failure to clear (two copies per send).
+                let mut errors = self.outbox.route_errors.lock();
+                if !errors.is_empty() {
+                    errors.remove(&key());
+                }
+                drop(errors);
                 // A receipt is the recipient's durable statement and the caller holds it: our
                 // copy need be neither durable nor applied before the caller hears `accepted`
                 // (a crash before its record is durable only makes recovery re-ask, and the
@@ -403,6 +422,7 @@ impl Core {
                 let now = clock::now_ms();
                 r.queue.failed(&entry.message_id, self.limits(), now);
                 let mut errors = self.outbox.route_errors.lock();
+                let key = key();
                 if let Some(slot) = errors.get_mut(&key) {
                     slot.0 = e.clone();
                 } else if errors.len() < 4 * self.limits().connections as usize {
@@ -463,11 +483,13 @@ impl Core {
             self.announce_arrival(&r, entry.body.reply_to.as_deref(), alias.as_deref());
             return Ok((r, None));
         }
-        let target = self.presence.target_of_instance(&entry.to.instance_id)?;
-        let silent = match self.presence.reach_of(&entry.to.instance_id) {
-            super::core::Reach::Silent(_, since) => Some(since),
+        // One lookup answers both where the target is and whether it is silent.
+        let reach = self.presence.reach_of(&entry.to.instance_id);
+        let silent = match &reach {
+            super::core::Reach::Silent(_, since) => Some(since.clone()),
             _ => None,
         };
+        let target = self.presence.target_of(&entry.to.instance_id, reach)?;
         let send = PeerSend {
             version: crate::protocol::PROTOCOL_VERSION,
             message_id: entry.message_id.clone(),
