@@ -27,6 +27,7 @@
 //! Queue bounds are unchanged: an inline call takes no queue slot, and the reader runs at
 //! most one at a time.
 
+mod hot;
 mod lines;
 mod out;
 mod queue;

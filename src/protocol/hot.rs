@@ -49,7 +49,7 @@ pub fn decode(frame: &[u8]) -> Option<HotRequest> {
 
 /// Runs a request visitor over the whole frame: `None` when it declines, or when the frame
 /// is no JSON object or has anything after it.
-fn decode_with<'de, T, V: Visitor<'de, Value = Option<T>>>(
+pub(crate) fn decode_with<'de, T, V: Visitor<'de, Value = Option<T>>>(
     frame: &'de [u8],
     visitor: V,
 ) -> Option<T> {
@@ -179,10 +179,10 @@ fn version_one<'de, D: Deserializer<'de>>(d: D) -> Result<Option<VersionOne>, D:
 
 /// A string field, borrowed from the frame unless it holds escapes. An optional one reads
 /// `null` as absent, as the general path does.
-type Text<'a> = Cow<'a, str>;
+pub(crate) type Text<'a> = Cow<'a, str>;
 
 /// A string borrowed from the frame when it has no escapes (serde's `Cow` always copies).
-struct Str<'de>(Cow<'de, str>);
+pub(crate) struct Str<'de>(pub(crate) Cow<'de, str>);
 
 impl<'de> Deserialize<'de> for Str<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Str<'de>, D::Error> {
@@ -208,7 +208,7 @@ fn opt_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Text<'de>>, D::Err
     Ok(Option::<Str<'de>>::deserialize(d)?.map(|s| s.0))
 }
 
-fn owned(s: Option<Text<'_>>) -> Option<String> {
+pub(crate) fn owned(s: Option<Text<'_>>) -> Option<String> {
     s.map(Cow::into_owned)
 }
 
@@ -405,18 +405,18 @@ struct LocalToolParams<'a> {
     call_id: Option<Text<'a>>,
 }
 
-/// `send_peer_message` arguments as strings.
+/// `send_peer_message` arguments as strings (also what `peer mcp`'s typed decoder reads).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct SendToolArgs<'a> {
+pub(crate) struct SendToolArgs<'a> {
     #[serde(borrow)]
-    to: Text<'a>,
+    pub to: Text<'a>,
     #[serde(borrow)]
-    content: Text<'a>,
+    pub content: Text<'a>,
     #[serde(default, borrow, deserialize_with = "opt_text")]
-    topic: Option<Text<'a>>,
+    pub topic: Option<Text<'a>>,
     #[serde(default, borrow, deserialize_with = "opt_text")]
-    reply_to: Option<Text<'a>>,
+    pub reply_to: Option<Text<'a>>,
 }
 
 /// A plain success answer `{"jsonrpc":"2.0","id":N,"result":R}`: exactly those keys, each
