@@ -55,7 +55,37 @@ type CachedName = (
 
 /// A presence directory whose mtime is younger than this may change again within the same
 /// coarse timestamp, so a resolution read under it is not reused.
-const MTIME_SETTLED_MS: u128 = 100;
+///
+/// The kernel stamps a directory's mtime from the coarse real-time clock, which advances once
+/// per scheduler tick (at most 10 ms: `CONFIG_HZ` is at least 100) and lags the fine clock we
+/// read `now` from by less than one tick. A change made after we read the directory is stamped
+/// at least `now - 1 tick`; an mtime at least two ticks older than `now` therefore differs from
+/// every later stamp, so a later change is always seen as a new mtime. 25 ms is that bound for
+/// the coarsest tick, with margin. It was 100 ms: every root's heartbeat rewrites its record
+/// (a rename into the directory) every `heartbeatMs`, so with 65 roots the directory was
+/// younger than 100 ms about three quarters of the time and most sends by name rescanned it
+/// (a readdir and a statx per record); at 25 ms about a quarter of them do.
+const MTIME_SETTLED_MS: u128 = 25;
+
+/// [`MTIME_SETTLED_MS`] for an mtime without a sub-second part: a filesystem that stamps whole
+/// seconds (ext4 with 128-byte inodes) or two (FAT) gives every change within that span the
+/// same mtime, so such a stamp has settled only once the span and a tick have passed.
+const WHOLE_SECOND_MTIME_SETTLED_MS: u128 = 3_000;
+
+/// Whether the directory mtime `mtime`, read at `now`, differs from the stamp of every change
+/// made after `now` (see [`MTIME_SETTLED_MS`]).
+fn mtime_settled(mtime: std::time::SystemTime, now: std::time::SystemTime) -> bool {
+    let whole_second = mtime
+        .duration_since(std::time::UNIX_EPOCH)
+        .is_ok_and(|d| d.subsec_nanos() == 0);
+    let need = if whole_second {
+        WHOLE_SECOND_MTIME_SETTLED_MS
+    } else {
+        MTIME_SETTLED_MS
+    };
+    now.duration_since(mtime)
+        .is_ok_and(|age| age.as_millis() >= need)
+}
 
 /// How long a read of the presence directory's mtime is reused before it is read again.
 ///
@@ -168,10 +198,7 @@ impl PresenceCache {
         t: &crate::messaging::TargetRef,
     ) {
         let Some(mtime) = mtime else { return };
-        let settled = std::time::SystemTime::now()
-            .duration_since(mtime)
-            .is_ok_and(|d| d.as_millis() >= MTIME_SETTLED_MS);
-        if !settled {
+        if !mtime_settled(mtime, std::time::SystemTime::now()) {
             return;
         }
         let mut names = self.names.lock();
@@ -378,6 +405,26 @@ mod tests {
         // A failed delivery forgets every name of that instance.
         c.forget_advertisement("i-a");
         assert_eq!(c.cached_name("alice", Some(old)), None);
+    }
+
+    /// An mtime is trusted once two of the coarsest ticks passed, or, stamped in whole seconds
+    /// (a filesystem without sub-second timestamps), once that span and a tick passed.
+    #[test]
+    fn an_mtime_settles_after_its_filesystems_granularity() {
+        let now = SystemTime::UNIX_EPOCH + Duration::new(1_000_000, 500_000_000);
+        let fine = |ago_ms: u64| now - Duration::from_millis(ago_ms) + Duration::from_nanos(1);
+        assert!(!mtime_settled(fine(0), now));
+        assert!(!mtime_settled(fine(MTIME_SETTLED_MS as u64 - 1), now));
+        assert!(mtime_settled(fine(MTIME_SETTLED_MS as u64 + 1), now));
+        let whole = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert!(
+            !mtime_settled(whole, now),
+            "500 ms after a whole-second stamp"
+        );
+        assert!(!mtime_settled(whole, whole + Duration::from_millis(2_999)));
+        assert!(mtime_settled(whole, whole + Duration::from_millis(3_000)));
+        // A stamp ahead of the clock (the clock was set back) is never trusted.
+        assert!(!mtime_settled(now + Duration::from_secs(1), now));
     }
 
     /// The directory's mtime is read again once the last read is older than the window, and
