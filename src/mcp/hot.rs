@@ -13,7 +13,7 @@
 //! of the general path's reader, so a line decoded here means what the general path reads.
 //! The line is already bounded by `frameBytes` ([`super::lines`]) before it gets here.
 
-use crate::protocol::hot::{SendToolArgs, Str, Text, decode_with, owned};
+use crate::protocol::hot::{SendToolArgs, Str, Text, decode_with, owned, version_is_2};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
@@ -55,7 +55,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
         while let Some(key) = map.next_key::<Str<'de>>()? {
             match key.0.as_ref() {
                 "jsonrpc" if !version_ok => {
-                    if map.next_value::<Str<'de>>()?.0 != "2.0" {
+                    if !version_is_2(&mut map)? {
                         return Ok(None);
                     }
                     version_ok = true;
@@ -72,16 +72,13 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
             }
         }
         Ok(match (version_ok, id, params) {
-            (true, Some(id), Some(p)) if p.name == "send_peer_message" => {
-                let _ = p.meta;
-                Some(McpSend {
-                    id,
-                    to: p.arguments.to.into_owned(),
-                    content: p.arguments.content.into_owned(),
-                    topic: owned(p.arguments.topic),
-                    reply_to: owned(p.arguments.reply_to),
-                })
-            }
+            (true, Some(id), Some(p)) if p.name == "send_peer_message" => Some(McpSend {
+                id,
+                to: p.arguments.to.into_owned(),
+                content: p.arguments.content.into_owned(),
+                topic: owned(p.arguments.topic),
+                reply_to: owned(p.arguments.reply_to),
+            }),
             _ => None,
         })
     }
@@ -124,7 +121,7 @@ struct CallParams<'a> {
     arguments: SendToolArgs<'a>,
     /// Request metadata (a progress token): the general path ignores it, and so does a send.
     #[serde(default, rename = "_meta")]
-    meta: Option<IgnoredAny>,
+    _meta: Option<IgnoredAny>,
 }
 
 #[cfg(test)]

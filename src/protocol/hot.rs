@@ -60,7 +60,7 @@ pub(crate) fn decode_with<'de, T, V: Visitor<'de, Value = Option<T>>>(
 }
 
 /// Reads a `jsonrpc` value: whether it is the version both paths accept, `"2.0"`.
-fn version_is_2<'de, A: MapAccess<'de>>(map: &mut A) -> Result<bool, A::Error> {
+pub(crate) fn version_is_2<'de, A: MapAccess<'de>>(map: &mut A) -> Result<bool, A::Error> {
     Ok(map.next_value::<Str<'de>>()?.0 == "2.0")
 }
 
