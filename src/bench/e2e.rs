@@ -786,8 +786,10 @@ impl Run<'_> {
             match t.join() {
                 Ok(mut sent) => {
                     joined.open.extend(sent.channel.take());
-                    joined.warmed += sent.warm_ids.len();
-                    self.accepted.append(&mut sent.warm_ids);
+                    if let Some(id) = sent.warm_id.take() {
+                        joined.warmed += 1;
+                        self.accepted.push(id);
+                    }
                     joined.syncs += sent.syncs;
                     run.latency.extend(sent.latency);
                     run.messages += sent.ids.len();
@@ -826,8 +828,9 @@ struct SendRun {
     syncs: u64,
     /// The channel, still open, for the caller to close after reading the root's CPU.
     channel: Option<Adapter>,
-    /// The accepted warm-up message (not measured).
-    warm_ids: Vec<String>,
+    /// The accepted warm-up message (not measured); `None` when it failed, and then no
+    /// measured message was sent.
+    warm_id: Option<String>,
 }
 
 /// One sender of a throughput run: sends one warm-up message to `to` (its root's first
@@ -847,23 +850,20 @@ fn send_run(
         failed: None,
         syncs: 0,
         channel: None,
-        warm_ids: Vec::with_capacity(1),
+        warm_id: None,
     };
     let warm_id = format!("{prefix}warm");
-    let warmed = match a.send(to, &body(label, m), &warm_id) {
-        Ok(()) => {
-            run.warm_ids.push(warm_id);
-            true
-        }
+    match a.send(to, &body(label, m), &warm_id) {
+        Ok(()) => run.warm_id = Some(warm_id),
         Err(e) => {
             let e = Error::new(e.code, format!("message {warm_id}: {}", e.message));
             run.failed = Some((warm_id, e));
-            false
         }
-    };
+    }
     barrier.wait();
     barrier.wait();
-    for j in 0..if warmed { m } else { 0 } {
+    let measured = if run.warm_id.is_some() { m } else { 0 };
+    for j in 0..measured {
         let id = format!("{prefix}{j}");
         let t = Instant::now();
         match a.send(to, &body(label, j), &id) {
