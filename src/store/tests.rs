@@ -88,9 +88,13 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     m
 }
 
-/// Where a journal's frames end: the zero-filled room after them is not counted.
+/// Where a journal's frames end: the zero-filled room after them is not counted. Never inside
+/// the file header, whose reserved last bytes are zeros too (a fresh journal's header would
+/// otherwise seem to end early, and a crash model would tear it, which never happens: it is
+/// written once by temp file and rename).
 fn logical_len(journal: &[u8]) -> usize {
-    journal.len() - journal.iter().rev().take_while(|b| **b == 0).count()
+    let frames_end = journal.len() - journal.iter().rev().take_while(|b| **b == 0).count();
+    frames_end.max(journal.len().min(super::journal::HEADER_BYTES))
 }
 
 /// The journal's logical end (see [`logical_len`]).
