@@ -64,6 +64,10 @@ impl<H: ToolHost> ToolHost for WithAskTools<H> {
             other => self.inner.call(other, call_id, cancel),
         }
     }
+
+    fn after_answer(&self) {
+        self.inner.after_answer();
+    }
 }
 
 /// The discovery subcommands (`peers`, `card`, `recommend`, `friends`), dispatched by name.

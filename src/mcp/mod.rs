@@ -316,7 +316,11 @@ fn answer(
         return Ok(());
     }
     match outcome {
-        Some(outcome) => out.send_line(session::call_response_line(&job.id, outcome)),
+        Some(outcome) => {
+            let sent = out.send_line(session::call_response_line(&job.id, outcome));
+            host.after_answer();
+            sent
+        }
         None => Ok(()),
     }
 }

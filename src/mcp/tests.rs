@@ -8,6 +8,7 @@ use super::*;
 use crate::tools::{MessagesArgs, SendArgs, ToolOutput};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use std::io::{BufReader, PipeWriter};
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 /// Guard against a hang; never an assertion about speed.
@@ -19,11 +20,19 @@ struct FakeHost {
     cancelled: Sender<String>,
     /// The thread each call ran on, by call id.
     threads: Mutex<HashMap<String, std::thread::ThreadId>>,
+    /// Lines the server has written so far (counted by the sink).
+    lines: Arc<AtomicUsize>,
+    /// For each `after_answer`: how many lines were written when it ran.
+    after: Sender<usize>,
 }
 
 impl ToolHost for FakeHost {
     fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<ToolOutput> {
         self.value(call, call_id, cancel).map(ToolOutput::Value)
+    }
+
+    fn after_answer(&self) {
+        let _ = self.after.send(self.lines.load(Ordering::SeqCst));
     }
 }
 
@@ -67,6 +76,7 @@ struct Harness {
     host: Arc<FakeHost>,
     started: Receiver<String>,
     cancelled: Receiver<String>,
+    after: Receiver<usize>,
     server: Option<std::thread::JoinHandle<Result<()>>>,
 }
 
@@ -74,6 +84,7 @@ struct Harness {
 struct LineSink {
     buf: Vec<u8>,
     tx: Sender<Value>,
+    lines: Arc<AtomicUsize>,
 }
 
 impl Write for LineSink {
@@ -83,6 +94,7 @@ impl Write for LineSink {
             let line: Vec<u8> = self.buf.drain(..=i).collect();
             let value =
                 serde_json::from_slice(&line[..i]).expect("server wrote one JSON object per line");
+            self.lines.fetch_add(1, Ordering::SeqCst);
             let _ = self.tx.send(value);
         }
         Ok(data.len())
@@ -96,11 +108,15 @@ impl Harness {
     fn start(limits: Limits) -> Harness {
         let (started_tx, started) = unbounded();
         let (cancelled_tx, cancelled) = unbounded();
+        let (after_tx, after) = unbounded();
+        let lines = Arc::new(AtomicUsize::new(0));
         let host = Arc::new(FakeHost {
             release: AtomicBool::new(false),
             started: started_tx,
             cancelled: cancelled_tx,
             threads: Mutex::default(),
+            lines: lines.clone(),
+            after: after_tx,
         });
         let (reader, writer) = std::io::pipe().unwrap();
         let (out_tx, output) = unbounded();
@@ -114,6 +130,7 @@ impl Harness {
                 LineSink {
                     buf: Vec::new(),
                     tx: out_tx,
+                    lines,
                 },
                 &limits,
             )
@@ -125,6 +142,7 @@ impl Harness {
             host,
             started,
             cancelled,
+            after,
             server: Some(server),
         }
     }
@@ -352,6 +370,38 @@ fn ping_is_answered_during_a_long_wait() {
         r["result"]["structuredContent"]["messages"][0]["authority"],
         PEER_AUTHORITY
     );
+    h.finish();
+}
+
+/// The host's bookkeeping after a call (a send's own copy of its receipt) runs once the
+/// answer is out, never before it: the client does not wait for it.
+#[test]
+fn the_host_hears_after_each_answer_is_written() {
+    let mut h = Harness::start(Limits::default());
+    h.init();
+    let written = |h: &Harness| h.host.lines.load(Ordering::SeqCst);
+    for id in 1..=2 {
+        let r = h.call(
+            id,
+            "send_peer_message",
+            json!({"to": "bob", "content": "x"}),
+        );
+        assert_eq!(r["id"], id);
+        let seen = h.after.recv_timeout(HANG_GUARD).expect("after_answer ran");
+        assert_eq!(
+            seen,
+            written(&h),
+            "it ran after call {id}'s answer was written"
+        );
+    }
+    // A call on a worker thread too.
+    h.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "peer_messages", "arguments": {"waitMs": 30000}}}));
+    assert_eq!(h.started.recv_timeout(HANG_GUARD).unwrap(), "3");
+    assert!(h.after.try_recv().is_err(), "nothing answered yet");
+    h.host.release.store(true, Ordering::SeqCst);
+    assert_eq!(h.recv()["id"], 3);
+    let seen = h.after.recv_timeout(HANG_GUARD).expect("after_answer ran");
+    assert_eq!(seen, written(&h));
     h.finish();
 }
 

@@ -93,6 +93,11 @@ impl Handler for RootHandler {
         }
     }
 
+    fn after_reply(&self) {
+        // A send's own copy of its receipt, queued without waiting.
+        self.0.store.apply_queued_now();
+    }
+
     fn hot_calls(&self) -> bool {
         true
     }
@@ -186,5 +191,9 @@ impl ToolHost for RootTools {
         };
         // Typed: the MCP server writes a send's answer as text without a `Value`.
         execute(&self.0, &caller, call, &opts, cancel).map(ToolOutput::Answer)
+    }
+
+    fn after_answer(&self) {
+        self.0.store.apply_queued_now();
     }
 }

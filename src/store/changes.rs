@@ -186,8 +186,9 @@ impl Shared {
 
     /// Called after a job nobody waits for was queued: wakes the writer only if its sleep has
     /// no timer. A timed sleep takes the job when it ends (within `DEFERRED_SYNC_MS`) or with
-    /// the next rung job, so a stream of sends picks each receipt up with the next intent
-    /// instead of waking the writer for it. Whoever later must wait for such a job rings.
+    /// the next rung job, and the thread that answered a send applies it right after its
+    /// answer (`StoreHandle::apply_queued_now`), so a stream of sends never wakes the writer
+    /// for a receipt. Whoever later must wait for such a job rings.
     pub fn ring_lazily(&self) {
         let idle = self.idle.lock();
         if idle.sleeping && !idle.timed {

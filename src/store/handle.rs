@@ -337,6 +337,17 @@ impl StoreHandle {
         self.answer(rx)
     }
 
+    /// Applies the writes queued without waiting (a send's receipt) now, in this thread,
+    /// unless another thread leads a batch: for a caller that just answered its client and
+    /// would otherwise leave the work to its next send's intent, on that send's critical
+    /// path. One atomic comparison when nothing is queued; never waits.
+    pub fn apply_queued_now(&self) {
+        let s = &self.shared;
+        if s.lazy_applied.load(Ordering::Acquire) < s.lazy_queued.load(Ordering::Acquire) {
+            self.lead_or_ring();
+        }
+    }
+
     /// Waits until every write queued without waiting before this call is applied (usually
     /// none is pending: one atomic comparison), so a read of durable state never misses our
     /// own record of a receipt the caller already heard (the reader then waits for its sync

@@ -148,6 +148,10 @@ pub trait ToolHost: Send + Sync {
     /// (retry-stable message ids derive from it). `cancel` is set when the client cancels
     /// (notifications/cancelled) or shuts down; long waits must poll it.
     fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<ToolOutput>;
+    /// Called right after a call's answer went to the client: bookkeeping the answer did not
+    /// need (a send's own copy of its receipt) is done here, while the client reads, instead
+    /// of on the next call's path. The default does nothing.
+    fn after_answer(&self) {}
 }
 
 /// What a host answered: a typed answer, which a front end may write as JSON text without

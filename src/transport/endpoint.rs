@@ -416,6 +416,7 @@ fn serve_authenticated(
             if out.send(reply).is_err() {
                 return;
             }
+            shared.handler.after_reply();
             continue;
         }
         let reply = match rpc::parse(&frame) {
@@ -440,10 +441,11 @@ fn serve_authenticated(
             // Inbound connections never carry our requests, so stray responses are dropped.
             Ok(Incoming::Response { .. }) => None,
         };
-        if let Some(reply) = reply
-            && out.send(reply).is_err()
-        {
-            return;
+        if let Some(reply) = reply {
+            if out.send(reply).is_err() {
+                return;
+            }
+            shared.handler.after_reply();
         }
     }
 }

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Generous bound for "eventually": never a performance assertion.
@@ -35,6 +36,8 @@ impl Verifier for Adverts {
 struct Echo {
     entered: Sender<()>,
     release: Receiver<()>,
+    /// `after_reply` calls so far.
+    replied: Arc<AtomicUsize>,
 }
 
 impl Handler for Echo {
@@ -88,6 +91,10 @@ impl Handler for Echo {
         }
         Ok(json!({"local": true, "method": method, "params": params}))
     }
+
+    fn after_reply(&self) {
+        self.replied.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 fn limits() -> Limits {
@@ -109,6 +116,7 @@ struct Node {
     target: Target,
     entered: Receiver<()>,
     release: Sender<()>,
+    replied: Arc<AtomicUsize>,
 }
 
 const SECRET: [u8; 32] = [42; 32];
@@ -132,9 +140,11 @@ fn node(dir: &Path, name: &str, adverts: &Arc<Adverts>, limits: &Limits) -> Node
     let path = dir.join(format!("{name}.sock"));
     let (entered_tx, entered) = unbounded();
     let (release, release_rx) = unbounded();
+    let replied = Arc::new(AtomicUsize::new(0));
     let handler = Arc::new(Echo {
         entered: entered_tx,
         release: release_rx,
+        replied: replied.clone(),
     });
     let endpoint =
         Endpoint::bind(&path, me.clone(), limits, SECRET, handler, adverts.clone()).unwrap();
@@ -149,6 +159,7 @@ fn node(dir: &Path, name: &str, adverts: &Arc<Adverts>, limits: &Limits) -> Node
         target,
         entered,
         release,
+        replied,
     }
 }
 
@@ -314,6 +325,29 @@ fn local_only_methods_are_refused_over_the_peer_channel() {
         pool.request(&b.target, "test.echo", json!({}), 0).is_ok(),
         "connection still serves"
     );
+}
+
+/// The handler hears after every answer it gave, on either channel, errors included: the
+/// root does a send's leftover bookkeeping there, off the next request's path.
+#[test]
+fn the_handler_hears_after_each_reply() {
+    let dir = TempDir::new("transport").unwrap();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir, "a", &adverts, &l);
+    let b = node(&dir, "b", &adverts, &l);
+    let (pool_b, _) = pool_for(&b, &l);
+    let mut client = LocalClient::connect(&a.target.endpoint, SECRET, &l).unwrap();
+    client.call("resource.request", json!({}), 0).unwrap();
+    pool_b
+        .request(&a.target, "test.echo", json!({}), 0)
+        .unwrap();
+    let e = pool_b.request(&a.target, "no.such", json!({}), 0);
+    assert_eq!(e.unwrap_err().code, Code::MethodNotFound);
+    eventually("three after_reply calls", || {
+        a.replied.load(Ordering::SeqCst) == 3
+    });
+    assert_eq!(b.replied.load(Ordering::SeqCst), 0, "b answered nothing");
 }
 
 #[test]
@@ -742,6 +776,7 @@ fn shutdown_removes_only_its_own_socket() {
         Arc::new(Echo {
             entered: unbounded().0,
             release: unbounded().1,
+            replied: Arc::default(),
         }),
         adverts.clone(),
     );
@@ -784,6 +819,7 @@ fn socket_file_is_private() {
         Arc::new(Echo {
             entered: unbounded().0,
             release: unbounded().1,
+            replied: Arc::default(),
         }),
         adverts.clone(),
     );
