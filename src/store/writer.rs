@@ -544,14 +544,13 @@ impl Writer {
                 format!("injected fdatasync failure at sync {sync_no}"),
             ));
         }
-        let path = self.dir.join(paths::JOURNAL);
         if let Some(t) = &self.faults.sync_threads {
             t.lock().push(std::thread::current().id());
         }
         let begun = self.shared.sync_begins();
         self.file
             .sync_data()
-            .map_err(|e| Error::io("cannot fdatasync", &path, &e))?;
+            .map_err(|e| Error::io("cannot fdatasync", &self.dir.join(paths::JOURNAL), &e))?;
         self.shared.sync_ended(begun);
         self.unsynced = false;
         self.unsynced_since = None;
@@ -800,10 +799,10 @@ impl Writer {
     fn append(&mut self, records: &[Record]) -> Result<()> {
         let batch = self.batch_no + 1;
         let frame = journal::encode_frame(batch, records)?;
-        let path = self.dir.join(paths::JOURNAL);
+        // The path is built only for an error: a join allocates, once per batch otherwise.
         self.file
             .write_all_at(&frame, self.len)
-            .map_err(|e| Error::io("cannot append to", &path, &e))?;
+            .map_err(|e| Error::io("cannot append to", &self.dir.join(paths::JOURNAL), &e))?;
         self.unsynced = true;
         self.unsynced_since
             .get_or_insert_with(std::time::Instant::now);
