@@ -7,6 +7,7 @@
 use super::adapter::{self, Adapter, Audit};
 use super::hosts::{self, Host, HostPlan};
 use super::machine::{self, CpuMark, ProcCounters};
+use super::paired::PairedSync;
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use serde_json::{Value, json};
@@ -191,6 +192,10 @@ pub struct Outcome {
     /// `send_peer_message` through `peer mcp`, and MCP pings through the same process.
     pub mcp_send: Vec<f64>,
     pub mcp_ping: Vec<f64>,
+    /// fdatasync floor samples taken right after each measured warm send, and each measured
+    /// MCP send (see `bench::paired`).
+    pub warm_sync: Vec<f64>,
+    pub mcp_sync: Vec<f64>,
     pub throughput: Vec<Throughput>,
     pub history: Option<History>,
     /// The receiver idle right after it started.
@@ -561,6 +566,7 @@ impl Run<'_> {
 
     fn warm(&mut self, plan: &Plan) -> Result<()> {
         let mut counted = None;
+        let mut paired = PairedSync::start(&self.dir, plan.warm)?;
         for i in 0..plan.warmup + plan.warm {
             if i == plan.warmup {
                 counted = Some((self.a1.syncs()?, self.b.syncs()?));
@@ -568,8 +574,10 @@ impl Run<'_> {
             let us = self.send_one("warm", i)?;
             if i >= plan.warmup {
                 self.out.warm.push(us);
+                paired.sample()?;
             }
         }
+        self.out.warm_sync = paired.finish();
         if let Some((s0, r0)) = counted {
             let (s1, r1) = (self.a1.syncs()?, self.b.syncs()?);
             self.out
@@ -584,6 +592,7 @@ impl Run<'_> {
         let [home, ws, logs] = layout(&self.dir);
         let mut client = super::mcp::McpClient::start(self.exe, &home, &ws, &logs, "bench-mcp")?;
         let to = self.rx.peer_id.clone();
+        let mut paired = PairedSync::start(&self.dir, n)?;
         for i in 0..warmup + n {
             let t = Instant::now();
             client.ping()?;
@@ -595,8 +604,10 @@ impl Run<'_> {
             if i >= warmup {
                 self.out.mcp_ping.push(ping);
                 self.out.mcp_send.push(send);
+                paired.sample()?;
             }
         }
+        self.out.mcp_sync = paired.finish();
         client.stop();
         Ok(())
     }

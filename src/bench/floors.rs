@@ -21,7 +21,7 @@ use std::time::Instant;
 /// Size of one socket round-trip payload, in bytes.
 const TRIP_BYTES: usize = 64;
 /// Size of one appended record, in bytes.
-const RECORD_BYTES: usize = 4096;
+pub(super) const RECORD_BYTES: usize = 4096;
 /// Size of the signed message, in bytes.
 const SIGNED_BYTES: usize = 200;
 
@@ -193,7 +193,7 @@ fn io(what: &str, e: std::io::Error) -> Error {
     Error::new(Code::Io, format!("bench floor: {what}: {e}"))
 }
 
-fn micros(start: Instant) -> f64 {
+pub(super) fn micros(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e6
 }
 
@@ -232,7 +232,7 @@ fn uds_trip(n: usize, warmup: usize) -> Result<Summary> {
 
 /// Creates `path` holding `bytes` zeros, written and fdatasynced: room that later writes fill
 /// in place without changing the file's size or block map.
-fn zero_filled(path: &Path, bytes: usize) -> Result<File> {
+pub(super) fn zero_filled(path: &Path, bytes: usize) -> Result<File> {
     let f = OpenOptions::new()
         .read(true)
         .write(true)

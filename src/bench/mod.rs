@@ -11,6 +11,7 @@ pub mod floors;
 pub mod hosts;
 pub mod machine;
 pub mod mcp;
+pub mod paired;
 pub mod report;
 pub mod stats;
 pub mod targets;
