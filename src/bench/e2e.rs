@@ -93,6 +93,9 @@ impl Plan {
                 .sum::<usize>()
             + self.history.0
             + self.history.1
+            // The fresh sender beside the history sender's last window, and its warm-up.
+            + self.history.0
+            + 1
     }
 
     pub fn senders_max(&self) -> usize {
@@ -144,7 +147,12 @@ pub struct History {
     pub first_cpu_us: f64,
     /// Sender CPU µs per message over `window` sends after `sent`.
     pub after_cpu_us: f64,
-    /// The receiver's CPU µs per message over the same two windows.
+    /// A fresh sender's CPU µs per message over its first `window` sends, each made right
+    /// after one of those `window` (the basis its verdict is judged by: the same seconds of
+    /// the same machine); 0 when not measured.
+    pub fresh_cpu_us: f64,
+    /// The receiver's CPU µs per message over the same two windows (the second carries the
+    /// fresh sender's messages too).
     pub first_rx_cpu_us: f64,
     pub after_rx_cpu_us: f64,
     /// The sender's resident set after the second window.
@@ -334,6 +342,11 @@ fn setup<'a>(exe: &'a Path, dir: &Path, plan: &Plan) -> Result<Run<'a>> {
     })
 }
 
+/// `total` per one of `n`.
+fn per(total: f64, n: usize) -> f64 {
+    total / n.max(1) as f64
+}
+
 fn sender_alias(i: usize) -> String {
     format!("bench-tx{i:02}")
 }
@@ -415,6 +428,51 @@ impl Run<'_> {
     /// A fresh sender host sends `window` messages, then until `sent` have gone, then
     /// `window` more: its CPU per message in the first and the last window.
     fn history(&mut self, (window, sent): (usize, usize)) -> Result<()> {
+        let (mut a, pid) = self.start_sender("bench-history")?;
+        let mut h = History {
+            window,
+            sent,
+            ..History::default()
+        };
+        let mut i = 0;
+        let rx_pid = self.rx.pid;
+        let (c0, r0) = (CpuMark::now(pid), CpuMark::now(rx_pid));
+        let mut lat = Vec::with_capacity(window);
+        for _ in 0..window {
+            lat.push(self.history_send(&mut a, &mut i)?);
+        }
+        (h.first_cpu_us, h.first_rx_cpu_us) =
+            (per(c0.used_us(), window), per(r0.used_us(), window));
+        h.first_latency = super::stats::Summary::of(&lat);
+        for _ in 0..sent.saturating_sub(window) {
+            self.history_send(&mut a, &mut i)?;
+        }
+        // The last window alternates with a fresh sender's first one: both CPU figures come
+        // from the same seconds, so the machine's drift over the run cannot pass for history.
+        let (mut f, fresh_pid) = self.start_sender("bench-fresh")?;
+        self.history_send(&mut f, &mut i)?; // its first contact: connection and handshake
+        let (c0, f0, r0) = (
+            CpuMark::now(pid),
+            CpuMark::now(fresh_pid),
+            CpuMark::now(rx_pid),
+        );
+        let mut lat = Vec::with_capacity(window);
+        for _ in 0..window {
+            lat.push(self.history_send(&mut a, &mut i)?);
+            self.history_send(&mut f, &mut i)?;
+        }
+        h.after_cpu_us = per(c0.used_us(), window);
+        h.fresh_cpu_us = per(f0.used_us(), window);
+        h.after_rx_cpu_us = per(r0.used_us(), 2 * window);
+        h.after_latency = super::stats::Summary::of(&lat);
+        h.sender_rss_kb = machine::proc_counters(pid).map_or(0, |p| p.rss_kb);
+        self.out.history = Some(h);
+        Ok(())
+    }
+
+    /// Starts one more sender root (kept with the others until the run ends) and opens its
+    /// local channel.
+    fn start_sender(&mut self, alias: &str) -> Result<(Adapter, u32)> {
         let [home, ws, logs] = layout(&self.dir);
         let hp = HostPlan {
             exe: self.exe,
@@ -422,56 +480,28 @@ impl Run<'_> {
             workspace: &ws,
             logs: &logs,
         };
-        let host = hosts::start_all(&hp, &["bench-history".to_string()])?
+        let host = hosts::start_all(&hp, &[alias.to_string()])?
             .pop()
-            .ok_or_else(|| Error::new(Code::Io, "bench: the history sender did not start"))?;
-        let (pid, rx_pid) = (host.pid, self.rx.pid);
-        let mut a = Adapter::connect(&host.control, &self.limits)?;
+            .ok_or_else(|| Error::new(Code::Io, format!("bench: sender {alias} did not start")))?;
+        let a = Adapter::connect(&host.control, &self.limits)?;
+        let pid = host.pid;
         self.tx.push(host);
-        let cpu = |pid| {
-            (
-                machine::thread_cpu_ns(pid),
-                machine::process_cpu_us(pid).unwrap_or(0.0),
-            )
-        };
-        let used = |pid, (t0, c0): &(std::collections::HashMap<u32, u64>, f64)| {
-            let (t1, c1) = cpu(pid);
-            machine::cpu_between(t0, &t1, c1 - c0)
-        };
+        Ok((a, pid))
+    }
+
+    /// One history send through `a`, numbered `*i`; its latency.
+    fn history_send(&mut self, a: &mut Adapter, i: &mut usize) -> Result<f64> {
+        let id = self.id("history", *i);
+        *i += 1;
         let to = self.rx.peer_id.clone();
-        let mut h = History {
-            window,
-            sent,
-            ..History::default()
-        };
-        let mut i = 0;
-        let mut send_window = |run: &mut Self, n: usize| -> Result<(f64, f64, Vec<f64>)> {
-            let (c0, r0) = (cpu(pid), cpu(rx_pid));
-            let mut lat = Vec::with_capacity(n);
-            for _ in 0..n {
-                let id = run.id("history", i);
-                i += 1;
-                let t = Instant::now();
-                if let Err(e) = a.send(&to, &body("history", i), &id) {
-                    run.failed.push(id.clone());
-                    return Err(Error::new(e.code, format!("message {id}: {}", e.message)));
-                }
-                lat.push(micros_since(t));
-                run.accepted.push(id);
-            }
-            let per = |d: f64| d / n.max(1) as f64;
-            Ok((per(used(pid, &c0)), per(used(rx_pid, &r0)), lat))
-        };
-        let (c, r, lat) = send_window(self, window)?;
-        (h.first_cpu_us, h.first_rx_cpu_us) = (c, r);
-        h.first_latency = super::stats::Summary::of(&lat);
-        send_window(self, sent.saturating_sub(window))?;
-        let (c, r, lat) = send_window(self, window)?;
-        (h.after_cpu_us, h.after_rx_cpu_us) = (c, r);
-        h.after_latency = super::stats::Summary::of(&lat);
-        h.sender_rss_kb = machine::proc_counters(pid).map_or(0, |p| p.rss_kb);
-        self.out.history = Some(h);
-        Ok(())
+        let t = Instant::now();
+        if let Err(e) = a.send(&to, &body("history", *i), &id) {
+            self.failed.push(id.clone());
+            return Err(Error::new(e.code, format!("message {id}: {}", e.message)));
+        }
+        let us = micros_since(t);
+        self.accepted.push(id);
+        Ok(us)
     }
 
     /// Starts senders until there are `k` (not timed).
@@ -929,7 +959,7 @@ mod tests {
         assert_eq!((p.mcp, p.sync_probes), (20, 5));
         assert_eq!(
             p.total(),
-            3 + 20 + 3 + 10 + 3 + 20 + 5 + 5 + 81 + 88 + 192 + 100 + 1000
+            3 + 20 + 3 + 10 + 3 + 20 + 5 + 5 + 81 + 88 + 192 + 100 + 1000 + 100 + 1
         );
         assert_eq!(Plan::new(1000, &[1]).history, (2500, 25_000));
         assert_eq!(p.senders_max(), 64);

@@ -306,9 +306,10 @@ fn counters_text(r: &Value) -> String {
     let h = &r["history"];
     if h.is_object() {
         s += &format!(
-            "history: sender CPU {} → {} µs/msg, receiver {} → {} µs/msg (first {} vs after {} sent); sender RSS {} kB after\n",
+            "history: sender CPU {} → {} µs/msg (a fresh sender alongside: {}), receiver {} → {} µs/msg (first {} vs after {} sent); sender RSS {} kB after\n",
             h["senderCpuUsPerMessage"]["first"],
             h["senderCpuUsPerMessage"]["after"],
+            h["senderCpuUsPerMessage"]["freshAlongside"],
             h["receiverCpuUsPerMessage"]["first"],
             h["receiverCpuUsPerMessage"]["after"],
             h["window"],
