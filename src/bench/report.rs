@@ -230,7 +230,7 @@ fn history(h: &super::e2e::History, peers: usize) -> Figure {
 pub fn history_basis(h: &super::e2e::History) -> (String, f64) {
     if h.fresh_cpu_us > 0.0 {
         let label = format!(
-            "a fresh sender's CPU per message over its first {} sends, alternating with these",
+            "a fresh sender's CPU per message over its first {} sends, in blocks alternating with these",
             h.window
         );
         (label, h.fresh_cpu_us)
