@@ -136,6 +136,12 @@ impl Shared {
         }
     }
 
+    /// Whether the writer thread sleeps between batches (so it holds no lock).
+    #[cfg(test)]
+    pub fn writer_sleeps(&self) -> bool {
+        self.idle.lock().sleeping
+    }
+
     /// Called after a job was queued: wakes the writer if it sleeps.
     pub fn ring(&self) {
         if self.idle.lock().sleeping {

@@ -1329,6 +1329,17 @@ fn a_caller_that_finds_the_writer_free_commits_in_its_own_thread() {
     let home = TempHome::new("lead");
     let s = open(&home, &limits()).unwrap();
     let h = s.handle();
+    // The writer thread's start-up upkeep (preallocation) holds the writer for a moment: a
+    // caller then is a follower, as it should be. Wait until the thread sleeps.
+    settle(&h);
+    let start = std::time::Instant::now();
+    while !h.shared.writer_sleeps() {
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "the writer thread never slept"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     let me = std::thread::current().id();
     let (ran_in, syncs) = (Arc::new(parking_lot::Mutex::new(None)), h.stats().syncs);
     let seen = ran_in.clone();
