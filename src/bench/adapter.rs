@@ -51,10 +51,23 @@ impl Adapter {
 
     /// The root's journal fdatasyncs since it started (`local.info`).
     pub fn syncs(&mut self) -> Result<u64> {
+        self.store_count("syncs")
+    }
+
+    /// The root's journal compactions (whole snapshot rewrites) since it started.
+    pub fn compactions(&mut self) -> Result<u64> {
+        self.store_count("compactions")
+    }
+
+    /// One counter of `local.info`'s `store` object.
+    fn store_count(&mut self, key: &str) -> Result<u64> {
         let r = self.client.call("local.info", json!({}), SEND_TIMEOUT_MS)?;
-        r["store"]["syncs"]
-            .as_u64()
-            .ok_or_else(|| Error::new(Code::InvalidRequest, "local.info has no store.syncs"))
+        r["store"][key].as_u64().ok_or_else(|| {
+            Error::new(
+                Code::InvalidRequest,
+                format!("local.info has no store.{key}"),
+            )
+        })
     }
 
     /// One `peer_messages` page after `after`, waiting up to `wait_ms` for something new.

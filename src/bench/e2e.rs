@@ -157,6 +157,9 @@ pub struct History {
     pub after_rx_cpu_us: f64,
     /// The sender's resident set after the second window.
     pub sender_rss_kb: u64,
+    /// Journal compactions (whole snapshot rewrites) during the first window, the late one,
+    /// and the fresh sender's window: a late window's extra CPU may be one of these.
+    pub compactions: [u64; 3],
     /// Send latencies of the two windows.
     pub first_latency: super::stats::Summary,
     pub after_latency: super::stats::Summary,
@@ -439,6 +442,7 @@ impl Run<'_> {
         };
         let mut i = 0;
         let rx_pid = self.rx.pid;
+        let k0 = a.compactions()?;
         let (c0, r0) = (CpuMark::now(pid), CpuMark::now(rx_pid));
         let mut lat = Vec::with_capacity(window);
         for _ in 0..window {
@@ -446,6 +450,7 @@ impl Run<'_> {
         }
         (h.first_cpu_us, h.first_rx_cpu_us) =
             (per(c0.used_us(), window), per(r0.used_us(), window));
+        h.compactions[0] = a.compactions()?.saturating_sub(k0);
         h.first_latency = super::stats::Summary::of(&lat);
         for _ in 0..sent.saturating_sub(window) {
             self.history_send(&mut a, &mut i)?;
@@ -457,6 +462,7 @@ impl Run<'_> {
         // against 85-90 alone), which would dilute a real growth toward 1×.
         let (mut f, fresh_pid) = self.start_sender("bench-fresh")?;
         self.history_send(&mut f, &mut i)?; // its first contact: connection and handshake
+        let (k0, kf0) = (a.compactions()?, f.compactions()?);
         let (c0, f0, r0) = (
             CpuMark::now(pid),
             CpuMark::now(fresh_pid),
@@ -478,6 +484,8 @@ impl Run<'_> {
         h.after_cpu_us = per(c0.used_us(), window);
         h.fresh_cpu_us = per(f0.used_us(), window);
         h.after_rx_cpu_us = per(r0.used_us(), 2 * window);
+        h.compactions[1] = a.compactions()?.saturating_sub(k0);
+        h.compactions[2] = f.compactions()?.saturating_sub(kf0);
         h.after_latency = super::stats::Summary::of(&lat);
         h.sender_rss_kb = machine::proc_counters(pid).map_or(0, |p| p.rss_kb);
         self.out.history = Some(h);

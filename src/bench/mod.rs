@@ -306,7 +306,7 @@ fn counters_text(r: &Value) -> String {
     let h = &r["history"];
     if h.is_object() {
         s += &format!(
-            "history: sender CPU {} → {} µs/msg (a fresh sender alongside: {}), receiver {} → {} µs/msg (first {} vs after {} sent); sender RSS {} kB after\n",
+            "history: sender CPU {} → {} µs/msg (a fresh sender alongside: {}), receiver {} → {} µs/msg (first {} vs after {} sent); sender RSS {} kB after; journal compactions in the windows {} → {} (fresh sender {})\n",
             h["senderCpuUsPerMessage"]["first"],
             h["senderCpuUsPerMessage"]["after"],
             h["senderCpuUsPerMessage"]["freshAlongside"],
@@ -314,7 +314,10 @@ fn counters_text(r: &Value) -> String {
             h["receiverCpuUsPerMessage"]["after"],
             h["window"],
             h["sentBefore"],
-            h["senderRssKbAfter"]
+            h["senderRssKbAfter"],
+            h["compactions"]["first"],
+            h["compactions"]["after"],
+            h["compactions"]["freshAlongside"]
         );
     }
     s

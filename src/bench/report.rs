@@ -264,6 +264,7 @@ pub fn history_json(out: &Outcome) -> Value {
         "senderCpuUsPerMessage": {"first": round2(h.first_cpu_us), "after": round2(h.after_cpu_us), "freshAlongside": round2(h.fresh_cpu_us)},
         "receiverCpuUsPerMessage": {"first": round2(h.first_rx_cpu_us), "after": round2(h.after_rx_cpu_us)},
         "senderRssKbAfter": h.sender_rss_kb,
+        "compactions": {"first": h.compactions[0], "after": h.compactions[1], "freshAlongside": h.compactions[2]},
         "latency": {
             "first": {"n": h.first_latency.n, "medianUs": round2(h.first_latency.median), "p99Us": round2(h.first_latency.p99)},
             "after": {"n": h.after_latency.n, "medianUs": round2(h.after_latency.median), "p99Us": round2(h.after_latency.p99)},
@@ -561,12 +562,18 @@ mod tests {
             first_cpu_us: 100.0,
             after_cpu_us: 130.0,
             fresh_cpu_us: 120.0,
+            compactions: [0, 1, 0],
             ..Default::default()
         };
         let out = Outcome {
             history: Some(h),
             ..Outcome::default()
         };
+        let j = history_json(&out);
+        assert_eq!(
+            j["compactions"],
+            json!({"first": 0, "after": 1, "freshAlongside": 0})
+        );
         let figs = figures(&floors(1.0), &floors(1.0), &out);
         let f = figs.iter().find(|f| f.key == "history").unwrap();
         assert_eq!((f.floor, f.ratio), (120.0, 130.0 / 120.0));
