@@ -345,6 +345,31 @@ fn setup<'a>(exe: &'a Path, dir: &Path, plan: &Plan) -> Result<Run<'a>> {
     })
 }
 
+/// One sequential send of message `id` through `a`, timed; its id goes to `accepted`, or to
+/// `failed` with the error.
+fn timed_send(
+    a: &mut Adapter,
+    to: &str,
+    id: String,
+    content: &str,
+    accepted: &mut Vec<String>,
+    failed: &mut Vec<String>,
+) -> Result<f64> {
+    let t = Instant::now();
+    match a.send(to, content, &id) {
+        Ok(()) => {
+            let us = micros_since(t);
+            accepted.push(id);
+            Ok(us)
+        }
+        Err(e) => {
+            let err = Error::new(e.code, format!("message {id}: {}", e.message));
+            failed.push(id);
+            Err(err)
+        }
+    }
+}
+
 /// Blocks the history sender's late window and the fresh sender's first one alternate in.
 const HISTORY_BLOCKS: usize = 10;
 
@@ -495,14 +520,8 @@ impl Run<'_> {
     /// Starts one more sender root (kept with the others until the run ends) and opens its
     /// local channel.
     fn start_sender(&mut self, alias: &str) -> Result<(Adapter, u32)> {
-        let [home, ws, logs] = layout(&self.dir);
-        let hp = HostPlan {
-            exe: self.exe,
-            home: &home,
-            workspace: &ws,
-            logs: &logs,
-        };
-        let host = hosts::start_all(&hp, &[alias.to_string()])?
+        let host = self
+            .start_hosts(&[alias.to_string()])?
             .pop()
             .ok_or_else(|| Error::new(Code::Io, format!("bench: sender {alias} did not start")))?;
         let a = Adapter::connect(&host.control, &self.limits)?;
@@ -516,21 +535,12 @@ impl Run<'_> {
         let id = self.id("history", *i);
         *i += 1;
         let to = self.rx.peer_id.clone();
-        let t = Instant::now();
-        if let Err(e) = a.send(&to, &body("history", *i), &id) {
-            self.failed.push(id.clone());
-            return Err(Error::new(e.code, format!("message {id}: {}", e.message)));
-        }
-        let us = micros_since(t);
-        self.accepted.push(id);
-        Ok(us)
+        let content = body("history", *i);
+        timed_send(a, &to, id, &content, &mut self.accepted, &mut self.failed)
     }
 
-    /// Starts senders until there are `k` (not timed).
-    fn grow(&mut self, k: usize) -> Result<()> {
-        if self.tx.len() >= k {
-            return Ok(());
-        }
+    /// Starts `peer host` processes with these aliases in the run's namespace (not kept).
+    fn start_hosts(&self, aliases: &[String]) -> Result<Vec<Host>> {
         let [home, ws, logs] = layout(&self.dir);
         let hp = HostPlan {
             exe: self.exe,
@@ -538,8 +548,17 @@ impl Run<'_> {
             workspace: &ws,
             logs: &logs,
         };
+        hosts::start_all(&hp, aliases)
+    }
+
+    /// Starts senders until there are `k` (not timed).
+    fn grow(&mut self, k: usize) -> Result<()> {
+        if self.tx.len() >= k {
+            return Ok(());
+        }
         let aliases: Vec<String> = (self.tx.len() + 1..=k).map(sender_alias).collect();
-        self.tx.extend(hosts::start_all(&hp, &aliases)?);
+        let started = self.start_hosts(&aliases)?;
+        self.tx.extend(started);
         Ok(())
     }
 
@@ -577,18 +596,9 @@ impl Run<'_> {
     /// One sequential send from the first sender; a failure is remembered by id.
     fn send_one(&mut self, label: &str, i: usize) -> Result<f64> {
         let (to, id) = (self.rx.peer_id.clone(), self.id(label, i));
-        let t = Instant::now();
-        match self.a1.send(&to, &body(label, i), &id) {
-            Ok(()) => {
-                let us = micros_since(t);
-                self.accepted.push(id);
-                Ok(us)
-            }
-            Err(e) => {
-                self.failed.push(id.clone());
-                Err(Error::new(e.code, format!("message {id}: {}", e.message)))
-            }
-        }
+        let content = body(label, i);
+        let (a, accepted, failed) = (&mut self.a1, &mut self.accepted, &mut self.failed);
+        timed_send(a, &to, id, &content, accepted, failed)
     }
 
     /// Sends `n` messages one at a time, each once the sender's sync count has stopped moving,

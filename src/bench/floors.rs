@@ -189,7 +189,7 @@ pub fn measure(dir: &Path, sizes: &FloorSizes) -> Result<Floors> {
     })
 }
 
-fn io(what: &str, e: std::io::Error) -> Error {
+pub(super) fn io(what: &str, e: std::io::Error) -> Error {
     Error::new(Code::Io, format!("bench floor: {what}: {e}"))
 }
 

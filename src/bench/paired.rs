@@ -8,9 +8,9 @@
 //! median back to back, 171–195 µs after a 150–300 µs pause, same file, same minute). The
 //! report shows the ratio to the floors before and after beside it.
 
-use super::floors::{RECORD_BYTES, micros, zero_filled};
+use super::floors::{RECORD_BYTES, io, micros, zero_filled};
 use super::stats::Summary;
-use crate::error::{Code, Error, Result};
+use crate::error::Result;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -52,12 +52,7 @@ impl PairedSync {
         self.file
             .write_all_at(&record, at as u64)
             .and_then(|()| self.file.sync_data())
-            .map_err(|e| {
-                Error::new(
-                    Code::Io,
-                    format!("bench floor: write in place + fdatasync between sends failed: {e}"),
-                )
-            })?;
+            .map_err(|e| io("write in place + fdatasync between sends", e))?;
         self.samples.push(micros(t));
         Ok(())
     }

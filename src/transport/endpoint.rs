@@ -413,10 +413,9 @@ fn serve_authenticated(
         if hot_calls
             && let Some(reply) = hot_reply(shared, channel, peer.as_ref(), &frame, notifier)
         {
-            if out.send(reply).is_err() {
+            if !answered(shared, out, reply) {
                 return;
             }
-            shared.handler.after_reply();
             continue;
         }
         let reply = match rpc::parse(&frame) {
@@ -441,13 +440,22 @@ fn serve_authenticated(
             // Inbound connections never carry our requests, so stray responses are dropped.
             Ok(Incoming::Response { .. }) => None,
         };
-        if let Some(reply) = reply {
-            if out.send(reply).is_err() {
-                return;
-            }
-            shared.handler.after_reply();
+        if let Some(reply) = reply
+            && !answered(shared, out, reply)
+        {
+            return;
         }
     }
+}
+
+/// Sends one reply, then lets the handler do what the answer did not need
+/// (`Handler::after_reply`); false once the connection is closed.
+fn answered(shared: &Shared, out: &Outgoing, reply: Vec<u8>) -> bool {
+    if out.send(reply).is_err() {
+        return false;
+    }
+    shared.handler.after_reply();
+    true
 }
 
 fn dispatch(
