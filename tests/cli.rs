@@ -15,6 +15,7 @@ fn a_shell_script_sends_waits_for_a_reply_and_checks_exit_codes() {
     let ns = Ns::new("script");
     // bob answers the first message it gets, using only the CLI.
     let responder = r#"
+        exec 2>>"$TRACE"
         out=$(peer --json inbox --wait 20000) || exit 90
         id=$(printf '%s' "$out" | sed -n 's/.*"messageId":"\([^"]*\)".*/\1/p' | head -n 1)
         [ -n "$id" ] || exit 91
@@ -24,11 +25,14 @@ fn a_shell_script_sends_waits_for_a_reply_and_checks_exit_codes() {
         # ended bob no longer resolves by alias. A wait also ends on other news (the receipt of
         # bob's reply), so wait again, a bounded number of times, until "done" is there.
         for i in $(seq 50); do
-            peer --json inbox --wait 20000 | grep -q '"content":"done"' && exit 0
+            out=$(peer --json inbox --wait 20000); st=$?
+            echo "bob wait $i: exit $st: $out" | cut -c1-300 >&2
+            printf '%s' "$out" | grep -q '"content":"done"' && exit 0
         done
         exit 93
     "#;
     let script = r#"
+        exec 2>>"$TRACE"
         peer send @nobody "x" 2>/dev/null; [ $? -eq 12 ] || exit 80
         out=$(peer --json send @bob "ping" --wait-receipt accepted --timeout 5000) || exit 81
         id=$(printf '%s' "$out" | sed -n 's/.*"messageId":"\([^"]*\)".*/\1/p')
@@ -43,18 +47,33 @@ fn a_shell_script_sends_waits_for_a_reply_and_checks_exit_codes() {
         peer send @bob "done" >/dev/null || exit 89
         exit 0
     "#;
-    let mut bob = ns.host(&["--alias", "bob", "--", "sh", "-c", responder]);
-    let o = ns.peer(&[
-        "--json", "host", "--alias", "alice", "--", "sh", "-c", script,
+    // Both scripts append their stderr, and bob each wait's outcome, to one trace that a
+    // failure prints first (CI output is cut to its first lines).
+    let trace = ns.root.join("trace");
+    let trace_env = format!("TRACE={}", trace.display());
+    let mut bob = ns.host(&[
+        "--alias", "bob", "--", "env", &trace_env, "sh", "-c", responder,
     ]);
+    let o = ns.peer(&[
+        "--json", "host", "--alias", "alice", "--", "env", &trace_env, "sh", "-c", script,
+    ]);
+    let trace_text = || std::fs::read_to_string(&trace).unwrap_or_default();
+    if o.status.code() != Some(0) {
+        let (bob_ended, bob_stderr) = bob.end_for_report();
+        panic!(
+            "script exited {:?}; trace:\n{}\nbob's root ended {bob_ended:?}, stderr: {bob_stderr}\nalice's root stderr: {}\nstdout: {}",
+            o.status.code(),
+            trace_text(),
+            stderr(&o),
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
     assert_eq!(
-        o.status.code(),
+        bob.wait(),
         Some(0),
-        "script failed: {} {}",
-        stderr(&o),
-        String::from_utf8_lossy(&o.stdout)
+        "responder failed; trace:\n{}",
+        trace_text()
     );
-    assert_eq!(bob.wait(), Some(0), "responder failed");
 }
 
 #[test]

@@ -195,6 +195,27 @@ impl Host {
         )
         .unwrap()
     }
+    /// For a failure message: how the process ended (killed first if it still ran, then
+    /// `None`) and everything it wrote to stderr (a root's panic says why it died).
+    pub fn end_for_report(&mut self) -> (Option<i32>, String) {
+        use std::os::unix::process::ExitStatusExt;
+        let Some(mut child) = self.child.take() else {
+            return (None, String::new());
+        };
+        let ended = child
+            .try_wait()
+            .ok()
+            .flatten()
+            .map(|st| st.code().unwrap_or(128 + st.signal().unwrap_or(0)));
+        if ended.is_none() {
+            let _ = child.kill();
+        }
+        let err = child
+            .wait_with_output()
+            .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+            .unwrap_or_default();
+        (ended, err)
+    }
     /// Waits (bounded) for the process to exit and returns its status code.
     pub fn wait(&mut self) -> Option<i32> {
         let mut child = self.child.take()?;
