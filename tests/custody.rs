@@ -126,6 +126,66 @@ fn a_stopped_receiver_is_not_a_refusal_and_its_later_receipts_count() {
     );
 }
 
+/// A root that stops while it owes a sender the `accepted` of a message it already holds
+/// durably answers before it goes, instead of cutting the connection: the cut made the
+/// sender's retry find an ended root and report TARGET_ENDED for a message its recipient held
+/// (and had read: CI saw it once, a script's recipient exiting right after reading the
+/// message). The answer is held (debug builds' `PEERWIRE_TEST_HOLD_ANSWER`) until the stopping
+/// root has closed its listener, the point where it used to cut every connection.
+#[test]
+fn a_stopping_receiver_still_answers_the_sends_it_accepted() {
+    let ns = Ns::new("drain");
+    // Room under load: the drain waits up to acknowledgementMs for a held answer.
+    ns.config(json!({"limits": {"acknowledgementMs": 10_000}}));
+    let alice = ns.host(&["--alias", "alice"]);
+    let hold = ns.root.join("hold-answer");
+    let mut bob = ns.host_with(&["--alias", "bob"], |c| {
+        c.env(peerwire::runtime::HOLD_ANSWER_ENV, &hold);
+    });
+    let (to, endpoint) = (bob.field("peerId"), bob.field("endpoint"));
+    std::fs::write(&hold, b"").unwrap();
+    let (tx, answer) = std::sync::mpsc::channel();
+    let mut c = client(&alice);
+    let sender = std::thread::spawn(move || {
+        let _ = tx.send(c.call(
+            "local.tool",
+            json!({"version": 1, "tool": "send_peer_message",
+                   "args": {"to": to, "content": "last words"}, "messageId": "d-1"}),
+            30_000,
+        ));
+    });
+    assert!(
+        eventually(20, || inbox_with(&bob, "d-1").len() == 1),
+        "bob never held the message"
+    );
+    bob.signal(Signal::SIGTERM);
+    assert!(
+        eventually(20, || std::os::unix::net::UnixStream::connect(&endpoint)
+            .is_err()),
+        "bob never closed his listener"
+    );
+    std::fs::remove_file(&hold).unwrap();
+    let r = answer
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the sender was not answered: {e}"));
+    assert_eq!(r["state"], json!("accepted"), "{r}");
+    sender.join().unwrap();
+    assert_eq!(bob.wait(), Some(0), "bob's root did not stop cleanly");
+    assert_eq!(state_of(&ns, &alice, "d-1"), "accepted");
+    // Exactly once in the stopped root's store.
+    let limits = peerwire::config::Config::load(&ns.home).unwrap().limits;
+    let review = peerwire::store::review(
+        &ns.home,
+        &bob.field("instanceId"),
+        &bob.field("sessionId"),
+        &limits,
+    )
+    .unwrap();
+    let held = review.unread.iter().filter(|e| e.message_id == "d-1");
+    assert_eq!(held.count(), 1);
+}
+
 #[test]
 fn target_ended_needs_evidence_that_the_incarnation_is_gone() {
     let ns = Ns::new("ended");

@@ -138,7 +138,23 @@ pub fn peer_send(
     };
     let (r, stated) = core.store.accept_stating(who, inbound)?;
     core.announce_arrival(&r, reply_to.as_deref(), from_alias.as_deref());
+    hold_answer();
     Ok((r.into(), stated))
+}
+
+/// Debug builds only (the binaries the integration tests run): names a file whose existence
+/// holds every `peer.send` answer after its record is durable and announced, so a test can
+/// stop a root that owes a sender its `accepted`. Release builds ignore it.
+pub const HOLD_ANSWER_ENV: &str = "PEERWIRE_TEST_HOLD_ANSWER";
+
+fn hold_answer() {
+    if cfg!(debug_assertions)
+        && let Some(gate) = std::env::var_os(HOLD_ANSWER_ENV).filter(|v| !v.is_empty())
+    {
+        while std::path::Path::new(&gate).exists() {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
 }
 
 /// What a local method answers.

@@ -17,6 +17,8 @@ pub(crate) mod send;
 pub(crate) mod tools;
 pub(crate) mod wire;
 
+pub use handler::HOLD_ANSWER_ENV;
+
 use self::core::{Core, PresenceVerifier};
 use self::outbox::Outbox;
 use self::presence_cache::PresenceCache;

@@ -761,10 +761,17 @@ fn receipt_answer(r: Receipt) -> Result<Receipt> {
         .as_deref()
         .and_then(Code::from_name)
         .unwrap_or(Code::Io);
-    Err(Error::new(
-        code,
-        format!("{} refused message {}", r.to_peer_id, r.message_id),
-    ))
+    // TARGET_ENDED is also our own verdict when a retry finds the incarnation gone: say what
+    // the evidence shows (it has ended), not that the recipient refused anything.
+    let why = if code == Code::TargetEnded {
+        format!(
+            "{} has ended; message {} is not retried",
+            r.to_peer_id, r.message_id
+        )
+    } else {
+        format!("{} refused message {}", r.to_peer_id, r.message_id)
+    };
+    Err(Error::new(code, why))
 }
 
 fn blocked(want: &str, head: &str, cause: Option<Error>) -> Error {

@@ -12,7 +12,7 @@ use crate::protocol::access;
 use crate::protocol::handshake::{Channel, RecentNonces, Responder, ResponderCtx, Step};
 use crate::protocol::hot;
 use crate::protocol::rpc::{self, Id, Incoming};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
@@ -37,6 +37,8 @@ struct Shared {
     stopping: AtomicBool,
     /// Live connections, so shutdown can cut them; the map's size is the thread count.
     conns: Mutex<HashMap<u64, Arc<UnixStream>>>,
+    /// Notified each time a connection thread ends, for shutdown's drain.
+    conn_ended: Condvar,
     /// Budgets of unauthenticated, peer and local connections.
     admission: Mutex<Admission>,
     next_conn: AtomicU64,
@@ -77,6 +79,7 @@ impl Endpoint {
             )),
             stopping: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
+            conn_ended: Condvar::new(),
             admission: Mutex::new(Admission::new(limits.inbound_connections)),
             next_conn: AtomicU64::new(0),
         });
@@ -113,6 +116,32 @@ impl Endpoint {
         std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.dev_ino)
     }
 
+    /// Lets every connection answer the requests it has already read before it is cut: a
+    /// send whose record is durable here must not lose its `accepted` on the way out (its
+    /// sender would retry an ended root and record the message as undeliverable). Each
+    /// connection's read side is shut, so its thread reads what the peer already sent, then
+    /// end of file, and ends after answering; nothing new is read. A thread still busy after
+    /// `acknowledgementMs` (the longest a caller waits for an answer anyway) is cut. The
+    /// root's own waits end on its stopping flag, which is set before this runs.
+    fn drain(&self) {
+        let mut conns = self.shared.conns.lock();
+        for stream in conns.values() {
+            let _ = stream.shutdown(std::net::Shutdown::Read);
+        }
+        let deadline =
+            Instant::now() + Duration::from_millis(self.shared.limits.acknowledgement_ms);
+        while !conns.is_empty() {
+            if self
+                .shared
+                .conn_ended
+                .wait_until(&mut conns, deadline)
+                .timed_out()
+            {
+                return;
+            }
+        }
+    }
+
     fn stop(&mut self) {
         self.shared.stopping.store(true, Ordering::Release);
         // Linux wakes a blocked accept() on shutdown(2) of the listener; the connect covers
@@ -126,6 +155,7 @@ impl Endpoint {
         if let Some(acceptor) = self.acceptor.take() {
             let _ = acceptor.join();
         }
+        self.drain();
         for stream in self.shared.conns.lock().values() {
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
@@ -243,6 +273,7 @@ impl Drop for Slot {
     fn drop(&mut self) {
         self.shared.conns.lock().remove(&self.id);
         self.shared.admission.lock().leave(self.id);
+        self.shared.conn_ended.notify_all();
     }
 }
 
