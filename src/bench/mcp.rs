@@ -5,17 +5,18 @@
 
 use crate::error::{Code, Error, Result};
 use crate::protocol::frame::{LineSplitter, Overlong};
-use crossbeam_channel::{Receiver, bounded};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
+use std::os::fd::AsFd;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Longest answer line read from the server, in bytes.
 const LINE_BYTES: usize = 1 << 20;
-/// Answer lines buffered between the reader thread and the client.
-const LINES_QUEUED: usize = 256;
+/// Bytes read from the server's stdout at a time.
+const READ_BYTES: usize = 64 * 1024;
 /// Longest wait for `initialize` (the server starts a root first), in milliseconds.
 const START_MS: u64 = 30_000;
 /// Longest wait for the server to exit after its stdin closed, in milliseconds.
@@ -23,11 +24,17 @@ const STOP_MS: u64 = 5_000;
 /// The MCP revision the benchmark speaks.
 const PROTOCOL_VERSION: &str = "2025-11-25";
 
-/// One running `peer mcp` and the JSON-RPC client side of its stdio.
+/// One running `peer mcp` and the JSON-RPC client side of its stdio. Answers are read in the
+/// calling thread, blocking in poll(2) until the pipe is readable: an agent's client waits
+/// like that, and a reader thread handing lines over a channel would add a wake-up to every
+/// answer and spin (spin-then-yield) on this 2-core machine while the server works, so the
+/// send and the ping it is compared with would both carry the client's own cost.
 pub struct McpClient {
     child: Child,
     stdin: Option<ChildStdin>,
-    lines: Receiver<Vec<u8>>,
+    stdout: Option<ChildStdout>,
+    split: LineSplitter,
+    chunk: Vec<u8>,
     next_id: u64,
     err: std::path::PathBuf,
 }
@@ -58,26 +65,12 @@ impl McpClient {
             .spawn()
             .map_err(|e| Error::io("cannot start peer mcp", exe, &e))?;
         let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
-        let (tx, lines) = bounded(LINES_QUEUED);
-        if let Some(mut out) = stdout {
-            // Ends at the server's EOF or when the client is gone.
-            std::thread::spawn(move || {
-                let mut split = LineSplitter::new(LINE_BYTES, Overlong::Stop);
-                let mut chunk = vec![0; 64 * 1024];
-                while let Ok(n @ 1..) = out.read(&mut chunk) {
-                    split.push(chunk.get(..n).unwrap_or_default());
-                    while let Some(line) = split.next_line() {
-                        if line.map_or(true, |l| tx.send(l).is_err()) {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
         let mut c = McpClient {
             child,
             stdin,
-            lines,
+            stdout,
+            split: LineSplitter::new(LINE_BYTES, Overlong::Stop),
+            chunk: vec![0; READ_BYTES],
             next_id: 0,
             err,
         };
@@ -108,10 +101,9 @@ impl McpClient {
         self.write(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
         let deadline = Instant::now() + Duration::from_millis(timeout_ms);
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self.lines.recv_timeout(left).map_err(|_| {
+            let line = self.next_line(deadline).map_err(|why| {
                 self.failed(&format!(
-                    "gave no answer to {method} within {timeout_ms} ms"
+                    "gave no answer to {method} within {timeout_ms} ms ({why})"
                 ))
             })?;
             let Ok(msg) = serde_json::from_slice::<Value>(&line) else {
@@ -127,6 +119,38 @@ impl McpClient {
                 )));
             }
             return Ok(msg.get("result").cloned().unwrap_or(Value::Null));
+        }
+    }
+
+    /// The server's next stdout line, read before `deadline`; why not otherwise.
+    fn next_line(&mut self, deadline: Instant) -> std::result::Result<Vec<u8>, &'static str> {
+        loop {
+            match self.split.next_line() {
+                Some(Ok(line)) => return Ok(line),
+                Some(Err(_)) => return Err("an answer line over its bound"),
+                None => {}
+            }
+            let out = self.stdout.as_mut().ok_or("its stdout ended")?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+            if ms == 0 {
+                return Err("timed out");
+            }
+            let mut fds = [PollFd::new(out.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(ms)) {
+                Ok(0) => continue,
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(_) => return Err("poll failed"),
+            }
+            match out.read(&mut self.chunk) {
+                Ok(0) => {
+                    self.stdout = None;
+                    return Err("its stdout ended");
+                }
+                Ok(n) => self.split.push(self.chunk.get(..n).unwrap_or_default()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Err("reading its stdout failed"),
+            }
         }
     }
 
