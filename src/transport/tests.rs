@@ -674,8 +674,11 @@ fn stale_incarnation_offline_and_reconnect() {
 fn deadlines_bounds_and_disconnects_settle_requests() {
     let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
+    // A short acknowledgementMs bounds the endpoint's drain at shutdown (the requests below
+    // name their own deadlines, except the quick echoes).
     let l = Limits {
         pending_requests: 1,
+        acknowledgement_ms: 1_000,
         ..limits()
     };
     let a = node(&dir, "a", &adverts, &l);
@@ -699,11 +702,40 @@ fn deadlines_bounds_and_disconnects_settle_requests() {
         .request(&b.target, "test.echo", json!({}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::QueueFull);
-    // The endpoint goes away: the pending request settles with DISCONNECTED.
+    // The endpoint goes away while its handler stays wedged (for up to 10 s) past the drain's
+    // acknowledgementMs: the drain gives up and cuts, and the pending request settles with
+    // DISCONNECTED.
     let endpoint = b.endpoint.take().unwrap();
     endpoint.shutdown();
     assert_eq!(waiter.join().unwrap().unwrap_err().code, Code::Disconnected);
     let _ = b.release.send(());
+}
+
+/// A stopping endpoint answers a request it already read before it cuts the connection: the
+/// handler finishing while the endpoint drains (within acknowledgementMs) still reaches its
+/// caller.
+#[test]
+fn a_stopping_endpoint_answers_what_it_already_read() {
+    let dir = TempDir::new("transport").unwrap();
+    let adverts = Arc::new(Adverts::default());
+    let l = limits();
+    let a = node(&dir, "a", &adverts, &l);
+    let mut b = node(&dir, "b", &adverts, &l);
+    let (pool, _) = pool_for(&a, &l);
+    let pool = Arc::new(pool);
+    let (p, t) = (pool.clone(), b.target.clone());
+    let waiter = std::thread::spawn(move || p.request(&t, "test.wait", json!({}), 15_000));
+    b.entered.recv_timeout(PATIENCE).unwrap();
+    let release = b.release.clone();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        let _ = release.send(());
+    });
+    b.endpoint.take().unwrap().shutdown();
+    assert_eq!(waiter.join().unwrap().unwrap(), json!({"waited": true}));
+    releaser.join().unwrap();
+    // Nothing new is read once it stopped.
+    assert!(pool.request(&b.target, "test.echo", json!({}), 0).is_err());
 }
 
 #[test]
