@@ -295,7 +295,7 @@ fn malformed_params_keep_the_general_paths_code_and_text() {
 /// A value of the right shape for `key`, so that generated params are often valid.
 fn valid_for(key: &str) -> String {
     match key {
-        "expiresAt" | "sequence" | "atMs" => "5",
+        "expiresAt" | "sequence" | "atMs" | "flushedDevice" => "5",
         "version" => "1",
         "state" => "\"accepted\"",
         _ => "\"m-1\"",
@@ -553,6 +553,77 @@ proptest! {
         prop_assert_eq!(got, id);
         let typed = receipt_answer(&raw).map_err(|e| (e.code, e.message));
         prop_assert_eq!(Some(typed), general_receipt(f.as_bytes()), "{}", f);
+    }
+}
+
+/// The keys of a `peer.send` answer: the receipt's, the recipient's statement, and two it
+/// never writes.
+const STATED_KEYS: [&str; 12] = [
+    "atMs",
+    "code",
+    "correlationId",
+    "flushedDevice",
+    "fromPeerId",
+    "fromRun",
+    "messageId",
+    "replyMessageId",
+    "sequence",
+    "state",
+    "toPeerId",
+    "version",
+];
+
+/// What the two separate passes give for an answer's JSON text.
+fn two_passes(raw: &RawValue) -> Result<(Receipt, Option<u64>), (Code, String)> {
+    receipt_answer(raw)
+        .map(|r| (r, flushed_device(raw)))
+        .map_err(|e| (e.code, e.message))
+}
+
+#[test]
+fn a_stated_receipt_is_what_the_two_passes_give() {
+    let base = r#""atMs":9,"correlationId":"c","fromPeerId":"p-a","messageId":"m-1","sequence":2,"state":"accepted","toPeerId":"p-b""#;
+    for extra in [
+        "",
+        r#","flushedDevice":2049"#,
+        r#","flushedDevice":null"#,
+        r#","flushedDevice":"2049""#,
+        r#","flushedDevice":-1"#,
+        r#","flushedDevice":1.5"#,
+        r#","flushedDevice":18446744073709551615"#,
+        r#","flushedDevice":1,"flushedDevice":2"#,
+        r#","messageId":"m-2""#,
+        r#","code":"QUEUE_FULL","replyMessageId":null"#,
+        r#","unknown":{"a":[1,2]}"#,
+    ] {
+        let text = format!("{{{base}{extra}}}");
+        let raw = RawValue::from_string(text.clone()).unwrap();
+        let one = stated_receipt(&raw).map_err(|e| (e.code, e.message));
+        assert_eq!(one, two_passes(&raw), "{text}");
+    }
+    let stated = format!("{{{base},\"flushedDevice\":2049}}");
+    let (_, device) = stated_receipt(&RawValue::from_string(stated).unwrap()).unwrap();
+    assert_eq!(device, Some(2049));
+}
+
+proptest! {
+    /// Any arrangement of a `peer.send` answer's fields, valid or not: the one-pass decode
+    /// gives the receipt (or the error text) and the statement the two passes give.
+    #[test]
+    fn stated_receipts_decode_as_the_two_passes(
+        p in params(&STATED_KEYS),
+        dup in proptest::option::of(0usize..12),
+    ) {
+        let mut pairs = p;
+        if let Some(i) = dup
+            && let Some(pair) = pairs.get(i % pairs.len().max(1)).cloned()
+        {
+            pairs.push(pair);
+        }
+        let text = object(&pairs);
+        let raw = RawValue::from_string(text.clone()).unwrap();
+        let one = stated_receipt(&raw).map_err(|e| (e.code, e.message));
+        prop_assert_eq!(one, two_passes(&raw), "{}", text);
     }
 }
 

@@ -440,7 +440,7 @@ impl Pool {
         timeout_ms: u64,
     ) -> Result<(message::Receipt, Option<u64>)> {
         match self.reply(target, "peer.send", &send.sorted(), timeout_ms)? {
-            Reply::Text(raw) => Ok((hot::receipt_answer(&raw)?, hot::flushed_device(&raw))),
+            Reply::Text(raw) => hot::stated_receipt(&raw),
             Reply::Value(v) => {
                 let stated = v.get(message::FLUSHED_DEVICE).and_then(|d| d.as_u64());
                 Ok((message::Receipt::decode(v)?, stated))
