@@ -67,6 +67,15 @@ pub struct Core {
     /// The latest background failures (sweeps, reply bookkeeping), newest last, for
     /// `local.info`; each is also logged on stderr and published as an event.
     pub(crate) problems: Mutex<std::collections::VecDeque<Problem>>,
+    /// Accepted `peer.send` arrivals whose answer is being written, announced right after it
+    /// (`Core::defer_arrival`).
+    pub(crate) arrivals: Mutex<Vec<(crate::messaging::Receipt, ArrivalNote)>>,
+}
+
+/// What announcing an accepted `peer.send` needs besides its receipt.
+pub struct ArrivalNote {
+    pub reply_to: Option<String>,
+    pub from_alias: Option<String>,
 }
 
 /// One failure the root could not hand to a caller.

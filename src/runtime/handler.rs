@@ -5,7 +5,7 @@
 //! instance by construction.
 
 use super::control;
-use super::core::{Caller, Core, Problem};
+use super::core::{ArrivalNote, Caller, Core, Problem};
 use super::send::SendRequest;
 use super::tools::outbox_view;
 use crate::error::{Code, Error, Result};
@@ -118,12 +118,14 @@ pub fn peer_directory(core: &Core) -> RunsPage {
 /// Takes custody of one `peer.send` from an authenticated peer: the sender is the connection
 /// plus its `fromRun`, its session and alias what its presence record states. Answers the
 /// receipt and the `flushedDevice` statement the answer carries, if the store may make it
-/// (`StoreHandle::accept_stating`).
+/// (`StoreHandle::accept_stating`), and what the arrival's announcement needs besides the
+/// receipt: the caller writes the answer first and then hands both to
+/// [`Core::defer_arrival`], announced once the answer is out (`Handler::after_reply`).
 pub fn peer_send(
     core: &Core,
     from: &PeerInfo,
     send: PeerSend,
-) -> Result<(message::Receipt, Option<u64>)> {
+) -> Result<(message::Receipt, Option<u64>, ArrivalNote)> {
     let who = principal(from, send.from_run);
     let (origin, from_alias) = core.sender_facts(&who)?;
     let reply_to = send.body.reply_to.clone();
@@ -137,13 +139,19 @@ pub fn peer_send(
         from_alias: from_alias.clone(),
     };
     let (r, stated) = core.store.accept_stating(who, inbound)?;
-    core.announce_arrival(&r, reply_to.as_deref(), from_alias.as_deref());
     hold_answer();
-    Ok((r.into(), stated))
+    Ok((
+        r.into(),
+        stated,
+        ArrivalNote {
+            reply_to,
+            from_alias,
+        },
+    ))
 }
 
 /// Debug builds only (the binaries the integration tests run): names a file whose existence
-/// holds every `peer.send` answer after its record is durable and announced, so a test can
+/// holds every `peer.send` answer after its record is durable, so a test can
 /// stop a root that owes a sender its `accepted`. Release builds ignore it.
 pub const HOLD_ANSWER_ENV: &str = "PEERWIRE_TEST_HOLD_ANSWER";
 

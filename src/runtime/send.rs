@@ -558,6 +558,28 @@ impl Core {
             .map(|r| r.run_id.clone())
     }
 
+    /// Keeps the arrival of a `peer.send` this root just accepted until its answer is written
+    /// ([`announce_deferred`](Self::announce_deferred), from `Handler::after_reply`), so
+    /// encoding and publishing the event is not on the sender's path. At most one per
+    /// connection thread waits here: each announces after its own answer.
+    pub fn defer_arrival(&self, receipt: Receipt, note: super::core::ArrivalNote) {
+        self.arrivals.lock().push((receipt, note));
+    }
+
+    /// Announces every arrival kept by [`defer_arrival`](Self::defer_arrival).
+    pub fn announce_deferred(&self) {
+        let pending = {
+            let mut kept = self.arrivals.lock();
+            if kept.is_empty() {
+                return;
+            }
+            std::mem::take(&mut *kept)
+        };
+        for (r, note) in pending {
+            self.announce_arrival(&r, note.reply_to.as_deref(), note.from_alias.as_deref());
+        }
+    }
+
     /// Publishes the arrival event and wakes the auto handler.
     pub fn announce_arrival(&self, r: &Receipt, reply_to: Option<&str>, from_alias: Option<&str>) {
         self.bus

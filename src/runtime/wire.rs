@@ -63,11 +63,12 @@ impl Handler for RootHandler {
         let core = &self.0;
         match method {
             "peer.send" => {
-                let (r, stated) = handler::peer_send(core, from, PeerSend::decode(params)?)?;
+                let (r, stated, note) = handler::peer_send(core, from, PeerSend::decode(params)?)?;
                 let mut v = encode(&r)?;
                 if let (Some(d), Some(m)) = (stated, v.as_object_mut()) {
                     m.insert(crate::protocol::message::FLUSHED_DEVICE.into(), d.into());
                 }
+                core.defer_arrival(r.into(), note);
                 Ok(v)
             }
             "peer.status" => {
@@ -94,7 +95,9 @@ impl Handler for RootHandler {
     }
 
     fn after_reply(&self) {
-        // A send's own copy of its receipt, queued without waiting.
+        // Arrivals accepted on this thread, announced now that their sender has its answer;
+        // then a send's own copy of its receipt, queued without waiting.
+        self.0.announce_deferred();
         self.0.store.apply_queued_now();
     }
 
@@ -106,8 +109,10 @@ impl Handler for RootHandler {
         Ok(match call {
             // The custody receipt goes out as its JSON text, written without a `Value`.
             HotCall::Send(send) => {
-                let (r, stated) = handler::peer_send(&self.0, from, send)?;
-                Answer::Json(r.to_json_stating(stated))
+                let (r, stated, note) = handler::peer_send(&self.0, from, send)?;
+                let answer = r.to_json_stating(stated);
+                self.0.defer_arrival(r.into(), note);
+                Answer::Json(answer)
             }
             HotCall::Receipt(push) => {
                 Answer::Value(encode(&handler::peer_receipt(&self.0, from, push)?)?)

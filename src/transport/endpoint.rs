@@ -482,11 +482,10 @@ fn serve_authenticated(
 /// Sends one reply, then lets the handler do what the answer did not need
 /// (`Handler::after_reply`); false once the connection is closed.
 fn answered(shared: &Shared, out: &Outgoing, reply: Vec<u8>) -> bool {
-    if out.send(reply).is_err() {
-        return false;
-    }
+    let sent = out.send(reply).is_ok();
+    // Also when the answer could not be written: the request's bookkeeping still happens.
     shared.handler.after_reply();
-    true
+    sent
 }
 
 fn dispatch(

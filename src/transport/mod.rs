@@ -106,9 +106,10 @@ pub trait Handler: Send + Sync {
     fn hot_calls(&self) -> bool {
         false
     }
-    /// Called by a connection's thread right after it answered a request: bookkeeping the
-    /// answer did not need is done here, while the client reads, instead of on the path of
-    /// the next request. The default does nothing.
+    /// Called by a connection's thread right after it answered a request (or failed to write
+    /// the answer): bookkeeping the answer did not need is done here, while the client
+    /// reads, instead of on the path of the request or the next one. The default does
+    /// nothing.
     fn after_reply(&self) {}
     /// A hot request from an authenticated peer, already typed (see `protocol::hot`); only
     /// called when [`hot_calls`](Self::hot_calls) says so. The default hands it on as the
