@@ -13,6 +13,43 @@ pub const SEND_TIMEOUT_MS: u64 = 10_000;
 /// Extra time allowed beyond a long poll's own `waitMs`, in milliseconds.
 const POLL_MARGIN_MS: u64 = 5_000;
 
+/// A root's journal device operations since it started (`local.info`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JournalCounts {
+    pub syncs: u64,
+    /// Intent frames written out (`sync_file_range`) instead of fdatasynced.
+    pub write_outs: u64,
+}
+
+impl JournalCounts {
+    /// What happened between `earlier` and `self` (counters only grow; a restart reads 0).
+    pub fn since(self, earlier: JournalCounts) -> JournalCounts {
+        JournalCounts {
+            syncs: self.syncs.saturating_sub(earlier.syncs),
+            write_outs: self.write_outs.saturating_sub(earlier.write_outs),
+        }
+    }
+}
+
+impl std::ops::Add for JournalCounts {
+    type Output = JournalCounts;
+    fn add(self, o: JournalCounts) -> JournalCounts {
+        JournalCounts {
+            syncs: self.syncs + o.syncs,
+            write_outs: self.write_outs + o.write_outs,
+        }
+    }
+}
+
+fn store_field(info: &Value, key: &str) -> Result<u64> {
+    info["store"][key].as_u64().ok_or_else(|| {
+        Error::new(
+            Code::InvalidRequest,
+            format!("local.info has no store.{key}"),
+        )
+    })
+}
+
 /// One local channel to a root.
 pub struct Adapter {
     client: LocalClient,
@@ -59,15 +96,19 @@ impl Adapter {
         self.store_count("compactions")
     }
 
+    /// The root's journal fdatasyncs and intent write-outs since it started, read together.
+    pub fn journal_io(&mut self) -> Result<JournalCounts> {
+        let r = self.client.call("local.info", json!({}), SEND_TIMEOUT_MS)?;
+        Ok(JournalCounts {
+            syncs: store_field(&r, "syncs")?,
+            write_outs: store_field(&r, "writeOuts")?,
+        })
+    }
+
     /// One counter of `local.info`'s `store` object.
     fn store_count(&mut self, key: &str) -> Result<u64> {
         let r = self.client.call("local.info", json!({}), SEND_TIMEOUT_MS)?;
-        r["store"][key].as_u64().ok_or_else(|| {
-            Error::new(
-                Code::InvalidRequest,
-                format!("local.info has no store.{key}"),
-            )
-        })
+        store_field(&r, key)
     }
 
     /// One `peer_messages` page after `after`, waiting up to `wait_ms` for something new.

@@ -4,7 +4,7 @@
 //! receiver's process counters — auditing the receiver's inbox for lost and duplicate messages
 //! after every phase.
 
-use super::adapter::{self, Adapter, Audit};
+use super::adapter::{self, Adapter, Audit, JournalCounts};
 use super::hosts::{self, Host, HostPlan};
 use super::machine::{self, CpuMark, ProcCounters};
 use super::paired::PairedSync;
@@ -214,9 +214,8 @@ pub struct Outcome {
     /// The receiver idle again after every phase, its senders still live: what it keeps
     /// doing for the state a real run left behind (receipt pushes, sweeps, cached connections).
     pub idle_after: Option<Idle>,
-    /// Journal fdatasyncs counted by the roots (`local.info`) per phase: (phase, messages,
-    /// senders' syncs, receiver's syncs).
-    pub fsyncs: Vec<(String, usize, u64, u64)>,
+    /// Journal fdatasyncs and intent write-outs counted by the roots (`local.info`) per phase.
+    pub fsyncs: Vec<PhaseIo>,
     pub receiver: Counters,
     pub sender: Counters,
     pub audits: Vec<(String, Audit)>,
@@ -224,6 +223,17 @@ pub struct Outcome {
     pub failure_count: usize,
     pub host_exits: Vec<(String, Option<i32>)>,
     pub error: Option<String>,
+}
+
+/// The journal device operations the roots counted (`local.info`) over one phase.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PhaseIo {
+    pub phase: String,
+    /// Accepted messages the counts cover.
+    pub messages: usize,
+    /// Summed over the phase's sender roots.
+    pub senders: JournalCounts,
+    pub receiver: JournalCounts,
 }
 
 impl Outcome {
@@ -631,7 +641,7 @@ impl Run<'_> {
         let mut paired = PairedSync::start(&self.dir, plan.warm)?;
         for i in 0..plan.warmup + plan.warm {
             if i == plan.warmup {
-                counted = Some((self.a1.syncs()?, self.b.syncs()?));
+                counted = Some((self.a1.journal_io()?, self.b.journal_io()?));
             }
             let us = self.send_one("warm", i)?;
             if i >= plan.warmup {
@@ -641,10 +651,13 @@ impl Run<'_> {
         }
         self.out.warm_sync = paired.finish();
         if let Some((s0, r0)) = counted {
-            let (s1, r1) = (self.a1.syncs()?, self.b.syncs()?);
-            self.out
-                .fsyncs
-                .push(("warm".into(), plan.warm, s1 - s0, r1 - r0));
+            let (s1, r1) = (self.a1.journal_io()?, self.b.journal_io()?);
+            self.out.fsyncs.push(PhaseIo {
+                phase: "warm".into(),
+                messages: plan.warm,
+                senders: s1.since(s0),
+                receiver: r1.since(r0),
+            });
         }
         Ok(())
     }
@@ -783,13 +796,13 @@ impl Run<'_> {
 
     fn throughput(&mut self, k: usize, m: usize) -> Result<()> {
         let mut adapters = Vec::with_capacity(k);
-        let mut sender_syncs = 0;
+        let mut senders_before = JournalCounts::default();
         for h in self.tx.iter().take(k) {
             let mut a = Adapter::connect(&h.control, &self.limits)?;
-            sender_syncs += a.syncs()?;
+            senders_before = senders_before + a.journal_io()?;
             adapters.push(a);
         }
-        let receiver_syncs = self.b.syncs()?;
+        let receiver_before = self.b.journal_io()?;
         let barrier = Arc::new(std::sync::Barrier::new(adapters.len() + 1));
         let to = self.rx.peer_id.clone();
         let threads: Vec<_> = adapters
@@ -831,14 +844,14 @@ impl Run<'_> {
         let per = |us: f64| us / run.messages.max(1) as f64;
         run.receiver_cpu_us = per(used.first().copied().unwrap_or(f64::NAN));
         run.sender_cpu_us = per(used.iter().skip(1).sum());
-        let receiver_after = self.b.syncs()?;
-        // The fdatasyncs were counted from before the warm-up messages: they count here.
-        self.out.fsyncs.push((
-            format!("throughput{k}"),
-            run.messages + joined.warmed,
-            joined.syncs.saturating_sub(sender_syncs),
-            receiver_after.saturating_sub(receiver_syncs),
-        ));
+        let receiver_after = self.b.journal_io()?;
+        // The counts start from before the warm-up messages: those messages count here.
+        self.out.fsyncs.push(PhaseIo {
+            phase: format!("throughput{k}"),
+            messages: run.messages + joined.warmed,
+            senders: joined.io.since(senders_before),
+            receiver: receiver_after.since(receiver_before),
+        });
         self.out.throughput.push(run);
         Ok(())
     }
@@ -853,7 +866,7 @@ impl Run<'_> {
         let mut joined = Joined {
             open: Vec::with_capacity(threads.len()),
             warmed: 0,
-            syncs: 0,
+            io: JournalCounts::default(),
         };
         for t in threads {
             match t.join() {
@@ -863,7 +876,7 @@ impl Run<'_> {
                         joined.warmed += 1;
                         self.accepted.push(id);
                     }
-                    joined.syncs += sent.syncs;
+                    joined.io = joined.io + sent.io;
                     run.latency.extend(sent.latency);
                     run.messages += sent.ids.len();
                     self.accepted.extend(sent.ids);
@@ -887,8 +900,8 @@ struct Joined {
     open: Vec<Adapter>,
     /// Accepted warm-up messages.
     warmed: usize,
-    /// The sender roots' journal fdatasyncs at the end, summed.
-    syncs: u64,
+    /// The sender roots' journal counts at the end, summed.
+    io: JournalCounts,
 }
 
 /// What one sender thread of a throughput run did.
@@ -897,8 +910,8 @@ struct SendRun {
     ids: Vec<String>,
     /// The send that failed (one failure ends this sender; the others go on).
     failed: Option<(String, Error)>,
-    /// The sender root's journal fdatasyncs at the end.
-    syncs: u64,
+    /// The sender root's journal counts at the end.
+    io: JournalCounts,
     /// The channel, still open, for the caller to close after reading the root's CPU.
     channel: Option<Adapter>,
     /// The accepted warm-up message (not measured); `None` when it failed, and then no
@@ -921,7 +934,7 @@ fn send_run(
         latency: Vec::with_capacity(m),
         ids: Vec::with_capacity(m),
         failed: None,
-        syncs: 0,
+        io: JournalCounts::default(),
         channel: None,
         warm_id: None,
     };
@@ -951,7 +964,7 @@ fn send_run(
             }
         }
     }
-    run.syncs = a.syncs().unwrap_or(0);
+    run.io = a.journal_io().unwrap_or_default();
     run.channel = Some(a);
     run
 }

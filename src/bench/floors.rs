@@ -74,6 +74,37 @@ pub struct Floors {
     pub verify: Summary,
     /// Group-commit ceilings: (concurrent writers, durable commits per second).
     pub group_commit: Vec<(usize, f64)>,
+    /// CPU the writing thread spent per record of the `fdatasync` and `writeOut` floors.
+    pub device_cpu: DeviceCpu,
+}
+
+/// Mean CPU time (user + system) of the calling thread per record of an in-place durable
+/// floor, in microseconds: what a device operation costs the CPU that asks for it, beside the
+/// wall time it takes. Under a hypervisor, submitting I/O traps to the host, and the guest
+/// counts that time to the submitting thread, so it is not free for other work.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeviceCpu {
+    pub fdatasync: f64,
+    pub write_out: f64,
+}
+
+impl DeviceCpu {
+    /// The CPU per record of the floor named `name`, for the two floors that have one.
+    pub fn of(&self, name: &str) -> Option<f64> {
+        match name {
+            "fdatasync" => Some(self.fdatasync),
+            "writeOut" => Some(self.write_out),
+            _ => None,
+        }
+    }
+
+    /// The mean of two measurements (the floors before and after the run).
+    pub fn mean(a: &DeviceCpu, b: &DeviceCpu) -> DeviceCpu {
+        DeviceCpu {
+            fdatasync: (a.fdatasync + b.fdatasync) / 2.0,
+            write_out: (a.write_out + b.write_out) / 2.0,
+        }
+    }
 }
 
 /// The floor names, in report order, with what each measures and the durability it gives.
@@ -135,6 +166,9 @@ impl Floors {
         let mut m = serde_json::Map::new();
         for (name, what, durability) in FLOOR_ROWS {
             let mut v = self.get(name).map(Summary::to_json).unwrap_or(Value::Null);
+            if let Some(cpu) = self.device_cpu.of(name) {
+                v["cpuUs"] = json!(super::stats::round2(cpu));
+            }
             v["what"] = json!(what);
             v["durability"] = json!(durability);
             m.insert(name.to_string(), v);
@@ -172,10 +206,14 @@ pub fn mean_median(before: &Floors, after: &Floors, name: &str) -> f64 {
 
 /// Measures every floor; `dir` is a private directory on the benchmark's filesystem.
 pub fn measure(dir: &Path, sizes: &FloorSizes) -> Result<Floors> {
+    // In the order they always ran: the socket first, then the durable floors.
+    let uds_trip = uds_trip(sizes.trips, sizes.trips_warmup)?;
+    let (fdatasync, fdatasync_cpu) = overwrite(dir, sizes.syncs, Settle::Fdatasync)?;
+    let (write_out, write_out_cpu) = overwrite(dir, sizes.syncs, Settle::WriteOut)?;
     Ok(Floors {
-        uds_trip: uds_trip(sizes.trips, sizes.trips_warmup)?,
-        fdatasync: overwrite_sync(dir, sizes.syncs)?,
-        write_out: overwrite(dir, sizes.syncs, Settle::WriteOut)?,
+        uds_trip,
+        fdatasync,
+        write_out,
         fdatasync_append: append_sync(dir, sizes.syncs)?,
         atomic_replace: atomic_replace(dir, sizes.replaces)?,
         spawn: spawn(sizes.spawns)?,
@@ -186,7 +224,20 @@ pub fn measure(dir: &Path, sizes: &FloorSizes) -> Result<Floors> {
             .iter()
             .map(|&w| group_commit(dir, w, sizes.group_records).map(|rate| (w, rate)))
             .collect::<Result<_>>()?,
+        device_cpu: DeviceCpu {
+            fdatasync: fdatasync_cpu,
+            write_out: write_out_cpu,
+        },
     })
+}
+
+/// CPU time (user + system) the calling thread has used, in microseconds; NaN if the clock
+/// cannot be read.
+fn thread_cpu_us() -> f64 {
+    use nix::time::{ClockId, clock_gettime};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| t.tv_sec() as f64 * 1e6 + t.tv_nsec() as f64 / 1e3)
+        .unwrap_or(f64::NAN)
 }
 
 pub(super) fn io(what: &str, e: std::io::Error) -> Error {
@@ -259,11 +310,9 @@ enum Settle {
     WriteOut,
 }
 
-fn overwrite_sync(dir: &Path, n: usize) -> Result<Summary> {
-    overwrite(dir, n, Settle::Fdatasync)
-}
-
-fn overwrite(dir: &Path, n: usize, settle: Settle) -> Result<Summary> {
+/// `n` records written in place and settled one by one: their wall-time summary, and the
+/// calling thread's mean CPU per record over the same `n` (see [`DeviceCpu`]).
+fn overwrite(dir: &Path, n: usize, settle: Settle) -> Result<(Summary, f64)> {
     let path = dir.join("floor-overwrite.log");
     let warmup = (n / 20).max(2);
     let f = zero_filled(&path, (n + warmup) * RECORD_BYTES);
@@ -276,8 +325,12 @@ fn overwrite(dir: &Path, n: usize, settle: Settle) -> Result<Summary> {
     };
     let record = [0x5au8; RECORD_BYTES];
     let mut samples = Vec::with_capacity(n);
+    let mut cpu_from = f64::NAN;
     let mut run = || -> std::io::Result<()> {
         for i in 0..n + warmup {
+            if i == warmup {
+                cpu_from = thread_cpu_us();
+            }
             let t = Instant::now();
             let at = (i * RECORD_BYTES) as u64;
             f.write_all_at(&record, at)?;
@@ -292,13 +345,14 @@ fn overwrite(dir: &Path, n: usize, settle: Settle) -> Result<Summary> {
         Ok(())
     };
     let outcome = run();
+    let cpu = (thread_cpu_us() - cpu_from) / n.max(1) as f64;
     drop(f);
     let _ = std::fs::remove_file(&path);
     outcome.map_err(|e| match settle {
         Settle::Fdatasync => io("write in place + fdatasync", e),
         Settle::WriteOut => io("write in place + sync_file_range", e),
     })?;
-    Ok(Summary::of(&samples))
+    Ok((Summary::of(&samples), cpu))
 }
 
 fn append_sync(dir: &Path, n: usize) -> Result<Summary> {
@@ -492,5 +546,34 @@ mod tests {
         assert!(mean_ceiling(&f, &f, 4) > 0.0);
         assert!(mean_ceiling(&f, &f, 8).is_nan());
         assert_eq!(j["groupCommit"]["ceilings"][1]["writers"], 4);
+        // The two in-place durable floors say what each record cost the writing thread's CPU:
+        // at least the system call, never more than its wall time (one thread, no children).
+        for (name, wall) in [("fdatasync", f.fdatasync), ("writeOut", f.write_out)] {
+            let cpu = j[name]["cpuUs"].as_f64().unwrap_or(f64::NAN);
+            assert!(cpu > 0.0, "{name}: {j}");
+            let mean_wall = wall.median.max(wall.p99);
+            assert!(
+                cpu <= mean_wall * 3.0 + 1_000.0,
+                "{name}: {cpu} against {mean_wall}"
+            );
+        }
+        assert!(j["udsTrip"].get("cpuUs").is_none());
+    }
+
+    #[test]
+    fn device_cpu_names_its_two_floors_and_averages() {
+        let a = DeviceCpu {
+            fdatasync: 60.0,
+            write_out: 40.0,
+        };
+        let b = DeviceCpu {
+            fdatasync: 40.0,
+            write_out: 20.0,
+        };
+        let m = DeviceCpu::mean(&a, &b);
+        assert_eq!((m.fdatasync, m.write_out), (50.0, 30.0));
+        assert_eq!(a.of("fdatasync"), Some(60.0));
+        assert_eq!(a.of("writeOut"), Some(40.0));
+        assert_eq!(a.of("udsTrip"), None);
     }
 }

@@ -174,7 +174,7 @@ impl Measured<'_> {
             "floors": {"before": self.before.to_json(), "after": self.after.to_json(), "ratioBasis": "mean of the before and after medians"},
             "targets": targets.iter().map(targets::Target::to_json).collect::<Vec<_>>(),
             "figures": figs.iter().map(report::Figure::to_json).collect::<Vec<_>>(),
-            "cpuPerMessage": report::cpu_json(out),
+            "cpuPerMessage": report::cpu_json(out, &floors::DeviceCpu::mean(&self.before.device_cpu, &self.after.device_cpu), idle_before.per_cpu.len()),
             "process": report::process_json(out),
             "history": report::history_json(out),
             "fsyncsPerMessage": report::fsyncs_json(out),
@@ -271,18 +271,26 @@ fn counters_text(r: &Value) -> String {
     );
     for c in r["cpuPerMessage"].as_array().into_iter().flatten() {
         s += &format!(
-            "CPU per message, {} sender(s): {} µs (sender roots {} + receiver {}) over {} messages\n",
-            c["senders"], c["totalUs"], c["senderRootsUs"], c["receiverUs"], c["messages"]
+            "CPU per message, {} sender(s): {} µs (sender roots {} + receiver {}) over {} messages; of it ≈ {} µs the journals' device I/O (counted operations × the floors' CPU per operation); at 100% of {} CPUs this allows ≤ {} msg/s\n",
+            c["senders"],
+            c["totalUs"],
+            c["senderRootsUs"],
+            c["receiverUs"],
+            c["messages"],
+            c["deviceIoUs"],
+            r["machine"]["cpus"],
+            c["cpuBoundRate"]
         );
     }
     for f in r["fsyncsPerMessage"].as_array().into_iter().flatten() {
         s += &format!(
-            "fdatasyncs per message, {}: {} (senders {}, receiver {}) over {} messages\n",
+            "fdatasyncs per message, {}: {} (senders {}, receiver {}) over {} messages; intent write-outs {}\n",
             f["phase"].as_str().unwrap_or("?"),
             f["total"],
             f["senders"],
             f["receiver"],
-            f["messages"]
+            f["messages"],
+            f["senderWriteOuts"]
         );
     }
     let c = &r["criticalFsyncs"];

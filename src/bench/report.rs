@@ -3,7 +3,7 @@
 //! durability behind it; and prints them as JSON or as a table. Pure code.
 
 use super::e2e::Outcome;
-use super::floors::{FLOOR_ROWS, Floors, mean_median};
+use super::floors::{DeviceCpu, FLOOR_ROWS, Floors, mean_median};
 use super::paired;
 use super::stats::{Summary, micros_text, rate_text, ratio, ratio_text, round_ratio, round2};
 use serde_json::{Value, json};
@@ -240,14 +240,16 @@ pub fn history_basis(h: &super::e2e::History) -> (String, f64) {
     }
 }
 
-/// Journal fdatasyncs per accepted message, counted by the roots themselves, per phase.
+/// Journal fdatasyncs (and the senders' intent write-outs) per accepted message, counted by
+/// the roots themselves, per phase.
 pub fn fsyncs_json(out: &Outcome) -> Value {
     let per = |n: u64, m: usize| round2(n as f64 / m.max(1) as f64);
     Value::Array(
         out.fsyncs
             .iter()
-            .map(|(phase, m, s, r)| {
-                json!({"phase": phase, "messages": m, "senders": per(*s, *m), "receiver": per(*r, *m), "total": per(s + r, *m)})
+            .map(|p| {
+                let (s, r, m) = (p.senders.syncs, p.receiver.syncs, p.messages);
+                json!({"phase": p.phase, "messages": m, "senders": per(s, m), "receiver": per(r, m), "total": per(s + r, m), "senderWriteOuts": per(p.senders.write_outs, m)})
             })
             .collect(),
     )
@@ -302,22 +304,50 @@ fn throughput(t: &super::e2e::Throughput, ceiling: f64) -> Figure {
     }
 }
 
-/// CPU per accepted message of each throughput run, senders and receiver, from /proc.
-pub fn cpu_json(out: &Outcome) -> Value {
+/// CPU per accepted message of each throughput run, senders and receiver, from /proc; the
+/// part of it the journals' device operations take (their counts in the run times the CPU
+/// one such operation cost the floor's writing thread, `device`); and the throughput that CPU
+/// per message allows when all `cpus` do nothing else.
+pub fn cpu_json(out: &Outcome, device: &DeviceCpu, cpus: usize) -> Value {
     Value::Array(
         out.throughput
             .iter()
             .map(|t| {
+                let total = t.sender_cpu_us + t.receiver_cpu_us;
+                let phase = format!("throughput{}", t.senders);
+                let io = out.fsyncs.iter().find(|p| p.phase == phase);
+                let device_us = io.map(|p| device_io_us(p, device)).unwrap_or(f64::NAN);
                 json!({
                     "senders": t.senders,
                     "messages": t.messages,
                     "senderRootsUs": round2(t.sender_cpu_us),
                     "receiverUs": round2(t.receiver_cpu_us),
-                    "totalUs": round2(t.sender_cpu_us + t.receiver_cpu_us),
+                    "totalUs": round2(total),
+                    "deviceIoUs": round2(device_us),
+                    "cpuBoundRate": round2(cpu_bound_rate(total, cpus)),
                 })
             })
             .collect(),
     )
+}
+
+/// The journals' device operations of one phase, per message, priced at the floors' CPU per
+/// operation: every fdatasync (senders' and receiver's) at `device.fdatasync`, every intent
+/// write-out at `device.write_out`. An estimate: a journal's batch may write a few pages where
+/// the floor writes one.
+pub fn device_io_us(p: &super::e2e::PhaseIo, device: &DeviceCpu) -> f64 {
+    let syncs = (p.senders.syncs + p.receiver.syncs) as f64;
+    let write_outs = (p.senders.write_outs + p.receiver.write_outs) as f64;
+    (syncs * device.fdatasync + write_outs * device.write_out) / p.messages.max(1) as f64
+}
+
+/// Messages per second that `cpus` CPUs fully busy allow at `cpu_us` of CPU per message.
+pub fn cpu_bound_rate(cpu_us: f64, cpus: usize) -> f64 {
+    if cpu_us > 0.0 {
+        cpus as f64 * 1e6 / cpu_us
+    } else {
+        f64::NAN
+    }
 }
 
 /// The receiver's and first sender's process counters as JSON.
@@ -381,6 +411,14 @@ pub fn floors_text(before: &Floors, after: &Floors) -> String {
             "fdatasync per batch"
         );
     }
+    let (b, a) = (&before.device_cpu, &after.device_cpu);
+    s += &format!(
+        "CPU of the writing thread per record (device I/O under a hypervisor traps to the host on this CPU): fdatasync {} → {}, writeOut {} → {} (before → after)\n",
+        micros_text(b.fdatasync),
+        micros_text(a.fdatasync),
+        micros_text(b.write_out),
+        micros_text(a.write_out)
+    );
     s
 }
 
@@ -451,6 +489,10 @@ mod tests {
             sign: s,
             verify: s,
             group_commit: vec![(64, 50.0 * us)],
+            device_cpu: DeviceCpu {
+                fdatasync: us / 2.0,
+                write_out: us / 4.0,
+            },
         }
     }
 
@@ -513,13 +555,72 @@ mod tests {
         let j = figs[4].to_json();
         assert_eq!(j["ratio"], json!(1.0));
         assert!(j["target"].is_string());
-        assert_eq!(cpu_json(&out)[0]["totalUs"], json!(250.0));
+        let device = DeviceCpu {
+            fdatasync: 50.0,
+            write_out: 40.0,
+        };
+        let cpu = cpu_json(&out, &device, 2);
+        assert_eq!(cpu[0]["totalUs"], json!(250.0));
+        // Two CPUs at 250 µs per message: 8,000 msg/s at most.
+        assert_eq!(cpu[0]["cpuBoundRate"], json!(8000.0));
+        // No counts for the phase: no estimate.
+        assert!(cpu[0]["deviceIoUs"].is_null());
         let text = figures_text(&figs);
         assert!(text.contains("1.25×"), "{text}");
         assert!(text.contains("2.25×"), "{text}");
         let floors_text = floors_text(&floors(1.0), &floors(2.0));
         assert!(floors_text.contains("fdatasync"));
         assert!(floors_text.contains("groupCommit64"), "{floors_text}");
+    }
+
+    /// The device share of the CPU per message prices the operations the roots counted in
+    /// that very phase; the write-outs per message are reported beside the fdatasyncs.
+    #[test]
+    fn device_io_prices_the_phase_counts() {
+        use crate::bench::adapter::JournalCounts;
+        use crate::bench::e2e::PhaseIo;
+        let phase = |name: &str, s_syncs, s_wo, r_syncs| PhaseIo {
+            phase: name.into(),
+            messages: 100,
+            senders: JournalCounts {
+                syncs: s_syncs,
+                write_outs: s_wo,
+            },
+            receiver: JournalCounts {
+                syncs: r_syncs,
+                write_outs: 0,
+            },
+        };
+        let out = Outcome {
+            throughput: vec![Throughput {
+                senders: 8,
+                messages: 100,
+                seconds: 0.1,
+                latency: vec![100.0],
+                peers: 9,
+                sender_cpu_us: 150.0,
+                receiver_cpu_us: 50.0,
+            }],
+            fsyncs: vec![phase("warm", 1, 100, 100), phase("throughput8", 2, 100, 50)],
+            ..Outcome::default()
+        };
+        let device = DeviceCpu {
+            fdatasync: 60.0,
+            write_out: 40.0,
+        };
+        // (2 + 50) fdatasyncs × 60 µs + 100 write-outs × 40 µs over 100 messages.
+        assert_eq!(
+            device_io_us(&out.fsyncs[1], &device),
+            (52.0 * 60.0 + 100.0 * 40.0) / 100.0
+        );
+        let cpu = cpu_json(&out, &device, 2);
+        assert_eq!(cpu[0]["deviceIoUs"], json!(71.2));
+        assert_eq!(cpu[0]["cpuBoundRate"], json!(10_000.0));
+        let f = fsyncs_json(&out);
+        assert_eq!(f[1]["senderWriteOuts"], json!(1.0));
+        assert_eq!(f[1]["receiver"], json!(0.5));
+        assert_eq!(f[0]["total"], json!(1.01));
+        assert!(cpu_bound_rate(0.0, 2).is_nan());
     }
 
     /// The two latency targets take the fdatasync sampled between their own sends when the
