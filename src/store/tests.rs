@@ -1486,6 +1486,11 @@ fn a_held_sync_blocks_the_leader_and_queues_the_rest() {
     let (s, gate) = open_with_sync_held(&home);
     let h = s.handle();
     h.set_live(ME);
+    // The writer thread still in its first look at the queue holds the writer: the first
+    // caller would then follow, and the thread would run its batch.
+    while !h.shared.thread_sleeps() {
+        std::thread::yield_now();
+    }
     let spawn_accept = |id: &'static str| {
         let (h, (tx, rx)) = (h.clone(), crossbeam_channel::bounded(1));
         let me = std::thread::spawn(move || {
