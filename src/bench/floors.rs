@@ -234,10 +234,17 @@ pub fn measure(dir: &Path, sizes: &FloorSizes) -> Result<Floors> {
 /// CPU time (user + system) the calling thread has used, in microseconds; NaN if the clock
 /// cannot be read.
 fn thread_cpu_us() -> f64 {
-    use nix::time::{ClockId, clock_gettime};
-    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map(|t| t.tv_sec() as f64 * 1e6 + t.tv_nsec() as f64 / 1e3)
-        .unwrap_or(f64::NAN)
+    let mut t = nix::libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a system call that writes one `timespec` we own; nothing else is passed.
+    let rc = unsafe { nix::libc::clock_gettime(nix::libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    if rc == 0 {
+        t.tv_sec as f64 * 1e6 + t.tv_nsec as f64 / 1e3
+    } else {
+        f64::NAN
+    }
 }
 
 pub(super) fn io(what: &str, e: std::io::Error) -> Error {
