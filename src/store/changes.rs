@@ -184,13 +184,6 @@ impl Shared {
         idle.sleeping && idle.timed
     }
 
-    /// Whether the writer thread sleeps between batches (for tests that need it out of the
-    /// way: a caller that finds the writer free leads its own batch).
-    #[cfg(test)]
-    pub fn thread_sleeps(&self) -> bool {
-        self.idle.lock().sleeping
-    }
-
     /// Called by a leader that left the writer thread work, after releasing the writer.
     pub fn want_thread(&self) {
         self.thread_wanted.store(true, Ordering::Release);

@@ -73,6 +73,19 @@ fn settle(h: &StoreHandle) {
     }
 }
 
+/// Waits (bounded) until the writer thread sleeps between batches, holding no lock: a caller
+/// then finds the writer free and leads its own batch.
+fn wait_writer_asleep(h: &StoreHandle) {
+    let start = std::time::Instant::now();
+    while !h.shared.writer_sleeps() {
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "the writer thread never slept"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 fn image(h: &StoreHandle) -> StateImage {
     h.query(|m| m.state().image()).unwrap()
 }
@@ -1332,14 +1345,7 @@ fn a_caller_that_finds_the_writer_free_commits_in_its_own_thread() {
     // The writer thread's start-up upkeep (preallocation) holds the writer for a moment: a
     // caller then is a follower, as it should be. Wait until the thread sleeps.
     settle(&h);
-    let start = std::time::Instant::now();
-    while !h.shared.writer_sleeps() {
-        assert!(
-            start.elapsed().as_secs() < 20,
-            "the writer thread never slept"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+    wait_writer_asleep(&h);
     let me = std::thread::current().id();
     let (ran_in, syncs) = (Arc::new(parking_lot::Mutex::new(None)), h.stats().syncs);
     let seen = ran_in.clone();
@@ -1488,9 +1494,7 @@ fn a_held_sync_blocks_the_leader_and_queues_the_rest() {
     h.set_live(ME);
     // The writer thread still in its first look at the queue holds the writer: the first
     // caller would then follow, and the thread would run its batch.
-    while !h.shared.thread_sleeps() {
-        std::thread::yield_now();
-    }
+    wait_writer_asleep(&h);
     let spawn_accept = |id: &'static str| {
         let (h, (tx, rx)) = (h.clone(), crossbeam_channel::bounded(1));
         let me = std::thread::spawn(move || {
