@@ -98,7 +98,7 @@ impl Adapter {
 
     /// The root's journal fdatasyncs and intent write-outs since it started, read together.
     pub fn journal_io(&mut self) -> Result<JournalCounts> {
-        let r = self.client.call("local.info", json!({}), SEND_TIMEOUT_MS)?;
+        let r = self.info()?;
         Ok(JournalCounts {
             syncs: store_field(&r, "syncs")?,
             write_outs: store_field(&r, "writeOuts")?,
@@ -107,8 +107,11 @@ impl Adapter {
 
     /// One counter of `local.info`'s `store` object.
     fn store_count(&mut self, key: &str) -> Result<u64> {
-        let r = self.client.call("local.info", json!({}), SEND_TIMEOUT_MS)?;
-        store_field(&r, key)
+        store_field(&self.info()?, key)
+    }
+
+    fn info(&mut self) -> Result<Value> {
+        self.client.call("local.info", json!({}), SEND_TIMEOUT_MS)
     }
 
     /// One `peer_messages` page after `after`, waiting up to `wait_ms` for something new.

@@ -121,6 +121,12 @@ impl Plan {
     }
 }
 
+/// The name of the throughput run with `senders` concurrent senders: its phase, its figure's
+/// key and the target rows that read that figure.
+pub fn throughput_key(senders: usize) -> String {
+    format!("throughput{senders}")
+}
+
 /// One throughput run.
 #[derive(Clone, Debug)]
 pub struct Throughput {
@@ -455,7 +461,7 @@ impl Run<'_> {
         self.after("mcp", r);
         for &(k, m) in &plan.throughput {
             let r = self.grow(k).and_then(|()| self.throughput(k, m));
-            self.after(&format!("throughput{k}"), r);
+            self.after(&throughput_key(k), r);
         }
         self.out.crowd = 1 + self.tx.len();
         if self.out.crowd > self.out.peers_first {
@@ -847,7 +853,7 @@ impl Run<'_> {
         let receiver_after = self.b.journal_io()?;
         // The counts start from before the warm-up messages: those messages count here.
         self.out.fsyncs.push(PhaseIo {
-            phase: format!("throughput{k}"),
+            phase: throughput_key(k),
             messages: run.messages + joined.warmed,
             senders: joined.io.since(senders_before),
             receiver: receiver_after.since(receiver_before),

@@ -554,14 +554,15 @@ mod tests {
         assert!(mean_ceiling(&f, &f, 8).is_nan());
         assert_eq!(j["groupCommit"]["ceilings"][1]["writers"], 4);
         // The two in-place durable floors say what each record cost the writing thread's CPU:
-        // at least the system call, never more than its wall time (one thread, no children).
+        // something, and within a loose multiple of the slowest record's wall time (one
+        // thread's CPU cannot outrun its wall clock; the margin absorbs clock granularity).
         for (name, wall) in [("fdatasync", f.fdatasync), ("writeOut", f.write_out)] {
             let cpu = j[name]["cpuUs"].as_f64().unwrap_or(f64::NAN);
             assert!(cpu > 0.0, "{name}: {j}");
-            let mean_wall = wall.median.max(wall.p99);
+            let slowest = wall.median.max(wall.p99);
             assert!(
-                cpu <= mean_wall * 3.0 + 1_000.0,
-                "{name}: {cpu} against {mean_wall}"
+                cpu <= slowest * 3.0 + 1_000.0,
+                "{name}: {cpu} against {slowest}"
             );
         }
         assert!(j["udsTrip"].get("cpuUs").is_none());

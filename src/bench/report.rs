@@ -279,7 +279,7 @@ pub fn history_json(out: &Outcome) -> Value {
 fn throughput(t: &super::e2e::Throughput, ceiling: f64) -> Figure {
     let rate = ratio(t.messages as f64, t.seconds);
     Figure {
-        key: format!("throughput{}", t.senders),
+        key: super::e2e::throughput_key(t.senders),
         label: format!(
             "accepted msg/s, {} concurrent sender process(es) → 1 receiver",
             t.senders
@@ -314,7 +314,7 @@ pub fn cpu_json(out: &Outcome, device: &DeviceCpu, cpus: usize) -> Value {
             .iter()
             .map(|t| {
                 let total = t.sender_cpu_us + t.receiver_cpu_us;
-                let phase = format!("throughput{}", t.senders);
+                let phase = super::e2e::throughput_key(t.senders);
                 let io = out.fsyncs.iter().find(|p| p.phase == phase);
                 let device_us = io.map(|p| device_io_us(p, device)).unwrap_or(f64::NAN);
                 json!({

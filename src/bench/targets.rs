@@ -3,7 +3,7 @@
 //! only from enough samples: a run that has fewer (`--quick`, a small `--messages`) says so
 //! instead of passing or failing it. Pure code.
 
-use super::e2e::{Idle, Outcome};
+use super::e2e::{Idle, Outcome, throughput_key};
 use super::report::Figure;
 use super::stats::{micros_text, rate_text, ratio, ratio_text, round_ratio, round2};
 use serde_json::{Value, json};
@@ -199,11 +199,10 @@ pub fn targets(figs: &[Figure], out: &Outcome) -> Vec<Target> {
 fn throughput_targets(figs: &[Figure], out: &Outcome) -> Vec<Target> {
     let run = |k: usize| out.throughput.iter().find(|t| t.senders == k);
     let n = |k: usize| run(k).map_or(0, |t| t.messages);
-    let rate = |k: usize| figure(figs, &format!("throughput{k}")).map_or(f64::NAN, |f| f.value);
+    let rate = |k: usize| figure(figs, &throughput_key(k)).map_or(f64::NAN, |f| f.value);
     // Context only: a run that was not made has no ceiling to show.
-    let ceiling = |k: usize| {
-        figure(figs, &format!("throughput{k}")).map(|f| (f.floor_label.clone(), f.floor))
-    };
+    let ceiling =
+        |k: usize| figure(figs, &throughput_key(k)).map(|f| (f.floor_label.clone(), f.floor));
     vec![
         Target::new(
             "cpuPerMessage8",
