@@ -24,8 +24,7 @@ fn wait_child(child: &mut Child) -> i32 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(st) = child.try_wait().unwrap() {
-            use std::os::unix::process::ExitStatusExt;
-            return st.code().unwrap_or(128 + st.signal().unwrap_or(0));
+            return shell_status(st);
         }
         if Instant::now() > deadline {
             let _ = child.kill();

@@ -198,15 +198,10 @@ impl Host {
     /// For a failure message: how the process ended (killed first if it still ran, then
     /// `None`) and everything it wrote to stderr (a root's panic says why it died).
     pub fn end_for_report(&mut self) -> (Option<i32>, String) {
-        use std::os::unix::process::ExitStatusExt;
         let Some(mut child) = self.child.take() else {
             return (None, String::new());
         };
-        let ended = child
-            .try_wait()
-            .ok()
-            .flatten()
-            .map(|st| st.code().unwrap_or(128 + st.signal().unwrap_or(0)));
+        let ended = child.try_wait().ok().flatten().map(shell_status);
         if ended.is_none() {
             let _ = child.kill();
         }
@@ -222,8 +217,7 @@ impl Host {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(st) = child.try_wait().unwrap() {
-                use std::os::unix::process::ExitStatusExt;
-                return Some(st.code().unwrap_or(128 + st.signal().unwrap_or(0)));
+                return Some(shell_status(st));
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
@@ -241,6 +235,12 @@ impl Drop for Host {
             let _ = c.wait();
         }
     }
+}
+
+/// A process's exit status as a shell reports it: its code, or 128 + the signal that ended it.
+pub fn shell_status(st: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    st.code().unwrap_or(128 + st.signal().unwrap_or(0))
 }
 
 /// Every message `peer_messages` returns for `args` (a filter such as `{"from": …}`, or `{}`),
