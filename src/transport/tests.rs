@@ -174,6 +174,40 @@ fn pool_for(node: &Node, limits: &Limits) -> (Pool, Receiver<Note>) {
     (Pool::new(node.me.clone(), limits, sink), rx)
 }
 
+/// The setup most socket tests share: endpoints `a` and `b` in a fresh directory, both
+/// advertised, and a pool for `a` (in an `Arc`, for tests that hand it to threads) whose
+/// notifications arrive on `notes`. Borrow it, `let Pair { a, b, .. } = &pair(limits());`,
+/// so that it lives to the end of the test: a by-value pattern would drop the fields it
+/// leaves out, the directory with them, at once. Fields drop in declaration order, as the
+/// locals this replaced did: the pool, then the endpoints, and the directory last, so each
+/// endpoint still finds (and removes) its socket when it stops.
+struct Pair {
+    pool: Arc<Pool>,
+    notes: Receiver<Note>,
+    b: Node,
+    a: Node,
+    adverts: Arc<Adverts>,
+    limits: Limits,
+    dir: TempDir,
+}
+
+fn pair(limits: Limits) -> Pair {
+    let dir = TempDir::new("transport").unwrap();
+    let adverts = Arc::new(Adverts::default());
+    let a = node(&dir, "a", &adverts, &limits);
+    let b = node(&dir, "b", &adverts, &limits);
+    let (pool, notes) = pool_for(&a, &limits);
+    Pair {
+        pool: Arc::new(pool),
+        notes,
+        b,
+        a,
+        adverts,
+        limits,
+        dir,
+    }
+}
+
 /// A raw line-level client for malformed input.
 struct Raw {
     stream: UnixStream,
@@ -258,13 +292,15 @@ fn endpoint_and_pool_are_send_and_sync() {
 
 #[test]
 fn two_endpoints_authenticate_mutually_and_exchange_requests() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
-    let (pool_a, notes_a) = pool_for(&a, &l);
-    let (pool_b, _) = pool_for(&b, &l);
+    let Pair {
+        a,
+        b,
+        pool: pool_a,
+        notes: notes_a,
+        limits: l,
+        ..
+    } = &pair(limits());
+    let (pool_b, _) = pool_for(b, l);
     for i in 0..3 {
         let v = pool_a
             .request(&b.target, "test.echo", json!({"n": i, "from": "forged"}), 0)
@@ -298,12 +334,7 @@ fn two_endpoints_authenticate_mutually_and_exchange_requests() {
 
 #[test]
 fn local_only_methods_are_refused_over_the_peer_channel() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
-    let (pool, _) = pool_for(&a, &l);
+    let Pair { b, pool, .. } = &pair(limits());
     for m in [
         "peer.read",
         "local.status",
@@ -331,13 +362,11 @@ fn local_only_methods_are_refused_over_the_peer_channel() {
 /// root does a send's leftover bookkeeping there, off the next request's path.
 #[test]
 fn the_handler_hears_after_each_reply() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
-    let (pool_b, _) = pool_for(&b, &l);
-    let mut client = LocalClient::connect(&a.target.endpoint, SECRET, &l).unwrap();
+    let Pair {
+        a, b, limits: l, ..
+    } = &pair(limits());
+    let (pool_b, _) = pool_for(b, l);
+    let mut client = LocalClient::connect(&a.target.endpoint, SECRET, l).unwrap();
     client.call("resource.request", json!({}), 0).unwrap();
     pool_b
         .request(&a.target, "test.echo", json!({}), 0)
@@ -375,11 +404,7 @@ fn local_channel_needs_the_secret() {
 
 #[test]
 fn oversize_frames_are_answered_then_closed() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
+    let Pair { a, b, .. } = &pair(limits());
     // Without a newline, before the handshake.
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.send(&vec![b'x'; 2048]);
@@ -397,11 +422,7 @@ fn oversize_frames_are_answered_then_closed() {
 
 #[test]
 fn byte_at_a_time_delivery_works() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
+    let Pair { a, b, .. } = &pair(limits());
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.authenticate(&a.me, &b.target, [2; 32]);
     let frame = rpc::encode_request(&Id::Num(9), "test.echo", &json!({"text": "snow ☃ é"}));
@@ -414,11 +435,7 @@ fn byte_at_a_time_delivery_works() {
 
 #[test]
 fn a_thousand_coalesced_frames_are_all_answered_in_order() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
+    let Pair { a, b, .. } = &pair(limits());
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.authenticate(&a.me, &b.target, [3; 32]);
     let mut batch = Vec::new();
@@ -442,11 +459,7 @@ fn a_thousand_coalesced_frames_are_all_answered_in_order() {
 
 #[test]
 fn invalid_utf8_and_bad_json_lose_only_that_frame() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
+    let Pair { a, b, .. } = &pair(limits());
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.authenticate(&a.me, &b.target, [4; 32]);
     raw.send(b"{\"a\":\"\xff\xfe\"}\n");
@@ -467,14 +480,10 @@ fn invalid_utf8_and_bad_json_lose_only_that_frame() {
 
 #[test]
 fn deeply_nested_json_is_an_error_not_a_crash() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = Limits {
+    let Pair { a, b, .. } = &pair(Limits {
         frame_bytes: 256 * 1024,
         ..limits()
-    };
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
+    });
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.authenticate(&a.me, &b.target, [5; 32]);
     let mut deep = vec![b'['; 100_000];
@@ -507,11 +516,7 @@ fn a_method_before_the_handshake_is_refused_and_closed() {
 
 #[test]
 fn a_proof_over_a_different_transcript_is_refused() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
+    let Pair { a, b, .. } = &pair(limits());
     let mut raw = Raw::connect(&b.target.endpoint);
     let expected = Expected {
         instance_id: b.me.instance_id.clone(),
@@ -547,11 +552,7 @@ fn a_proof_over_a_different_transcript_is_refused() {
 
 #[test]
 fn a_replayed_nonce_is_refused() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
+    let Pair { a, b, .. } = &pair(limits());
     let mut first = Raw::connect(&b.target.endpoint);
     first.authenticate(&a.me, &b.target, [7; 32]);
     let mut replay = Raw::connect(&b.target.endpoint);
@@ -571,12 +572,15 @@ fn a_replayed_nonce_is_refused() {
 
 #[test]
 fn a_valid_key_with_the_wrong_instance_id_is_refused() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
-    let c = node(&dir, "c", &adverts, &l);
+    let Pair {
+        a,
+        b,
+        dir,
+        adverts,
+        limits: l,
+        ..
+    } = &pair(limits());
+    let c = node(dir, "c", adverts, l);
     // A holds its own valid key but claims to be C.
     let mut raw = Raw::connect(&b.target.endpoint);
     let expected = Expected {
@@ -612,11 +616,7 @@ fn a_silent_client_is_released_at_the_handshake_deadline() {
 
 #[test]
 fn two_hundred_connections_at_once_are_bounded_and_refused_cleanly() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
+    let Pair { b, pool, .. } = &pair(limits());
     let endpoint = b.endpoint.as_ref().unwrap();
     // None of them speaks: the unauthenticated budget (8 here) keeps the newest, cutting the
     // oldest with QUEUE_FULL; the survivors time out with AUTH_FAILED. One answer each.
@@ -642,18 +642,20 @@ fn two_hundred_connections_at_once_are_bounded_and_refused_cleanly() {
     eventually("admitted connections end", || {
         endpoint.active_connections() == 0
     });
-    let (pool, _) = pool_for(&a, &l);
     assert!(pool.request(&b.target, "test.echo", json!({}), 0).is_ok());
 }
 
 #[test]
 fn stale_incarnation_offline_and_reconnect() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let mut b = node(&dir, "b", &adverts, &l);
-    let (pool, _) = pool_for(&a, &l);
+    let Pair {
+        a,
+        b,
+        pool,
+        dir,
+        adverts,
+        limits: l,
+        ..
+    } = &mut pair(limits());
     pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
     // B restarts as a new incarnation on the same path.
     b.endpoint.take().unwrap().shutdown();
@@ -661,7 +663,7 @@ fn stale_incarnation_offline_and_reconnect() {
         .request(&b.target, "test.echo", json!({}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::PeerOffline, "{e}");
-    let b2 = node(&dir, "b", &adverts, &l);
+    let b2 = node(dir, "b", adverts, l);
     let e = pool
         .request(&b.target, "test.echo", json!({}), 0)
         .unwrap_err();
@@ -672,19 +674,13 @@ fn stale_incarnation_offline_and_reconnect() {
 
 #[test]
 fn deadlines_bounds_and_disconnects_settle_requests() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
     // A short acknowledgementMs bounds the endpoint's drain at shutdown (the requests below
     // name their own deadlines, except the quick echoes).
-    let l = Limits {
+    let Pair { b, pool, .. } = &mut pair(Limits {
         pending_requests: 1,
         acknowledgement_ms: 1_000,
         ..limits()
-    };
-    let a = node(&dir, "a", &adverts, &l);
-    let mut b = node(&dir, "b", &adverts, &l);
-    let (pool, _) = pool_for(&a, &l);
-    let pool = Arc::new(pool);
+    });
     // Connect first, so the short deadline below covers only the request.
     pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
     // A request past its deadline: TIMEOUT.
@@ -716,13 +712,7 @@ fn deadlines_bounds_and_disconnects_settle_requests() {
 /// caller.
 #[test]
 fn a_stopping_endpoint_answers_what_it_already_read() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let mut b = node(&dir, "b", &adverts, &l);
-    let (pool, _) = pool_for(&a, &l);
-    let pool = Arc::new(pool);
+    let Pair { b, pool, .. } = &mut pair(limits());
     let (p, t) = (pool.clone(), b.target.clone());
     let waiter = std::thread::spawn(move || p.request(&t, "test.wait", json!({}), 15_000));
     b.entered.recv_timeout(PATIENCE).unwrap();
@@ -740,16 +730,18 @@ fn a_stopping_endpoint_answers_what_it_already_read() {
 
 #[test]
 fn the_pool_keeps_at_most_its_connection_bound() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = Limits {
+    let Pair {
+        b,
+        pool,
+        dir,
+        adverts,
+        limits: l,
+        ..
+    } = &pair(Limits {
         connections: 1,
         ..limits()
-    };
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
-    let c = node(&dir, "c", &adverts, &l);
-    let (pool, _) = pool_for(&a, &l);
+    });
+    let c = node(dir, "c", adverts, l);
     pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
     pool.request(&c.target, "test.echo", json!({}), 0).unwrap();
     assert_eq!(pool.cached_connections(), 1);
@@ -759,16 +751,12 @@ fn the_pool_keeps_at_most_its_connection_bound() {
 
 #[test]
 fn a_peer_that_never_reads_cannot_wedge_the_endpoint() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = Limits {
+    let Pair { a, b, pool, .. } = &pair(Limits {
         write_ms: 200,
         outgoing_frames: 2,
         frame_bytes: 4096,
         ..limits()
-    };
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
+    });
     let endpoint = b.endpoint.as_ref().unwrap();
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.authenticate(&a.me, &b.target, [9; 32]);
@@ -787,7 +775,6 @@ fn a_peer_that_never_reads_cannot_wedge_the_endpoint() {
     eventually("the stuck connection is closed", || {
         endpoint.active_connections() == 0
     });
-    let (pool, _) = pool_for(&a, &l);
     assert!(pool.request(&b.target, "test.echo", json!({}), 0).is_ok());
     drop(raw);
     let _ = t.join();
@@ -873,14 +860,10 @@ fn incoming_parse_is_used_for_handshake_answers() {
 
 #[test]
 fn idle_authenticated_connections_are_closed() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = Limits {
+    let Pair { a, b, .. } = &pair(Limits {
         idle_ms: 200,
         ..limits()
-    };
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
+    });
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.authenticate(&a.me, &b.target, [10; 32]);
     raw.expect_error(Code::Timeout);
@@ -920,13 +903,8 @@ fn notifications_are_bounded_by_the_outgoing_queue() {
 
 #[test]
 fn a_panicking_handler_releases_its_connection() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
+    let Pair { b, pool, .. } = &pair(limits());
     let endpoint = b.endpoint.as_ref().unwrap();
-    let (pool, _) = pool_for(&a, &l);
     let e = pool
         .request(&b.target, "test.panic", json!({}), 0)
         .unwrap_err();
@@ -940,13 +918,7 @@ fn a_panicking_handler_releases_its_connection() {
 
 #[test]
 fn concurrent_requests_on_one_connection_are_routed_by_id() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
-    let (pool, _) = pool_for(&a, &l);
-    let pool = Arc::new(pool);
+    let Pair { b, pool, .. } = &pair(limits());
     let threads: Vec<_> = (0..8)
         .map(|t| {
             let (pool, target) = (pool.clone(), b.target.clone());
@@ -971,12 +943,7 @@ fn concurrent_requests_on_one_connection_are_routed_by_id() {
 
 #[test]
 fn notifications_interleaved_with_requests_all_reach_the_sink_in_order() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
-    let (pool, notes) = pool_for(&a, &l);
+    let Pair { b, pool, notes, .. } = &pair(limits());
     // Each note is queued before its answer, so the requesting thread reads most of them;
     // the last ones may be left to the background reader.
     for i in 0..200 {
@@ -1006,15 +973,13 @@ fn notifications_interleaved_with_requests_all_reach_the_sink_in_order() {
 
 #[test]
 fn a_panicking_sink_ends_only_its_connection_and_never_the_caller() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
+    let Pair {
+        a, b, limits: l, ..
+    } = &pair(limits());
     let sink: NotificationSink = Arc::new(|_: &PeerInfo, method: &str, _| {
         assert_ne!(method, "test.note", "this sink panics on purpose");
     });
-    let pool = Pool::new(a.me.clone(), &l, sink);
+    let pool = Pool::new(a.me.clone(), l, sink);
     // Whichever thread reads the note, the request settles instead of unwinding or hanging.
     match pool.request(&b.target, "test.notify", json!({}), 0) {
         Ok(v) => assert_eq!(v, json!({"ok": true})),
@@ -1027,11 +992,7 @@ fn a_panicking_sink_ends_only_its_connection_and_never_the_caller() {
 
 #[test]
 fn a_handshake_delivered_byte_by_byte_succeeds() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
+    let Pair { a, b, .. } = &pair(limits());
     let mut raw = Raw::connect(&b.target.endpoint);
     let expected = Expected {
         instance_id: b.me.instance_id.clone(),
@@ -1124,12 +1085,9 @@ fn a_full_listen_backlog_times_out_instead_of_hanging() {
 
 #[test]
 fn oversize_answers_become_errors_and_local_notifications_arrive() {
-    let dir = TempDir::new("transport").unwrap();
-    let adverts = Arc::new(Adverts::default());
-    let l = limits();
-    let a = node(&dir, "a", &adverts, &l);
-    let b = node(&dir, "b", &adverts, &l);
-    let (pool, _) = pool_for(&a, &l);
+    let Pair {
+        b, pool, limits: l, ..
+    } = &pair(limits());
     let e = pool
         .request(&b.target, "test.huge", json!({}), 0)
         .unwrap_err();
@@ -1146,7 +1104,7 @@ fn oversize_answers_become_errors_and_local_notifications_arrive() {
         Code::FrameTooLarge,
         "oversize requests are refused before sending"
     );
-    let mut client = LocalClient::connect(&b.target.endpoint, SECRET, &l).unwrap();
+    let mut client = LocalClient::connect(&b.target.endpoint, SECRET, l).unwrap();
     client.call("local.notify", json!({"n": 5}), 0).unwrap();
     let (method, params) = client.next_notification(10_000).unwrap().unwrap();
     assert_eq!((method.as_str(), &params["n"]), ("local.note", &json!(5)));
