@@ -4,7 +4,7 @@
 
 use super::machine::{Machine, Outcome};
 use super::state::{RECEIPT_RESERVE_BYTES, Record, outbox_cost};
-use super::types::{OutboundSend, OutboxEntry, Principal, Receipt, ReceiptEvent, ReceiptState};
+use super::types::{OutboundSend, OutboxEntry, Principal, Receipt, ReceiptState};
 use crate::error::{Code, Error, Result};
 
 /// Failures after which the same message may be sent again: the entry stays unresolved.
@@ -255,7 +255,7 @@ impl Machine {
 
     /// Records for moving an outbox entry to `receipt` (none when it would regress; see
     /// [`Receipt::may_replace`]).
-    fn receipt_records(
+    pub(super) fn receipt_records(
         &self,
         entry: &OutboxEntry,
         mut receipt: Receipt,
@@ -267,21 +267,17 @@ impl Machine {
             return Vec::new();
         }
         receipt.correlation_id = entry.correlation_id.clone();
-        let event = ReceiptEvent {
-            cursor: self.state.next_event.max(1),
-            local_peer_id: entry.from_peer_id.clone(),
-            receipt: receipt.clone(),
-            at_ms: now_ms,
-        };
-        let room = self.state.event_room(&entry.from_peer_id);
+        // The change carries its event (the sender's, with this receipt): every caller checked
+        // that the receipt names the entry's sender, so the event's peer is the receipt's.
+        debug_assert_eq!(receipt.from_peer_id, entry.from_peer_id);
         let mut records = vec![Record::OutboxReceipt {
             to_peer_id: entry.to.peer_id.clone(),
             message_id: entry.message_id.clone(),
             receipt,
             at_ms: now_ms,
+            event: Some(self.state.next_event.max(1)),
         }];
-        records.extend(room);
-        records.push(Record::Event { event });
+        records.extend(self.state.event_room(&entry.from_peer_id));
         records
     }
 

@@ -4,7 +4,7 @@
 
 use super::machine::{Machine, Outcome};
 use super::state::Record;
-use super::types::{Receipt, ReceiptEvent, ReceiptState, SweepReport};
+use super::types::{Receipt, ReceiptState, SweepReport};
 use std::collections::BTreeSet;
 
 impl Machine {
@@ -87,20 +87,7 @@ impl Machine {
                 reply_message_id: None,
                 code: Some(crate::error::Code::Expired.name().to_string()),
             };
-            let event = ReceiptEvent {
-                cursor: self.state.next_event.max(1),
-                local_peer_id: e.from_peer_id.clone(),
-                receipt: receipt.clone(),
-                at_ms: now_ms,
-            };
-            let mut recs = vec![Record::OutboxReceipt {
-                to_peer_id: to,
-                message_id: id,
-                receipt,
-                at_ms: now_ms,
-            }];
-            recs.extend(self.state.event_room(&event.local_peer_id));
-            recs.push(Record::Event { event });
+            let recs = self.receipt_records(e, receipt, now_ms);
             records.extend(self.commit(recs));
             rep.expired_outbox += 1;
         }

@@ -45,6 +45,12 @@ pub enum Record {
         message_id: String,
         receipt: Receipt,
         at_ms: u64,
+        /// The cursor of the receipt event this change adds to its sender's event stream: the
+        /// [`ReceiptEvent`] of `receipt.from_peer_id` with this receipt at `at_ms`, so the
+        /// journal holds the receipt once. Absent when no event goes with it, and in the
+        /// records of older builds, which wrote the event as its own [`Record::Event`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        event: Option<u64>,
     },
     Event {
         event: ReceiptEvent,
@@ -364,16 +370,19 @@ impl State {
                 message_id,
                 receipt,
                 at_ms,
-            } => self.set_outbox_receipt(to_peer_id, message_id, receipt, *at_ms),
-            Record::Event { event } => {
-                self.live_bytes += ENTRY_OVERHEAD_BYTES;
-                self.next_event = self.next_event.max(event.cursor + 1);
-                self.peer_events
-                    .entry(event.local_peer_id.clone())
-                    .or_default()
-                    .insert(event.cursor);
-                self.events.insert(event.cursor, event.clone());
+                event,
+            } => {
+                self.set_outbox_receipt(to_peer_id, message_id, receipt, *at_ms);
+                if let Some(cursor) = *event {
+                    self.add_event(ReceiptEvent {
+                        cursor,
+                        local_peer_id: receipt.from_peer_id.clone(),
+                        receipt: receipt.clone(),
+                        at_ms: *at_ms,
+                    });
+                }
             }
+            Record::Event { event } => self.add_event(event.clone()),
             Record::InboxRemoved {
                 recipient,
                 sequence,
@@ -420,6 +429,16 @@ impl State {
                 self.count_origin(&after, true);
             }
         }
+    }
+
+    fn add_event(&mut self, event: ReceiptEvent) {
+        self.live_bytes += ENTRY_OVERHEAD_BYTES;
+        self.next_event = self.next_event.max(event.cursor + 1);
+        self.peer_events
+            .entry(event.local_peer_id.clone())
+            .or_default()
+            .insert(event.cursor);
+        self.events.insert(event.cursor, event);
     }
 
     fn add_context(&mut self, entry: &ContextEntry) {
@@ -686,10 +705,13 @@ impl State {
                 to_peer_id,
                 message_id,
                 receipt,
+                event,
                 ..
-            } => self
-                .outbox_view(to_peer_id, message_id)
-                .is_some_and(|e| e.receipt.as_ref().is_none_or(|r| receipt.may_replace(r))),
+            } => {
+                self.outbox_view(to_peer_id, message_id)
+                    .is_some_and(|e| e.receipt.as_ref().is_none_or(|r| receipt.may_replace(r)))
+                    && event.is_none_or(|c| !self.events.contains_key(&c))
+            }
             Record::Event { event } => !self.events.contains_key(&event.cursor),
             Record::InboxRemoved {
                 recipient,

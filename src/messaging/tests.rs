@@ -1528,3 +1528,111 @@ proptest::proptest! {
         proptest::prop_assert_eq!(map.contains_key(other.find()), other_run == run);
     }
 }
+
+/// The receipt a custody answer records is journalled once: its change carries the cursor of
+/// the sender's event, which replay derives from it, instead of a second record repeating the
+/// receipt. A store written before that (the change, then its own `Event`) replays to the
+/// same state.
+#[test]
+fn a_custody_answer_journals_its_receipt_once() {
+    let mut m = machine();
+    let mut log = m.outbox_intent(&out("x1", &alice()), NOW).unwrap().1;
+    let receipt = Receipt {
+        message_id: "x1".into(),
+        from_peer_id: ME.into(),
+        to_peer_id: "p-alice".into(),
+        state: ReceiptState::Accepted,
+        sequence: 1,
+        correlation_id: "x1".into(),
+        at_ms: NOW,
+        reply_message_id: None,
+        code: None,
+    };
+    let cursor = m.state().next_event.max(1);
+    let (_, records) = m
+        .outbox_result("p-alice", "x1", Ok(receipt.clone()), NOW + 5)
+        .unwrap();
+    assert_eq!(
+        records,
+        [Record::OutboxReceipt {
+            to_peer_id: "p-alice".into(),
+            message_id: "x1".into(),
+            receipt: receipt.clone(),
+            at_ms: NOW + 5,
+            event: Some(cursor),
+        }]
+    );
+    let event = ReceiptEvent {
+        cursor,
+        local_peer_id: ME.into(),
+        receipt: receipt.clone(),
+        at_ms: NOW + 5,
+    };
+    assert_eq!(m.state().events.get(&cursor), Some(&event));
+    assert_eq!(m.state().next_event, cursor + 1);
+    // The journal text names the cursor once and holds one copy of the receipt.
+    let text = serde_json::to_string(&records).unwrap();
+    assert_eq!(text.matches("\"messageId\":\"x1\"").count(), 1, "{text}");
+    assert!(text.contains("\"event\":1"), "{text}");
+    // Replay, and replay of the form older builds wrote, rebuild the same state.
+    log.extend(records);
+    let mut replay = State::default();
+    log.iter().for_each(|r| replay.apply(r));
+    assert_eq!(replay.image(), m.state().image());
+    let mut older = State::default();
+    older.apply(&log[0]);
+    older.apply(&Record::OutboxReceipt {
+        to_peer_id: "p-alice".into(),
+        message_id: "x1".into(),
+        receipt,
+        at_ms: NOW + 5,
+        event: None,
+    });
+    older.apply(&Record::Event { event });
+    assert_eq!(older.image(), m.state().image());
+    assert_eq!(older.live_bytes(), m.state().live_bytes());
+    // A record without the field (an older build's) reads as carrying no event.
+    let old: Record =
+        serde_json::from_str(&text[1..text.len() - 1].replace(",\"event\":1", "")).unwrap();
+    assert!(matches!(old, Record::OutboxReceipt { event: None, .. }));
+}
+
+/// A sender at its bound of kept receipt events drops its oldest one in the same batch as the
+/// change that adds the new one.
+#[test]
+fn a_custody_answer_at_the_event_bound_drops_the_oldest_event() {
+    let kept = crate::config::internal::RECEIPT_EVENTS_KEPT as u64;
+    let mut m = machine();
+    m.limits.inbox_messages = kept + 10;
+    let accepted = |id: &str| Receipt {
+        message_id: id.into(),
+        from_peer_id: ME.into(),
+        to_peer_id: "p-alice".into(),
+        state: ReceiptState::Accepted,
+        sequence: 1,
+        correlation_id: id.into(),
+        at_ms: NOW,
+        reply_message_id: None,
+        code: None,
+    };
+    for i in 0..=kept {
+        let id = format!("x{i}");
+        m.outbox_intent(&out(&id, &alice()), NOW).unwrap();
+        let (_, records) = m
+            .outbox_result("p-alice", &id, Ok(accepted(&id)), NOW)
+            .unwrap();
+        let room: Vec<_> = records
+            .iter()
+            .filter(|r| matches!(r, Record::EventRemoved { .. }))
+            .collect();
+        assert_eq!(
+            room.len(),
+            usize::from(i == kept),
+            "answer {i}: {records:?}"
+        );
+    }
+    let cursors: Vec<u64> = m.state().events.keys().copied().collect();
+    assert_eq!(cursors.len() as u64, kept);
+    assert_eq!(cursors.first(), Some(&2), "the oldest event went");
+    assert_eq!(State::from_image(m.state().image()), *m.state());
+}

@@ -216,6 +216,7 @@ mod tests {
                     message_id: id,
                     receipt: entry.receipt.clone().unwrap(),
                     at_ms: 2,
+                    event: None,
                 });
             }
         }
