@@ -94,13 +94,28 @@ def calls(trace, pid):
     return out
 
 
-def after(seq, i, tid, name, kind, arg=None):
-    """Index of the first call at or after i of that thread, name and kind (and argument)."""
-    for j in range(i, len(seq)):
-        t, th, nm, k, a = seq[j]
+def find(seq, i, tid, name, kind, arg=None, step=1):
+    """Index of the nearest call from i on (step 1) or back (step -1) of that thread, name and
+    kind (and first argument); None when there is none."""
+    j = i
+    while 0 <= j < len(seq):
+        _, th, nm, k, a = seq[j]
         if th == tid and nm == name and k == kind and (arg is None or a == arg):
             return j
+        j += step
     return None
+
+
+def chain(seq, i, tid, *steps):
+    """The indexes of calls found one after another from i: each step is (name, kind[, arg])
+    searched forward from the previous find; None when one is missing."""
+    found = []
+    for step in steps:
+        i = find(seq, i, tid, *step)
+        if i is None:
+            return None
+        found.append(i)
+    return found
 
 
 def sends(tx):
@@ -109,19 +124,15 @@ def sends(tx):
     for i, (t, tid, name, kind, _) in enumerate(tx):
         if name != "sync_file_range" or kind != "enter":
             continue
-        j = i
-        while j > 0 and not (tx[j][2] == "read" and tx[j][3] == "exit" and tx[j][1] == tid):
-            j -= 1
-        pw = i
-        while pw > 0 and not (tx[pw][2] == "pwrite" and tx[pw][3] == "enter"):
-            pw -= 1
-        k = after(tx, i, tid, "sync_file_range", "exit")
-        s = k is not None and after(tx, k, tid, "sendto", "enter")
-        r = s and after(tx, s, tid, "recvfrom", "exit")
-        w = r and after(tx, r, tid, "write", "enter", "1")
-        if w:
-            out.append({"request": tx[j][0], "pwrite": tx[pw][0], "sfr": t, "sfr_end": tx[k][0],
-                        "send": tx[s][0], "answer": tx[r][0], "reply": tx[w][0]})
+        request = find(tx, i, tid, "read", "exit", None, -1)
+        pwrite = find(tx, i, tid, "pwrite", "enter", None, -1)
+        later = chain(tx, i, tid, ("sync_file_range", "exit"), ("sendto", "enter"),
+                      ("recvfrom", "exit"), ("write", "enter", "1"))
+        if request is None or pwrite is None or later is None:
+            continue
+        k, s, r, w = later
+        out.append({"request": tx[request][0], "pwrite": tx[pwrite][0], "sfr": t,
+                    "sfr_end": tx[k][0], "send": tx[s][0], "answer": tx[r][0], "reply": tx[w][0]})
     return out
 
 
@@ -131,17 +142,14 @@ def accepts(rx):
     for i, (t, tid, name, kind, _) in enumerate(rx):
         if name != "fdatasync" or kind != "enter":
             continue
-        j = i
-        while j > 0 and not (rx[j][1] == tid and rx[j][2] == "recvfrom" and rx[j][3] == "exit"):
-            j -= 1
-        pw = i
-        while pw > 0 and not (rx[pw][1] == tid and rx[pw][2] == "pwrite"):
-            pw -= 1
-        k = after(rx, i, tid, "fdatasync", "exit")
-        s = k is not None and after(rx, k, tid, "sendto", "enter")
-        if s:
-            out.append({"recv": rx[j][0], "pwrite": rx[pw][0], "sync": t, "sync_end": rx[k][0],
-                        "send": rx[s][0]})
+        request = find(rx, i, tid, "recvfrom", "exit", None, -1)
+        pwrite = find(rx, i, tid, "pwrite", "enter", None, -1)
+        later = chain(rx, i, tid, ("fdatasync", "exit"), ("sendto", "enter"))
+        if request is None or pwrite is None or later is None:
+            continue
+        k, s = later
+        out.append({"recv": rx[request][0], "pwrite": rx[pwrite][0], "sync": t,
+                    "sync_end": rx[k][0], "send": rx[s][0]})
     return out
 
 

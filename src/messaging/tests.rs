@@ -76,6 +76,22 @@ fn out(id: &str, to: &Principal) -> OutboundSend {
     }
 }
 
+/// The receipt of a message from us that `to` accepted as its first, with the id as its
+/// correlation.
+fn accepted_by(to: &str, id: &str) -> Receipt {
+    Receipt {
+        message_id: id.into(),
+        from_peer_id: ME.into(),
+        to_peer_id: to.into(),
+        state: ReceiptState::Accepted,
+        sequence: 1,
+        correlation_id: id.into(),
+        at_ms: NOW,
+        reply_message_id: None,
+        code: None,
+    }
+}
+
 fn machine() -> Machine {
     Machine::new(Limits::default())
 }
@@ -499,17 +515,7 @@ fn sender_receipts_never_regress_and_need_the_exact_target() {
 #[test]
 fn resolved_entries_leave_the_route_index_and_keep_only_a_digest() {
     let mut m = machine();
-    let accepted = |id: &str| Receipt {
-        message_id: id.into(),
-        from_peer_id: ME.into(),
-        to_peer_id: "p-alice".into(),
-        state: ReceiptState::Accepted,
-        sequence: 1,
-        correlation_id: id.into(),
-        at_ms: NOW,
-        reply_message_id: None,
-        code: None,
-    };
+    let accepted = |id: &str| accepted_by("p-alice", id);
     let long = |id: &str| {
         let mut o = out(id, &alice());
         o.body.content = format!("{id} {}", "x".repeat(500));
@@ -1537,17 +1543,7 @@ proptest::proptest! {
 fn a_custody_answer_journals_its_receipt_once() {
     let mut m = machine();
     let mut log = m.outbox_intent(&out("x1", &alice()), NOW).unwrap().1;
-    let receipt = Receipt {
-        message_id: "x1".into(),
-        from_peer_id: ME.into(),
-        to_peer_id: "p-alice".into(),
-        state: ReceiptState::Accepted,
-        sequence: 1,
-        correlation_id: "x1".into(),
-        at_ms: NOW,
-        reply_message_id: None,
-        code: None,
-    };
+    let receipt = accepted_by("p-alice", "x1");
     let cursor = m.state().next_event.max(1);
     let (_, records) = m
         .outbox_result("p-alice", "x1", Ok(receipt.clone()), NOW + 5)
@@ -1604,17 +1600,7 @@ fn a_custody_answer_at_the_event_bound_drops_the_oldest_event() {
     let kept = crate::config::internal::RECEIPT_EVENTS_KEPT as u64;
     let mut m = machine();
     m.limits.inbox_messages = kept + 10;
-    let accepted = |id: &str| Receipt {
-        message_id: id.into(),
-        from_peer_id: ME.into(),
-        to_peer_id: "p-alice".into(),
-        state: ReceiptState::Accepted,
-        sequence: 1,
-        correlation_id: id.into(),
-        at_ms: NOW,
-        reply_message_id: None,
-        code: None,
-    };
+    let accepted = |id: &str| accepted_by("p-alice", id);
     for i in 0..=kept {
         let id = format!("x{i}");
         m.outbox_intent(&out(&id, &alice()), NOW).unwrap();
