@@ -60,7 +60,11 @@ impl FloorSizes {
 /// One set of floor measurements (microseconds).
 #[derive(Clone, Debug)]
 pub struct Floors {
+    /// A socket round trip with both threads on one CPU: no wake-up crosses CPUs.
     pub uds_trip: Summary,
+    /// The same with the echo thread on another CPU (None with one CPU allowed, or when
+    /// threads cannot be placed): each direction wakes the other CPU, on a VM a host IPI.
+    pub uds_trip_cross_cpu: Option<Summary>,
     /// A record written in place into preallocated room + fdatasync.
     pub fdatasync: Summary,
     /// A record written in place into preallocated room + written out to the device
@@ -108,10 +112,15 @@ impl DeviceCpu {
 }
 
 /// The floor names, in report order, with what each measures and the durability it gives.
-pub const FLOOR_ROWS: [(&str, &str, &str); 8] = [
+pub const FLOOR_ROWS: [(&str, &str, &str); 9] = [
     (
         "udsTrip",
-        "Unix socket round trip, 64 B, echo thread, unpinned",
+        "Unix socket round trip, 64 B, echo thread pinned to the caller's CPU (no wake-up crosses CPUs)",
+        "none",
+    ),
+    (
+        "udsTripCrossCpu",
+        "Unix socket round trip, 64 B, echo thread pinned to another CPU than the caller's (each direction wakes that CPU); null with one CPU",
         "none",
     ),
     (
@@ -143,6 +152,7 @@ impl Floors {
     pub fn get(&self, name: &str) -> Option<Summary> {
         Some(match name {
             "udsTrip" => self.uds_trip,
+            "udsTripCrossCpu" => return self.uds_trip_cross_cpu,
             "fdatasync" => self.fdatasync,
             "writeOut" => self.write_out,
             "fdatasyncAppend" => self.fdatasync_append,
@@ -207,11 +217,16 @@ pub fn mean_median(before: &Floors, after: &Floors, name: &str) -> f64 {
 /// Measures every floor; `dir` is a private directory on the benchmark's filesystem.
 pub fn measure(dir: &Path, sizes: &FloorSizes) -> Result<Floors> {
     // In the order they always ran: the socket first, then the durable floors.
-    let uds_trip = uds_trip(sizes.trips, sizes.trips_warmup)?;
+    let trip = |placement| uds_trip(sizes.trips, sizes.trips_warmup, placement);
+    let uds_trip_cross_cpu = trip(Placement::OtherCpu)?;
+    // Measured unplaced when it cannot be placed, so it is always there.
+    let uds_trip = trip(Placement::SameCpu)?
+        .ok_or_else(|| Error::new(Code::Io, "bench floor: the socket trip was not measured"))?;
     let (fdatasync, fdatasync_cpu) = overwrite(dir, sizes.syncs, Settle::Fdatasync)?;
     let (write_out, write_out_cpu) = overwrite(dir, sizes.syncs, Settle::WriteOut)?;
     Ok(Floors {
         uds_trip,
+        uds_trip_cross_cpu,
         fdatasync,
         write_out,
         fdatasync_append: append_sync(dir, sizes.syncs)?,
@@ -255,11 +270,51 @@ pub(super) fn micros(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e6
 }
 
-fn uds_trip(n: usize, warmup: usize) -> Result<Summary> {
+/// Where a socket floor's echo thread runs, relative to the thread that measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Placement {
+    /// Both on one CPU: the least a round trip costs, no wake-up crossing CPUs. Left to the
+    /// scheduler, two threads land on one CPU in some runs and on two in others, and on this
+    /// hypervisor the two medians differ by more than ten times (about 4 and 50–65 µs).
+    SameCpu,
+    /// On two CPUs: each direction wakes the other one.
+    OtherCpu,
+}
+
+/// A Unix socket round trip with the echo thread placed as asked; None when the placement
+/// cannot be had (one CPU allowed for `OtherCpu`). When this thread cannot be pinned at all
+/// (an affinity call refused), the same-CPU trip is measured unplaced, as it once always was.
+/// The calling thread gets its own CPU mask back before this returns.
+pub(super) fn uds_trip(n: usize, warmup: usize, placement: Placement) -> Result<Option<Summary>> {
+    let allowed = affinity::allowed();
+    let cpus: &[usize] = allowed.as_ref().map_or(&[], |(_, cpus)| cpus);
+    let echo_cpu = match placement {
+        Placement::SameCpu => cpus.first(),
+        Placement::OtherCpu => cpus.get(1),
+    };
+    let placed = match (cpus.first(), echo_cpu) {
+        (Some(&me), Some(&echo)) if affinity::pin(me) => Some(echo),
+        _ => None,
+    };
+    if placement == Placement::OtherCpu && placed.is_none() {
+        return Ok(None);
+    }
+    let measured = echo_trips(n, warmup, placed);
+    if let (Some(_), Some((mask, _))) = (placed, &allowed) {
+        affinity::restore(mask);
+    }
+    measured.map(Some)
+}
+
+/// `n` timed round trips (after `warmup`) to an echo thread, pinned to `echo_cpu` if given.
+fn echo_trips(n: usize, warmup: usize, echo_cpu: Option<usize>) -> Result<Summary> {
     let (mut a, mut b) = UnixStream::pair().map_err(|e| io("socketpair", e))?;
     let total = n + warmup;
     // The echo side ends on EOF when `a` is dropped early, so an error here never strands it.
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        if let Some(cpu) = echo_cpu {
+            affinity::pin(cpu);
+        }
         let mut buf = [0u8; TRIP_BYTES];
         for _ in 0..total {
             b.read_exact(&mut buf)?;
@@ -285,6 +340,55 @@ fn uds_trip(n: usize, warmup: usize) -> Result<Summary> {
             Code::Io,
             "bench floor: the echo thread panicked",
         )),
+    }
+}
+
+/// The calling thread's CPU affinity, through libc (nix's `sched` feature would rename every
+/// generic instance and move the idle layout, for two calls).
+mod affinity {
+    use nix::libc;
+
+    /// This thread's CPU mask and the CPUs in it, ascending; None when it cannot be read.
+    pub fn allowed() -> Option<(libc::cpu_set_t, Vec<usize>)> {
+        // SAFETY: `cpu_set_t` is plain bits; all zeros is the empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: the call writes at most `size_of::<cpu_set_t>()` bytes into `set`, which we own.
+        let rc =
+            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+        if rc != 0 {
+            return None;
+        }
+        let cpus = (0..libc::CPU_SETSIZE as usize)
+            // SAFETY: `CPU_ISSET` reads one bit of `set`, in bounds for every index < CPU_SETSIZE.
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect();
+        Some((set, cpus))
+    }
+
+    /// Pins this thread to `cpu`; false when the kernel refuses.
+    pub fn pin(cpu: usize) -> bool {
+        // SAFETY: as in `allowed`: an all-zero `cpu_set_t` is empty, `CPU_SET` sets one bit in
+        // bounds (callers pass a CPU read from the mask), and the call only reads `set`.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        }
+    }
+
+    /// Gives this thread `mask` back.
+    pub fn restore(mask: &libc::cpu_set_t) {
+        // SAFETY: the call only reads the mask we pass.
+        unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask);
+        }
+    }
+
+    /// The CPU this thread runs on now (None when unknown).
+    #[cfg(test)]
+    pub fn current() -> Option<usize> {
+        // SAFETY: no arguments; returns the CPU number or -1.
+        usize::try_from(unsafe { libc::sched_getcpu() }).ok()
     }
 }
 
@@ -542,10 +646,14 @@ mod tests {
         );
         assert_eq!(f.verify.n, 3);
         let j = f.to_json();
+        // With one CPU allowed there is no other CPU to place the echo thread on.
+        let two_cpus = affinity::allowed().is_some_and(|(_, cpus)| cpus.len() >= 2);
         for (name, _, _) in FLOOR_ROWS {
-            assert!(j[name]["medianUs"].is_number(), "{name}: {j}");
+            let measured = name != "udsTripCrossCpu" || two_cpus;
+            assert_eq!(j[name]["medianUs"].is_number(), measured, "{name}: {j}");
             assert!(j[name]["durability"].is_string());
         }
+        assert_eq!(f.uds_trip_cross_cpu.map(|s| s.n), two_cpus.then_some(5));
         assert!((mean_median(&f, &f, "spawn") - f.spawn.median).abs() < 1e-9);
         assert!(mean_median(&f, &f, "nope").is_nan());
         // Every record of every writer was committed, at some positive rate.
@@ -566,6 +674,33 @@ mod tests {
             );
         }
         assert!(j["udsTrip"].get("cpuUs").is_none());
+    }
+
+    /// The socket floors place their threads as they say and leave the measuring thread
+    /// with the CPU mask it had.
+    #[test]
+    fn socket_floors_place_the_echo_thread_and_restore_the_caller() {
+        let Some((_, cpus)) = affinity::allowed() else {
+            return;
+        };
+        for placement in [Placement::SameCpu, Placement::OtherCpu] {
+            let s = uds_trip(3, 1, placement).unwrap();
+            assert_eq!(
+                s.map(|s| s.n),
+                (placement == Placement::SameCpu || cpus.len() >= 2).then_some(3),
+                "{placement:?}"
+            );
+            assert_eq!(affinity::allowed().map(|(_, c)| c), Some(cpus.clone()));
+        }
+        // A pinned thread runs where it was pinned.
+        let last = *cpus.last().unwrap();
+        let ran_on = std::thread::spawn(move || {
+            assert!(affinity::pin(last));
+            affinity::current()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(ran_on, Some(last));
     }
 
     #[test]

@@ -481,6 +481,7 @@ mod tests {
         };
         Floors {
             uds_trip: s,
+            uds_trip_cross_cpu: Some(s),
             fdatasync: s,
             write_out: s,
             fdatasync_append: s,
