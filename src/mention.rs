@@ -57,6 +57,13 @@ pub fn parse(input: &str) -> Mention {
     }
 }
 
+/// The inline references of `input`: what `parse(input).inline_refs` gives, without copying
+/// the text into a body. A send and every message view want only these, on text as long as a
+/// message may be.
+pub fn inline_mentions(input: &str) -> Vec<String> {
+    inline_refs(split_leading(input).map_or(input, |(_, body)| body))
+}
+
 /// A leading `@name` followed by whitespace (or the end of input); an optional `:` or `,`
 /// right after the name is accepted as in "@bob: ready?".
 fn split_leading(input: &str) -> Option<(String, &str)> {
@@ -79,18 +86,18 @@ fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || "-_.".contains(c)
 }
 
+/// Jumps from one `@` to the next (a byte search) instead of walking every character: text
+/// without an `@` costs one scan.
 fn inline_refs(body: &str) -> Vec<String> {
     let mut refs: Vec<String> = Vec::new();
-    let mut prev: Option<char> = None;
-    for (i, c) in body.char_indices() {
-        if c == '@'
-            && prev.is_none_or(opens_mention)
+    for (i, _) in body.match_indices('@') {
+        let prev = body[..i].chars().next_back();
+        if prev.is_none_or(opens_mention)
             && let Some(name) = name_at(&body[i + 1..])
             && !refs.iter().any(|r| r == &name)
         {
             refs.push(name);
         }
-        prev = Some(c);
     }
     refs
 }
@@ -127,6 +134,23 @@ pub fn complete(prefix: &str, candidates: &[String]) -> Vec<String> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The inline references found the slow way: every character, remembering the previous.
+    fn walked_refs(body: &str) -> Vec<String> {
+        let mut refs: Vec<String> = Vec::new();
+        let mut prev: Option<char> = None;
+        for (i, c) in body.char_indices() {
+            if c == '@'
+                && prev.is_none_or(opens_mention)
+                && let Some(name) = name_at(&body[i + 1..])
+                && !refs.contains(&name)
+            {
+                refs.push(name);
+            }
+            prev = Some(c);
+        }
+        refs
+    }
 
     fn check(input: &str, leading: Option<&str>, body: &str, refs: &[&str]) {
         let m = parse(input);
@@ -214,6 +238,17 @@ mod tests {
         fn parse_never_panics_on_mention_heavy_input(s in "[@a-z .:,\\n\\t(@)-]{0,60}") {
             let m = parse(&s);
             prop_assert!(m.body.len() <= s.len());
+        }
+
+        /// The `@`-to-`@` scan finds what a walk over every character finds, and
+        /// `inline_mentions` is `parse`'s `inline_refs`.
+        #[test]
+        fn inline_mentions_match_a_character_walk(
+            s in "[@a-zA-Z0-9 .:,_\\n\\t(\\[{\"'@)é☃-]{0,80}"
+        ) {
+            let m = parse(&s);
+            prop_assert_eq!(&inline_mentions(&s), &m.inline_refs);
+            prop_assert_eq!(&m.inline_refs, &walked_refs(&m.body));
         }
     }
 }

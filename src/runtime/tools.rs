@@ -125,7 +125,7 @@ pub fn execute(
                 (None, Some(c)) => derive_message_id(&caller.peer_id, c),
                 (None, None) => new_message_id(),
             };
-            let mentions = crate::mention::parse(&a.body.content).inline_refs;
+            let mentions = crate::mention::inline_mentions(&a.body.content);
             let req = SendRequest {
                 to: a.to,
                 body: a.body,
@@ -402,7 +402,7 @@ pub fn message_view(e: &InboxEntry, ad: Option<&presence::Advertisement>) -> Mes
         accepted_at_ms: e.accepted_at_ms,
         sent_at: clock::iso8601(e.accepted_at_ms),
         expires_at_ms: e.expires_at_ms,
-        mentions: crate::mention::parse(&e.body.content).inline_refs,
+        mentions: crate::mention::inline_mentions(&e.body.content),
     }
 }
 
