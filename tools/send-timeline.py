@@ -118,39 +118,37 @@ def chain(seq, i, tid, *steps):
     return found
 
 
+def steps(seq, key, before, after):
+    """The times of one sequence of calls per entry of the `key` call, all in its thread: the
+    calls `before` it (each (name, kind) searched back from it), the key call, then the calls
+    `after` it (searched forward one after another). Incomplete sequences are left out."""
+    out = []
+    for i, (t, tid, name, kind, _) in enumerate(seq):
+        if name != key or kind != "enter":
+            continue
+        back = [find(seq, i, tid, *call, step=-1) for call in before]
+        forward = chain(seq, i, tid, *after)
+        if None in back or forward is None:
+            continue
+        out.append([seq[j][0] for j in back] + [t] + [seq[j][0] for j in forward])
+    return out
+
+
 def sends(tx):
     """Sender steps, keyed on each intent's sync_file_range."""
-    out = []
-    for i, (t, tid, name, kind, _) in enumerate(tx):
-        if name != "sync_file_range" or kind != "enter":
-            continue
-        request = find(tx, i, tid, "read", "exit", None, -1)
-        pwrite = find(tx, i, tid, "pwrite", "enter", None, -1)
-        later = chain(tx, i, tid, ("sync_file_range", "exit"), ("sendto", "enter"),
-                      ("recvfrom", "exit"), ("write", "enter", "1"))
-        if request is None or pwrite is None or later is None:
-            continue
-        k, s, r, w = later
-        out.append({"request": tx[request][0], "pwrite": tx[pwrite][0], "sfr": t,
-                    "sfr_end": tx[k][0], "send": tx[s][0], "answer": tx[r][0], "reply": tx[w][0]})
-    return out
+    names = ("request", "pwrite", "sfr", "sfr_end", "send", "answer", "reply")
+    found = steps(tx, "sync_file_range", [("read", "exit"), ("pwrite", "enter")],
+                  [("sync_file_range", "exit"), ("sendto", "enter"), ("recvfrom", "exit"),
+                   ("write", "enter", "1")])
+    return [dict(zip(names, times)) for times in found]
 
 
 def accepts(rx):
     """Receiver steps, keyed on each accept's fdatasync."""
-    out = []
-    for i, (t, tid, name, kind, _) in enumerate(rx):
-        if name != "fdatasync" or kind != "enter":
-            continue
-        request = find(rx, i, tid, "recvfrom", "exit", None, -1)
-        pwrite = find(rx, i, tid, "pwrite", "enter", None, -1)
-        later = chain(rx, i, tid, ("fdatasync", "exit"), ("sendto", "enter"))
-        if request is None or pwrite is None or later is None:
-            continue
-        k, s = later
-        out.append({"recv": rx[request][0], "pwrite": rx[pwrite][0], "sync": t,
-                    "sync_end": rx[k][0], "send": rx[s][0]})
-    return out
+    names = ("recv", "pwrite", "sync", "sync_end", "send")
+    found = steps(rx, "fdatasync", [("recvfrom", "exit"), ("pwrite", "enter")],
+                  [("fdatasync", "exit"), ("sendto", "enter")])
+    return [dict(zip(names, times)) for times in found]
 
 
 def main():
@@ -163,11 +161,12 @@ def main():
         with open(os.path.join(home, "config.json"), "w") as f:
             json.dump(CONFIG, f)
         os.chmod(os.path.join(home, "config.json"), 0o600)
-        out = open(os.path.join(d, "rx.out"), "w")
-        rx = subprocess.Popen([exe, "--home", home, "--json", "host", "--alias", "rx",
-                               "--workspace", ws], stdout=out, stderr=subprocess.DEVNULL)
+        ready = os.path.join(d, "rx.out")
+        with open(ready, "w") as out:
+            rx = subprocess.Popen([exe, "--home", home, "--json", "host", "--alias", "rx",
+                                   "--workspace", ws], stdout=out, stderr=subprocess.DEVNULL)
         for _ in range(200):
-            if os.path.getsize(out.name) > 0:
+            if os.path.getsize(ready) > 0:
                 break
             time.sleep(0.05)
         data = os.path.join(d, "perf.data")
@@ -183,7 +182,7 @@ def main():
             rx.send_signal(15)
             rx.wait()
         trace = subprocess.run(["perf", "script", "--ns", "-i", data,
-                            "-F", "comm,pid,tid,cpu,time,event,trace"],
+                                "-F", "comm,pid,tid,cpu,time,event,trace"],
                                capture_output=True, text=True).stdout
     tx_steps, rx_steps = sends(calls(trace, tx_pid))[WARMUP:], accepts(calls(trace, rx.pid))
     starts = [a["recv"] for a in rx_steps]
