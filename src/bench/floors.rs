@@ -80,7 +80,21 @@ pub struct Floors {
     pub group_commit: Vec<(usize, f64)>,
     /// CPU the writing thread spent per record of the `fdatasync` and `writeOut` floors.
     pub device_cpu: DeviceCpu,
+    /// The `fdatasync` floor again with the writing thread pinned to each allowed CPU in turn
+    /// (at most [`CPUS_PLACED_MAX`]; empty with one CPU or when threads cannot be placed): a
+    /// device delivers its completions on some CPUs only, and on a VM a completion that must
+    /// wake a thread on another, idle CPU crosses the host, so one fdatasync can cost a third
+    /// more on one CPU than on another. The figures' floors stay the unplaced ones, measured
+    /// where the scheduler puts the bench, as a send's own threads are.
+    pub fdatasync_by_cpu: Vec<(usize, Summary)>,
 }
+
+/// The most CPUs the per-CPU fdatasync floor is measured on (the first ones allowed), so a
+/// large machine does not multiply the floors' time.
+pub const CPUS_PLACED_MAX: usize = 8;
+
+/// What the per-CPU fdatasync floor measures.
+pub const FDATASYNC_BY_CPU_WHAT: &str = "the fdatasync floor with the writing thread pinned to each allowed CPU in turn (at most 8); shown, not used as a floor";
 
 /// Mean CPU time (user + system) of the calling thread per record of an in-place durable
 /// floor, in microseconds: what a device operation costs the CPU that asks for it, beside the
@@ -184,6 +198,17 @@ impl Floors {
             m.insert(name.to_string(), v);
         }
         m.insert(
+            "fdatasyncByCpu".to_string(),
+            json!({
+                "what": FDATASYNC_BY_CPU_WHAT,
+                "cpus": self.fdatasync_by_cpu.iter().map(|(cpu, s)| {
+                    let mut v = s.to_json();
+                    v["cpu"] = json!(cpu);
+                    v
+                }).collect::<Vec<_>>(),
+            }),
+        );
+        m.insert(
             "groupCommit".to_string(),
             json!({
                 "what": GROUP_COMMIT_WHAT,
@@ -224,6 +249,9 @@ pub fn measure(dir: &Path, sizes: &FloorSizes) -> Result<Floors> {
         .ok_or_else(|| Error::new(Code::Io, "bench floor: the socket trip was not measured"))?;
     let (fdatasync, fdatasync_cpu) = overwrite(dir, sizes.syncs, Settle::Fdatasync)?;
     let (write_out, write_out_cpu) = overwrite(dir, sizes.syncs, Settle::WriteOut)?;
+    let fdatasync_by_cpu = on_each_cpu(|| {
+        overwrite(dir, (sizes.syncs / 2).max(1), Settle::Fdatasync).map(|(s, _)| s)
+    })?;
     Ok(Floors {
         uds_trip,
         uds_trip_cross_cpu,
@@ -243,7 +271,36 @@ pub fn measure(dir: &Path, sizes: &FloorSizes) -> Result<Floors> {
             fdatasync: fdatasync_cpu,
             write_out: write_out_cpu,
         },
+        fdatasync_by_cpu,
     })
+}
+
+/// `measure` run with the calling thread pinned to each of the first [`CPUS_PLACED_MAX`]
+/// allowed CPUs in turn, by CPU; empty with fewer than two CPUs allowed or when the mask
+/// cannot be read. A CPU the kernel refuses to pin to is left out. The calling thread gets
+/// its mask back, also when a measurement fails.
+fn on_each_cpu(mut measure: impl FnMut() -> Result<Summary>) -> Result<Vec<(usize, Summary)>> {
+    let Some((mask, cpus)) = affinity::allowed() else {
+        return Ok(Vec::new());
+    };
+    if cpus.len() < 2 {
+        return Ok(Vec::new());
+    }
+    let mut by_cpu = Vec::new();
+    for &cpu in cpus.iter().take(CPUS_PLACED_MAX) {
+        if !affinity::pin(cpu) {
+            continue;
+        }
+        match measure() {
+            Ok(s) => by_cpu.push((cpu, s)),
+            Err(e) => {
+                affinity::restore(&mask);
+                return Err(e);
+            }
+        }
+    }
+    affinity::restore(&mask);
+    Ok(by_cpu)
 }
 
 /// CPU time (user + system) the calling thread has used, in microseconds; NaN if the clock
@@ -674,6 +731,25 @@ mod tests {
             );
         }
         assert!(j["udsTrip"].get("cpuUs").is_none());
+        // The pinned fdatasync floor: one row per allowed CPU (up to the cap) with two CPUs or
+        // more, each of half the syncs (at least one), none with one CPU.
+        let cpus = affinity::allowed().map_or(Vec::new(), |(_, c)| c);
+        let expected: Vec<usize> = if two_cpus {
+            cpus.iter().copied().take(CPUS_PLACED_MAX).collect()
+        } else {
+            Vec::new()
+        };
+        let got: Vec<usize> = f.fdatasync_by_cpu.iter().map(|(c, _)| *c).collect();
+        assert_eq!(got, expected);
+        assert!(f.fdatasync_by_cpu.iter().all(|(_, s)| s.n == 1));
+        let rows = j["fdatasyncByCpu"]["cpus"].as_array().unwrap();
+        assert_eq!(rows.len(), expected.len());
+        assert!(
+            rows.iter()
+                .all(|r| r["medianUs"].is_number() && r["cpu"].is_number())
+        );
+        // The measuring thread has its own mask back.
+        assert_eq!(affinity::allowed().map(|(_, c)| c), Some(cpus));
     }
 
     /// The socket floors place their threads as they say and leave the measuring thread

@@ -419,6 +419,24 @@ pub fn floors_text(before: &Floors, after: &Floors) -> String {
         micros_text(b.write_out),
         micros_text(a.write_out)
     );
+    if !before.fdatasync_by_cpu.is_empty() {
+        let per_cpu: Vec<String> = before
+            .fdatasync_by_cpu
+            .iter()
+            .map(|(cpu, b)| {
+                let a = after
+                    .fdatasync_by_cpu
+                    .iter()
+                    .find(|(c, _)| c == cpu)
+                    .map_or(f64::NAN, |(_, a)| a.median);
+                format!("cpu{cpu} {} → {}", micros_text(b.median), micros_text(a))
+            })
+            .collect();
+        s += &format!(
+            "fdatasync with the writing thread pinned to each CPU (a device completes on some CPUs only; shown, not a floor): {} (before → after)\n",
+            per_cpu.join(", ")
+        );
+    }
     s
 }
 
@@ -494,6 +512,16 @@ mod tests {
                 fdatasync: us / 2.0,
                 write_out: us / 4.0,
             },
+            fdatasync_by_cpu: vec![
+                (0, s),
+                (
+                    1,
+                    Summary {
+                        median: 1.5 * us,
+                        ..s
+                    },
+                ),
+            ],
         }
     }
 
@@ -572,6 +600,12 @@ mod tests {
         let floors_text = floors_text(&floors(1.0), &floors(2.0));
         assert!(floors_text.contains("fdatasync"));
         assert!(floors_text.contains("groupCommit64"), "{floors_text}");
+        // Each CPU's pinned fdatasync, before and after, matched by CPU.
+        let cpu1 = format!("cpu1 {} → {}", micros_text(1.5), micros_text(3.0));
+        assert!(floors_text.contains(&cpu1), "{floors_text}");
+        let mut one_cpu = floors(1.0);
+        one_cpu.fdatasync_by_cpu.clear();
+        assert!(!super::floors_text(&one_cpu, &one_cpu).contains("pinned to each CPU"));
     }
 
     /// The device share of the CPU per message prices the operations the roots counted in
