@@ -75,6 +75,19 @@ pub enum Record {
     },
 }
 
+impl Record {
+    /// Bytes of peer text this record carries (a message's content, a context note): what
+    /// makes one record much longer than another, so a frame's buffer is sized for it.
+    pub fn text_len(&self) -> usize {
+        match self {
+            Record::InboxAdded { entry } => entry.body.content.len(),
+            Record::OutboxAdded { entry } => entry.body.content.len(),
+            Record::Context { entry } => entry.note.len(),
+            _ => 0,
+        }
+    }
+}
+
 /// Dedup identity of an inbound message: sender instance, sender run, message id, recipient.
 pub type DedupKey = (String, Option<String>, String, String);
 

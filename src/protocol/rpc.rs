@@ -192,8 +192,16 @@ fn parse_response(id: Option<Id>, obj: &mut Map<String, Value>) -> Result<Incomi
 /// [`Envelope`] of them cannot fail (all keys are strings), so an impossible failure yields an
 /// empty frame.
 pub fn line<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    line_with(value, 0)
+}
+
+/// [`line`] for a message that carries `text_len` bytes of peer text (a `peer.send`'s
+/// content): its buffer is sized for that text too, so a kilobyte message is written into one
+/// buffer instead of one per doubling.
+pub fn line_with<T: serde::Serialize + ?Sized>(value: &T, text_len: usize) -> Vec<u8> {
     // Sized for a message frame up front (serde_json starts at 128 bytes and doubles).
-    let mut out = Vec::with_capacity(LINE_CAPACITY);
+    let capacity = LINE_CAPACITY.saturating_add(escaped_len_hint(text_len));
+    let mut out = Vec::with_capacity(capacity);
     if serde_json::to_writer(&mut out, value).is_err() {
         out.clear();
     }
@@ -204,6 +212,13 @@ pub fn line<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
 /// Bytes reserved for a frame before it is serialised: a `peer.send` with a short body and
 /// its answer fit.
 const LINE_CAPACITY: usize = 512;
+
+/// Room for `len` bytes of text once written as a JSON string: the text and a sixteenth more
+/// for escapes (line breaks and quotes in prose and code). More escaping than that grows the
+/// buffer once.
+pub fn escaped_len_hint(len: usize) -> usize {
+    len.saturating_add(len / 16)
+}
 
 /// The envelope of a request, a notification or a result, serialised from borrowed parts:
 /// building a `Value` envelope first copied the whole `params` or `result` tree on every
@@ -226,13 +241,24 @@ struct Envelope<'a, P: ?Sized = Value> {
 /// A request frame. `params` is a `Value` object, or typed params that serialise as the
 /// bytes their `Value` would (keys in sorted order, e.g. [`crate::protocol::message::SortedPeerSend`]).
 pub fn encode_request<P: serde::Serialize + ?Sized>(id: &Id, method: &str, params: &P) -> Vec<u8> {
-    line(&Envelope {
+    encode_request_with(id, method, params, 0)
+}
+
+/// [`encode_request`] for params that carry `text_len` bytes of peer text (see [`line_with`]).
+pub fn encode_request_with<P: serde::Serialize + ?Sized>(
+    id: &Id,
+    method: &str,
+    params: &P,
+    text_len: usize,
+) -> Vec<u8> {
+    let envelope = Envelope {
         id: Some(id.to_value()),
         jsonrpc: "2.0",
         method: Some(method),
         params: Some(params),
         result: None,
-    })
+    };
+    line_with(&envelope, text_len)
 }
 
 /// A notification frame; `params` as for [`encode_request`].
@@ -301,6 +327,21 @@ pub fn check_version(params: &Map<String, Value>) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `peer.send` carrying kilobytes of content fits the buffer sized for it up front,
+    /// and is the same frame the unsized encoder writes.
+    #[test]
+    fn a_send_frame_is_sized_for_its_content() {
+        for len in [0usize, 200, 4000, 8000] {
+            let content = "word ".repeat(len / 5);
+            let params = json!({"content": content, "messageId": "m-1", "to": "p-someone"});
+            let id = Id::Num(12);
+            let frame = encode_request_with(&id, "peer.send", &params, content.len());
+            let sized = LINE_CAPACITY + escaped_len_hint(content.len());
+            assert!(frame.len() <= sized, "{len} bytes");
+            assert_eq!(frame, encode_request(&id, "peer.send", &params));
+        }
+    }
 
     /// The borrowed envelopes write exactly the bytes a `Value` envelope wrote.
     #[test]

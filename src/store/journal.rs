@@ -39,6 +39,7 @@
 
 use crate::error::{Code, Error, Result};
 use crate::messaging::Record;
+use crate::protocol::rpc;
 use serde::{Deserialize, Serialize};
 
 pub const MAGIC: [u8; 8] = [0x89, b'P', b'W', b'J', b'\r', b'\n', 0x1a, b'\n'];
@@ -133,13 +134,11 @@ fn len_crc(len: u32) -> u32 {
 /// One frame holding batch number `batch` and its records.
 ///
 /// The payload is serialised in place after a header-sized gap that is filled in afterwards:
-/// one buffer, sized up front for a typical batch, instead of a payload grown from empty
-/// (a reallocation per doubling) and then copied behind its header.
+/// one buffer, sized up front for the batch (each record's fields, plus its peer text with a
+/// margin for escapes), instead of a payload grown from empty (a reallocation and a copy per
+/// doubling: four buffers for a 4 KB message) and then copied behind its header.
 pub fn encode_frame(batch: u64, records: &[Record]) -> Result<Vec<u8>> {
-    let hint = FRAME_CAPACITY_HINT
-        .saturating_mul(records.len())
-        .min(FRAME_CAPACITY_MAX);
-    let mut f = Vec::with_capacity(FRAME_HEADER_BYTES + hint);
+    let mut f = Vec::with_capacity(frame_capacity(records));
     f.resize(FRAME_HEADER_BYTES, 0);
     serde_json::to_writer(&mut f, &BatchBody { batch, records })
         .map_err(|e| Error::new(Code::Io, format!("cannot encode a journal batch: {e}")))?;
@@ -158,11 +157,23 @@ pub fn encode_frame(batch: u64, records: &[Record]) -> Result<Vec<u8>> {
     Ok(f)
 }
 
-/// Bytes reserved per record when a frame's buffer is allocated: a message's outbox or inbox
-/// record with a short body fits, so most frames are written without growing their buffer.
+/// The buffer a frame of `records` is encoded into: its header, and per record its fields
+/// and its peer text with a margin for escapes (at most [`FRAME_CAPACITY_MAX`] in all).
+fn frame_capacity(records: &[Record]) -> usize {
+    let payload = records
+        .iter()
+        .map(|r| FRAME_CAPACITY_HINT + rpc::escaped_len_hint(r.text_len()))
+        .fold(0usize, usize::saturating_add)
+        .min(FRAME_CAPACITY_MAX);
+    FRAME_HEADER_BYTES + payload
+}
+
+/// Bytes reserved per record when a frame's buffer is allocated, beside its peer text: a
+/// message's outbox or inbox record with a short body fits, so most frames are written
+/// without growing their buffer.
 const FRAME_CAPACITY_HINT: usize = 1024;
 /// The most reserved up front for one frame (a larger batch grows its buffer as it goes).
-const FRAME_CAPACITY_MAX: usize = 16 * 1024;
+const FRAME_CAPACITY_MAX: usize = 64 * 1024;
 
 /// The result of scanning a journal file.
 #[derive(Debug, Default)]
@@ -308,6 +319,44 @@ mod tests {
             want.extend(&payload);
             assert_eq!(encode_frame(7, &records).unwrap(), want, "{n} records");
         }
+    }
+
+    /// A record carrying kilobytes of peer text fits the buffer sized up front (no
+    /// reallocation, no copy per doubling); text with more escapes than the margin still
+    /// encodes whole.
+    #[test]
+    fn a_frame_is_sized_for_its_peer_text() {
+        let note = |text: String| Record::Context {
+            entry: crate::messaging::ContextEntry {
+                recipient_peer_id: "p-recipient".into(),
+                sequence: 1,
+                message_id: "m-1".into(),
+                note: text,
+                implicit: false,
+                at_ms: 5,
+            },
+        };
+        for len in [0usize, 200, 1500, 4000, 8000] {
+            // Prose, and code: a line break and a quote or two in every 40 bytes.
+            let code = "    let s = \"a line of code\";       \n".repeat(len / 40);
+            for text in ["a".repeat(len), code] {
+                let records = [note(text), rec(1)];
+                let f = encode_frame(1, &records).unwrap();
+                assert!(f.len() <= frame_capacity(&records), "{len} bytes");
+                assert_eq!(scan_frames(&f), vec![records.to_vec()]);
+            }
+        }
+        let records = [note("\n".repeat(4000))];
+        let f = encode_frame(1, &records).unwrap();
+        assert!(f.len() > frame_capacity(&records));
+        assert_eq!(scan_frames(&f), vec![records.to_vec()]);
+    }
+
+    /// The batches of a journal made of a header and `frame`.
+    fn scan_frames(frame: &[u8]) -> Vec<Vec<Record>> {
+        let mut f = encode_header(1).to_vec();
+        f.extend_from_slice(frame);
+        scan(&f, 1 << 20).unwrap().batches
     }
 
     #[test]

@@ -132,15 +132,17 @@ impl OutConn {
         self.idle.notify_all();
     }
 
+    /// One request on this connection; `text_len` is the peer text `params` carry (the
+    /// frame's buffer is sized for it).
     fn call<P: serde::Serialize + ?Sized>(
         &self,
         method: &str,
-        params: &P,
+        (params, text_len): (&P, usize),
         deadline: Instant,
         limits: &Limits,
     ) -> Outcome {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frame = rpc::encode_request(&Id::Num(id), method, params);
+        let frame = rpc::encode_request_with(&Id::Num(id), method, params, text_len);
         if let Err(e) = wire::check_frame_len(&frame, limits.frame_bytes) {
             return Outcome::Done(Err(e));
         }
@@ -398,17 +400,18 @@ impl Pool {
         params: Value,
         timeout_ms: u64,
     ) -> Result<Value> {
-        self.reply(target, method, &params, timeout_ms)?
+        self.reply(target, method, (&params, 0), timeout_ms)?
             .into_value()
     }
 
     /// [`Pool::request`] with params of any type that serialises as their `Value` would (a
     /// `Value`, or a typed request's sorted params), the answer as it came.
+    /// A request to `target` and its answer; `params` with the bytes of peer text they carry.
     fn reply<P: serde::Serialize + ?Sized>(
         &self,
         target: &Target,
         method: &str,
-        params: &P,
+        params: (&P, usize),
         timeout_ms: u64,
     ) -> Result<Reply> {
         let ms = if timeout_ms == 0 {
@@ -439,7 +442,8 @@ impl Pool {
         send: &message::PeerSend,
         timeout_ms: u64,
     ) -> Result<(message::Receipt, Option<u64>)> {
-        match self.reply(target, "peer.send", &send.sorted(), timeout_ms)? {
+        let params = (&send.sorted(), send.body.content.len());
+        match self.reply(target, "peer.send", params, timeout_ms)? {
             Reply::Text(raw) => hot::stated_receipt(&raw),
             Reply::Value(v) => {
                 let stated = v.get(message::FLUSHED_DEVICE).and_then(|d| d.as_u64());
@@ -456,7 +460,7 @@ impl Pool {
         timeout_ms: u64,
     ) -> Result<()> {
         // The answer is an empty acknowledgement: nothing of it is read.
-        self.reply(target, "peer.receipt", &push.sorted(), timeout_ms)
+        self.reply(target, "peer.receipt", (&push.sorted(), 0), timeout_ms)
             .map(|_| ())
     }
 
