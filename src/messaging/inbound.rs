@@ -15,37 +15,31 @@ impl Machine {
     /// Dedup comes first, so a retry after success always gets the original receipt (in its
     /// current state), whatever the rate or capacity now. Errors: MESSAGE_ID_CONFLICT,
     /// INVALID_REQUEST (bad id), TARGET_ENDED, PEER_OFFLINE, MESSAGE_TOO_LARGE, EXPIRED,
-    /// INVALID_REPLY, RATE_LIMITED, QUEUE_FULL.
+    /// INVALID_REPLY, RATE_LIMITED, QUEUE_FULL. The send is taken by value: its body moves
+    /// into the inbox entry.
     pub fn accept(
         &mut self,
         from: &Principal,
-        send: &InboundSend,
+        mut send: InboundSend,
         recipients: &Recipients,
         now_ms: u64,
     ) -> Outcome<Receipt> {
         // An instance whose record is gone is still the session it stated before.
-        let remembered;
-        let send = if send.origin.is_none()
+        if send.origin.is_none()
             && let Some(o) = self.state.origin_of(&from.instance_id)
         {
-            remembered = InboundSend {
-                origin: Some(o.clone()),
-                ..send.clone()
-            };
-            &remembered
-        } else {
-            send
-        };
+            send.origin = Some(o.clone());
+        }
         let key = KeyRef(
             &from.instance_id,
             from.run_id.as_deref(),
             &send.message_id,
             &send.to_peer_id,
         );
-        if let Some(original) = self.dedup_hit(&key, send, now_ms) {
+        if let Some(original) = self.dedup_hit(&key, &send, now_ms) {
             return original.map(|r| (r, Vec::new()));
         }
-        if let Some(moved) = self.origin_hit(from, send, now_ms) {
+        if let Some(moved) = self.origin_hit(from, &send, now_ms) {
             return moved;
         }
         Self::check_id("messageId", &send.message_id)?;
@@ -55,7 +49,7 @@ impl Machine {
         Self::check_recipient(recipients, &send.to_peer_id)?;
         self.check_content(&send.body.content, &send.body.topic)?;
         let expires_at_ms = self.expiry(send.expires_at_ms, now_ms)?;
-        let correlation_id = self.inbound_correlation(from, send)?;
+        let correlation_id = self.inbound_correlation(from, &send)?;
         if !self.rate.allows(&self.limits, &from.instance_id, now_ms) {
             return Err(Error::new(
                 Code::RateLimited,
@@ -76,7 +70,8 @@ impl Machine {
             sequence,
             from: from.clone(),
             message_id: send.message_id.clone(),
-            body: send.body.clone(),
+            // The body, origin and alias move: the ids stay borrowed by the dedup key.
+            body: send.body,
             correlation_id,
             expires_at_ms,
             accepted_at_ms: now_ms,
@@ -84,8 +79,8 @@ impl Machine {
             state_at_ms: now_ms,
             reply_message_id: None,
             context_marked: false,
-            origin: send.origin.clone(),
-            from_alias: send.from_alias.clone(),
+            origin: send.origin,
+            from_alias: send.from_alias,
         };
         self.check_capacity(&entry)?;
         self.rate.take(&self.limits, &from.instance_id, now_ms);

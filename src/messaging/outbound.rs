@@ -23,7 +23,8 @@ impl Machine {
     /// Records the intent to send before transmission. The same id, target and content returns
     /// the existing entry. Errors: MESSAGE_ID_CONFLICT, INVALID_REQUEST, MESSAGE_TOO_LARGE,
     /// EXPIRED, INVALID_REPLY, QUEUE_FULL (route or storage full).
-    pub fn outbox_intent(&mut self, send: &OutboundSend, now_ms: u64) -> Outcome<OutboxEntry> {
+    /// The send is taken by value: its ids, target and content move into the entry.
+    pub fn outbox_intent(&mut self, send: OutboundSend, now_ms: u64) -> Outcome<OutboxEntry> {
         if let Some(e) = self.state.outbox_get(&send.to.peer_id, &send.message_id) {
             let same = e.has_content(&send.body.content)
                 && e.body.topic == send.body.topic
@@ -44,13 +45,13 @@ impl Machine {
         Self::check_id("messageId", &send.message_id)?;
         self.check_content(&send.body.content, &send.body.topic)?;
         let expires_at_ms = self.expiry(send.expires_at_ms, now_ms)?;
-        let correlation_id = self.outbound_correlation(send, now_ms)?;
+        let correlation_id = self.outbound_correlation(&send, now_ms)?;
         let entry = OutboxEntry {
             order: self.state.next_order.max(1),
-            from_peer_id: send.from_peer_id.clone(),
-            to: send.to.clone(),
-            message_id: send.message_id.clone(),
-            body: send.body.clone(),
+            from_peer_id: send.from_peer_id,
+            to: send.to,
+            message_id: send.message_id,
+            body: send.body,
             content_digest: None,
             correlation_id,
             expires_at_ms,
@@ -58,15 +59,15 @@ impl Machine {
             receipt: None,
             updated_at_ms: now_ms,
         };
-        let queued = self
-            .state
-            .route_pending_count(&send.from_peer_id, &send.to.peer_id) as u64;
+        let queued =
+            self.state
+                .route_pending_count(&entry.from_peer_id, &entry.to.peer_id) as u64;
         if queued >= self.limits.inbox_messages {
             return Err(Error::new(
                 Code::QueueFull,
                 format!(
                     "{queued} messages to {} are still unresolved (inboxMessages); wait for their receipts",
-                    send.to.peer_id
+                    entry.to.peer_id
                 ),
             ));
         }

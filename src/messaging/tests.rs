@@ -104,7 +104,7 @@ fn code<T: std::fmt::Debug>(r: crate::error::Result<T>) -> Code {
 fn accept_assigns_per_recipient_sequences_and_default_correlation() {
     let mut m = machine();
     let (r1, recs) = m
-        .accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+        .accept(&alice(), send("m1", "a"), &recipients(), NOW)
         .unwrap();
     assert_eq!(
         (r1.sequence, r1.state, r1.correlation_id.as_str()),
@@ -114,7 +114,7 @@ fn accept_assigns_per_recipient_sequences_and_default_correlation() {
     let mut s = send("m2", "b");
     s.to_peer_id = CHILD.into();
     s.correlation_id = Some("c-9".into());
-    let (r2, _) = m.accept(&bob(), &s, &recipients(), NOW).unwrap();
+    let (r2, _) = m.accept(&bob(), s.clone(), &recipients(), NOW).unwrap();
     assert_eq!(
         (
             r2.sequence,
@@ -124,7 +124,7 @@ fn accept_assigns_per_recipient_sequences_and_default_correlation() {
         (1, "c-9", CHILD)
     );
     let (r3, _) = m
-        .accept(&bob(), &send("m3", "c"), &recipients(), NOW)
+        .accept(&bob(), send("m3", "c"), &recipients(), NOW)
         .unwrap();
     assert_eq!(r3.sequence, 2);
     let e = m.state().inbox().next().unwrap();
@@ -135,17 +135,17 @@ fn accept_assigns_per_recipient_sequences_and_default_correlation() {
 fn retry_returns_original_receipt_without_second_entry() {
     let mut m = machine();
     let (r1, _) = m
-        .accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+        .accept(&alice(), send("m1", "a"), &recipients(), NOW)
         .unwrap();
     let (r2, recs) = m
-        .accept(&alice(), &send("m1", "a"), &recipients(), NOW + 5)
+        .accept(&alice(), send("m1", "a"), &recipients(), NOW + 5)
         .unwrap();
     assert_eq!(r1, r2);
     assert!(recs.is_empty());
     assert_eq!(m.state().inbox().count(), 1);
     // The same id from another sender, or to another recipient, is a different message.
     let (r3, _) = m
-        .accept(&bob(), &send("m1", "a"), &recipients(), NOW)
+        .accept(&bob(), send("m1", "a"), &recipients(), NOW)
         .unwrap();
     assert_eq!(r3.sequence, 2);
 }
@@ -157,14 +157,14 @@ fn dedup_precedes_rate_and_capacity() {
     limits.rate_burst = 1;
     let mut m = Machine::new(limits);
     let (r1, _) = m
-        .accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+        .accept(&alice(), send("m1", "a"), &recipients(), NOW)
         .unwrap();
     assert_eq!(
-        code(m.accept(&alice(), &send("m2", "b"), &recipients(), NOW)),
+        code(m.accept(&alice(), send("m2", "b"), &recipients(), NOW)),
         Code::RateLimited
     );
     let (again, _) = m
-        .accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+        .accept(&alice(), send("m1", "a"), &recipients(), NOW)
         .unwrap();
     assert_eq!(again, r1);
 }
@@ -172,24 +172,27 @@ fn dedup_precedes_rate_and_capacity() {
 #[test]
 fn changed_content_topic_or_reply_conflicts() {
     let mut m = machine();
-    m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+    m.accept(&alice(), send("m1", "a"), &recipients(), NOW)
         .unwrap();
     assert_eq!(
-        code(m.accept(&alice(), &send("m1", "b"), &recipients(), NOW)),
+        code(m.accept(&alice(), send("m1", "b"), &recipients(), NOW)),
         Code::MessageIdConflict
     );
     let mut s = send("m1", "a");
     s.body.topic = Some("t".into());
     assert_eq!(
-        code(m.accept(&alice(), &s, &recipients(), NOW)),
+        code(m.accept(&alice(), s.clone(), &recipients(), NOW)),
         Code::MessageIdConflict
     );
     let mut m2 = machine();
-    m2.outbox_intent(&out("x1", &alice()), NOW).unwrap();
+    m2.outbox_intent(out("x1", &alice()), NOW).unwrap();
     let mut o = out("x1", &alice());
     o.body.content = "changed".into();
-    assert_eq!(code(m2.outbox_intent(&o, NOW)), Code::MessageIdConflict);
-    let (same, recs) = m2.outbox_intent(&out("x1", &alice()), NOW).unwrap();
+    assert_eq!(
+        code(m2.outbox_intent(o.clone(), NOW)),
+        Code::MessageIdConflict
+    );
+    let (same, recs) = m2.outbox_intent(out("x1", &alice()), NOW).unwrap();
     assert!(recs.is_empty());
     assert_eq!(same.message_id, "x1");
 }
@@ -201,18 +204,24 @@ fn liveness_size_and_ids_are_checked() {
     rec.ended.insert("p-gone".into());
     let mut s = send("m1", "a");
     s.to_peer_id = "p-gone".into();
-    assert_eq!(code(m.accept(&alice(), &s, &rec, NOW)), Code::TargetEnded);
+    assert_eq!(
+        code(m.accept(&alice(), s.clone(), &rec, NOW)),
+        Code::TargetEnded
+    );
     s.to_peer_id = "p-unknown".into();
-    assert_eq!(code(m.accept(&alice(), &s, &rec, NOW)), Code::NotFound);
+    assert_eq!(
+        code(m.accept(&alice(), s.clone(), &rec, NOW)),
+        Code::NotFound
+    );
     let big = "é".repeat(4_001); // 8,002 UTF-8 bytes, 4,001 chars
     assert_eq!(
-        code(m.accept(&alice(), &send("m2", &big), &rec, NOW)),
+        code(m.accept(&alice(), send("m2", &big), &rec, NOW)),
         Code::MessageTooLarge
     );
     let edge = "x".repeat(8_000);
-    m.accept(&alice(), &send("m3", &edge), &rec, NOW).unwrap();
+    m.accept(&alice(), send("m3", &edge), &rec, NOW).unwrap();
     assert_eq!(
-        code(m.accept(&alice(), &send("bad id", "a"), &rec, NOW)),
+        code(m.accept(&alice(), send("bad id", "a"), &rec, NOW)),
         Code::InvalidRequest
     );
 }
@@ -224,16 +233,16 @@ fn expiry_rules() {
     let mut s = send("m1", "a");
     s.expires_at_ms = Some(NOW);
     assert_eq!(
-        code(m.accept(&alice(), &s, &recipients(), NOW)),
+        code(m.accept(&alice(), s.clone(), &recipients(), NOW)),
         Code::Expired
     );
     s.expires_at_ms = Some(NOW + lim.max_expiry_ms + 1);
     assert_eq!(
-        code(m.accept(&alice(), &s, &recipients(), NOW)),
+        code(m.accept(&alice(), s.clone(), &recipients(), NOW)),
         Code::Expired
     );
     s.expires_at_ms = Some(NOW + lim.max_expiry_ms);
-    m.accept(&alice(), &s, &recipients(), NOW).unwrap();
+    m.accept(&alice(), s.clone(), &recipients(), NOW).unwrap();
     // Sweep expires the unconsumed message and queues a receipt for its sender.
     let (rep, recs) = m.sweep(NOW + lim.max_expiry_ms).unwrap();
     assert_eq!(rep.expired_inbox, 1);
@@ -256,22 +265,22 @@ fn queue_full_at_inbox_limit_and_retry_after_consumption() {
     limits.rate_burst = 1_000;
     let mut m = Machine::new(limits.clone());
     for i in 0..limits.inbox_messages {
-        m.accept(&alice(), &send(&format!("m{i}"), "x"), &recipients(), NOW)
+        m.accept(&alice(), send(&format!("m{i}"), "x"), &recipients(), NOW)
             .unwrap();
     }
     let thirty_third = send("m-33", "x");
     assert_eq!(
-        code(m.accept(&alice(), &thirty_third, &recipients(), NOW)),
+        code(m.accept(&alice(), thirty_third.clone(), &recipients(), NOW)),
         Code::QueueFull
     );
     // Another recipient of the same root has its own queue.
     let mut s = send("m-child", "x");
     s.to_peer_id = CHILD.into();
-    m.accept(&alice(), &s, &recipients(), NOW).unwrap();
+    m.accept(&alice(), s.clone(), &recipients(), NOW).unwrap();
     m.mark(ME, &MessageRef::Sequence(1), ReceiptState::Consumed, NOW)
         .unwrap();
     let (r, _) = m
-        .accept(&alice(), &thirty_third, &recipients(), NOW)
+        .accept(&alice(), thirty_third.clone(), &recipients(), NOW)
         .unwrap();
     assert_eq!(r.sequence, limits.inbox_messages + 1);
 }
@@ -288,7 +297,7 @@ fn storage_budget_refuses_before_dropping_anything() {
     let err = loop {
         match m.accept(
             &alice(),
-            &send(&format!("m{accepted}"), &"y".repeat(2_000)),
+            send(&format!("m{accepted}"), &"y".repeat(2_000)),
             &recipients(),
             NOW,
         ) {
@@ -313,29 +322,29 @@ fn rate_limit_refills_over_time() {
     limits.rate_burst = 2;
     limits.rate_per_second = 10;
     let mut m = Machine::new(limits);
-    m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+    m.accept(&alice(), send("m1", "a"), &recipients(), NOW)
         .unwrap();
-    m.accept(&alice(), &send("m2", "a"), &recipients(), NOW)
+    m.accept(&alice(), send("m2", "a"), &recipients(), NOW)
         .unwrap();
     assert_eq!(
-        code(m.accept(&alice(), &send("m3", "a"), &recipients(), NOW)),
+        code(m.accept(&alice(), send("m3", "a"), &recipients(), NOW)),
         Code::RateLimited
     );
     // Another sender instance has its own bucket.
-    m.accept(&bob(), &send("m3", "a"), &recipients(), NOW)
+    m.accept(&bob(), send("m3", "a"), &recipients(), NOW)
         .unwrap();
     assert_eq!(
-        code(m.accept(&alice(), &send("m3", "a"), &recipients(), NOW + 99)),
+        code(m.accept(&alice(), send("m3", "a"), &recipients(), NOW + 99)),
         Code::RateLimited
     );
-    m.accept(&alice(), &send("m3", "a"), &recipients(), NOW + 100)
+    m.accept(&alice(), send("m3", "a"), &recipients(), NOW + 100)
         .unwrap();
 }
 
 #[test]
 fn receipts_never_regress_at_the_recipient() {
     let mut m = machine();
-    m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+    m.accept(&alice(), send("m1", "a"), &recipients(), NOW)
         .unwrap();
     let seq = MessageRef::Sequence(1);
     let (r, _) = m
@@ -374,7 +383,7 @@ fn a_page_is_consumed_in_one_write_and_stops_at_an_expired_message() {
     let mut m = machine();
     let r = recipients();
     for id in ["c1", "c2", "c3"] {
-        m.accept(&alice(), &send(id, "x"), &r, NOW).unwrap();
+        m.accept(&alice(), send(id, "x"), &r, NOW).unwrap();
     }
     m.record_context(ME, &MessageRef::Sequence(2), "", NOW)
         .unwrap();
@@ -412,7 +421,7 @@ fn a_page_is_consumed_in_one_write_and_stops_at_an_expired_message() {
 #[test]
 fn consuming_without_prepare_records_implicit_context() {
     let mut m = machine();
-    m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+    m.accept(&alice(), send("m1", "a"), &recipients(), NOW)
         .unwrap();
     let (_, recs) = m
         .mark(
@@ -462,7 +471,7 @@ fn a_receipt_for_an_unknown_message_is_not_found_and_changes_nothing() {
 #[test]
 fn sender_receipts_never_regress_and_need_the_exact_target() {
     let mut m = machine();
-    m.outbox_intent(&out("x1", &alice()), NOW).unwrap();
+    m.outbox_intent(out("x1", &alice()), NOW).unwrap();
     assert_eq!(m.route_pending(ME, "p-alice").len(), 1);
     let mut r = Receipt {
         message_id: "x1".into(),
@@ -522,9 +531,9 @@ fn resolved_entries_leave_the_route_index_and_keep_only_a_digest() {
         o
     };
     for id in ["h1", "h2", "h3"] {
-        m.outbox_intent(&long(id), NOW).unwrap();
+        m.outbox_intent(long(id), NOW).unwrap();
     }
-    m.outbox_intent(&out("b1", &bob()), NOW).unwrap();
+    m.outbox_intent(out("b1", &bob()), NOW).unwrap();
     let ids = |m: &Machine| -> Vec<String> {
         m.route_pending(ME, "p-alice")
             .into_iter()
@@ -544,11 +553,14 @@ fn resolved_entries_leave_the_route_index_and_keep_only_a_digest() {
     // The dropped body no longer counts against the storage budget.
     assert!(m.state().live_bytes() < before);
     // A retry with the same content gets the original; other content still conflicts.
-    let (again, recs) = m.outbox_intent(&long("h2"), NOW).unwrap();
+    let (again, recs) = m.outbox_intent(long("h2"), NOW).unwrap();
     assert!(recs.is_empty() && again.receipt.is_some());
     let mut other = long("h2");
     other.body.content = "changed".into();
-    assert_eq!(code(m.outbox_intent(&other, NOW)), Code::MessageIdConflict);
+    assert_eq!(
+        code(m.outbox_intent(other.clone(), NOW)),
+        Code::MessageIdConflict
+    );
     for id in ["h1", "h3"] {
         m.outbox_result("p-alice", id, Ok(accepted(id)), NOW)
             .unwrap();
@@ -566,8 +578,8 @@ fn resolved_entries_leave_the_route_index_and_keep_only_a_digest() {
 #[test]
 fn retryable_failures_leave_the_entry_unresolved_refusals_end_it() {
     let mut m = machine();
-    m.outbox_intent(&out("x1", &alice()), NOW).unwrap();
-    m.outbox_intent(&out("x2", &alice()), NOW).unwrap();
+    m.outbox_intent(out("x1", &alice()), NOW).unwrap();
+    m.outbox_intent(out("x2", &alice()), NOW).unwrap();
     for c in [
         Code::PeerOffline,
         Code::Timeout,
@@ -599,11 +611,13 @@ fn a_retry_from_another_incarnation_of_the_same_session_gets_the_original() {
     let mut m = machine();
     let mut first = send("m1", "hello");
     first.origin = Some("s-alice".into());
-    let (r1, _) = m.accept(&alice(), &first, &recipients(), NOW).unwrap();
+    let (r1, _) = m
+        .accept(&alice(), first.clone(), &recipients(), NOW)
+        .unwrap();
     // The restarted sender (same session, new instance) retries: no second entry, custody
     // (and later receipts) move to it.
     let (r2, recs) = m
-        .accept(&alice_restarted(), &first, &recipients(), NOW)
+        .accept(&alice_restarted(), first.clone(), &recipients(), NOW)
         .unwrap();
     assert_eq!(
         (r2.sequence, r2.state),
@@ -614,19 +628,21 @@ fn a_retry_from_another_incarnation_of_the_same_session_gets_the_original() {
     assert_eq!(m.state().inbox().count(), 1);
     assert_eq!(m.state().inbox().next().unwrap().from, alice_restarted());
     // The old incarnation's own retry no longer matches by instance but still by origin.
-    let (r3, _) = m.accept(&alice(), &first, &recipients(), NOW).unwrap();
+    let (r3, _) = m
+        .accept(&alice(), first.clone(), &recipients(), NOW)
+        .unwrap();
     assert_eq!(r3.sequence, r1.sequence);
     // New content under the same id from the session: a conflict.
     let mut changed = first.clone();
     changed.body.content = "other".into();
     assert_eq!(
-        code(m.accept(&alice_restarted(), &changed, &recipients(), NOW)),
+        code(m.accept(&alice_restarted(), changed.clone(), &recipients(), NOW)),
         Code::MessageIdConflict
     );
     // Another session's message with the same id is its own message.
     let mut other = first.clone();
     other.origin = Some("s-bob".into());
-    let (r4, _) = m.accept(&bob(), &other, &recipients(), NOW).unwrap();
+    let (r4, _) = m.accept(&bob(), other.clone(), &recipients(), NOW).unwrap();
     assert_ne!(r4.sequence, r1.sequence);
     // Replay of the journal reproduces the indexes.
     let image = m.state().image();
@@ -636,7 +652,7 @@ fn a_retry_from_another_incarnation_of_the_same_session_gets_the_original() {
 #[test]
 fn a_recipient_receipt_outranks_a_failure_it_never_confirmed() {
     let mut m = machine();
-    m.outbox_intent(&out("x1", &alice()), NOW).unwrap();
+    m.outbox_intent(out("x1", &alice()), NOW).unwrap();
     // Our own expiry of an entry that never got an answer: sequence 0.
     m.sweep(NOW + Limits::default().expiry_ms + 1).unwrap();
     let e = m.outbox_entry("p-alice", "x1").unwrap().clone();
@@ -666,7 +682,7 @@ fn a_recipient_receipt_outranks_a_failure_it_never_confirmed() {
     let mut expired = consumed.clone();
     expired.state = ReceiptState::Expired;
     let mut m2 = machine();
-    m2.outbox_intent(&out("x1", &alice()), NOW).unwrap();
+    m2.outbox_intent(out("x1", &alice()), NOW).unwrap();
     m2.record_receipt(&alice(), &expired, NOW).unwrap();
     let (e, recs) = m2.record_receipt(&alice(), &consumed, NOW).unwrap();
     assert_eq!(
@@ -682,25 +698,27 @@ fn replies_are_validated_on_both_sides() {
     let mut m = machine();
     let mut o = out("x1", &alice());
     o.correlation_id = Some("c-1".into());
-    m.outbox_intent(&o, NOW).unwrap();
+    m.outbox_intent(o.clone(), NOW).unwrap();
     let mut reply = send("r1", "answer");
     reply.body.reply_to = Some("x1".into());
-    let (r, _) = m.accept(&alice(), &reply, &recipients(), NOW).unwrap();
+    let (r, _) = m
+        .accept(&alice(), reply.clone(), &recipients(), NOW)
+        .unwrap();
     assert_eq!(r.correlation_id, "c-1");
     // Another peer cannot reply to it; nor can a restarted alice; nor a reply to an unknown id.
     let mut r2 = reply.clone();
     r2.message_id = "r2".into();
     assert_eq!(
-        code(m.accept(&bob(), &r2, &recipients(), NOW)),
+        code(m.accept(&bob(), r2.clone(), &recipients(), NOW)),
         Code::InvalidReply
     );
     assert_eq!(
-        code(m.accept(&alice_restarted(), &r2, &recipients(), NOW)),
+        code(m.accept(&alice_restarted(), r2.clone(), &recipients(), NOW)),
         Code::InvalidReply
     );
     r2.body.reply_to = Some("nope".into());
     assert_eq!(
-        code(m.accept(&alice(), &r2, &recipients(), NOW)),
+        code(m.accept(&alice(), r2.clone(), &recipients(), NOW)),
         Code::InvalidReply
     );
     // A different correlation id under the same conversation is refused.
@@ -708,7 +726,7 @@ fn replies_are_validated_on_both_sides() {
     r3.message_id = "r3".into();
     r3.correlation_id = Some("c-other".into());
     assert_eq!(
-        code(m.accept(&alice(), &r3, &recipients(), NOW)),
+        code(m.accept(&alice(), r3.clone(), &recipients(), NOW)),
         Code::InvalidReply
     );
     // The reply went to ME; the child cannot claim it as a reply to its own message.
@@ -716,7 +734,7 @@ fn replies_are_validated_on_both_sides() {
     r4.message_id = "r4".into();
     r4.to_peer_id = CHILD.into();
     assert_eq!(
-        code(m.accept(&alice(), &r4, &recipients(), NOW)),
+        code(m.accept(&alice(), r4.clone(), &recipients(), NOW)),
         Code::InvalidReply
     );
 }
@@ -726,17 +744,17 @@ fn sender_side_reply_needs_a_message_from_that_exact_incarnation() {
     let mut m = machine();
     let mut s = send("m1", "question");
     s.correlation_id = Some("c-7".into());
-    m.accept(&alice(), &s, &recipients(), NOW).unwrap();
+    m.accept(&alice(), s.clone(), &recipients(), NOW).unwrap();
     let mut o = out("x1", &alice());
     o.body.reply_to = Some("m1".into());
-    let (e, _) = m.outbox_intent(&o, NOW).unwrap();
+    let (e, _) = m.outbox_intent(o.clone(), NOW).unwrap();
     assert_eq!(e.correlation_id, "c-7");
     let mut o2 = out("x2", &alice_restarted());
     o2.body.reply_to = Some("m1".into());
-    assert_eq!(code(m.outbox_intent(&o2, NOW)), Code::InvalidReply);
+    assert_eq!(code(m.outbox_intent(o2.clone(), NOW)), Code::InvalidReply);
     let mut o3 = out("x3", &bob());
     o3.body.reply_to = Some("m1".into());
-    assert_eq!(code(m.outbox_intent(&o3, NOW)), Code::InvalidReply);
+    assert_eq!(code(m.outbox_intent(o3.clone(), NOW)), Code::InvalidReply);
     // Custody of the reply marks the question replied (with an implicit context marker).
     let r = Receipt {
         message_id: "x1".into(),
@@ -761,7 +779,7 @@ fn sender_side_reply_needs_a_message_from_that_exact_incarnation() {
 #[test]
 fn status_only_for_the_original_sender() {
     let mut m = machine();
-    m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+    m.accept(&alice(), send("m1", "a"), &recipients(), NOW)
         .unwrap();
     assert_eq!(
         m.status(&alice(), "m1", ME, NOW).unwrap().state,
@@ -785,17 +803,17 @@ fn retention_removes_only_final_records() {
         s.expires_at_ms = Some(NOW + 500_000_000);
         s
     };
-    m.accept(&alice(), &long("keep-accepted"), &recipients(), NOW)
+    m.accept(&alice(), long("keep-accepted"), &recipients(), NOW)
         .unwrap();
-    m.accept(&alice(), &long("keep-prepared"), &recipients(), NOW)
+    m.accept(&alice(), long("keep-prepared"), &recipients(), NOW)
         .unwrap();
-    m.accept(&alice(), &long("drop-consumed"), &recipients(), NOW)
+    m.accept(&alice(), long("drop-consumed"), &recipients(), NOW)
         .unwrap();
     m.mark(ME, &MessageRef::Sequence(2), ReceiptState::Prepared, NOW)
         .unwrap();
     m.mark(ME, &MessageRef::Sequence(3), ReceiptState::Consumed, NOW)
         .unwrap();
-    m.outbox_intent(&out("unresolved", &alice()), NOW).unwrap();
+    m.outbox_intent(out("unresolved", &alice()), NOW).unwrap();
     let (rep, _) = m.sweep(NOW + 5_000).unwrap();
     assert_eq!(rep.removed_inbox, 1);
     let left: Vec<&str> = m.state().inbox().map(|e| e.message_id.as_str()).collect();
@@ -804,7 +822,7 @@ fn retention_removes_only_final_records() {
     assert!(m.state().context_of(ME, 3).is_none());
     // The removed message's dedup identity is gone with it; the held ones still dedup.
     let (r, recs) = m
-        .accept(&alice(), &long("keep-accepted"), &recipients(), NOW + 5_000)
+        .accept(&alice(), long("keep-accepted"), &recipients(), NOW + 5_000)
         .unwrap();
     assert_eq!((r.sequence, recs.len()), (1, 0));
 }
@@ -815,7 +833,7 @@ fn read_filters_pages_and_cursors() {
     limits.directory_page_size = 2;
     let mut m = Machine::new(limits);
     for (i, p) in [alice(), bob(), alice(), alice()].iter().enumerate() {
-        m.accept(p, &send(&format!("m{i}"), "a"), &recipients(), NOW)
+        m.accept(p, send(&format!("m{i}"), "a"), &recipients(), NOW)
             .unwrap();
     }
     let q = ReadQuery {
@@ -869,8 +887,8 @@ fn read_filters_pages_and_cursors() {
 fn route_queue_serializes_and_backs_off() {
     let limits = Limits::default();
     let mut m = machine();
-    m.outbox_intent(&out("x1", &alice()), NOW).unwrap();
-    m.outbox_intent(&out("x2", &alice()), NOW).unwrap();
+    m.outbox_intent(out("x1", &alice()), NOW).unwrap();
+    m.outbox_intent(out("x2", &alice()), NOW).unwrap();
     let pending = m.route_pending(ME, "p-alice");
     let mut q = RouteQueue::new();
     assert_eq!(
@@ -926,11 +944,11 @@ fn replaying_records_rebuilds_the_same_state() {
     let mut m = machine();
     let mut log = Vec::new();
     log.extend(
-        m.accept(&alice(), &send("m1", "a"), &recipients(), NOW)
+        m.accept(&alice(), send("m1", "a"), &recipients(), NOW)
             .unwrap()
             .1,
     );
-    log.extend(m.outbox_intent(&out("x1", &bob()), NOW).unwrap().1);
+    log.extend(m.outbox_intent(out("x1", &bob()), NOW).unwrap().1);
     log.extend(
         m.mark(ME, &MessageRef::Sequence(1), ReceiptState::Consumed, NOW)
             .unwrap()
@@ -959,7 +977,7 @@ fn sweep_is_bounded_by_commit_batch() {
     limits.rate_burst = 1_000;
     let mut m = Machine::new(limits.clone());
     for i in 0..10 {
-        m.accept(&alice(), &send(&format!("m{i}"), "a"), &recipients(), NOW)
+        m.accept(&alice(), send(&format!("m{i}"), "a"), &recipients(), NOW)
             .unwrap();
     }
     let later = NOW + limits.expiry_ms;
@@ -1070,7 +1088,7 @@ mod model {
                 if *origin {
                     s.origin = Some(format!("s-{}", sender / 2));
                 }
-                m.accept(&principal(*sender), &s, &recipients(), *now)
+                m.accept(&principal(*sender), s.clone(), &recipients(), *now)
                     .map(|x| x.1)
             }
             Op::Mark { seq, consume } => {
@@ -1083,7 +1101,7 @@ mod model {
                     .map(|x| x.1)
             }
             Op::Intent { id, sender } => m
-                .outbox_intent(&out(&format!("x{id}"), &principal(*sender)), *now)
+                .outbox_intent(out(&format!("x{id}"), &principal(*sender)), *now)
                 .map(|x| x.1),
             Op::Answer { id, sender, ok } => {
                 let p = principal(*sender);
@@ -1194,7 +1212,7 @@ mod model {
 fn read_of_unconsumed_skips_consumed_messages_and_pages_over_them() {
     let mut m = machine();
     for i in 0..3 {
-        m.accept(&alice(), &send(&format!("u{i}"), "a"), &recipients(), NOW)
+        m.accept(&alice(), send(&format!("u{i}"), "a"), &recipients(), NOW)
             .unwrap();
     }
     m.mark(ME, &MessageRef::Sequence(2), ReceiptState::Consumed, NOW)
@@ -1222,7 +1240,7 @@ fn read_of_unconsumed_skips_consumed_messages_and_pages_over_them() {
 fn a_unique_prefix_names_a_message_and_errors_show_no_debug_text() {
     let mut m = machine();
     for id in ["m-3161aa", "m-3161bb", "m-4000cc"] {
-        m.accept(&alice(), &send(id, "a"), &recipients(), NOW)
+        m.accept(&alice(), send(id, "a"), &recipients(), NOW)
             .unwrap();
     }
     let find = |m: &Machine, r: &str| {
@@ -1318,7 +1336,7 @@ fn resolved_entries_are_held_compactly_and_rebuild_exactly() {
     let mut m = machine();
     for i in 0..20 {
         let id = format!("s{i}");
-        m.outbox_intent(&out(&id, &alice()), NOW).unwrap();
+        m.outbox_intent(out(&id, &alice()), NOW).unwrap();
         let (_, recs) = m
             .outbox_result(
                 "p-alice",
@@ -1341,7 +1359,7 @@ fn resolved_entries_are_held_compactly_and_rebuild_exactly() {
     }
     assert_eq!((m.state().settled.len(), m.state().outbox.len()), (20, 0));
     // One id to two targets: both found by id, resolved or not.
-    m.outbox_intent(&out("s3", &bob()), NOW).unwrap();
+    m.outbox_intent(out("s3", &bob()), NOW).unwrap();
     assert_eq!(m.state().outbox_by_id("s3").count(), 2);
     let bob_receipt = Receipt {
         message_id: "s3".into(),
@@ -1362,7 +1380,7 @@ fn resolved_entries_are_held_compactly_and_rebuild_exactly() {
     assert_eq!(m.state().outbox_by_id("s30").count(), 0);
     assert_eq!(m.state().outbox().count(), 21);
     assert_eq!(m.state().sent_target("p-alice"), Some(target(&alice())));
-    let (again, recs) = m.outbox_intent(&out("s3", &alice()), NOW).unwrap();
+    let (again, recs) = m.outbox_intent(out("s3", &alice()), NOW).unwrap();
     assert!(recs.is_empty() && again.receipt.unwrap().sequence == 4);
     assert_eq!(State::from_image(m.state().image()), *m.state());
 }
@@ -1375,7 +1393,7 @@ fn receipt_events_are_bounded_per_local_peer() {
     let n = kept + 5;
     for i in 0..n {
         let id = format!("e{i}");
-        records.extend(m.outbox_intent(&out(&id, &alice()), NOW).unwrap().1);
+        records.extend(m.outbox_intent(out(&id, &alice()), NOW).unwrap().1);
         let receipt = Receipt {
             message_id: id.clone(),
             from_peer_id: ME.into(),
@@ -1542,7 +1560,7 @@ proptest::proptest! {
 #[test]
 fn a_custody_answer_journals_its_receipt_once() {
     let mut m = machine();
-    let mut log = m.outbox_intent(&out("x1", &alice()), NOW).unwrap().1;
+    let mut log = m.outbox_intent(out("x1", &alice()), NOW).unwrap().1;
     let receipt = accepted_by("p-alice", "x1");
     let cursor = m.state().next_event.max(1);
     let (_, records) = m
@@ -1603,7 +1621,7 @@ fn a_custody_answer_at_the_event_bound_drops_the_oldest_event() {
     let accepted = |id: &str| accepted_by("p-alice", id);
     for i in 0..=kept {
         let id = format!("x{i}");
-        m.outbox_intent(&out(&id, &alice()), NOW).unwrap();
+        m.outbox_intent(out(&id, &alice()), NOW).unwrap();
         let (_, records) = m
             .outbox_result("p-alice", &id, Ok(accepted(&id)), NOW)
             .unwrap();

@@ -234,19 +234,49 @@ pub struct SortedPeerSend<'a> {
     version: u64,
 }
 
+impl<'a> SortedPeerSend<'a> {
+    /// `peer.send` params (this protocol's version) borrowed from where the message is kept,
+    /// so a delivery attempt copies none of it, its content least of all.
+    pub fn of_parts(
+        message_id: &'a str,
+        to: &'a str,
+        from_run: Option<&'a str>,
+        body: &'a MessageBody,
+        correlation_id: Option<&'a str>,
+        expires_at: Option<u64>,
+    ) -> SortedPeerSend<'a> {
+        SortedPeerSend {
+            content: &body.content,
+            correlation_id,
+            expires_at,
+            from_run,
+            message_id,
+            reply_to: body.reply_to.as_deref(),
+            to,
+            topic: body.topic.as_deref(),
+            version: crate::protocol::PROTOCOL_VERSION,
+        }
+    }
+
+    /// Bytes of content the params carry.
+    pub fn content_len(&self) -> usize {
+        self.content.len()
+    }
+}
+
 impl PeerSend {
     /// The params as the encoder writes them, without a `Value` (see [`SortedPeerSend`]).
     pub fn sorted(&self) -> SortedPeerSend<'_> {
         SortedPeerSend {
-            content: &self.body.content,
-            correlation_id: self.correlation_id.as_deref(),
-            expires_at: self.expires_at_ms,
-            from_run: self.from_run.as_deref(),
-            message_id: &self.message_id,
-            reply_to: self.body.reply_to.as_deref(),
-            to: &self.to,
-            topic: self.body.topic.as_deref(),
             version: self.version,
+            ..SortedPeerSend::of_parts(
+                &self.message_id,
+                &self.to,
+                self.from_run.as_deref(),
+                &self.body,
+                self.correlation_id.as_deref(),
+                self.expires_at_ms,
+            )
         }
     }
 

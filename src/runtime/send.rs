@@ -9,7 +9,7 @@ use crate::messaging::{
     InboundSend, MessageBody, MessageRef, OutboundSend, OutboxEntry, Principal, Receipt,
     RouteDecision, TargetRef, is_retryable,
 };
-use crate::protocol::message::{PeerSend, ReceiptPush};
+use crate::protocol::message::{ReceiptPush, SortedPeerSend};
 use crate::store::flush::{self, Answer};
 use crate::{clock, directory};
 use parking_lot::Mutex;
@@ -490,15 +490,14 @@ impl Core {
             _ => None,
         };
         let target = self.presence.target_of(&entry.to.instance_id, reach)?;
-        let send = PeerSend {
-            version: crate::protocol::PROTOCOL_VERSION,
-            message_id: entry.message_id.clone(),
-            to: entry.to.peer_id.clone(),
-            from_run,
-            body: entry.body.clone(),
-            correlation_id: Some(entry.correlation_id.clone()),
-            expires_at_ms: Some(entry.expires_at_ms),
-        };
+        let send = SortedPeerSend::of_parts(
+            &entry.message_id,
+            &entry.to.peer_id,
+            from_run.as_deref(),
+            &entry.body,
+            Some(&entry.correlation_id),
+            Some(entry.expires_at_ms),
+        );
         let (r, stated) = self
             .pool
             .peer_send(&target, &send, self.limits().acknowledgement_ms)

@@ -401,7 +401,7 @@ impl StoreHandle {
         let device = self.device;
         let before = self.shared.syncs_begun();
         let (receipt, new) = self.write_quiet(move |m, r, now| {
-            m.accept(&from, &send, r, now)
+            m.accept(&from, send, r, now)
                 .map(|(receipt, recs)| ((receipt, !recs.is_empty()), recs))
         })?;
         let stated =
@@ -414,7 +414,7 @@ impl StoreHandle {
     /// message was accepted. Its commit does not wake the root worker: the caller drives the
     /// route and calls [`nudge_worker`](Self::nudge_worker) if it leaves the entry unresolved.
     pub fn outbox_intent_written(&self, send: OutboundSend) -> Result<(OutboxEntry, SyncTicket)> {
-        self.write_written(move |m, _, now| m.outbox_intent(&send, now))
+        self.write_written(move |m, _, now| m.outbox_intent(send, now))
     }
 
     /// The send path's intent made durable before returning, for tests that need a settled

@@ -1072,7 +1072,7 @@ fn reads_run_in_the_caller_and_see_only_durable_state_unless_they_peek() {
     // An applied-only write is answered while its batch's fdatasync is held back.
     let w = h.clone();
     let applied = w
-        .write_applied(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .write_applied(|m, r, now| m.accept(&sender(1), send("m0"), r, now))
         .unwrap();
     assert_eq!(applied.sequence, 1);
     assert_eq!(h.stats().syncs, 0, "answered before its sync");
@@ -1106,7 +1106,7 @@ fn applied_only_batches_ride_the_next_sync() {
     let h = s.handle();
     h.set_live(ME);
     let syncs = h.stats().syncs;
-    h.write_applied(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+    h.write_applied(|m, r, now| m.accept(&sender(1), send("m0"), r, now))
         .unwrap();
     // The next durable write's one fdatasync covers both frames.
     h.accept(sender(1), send("m1")).unwrap();
@@ -1114,11 +1114,11 @@ fn applied_only_batches_ride_the_next_sync() {
     assert_eq!(st.syncs - syncs, 1);
     assert_eq!(st.batches, 2);
     // Alone, a deferred frame is synced by a durable read, or once the store stays quiet.
-    h.write_applied(|m, r, now| m.accept(&sender(1), &send("m2"), r, now))
+    h.write_applied(|m, r, now| m.accept(&sender(1), send("m2"), r, now))
         .unwrap();
     assert_eq!(h.query(|m| m.unread().len()).unwrap(), 3);
     assert_eq!(h.stats().syncs - syncs, 2);
-    h.write_applied(|m, r, now| m.accept(&sender(1), &send("m3"), r, now))
+    h.write_applied(|m, r, now| m.accept(&sender(1), send("m3"), r, now))
         .unwrap();
     let t = std::time::Instant::now();
     while h.stats().syncs - syncs < 3 {
@@ -1144,7 +1144,7 @@ fn a_written_write_is_answered_before_its_sync_and_its_ticket_waits_for_it() {
     let empty = journal_len(&home);
     // Answered while its fdatasync is held, its frame already in the file.
     let (r, ticket) = h
-        .write_written(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .write_written(|m, r, now| m.accept(&sender(1), send("m0"), r, now))
         .unwrap();
     assert_eq!(r.sequence, 1);
     assert!(
@@ -1169,7 +1169,7 @@ fn a_written_write_is_answered_before_its_sync_and_its_ticket_waits_for_it() {
     assert_eq!(h.stats().syncs, 1);
     // A retry adds no records: its ticket is the batch it read, already durable.
     let (_, again) = h
-        .write_written(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .write_written(|m, r, now| m.accept(&sender(1), send("m0"), r, now))
         .unwrap();
     assert_eq!(again, ticket);
     h.wait_durable(again).unwrap();
@@ -1191,7 +1191,7 @@ fn a_failed_sync_fails_the_wait_of_a_written_write() {
     let h = s.handle();
     h.set_live(ME);
     let (_, ticket) = h
-        .write_written(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .write_written(|m, r, now| m.accept(&sender(1), send("m0"), r, now))
         .unwrap();
     assert_eq!(
         h.wait_durable(ticket).unwrap_err().code,
@@ -1202,7 +1202,7 @@ fn a_failed_sync_fails_the_wait_of_a_written_write() {
     let e = h.accept(sender(1), send("m1")).unwrap_err();
     assert_eq!(e.code, Code::RecoveryRequired);
     let e = h
-        .write_written(|m, r, now| m.accept(&sender(1), &send("m2"), r, now))
+        .write_written(|m, r, now| m.accept(&sender(1), send("m2"), r, now))
         .unwrap_err();
     assert_eq!(e.code, Code::RecoveryRequired);
     assert_eq!(
@@ -1309,14 +1309,14 @@ fn a_durable_read_sees_a_write_queued_before_it() {
     let h = s.handle();
     // Nothing queued: answered in this thread.
     let t = h
-        .write_queued(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .write_queued(|m, r, now| m.accept(&sender(1), send("m0"), r, now))
         .unwrap();
     assert_eq!(h.query(|m| m.unread().len()).unwrap(), 1);
     drop(t);
     // Hold the writer in a read job, queue a write behind it, read from another thread.
     let held = hold_writer(&h);
     let t = h
-        .write_queued(|m, r, now| m.accept(&sender(1), &send("m1"), r, now))
+        .write_queued(|m, r, now| m.accept(&sender(1), send("m1"), r, now))
         .unwrap();
     let (tx, rx) = crossbeam_channel::bounded(1);
     let reader = {
@@ -1352,7 +1352,7 @@ fn a_caller_that_finds_the_writer_free_commits_in_its_own_thread() {
     let r = h
         .write(move |m, r, now| {
             *seen.lock() = Some(std::thread::current().id());
-            m.accept(&sender(1), &send("m0"), r, now)
+            m.accept(&sender(1), send("m0"), r, now)
         })
         .unwrap();
     assert_eq!(r.sequence, 1);
@@ -1360,7 +1360,7 @@ fn a_caller_that_finds_the_writer_free_commits_in_its_own_thread() {
     assert_eq!(h.stats().syncs - syncs, 1, "and synced before it returned");
     // A written write is not synced on its way; waiting for it leads the sync.
     let (_, ticket) = h
-        .write_written(|m, r, now| m.accept(&sender(1), &send("m1"), r, now))
+        .write_written(|m, r, now| m.accept(&sender(1), send("m1"), r, now))
         .unwrap();
     h.wait_durable(ticket).unwrap();
     assert_eq!(h.stats().syncs - syncs, 2);
@@ -1385,7 +1385,7 @@ fn a_job_queued_while_a_leader_holds_the_writer_is_answered() {
                 let r = match kind {
                     0 => h.accept(sender(1), send(&id)).map(|r| r.sequence),
                     1 => h
-                        .write_written(move |m, r, now| m.accept(&sender(1), &send(&id), r, now))
+                        .write_written(move |m, r, now| m.accept(&sender(1), send(&id), r, now))
                         .and_then(|(r, t)| h.wait_durable(t).map(|()| r.sequence)),
                     _ => h.query_in_writer(|m| m.unread().len() as u64),
                 };
@@ -1442,7 +1442,7 @@ fn concurrent_leaders(l: &Limits, tag: &str) -> TempHome {
                     let from = sender(t as u8);
                     let op = move |m: &mut Machine, r: &Recipients, now| {
                         ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        m.accept(&from, &send(&id), r, now)
+                        m.accept(&from, send(&id), r, now)
                     };
                     let r = match (t + i) % 3 {
                         0 => h.write(op).unwrap(),
@@ -1503,7 +1503,7 @@ fn a_held_sync_blocks_the_leader_and_queues_the_rest() {
             let seen = ran.clone();
             let r = h.write(move |m, r, now| {
                 *seen.lock() = Some(std::thread::current().id());
-                m.accept(&sender(1), &send(id), r, now)
+                m.accept(&sender(1), send(id), r, now)
             });
             tx.send((r.map(|r| r.sequence), *ran.lock() == Some(tid)))
                 .unwrap();
@@ -1546,10 +1546,10 @@ fn an_intent_frame_is_written_out_not_synced_and_the_timer_still_syncs_it() {
     // A deferred frame first: the intent's write-out covers it too, so no unwritten gap can
     // lie before the intent's frame after a power loss.
     let start = h.stats().journal_bytes;
-    h.write_applied(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+    h.write_applied(|m, r, now| m.accept(&sender(1), send("m0"), r, now))
         .unwrap();
     let (_, ticket) = h
-        .write_written(|m, r, now| m.accept(&sender(1), &send("m1"), r, now))
+        .write_written(|m, r, now| m.accept(&sender(1), send("m1"), r, now))
         .unwrap();
     let st = h.stats();
     assert_eq!(
@@ -1595,7 +1595,7 @@ fn wait_durable_leads_the_sync_of_a_written_out_intent() {
     h.set_live(ME);
     let syncs = h.stats().syncs;
     let (_, ticket) = h
-        .write_written(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .write_written(|m, r, now| m.accept(&sender(1), send("m0"), r, now))
         .unwrap();
     assert_eq!(
         h.stats().syncs,
@@ -1657,7 +1657,7 @@ fn a_failed_write_out_fails_the_intent_and_poisons() {
     let h = s.handle();
     h.set_live(ME);
     let e = h
-        .write_written(|m, r, now| m.accept(&sender(1), &send("m0"), r, now))
+        .write_written(|m, r, now| m.accept(&sender(1), send("m0"), r, now))
         .unwrap_err();
     assert_eq!(e.code, Code::Io, "{e:?}");
     assert!(h.stats().poisoned);

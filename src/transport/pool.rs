@@ -439,10 +439,10 @@ impl Pool {
     pub fn peer_send(
         &self,
         target: &Target,
-        send: &message::PeerSend,
+        send: &message::SortedPeerSend<'_>,
         timeout_ms: u64,
     ) -> Result<(message::Receipt, Option<u64>)> {
-        let params = (&send.sorted(), send.body.content.len());
+        let params = (send, send.content_len());
         match self.reply(target, "peer.send", params, timeout_ms)? {
             Reply::Text(raw) => hot::stated_receipt(&raw),
             Reply::Value(v) => {
