@@ -58,7 +58,7 @@ mod tests;
 
 pub use ids::{derive_message_id, new_message_id};
 pub use machine::{Machine, Outcome};
-pub use outbound::is_retryable;
+pub use outbound::{RouteView, is_retryable};
 pub use route::{RouteDecision, RouteQueue};
 pub use state::{Record, State, StateImage};
 pub use types::*;

@@ -325,13 +325,30 @@ impl Machine {
     }
 
     /// Unresolved entries of the route `from_peer_id` → `to_peer_id`, in send order (from the
-    /// per-route index: the cost follows the route's backlog, not the outbox's history).
+    /// per-route index: the cost follows the route's backlog, not the outbox's history). The
+    /// tests' reference for [`route_view`](Self::route_view), which the send path reads.
+    #[cfg(test)]
     pub fn route_pending(&self, from_peer_id: &str, to_peer_id: &str) -> Vec<OutboxEntry> {
         self.state
             .route_pending_ids(from_peer_id, to_peer_id)
             .filter_map(|id| self.state.unresolved_get(to_peer_id, id))
             .cloned()
             .collect()
+    }
+
+    /// What a route's driver reads: its head (the first unresolved entry, copied) and
+    /// whether `want` is still unresolved on it, without copying the entries queued behind
+    /// the head (a backlog of up to `inboxMessages` bodies per read).
+    pub fn route_view(
+        &self,
+        from_peer_id: &str,
+        to_peer_id: &str,
+        want: Option<&str>,
+    ) -> RouteView {
+        RouteView {
+            head: self.route_head(from_peer_id, to_peer_id).cloned(),
+            want_pending: want.is_some_and(|w| self.state.route_holds(from_peer_id, to_peer_id, w)),
+        }
     }
 
     /// The first unresolved entry of a route, if any.
@@ -346,6 +363,15 @@ impl Machine {
     pub fn pending_routes(&self) -> Vec<(String, String)> {
         self.state.pending_route_keys().cloned().collect()
     }
+}
+
+/// A route as its driver reads it (see [`Machine::route_view`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouteView {
+    /// The first unresolved entry: the only one that may be sent.
+    pub head: Option<OutboxEntry>,
+    /// The message the caller waits for is still unresolved on this route.
+    pub want_pending: bool,
 }
 
 /// `NOT_FOUND` for an outgoing message the outbox does not hold.

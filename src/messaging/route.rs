@@ -1,7 +1,7 @@
 //! Per-route send order (sender → recipient): only the unresolved head may be sent; it is
 //! retried with bounded exponential backoff (`routeRetries`, capped at `acknowledgementMs`)
 //! before any later message on that route advances. Pure: the caller supplies time and the
-//! route's unresolved entries (from `route_pending`).
+//! route's head, its first unresolved entry (from `route_view`).
 
 use super::types::OutboxEntry;
 use crate::config::Limits;
@@ -42,9 +42,14 @@ impl RouteQueue {
         (limits.acknowledgement_ms >> shift).max(1)
     }
 
-    /// Decides what to do given the route's unresolved entries in send order.
-    pub fn next(&mut self, pending: &[OutboxEntry], limits: &Limits, now_ms: u64) -> RouteDecision {
-        let Some(head) = pending.first() else {
+    /// Decides what to do given the route's head (its first unresolved entry in send order).
+    pub fn next(
+        &mut self,
+        head: Option<&OutboxEntry>,
+        limits: &Limits,
+        now_ms: u64,
+    ) -> RouteDecision {
+        let Some(head) = head else {
             *self = RouteQueue::default();
             return RouteDecision::Idle;
         };
@@ -68,8 +73,8 @@ impl RouteQueue {
     }
 
     /// True when `message_id` is the head and may be transmitted now.
-    pub fn may_send(&self, pending: &[OutboxEntry], message_id: &str) -> bool {
-        pending.first().is_some_and(|h| h.message_id == message_id)
+    pub fn may_send(&self, head: Option<&OutboxEntry>, message_id: &str) -> bool {
+        head.is_some_and(|h| h.message_id == message_id)
             && self.head.as_deref() == Some(message_id)
             && self.in_flight
     }

@@ -576,6 +576,18 @@ impl State {
     }
 
     /// How many entries of one route are unresolved.
+    /// Whether `message_id` is one of the route's unresolved entries (by its send order:
+    /// no walk over the route).
+    pub fn route_holds(&self, from: &str, to: &str, message_id: &str) -> bool {
+        let Some(e) = self.unresolved_get(to, message_id) else {
+            return false;
+        };
+        self.pending
+            .get(pair!(from, to))
+            .and_then(|r| r.get(&e.order))
+            .is_some_and(|id| id == message_id)
+    }
+
     pub fn route_pending_count(&self, from: &str, to: &str) -> usize {
         self.pending.get(pair!(from, to)).map_or(0, |r| r.len())
     }

@@ -889,15 +889,16 @@ fn route_queue_serializes_and_backs_off() {
     let mut m = machine();
     m.outbox_intent(out("x1", &alice()), NOW).unwrap();
     m.outbox_intent(out("x2", &alice()), NOW).unwrap();
-    let pending = m.route_pending(ME, "p-alice");
+    let view = m.route_view(ME, "p-alice", None);
+    let pending = view.head.as_ref();
     let mut q = RouteQueue::new();
     assert_eq!(
-        q.next(&pending, &limits, NOW),
+        q.next(pending, &limits, NOW),
         RouteDecision::Send("x1".into())
     );
-    assert!(q.may_send(&pending, "x1"));
+    assert!(q.may_send(pending, "x1"));
     assert!(
-        !q.may_send(&pending, "x2"),
+        !q.may_send(pending, "x2"),
         "a later message never overtakes the head"
     );
     let mut t = NOW;
@@ -905,12 +906,12 @@ fn route_queue_serializes_and_backs_off() {
         q.failed("x1", &limits, t);
         let wait = RouteQueue::backoff_ms(&limits, failure);
         assert_eq!(
-            q.next(&pending, &limits, t),
+            q.next(pending, &limits, t),
             RouteDecision::WaitUntil(t + wait)
         );
         t += wait;
         assert_eq!(
-            q.next(&pending, &limits, t),
+            q.next(pending, &limits, t),
             RouteDecision::Send("x1".into())
         );
     }
@@ -920,23 +921,62 @@ fn route_queue_serializes_and_backs_off() {
     );
     q.failed("x1", &limits, t);
     assert_eq!(
-        q.next(&pending, &limits, t + limits.acknowledgement_ms),
+        q.next(pending, &limits, t + limits.acknowledgement_ms),
         RouteDecision::GaveUp("x1".into())
     );
     q.reset();
     assert_eq!(
-        q.next(&pending, &limits, t),
+        q.next(pending, &limits, t),
         RouteDecision::Send("x1".into())
     );
     m.outbox_result("p-alice", "x1", Err(Code::ScopeDenied), t)
         .unwrap();
     q.resolved("x1");
-    let pending = m.route_pending(ME, "p-alice");
+    let view = m.route_view(ME, "p-alice", None);
     assert_eq!(
-        q.next(&pending, &limits, t),
+        q.next(view.head.as_ref(), &limits, t),
         RouteDecision::Send("x2".into())
     );
-    assert_eq!(q.next(&[], &limits, t), RouteDecision::Idle);
+    assert_eq!(q.next(None, &limits, t), RouteDecision::Idle);
+}
+
+/// A route's driver reads its head and whether the message it waits for is still
+/// unresolved there, as the whole list of unresolved entries would tell it, whatever the
+/// backlog behind the head.
+#[test]
+fn a_route_view_is_the_head_of_the_unresolved_list() {
+    let mut m = machine();
+    let ids: Vec<String> = (0..6).map(|i| format!("q{i}")).collect();
+    for id in &ids {
+        m.outbox_intent(out(id, &alice()), NOW).unwrap();
+    }
+    m.outbox_intent(out("b1", &bob()), NOW).unwrap();
+    let check = |m: &Machine| {
+        let pending = m.route_pending(ME, "p-alice");
+        for want in ids.iter().map(String::as_str).chain(["b1", "nope"]) {
+            let view = m.route_view(ME, "p-alice", Some(want));
+            assert_eq!(view.head.as_ref(), pending.first(), "{want}");
+            assert_eq!(
+                view.want_pending,
+                pending.iter().any(|e| e.message_id == want),
+                "{want}"
+            );
+        }
+        assert!(!m.route_view(ME, "p-alice", None).want_pending);
+        // Another sender's route to the same target holds none of them.
+        assert!(!m.route_view("p-other", "p-alice", Some("q1")).want_pending);
+    };
+    check(&m);
+    // Resolved at the head, in the middle, and at the end.
+    for id in ["q0", "q3", "q5"] {
+        m.outbox_result("p-alice", id, Err(Code::ScopeDenied), NOW)
+            .unwrap();
+        check(&m);
+    }
+    assert_eq!(
+        m.route_view(ME, "p-alice", None).head.map(|e| e.message_id),
+        Some("q1".to_string())
+    );
 }
 
 #[test]

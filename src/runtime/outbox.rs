@@ -4,7 +4,7 @@
 
 use crate::config::internal::{PUSH_RETRY_MAX_MS, SUBSCRIPTIONS_MAX, WORKER_TICK_MS};
 use crate::error::{Code, Error, Result};
-use crate::messaging::{OutboxEntry, ReceiptState, RouteQueue};
+use crate::messaging::{ReceiptState, RouteQueue, RouteView};
 use crate::store::{Applying, StoreHandle};
 use crate::transport::Notifier;
 use parking_lot::Mutex;
@@ -22,21 +22,22 @@ pub struct Route {
     /// The sender's copy of the last receipt this route got, queued to the store writer
     /// without waiting: until it is applied, a read of the route's unresolved entries would
     /// still list that message, so the next driver waits for it first
-    /// ([`settled_pending`](Self::settled_pending)).
+    /// ([`settled_view`](Self::settled_view)).
     pub receipt: Option<Applying<()>>,
 }
 
 impl Route {
-    /// The route's unresolved entries, as applied, read only once the receipt this route last
-    /// queued is applied: otherwise the message that receipt resolved would still be listed
-    /// and sent again. Usually it already is: the writer takes jobs in order and took it long
-    /// before any job queued after it.
-    pub fn settled_pending(
+    /// The route as applied (its head, and whether `want` is still unresolved on it), read
+    /// only once the receipt this route last queued is applied: otherwise the message that
+    /// receipt resolved would still be the head and sent again. Usually it already is: the
+    /// writer takes jobs in order and took it long before any job queued after it.
+    pub fn settled_view(
         &mut self,
         store: &StoreHandle,
         from: &str,
         to: &str,
-    ) -> Result<Vec<OutboxEntry>> {
+        want: Option<&str>,
+    ) -> Result<RouteView> {
         if let Some(ticket) = self.receipt.take() {
             match store.wait_applied(ticket) {
                 // A write the custody machine refused applied nothing: the state reads as is.
@@ -44,7 +45,7 @@ impl Route {
                 _ => {}
             }
         }
-        store.route_pending(from, to)
+        store.route_view(from, to, want)
     }
 
     /// Whether the route holds anything worth keeping when nobody drives it: a head that

@@ -324,19 +324,20 @@ impl Core {
         let mut r = route.lock();
         let mut last_err: Option<Error> = None;
         loop {
-            let pending = match r.settled_pending(&self.store, from, &to.peer_id) {
-                Ok(p) => p,
+            let view = match r.settled_view(&self.store, from, &to.peer_id, want) {
+                Ok(v) => v,
                 Err(e) => return want.map(|_| Err(e)),
             };
-            if let Some(w) = want.filter(|w| !pending.iter().any(|e| e.message_id == *w)) {
+            if let Some(w) = want.filter(|_| !view.want_pending) {
                 return Some(from_state(self.outbox_answer(from, &to.peer_id, w)));
             }
-            match r.queue.next(&pending, self.limits(), clock::now_ms()) {
+            let head = view.head.as_ref();
+            match r.queue.next(head, self.limits(), clock::now_ms()) {
                 RouteDecision::Idle => {
                     return want.map(|w| from_state(self.outbox_answer(from, &to.peer_id, w)));
                 }
                 RouteDecision::Send(id) => {
-                    let Some(entry) = pending.iter().find(|e| e.message_id == id) else {
+                    let Some(entry) = head.filter(|e| e.message_id == id) else {
                         continue;
                     };
                     // `pending` was read as applied: an intent another caller just made may
@@ -361,10 +362,7 @@ impl Core {
                     std::thread::sleep(Duration::from_millis(pause.max(1)));
                 }
                 RouteDecision::WaitUntil(_) | RouteDecision::GaveUp(_) => {
-                    let head = pending
-                        .first()
-                        .map(|e| e.message_id.clone())
-                        .unwrap_or_default();
+                    let head = head.map(|e| e.message_id.clone()).unwrap_or_default();
                     let cause = last_err.take().or_else(|| {
                         self.outbox
                             .route_errors
@@ -397,7 +395,7 @@ impl Core {
                 // copy need be neither durable nor applied before the caller hears `accepted`
                 // (a crash before its record is durable only makes recovery re-ask, and the
                 // recipient answers the same receipt). The route keeps the ticket and waits for
-                // it before it next reads its unresolved entries (`Route::settled_pending`).
+                // it before it next reads its route (`Route::settled_view`).
                 match self.store.outbox_receipt_queued(
                     &entry.to.peer_id,
                     &entry.message_id,
@@ -529,9 +527,9 @@ impl Core {
         let key = (e.from_peer_id.clone(), e.to.peer_id.clone());
         let head = self
             .store
-            .route_pending(&e.from_peer_id, &e.to.peer_id)
+            .route_view(&e.from_peer_id, &e.to.peer_id, None)
             .ok()
-            .and_then(|p| p.first().map(|h| h.message_id.clone()));
+            .and_then(|v| v.head.map(|h| h.message_id));
         if let Some(h) = head.filter(|h| *h != e.message_id) {
             return format!("waits behind unresolved message {h} on this route");
         }

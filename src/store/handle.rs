@@ -22,7 +22,7 @@ use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::messaging::{
     InboundSend, InboxEntry, Machine, MessageRef, OutboundSend, OutboxEntry, Outcome, Principal,
-    PushEntry, ReadQuery, ReadResult, Receipt, ReceiptState, Recipients, SweepReport,
+    PushEntry, ReadQuery, ReadResult, Receipt, ReceiptState, Recipients, RouteView, SweepReport,
 };
 use crossbeam_channel::Sender;
 use parking_lot::RwLock;
@@ -533,8 +533,15 @@ impl StoreHandle {
     }
 
     /// The unresolved entries of one route, as applied (see [`peek`](Self::peek)).
+    #[cfg(test)]
     pub fn route_pending(&self, from_peer_id: &str, to_peer_id: &str) -> Result<Vec<OutboxEntry>> {
         self.peek(|m| m.route_pending(from_peer_id, to_peer_id))
+    }
+
+    /// One route's head and whether `want` is unresolved on it, as applied (see
+    /// [`peek`](Self::peek) and `Machine::route_view`).
+    pub fn route_view(&self, from: &str, to: &str, want: Option<&str>) -> Result<RouteView> {
+        self.peek(|m| m.route_view(from, to, want))
     }
 
     /// Routes with an unresolved head, as applied (see [`peek`](Self::peek)).
