@@ -575,7 +575,6 @@ impl State {
         full.chain(settled)
     }
 
-    /// How many entries of one route are unresolved.
     /// Whether `message_id` is one of the route's unresolved entries (by its send order:
     /// no walk over the route).
     pub fn route_holds(&self, from: &str, to: &str, message_id: &str) -> bool {
@@ -588,6 +587,7 @@ impl State {
             .is_some_and(|id| id == message_id)
     }
 
+    /// How many entries of one route are unresolved.
     pub fn route_pending_count(&self, from: &str, to: &str) -> usize {
         self.pending.get(pair!(from, to)).map_or(0, |r| r.len())
     }

@@ -340,7 +340,7 @@ impl Core {
                     let Some(entry) = head.filter(|e| e.message_id == id) else {
                         continue;
                     };
-                    // `pending` was read as applied: an intent another caller just made may
+                    // The head was read as applied: an intent another caller just made may
                     // not be in the journal file yet, and no byte of it leaves before it is.
                     if let Err(e) = self.store.wait_written() {
                         return want.map(|_| Err(e));

@@ -405,8 +405,8 @@ impl Pool {
     }
 
     /// [`Pool::request`] with params of any type that serialises as their `Value` would (a
-    /// `Value`, or a typed request's sorted params), the answer as it came.
-    /// A request to `target` and its answer; `params` with the bytes of peer text they carry.
+    /// `Value`, or a typed request's sorted params), the answer as it came. `params` comes
+    /// with the bytes of peer text it carries (its frame's buffer is sized for them).
     fn reply<P: serde::Serialize + ?Sized>(
         &self,
         target: &Target,
