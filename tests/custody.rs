@@ -590,6 +590,19 @@ fn a_restarted_sender_delivers_what_its_dead_predecessor_left_exactly_once() {
             stderr(&o)
         );
     }
+    // peer status says why each is unresolved: o-2 waits behind the route's head, o-1.
+    let why = |id: &str| {
+        status_of(&ns, &alice, id)["reason"]
+            .as_str()
+            .map(str::to_string)
+    };
+    let behind = why("o-2").unwrap_or_default();
+    assert!(
+        behind.contains("waits behind unresolved message o-1"),
+        "{behind}"
+    );
+    let head = why("o-1").unwrap_or_default();
+    assert!(!head.contains("waits behind"), "{head}");
     alice.signal(Signal::SIGKILL);
     alice.wait();
     // Before anyone takes over, the old store shows both as unresolved.
