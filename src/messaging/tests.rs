@@ -114,7 +114,7 @@ fn accept_assigns_per_recipient_sequences_and_default_correlation() {
     let mut s = send("m2", "b");
     s.to_peer_id = CHILD.into();
     s.correlation_id = Some("c-9".into());
-    let (r2, _) = m.accept(&bob(), s.clone(), &recipients(), NOW).unwrap();
+    let (r2, _) = m.accept(&bob(), s, &recipients(), NOW).unwrap();
     assert_eq!(
         (
             r2.sequence,
@@ -181,17 +181,14 @@ fn changed_content_topic_or_reply_conflicts() {
     let mut s = send("m1", "a");
     s.body.topic = Some("t".into());
     assert_eq!(
-        code(m.accept(&alice(), s.clone(), &recipients(), NOW)),
+        code(m.accept(&alice(), s, &recipients(), NOW)),
         Code::MessageIdConflict
     );
     let mut m2 = machine();
     m2.outbox_intent(out("x1", &alice()), NOW).unwrap();
     let mut o = out("x1", &alice());
     o.body.content = "changed".into();
-    assert_eq!(
-        code(m2.outbox_intent(o.clone(), NOW)),
-        Code::MessageIdConflict
-    );
+    assert_eq!(code(m2.outbox_intent(o, NOW)), Code::MessageIdConflict);
     let (same, recs) = m2.outbox_intent(out("x1", &alice()), NOW).unwrap();
     assert!(recs.is_empty());
     assert_eq!(same.message_id, "x1");
@@ -209,10 +206,7 @@ fn liveness_size_and_ids_are_checked() {
         Code::TargetEnded
     );
     s.to_peer_id = "p-unknown".into();
-    assert_eq!(
-        code(m.accept(&alice(), s.clone(), &rec, NOW)),
-        Code::NotFound
-    );
+    assert_eq!(code(m.accept(&alice(), s, &rec, NOW)), Code::NotFound);
     let big = "é".repeat(4_001); // 8,002 UTF-8 bytes, 4,001 chars
     assert_eq!(
         code(m.accept(&alice(), send("m2", &big), &rec, NOW)),
@@ -242,7 +236,7 @@ fn expiry_rules() {
         Code::Expired
     );
     s.expires_at_ms = Some(NOW + lim.max_expiry_ms);
-    m.accept(&alice(), s.clone(), &recipients(), NOW).unwrap();
+    m.accept(&alice(), s, &recipients(), NOW).unwrap();
     // Sweep expires the unconsumed message and queues a receipt for its sender.
     let (rep, recs) = m.sweep(NOW + lim.max_expiry_ms).unwrap();
     assert_eq!(rep.expired_inbox, 1);
@@ -276,11 +270,11 @@ fn queue_full_at_inbox_limit_and_retry_after_consumption() {
     // Another recipient of the same root has its own queue.
     let mut s = send("m-child", "x");
     s.to_peer_id = CHILD.into();
-    m.accept(&alice(), s.clone(), &recipients(), NOW).unwrap();
+    m.accept(&alice(), s, &recipients(), NOW).unwrap();
     m.mark(ME, &MessageRef::Sequence(1), ReceiptState::Consumed, NOW)
         .unwrap();
     let (r, _) = m
-        .accept(&alice(), thirty_third.clone(), &recipients(), NOW)
+        .accept(&alice(), thirty_third, &recipients(), NOW)
         .unwrap();
     assert_eq!(r.sequence, limits.inbox_messages + 1);
 }
@@ -557,10 +551,7 @@ fn resolved_entries_leave_the_route_index_and_keep_only_a_digest() {
     assert!(recs.is_empty() && again.receipt.is_some());
     let mut other = long("h2");
     other.body.content = "changed".into();
-    assert_eq!(
-        code(m.outbox_intent(other.clone(), NOW)),
-        Code::MessageIdConflict
-    );
+    assert_eq!(code(m.outbox_intent(other, NOW)), Code::MessageIdConflict);
     for id in ["h1", "h3"] {
         m.outbox_result("p-alice", id, Ok(accepted(id)), NOW)
             .unwrap();
@@ -636,13 +627,13 @@ fn a_retry_from_another_incarnation_of_the_same_session_gets_the_original() {
     let mut changed = first.clone();
     changed.body.content = "other".into();
     assert_eq!(
-        code(m.accept(&alice_restarted(), changed.clone(), &recipients(), NOW)),
+        code(m.accept(&alice_restarted(), changed, &recipients(), NOW)),
         Code::MessageIdConflict
     );
     // Another session's message with the same id is its own message.
     let mut other = first.clone();
     other.origin = Some("s-bob".into());
-    let (r4, _) = m.accept(&bob(), other.clone(), &recipients(), NOW).unwrap();
+    let (r4, _) = m.accept(&bob(), other, &recipients(), NOW).unwrap();
     assert_ne!(r4.sequence, r1.sequence);
     // Replay of the journal reproduces the indexes.
     let image = m.state().image();
@@ -698,7 +689,7 @@ fn replies_are_validated_on_both_sides() {
     let mut m = machine();
     let mut o = out("x1", &alice());
     o.correlation_id = Some("c-1".into());
-    m.outbox_intent(o.clone(), NOW).unwrap();
+    m.outbox_intent(o, NOW).unwrap();
     let mut reply = send("r1", "answer");
     reply.body.reply_to = Some("x1".into());
     let (r, _) = m
@@ -718,7 +709,7 @@ fn replies_are_validated_on_both_sides() {
     );
     r2.body.reply_to = Some("nope".into());
     assert_eq!(
-        code(m.accept(&alice(), r2.clone(), &recipients(), NOW)),
+        code(m.accept(&alice(), r2, &recipients(), NOW)),
         Code::InvalidReply
     );
     // A different correlation id under the same conversation is refused.
@@ -726,7 +717,7 @@ fn replies_are_validated_on_both_sides() {
     r3.message_id = "r3".into();
     r3.correlation_id = Some("c-other".into());
     assert_eq!(
-        code(m.accept(&alice(), r3.clone(), &recipients(), NOW)),
+        code(m.accept(&alice(), r3, &recipients(), NOW)),
         Code::InvalidReply
     );
     // The reply went to ME; the child cannot claim it as a reply to its own message.
@@ -734,7 +725,7 @@ fn replies_are_validated_on_both_sides() {
     r4.message_id = "r4".into();
     r4.to_peer_id = CHILD.into();
     assert_eq!(
-        code(m.accept(&alice(), r4.clone(), &recipients(), NOW)),
+        code(m.accept(&alice(), r4, &recipients(), NOW)),
         Code::InvalidReply
     );
 }
@@ -744,17 +735,17 @@ fn sender_side_reply_needs_a_message_from_that_exact_incarnation() {
     let mut m = machine();
     let mut s = send("m1", "question");
     s.correlation_id = Some("c-7".into());
-    m.accept(&alice(), s.clone(), &recipients(), NOW).unwrap();
+    m.accept(&alice(), s, &recipients(), NOW).unwrap();
     let mut o = out("x1", &alice());
     o.body.reply_to = Some("m1".into());
-    let (e, _) = m.outbox_intent(o.clone(), NOW).unwrap();
+    let (e, _) = m.outbox_intent(o, NOW).unwrap();
     assert_eq!(e.correlation_id, "c-7");
     let mut o2 = out("x2", &alice_restarted());
     o2.body.reply_to = Some("m1".into());
-    assert_eq!(code(m.outbox_intent(o2.clone(), NOW)), Code::InvalidReply);
+    assert_eq!(code(m.outbox_intent(o2, NOW)), Code::InvalidReply);
     let mut o3 = out("x3", &bob());
     o3.body.reply_to = Some("m1".into());
-    assert_eq!(code(m.outbox_intent(o3.clone(), NOW)), Code::InvalidReply);
+    assert_eq!(code(m.outbox_intent(o3, NOW)), Code::InvalidReply);
     // Custody of the reply marks the question replied (with an implicit context marker).
     let r = Receipt {
         message_id: "x1".into(),
@@ -1128,7 +1119,7 @@ mod model {
                 if *origin {
                     s.origin = Some(format!("s-{}", sender / 2));
                 }
-                m.accept(&principal(*sender), s.clone(), &recipients(), *now)
+                m.accept(&principal(*sender), s, &recipients(), *now)
                     .map(|x| x.1)
             }
             Op::Mark { seq, consume } => {
