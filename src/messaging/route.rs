@@ -72,7 +72,9 @@ impl RouteQueue {
         RouteDecision::Send(head.message_id.clone())
     }
 
-    /// True when `message_id` is the head and may be transmitted now.
+    /// True when `message_id` is the head and may be transmitted now (the tests' statement
+    /// of the rule; the send path acts on `next`'s decision).
+    #[cfg(test)]
     pub fn may_send(&self, head: Option<&OutboxEntry>, message_id: &str) -> bool {
         head.is_some_and(|h| h.message_id == message_id)
             && self.head.as_deref() == Some(message_id)
