@@ -90,6 +90,7 @@ impl Machine {
             "the entry deduplicates under its own key"
         );
         let receipt = entry.receipt();
+        let entry = std::sync::Arc::new(entry);
         Ok((receipt, self.commit(vec![Record::InboxAdded { entry }])))
     }
 

@@ -163,6 +163,7 @@ impl Machine {
                 .state
                 .inbox
                 .get(&(recipient.to_string(), *seq))
+                .map(|e| &**e)
                 .ok_or_else(not_found),
             MessageRef::Id(wanted) => {
                 let range = (recipient.to_string(), 0)..=(recipient.to_string(), u64::MAX);
@@ -248,7 +249,7 @@ impl Machine {
             .inbox
             .values()
             .filter(|e| matches!(e.state, ReceiptState::Accepted | ReceiptState::Prepared))
-            .cloned()
+            .map(|e| InboxEntry::clone(e))
             .collect()
     }
 }

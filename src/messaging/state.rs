@@ -19,7 +19,8 @@ pub use crate::config::internal::RECEIPT_RESERVE_BYTES;
 #[serde(tag = "t", rename_all = "camelCase")]
 pub enum Record {
     InboxAdded {
-        entry: InboxEntry,
+        /// Shared with the state that applies it, so applying it copies no message.
+        entry: std::sync::Arc<InboxEntry>,
     },
     InboxState {
         recipient: String,
@@ -105,7 +106,9 @@ pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct State {
     /// (recipient peerId, sequence) → entry.
-    pub(crate) inbox: BTreeMap<(String, u64), InboxEntry>,
+    /// Shared with the record that added each entry until that record is journaled; an entry
+    /// changed later is copied only if its record is still held (`Arc::make_mut`).
+    pub(crate) inbox: BTreeMap<(String, u64), std::sync::Arc<InboxEntry>>,
     pub(crate) dedup: FastMap<DedupKey, (String, u64)>,
     pub(crate) origins: FastMap<OriginKey, (String, u64)>,
     /// The sending session each sender instance stated (from entries that carry an origin),
@@ -351,7 +354,7 @@ impl State {
     /// a record naming something absent is skipped rather than trusted to panic.
     pub fn apply(&mut self, record: &Record) {
         match record {
-            Record::InboxAdded { entry } => self.add_inbox(entry.clone()),
+            Record::InboxAdded { entry } => self.add_inbox(std::sync::Arc::clone(entry)),
             Record::InboxState {
                 recipient,
                 sequence,
@@ -431,7 +434,8 @@ impl State {
                 let Some(e) = self.inbox.get_mut(&key) else {
                     return;
                 };
-                let before = e.clone();
+                let before = InboxEntry::clone(e);
+                let e = std::sync::Arc::make_mut(e);
                 e.from = from.clone();
                 let after = e.clone();
                 self.dedup.remove(&dedup_key(&before));
@@ -462,7 +466,7 @@ impl State {
         );
         self.live_bytes += small_cost(&entry.note);
         if let Some(e) = self.inbox.get_mut(&key) {
-            e.context_marked = true;
+            std::sync::Arc::make_mut(e).context_marked = true;
         }
         if let Some(old) = self.context.insert(key, entry.clone()) {
             self.live_bytes = self.live_bytes.saturating_sub(small_cost(&old.note));
@@ -597,7 +601,7 @@ impl State {
         self.pending.keys()
     }
 
-    fn add_inbox(&mut self, entry: InboxEntry) {
+    fn add_inbox(&mut self, entry: std::sync::Arc<InboxEntry>) {
         let key = (entry.recipient_peer_id.clone(), entry.sequence);
         // The recipient is almost always known already: its counters are updated in place,
         // and its peerId copied only for a first entry.
@@ -659,6 +663,7 @@ impl State {
         let Some(e) = self.inbox.get_mut(&(recipient.to_string(), seq)) else {
             return;
         };
+        let e = std::sync::Arc::make_mut(e);
         let was = is_unconsumed(e.state);
         e.state = state;
         e.state_at_ms = at;
@@ -752,7 +757,7 @@ impl State {
                 sequence,
                 from,
             } => inbox(recipient, sequence).is_some_and(|e| {
-                let mut moved = e.clone();
+                let mut moved = InboxEntry::clone(e);
                 moved.from = from.clone();
                 moved.from.run_id == e.from.run_id && !self.dedup.contains_key(&dedup_key(&moved))
             }),
@@ -762,7 +767,7 @@ impl State {
     /// The serialisable image for a snapshot.
     pub fn image(&self) -> StateImage {
         StateImage {
-            inbox: self.inbox.values().cloned().collect(),
+            inbox: self.inbox.values().map(|e| InboxEntry::clone(e)).collect(),
             outbox: self.outbox().collect(),
             context: self.context.values().cloned().collect(),
             pushes: self.pushes.values().cloned().collect(),
@@ -788,7 +793,7 @@ impl State {
     pub fn from_image(image: StateImage) -> State {
         let mut s = State::default();
         for entry in image.inbox {
-            s.add_inbox(entry);
+            s.add_inbox(std::sync::Arc::new(entry));
         }
         for entry in image.outbox {
             s.apply(&Record::OutboxAdded { entry });
@@ -814,7 +819,7 @@ impl State {
 
     /// All inbox entries in (recipient, sequence) order.
     pub fn inbox(&self) -> impl Iterator<Item = &InboxEntry> {
-        self.inbox.values()
+        self.inbox.values().map(|e| &**e)
     }
 
     /// All outbox entries (resolved ones rebuilt from their compact form).

@@ -1001,6 +1001,39 @@ fn replaying_records_rebuilds_the_same_state() {
     );
 }
 
+/// An accept's record and the state share one copy of the message; a later change copies it
+/// only while the record still holds it (the record keeps what was accepted, for the journal).
+#[test]
+fn an_accepted_entry_is_shared_with_its_record_and_copied_only_on_a_change() {
+    let mut m = machine();
+    let (_, recs) = m
+        .accept(&alice(), send("m1", "a"), &recipients(), NOW)
+        .unwrap();
+    let Some(Record::InboxAdded { entry }) = recs.first() else {
+        panic!("an accept adds an inbox entry: {recs:?}");
+    };
+    let key = (entry.recipient_peer_id.clone(), entry.sequence);
+    assert!(std::sync::Arc::ptr_eq(entry, &m.state().inbox[&key]));
+    // Prepared while the record is held: the state's copy changes, the record's does not.
+    m.mark(ME, &MessageRef::Sequence(1), ReceiptState::Prepared, NOW)
+        .unwrap();
+    assert_eq!(entry.state, ReceiptState::Accepted);
+    assert_eq!(m.state().inbox[&key].state, ReceiptState::Prepared);
+    assert!(!std::sync::Arc::ptr_eq(entry, &m.state().inbox[&key]));
+    // Once the record is gone (journaled), a change edits the state's copy in place.
+    drop(recs);
+    let before = std::sync::Arc::as_ptr(&m.state().inbox[&key]);
+    m.mark(
+        ME,
+        &MessageRef::Sequence(1),
+        ReceiptState::Consumed,
+        NOW + 1,
+    )
+    .unwrap();
+    assert_eq!(std::sync::Arc::as_ptr(&m.state().inbox[&key]), before);
+    assert_eq!(m.state().inbox[&key].state, ReceiptState::Consumed);
+}
+
 #[test]
 fn sweep_is_bounded_by_commit_batch() {
     let mut limits = Limits::default();

@@ -570,7 +570,9 @@ fn compaction_crash_points_lose_and_duplicate_nothing() {
 fn h_records_of_last(post: &BTreeMap<String, Vec<u8>>) -> Vec<Record> {
     let (_, image) = snapshot::decode(&post[paths::SNAPSHOT]).unwrap();
     let last = image.inbox.last().unwrap().clone();
-    vec![Record::InboxAdded { entry: last }]
+    vec![Record::InboxAdded {
+        entry: std::sync::Arc::new(last),
+    }]
 }
 
 #[test]
