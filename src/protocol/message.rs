@@ -116,6 +116,9 @@ impl ReceiptState {
 /// `store::flush`). Older peers neither send nor read it.
 pub const FLUSHED_DEVICE: &str = "flushedDevice";
 
+/// Bytes reserved for a receipt's JSON text: its fixed keys, four ids and a statement.
+const RECEIPT_JSON_BYTES: usize = 512;
+
 /// A custody receipt as it crosses the wire: the answer of `peer.send` and `peer.status`, the
 /// body of `peer.receipt`, and what local adapters are shown.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,19 +171,28 @@ impl Receipt {
     /// [`to_json`](Self::to_json) as a `peer.send` answer, with the recipient's
     /// `flushedDevice` statement when it makes one (see [`FLUSHED_DEVICE`]).
     pub fn to_json_stating(&self, flushed_device: Option<u64>) -> Vec<u8> {
-        serde_json::to_vec(&SortedReceipt {
-            at_ms: self.at_ms,
-            code: self.code.as_deref(),
-            correlation_id: &self.correlation_id,
-            flushed_device,
-            from_peer_id: &self.from_peer_id,
-            message_id: &self.message_id,
-            reply_message_id: self.reply_message_id.as_deref(),
-            sequence: self.sequence,
-            state: self.state,
-            to_peer_id: &self.to_peer_id,
-        })
-        .unwrap_or_default()
+        // Sized for a receipt with its ids up front: grown from serde_json's default it
+        // takes three buffers.
+        let mut out = Vec::with_capacity(RECEIPT_JSON_BYTES);
+        let written = serde_json::to_writer(
+            &mut out,
+            &SortedReceipt {
+                at_ms: self.at_ms,
+                code: self.code.as_deref(),
+                correlation_id: &self.correlation_id,
+                flushed_device,
+                from_peer_id: &self.from_peer_id,
+                message_id: &self.message_id,
+                reply_message_id: self.reply_message_id.as_deref(),
+                sequence: self.sequence,
+                state: self.state,
+                to_peer_id: &self.to_peer_id,
+            },
+        );
+        if written.is_err() {
+            out.clear();
+        }
+        out
     }
 
     /// A receipt a peer answered with (the result of `peer.send` or `peer.status`).

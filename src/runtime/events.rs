@@ -161,7 +161,8 @@ impl<'a> MessageArrived<'a> {
 impl Encode for MessageArrived<'_> {
     fn encode(&self, bus_sequence: u64) -> serde_json::Result<String> {
         use std::fmt::Write;
-        let mut out = String::with_capacity(256);
+        // Four ids, an alias and the fixed keys: 256 bytes took a second buffer.
+        let mut out = String::with_capacity(512);
         // Writing into a String cannot fail.
         let _ = write!(out, "{{\"busSequence\":{bus_sequence},\"correlationId\":");
         push_json_str(&mut out, self.correlation_id)?;
