@@ -361,23 +361,31 @@ pub fn call_response(id: Value, result: Value) -> Value {
 /// typed answer is written as text directly (see [`super::wrap::write_sent_result`]); every
 /// other outcome goes through its `Value`. The bytes are the same either way.
 pub fn call_response_line(id: &Value, outcome: Result<ToolOutput>) -> Vec<u8> {
-    let mut line = Vec::new();
     match outcome {
         Ok(ToolOutput::Answer(ToolAnswer::Sent(sent))) => {
+            // The structured answer, its escaped text and the frame: sized once (see
+            // `write_sent_result`), not grown from empty.
+            let mut line = Vec::with_capacity(SENT_LINE_BYTES);
             line.extend_from_slice(br#"{"id":"#);
             let _ = serde_json::to_writer(&mut line, id);
             line.extend_from_slice(br#","jsonrpc":"2.0","result":"#);
             super::wrap::write_sent_result(&sent, &mut line);
-            line.push(b'}');
+            line.extend_from_slice(b"}\n");
+            line
         }
         other => {
+            let mut line = Vec::new();
             let result = super::wrap::tool_result(other.and_then(ToolOutput::into_value));
             let _ = serde_json::to_writer(&mut line, &result_response(id.clone(), result));
+            line.push(b'\n');
+            line
         }
     }
-    line.push(b'\n');
-    line
 }
+
+/// Bytes reserved for a send's response line: its answer twice (escaped text, structured
+/// object) and the frame around them.
+const SENT_LINE_BYTES: usize = 1536;
 
 #[cfg(test)]
 mod tests {

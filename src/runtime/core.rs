@@ -31,7 +31,8 @@ pub struct Caller {
     pub peer_id: String,
     pub run_id: Option<String>,
     pub alias: String,
-    pub capabilities: Vec<String>,
+    /// Shared with the root's own list when the caller is the root (every MCP call is).
+    pub capabilities: Arc<[String]>,
     /// The call comes from the auto handler: its sends spend the conversation budget.
     pub automatic: bool,
 }
@@ -46,7 +47,7 @@ pub struct Core {
     pub instance_id: String,
     pub peer_id: String,
     pub alias: String,
-    pub capabilities: Vec<String>,
+    pub capabilities: Arc<[String]>,
     pub store: StoreHandle,
     pub pool: Pool,
     pub bus: Bus,
@@ -166,7 +167,7 @@ impl Core {
             peer_id: run.peer_id.clone(),
             run_id: Some(run.run_id.clone()),
             alias: run.alias.clone(),
-            capabilities: run.capabilities.clone(),
+            capabilities: run.capabilities.as_slice().into(),
             automatic,
         })
     }

@@ -315,7 +315,7 @@ fn info(core: &Core, caller: &Caller) -> Info {
         alias: caller.alias.clone(),
         instance_id: core.instance_id.clone(),
         session_id: core.session_id.clone(),
-        capabilities: caller.capabilities.clone(),
+        capabilities: caller.capabilities.to_vec(),
         events_dropped: core.bus.dropped(),
         dumpable: crate::hardening::is_dumpable(),
         store: store_info(core),

@@ -451,7 +451,7 @@ fn assemble_core(
         instance_id: id.instance_id,
         peer_id: id.peer_id,
         alias: id.alias,
-        capabilities,
+        capabilities: capabilities.into(),
         store: store_handle,
         pool,
         bus: events::Bus::default(),

@@ -24,7 +24,7 @@ pub fn coordinate(
     let principal = Principal {
         id: principal_id(&caller.peer_id),
         display: caller.alias.clone(),
-        capabilities: caller.capabilities.clone(),
+        capabilities: caller.capabilities.to_vec(),
     };
     let evidence = resource::evidence::Probe::new().own()?;
     let home = core.ns.home.clone();

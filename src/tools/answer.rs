@@ -115,7 +115,14 @@ impl SendAnswer {
     /// The answer as an MCP tool result's `structuredContent`: its object with `ok: true`,
     /// byte for byte what serialising that `Value` writes.
     pub fn to_tool_json(&self) -> String {
-        serde_json::to_string(&self.sorted(Some(true))).unwrap_or_default()
+        // Sized for the answer up front: grown from serde_json's default it takes three
+        // buffers.
+        let mut out = Vec::with_capacity(512);
+        if serde_json::to_writer(&mut out, &self.sorted(Some(true))).is_err() {
+            return String::new();
+        }
+        // serde_json writes UTF-8 only.
+        String::from_utf8(out).unwrap_or_default()
     }
 
     fn sorted(&self, ok: Option<bool>) -> SortedSendAnswer<'_> {
