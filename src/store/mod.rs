@@ -164,6 +164,7 @@ impl Store {
             rx: rx.clone(),
             batch_max: limits.commit_batch.max(1) as usize,
             jobs: Vec::new(),
+            writes: Vec::new(),
             receipt_due: false,
             deferred_notices: None,
             closed: false,

@@ -287,6 +287,8 @@ pub(crate) struct Writer {
     /// Reused for every batch: a fresh `commitBatch`-sized buffer per batch is a large
     /// allocation, and glibc consolidates its fast bins on each one.
     pub jobs: Vec<Job>,
+    /// The batch's writes, reused the same way (empty between batches).
+    pub writes: Vec<(WriteFn, Ack, Wake)>,
     /// The last batch held a send's intent: that send's receipt is queued soon without a
     /// ring (`Shared::ring_lazily`), so the thread's sleep until then has a timer and takes it.
     pub receipt_due: bool,
@@ -453,7 +455,8 @@ impl Writer {
         self.receipt_due = jobs
             .iter()
             .any(|j| matches!(j, Job::Write(_, Ack::Written, _)));
-        let mut writes = Vec::new();
+        // Reused for every batch, like `jobs`.
+        let mut writes = std::mem::take(&mut self.writes);
         let mut stop = None;
         // Reads see only durable state: a deferred frame is synced before they are answered.
         if jobs
@@ -474,7 +477,8 @@ impl Writer {
             }
         }
         self.jobs = jobs;
-        let committed = self.commit_writes(writes, jobs_n);
+        let committed = self.commit_writes(&mut writes, jobs_n);
+        self.writes = writes;
         if by == Runner::Thread
             && committed
             && !self.is_poisoned()
@@ -604,7 +608,7 @@ impl Writer {
     /// Applies the batch's writes, writes their records as one frame and, when a waiter needs
     /// them durable, fdatasyncs it (a batch without durable waiters is deferred; a send's
     /// intent is written out), then answers each waiter. Returns true when records were committed.
-    fn commit_writes(&mut self, writes: Vec<(WriteFn, Ack, Wake)>, jobs_n: u64) -> bool {
+    fn commit_writes(&mut self, writes: &mut Vec<(WriteFn, Ack, Wake)>, jobs_n: u64) -> bool {
         let Some(Applied {
             records,
             durable,
@@ -675,14 +679,15 @@ impl Writer {
 
     /// Applies a batch's writes under the write lock of the committed state; `None` (every
     /// waiter answered with the error) when the store is poisoned.
-    fn apply(&mut self, writes: Vec<(WriteFn, Ack, Wake)>) -> Option<Applied> {
+    fn apply(&mut self, writes: &mut Vec<(WriteFn, Ack, Wake)>) -> Option<Applied> {
         let now = crate::clock::now_ms();
         // Read in place, not cloned per batch: only `set_live`/`set_ended` take this lock,
         // never while holding the committed state.
         let recipients = self.recipients.read();
         let mut out = Applied {
             records: Vec::new(),
-            durable: Vec::with_capacity(writes.len()),
+            // Allocated only for a batch with a durable waiter (a send's intent has none).
+            durable: Vec::new(),
             written: Vec::new(),
             applied: Vec::new(),
             wake_worker: false,
@@ -691,7 +696,7 @@ impl Writer {
         if let Some(err) = c.poisoned.clone() {
             drop(c);
             let lazy = writes.iter().filter(|w| w.1 == Ack::Applied).count() as u64;
-            for (f, _, _) in writes {
+            for (f, _, _) in writes.drain(..) {
                 f(Err(&err)).1(Some(&err));
             }
             if lazy > 0 {
@@ -701,7 +706,7 @@ impl Writer {
         }
         let pushes_before = c.machine.state().next_push;
         let mut lazy = 0;
-        for (f, ack, wake) in writes {
+        for (f, ack, wake) in writes.drain(..) {
             let (recs, fin) = f(Ok((&mut c.machine, &*recipients, now)));
             out.wake_worker |= wake == Wake::Worker && !recs.is_empty();
             out.records.extend(recs);
