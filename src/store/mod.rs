@@ -165,6 +165,7 @@ impl Store {
             batch_max: limits.commit_batch.max(1) as usize,
             jobs: Vec::new(),
             writes: Vec::new(),
+            waiters: Default::default(),
             receipt_due: false,
             deferred_notices: None,
             closed: false,

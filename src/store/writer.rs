@@ -289,6 +289,8 @@ pub(crate) struct Writer {
     pub jobs: Vec<Job>,
     /// The batch's writes, reused the same way (empty between batches).
     pub writes: Vec<(WriteFn, Ack, Wake)>,
+    /// The batch's durable, written and applied waiters' lists, reused the same way.
+    pub waiters: [Vec<Finish>; 3],
     /// The last batch held a send's intent: that send's receipt is queued soon without a
     /// ring (`Shared::ring_lazily`), so the thread's sleep until then has a timer and takes it.
     pub receipt_due: bool,
@@ -611,9 +613,9 @@ impl Writer {
     fn commit_writes(&mut self, writes: &mut Vec<(WriteFn, Ack, Wake)>, jobs_n: u64) -> bool {
         let Some(Applied {
             records,
-            durable,
-            written,
-            applied,
+            mut durable,
+            mut written,
+            mut applied,
             wake_worker,
         }) = self.apply(writes)
         else {
@@ -621,7 +623,7 @@ impl Writer {
             return false;
         };
         // Applied-only waiters go on now, while the batch is being made durable.
-        applied.into_iter().for_each(|fin| fin(None));
+        applied.drain(..).for_each(|fin| fin(None));
         // A batch nobody waits on the durability of is written now and synced with the next
         // durable batch, the next read of durable state, a close, a sender that leads its sync
         // (`StoreHandle::wait_durable`), or after DEFERRED_SYNC_MS. A send's intent is also
@@ -642,7 +644,7 @@ impl Writer {
         if outcome.is_ok() {
             // Written waiters go on now (their caller syncs later, when nobody covered it).
             self.mark_written();
-            written.into_iter().for_each(|fin| fin(None));
+            written.drain(..).for_each(|fin| fin(None));
             if sync && self.unsynced {
                 outcome = self.sync_data();
             } else if self.unsynced && !records.is_empty() && intent {
@@ -650,12 +652,12 @@ impl Writer {
             }
         } else {
             let e = outcome.as_ref().err().cloned();
-            written.into_iter().for_each(|fin| fin(e.as_ref()));
+            written.drain(..).for_each(|fin| fin(e.as_ref()));
         }
         // Counters and the change notification move before anyone is answered, so an
         // acknowledged caller always observes its own commit in them.
         self.note_batch(jobs_n, records.len() as u64);
-        match outcome {
+        let committed = match outcome {
             Ok(()) => {
                 if !self.unsynced {
                     self.mark_durable();
@@ -666,15 +668,18 @@ impl Writer {
                         self.shared.bump_worker();
                     }
                 }
-                durable.into_iter().for_each(|fin| fin(None));
+                durable.drain(..).for_each(|fin| fin(None));
                 !records.is_empty()
             }
             Err(e) => {
                 self.poison(&e);
-                durable.into_iter().for_each(|fin| fin(Some(&e)));
+                durable.drain(..).for_each(|fin| fin(Some(&e)));
                 false
             }
-        }
+        };
+        // The waiter lists are empty again: the next batch reuses them.
+        self.waiters = [durable, written, applied];
+        committed
     }
 
     /// Applies a batch's writes under the write lock of the committed state; `None` (every
@@ -684,12 +689,12 @@ impl Writer {
         // Read in place, not cloned per batch: only `set_live`/`set_ended` take this lock,
         // never while holding the committed state.
         let recipients = self.recipients.read();
+        let [durable, written, applied] = std::mem::take(&mut self.waiters);
         let mut out = Applied {
             records: Vec::new(),
-            // Allocated only for a batch with a durable waiter (a send's intent has none).
-            durable: Vec::new(),
-            written: Vec::new(),
-            applied: Vec::new(),
+            durable,
+            written,
+            applied,
             wake_worker: false,
         };
         let mut c = self.shared.committed.write();
@@ -709,7 +714,12 @@ impl Writer {
         for (f, ack, wake) in writes.drain(..) {
             let (recs, fin) = f(Ok((&mut c.machine, &*recipients, now)));
             out.wake_worker |= wake == Wake::Worker && !recs.is_empty();
-            out.records.extend(recs);
+            // A batch of one write (the common case) keeps that write's own list.
+            if out.records.is_empty() {
+                out.records = recs;
+            } else {
+                out.records.extend(recs);
+            }
             match ack {
                 Ack::Durable => out.durable.push(fin),
                 Ack::Applied => {
