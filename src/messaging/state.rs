@@ -10,6 +10,7 @@ use super::types::{
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 pub use crate::config::internal::ENTRY_OVERHEAD_BYTES;
 pub use crate::config::internal::RECEIPT_RESERVE_BYTES;
@@ -20,7 +21,7 @@ pub use crate::config::internal::RECEIPT_RESERVE_BYTES;
 pub enum Record {
     InboxAdded {
         /// Shared with the state that applies it, so applying it copies no message.
-        entry: std::sync::Arc<InboxEntry>,
+        entry: Arc<InboxEntry>,
     },
     InboxState {
         recipient: String,
@@ -108,7 +109,7 @@ pub struct State {
     /// (recipient peerId, sequence) → entry.
     /// Shared with the record that added each entry until that record is journaled; an entry
     /// changed later is copied only if its record is still held (`Arc::make_mut`).
-    pub(crate) inbox: BTreeMap<(String, u64), std::sync::Arc<InboxEntry>>,
+    pub(crate) inbox: BTreeMap<(String, u64), Arc<InboxEntry>>,
     pub(crate) dedup: FastMap<DedupKey, (String, u64)>,
     pub(crate) origins: FastMap<OriginKey, (String, u64)>,
     /// The sending session each sender instance stated (from entries that carry an origin),
@@ -354,7 +355,7 @@ impl State {
     /// a record naming something absent is skipped rather than trusted to panic.
     pub fn apply(&mut self, record: &Record) {
         match record {
-            Record::InboxAdded { entry } => self.add_inbox(std::sync::Arc::clone(entry)),
+            Record::InboxAdded { entry } => self.add_inbox(Arc::clone(entry)),
             Record::InboxState {
                 recipient,
                 sequence,
@@ -435,7 +436,7 @@ impl State {
                     return;
                 };
                 let before = InboxEntry::clone(e);
-                let e = std::sync::Arc::make_mut(e);
+                let e = Arc::make_mut(e);
                 e.from = from.clone();
                 let after = e.clone();
                 self.dedup.remove(&dedup_key(&before));
@@ -466,7 +467,7 @@ impl State {
         );
         self.live_bytes += small_cost(&entry.note);
         if let Some(e) = self.inbox.get_mut(&key) {
-            std::sync::Arc::make_mut(e).context_marked = true;
+            Arc::make_mut(e).context_marked = true;
         }
         if let Some(old) = self.context.insert(key, entry.clone()) {
             self.live_bytes = self.live_bytes.saturating_sub(small_cost(&old.note));
@@ -601,7 +602,7 @@ impl State {
         self.pending.keys()
     }
 
-    fn add_inbox(&mut self, entry: std::sync::Arc<InboxEntry>) {
+    fn add_inbox(&mut self, entry: Arc<InboxEntry>) {
         let key = (entry.recipient_peer_id.clone(), entry.sequence);
         // The recipient is almost always known already: its counters are updated in place,
         // and its peerId copied only for a first entry.
@@ -663,7 +664,7 @@ impl State {
         let Some(e) = self.inbox.get_mut(&(recipient.to_string(), seq)) else {
             return;
         };
-        let e = std::sync::Arc::make_mut(e);
+        let e = Arc::make_mut(e);
         let was = is_unconsumed(e.state);
         e.state = state;
         e.state_at_ms = at;
@@ -793,7 +794,7 @@ impl State {
     pub fn from_image(image: StateImage) -> State {
         let mut s = State::default();
         for entry in image.inbox {
-            s.add_inbox(std::sync::Arc::new(entry));
+            s.add_inbox(Arc::new(entry));
         }
         for entry in image.outbox {
             s.apply(&Record::OutboxAdded { entry });
