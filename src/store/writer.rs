@@ -611,32 +611,25 @@ impl Writer {
     /// them durable, fdatasyncs it (a batch without durable waiters is deferred; a send's
     /// intent is written out), then answers each waiter. Returns true when records were committed.
     fn commit_writes(&mut self, writes: &mut Vec<(WriteFn, Ack, Wake)>, jobs_n: u64) -> bool {
-        let Some(Applied {
-            records,
-            mut durable,
-            mut written,
-            mut applied,
-            wake_worker,
-        }) = self.apply(writes)
-        else {
+        let Some(mut batch) = self.apply(writes) else {
             self.note_batch(jobs_n, 0);
             return false;
         };
         // Applied-only waiters go on now, while the batch is being made durable.
-        applied.drain(..).for_each(|fin| fin(None));
+        batch.applied.drain(..).for_each(|fin| fin(None));
         // A batch nobody waits on the durability of is written now and synced with the next
         // durable batch, the next read of durable state, a close, a sender that leads its sync
         // (`StoreHandle::wait_durable`), or after DEFERRED_SYNC_MS. A send's intent is also
         // written out first. A durable waiter whose write added no records (a retry answered
         // from the state) may still have read a deferred record: that one is synced before it
         // is answered.
-        let sync = !durable.is_empty();
-        let intent = !written.is_empty();
+        let sync = !batch.durable.is_empty();
+        let intent = !batch.written.is_empty();
         let mut deferred = false;
-        let mut outcome = if records.is_empty() {
+        let mut outcome = if batch.records.is_empty() {
             Ok(())
         } else {
-            self.append(&records)
+            self.append(&batch.records)
         };
         if intent && outcome.is_ok() {
             outcome = self.write_out_intent();
@@ -644,41 +637,41 @@ impl Writer {
         if outcome.is_ok() {
             // Written waiters go on now (their caller syncs later, when nobody covered it).
             self.mark_written();
-            written.drain(..).for_each(|fin| fin(None));
+            batch.written.drain(..).for_each(|fin| fin(None));
             if sync && self.unsynced {
                 outcome = self.sync_data();
-            } else if self.unsynced && !records.is_empty() && intent {
-                deferred = self.defer_notifications(wake_worker);
+            } else if self.unsynced && !batch.records.is_empty() && intent {
+                deferred = self.defer_notifications(batch.wake_worker);
             }
         } else {
             let e = outcome.as_ref().err().cloned();
-            written.drain(..).for_each(|fin| fin(e.as_ref()));
+            batch.written.drain(..).for_each(|fin| fin(e.as_ref()));
         }
         // Counters and the change notification move before anyone is answered, so an
         // acknowledged caller always observes its own commit in them.
-        self.note_batch(jobs_n, records.len() as u64);
+        self.note_batch(jobs_n, batch.records.len() as u64);
         let committed = match outcome {
             Ok(()) => {
                 if !self.unsynced {
                     self.mark_durable();
                 }
-                if !records.is_empty() && !deferred {
+                if !batch.records.is_empty() && !deferred {
                     self.shared.bump_changes();
-                    if wake_worker {
+                    if batch.wake_worker {
                         self.shared.bump_worker();
                     }
                 }
-                durable.drain(..).for_each(|fin| fin(None));
-                !records.is_empty()
+                batch.durable.drain(..).for_each(|fin| fin(None));
+                !batch.records.is_empty()
             }
             Err(e) => {
                 self.poison(&e);
-                durable.drain(..).for_each(|fin| fin(Some(&e)));
+                batch.durable.drain(..).for_each(|fin| fin(Some(&e)));
                 false
             }
         };
         // The waiter lists are empty again: the next batch reuses them.
-        self.waiters = [durable, written, applied];
+        self.waiters = [batch.durable, batch.written, batch.applied];
         committed
     }
 
