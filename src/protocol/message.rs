@@ -171,11 +171,7 @@ impl Receipt {
     /// [`to_json`](Self::to_json) as a `peer.send` answer, with the recipient's
     /// `flushedDevice` statement when it makes one (see [`FLUSHED_DEVICE`]).
     pub fn to_json_stating(&self, flushed_device: Option<u64>) -> Vec<u8> {
-        // Sized for a receipt with its ids up front: grown from serde_json's default it
-        // takes three buffers.
-        let mut out = Vec::with_capacity(RECEIPT_JSON_BYTES);
-        let written = serde_json::to_writer(
-            &mut out,
+        super::rpc::json_sized(
             &SortedReceipt {
                 at_ms: self.at_ms,
                 code: self.code.as_deref(),
@@ -188,11 +184,8 @@ impl Receipt {
                 state: self.state,
                 to_peer_id: &self.to_peer_id,
             },
-        );
-        if written.is_err() {
-            out.clear();
-        }
-        out
+            RECEIPT_JSON_BYTES,
+        )
     }
 
     /// A receipt a peer answered with (the result of `peer.send` or `peer.status`).

@@ -199,13 +199,22 @@ pub fn line<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
 /// content): its buffer is sized for that text too, so a kilobyte message is written into one
 /// buffer instead of one per doubling.
 pub fn line_with<T: serde::Serialize + ?Sized>(value: &T, text_len: usize) -> Vec<u8> {
-    // Sized for a message frame up front (serde_json starts at 128 bytes and doubles).
-    let capacity = LINE_CAPACITY.saturating_add(escaped_len_hint(text_len));
+    let mut out = json_sized(
+        value,
+        LINE_CAPACITY.saturating_add(escaped_len_hint(text_len)),
+    );
+    out.push(b'\n');
+    out
+}
+
+/// `value` as compact JSON text, written into a buffer of `capacity` bytes reserved up front
+/// (serde_json's own starts at 128 bytes and doubles: three buffers for a receipt). A failure,
+/// impossible for the types written here (every map key is a string), yields empty text.
+pub fn json_sized<T: serde::Serialize + ?Sized>(value: &T, capacity: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(capacity);
     if serde_json::to_writer(&mut out, value).is_err() {
         out.clear();
     }
-    out.push(b'\n');
     out
 }
 

@@ -5,7 +5,12 @@
 
 use super::resource_answer::ResourceAnswer;
 use crate::protocol::message::Receipt;
+use crate::protocol::rpc;
 use serde::Serialize;
+
+/// Bytes reserved for a send's answer as JSON: its receipt's ids, the target's and the
+/// recipient's names.
+const ANSWER_JSON_BYTES: usize = 512;
 
 /// `list_peers`: one page of the directory and the cursor of the next.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -115,14 +120,9 @@ impl SendAnswer {
     /// The answer as an MCP tool result's `structuredContent`: its object with `ok: true`,
     /// byte for byte what serialising that `Value` writes.
     pub fn to_tool_json(&self) -> String {
-        // Sized for the answer up front: grown from serde_json's default it takes three
-        // buffers.
-        let mut out = Vec::with_capacity(512);
-        if serde_json::to_writer(&mut out, &self.sorted(Some(true))).is_err() {
-            return String::new();
-        }
         // serde_json writes UTF-8 only.
-        String::from_utf8(out).unwrap_or_default()
+        String::from_utf8(rpc::json_sized(&self.sorted(Some(true)), ANSWER_JSON_BYTES))
+            .unwrap_or_default()
     }
 
     fn sorted(&self, ok: Option<bool>) -> SortedSendAnswer<'_> {
