@@ -9,7 +9,7 @@ use super::stats::{Summary, micros_text, rate_text, ratio, ratio_text, round_rat
 use serde_json::{Value, json};
 
 /// Durability of every end-to-end figure, as the runtime's contract states it.
-const CUSTODY: &str = "receipt only after the receiver's inbox fdatasync and the sender's outbox fdatasync (the outbox intent written before the first byte, its sync overlapping the delivery; concurrent commits may share one fdatasync)";
+const CUSTODY: &str = "receipt only once the receiver's inbox record is fdatasynced and the sender's outbox intent is durable: written out to the device before the first byte leaves, then flushed by the receiver's fdatasync when both journals share a device (flushedDevice), else fdatasynced by the sender before it answers; concurrent commits may share one fdatasync";
 
 /// Fewer samples than this give no real p99: the text table puts it in parentheses and the
 /// JSON says `p99FromEnoughSamples: false`.
@@ -490,6 +490,16 @@ pub fn figures_text(figs: &[Figure]) -> String {
 mod tests {
     use super::*;
     use crate::bench::e2e::Throughput;
+
+    /// The durability each figure states is the send path's: no sender fdatasync when the
+    /// receiver's flush of a shared device covers the written-out intent (it once said the
+    /// sender always synced), named by the wire field that carries the statement.
+    #[test]
+    fn figures_state_the_custody_the_send_path_gives() {
+        assert!(CUSTODY.contains(crate::protocol::message::FLUSHED_DEVICE));
+        assert!(CUSTODY.contains("written out to the device before the first byte"));
+        assert!(!CUSTODY.contains("and the sender's outbox fdatasync"));
+    }
 
     fn floors(us: f64) -> Floors {
         let s = Summary {
