@@ -140,6 +140,9 @@ pub struct Throughput {
     /// and of the receiver, over the run.
     pub sender_cpu_us: f64,
     pub receiver_cpu_us: f64,
+    /// The kernel's part (system time: system calls, the device's kicks and completions,
+    /// wake-ups) of the sender roots' and the receiver's CPU per message, together.
+    pub kernel_cpu_us: f64,
 }
 
 /// CPU cost per message of one fresh sender, early and after a long history.
@@ -838,6 +841,7 @@ impl Run<'_> {
             peers: 1 + self.tx.len(),
             sender_cpu_us: f64::NAN,
             receiver_cpu_us: f64::NAN,
+            kernel_cpu_us: f64::NAN,
         };
         // Each sender's channel stays open until its root's CPU is read below: closing it
         // ends the root's connection thread, and an exited thread's CPU time is invisible
@@ -845,11 +849,13 @@ impl Run<'_> {
         // clock-tick fallback's threshold, so its work went uncounted).
         let joined = self.join_senders(threads, &mut run);
         run.seconds = start.elapsed().as_secs_f64();
-        let used: Vec<f64> = cpu.iter().map(CpuMark::used_us).collect();
+        let (used, kernel): (Vec<f64>, Vec<f64>) =
+            cpu.iter().map(CpuMark::used_and_kernel_us).unzip();
         drop(joined.open);
         let per = |us: f64| us / run.messages.max(1) as f64;
         run.receiver_cpu_us = per(used.first().copied().unwrap_or(f64::NAN));
         run.sender_cpu_us = per(used.iter().skip(1).sum());
+        run.kernel_cpu_us = per(kernel.iter().sum());
         let receiver_after = self.b.journal_io()?;
         // The counts start from before the warm-up messages: those messages count here.
         self.out.fsyncs.push(PhaseIo {

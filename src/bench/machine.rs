@@ -64,6 +64,12 @@ pub fn idle_percent(before: &[CpuTicks], after: &[CpuTicks]) -> Vec<(String, f64
 
 /// `utime + stime` of a /proc/PID/stat line (the command may hold spaces and parentheses).
 pub fn parse_proc_ticks(line: &str) -> Option<(String, u64)> {
+    let (comm, utime, stime) = parse_proc_times(line)?;
+    Some((comm, utime + stime))
+}
+
+/// The command, `utime` and `stime` (clock ticks) of a /proc/PID/stat line.
+fn parse_proc_times(line: &str) -> Option<(String, u64, u64)> {
     let open = line.find('(')?;
     let close = line.rfind(')')?;
     let comm = line.get(open + 1..close)?.to_string();
@@ -71,7 +77,25 @@ pub fn parse_proc_ticks(line: &str) -> Option<(String, u64)> {
     // Fields after the command start at `state` (field 3); utime is 14, stime 15.
     let utime: u64 = rest.get(11)?.parse().ok()?;
     let stime: u64 = rest.get(12)?.parse().ok()?;
-    Some((comm, utime + stime))
+    Some((comm, utime, stime))
+}
+
+/// A process's (user, system) clock ticks so far.
+fn process_times(pid: u32) -> Option<(u64, u64)> {
+    let line = read_small(&Path::new("/proc").join(pid.to_string()).join("stat"))?;
+    parse_proc_times(&line).map(|(_, u, s)| (u, s))
+}
+
+/// The kernel's part of `used_us`, CPU microseconds a process used between two (user, system)
+/// tick readings: `used_us` (per-thread, fine) split in the ticks' proportion, since only the
+/// coarse ticks tell user from system time. NaN when no tick passed.
+pub fn kernel_part_us(used_us: f64, before: (u64, u64), after: (u64, u64)) -> f64 {
+    let user = after.0.saturating_sub(before.0);
+    let system = after.1.saturating_sub(before.1);
+    if user + system == 0 {
+        return f64::NAN;
+    }
+    used_us * system as f64 / (user + system) as f64
 }
 
 /// Context switches of every live thread of `pid` so far, (voluntary, involuntary). A
@@ -156,6 +180,8 @@ pub struct CpuMark {
     pid: u32,
     threads: std::collections::HashMap<u32, u64>,
     ticks_us: f64,
+    /// (user, system) clock ticks, to split the CPU used into user and kernel time.
+    times: (u64, u64),
 }
 
 impl CpuMark {
@@ -164,7 +190,16 @@ impl CpuMark {
             pid,
             threads: thread_cpu_ns(pid),
             ticks_us: process_cpu_us(pid).unwrap_or(0.0),
+            times: process_times(pid).unwrap_or((0, 0)),
         }
+    }
+
+    /// [`used_us`](Self::used_us) and the kernel's part of it ([`kernel_part_us`]).
+    pub fn used_and_kernel_us(&self) -> (f64, f64) {
+        let used = self.used_us();
+        let kernel =
+            process_times(self.pid).map_or(f64::NAN, |now| kernel_part_us(used, self.times, now));
+        (used, kernel)
     }
 
     /// CPU microseconds (user + system) the process used since this mark ([`cpu_between`]).
@@ -371,6 +406,19 @@ mod tests {
         let line = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0 100 1 1";
         assert_eq!(parse_proc_ticks(line), Some(("a (b) c".to_string(), 12)));
         assert_eq!(parse_proc_ticks("42 (x) S 1"), None);
+        assert_eq!(parse_proc_times(line), Some(("a (b) c".to_string(), 7, 5)));
+    }
+
+    /// The kernel's part of the CPU used is the system ticks' share of the ticks that passed.
+    #[test]
+    fn kernel_part_follows_the_system_ticks_share() {
+        // 30 user + 10 system ticks passed: a quarter of 200 µs.
+        assert_eq!(kernel_part_us(200.0, (100, 50), (130, 60)), 50.0);
+        assert_eq!(kernel_part_us(200.0, (100, 50), (100, 60)), 200.0);
+        assert_eq!(kernel_part_us(200.0, (100, 50), (130, 50)), 0.0);
+        assert!(kernel_part_us(200.0, (100, 50), (100, 50)).is_nan());
+        // A process that restarted (counters went down) counts no ticks, not a negative share.
+        assert!(kernel_part_us(200.0, (100, 50), (10, 5)).is_nan());
     }
 
     #[test]

@@ -271,12 +271,13 @@ fn counters_text(r: &Value) -> String {
     );
     for c in r["cpuPerMessage"].as_array().into_iter().flatten() {
         s += &format!(
-            "CPU per message, {} sender(s): {} µs (sender roots {} + receiver {}) over {} messages; of it ≈ {} µs the journals' device I/O (counted operations × the floors' CPU per operation); at 100% of {} CPUs this allows ≤ {} msg/s\n",
+            "CPU per message, {} sender(s): {} µs (sender roots {} + receiver {}) over {} messages; of it {} µs in the kernel (system time, split by the clock ticks), of which ≈ {} µs the journals' device I/O (counted operations × the floors' CPU per operation); at 100% of {} CPUs this allows ≤ {} msg/s\n",
             c["senders"],
             c["totalUs"],
             c["senderRootsUs"],
             c["receiverUs"],
             c["messages"],
+            c["kernelUs"],
             c["deviceIoUs"],
             r["machine"]["cpus"],
             c["cpuBoundRate"]

@@ -323,6 +323,7 @@ pub fn cpu_json(out: &Outcome, device: &DeviceCpu, cpus: usize) -> Value {
                     "senderRootsUs": round2(t.sender_cpu_us),
                     "receiverUs": round2(t.receiver_cpu_us),
                     "totalUs": round2(total),
+                    "kernelUs": round2(t.kernel_cpu_us),
                     "deviceIoUs": round2(device_us),
                     "cpuBoundRate": round2(cpu_bound_rate(total, cpus)),
                 })
@@ -549,6 +550,7 @@ mod tests {
                 peers: 65,
                 sender_cpu_us: 200.0,
                 receiver_cpu_us: 50.0,
+                kernel_cpu_us: 100.0,
             }],
             mcp_send: vec![800.0, 900.0],
             mcp_ping: vec![100.0, 100.0, 100.0],
@@ -600,6 +602,7 @@ mod tests {
         };
         let cpu = cpu_json(&out, &device, 2);
         assert_eq!(cpu[0]["totalUs"], json!(250.0));
+        assert_eq!(cpu[0]["kernelUs"], json!(100.0));
         // Two CPUs at 250 µs per message: 8,000 msg/s at most.
         assert_eq!(cpu[0]["cpuBoundRate"], json!(8000.0));
         // No counts for the phase: no estimate.
@@ -645,6 +648,7 @@ mod tests {
                 peers: 9,
                 sender_cpu_us: 150.0,
                 receiver_cpu_us: 50.0,
+                kernel_cpu_us: f64::NAN,
             }],
             fsyncs: vec![phase("warm", 1, 100, 100), phase("throughput8", 2, 100, 50)],
             ..Outcome::default()
@@ -660,6 +664,8 @@ mod tests {
         );
         let cpu = cpu_json(&out, &device, 2);
         assert_eq!(cpu[0]["deviceIoUs"], json!(71.2));
+        // No tick passed: no kernel share, null rather than a number.
+        assert!(cpu[0]["kernelUs"].is_null());
         assert_eq!(cpu[0]["cpuBoundRate"], json!(10_000.0));
         let f = fsyncs_json(&out);
         assert_eq!(f[1]["senderWriteOuts"], json!(1.0));

@@ -394,6 +394,7 @@ mod tests {
             peers: senders + 1,
             sender_cpu_us: cpu,
             receiver_cpu_us: cpu / 2.0,
+            kernel_cpu_us: cpu / 2.0,
         }
     }
 
