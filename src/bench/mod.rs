@@ -270,18 +270,7 @@ fn counters_text(r: &Value) -> String {
         p["receiver"]["peak"]["threads"]
     );
     for c in r["cpuPerMessage"].as_array().into_iter().flatten() {
-        s += &format!(
-            "CPU per message, {} sender(s): {} µs (sender roots {} + receiver {}) over {} messages; of it {} µs in the kernel (system time, split by the clock ticks), of which ≈ {} µs the journals' device I/O (counted operations × the floors' CPU per operation); at 100% of {} CPUs this allows ≤ {} msg/s\n",
-            c["senders"],
-            c["totalUs"],
-            c["senderRootsUs"],
-            c["receiverUs"],
-            c["messages"],
-            c["kernelUs"],
-            c["deviceIoUs"],
-            r["machine"]["cpus"],
-            c["cpuBoundRate"]
-        );
+        s += &cpu_text(c, &r["machine"]["cpus"]);
     }
     for f in r["fsyncsPerMessage"].as_array().into_iter().flatten() {
         s += &format!(
@@ -332,6 +321,22 @@ fn counters_text(r: &Value) -> String {
     s
 }
 
+/// One throughput run's CPU per message (an element of `cpuPerMessage`) as a line.
+fn cpu_text(c: &Value, cpus: &Value) -> String {
+    format!(
+        "CPU per message, {} sender(s): {} µs (sender roots {} + receiver {}) over {} messages; of it {} µs in the kernel (system time, split by the clock ticks), of which ≈ {} µs the journals' device I/O (counted operations × the floors' CPU per operation); at 100% of {} CPUs this allows ≤ {} msg/s\n",
+        c["senders"],
+        c["totalUs"],
+        c["senderRootsUs"],
+        c["receiverUs"],
+        c["messages"],
+        c["kernelUs"],
+        c["deviceIoUs"],
+        cpus,
+        c["cpuBoundRate"]
+    )
+}
+
 /// Lost, duplicate and failed counts, the error, the kept directory and the elapsed time.
 fn integrity_text(r: &Value) -> String {
     let i = &r["integrity"];
@@ -369,4 +374,30 @@ fn idle_json(i: &e2e::Idle, when: &str) -> Value {
         "target": "≤ 1 wakeup/s between heartbeats, RSS ≤ 4 MiB",
         "source": "/proc/PID/task/*/status voluntary_ctxt_switches (preemptions: nonvoluntary_ctxt_switches)",
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text line of a throughput run's CPU states its kernel part beside the total.
+    #[test]
+    fn cpu_line_states_the_kernel_part() {
+        let c = json!({"senders": 8, "totalUs": 189.0, "senderRootsUs": 125.0,
+            "receiverUs": 64.0, "messages": 8000, "kernelUs": 111.0, "deviceIoUs": 28.0,
+            "cpuBoundRate": 10582.0});
+        let line = cpu_text(&c, &json!(2));
+        assert!(
+            line.starts_with("CPU per message, 8 sender(s): 189.0 µs"),
+            "{line}"
+        );
+        assert!(line.contains("111.0 µs in the kernel"), "{line}");
+        assert!(
+            line.contains("of 2 CPUs this allows ≤ 10582.0 msg/s"),
+            "{line}"
+        );
+        // A run with no tick counted has no kernel part: null, not a number.
+        let none = cpu_text(&json!({"kernelUs": null}), &json!(2));
+        assert!(none.contains("null µs in the kernel"), "{none}");
+    }
 }
