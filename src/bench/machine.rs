@@ -86,12 +86,13 @@ fn process_times(pid: u32) -> Option<(u64, u64)> {
     parse_proc_times(&line).map(|(_, u, s)| (u, s))
 }
 
-/// The kernel's part of `used_us`, CPU microseconds a process used between two (user, system)
-/// tick readings: `used_us` (per-thread, fine) split in the ticks' proportion, since only the
-/// coarse ticks tell user from system time. NaN when no tick passed.
-pub fn kernel_part_us(used_us: f64, before: (u64, u64), after: (u64, u64)) -> f64 {
-    let user = after.0.saturating_sub(before.0);
-    let system = after.1.saturating_sub(before.1);
+/// The kernel's part of `used_us`, CPU microseconds used while `ticks` (user, system) clock
+/// ticks passed: `used_us` (per-thread, fine) split in the ticks' proportion, since only the
+/// coarse ticks tell user from system time. NaN when no tick passed. Summed over several
+/// processes, the ticks are a sample of where their time went; a process too brief for a tick
+/// of its own still counts in `used_us`.
+pub fn kernel_part_us(used_us: f64, ticks: (u64, u64)) -> f64 {
+    let (user, system) = ticks;
     if user + system == 0 {
         return f64::NAN;
     }
@@ -194,12 +195,17 @@ impl CpuMark {
         }
     }
 
-    /// [`used_us`](Self::used_us) and the kernel's part of it ([`kernel_part_us`]).
-    pub fn used_and_kernel_us(&self) -> (f64, f64) {
+    /// [`used_us`](Self::used_us) and the (user, system) clock ticks that passed since this
+    /// mark, to split it with [`kernel_part_us`] (none when the process is gone or restarted).
+    pub fn used_and_ticks(&self) -> (f64, (u64, u64)) {
         let used = self.used_us();
-        let kernel =
-            process_times(self.pid).map_or(f64::NAN, |now| kernel_part_us(used, self.times, now));
-        (used, kernel)
+        let ticks = process_times(self.pid).map_or((0, 0), |(u, s)| {
+            (
+                u.saturating_sub(self.times.0),
+                s.saturating_sub(self.times.1),
+            )
+        });
+        (used, ticks)
     }
 
     /// CPU microseconds (user + system) the process used since this mark ([`cpu_between`]).
@@ -412,13 +418,11 @@ mod tests {
     /// The kernel's part of the CPU used is the system ticks' share of the ticks that passed.
     #[test]
     fn kernel_part_follows_the_system_ticks_share() {
-        // 30 user + 10 system ticks passed: a quarter of 200 µs.
-        assert_eq!(kernel_part_us(200.0, (100, 50), (130, 60)), 50.0);
-        assert_eq!(kernel_part_us(200.0, (100, 50), (100, 60)), 200.0);
-        assert_eq!(kernel_part_us(200.0, (100, 50), (130, 50)), 0.0);
-        assert!(kernel_part_us(200.0, (100, 50), (100, 50)).is_nan());
-        // A process that restarted (counters went down) counts no ticks, not a negative share.
-        assert!(kernel_part_us(200.0, (100, 50), (10, 5)).is_nan());
+        // 30 user + 10 system ticks: a quarter of 200 µs.
+        assert_eq!(kernel_part_us(200.0, (30, 10)), 50.0);
+        assert_eq!(kernel_part_us(200.0, (0, 10)), 200.0);
+        assert_eq!(kernel_part_us(200.0, (30, 0)), 0.0);
+        assert!(kernel_part_us(200.0, (0, 0)).is_nan());
     }
 
     #[test]
