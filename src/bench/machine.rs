@@ -126,16 +126,14 @@ pub fn context_switches(pid: u32) -> (u64, u64) {
         .fold((0, 0), |(v, n), (a, b)| (v + a, n + b))
 }
 
-/// CPU time (user + system) one process has used so far, in microseconds, from clock ticks.
-pub fn process_cpu_us(pid: u32) -> Option<f64> {
-    let line = read_small(&Path::new("/proc").join(pid.to_string()).join("stat"))?;
-    let (_, ticks) = parse_proc_ticks(&line)?;
+/// `ticks` clock ticks of CPU time, in microseconds.
+fn ticks_us(ticks: u64) -> f64 {
     let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
         .filter(|h| *h > 0)
         .unwrap_or(100);
-    Some(ticks as f64 * 1e6 / hz as f64)
+    ticks as f64 * 1e6 / hz as f64
 }
 
 /// Nanoseconds on CPU of each live thread of `pid` (`/proc/PID/task/TID/schedstat`): finer
@@ -180,8 +178,8 @@ pub fn cpu_between(
 pub struct CpuMark {
     pid: u32,
     threads: std::collections::HashMap<u32, u64>,
-    ticks_us: f64,
-    /// (user, system) clock ticks, to split the CPU used into user and kernel time.
+    /// (user, system) clock ticks: their sum backs up the per-thread times, their split tells
+    /// user from kernel time.
     times: (u64, u64),
 }
 
@@ -190,29 +188,28 @@ impl CpuMark {
         CpuMark {
             pid,
             threads: thread_cpu_ns(pid),
-            ticks_us: process_cpu_us(pid).unwrap_or(0.0),
             times: process_times(pid).unwrap_or((0, 0)),
         }
     }
 
     /// [`used_us`](Self::used_us) and the (user, system) clock ticks that passed since this
-    /// mark, to split it with [`kernel_part_us`] (none when the process is gone or restarted).
+    /// mark, to split it with [`kernel_part_us`] (none when the process is gone or restarted);
+    /// one reading of the process's ticks serves both.
     pub fn used_and_ticks(&self) -> (f64, (u64, u64)) {
-        let used = self.used_us();
+        let now = thread_cpu_ns(self.pid);
         let ticks = process_times(self.pid).map_or((0, 0), |(u, s)| {
             (
                 u.saturating_sub(self.times.0),
                 s.saturating_sub(self.times.1),
             )
         });
+        let used = cpu_between(&self.threads, &now, ticks_us(ticks.0 + ticks.1));
         (used, ticks)
     }
 
     /// CPU microseconds (user + system) the process used since this mark ([`cpu_between`]).
     pub fn used_us(&self) -> f64 {
-        let now = thread_cpu_ns(self.pid);
-        let ticks = process_cpu_us(self.pid).unwrap_or(self.ticks_us);
-        cpu_between(&self.threads, &now, ticks - self.ticks_us)
+        self.used_and_ticks().0
     }
 }
 
