@@ -208,7 +208,9 @@ fn cards_round_trip_and_never_silently_replace_a_friend() {
         .keys()
         .map(String::as_str)
         .collect();
-    assert_eq!(order.len(), 10, "{doc}");
+    // dsh's ten fields and ours, `tls`: the server answers TLS with the card's key.
+    assert_eq!(order.len(), 11, "{doc}");
+    assert_eq!(doc["tls"], true, "{doc}");
     assert_eq!(
         (doc["host"].as_str(), doc["port"].as_u64()),
         (Some("127.0.0.1"), Some(3877))
@@ -233,6 +235,8 @@ fn cards_round_trip_and_never_silently_replace_a_friend() {
         (friends[0]["mode"].as_str(), friends[0]["port"].as_u64()),
         (Some("ask"), Some(3877))
     );
+    // A card that says tls is asked over TLS, the default: no `tls` key is written.
+    assert_eq!(friends[0].get("tls"), None, "{friends}");
     let (_, again, _) = peer_json(&bob, &[], &["ask", "card", "add", &card]);
     assert_eq!(again["result"], "unchanged");
 
@@ -262,6 +266,7 @@ fn cards_round_trip_and_never_silently_replace_a_friend() {
             description: "backend, Postgres",
             tags: &tags,
             issued: 1_785_150_000_000,
+            tls: false,
         },
         |m| vector_key.sign(m),
     );
@@ -1021,10 +1026,14 @@ fn recommend_refuses_a_denied_friend_and_serves_a_token_friend() {
         (good["reachable"].as_bool(), good["signed"].as_bool()),
         (Some(true), Some(true))
     );
+    // Pinned to another key, TLS refuses bob's server before any request is sent.
     let forged = listing(&eve_key);
     assert_eq!(forged["reachable"], false);
     assert!(
-        forged["error"].as_str().unwrap().contains("another key"),
+        forged["error"]
+            .as_str()
+            .unwrap()
+            .contains("is not who its pinned key says"),
         "{forged}"
     );
     assert!(
