@@ -52,7 +52,10 @@ impl Wire for TcpStream {
     }
 }
 
-impl Wire for StreamOwned<ServerConnection, TcpStream> {
+/// The server's side of one TLS connection.
+pub type ServerStream = StreamOwned<ServerConnection, TcpStream>;
+
+impl Wire for ServerStream {
     fn socket(&self) -> &TcpStream {
         &self.sock
     }
@@ -410,7 +413,7 @@ pub fn accept(
     sock: TcpStream,
     config: &Arc<ServerConfig>,
     deadline: Instant,
-) -> Option<(StreamOwned<ServerConnection, TcpStream>, Option<[u8; 32]>)> {
+) -> Option<(ServerStream, Option<[u8; 32]>)> {
     let conn = ServerConnection::new(config.clone()).ok()?;
     let mut tls = StreamOwned::new(conn, sock);
     while tls.conn.is_handshaking() {
@@ -431,7 +434,7 @@ pub fn accept(
 }
 
 /// Sends TLS's end-of-data alert after the response, so the client sees a clean close.
-pub fn finish(tls: &mut StreamOwned<ServerConnection, TcpStream>) {
+pub fn finish(tls: &mut ServerStream) {
     tls.conn.send_close_notify();
     let _ = tls.conn.complete_io(&mut tls.sock);
 }
