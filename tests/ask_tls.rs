@@ -432,3 +432,38 @@ fn latency_over_tls_beside_plain_http() {
         median(health_plain)
     );
 }
+
+/// A friend pinned by key whose server answers plain HTTP (dsh-ask-peer, or a busy server's
+/// canned 429) is reported as such, with the fix.
+#[test]
+fn tls_to_a_plain_http_server_names_the_fix() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 1024];
+        let _ = s.read(&mut buf);
+        let body = r#"{"ok":false,"error":{"code":"bad_request","message":"no"}}"#;
+        let _ = write!(
+            s,
+            "HTTP/1.1 400 Bad Request\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+    });
+    let t = Target {
+        name: "dee",
+        host: "127.0.0.1",
+        port,
+        tls: Some(Pinned {
+            key: [9; 32],
+            own: None,
+        }),
+    };
+    let e = peerwire::ask::client::get_json_from(&t, "/health", T).unwrap_err();
+    assert_eq!(e.code, peerwire::error::Code::Disconnected, "{e:?}");
+    assert!(
+        e.message.contains("answered without TLS") && e.message.contains("\"tls\": false"),
+        "{e:?}"
+    );
+    server.join().unwrap();
+}

@@ -407,13 +407,25 @@ fn handshake_error(
             Code::Timeout,
             format!("{where_} did not finish the TLS handshake in time"),
         ),
-        _ => Error::new(
+        _ if is_not_tls(e) => Error::new(
             Code::Disconnected,
             format!(
-                "TLS handshake with {name} at {where_} failed ({e}); a dsh-ask-peer friend speaks plain HTTP only and needs \"tls\": false"
+                "{name} at {where_} answered without TLS: a dsh-ask-peer server speaks plain HTTP only (set \"tls\": false on it), or the server was too busy to start TLS"
             ),
         ),
+        _ => Error::new(
+            Code::Disconnected,
+            format!("TLS handshake with {name} at {where_} failed ({e})"),
+        ),
     }
+}
+
+/// Whether a handshake failed because the bytes that came back were no TLS records (a plain
+/// HTTP answer).
+fn is_not_tls(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| matches!(r, rustls::Error::InvalidMessage(_)))
 }
 
 /// The server handshake on an accepted socket before `deadline`: the stream, and the Ed25519
