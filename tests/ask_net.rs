@@ -208,7 +208,9 @@ fn cards_round_trip_and_never_silently_replace_a_friend() {
         .keys()
         .map(String::as_str)
         .collect();
-    assert_eq!(order.len(), 10, "{doc}");
+    // dsh's ten fields and ours, `tls`: the server answers TLS with the card's key.
+    assert_eq!(order.len(), 11, "{doc}");
+    assert_eq!(doc["tls"], true, "{doc}");
     assert_eq!(
         (doc["host"].as_str(), doc["port"].as_u64()),
         (Some("127.0.0.1"), Some(3877))
@@ -233,6 +235,8 @@ fn cards_round_trip_and_never_silently_replace_a_friend() {
         (friends[0]["mode"].as_str(), friends[0]["port"].as_u64()),
         (Some("ask"), Some(3877))
     );
+    // A card that says tls is asked over TLS, the default: no `tls` key is written.
+    assert_eq!(friends[0].get("tls"), None, "{friends}");
     let (_, again, _) = peer_json(&bob, &[], &["ask", "card", "add", &card]);
     assert_eq!(again["result"], "unchanged");
 
@@ -262,6 +266,7 @@ fn cards_round_trip_and_never_silently_replace_a_friend() {
             description: "backend, Postgres",
             tags: &tags,
             issued: 1_785_150_000_000,
+            tls: false,
         },
         |m| vector_key.sign(m),
     );
@@ -839,7 +844,9 @@ fn across_network_namespaces_ask_recommend_and_mcp() {
         Server::start(&dan, &net.exec(2)),
     ];
 
-    // An ask from namespace a, answered by bob's answerer in namespace b.
+    // An ask from namespace a, answered by bob's answerer in namespace b, over TLS pinned to
+    // bob's card key; ada presents hers (mutual TLS), which is all bob checks: her body
+    // carries no token and no signature.
     let (code, v, err) = peer_json(
         &ada,
         &net.exec(0),
@@ -851,7 +858,7 @@ fn across_network_namespaces_ask_recommend_and_mcp() {
         "{v}"
     );
 
-    // Two hops: a → b → c, where dan is recommended by carol.
+    // Two hops over TLS: a → b → c, where dan is recommended by carol.
     let started = std::time::Instant::now();
     let (code, rec, err) = peer_json(
         &ada,
@@ -908,10 +915,53 @@ fn across_network_namespaces_ask_recommend_and_mcp() {
     });
     let (ok, _, text) = run_mcp(&ada.root, script);
     assert!(ok, "{text}");
+    tls_policy_across_namespaces(&net, &ada, &kb, &kc);
     println!(
-        "network namespaces: ask, two-hop recommend and MCP ask crossed {}",
+        "network namespaces: ask, two-hop recommend and MCP ask crossed {} over TLS",
         net.names.join(", ")
     );
+}
+
+/// From namespace a: bob pinned to carol's key is refused before anything is sent; plain
+/// HTTP to bob needs `"tls": false` and warns every time; without a key it is refused.
+fn tls_policy_across_namespaces(net: &Netns, ada: &Ns, kb: &str, kc: &str) {
+    let with_bob = |bob: Value| {
+        write_ask(
+            ada,
+            json!({"callerName": "ada", "rosterRefreshMs": 0, "timeoutMs": 30000, "peers": [bob]}),
+        );
+    };
+    let bob = json!({"name": "bob", "host": "10.201.1.2", "port": 3877});
+    let question = ["ask", "bob", "Where is the dev database URL?"];
+    let mut pinned_to_carol = bob.clone();
+    pinned_to_carol["publicKey"] = json!(kc);
+    with_bob(pinned_to_carol);
+    let (code, _, err) = peer_json(ada, &net.exec(0), &question);
+    assert_eq!(code, exit_of("AUTH_FAILED"), "{err}");
+    assert!(
+        err.contains("is not who its pinned key says") && err.contains("nothing was sent"),
+        "{err}"
+    );
+    let mut plain = bob.clone();
+    plain["publicKey"] = json!(kb);
+    plain["tls"] = json!(false);
+    with_bob(plain);
+    let (code, v, err) = peer_json(ada, &net.exec(0), &question);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        v.to_string().contains("answered from another namespace"),
+        "{v}"
+    );
+    assert!(
+        err.contains("warning: asking bob at 10.201.1.2:3877 over plain HTTP"),
+        "{err}"
+    );
+    let mut unverifiable = bob.clone();
+    unverifiable["token"] = json!("tok-bob-6b3f0e2a9d4c1b7e8f5a2d3c4b1e0f9a8d7c6b5a");
+    with_bob(unverifiable);
+    let (code, _, err) = peer_json(ada, &net.exec(0), &question);
+    assert_eq!(code, exit_of("CONFIG_INVALID"), "{err}");
+    assert!(err.contains("\"tls\": false"), "{err}");
 }
 
 #[test]
@@ -1021,10 +1071,14 @@ fn recommend_refuses_a_denied_friend_and_serves_a_token_friend() {
         (good["reachable"].as_bool(), good["signed"].as_bool()),
         (Some(true), Some(true))
     );
+    // Pinned to another key, TLS refuses bob's server before any request is sent.
     let forged = listing(&eve_key);
     assert_eq!(forged["reachable"], false);
     assert!(
-        forged["error"].as_str().unwrap().contains("another key"),
+        forged["error"]
+            .as_str()
+            .unwrap()
+            .contains("is not who its pinned key says"),
         "{forged}"
     );
     assert!(

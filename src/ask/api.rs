@@ -1,9 +1,13 @@
-//! What front ends call to ask a friend: `ask` and `status`, with typed results. Requests are
-//! always signed with this agent's key (purpose and audience inside the signed bytes, see
-//! `auth`) and carry the friend's token when one is configured, so either kind of friend
-//! entry on the other side authenticates them. An answerer process cannot ask (no loops).
+//! What front ends call to ask a friend: `ask` and `status`, with typed results. A friend with
+//! a pinned key is asked over TLS pinned to that key, presenting ours (mutual TLS), which
+//! authenticates the request; any other request is signed with this agent's key (purpose and
+//! audience inside the signed bytes, see `auth`). The friend's token rides along when one is
+//! configured, so either kind of friend entry on the other side authenticates us. An answerer
+//! process cannot ask (no loops).
 
 use super::config::{AskConfig, Friend};
+use super::keys::AskKey;
+use super::tls::Target;
 use crate::error::{Code, Error, Result};
 use serde_json::{Map, Value, json};
 use std::path::Path;
@@ -51,28 +55,31 @@ fn friend<'c>(config: &'c AskConfig, peer: &str) -> Result<&'c Friend> {
     })
 }
 
-/// A request body with our name, the friend's token (if any) and our signature.
+/// A request body with our name, the friend's token (if any) and, unless the connection
+/// proves who we are (mutual TLS), our signature.
 fn signed_body(
-    home: &Path,
+    key: &AskKey,
     config: &AskConfig,
     friend: &Friend,
+    target: &Target,
     purpose: &str,
     mut body: Map<String, Value>,
-) -> Result<Map<String, Value>> {
+) -> Map<String, Value> {
     body.insert("protocolVersion".into(), json!(super::PROTOCOL_VERSION));
     body.insert("caller".into(), json!(config.caller_name));
     if let Some(t) = &friend.token {
         body.insert("token".into(), json!(t));
     }
-    let key = super::keys::load_or_create(&config.key_dir(home), &config.caller_name)?;
-    super::auth::sign_body(
-        &key,
-        &mut body,
-        purpose,
-        &friend.name,
-        crate::clock::now_ms(),
-    );
-    Ok(body)
+    if !target.proves_caller() {
+        super::auth::sign_body(
+            key,
+            &mut body,
+            purpose,
+            &friend.name,
+            crate::clock::now_ms(),
+        );
+    }
+    body
 }
 
 /// Asks `peer` a question, optionally naming files of its workspace and optionally async.
@@ -97,13 +104,15 @@ pub fn ask(
     if is_async {
         body.insert("async".into(), json!(true));
     }
-    let body = Value::Object(signed_body(home, config, f, "ask", body)?);
+    let key = super::keys::load_or_create(&config.key_dir(home), &config.caller_name)?;
+    let target = super::tls::target(f, Some(&key))?;
+    let body = Value::Object(signed_body(&key, config, f, &target, "ask", body));
     let timeout = if is_async {
         STATUS_TIMEOUT
     } else {
         Duration::from_millis(config.timeout_ms) + CLIENT_SLACK
     };
-    let reply = super::client::post_json(&f.host, f.port, "/ask", &body, timeout)?.into_result()?;
+    let reply = super::client::post_json_to(&target, "/ask", &body, timeout)?.into_result()?;
     if is_async {
         let ask_id = reply
             .get("askId")
@@ -131,8 +140,10 @@ pub fn status(home: &Path, config: &AskConfig, peer: &str, ask_id: &str) -> Resu
     let f = friend(config, peer)?;
     let mut body = Map::new();
     body.insert("askId".into(), json!(ask_id));
-    let body = Value::Object(signed_body(home, config, f, "status", body)?);
-    let reply = super::client::post_json(&f.host, f.port, "/ask/status", &body, STATUS_TIMEOUT)?
+    let key = super::keys::load_or_create(&config.key_dir(home), &config.caller_name)?;
+    let target = super::tls::target(f, Some(&key))?;
+    let body = Value::Object(signed_body(&key, config, f, &target, "status", body));
+    let reply = super::client::post_json_to(&target, "/ask/status", &body, STATUS_TIMEOUT)?
         .into_result()?;
     let s = |k: &str| reply.get(k).and_then(Value::as_str).map(String::from);
     Ok(AskStatus {

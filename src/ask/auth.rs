@@ -7,10 +7,11 @@
 //! another endpoint or server. A dsh server verifies whatever it receives, so these extra
 //! members keep our signed requests valid there. Without a key, a non-empty token compared in
 //! constant time is required; an empty or missing token never authenticates, and a friend
-//! with neither token nor key cannot call at all.
+//! with neither token nor key cannot call at all. Over mutual TLS, a client whose handshake
+//! proved the key a friend pinned is that friend (`authenticate_request`).
 
 use super::config::{AskConfig, Friend};
-use super::http::ApiError;
+use super::http::{ApiError, Request};
 use super::keys::AskKey;
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
@@ -270,6 +271,36 @@ impl Guard {
                 "peer \"{name}\" asks faster than {per} per minute"
             )))
         }
+    }
+
+    /// Authenticates `req`: a caller whose TLS handshake proved the key pinned for the friend
+    /// its body names is that friend, with no token or signature (the proof is bound to this
+    /// connection, so it cannot be replayed); naming another friend is refused. Any other
+    /// request as [`Guard::authenticate`].
+    pub fn authenticate_request<'c>(
+        &self,
+        config: &'c AskConfig,
+        req: &Request,
+        body: &Map<String, Value>,
+        purpose: &str,
+        now_ms: u64,
+    ) -> Result<&'c Friend, ApiError> {
+        let proven = req
+            .tls_peer_key
+            .and_then(|k| config.peers.iter().find(|f| f.key == Some(k)));
+        let Some(friend) = proven else {
+            return self.authenticate(config, req.ip(), body, purpose, now_ms);
+        };
+        let caller = body.get("caller").and_then(Value::as_str).unwrap_or("");
+        if caller == friend.name {
+            return Ok(friend);
+        }
+        self.note_failure(req.ip(), now_ms);
+        Err(ApiError::forbidden(format!(
+            "the TLS client key is friend \"{}\"'s, not caller \"{}\"'s",
+            friend.name,
+            crate::sanitize::line(caller, 64)
+        )))
     }
 
     /// Authenticates a request body for `purpose`; every refusal is charged to the address.

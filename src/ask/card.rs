@@ -1,7 +1,10 @@
 //! Signed friend cards in dsh-ask-peer's format: `dsh-ask-peer-card:` + base64url of the compact
-//! JSON `{v, name, host, port, publicKey, description?, tags?, issued, ttl, signature}` (in that
-//! order), the signature being Ed25519 over the canonical JSON of the card minus `signature`,
-//! made with the key the card carries. A card proves possession of that key, nothing more: the
+//! JSON `{v, name, host, port, publicKey, description?, tags?, issued, ttl, tls?, signature}`
+//! (in that order), the signature being Ed25519 over the canonical JSON of the card minus
+//! `signature`, made with the key the card carries. `tls: true` (ours; dsh has no such field)
+//! says the server also speaks TLS with that key on the same port. dsh parses only the fields
+//! it knows and verifies the signature over the whole document, so it accepts our cards, and a
+//! dsh card simply lacks it (plain HTTP). A card proves possession of that key, nothing more: the
 //! name in it is a claim, which is why adding a card never replaces a friend of the same name
 //! with a different key (see `friends`).
 //!
@@ -84,6 +87,8 @@ pub struct Card {
     pub tags: Vec<String>,
     pub issued: u64,
     pub ttl: u64,
+    /// The server speaks TLS with `key` (our extension; absent in dsh cards).
+    pub tls: bool,
     /// The card document minus `signature`, as received (the signed object).
     pub payload: Value,
 }
@@ -108,6 +113,9 @@ impl Card {
         if !self.tags.is_empty() {
             m.insert("tags".into(), Value::from(self.tags.clone()));
         }
+        if self.tls {
+            m.insert("tls".into(), Value::from(true));
+        }
         Value::Object(m)
     }
 }
@@ -122,6 +130,8 @@ pub struct Issue<'a> {
     pub description: &'a str,
     pub tags: &'a [String],
     pub issued: u64,
+    /// Say that the server speaks TLS with this key.
+    pub tls: bool,
 }
 
 /// The wire document, in dsh's field order (serialised structs keep declaration order).
@@ -139,6 +149,8 @@ struct Wire<'a> {
     tags: Option<&'a [String]>,
     issued: u64,
     ttl: u64,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    tls: bool,
     signature: &'a str,
 }
 
@@ -159,6 +171,7 @@ pub fn issue(card: &Issue, sign: impl Fn(&[u8]) -> String) -> String {
         tags,
         issued: card.issued,
         ttl: CARD_TTL_MS,
+        tls: card.tls,
         signature: "",
     };
     let signature = sign(&signed_bytes_of(&wire));
@@ -269,6 +282,11 @@ pub fn parse(card: &str) -> Result<(Card, String), CardError> {
         Some(v) if v.as_f64().is_some_and(|f| f <= 0.0) => CARD_TTL_MS,
         Some(v) => safe_integer(v).ok_or(CardError::Field("ttl", "a duration in ms"))?,
     };
+    let tls = match m.get("tls") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(CardError::Field("tls", "true or false")),
+    };
     let signature = match m.remove("signature") {
         Some(Value::String(s)) if s.len() <= 200 => s,
         _ => return Err(CardError::Field("signature", "a string")),
@@ -283,6 +301,7 @@ pub fn parse(card: &str) -> Result<(Card, String), CardError> {
         tags,
         issued,
         ttl,
+        tls,
         payload: Value::Object(m),
     };
     Ok((card, signature))
@@ -336,6 +355,7 @@ mod tests {
                 description: "backend, Postgres",
                 tags: &tags,
                 issued: ISSUED,
+                tls: false,
             },
             |m| canon::b64url(&key.sign(m).to_bytes()),
         )
@@ -366,6 +386,40 @@ mod tests {
             ("ada", 3877, CARD_TTL_MS)
         );
         assert_eq!(ok.tags, ["postgres", "migrations"]);
+    }
+
+    /// `tls: true` is inside the signed document: it verifies, survives a round trip, and
+    /// cannot be stripped or added without breaking the signature.
+    #[test]
+    fn tls_is_signed_and_optional() {
+        let key = vector_key();
+        let public = key.verifying_key().to_bytes();
+        let mut issue_ = Issue {
+            name: "ada",
+            host: "192.0.2.10",
+            port: 3877,
+            public: &public,
+            description: "",
+            tags: &[],
+            issued: ISSUED,
+            tls: true,
+        };
+        let sign = |m: &[u8]| canon::b64url(&key.sign(m).to_bytes());
+        let with = issue(&issue_, sign);
+        let c = verify(&with, ISSUED).unwrap();
+        assert!(c.tls);
+        assert_eq!(c.peer_view()["tls"], Value::Bool(true));
+        let json = String::from_utf8(canon::unb64url(&with[CARD_PREFIX.len()..]).unwrap()).unwrap();
+        assert!(json.contains(",\"tls\":true,\"signature\""), "{json}");
+        let stripped = json.replace(",\"tls\":true", "");
+        let stripped = format!("{CARD_PREFIX}{}", canon::b64url(stripped.as_bytes()));
+        assert_eq!(verify(&stripped, ISSUED), Err(CardError::Signature));
+        issue_.tls = false;
+        let without = issue(&issue_, sign);
+        assert!(!verify(&without, ISSUED).unwrap().tls);
+        let json =
+            String::from_utf8(canon::unb64url(&without[CARD_PREFIX.len()..]).unwrap()).unwrap();
+        assert!(!json.contains("tls"));
     }
 
     #[test]
@@ -412,6 +466,7 @@ mod tests {
             ("signature", serde_json::json!(5), "signature"),
             ("name", serde_json::json!("a\u{1b}[2J"), "name"),
             ("tags", serde_json::json!([1]), "tags"),
+            ("tls", serde_json::json!("yes"), "tls"),
         ];
         for (field, value, named) in cases {
             let mut v = good.clone();

@@ -1,11 +1,12 @@
-//! A small blocking HTTP/1.1 client over std `TcpStream` for talking to ask servers (ours or
-//! dsh-ask-peer's): connect and read deadlines, a bounded response, the status line and
+//! A small blocking HTTP/1.1 client for talking to ask servers (ours or dsh-ask-peer's), over
+//! plain TCP or TLS pinned to the friend's card key (`tls::Target`, chosen per friend by
+//! `tls::target`): connect and read deadlines, a bounded response, the status line and
 //! headers parsed with `httparse`, and the JSON body kept for error replies too, so a
 //! declined ask, a forbidden caller and a timeout stay distinguishable.
 
+use super::tls::{Target, Wire};
 use crate::error::{Code, Error, Result};
 use serde_json::Value;
-use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -65,12 +66,12 @@ pub fn error_of(status: u16, body: &Value) -> Error {
     )
 }
 
-/// `GET path` and the JSON reply.
+/// `GET path` over plain HTTP and the JSON reply (loopback, tests).
 pub fn get_json(host: &str, port: u16, path: &str, timeout: Duration) -> Result<Reply> {
-    request("GET", host, port, path, None, timeout)
+    request_to(&Target::plain(host, port), "GET", path, None, timeout)
 }
 
-/// `POST path` with a JSON body and the JSON reply.
+/// `POST path` over plain HTTP with a JSON body and the JSON reply (loopback, tests).
 pub fn post_json(
     host: &str,
     port: u16,
@@ -78,12 +79,22 @@ pub fn post_json(
     body: &Value,
     timeout: Duration,
 ) -> Result<Reply> {
-    let bytes = serde_json::to_vec(body)
-        .map_err(|e| Error::new(Code::InvalidRequest, format!("cannot encode request: {e}")))?;
-    request("POST", host, port, path, Some(&bytes), timeout)
+    post_json_to(&Target::plain(host, port), path, body, timeout)
 }
 
-/// One request on a fresh connection; `timeout` bounds connect, write and read together.
+/// `GET path` from a target (TLS or plain, as its policy says).
+pub fn get_json_from(t: &Target, path: &str, timeout: Duration) -> Result<Reply> {
+    request_to(t, "GET", path, None, timeout)
+}
+
+/// `POST path` to a target with a JSON body.
+pub fn post_json_to(t: &Target, path: &str, body: &Value, timeout: Duration) -> Result<Reply> {
+    let bytes = serde_json::to_vec(body)
+        .map_err(|e| Error::new(Code::InvalidRequest, format!("cannot encode request: {e}")))?;
+    request_to(t, "POST", path, Some(&bytes), timeout)
+}
+
+/// One plain-HTTP request on a fresh connection; `timeout` bounds connect, write and read.
 pub fn request(
     method: &str,
     host: &str,
@@ -92,8 +103,21 @@ pub fn request(
     body: Option<&[u8]>,
     timeout: Duration,
 ) -> Result<Reply> {
+    request_to(&Target::plain(host, port), method, path, body, timeout)
+}
+
+/// One request on a fresh connection; `timeout` bounds connect, handshake, write and read
+/// together. Over TLS nothing is written before the server proved its pinned key.
+pub fn request_to(
+    t: &Target,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<Reply> {
     let deadline = Instant::now() + timeout;
-    let mut stream = connect(host, port, deadline)?;
+    let (host, port) = (t.host, t.port);
+    let stream = connect(host, port, deadline)?;
     let where_ = format!("{host}:{port}");
     let host_header = if host.contains(':') {
         format!("[{host}]:{port}")
@@ -112,13 +136,31 @@ pub fn request(
     head.push_str("\r\n");
     let mut bytes = head.into_bytes();
     bytes.extend_from_slice(body.unwrap_or_default());
-    let remaining = left(deadline, &where_)?;
-    stream
-        .set_write_timeout(Some(remaining))
-        .and_then(|()| stream.write_all(&bytes))
-        .map_err(|e| io_error(&where_, &e))?;
-    let raw = read_response(&mut stream, deadline, &where_)?;
+    let raw = match &t.tls {
+        None => exchange(stream, &bytes, deadline, &where_)?,
+        Some(pinned) => {
+            let tls = super::tls::connect(stream, t, pinned, deadline)?;
+            exchange(tls, &bytes, deadline, &where_)?
+        }
+    };
     parse_response(&raw).map_err(|m| Error::new(Code::InvalidRequest, format!("{where_}: {m}")))
+}
+
+/// Writes the request and reads the response.
+fn exchange<S: Wire>(
+    mut stream: S,
+    bytes: &[u8],
+    deadline: Instant,
+    where_: &str,
+) -> Result<Vec<u8>> {
+    let remaining = left(deadline, where_)?;
+    stream
+        .socket()
+        .set_write_timeout(Some(remaining))
+        .and_then(|()| stream.write_all(bytes))
+        .and_then(|()| stream.flush())
+        .map_err(|e| io_error(where_, &e))?;
+    read_response(&mut stream, deadline, where_)
 }
 
 fn left(deadline: Instant, where_: &str) -> Result<Duration> {
@@ -170,7 +212,7 @@ fn connect(host: &str, port: u16, deadline: Instant) -> Result<TcpStream> {
 
 /// Reads until the peer closes or the declared length is complete, within the deadline and
 /// the byte bound.
-fn read_response(stream: &mut TcpStream, deadline: Instant, where_: &str) -> Result<Vec<u8>> {
+fn read_response<S: Wire>(stream: &mut S, deadline: Instant, where_: &str) -> Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 8192];
     loop {
@@ -182,6 +224,7 @@ fn read_response(stream: &mut TcpStream, deadline: Instant, where_: &str) -> Res
         }
         let remaining = left(deadline, where_)?;
         stream
+            .socket()
             .set_read_timeout(Some(remaining))
             .map_err(|e| io_error(where_, &e))?;
         match stream.read(&mut chunk) {

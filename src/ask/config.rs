@@ -51,6 +51,9 @@ pub struct Friend {
     pub key: Option<[u8; 32]>,
     pub mode: Mode,
     pub description: Option<String>,
+    /// `"tls"` as configured: `Some(false)` forces plain HTTP, `Some(true)` requires TLS (and
+    /// a pinned key), `None` is TLS exactly when a key is pinned (see `ask::tls::transport`).
+    pub tls: Option<bool>,
 }
 
 /// The validated `"ask"` object.
@@ -253,6 +256,7 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
         key: None,
         mode: Mode::Ask,
         description: None,
+        tls: None,
     };
     for (key, v) in obj {
         let k = format!("{field}.{key}");
@@ -287,6 +291,7 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
                 }
             }
             "description" => f.description = Some(text(k, v, DESCRIPTION_CHARS_MAX)?),
+            "tls" => f.tls = Some(boolean(k, v)?),
             _ => {
                 return Err(Error::new(
                     Code::ConfigInvalid,
@@ -300,6 +305,12 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
     }
     if f.host.is_empty() {
         return Err(bad(&format!("{field}.host"), "present"));
+    }
+    if f.tls == Some(true) && f.key.is_none() {
+        return Err(bad(
+            &format!("{field}.tls"),
+            "false or absent unless publicKey is set (TLS verifies the server by that key)",
+        ));
     }
     Ok(f)
 }

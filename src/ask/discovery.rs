@@ -228,6 +228,8 @@ pub fn own_card(cfg: &AskConfig, key: &AskKey, host: &str, port: u16, now_ms: u6
             description: &cfg.description,
             tags: &cfg.tags,
             issued: now_ms,
+            // The ask server always answers TLS with this key on its port.
+            tls: true,
         },
         |m| key.sign(m),
     )
@@ -298,7 +300,7 @@ fn handle_recommend(state: &ServerState, req: &Request) -> std::result::Result<R
     let friend =
         state
             .guard
-            .authenticate(&state.config, req.ip(), &body, RECOMMEND_PURPOSE, now)?;
+            .authenticate_request(&state.config, req, &body, RECOMMEND_PURPOSE, now)?;
     // Unlike dsh-ask-peer, `deny` also refuses recommendations: they would reveal this
     // owner's friends to someone the owner refuses. Each one spends the friend's budget,
     // since it can cost several outbound fetches.
@@ -318,7 +320,8 @@ fn handle_recommend(state: &ServerState, req: &Request) -> std::result::Result<R
 
 /// A friend's JSON answer to `GET path`, or the one-line reason it failed.
 fn get_from(f: &Friend, path: &str, timeout_ms: u64) -> std::result::Result<Value, String> {
-    client::get_json(&f.host, f.port, path, Duration::from_millis(timeout_ms))
+    super::tls::target(f, None)
+        .and_then(|t| client::get_json_from(&t, path, Duration::from_millis(timeout_ms)))
         .and_then(client::Reply::into_result)
         .map_err(|e| e.message)
 }
@@ -643,13 +646,22 @@ pub fn checked_answer(reply: &Value, now_ms: u64) -> std::result::Result<(String
 }
 
 /// Adds our credentials for friend `f` to an outbound body, as the core's asks do: the
-/// friend's token when one is configured, and always our replay-safe signature, so either
-/// kind of entry for us on the other side authenticates it.
-pub fn credentials(key: &AskKey, f: &Friend, mut body: Map<String, Value>, purpose: &str) -> Value {
+/// friend's token when one is configured, and our replay-safe signature unless the
+/// connection itself proves us (`t` is mutual TLS), so either kind of entry for us on the
+/// other side authenticates it.
+pub fn credentials(
+    key: &AskKey,
+    f: &Friend,
+    t: &super::tls::Target,
+    mut body: Map<String, Value>,
+    purpose: &str,
+) -> Value {
     if let Some(t) = &f.token {
         body.insert("token".into(), json!(t));
     }
-    super::auth::sign_body(key, &mut body, purpose, &f.name, clock::now_ms());
+    if !t.proves_caller() {
+        super::auth::sign_body(key, &mut body, purpose, &f.name, clock::now_ms());
+    }
     Value::Object(body)
 }
 
@@ -676,10 +688,10 @@ pub fn post_recommend(
     if !path.is_empty() {
         body.insert("path".into(), json!(path));
     }
-    let body = credentials(key, f, body, RECOMMEND_PURPOSE);
-    client::post_json(
-        &f.host,
-        f.port,
+    let target = super::tls::target(f, Some(key))?;
+    let body = credentials(key, f, &target, body, RECOMMEND_PURPOSE);
+    client::post_json_to(
+        &target,
         "/recommend",
         &body,
         Duration::from_millis(timeout_ms),

@@ -6,9 +6,8 @@
 //! `read_request` and `write_response` are the thin socket shell around them. The request,
 //! response and refusal types every endpoint uses live here too.
 
+use super::tls::Wire;
 use serde_json::{Map, Value, json};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -113,8 +112,8 @@ pub enum ReadFailure {
 }
 
 /// Reads one request: the head within `head_timeout`, then the body within `body_timeout`.
-pub fn read_request(
-    stream: &mut TcpStream,
+pub fn read_request<S: Wire>(
+    stream: &mut S,
     head_timeout: Duration,
     body_timeout: Duration,
 ) -> Result<(RequestHead, Vec<u8>), ReadFailure> {
@@ -144,8 +143,8 @@ pub fn read_request(
 }
 
 /// One bounded read before `deadline`, appending at most up to `cap` bytes in total.
-fn read_some(
-    stream: &mut TcpStream,
+fn read_some<S: Wire>(
+    stream: &mut S,
     buf: &mut Vec<u8>,
     deadline: Instant,
     cap: usize,
@@ -155,6 +154,7 @@ fn read_some(
         return Err(ReadFailure::Drop);
     }
     stream
+        .socket()
         .set_read_timeout(Some(remaining))
         .map_err(|_| ReadFailure::Drop)?;
     let room = cap.saturating_sub(buf.len()).clamp(1, READ_CHUNK_BYTES);
@@ -205,8 +205,8 @@ pub fn response_bytes(status: u16, body: &[u8]) -> Vec<u8> {
 }
 
 /// Writes a response within `timeout`; a client that does not read is dropped.
-pub fn write_response(stream: &mut TcpStream, status: u16, body: &[u8], timeout: Duration) {
-    let _ = stream.set_write_timeout(Some(timeout));
+pub fn write_response<S: Wire>(stream: &mut S, status: u16, body: &[u8], timeout: Duration) {
+    let _ = stream.socket().set_write_timeout(Some(timeout));
     let _ = stream.write_all(&response_bytes(status, body));
     let _ = stream.flush();
 }
@@ -273,6 +273,9 @@ pub struct Request {
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     pub peer: SocketAddr,
+    /// The Ed25519 key the client proved in a TLS handshake (mutual TLS); `None` over plain
+    /// HTTP or when it presented no certificate. The only source of identity besides the body.
+    pub tls_peer_key: Option<[u8; 32]>,
 }
 
 impl Request {
@@ -425,6 +428,7 @@ mod tests {
             headers: vec![],
             body: vec![],
             peer: "127.0.0.1:1".parse().unwrap(),
+            tls_peer_key: None,
         };
         assert_eq!(req.query_param("askId").as_deref(), Some("a-b c"));
         assert_eq!(req.query_param("bad").as_deref(), Some("%zz"));

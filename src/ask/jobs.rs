@@ -290,7 +290,7 @@ pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, A
     let ask = parse_ask(&body, &state.config)?;
     let friend = state
         .guard
-        .authenticate(&state.config, req.ip(), &body, "ask", now)?;
+        .authenticate_request(&state.config, req, &body, "ask", now)?;
     if friend.mode == Mode::Deny {
         return Err(ApiError::forbidden(format!(
             "policy denies asks from \"{}\"",
@@ -420,7 +420,7 @@ pub fn handle_status(state: &ServerState, req: &Request) -> Result<Response, Api
         .ok_or_else(|| ApiError::bad_request("askId is required"))?;
     let friend = state
         .guard
-        .authenticate(&state.config, req.ip(), &body, "status", now)?;
+        .authenticate_request(&state.config, req, &body, "status", now)?;
     state
         .jobs
         .view(id, Some(&friend.name))

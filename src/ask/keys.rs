@@ -50,6 +50,14 @@ impl AskKey {
         canon::fingerprint(&self.public)
     }
 
+    /// The private key as PKCS#8 v1 DER (what the TLS certificate and handshake sign with);
+    /// zeroed when dropped.
+    pub fn pkcs8_der(&self) -> zeroize::Zeroizing<Vec<u8>> {
+        let mut der = zeroize::Zeroizing::new(PKCS8_PREFIX.to_vec());
+        der.extend_from_slice(self.signing.as_bytes());
+        der
+    }
+
     /// base64url Ed25519 signature over `msg`.
     pub fn sign(&self, msg: &[u8]) -> String {
         canon::signature(&self.signing, msg)

@@ -11,6 +11,8 @@
 //!   and the `Request`, `Response` and `ApiError` types of every endpoint.
 //! - `client` — a small blocking HTTP client with deadlines and bounded responses.
 //! - `server` — the listener and its bounded connection threads.
+//! - `tls` — TLS pinned to card keys (certificates of the card key, the pinned verifier, mutual
+//!   TLS) and the client's TLS-or-plain policy per friend.
 //! - `auth` — allowlist, tokens, signatures with timestamp, nonce and replay set; rate limits.
 //! - `approval` — per-friend modes and the owner's pending decisions.
 //! - `jobs` — async asks and their lifecycle.
@@ -40,6 +42,7 @@ pub mod keys;
 pub mod recommend;
 pub mod sandbox;
 pub mod server;
+pub mod tls;
 
 /// The only protocol version dsh-ask-peer speaks; required exactly on `/ask` and `/recommend`.
 pub const PROTOCOL_VERSION: u64 = 1;
@@ -67,6 +70,8 @@ pub struct ServerState {
     pub workspace: PathBuf,
     /// This agent's key (created in `keyDir` at start).
     pub key: AskKey,
+    /// TLS with a certificate of `key`, for connections that open with a handshake.
+    pub tls: Arc<rustls::ServerConfig>,
     /// The bound address.
     pub listen: SocketAddr,
     pub guard: auth::Guard,
@@ -145,6 +150,7 @@ pub fn start(
         }
     }
     let key = keys::load_or_create(&config.key_dir(home), &config.caller_name)?;
+    let tls = tls::server_config(&key)?;
     let addr = match bind {
         Some(a) => a,
         None => resolve_bind(&config.listen_host, config.listen_port)?,
@@ -168,6 +174,7 @@ pub fn start(
         home: home.to_path_buf(),
         workspace,
         key,
+        tls,
         listen,
     });
     discovery::on_start(&state);

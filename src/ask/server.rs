@@ -12,7 +12,7 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a response write may take before the client is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -120,10 +120,41 @@ fn admit(
     }
 }
 
-fn serve_connection(mut stream: TcpStream, peer: SocketAddr, state: &Arc<ServerState>) {
+/// Serves one connection: TLS when its first byte opens a TLS handshake, plain HTTP
+/// otherwise (dsh-ask-peer friends, loopback tools), both within the header deadline.
+fn serve_connection(stream: TcpStream, peer: SocketAddr, state: &Arc<ServerState>) {
     let head_timeout = Duration::from_millis(state.config.header_timeout_ms);
+    let head_deadline = Instant::now() + head_timeout;
+    let mut first = [0u8; 1];
+    let peeked = stream
+        .set_read_timeout(Some(head_timeout))
+        .and_then(|()| stream.peek(&mut first));
+    if !matches!(peeked, Ok(1)) {
+        return;
+    }
+    if first[0] != super::tls::HANDSHAKE_RECORD {
+        let mut stream = stream;
+        serve_request(&mut stream, peer, None, head_deadline, state);
+        return;
+    }
+    let Some((mut tls, client_key)) = super::tls::accept(stream, &state.tls, head_deadline) else {
+        return;
+    };
+    serve_request(&mut tls, peer, client_key, head_deadline, state);
+    super::tls::finish(&mut tls);
+}
+
+/// Reads one request (its head by `head_deadline`), routes it and writes the response.
+fn serve_request<S: super::tls::Wire>(
+    stream: &mut S,
+    peer: SocketAddr,
+    tls_peer_key: Option<[u8; 32]>,
+    head_deadline: Instant,
+    state: &Arc<ServerState>,
+) {
+    let head_timeout = head_deadline.saturating_duration_since(Instant::now());
     let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
-    let resp = match super::http::read_request(&mut stream, head_timeout, body_timeout) {
+    let resp = match super::http::read_request(stream, head_timeout, body_timeout) {
         Ok((head, body)) => {
             let req = Request {
                 method: head.method,
@@ -132,11 +163,12 @@ fn serve_connection(mut stream: TcpStream, peer: SocketAddr, state: &Arc<ServerS
                 headers: head.headers,
                 body,
                 peer,
+                tls_peer_key,
             };
             super::route(state, &req)
         }
         Err(super::http::ReadFailure::Reply(e)) => e.response(),
         Err(super::http::ReadFailure::Drop) => return,
     };
-    super::http::write_response(&mut stream, resp.status, &resp.bytes(), WRITE_TIMEOUT);
+    super::http::write_response(stream, resp.status, &resp.bytes(), WRITE_TIMEOUT);
 }

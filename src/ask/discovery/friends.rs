@@ -65,10 +65,17 @@ fn key_owned_by_another(peers: &[Value], card: &Card, name: &str) -> Result<()> 
     }
 }
 
-/// Writes the card's address (host, port, description) into a friend entry.
+/// Writes the card's address (host, port, description, and how it is reached) into a friend
+/// entry: a card without `tls` (dsh-ask-peer's) gets `"tls": false`, plain HTTP, since its
+/// server cannot answer TLS; one with it is asked over TLS pinned to its key (the default).
 fn address_of(card: &Card, m: &mut Map<String, Value>) {
     m.insert("host".into(), json!(card.host));
     m.insert("port".into(), json!(card.port));
+    if card.tls {
+        m.remove("tls");
+    } else {
+        m.insert("tls".into(), json!(false));
+    }
     match &card.description {
         Some(d) => m.insert("description".into(), json!(d)),
         None => m.remove("description"),
@@ -203,6 +210,7 @@ mod tests {
             tags: vec![],
             issued: 0,
             ttl: 1,
+            tls: true,
             payload: Value::Null,
         }
     }
@@ -239,5 +247,25 @@ mod tests {
         );
         assert_eq!(peers[1]["mode"], "deny");
         assert_eq!(peers.len(), 2);
+    }
+
+    /// A dsh card (no `tls`) is asked over plain HTTP, said in the entry; a later card of the
+    /// same key that speaks TLS takes the entry back to the default.
+    #[test]
+    fn cards_without_tls_get_plain_http() {
+        let mut peers = Vec::new();
+        let mut dsh = card("dee", "ed25519:D", 1);
+        dsh.tls = false;
+        assert_eq!(
+            merge(&mut peers, &dsh, "ask", false).unwrap(),
+            Merged::Added
+        );
+        assert_eq!(peers[0]["tls"], false);
+        let ours = card("dee", "ed25519:D", 1);
+        assert_eq!(
+            merge(&mut peers, &ours, "ask", false).unwrap(),
+            Merged::Updated
+        );
+        assert_eq!(peers[0].get("tls"), None);
     }
 }
