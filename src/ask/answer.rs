@@ -15,8 +15,9 @@
 //! `keyDir`, and each file is size-bounded.
 
 use super::ServerState;
-use super::config::Mode;
+use super::config::{AskConfig, Mode};
 use super::http::ApiError;
+use super::sandbox::{self, Layers, Plan};
 use parking_lot::Mutex;
 use serde_json::json;
 use std::io::{Read, Write};
@@ -172,10 +173,8 @@ pub fn ready(state: &ServerState) -> Result<&[String], ApiError> {
             "this server has no ask.answerCommand configured",
         ));
     };
-    if !state.sandbox.landlock && !state.config.allow_unenforced_sandbox {
-        return Err(ApiError::ask_failed(
-            "this kernel cannot enforce the Landlock sandbox; refusing to answer",
-        ));
+    if let Some(why) = state.sandbox.refusal(state.config.reduced_isolation) {
+        return Err(ApiError::ask_failed(why));
     }
     Ok(argv)
 }
@@ -195,8 +194,65 @@ pub fn run(state: &ServerState, work: &Work) -> Result<Answer, ApiError> {
     Ok(cap_answer(&raw, state.config.max_answer_chars))
 }
 
-/// `peer ask sandbox-exec … -- answerCommand…` in the workspace, in its own process group,
-/// with the scratch directory as its only writable place and the namespace and keyDir hidden.
+/// The trees an answerer must not see: [`protected_dirs`], the coordination directory and
+/// the short socket directories peerwire falls back to (`$XDG_RUNTIME_DIR/peerwire`,
+/// `/tmp/peerwire-UID`).
+pub fn hidden_dirs(home: &Path, config: &AskConfig) -> Vec<PathBuf> {
+    let mut out = vec![home.to_path_buf(), config.key_dir(home)];
+    if let Ok(main) = crate::config::Config::load(home)
+        && let Some(coord) = main.coordination_directory
+    {
+        out.push(coord);
+    }
+    if let Some(xdg) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        out.push(PathBuf::from(xdg).join("peerwire"));
+    }
+    out.push(PathBuf::from(format!(
+        "/tmp/peerwire-{}",
+        nix::unistd::geteuid().as_raw()
+    )));
+    out.into_iter()
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+        .collect()
+}
+
+/// The sandbox plan for an answerer (or the start-up probe) of this server.
+pub fn plan(
+    home: &Path,
+    config: &AskConfig,
+    workspace: &Path,
+    scratch: &Path,
+    no_namespaces: bool,
+) -> Plan {
+    Plan {
+        scratch: scratch.to_path_buf(),
+        workspace: workspace.to_path_buf(),
+        read: config
+            .answer_read_paths
+            .iter()
+            .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+            .collect(),
+        hide: hidden_dirs(home, config),
+        reduced: config.reduced_isolation,
+        no_namespaces,
+        memory_mb: config.answer_memory_mb,
+        cpu_seconds: config.answer_cpu_seconds,
+        processes: config.answer_processes,
+        probe: false,
+        init: false,
+    }
+}
+
+/// Probes, at server start, which layers an answerer of this server would get.
+pub fn probe_layers(home: &Path, config: &AskConfig, workspace: &Path) -> Layers {
+    match crate::fsutil::TempDir::new("ask-probe") {
+        Ok(dir) => sandbox::probe(&plan(home, config, workspace, dir.path(), false)),
+        Err(_) => Layers::default(),
+    }
+}
+
+/// `peer ask sandbox-exec PLAN -- answerCommand…` in the workspace; it puts itself in a
+/// session (and process group) of its own.
 fn answerer_command(
     state: &ServerState,
     argv: &[String],
@@ -204,15 +260,13 @@ fn answerer_command(
 ) -> Result<Command, ApiError> {
     let exe = std::env::current_exe()
         .map_err(|e| ApiError::internal(format!("cannot find the peer binary: {e}")))?;
+    let no_ns = !state.sandbox.namespaces;
+    let plan = plan(&state.home, &state.config, &state.workspace, scratch, no_ns);
     let mut cmd = Command::new(exe);
-    cmd.args(["ask", "sandbox-exec", "--scratch"]).arg(scratch);
-    for p in protected_dirs(state) {
-        cmd.arg("--protect").arg(p);
-    }
-    if state.config.allow_unenforced_sandbox {
-        cmd.arg("--allow-unenforced");
-    }
-    cmd.arg("--").args(argv);
+    cmd.args(["ask", "sandbox-exec"])
+        .args(sandbox::plan_args(&plan))
+        .arg("--")
+        .args(argv);
     for var in ["PEER_HOME", "PEER_CONTROL", "PEER_RUN_ID", "AUTOHAND_HOME"] {
         cmd.env_remove(var);
     }
@@ -223,7 +277,6 @@ fn answerer_command(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     Ok(cmd)
 }
 
@@ -294,6 +347,8 @@ fn spawn_and_collect(
     // Kill the whole group (stragglers included) before reaping, so the group id cannot have
     // been reused.
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    // Before `sandbox-exec` made its own group the group kill finds nothing.
+    let _ = nix::sys::signal::kill(pgid, nix::sys::signal::Signal::SIGKILL);
     let status = child.wait().ok().and_then(|s| s.code());
     if !output_done {
         // A process that left the group could hold the pipe open: wait briefly, then give up

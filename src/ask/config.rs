@@ -16,6 +16,7 @@ const TOKEN_CHARS_MAX: usize = 512;
 const HOST_CHARS_MAX: usize = 255;
 const NAME_CHARS_MAX: usize = 64;
 const ARGV_MAX: usize = 64;
+const READ_PATHS_MAX: usize = 32;
 
 /// Per-friend inbound policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,9 +77,17 @@ pub struct AskConfig {
     pub max_answer_chars: usize,
     pub approval_timeout_ms: u64,
     pub answer_command: Option<Vec<String>>,
-    /// Answer even where the kernel cannot enforce Landlock (weaker: no-new-privileges,
-    /// process group and timeout only).
-    pub allow_unenforced_sandbox: bool,
+    /// `answerIsolation: "reduced"` (or the older `allowUnenforcedSandbox: true`): answer even
+    /// where the kernel lacks user namespaces or Landlock, with whatever layers it has.
+    pub reduced_isolation: bool,
+    /// `answerReadPaths`: absolute paths bound read-only into the answerer's file system.
+    pub answer_read_paths: Vec<PathBuf>,
+    /// `answerMemoryMb`: the answerer's address space (RLIMIT_AS) and scratch tmpfs size.
+    pub answer_memory_mb: u64,
+    /// `answerCpuSeconds`: CPU time per answerer process (RLIMIT_CPU).
+    pub answer_cpu_seconds: u64,
+    /// `answerProcesses`: processes alive at once in the answerer's pid namespace.
+    pub answer_processes: u64,
     /// How long a finished async result stays readable (at most the protocol's 10 minutes).
     pub result_ttl_ms: u64,
     pub max_concurrent_asks: usize,
@@ -112,7 +121,11 @@ impl Default for AskConfig {
             max_answer_chars: 48_000,
             approval_timeout_ms: 120_000,
             answer_command: None,
-            allow_unenforced_sandbox: false,
+            reduced_isolation: false,
+            answer_read_paths: Vec::new(),
+            answer_memory_mb: 8_192,
+            answer_cpu_seconds: 600,
+            answer_processes: 512,
             result_ttl_ms: 600_000,
             max_concurrent_asks: 4,
             max_stored_asks: 256,
@@ -196,7 +209,12 @@ impl AskConfig {
                     }
                 }
                 "answerCommand" => c.answer_command = Some(argv(f, value)?),
-                "allowUnenforcedSandbox" => c.allow_unenforced_sandbox = boolean(f, value)?,
+                "allowUnenforcedSandbox" => c.reduced_isolation = boolean(f, value)?,
+                "answerIsolation" => c.reduced_isolation = isolation(f, value)?,
+                "answerReadPaths" => c.answer_read_paths = read_paths(f, value)?,
+                "answerMemoryMb" => c.answer_memory_mb = int(f, value, 64, 1_048_576)?,
+                "answerCpuSeconds" => c.answer_cpu_seconds = int(f, value, 1, 86_400)?,
+                "answerProcesses" => c.answer_processes = int(f, value, 300, 65_536)?,
                 "resultTtlMs" => c.result_ttl_ms = int(f, value, 100, 600_000)?,
                 "maxConcurrentAsks" => c.max_concurrent_asks = int(f, value, 1, 64)? as usize,
                 "maxStoredAsks" => c.max_stored_asks = int(f, value, 1, 4_096)? as usize,
@@ -372,6 +390,28 @@ fn tags(field: &str, value: &Value) -> Result<Vec<String>> {
         .iter()
         .map(|t| text(field, t, TAG_CHARS_MAX))
         .collect()
+}
+
+/// `"full"` (false) or `"reduced"` (true).
+fn isolation(field: &str, value: &Value) -> Result<bool> {
+    match value.as_str() {
+        Some("full") => Ok(false),
+        Some("reduced") => Ok(true),
+        _ => Err(bad(field, "\"full\" or \"reduced\"")),
+    }
+}
+
+fn read_paths(field: &str, value: &Value) -> Result<Vec<PathBuf>> {
+    let items = value
+        .as_array()
+        .filter(|a| a.len() <= READ_PATHS_MAX)
+        .ok_or_else(|| {
+            bad(
+                field,
+                &format!("an array of at most {READ_PATHS_MAX} absolute paths"),
+            )
+        })?;
+    items.iter().map(|i| absolute(field, i)).collect()
 }
 
 fn argv(field: &str, value: &Value) -> Result<Vec<String>> {
