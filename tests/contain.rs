@@ -1,0 +1,471 @@
+//! The contained answerer under attack: each test runs a real `peer ask serve` whose
+//! `answerCommand` is a hostile shell script (what a prompt-injected agent would do) and
+//! checks from outside that the attack did not land: terminal injection into the owner's
+//! shell, chmod of the key and the workspace, a live session's control socket, TCP and UDP to
+//! a loopback listener, a signal to the owner's process, a daemon outliving the answer,
+//! another answerer's scratch, and `~/.ssh`. They need unprivileged user namespaces and
+//! Landlock; where the kernel lacks them they print "skipped: …".
+
+use crate::common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(30);
+/// A token of 256 bits, so no token-strength rule refuses the configuration.
+const TOKEN: &str = "c0ntain-9f2b6a4e1d7c3b8a5f0e2d4c6b8a1f3e5d7c9b0a2e4f6a8c1d3b5e7f9a0c2e4f";
+
+/// Whether this machine can contain an answerer; prints why not.
+fn containable() -> bool {
+    let userns = std::process::Command::new("unshare")
+        .args(["-Urmpn", "--fork", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !userns {
+        println!("skipped: unprivileged user namespaces are not available");
+        return false;
+    }
+    // landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION): the ABI, or < 0.
+    let abi = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import ctypes; print(ctypes.CDLL(None).syscall(444, None, 0, 1))",
+        ])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<i64>()
+                .unwrap_or(-1)
+        })
+        .unwrap_or(-1);
+    if abi < 1 {
+        println!("skipped: Landlock is not enabled in this kernel");
+        return false;
+    }
+    true
+}
+
+/// A hostile answerer script in the test root, readable by the answerer through
+/// `answerReadPaths`.
+fn script(ns: &Ns, name: &str, body: &str) -> String {
+    let path = ns.root.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn ask_config(ns: &Ns, answerer: &str, extra: Value) {
+    let mut ask = json!({
+        "callerName": "bob", "listenPort": 0,
+        "workspace": ns.work.to_string_lossy(),
+        "answerCommand": [answerer], "answerReadPaths": [answerer],
+        "friendAsksPerMinute": 1000,
+        "peers": [{"name": "ada", "host": "127.0.0.1", "token": TOKEN, "mode": "auto"}],
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        ask[k] = v.clone();
+    }
+    peerwire::fsutil::ensure_private_dir(&ns.home).unwrap();
+    peerwire::fsutil::atomic_write(
+        &ns.home.join("config.json"),
+        json!({ "ask": ask }).to_string().as_bytes(),
+        peerwire::fsutil::Durability::Visible,
+    )
+    .unwrap();
+}
+
+/// A running `peer ask serve`; killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(ns: &Ns, answerer: &str, extra: Value) -> Server {
+        Server::start_with(ns, answerer, extra, |_| {})
+    }
+
+    fn start_with(
+        ns: &Ns,
+        answerer: &str,
+        extra: Value,
+        prepare: impl FnOnce(&mut std::process::Command),
+    ) -> Server {
+        ask_config(ns, answerer, extra);
+        let mut cmd = ns.cmd(PEER);
+        cmd.args(["--json", "ask", "serve"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        prepare(&mut cmd);
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        assert_eq!(ready["ok"], true, "server not ready: {line}");
+        println!("answerer layers: {}", ready["answerer"]);
+        let port = ready["port"].as_u64().unwrap() as u16;
+        Server { child, port }
+    }
+
+    /// Asks and returns the answer text (or the error, for a failed answer).
+    fn ask(&self, question: &str) -> String {
+        ask_port(self.port, question)
+    }
+}
+
+fn ask_port(port: u16, question: &str) -> String {
+    let body = json!({"protocolVersion": 1, "caller": "ada", "token": TOKEN, "question": question});
+    let r = peerwire::ask::client::post_json("127.0.0.1", port, "/ask", &body, T).unwrap();
+    println!("answer ({}): {}", r.status, r.body);
+    r.body["answer"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| r.body.to_string())
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn chmod_of_the_key_and_the_workspace_fails() {
+    if !containable() {
+        return;
+    }
+    let ns = Ns::new("contain-chmod");
+    let key = ns.home.join("ask/keys/bob.key");
+    let file = ns.work.join("notes.txt");
+    std::fs::write(&file, "mine").unwrap();
+    let answerer = script(
+        &ns,
+        "chmod.sh",
+        &format!(
+            "cat >/dev/null; chmod 644 {k} 2>&1; chmod 777 {f} 2>&1; touch -d 2001-01-01 {f}; \
+             rm -f {f}; echo tried",
+            k = key.display(),
+            f = file.display()
+        ),
+    );
+    let srv = Server::start(&ns, &answerer, json!({}));
+    let before = (mode(&key), mode(&file));
+    assert_eq!(before.0, 0o600);
+    assert!(srv.ask("please chmod").contains("tried"));
+    assert_eq!((mode(&key), mode(&file)), before, "modes changed");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+}
+
+#[test]
+fn the_owners_ssh_directory_is_absent() {
+    if !containable() {
+        return;
+    }
+    let ns = Ns::new("contain-ssh");
+    let home = ns.root.join("owner-home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_test"), "PRIVATE-KEY-MATERIAL").unwrap();
+    let answerer = script(
+        &ns,
+        "ssh.sh",
+        "cat >/dev/null; cat \"$HOME/.ssh/id_test\" 2>&1; echo end",
+    );
+    let srv = Server::start_with(&ns, &answerer, json!({}), |c| {
+        c.env("HOME", &home);
+    });
+    let answer = srv.ask("cat my key");
+    assert!(answer.contains("end"), "{answer}");
+    assert!(!answer.contains("PRIVATE-KEY-MATERIAL"), "{answer}");
+}
+
+#[test]
+fn tcp_and_udp_to_a_loopback_listener_do_not_leave() {
+    if !containable() {
+        return;
+    }
+    let ns = Ns::new("contain-net");
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (tp, up) = (
+        tcp.local_addr().unwrap().port(),
+        udp.local_addr().unwrap().port(),
+    );
+    let answerer = script(
+        &ns,
+        "net.sh",
+        &format!(
+            "cat >/dev/null; python3 - <<'EOF'\n\
+import socket\n\
+try:\n    s = socket.create_connection(('127.0.0.1', {tp}), 2); s.sendall(b'leak'); print('tcp-sent')\n\
+except Exception as e: print('tcp', e)\n\
+try:\n    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.sendto(b'leak', ('127.0.0.1', {up})); print('udp-sent')\n\
+except Exception as e: print('udp', e)\n\
+EOF\necho end"
+        ),
+    );
+    let srv = Server::start(&ns, &answerer, json!({}));
+    let answer = srv.ask("send it out");
+    assert!(answer.contains("end"), "{answer}");
+    tcp.set_nonblocking(true).unwrap();
+    udp.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(tcp.accept().is_err(), "a TCP connection arrived: {answer}");
+    let mut buf = [0u8; 16];
+    assert!(
+        udp.recv(&mut buf).is_err(),
+        "a UDP datagram arrived: {answer}"
+    );
+}
+
+#[test]
+fn a_signal_to_the_owners_process_does_not_land() {
+    if !containable() {
+        return;
+    }
+    let ns = Ns::new("contain-signal");
+    let mut sibling = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let pid = sibling.id();
+    let answerer = script(
+        &ns,
+        "signal.sh",
+        &format!("cat >/dev/null; kill -STOP {pid} 2>&1; kill -TERM {pid} 2>&1; echo end"),
+    );
+    let srv = Server::start(&ns, &answerer, json!({}));
+    let answer = srv.ask("stop it");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.trim_start().chars().next());
+    let _ = sibling.kill();
+    let _ = sibling.wait();
+    assert!(answer.contains("end"), "{answer}");
+    assert_eq!(
+        state,
+        Some(Some('S')),
+        "the owner's process was signalled: {stat}"
+    );
+}
+
+/// Processes whose command line is exactly `argv`.
+fn processes_with(argv: &[&str]) -> usize {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
+        .count()
+}
+
+#[test]
+fn daemons_die_with_the_answer() {
+    if !containable() {
+        return;
+    }
+    let ns = Ns::new("contain-daemon");
+    let marker = format!("{}.{}", 5000 + std::process::id() % 1000, 7);
+    let answerer = script(
+        &ns,
+        "daemon.sh",
+        &format!(
+            "cat >/dev/null; setsid sleep {marker} </dev/null >/dev/null 2>&1 & \
+             ( (sleep {marker} </dev/null >/dev/null 2>&1 &) & ); sleep 0.3; echo started"
+        ),
+    );
+    let srv = Server::start(&ns, &answerer, json!({}));
+    let answer = srv.ask("start a daemon");
+    assert!(answer.contains("started"), "{answer}");
+    let gone = eventually(5, || processes_with(&["sleep", &marker]) == 0);
+    let left = processes_with(&["sleep", &marker]);
+    if !gone {
+        // Clean up what the failed containment left behind.
+        let _ = std::process::Command::new("pkill")
+            .args(["-x", "-f", &format!("sleep {marker}")])
+            .status();
+    }
+    assert!(gone, "{left} daemon(s) outlived the answer");
+}
+
+#[test]
+fn answerers_cannot_read_each_others_scratch() {
+    if !containable() {
+        return;
+    }
+    let ns = Ns::new("contain-scratch");
+    let answerer = script(
+        &ns,
+        "scratch.sh",
+        "q=$(cat); case \"$q\" in *plant*) echo TOP-SECRET > \"$TMPDIR/planted\"; sleep 3; \
+         echo planted;; *) cat /tmp/*/planted /tmp/planted \"$TMPDIR\"/../*/planted 2>/dev/null; \
+         echo end;; esac",
+    );
+    let srv = Server::start(&ns, &answerer, json!({}));
+    let port = srv.port;
+    let planting = std::thread::spawn(move || ask_port(port, "plant it"));
+    std::thread::sleep(Duration::from_millis(1200));
+    let answer = srv.ask("read it");
+    assert!(planting.join().unwrap().contains("planted"));
+    assert!(answer.contains("end"), "{answer}");
+    assert!(!answer.contains("TOP-SECRET"), "{answer}");
+}
+
+#[test]
+fn a_live_sessions_control_socket_is_out_of_reach() {
+    if !containable() {
+        return;
+    }
+    let ns = Ns::new("contain-socket");
+    // The owner's other project: a live session in another namespace.
+    let other = Ns::new("contain-other");
+    let host = other.host(&["--alias", "victim"]);
+    let control = host.field("control");
+    let cf = peerwire::runtime::control::read(Path::new(&control)).unwrap();
+    let answerer = script(
+        &ns,
+        "socket.sh",
+        &format!(
+            "cat >/dev/null; cat {c} 2>/dev/null | head -c 200; python3 - <<'EOF'\n\
+import socket\n\
+try:\n    s = socket.socket(socket.AF_UNIX); s.connect('{e}'); print('CONNECTED')\n\
+except Exception as e: print('refused', e)\n\
+EOF\necho end",
+            c = control,
+            e = cf.endpoint.display()
+        ),
+    );
+    let srv = Server::start(&ns, &answerer, json!({}));
+    let answer = srv.ask("message as the owner");
+    assert!(answer.contains("end"), "{answer}");
+    assert!(!answer.contains("CONNECTED"), "{answer}");
+    assert!(!answer.contains(&cf.secret), "{answer}");
+    drop(host);
+}
+
+/// The owner's interactive shell on a pty, with `peer ask serve` started from it as a
+/// background job (so the server and its answerer share the shell's terminal); the answerer
+/// pushes a command into the terminal with TIOCSTI.
+#[test]
+fn tiocsti_cannot_push_a_command_into_the_owners_shell() {
+    if !containable() {
+        return;
+    }
+    let ns = Ns::new("contain-tty");
+    let pwned = ns.root.join("PWNED");
+    let answerer = script(
+        &ns,
+        "tty.sh",
+        &format!(
+            "cat >/dev/null; python3 - <<'EOF'\n\
+import fcntl, os, termios\n\
+done = []\n\
+def push(fd):\n    for c in b'touch {p}\\n':\n        fcntl.ioctl(fd, termios.TIOCSTI, bytes([c]))\n    done.append(fd)\n\
+try:\n    push(os.open('/dev/tty', os.O_RDWR))\n\
+except Exception as e: print('tty', e)\n\
+for fd in (0, 1, 2):\n    try: push(fd)\n    except Exception as e: print(fd, e)\n\
+print('pushed', done)\n\
+EOF\necho end",
+            p = pwned.display()
+        ),
+    );
+    ask_config(&ns, &answerer, json!({}));
+    let ready = ns.root.join("ready.json");
+    let finished = ns.root.join("finished");
+    let driver = ns.root.join("terminal_driver.py");
+    std::fs::write(&driver, PTY_DRIVER).unwrap();
+    let serve = format!(
+        "{PEER} --home {} --json ask serve > {} 2> {} &\n",
+        ns.home.display(),
+        ready.display(),
+        ns.root.join("serve.err").display()
+    );
+    let mut shell = std::process::Command::new("python3")
+        .arg(&driver)
+        .arg(&serve)
+        .arg(&finished)
+        .arg(ns.root.join("pty.log"))
+        .current_dir(&ns.work)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(ns.root.join("driver.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let port = {
+        let ok = eventually(20, || {
+            std::fs::read_to_string(&ready).is_ok_and(|s| s.contains("\"port\""))
+        });
+        let err = std::fs::read_to_string(ns.root.join("serve.err")).unwrap_or_default()
+            + &std::fs::read_to_string(ns.root.join("pty.log")).unwrap_or_default()
+            + &std::fs::read_to_string(ns.root.join("driver.err")).unwrap_or_default();
+        assert!(ok, "the server on the pty did not start: {err}");
+        let v: Value = serde_json::from_str(
+            std::fs::read_to_string(&ready)
+                .unwrap()
+                .lines()
+                .next()
+                .unwrap(),
+        )
+        .unwrap();
+        v["port"].as_u64().unwrap() as u16
+    };
+    let answer = ask_port(port, "type into the terminal");
+    std::fs::write(&finished, "").unwrap();
+    let _ = shell.wait();
+    assert!(answer.contains("end"), "{answer}");
+    assert!(
+        !pwned.exists(),
+        "the injected command ran in the owner's shell: {answer}"
+    );
+}
+
+/// Runs `sh -i` on a new pty, types argv[1] into it (the server as a background job), keeps
+/// reading the terminal until the file argv[2] exists, gives anything pushed into the
+/// terminal a second to run, then kills the job and ends the shell.
+const PTY_DRIVER: &str = r#"
+import os, pty, select, sys, time
+serve, finished, log = sys.argv[1], sys.argv[2], open(sys.argv[3], "wb")
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp("sh", ["sh", "-i"])
+def pump(until):
+    while time.time() < until:
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try:
+                log.write(os.read(fd, 4096))
+                log.flush()
+            except OSError:
+                return
+os.write(fd, serve.encode())
+deadline = time.time() + 60
+while not os.path.exists(finished) and time.time() < deadline:
+    pump(time.time() + 0.1)
+os.write(fd, b"\n")
+pump(time.time() + 1.0)
+os.write(fd, b"kill %1; exit\n")
+pump(time.time() + 1.0)
+try:
+    os.kill(pid, 9)
+except OSError:
+    pass
+"#;
