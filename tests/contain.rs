@@ -313,6 +313,9 @@ fn answerers_cannot_read_each_others_scratch() {
         return;
     }
     let ns = Ns::new("contain-scratch");
+    // The server's temporary directory, where scratch directories live without namespaces.
+    let tmp = ns.root.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
     let answerer = script(
         &ns,
         "scratch.sh",
@@ -320,7 +323,9 @@ fn answerers_cannot_read_each_others_scratch() {
          echo planted;; *) cat /tmp/*/planted /tmp/planted \"$TMPDIR\"/../*/planted 2>/dev/null; \
          echo end;; esac",
     );
-    let srv = Server::start(&ns, &answerer, json!({}));
+    let srv = Server::start_with(&ns, &answerer, json!({}), |c| {
+        c.env("TMPDIR", &tmp);
+    });
     let port = srv.port;
     let planting = std::thread::spawn(move || ask_port(port, "plant it"));
     std::thread::sleep(Duration::from_millis(1200));
@@ -380,8 +385,7 @@ fn tiocsti_cannot_push_a_command_into_the_owners_shell() {
 import fcntl, os, termios\n\
 done = []\n\
 def push(fd):\n    for c in b'touch {p}\\n':\n        fcntl.ioctl(fd, termios.TIOCSTI, bytes([c]))\n    done.append(fd)\n\
-try:\n    push(os.open('/dev/tty', os.O_RDWR))\n\
-except Exception as e: print('tty', e)\n\
+for flags in (os.O_RDONLY, os.O_RDWR):\n    try: push(os.open('/dev/tty', flags))\n    except Exception as e: print('tty', e)\n\
 for fd in (0, 1, 2):\n    try: push(fd)\n    except Exception as e: print(fd, e)\n\
 print('pushed', done)\n\
 EOF\necho end",
