@@ -265,8 +265,8 @@ fn a_signal_to_the_owners_process_does_not_land() {
     );
 }
 
-/// Processes whose command line is exactly `argv`.
-fn processes_with(argv: &[&str]) -> usize {
+/// The pids of processes whose command line is exactly `argv`.
+fn processes_with(argv: &[&str]) -> Vec<i32> {
     let want: Vec<u8> = argv
         .iter()
         .flat_map(|a| [a.as_bytes(), b"\0"].concat())
@@ -275,7 +275,8 @@ fn processes_with(argv: &[&str]) -> usize {
         .unwrap()
         .flatten()
         .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
-        .count()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .collect()
 }
 
 #[test]
@@ -296,15 +297,16 @@ fn daemons_die_with_the_answer() {
     let srv = Server::start(&ns, &answerer, json!({}));
     let answer = srv.ask("start a daemon");
     assert!(answer.contains("started"), "{answer}");
-    let gone = eventually(5, || processes_with(&["sleep", &marker]) == 0);
+    let gone = eventually(5, || processes_with(&["sleep", &marker]).is_empty());
     let left = processes_with(&["sleep", &marker]);
-    if !gone {
-        // Clean up what the failed containment left behind.
-        let _ = std::process::Command::new("pkill")
-            .args(["-x", "-f", &format!("sleep {marker}")])
-            .status();
+    for pid in &left {
+        // Clean up what a failed containment left behind (this test's marked sleeps only).
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
-    assert!(gone, "{left} daemon(s) outlived the answer");
+    assert!(gone, "{} daemon(s) outlived the answer", left.len());
 }
 
 #[test]

@@ -35,7 +35,10 @@ fn program() -> Result<BpfProgram, seccompiler::BackendError> {
         DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
     // The kernel reads the request as a 32-bit int: compare only those bits, so that junk in
     // the upper half cannot slip a TIOCSTI past the filter.
-    let ioctl = [libc::TIOCSTI as u64, libc::TIOCLINUX as u64]
+    // `Ioctl` is `c_ulong` here and `c_int` on other libcs: the cast is the portable spelling.
+    #[allow(clippy::unnecessary_cast)]
+    let requests = [libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
+    let ioctl = requests
         .into_iter()
         .map(|req| {
             SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, req)
