@@ -475,3 +475,67 @@ try:
 except OSError:
     pass
 "#;
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Prints (never asserts) what containment costs: 20 asks answered through the server with
+/// full containment, and the launcher alone with and without the namespaces beside running
+/// the answerer bare, all in one run.
+#[test]
+fn ask_latency_with_and_without_containment_is_printed() {
+    if !containable() {
+        return;
+    }
+    let ns = Ns::new("contain-latency");
+    let echo = script(&ns, "echo.sh", "cat >/dev/null; echo ok");
+    let srv = Server::start(&ns, &echo, json!({}));
+    let n = 20;
+    let mut asks = Vec::new();
+    for _ in 0..n {
+        let t = std::time::Instant::now();
+        assert_eq!(srv.ask("q"), "ok\n");
+        asks.push(t.elapsed());
+    }
+    let scratch = ns.root.join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let run = |extra: &[&str], sandboxed: bool| {
+        let mut v = Vec::new();
+        for _ in 0..n {
+            let mut c = if sandboxed {
+                let mut c = std::process::Command::new(PEER);
+                c.args(["ask", "sandbox-exec", "--scratch"])
+                    .arg(&scratch)
+                    .arg("--workspace")
+                    .arg(&ns.work)
+                    .args(["--read", &echo, "--memory-mb", "8192"])
+                    .args(["--cpu-seconds", "60", "--processes", "512"])
+                    .args(extra)
+                    .args(["--", &echo]);
+                c
+            } else {
+                std::process::Command::new(&echo)
+            };
+            let t = std::time::Instant::now();
+            let out = c.stdin(Stdio::null()).output().unwrap();
+            v.push(t.elapsed());
+            assert_eq!(
+                out.stdout,
+                b"ok\n",
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        median(v)
+    };
+    let full = run(&[], true);
+    let reduced = run(&["--reduced", "--no-namespaces"], true);
+    let bare = run(&[], false);
+    println!(
+        "ask latency (median of {n}, auto mode, loopback): {:?} with full containment; \
+         launcher alone: full {full:?}, Landlock+seccomp only {reduced:?}, bare answerer {bare:?}",
+        median(asks)
+    );
+}
