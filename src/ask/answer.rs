@@ -380,6 +380,10 @@ fn outcome(
             Some(super::sandbox::SANDBOX_REFUSED_EXIT) => Err(ApiError::ask_failed(
                 "the answerer's sandbox could not be enforced",
             )),
+            Some(super::sandbox::COMMAND_NOT_RUN_EXIT) => Err(ApiError::ask_failed(
+                "the answerer could not be started in its sandbox (answerCommand must lie in \
+                 the workspace, a system directory or answerReadPaths)",
+            )),
             Some(n) => Err(ApiError::ask_failed(format!(
                 "the answerer exited with status {n}"
             ))),
@@ -440,6 +444,7 @@ mod tests {
         assert!(msg(outcome(End::TimedOut, true, Some(0), 7)).contains("within 7 ms"));
         assert!(msg(outcome(End::Exited, false, Some(0), 1)).contains("holding its output"));
         assert!(msg(outcome(End::Exited, true, Some(125), 1)).contains("sandbox"));
+        assert!(msg(outcome(End::Exited, true, Some(127), 1)).contains("answerReadPaths"));
         assert!(msg(outcome(End::Exited, true, Some(3), 1)).contains("status 3"));
         assert!(msg(outcome(End::Exited, true, None, 1)).contains("signal"));
     }

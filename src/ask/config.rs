@@ -463,6 +463,35 @@ mod tests {
     }
 
     #[test]
+    fn answerer_containment_settings_parse_with_bounds() {
+        let c = parse(serde_json::json!({})).unwrap();
+        assert!(!c.reduced_isolation && c.answer_read_paths.is_empty());
+        assert_eq!(
+            (c.answer_memory_mb, c.answer_cpu_seconds, c.answer_processes),
+            (8_192, 600, 512)
+        );
+        let c = parse(serde_json::json!({"answerIsolation": "reduced",
+            "answerReadPaths": ["/opt/agent"], "answerProcesses": 300}))
+        .unwrap();
+        assert!(c.reduced_isolation);
+        assert_eq!(c.answer_read_paths, vec![PathBuf::from("/opt/agent")]);
+        assert!(
+            parse(serde_json::json!({"allowUnenforcedSandbox": true}))
+                .unwrap()
+                .reduced_isolation
+        );
+        for bad in [
+            serde_json::json!({"answerIsolation": "none"}),
+            serde_json::json!({"answerReadPaths": ["relative"]}),
+            serde_json::json!({"answerProcesses": 299}),
+            serde_json::json!({"answerMemoryMb": 1}),
+            serde_json::json!({"answerCpuSeconds": 0}),
+        ] {
+            assert!(parse(bad.clone()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn errors_name_the_field() {
         let cases = [
             (serde_json::json!({"bogus": 1}), "ask.bogus"),

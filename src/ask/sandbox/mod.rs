@@ -31,6 +31,8 @@ pub use fsrules::read_roots;
 
 /// Exit status of `sandbox-exec` when it refuses to run the answerer.
 pub const SANDBOX_REFUSED_EXIT: i32 = 125;
+/// Exit status when `answerCommand` could not be executed (as a shell says "not found").
+pub const COMMAND_NOT_RUN_EXIT: i32 = 127;
 /// Bytes of probe output read at most.
 const PROBE_OUTPUT_MAX: usize = 256;
 

@@ -94,10 +94,13 @@ pub fn init(plan: &Plan, argv: &[OsString]) -> Result<i32> {
         .spawn();
     match child {
         Ok(c) => Ok(reap(c.id() as i32)),
-        Err(e) => Ok(refuse(&format!(
-            "cannot run the answerer {}: {e}",
-            crate::sanitize::line(&program.to_string_lossy(), 200)
-        ))),
+        Err(e) => {
+            eprintln!(
+                "peer ask sandbox-exec: cannot run the answerer {}: {e}",
+                crate::sanitize::line(&program.to_string_lossy(), 200)
+            );
+            Ok(super::COMMAND_NOT_RUN_EXIT)
+        }
     }
 }
 
