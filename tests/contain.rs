@@ -539,3 +539,51 @@ fn ask_latency_with_and_without_containment_is_printed() {
         median(asks)
     );
 }
+
+/// `answerNetwork` opens exactly the named destinations, through the server's CONNECT proxy
+/// at `HTTPS_PROXY`; another port, and a direct connection, stay closed.
+#[test]
+fn answer_network_reaches_only_the_named_destinations() {
+    if !containable() {
+        return;
+    }
+    let ns = Ns::new("contain-egress");
+    let allowed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (ap, op) = (
+        allowed.local_addr().unwrap().port(),
+        other.local_addr().unwrap().port(),
+    );
+    let answerer = script(
+        &ns,
+        "egress.sh",
+        &format!(
+            "cat >/dev/null; python3 - <<'EOF'\n\
+import os, socket\n\
+proxy = os.environ.get('HTTPS_PROXY', 'http://127.0.0.1:1').rsplit(':', 1)\n\
+def via(port):\n    s = socket.create_connection(('127.0.0.1', int(proxy[1])), 3)\n    s.sendall(b'CONNECT 127.0.0.1:%d HTTP/1.1\\r\\n\\r\\n' % port)\n    r = s.recv(100)\n    if b' 200 ' in r: s.sendall(b'via-proxy')\n    return r.split(b'\\r\\n')[0].decode()\n\
+for port in ({ap}, {op}):\n    try: print(port, via(port))\n    except Exception as e: print(port, 'error', e)\n\
+try:\n    socket.create_connection(('127.0.0.1', {ap}), 2); print('DIRECT')\n\
+except Exception as e: print('direct', e)\n\
+EOF\necho end"
+        ),
+    );
+    let srv = Server::start(
+        &ns,
+        &answerer,
+        json!({"answerNetwork": [format!("127.0.0.1:{ap}")]}),
+    );
+    let answer = srv.ask("reach the model provider");
+    assert!(answer.contains("end"), "{answer}");
+    assert!(answer.contains(&format!("{ap} HTTP/1.1 200")), "{answer}");
+    assert!(answer.contains(&format!("{op} HTTP/1.1 403")), "{answer}");
+    assert!(!answer.contains("DIRECT"), "{answer}");
+    allowed.set_nonblocking(false).unwrap();
+    let (mut conn, _) = allowed.accept().unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut conn, &mut got);
+    assert_eq!(got, b"via-proxy");
+    other.set_nonblocking(true).unwrap();
+    assert!(other.accept().is_err(), "the unnamed port was reached");
+}

@@ -185,7 +185,19 @@ pub fn run(state: &ServerState, work: &Work) -> Result<Answer, ApiError> {
     // A private scratch directory, the only place the answerer may write; removed on drop.
     let scratch = crate::fsutil::TempDir::new("ask-scratch")
         .map_err(|e| ApiError::internal(format!("scratch directory: {}", e.message)))?;
-    let result = spawn_and_collect(state, work, argv, scratch.path());
+    // The CONNECT proxy to `answerNetwork`, only where the namespaces give the answerer a
+    // network of its own (without them its network is not contained anyway).
+    let egress = if !state.config.answer_network.is_empty() && state.sandbox.namespaces {
+        Some(
+            super::egress::Egress::start(&state.config.answer_network)
+                .map_err(|e| ApiError::internal(format!("answerNetwork proxy: {e}")))?,
+        )
+    } else {
+        None
+    };
+    let proxy = egress.as_ref().map(|e| e.dir());
+    let result = spawn_and_collect(state, work, argv, scratch.path(), proxy);
+    drop(egress);
     drop(scratch);
     let raw = result?;
     if raw.trim().is_empty() {
@@ -238,6 +250,7 @@ pub fn plan(
         memory_mb: config.answer_memory_mb,
         cpu_seconds: config.answer_cpu_seconds,
         processes: config.answer_processes,
+        proxy: None,
         probe: false,
         init: false,
     }
@@ -257,11 +270,15 @@ fn answerer_command(
     state: &ServerState,
     argv: &[String],
     scratch: &Path,
+    proxy: Option<PathBuf>,
 ) -> Result<Command, ApiError> {
     let exe = std::env::current_exe()
         .map_err(|e| ApiError::internal(format!("cannot find the peer binary: {e}")))?;
     let no_ns = !state.sandbox.namespaces;
-    let plan = plan(&state.home, &state.config, &state.workspace, scratch, no_ns);
+    let plan = Plan {
+        proxy,
+        ..plan(&state.home, &state.config, &state.workspace, scratch, no_ns)
+    };
     let mut cmd = Command::new(exe);
     cmd.args(["ask", "sandbox-exec"])
         .args(sandbox::plan_args(&plan))
@@ -320,8 +337,9 @@ fn spawn_and_collect(
     work: &Work,
     argv: &[String],
     scratch: &Path,
+    proxy: Option<PathBuf>,
 ) -> Result<String, ApiError> {
-    let mut child = answerer_command(state, argv, scratch)?
+    let mut child = answerer_command(state, argv, scratch, proxy)?
         .spawn()
         .map_err(|e| ApiError::ask_failed(format!("cannot start the answerer: {e}")))?;
     let pgid = nix::unistd::Pid::from_raw(child.id() as i32);

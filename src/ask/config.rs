@@ -82,6 +82,9 @@ pub struct AskConfig {
     pub reduced_isolation: bool,
     /// `answerReadPaths`: absolute paths bound read-only into the answerer's file system.
     pub answer_read_paths: Vec<PathBuf>,
+    /// `answerNetwork`: the `host:port` destinations the answerer may reach through the
+    /// server's CONNECT proxy (none by default).
+    pub answer_network: Vec<String>,
     /// `answerMemoryMb`: the answerer's address space (RLIMIT_AS) and scratch tmpfs size.
     pub answer_memory_mb: u64,
     /// `answerCpuSeconds`: CPU time per answerer process (RLIMIT_CPU).
@@ -123,6 +126,7 @@ impl Default for AskConfig {
             answer_command: None,
             reduced_isolation: false,
             answer_read_paths: Vec::new(),
+            answer_network: Vec::new(),
             answer_memory_mb: 8_192,
             answer_cpu_seconds: 600,
             answer_processes: 512,
@@ -212,6 +216,7 @@ impl AskConfig {
                 "allowUnenforcedSandbox" => c.reduced_isolation = boolean(f, value)?,
                 "answerIsolation" => c.reduced_isolation = isolation(f, value)?,
                 "answerReadPaths" => c.answer_read_paths = read_paths(f, value)?,
+                "answerNetwork" => c.answer_network = destinations(f, value)?,
                 "answerMemoryMb" => c.answer_memory_mb = int(f, value, 64, 1_048_576)?,
                 "answerCpuSeconds" => c.answer_cpu_seconds = int(f, value, 1, 86_400)?,
                 "answerProcesses" => c.answer_processes = int(f, value, 300, 65_536)?,
@@ -414,6 +419,33 @@ fn read_paths(field: &str, value: &Value) -> Result<Vec<PathBuf>> {
     items.iter().map(|i| absolute(field, i)).collect()
 }
 
+/// `host:port` strings: a host name or address (IPv6 in brackets) and a port 1–65535.
+fn destinations(field: &str, value: &Value) -> Result<Vec<String>> {
+    let expected = format!("an array of at most {READ_PATHS_MAX} \"host:port\" strings");
+    let items = value
+        .as_array()
+        .filter(|a| a.len() <= READ_PATHS_MAX)
+        .ok_or_else(|| bad(field, &expected))?;
+    items
+        .iter()
+        .map(|i| {
+            let s = i.as_str().ok_or_else(|| bad(field, &expected))?;
+            let ok = s.rsplit_once(':').is_some_and(|(h, p)| {
+                !h.is_empty()
+                    && h.len() <= HOST_CHARS_MAX
+                    && h.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-.:[]_".contains(c))
+                    && p.parse::<u16>().is_ok_and(|p| p > 0)
+            });
+            if ok {
+                Ok(s.to_ascii_lowercase())
+            } else {
+                Err(bad(field, &expected))
+            }
+        })
+        .collect()
+}
+
 fn argv(field: &str, value: &Value) -> Result<Vec<String>> {
     let Some(items) = value
         .as_array()
@@ -474,6 +506,11 @@ mod tests {
             "answerReadPaths": ["/opt/agent"], "answerProcesses": 300}))
         .unwrap();
         assert!(c.reduced_isolation);
+        let n = parse(serde_json::json!({"answerNetwork": ["API.example.com:443", "[::1]:8080"]}));
+        assert_eq!(
+            n.unwrap().answer_network,
+            ["api.example.com:443", "[::1]:8080"]
+        );
         assert_eq!(c.answer_read_paths, vec![PathBuf::from("/opt/agent")]);
         assert!(
             parse(serde_json::json!({"allowUnenforcedSandbox": true}))
@@ -486,6 +523,9 @@ mod tests {
             serde_json::json!({"answerProcesses": 299}),
             serde_json::json!({"answerMemoryMb": 1}),
             serde_json::json!({"answerCpuSeconds": 0}),
+            serde_json::json!({"answerNetwork": ["api.example.com"]}),
+            serde_json::json!({"answerNetwork": ["a b:443"]}),
+            serde_json::json!({"answerNetwork": ["host:0"]}),
         ] {
             assert!(parse(bad.clone()).is_err(), "{bad}");
         }

@@ -34,6 +34,7 @@ pub mod card;
 pub mod client;
 pub mod config;
 pub mod discovery;
+pub mod egress;
 pub mod http;
 pub mod jobs;
 pub mod keys;

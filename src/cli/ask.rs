@@ -267,7 +267,7 @@ fn containment_notice(layers: &crate::ask::sandbox::Layers, reduced: bool) {
     }
 }
 
-/// `peer ask sandbox-exec --scratch DIR --workspace DIR [--read P]... [--hide P]...
+/// `peer ask sandbox-exec --scratch DIR --workspace DIR [--read P]... [--hide P]... [--proxy DIR]
 /// [--memory-mb N] [--cpu-seconds N] [--processes N] [--reduced] [--no-namespaces] [--probe]
 /// -- CMD…`: the answerer's launcher (internal; started by the ask server).
 fn sandbox_exec(argv: Vec<OsString>) -> Result<i32> {
@@ -288,6 +288,7 @@ fn sandbox_exec(argv: Vec<OsString>) -> Result<i32> {
             Long("workspace") => plan.workspace = path(&mut p)?,
             Long("read") => plan.read.push(path(&mut p)?),
             Long("hide") => plan.hide.push(path(&mut p)?),
+            Long("proxy") => plan.proxy = Some(path(&mut p)?),
             Long("memory-mb") => plan.memory_mb = num(&mut p, "--memory-mb")?,
             Long("cpu-seconds") => plan.cpu_seconds = num(&mut p, "--cpu-seconds")?,
             Long("processes") => plan.processes = num(&mut p, "--processes")?,

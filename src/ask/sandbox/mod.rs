@@ -19,6 +19,7 @@
 //! says what is not contained), and the server prints that at every start.
 
 mod filter;
+mod forward;
 mod fsrules;
 mod ns;
 mod root;
@@ -49,6 +50,8 @@ pub struct Plan {
     pub reduced: bool,
     /// Skip the namespaces (the start-up probe found them unusable).
     pub no_namespaces: bool,
+    /// The directory of this answerer's `answerNetwork` proxy socket (`egress`), if any.
+    pub proxy: Option<PathBuf>,
     pub memory_mb: u64,
     pub cpu_seconds: u64,
     pub processes: u64,
@@ -234,6 +237,9 @@ pub fn plan_args(plan: &Plan) -> Vec<OsString> {
     }
     for p in &plan.hide {
         a.extend(["--hide".into(), p.clone().into()]);
+    }
+    if let Some(p) = &plan.proxy {
+        a.extend(["--proxy".into(), p.clone().into()]);
     }
     for (flag, n) in [
         ("--memory-mb", plan.memory_mb),

@@ -64,6 +64,7 @@ pub fn init(plan: &Plan, argv: &[OsString]) -> Result<i32> {
         read: &plan.read,
         hide: &plan.hide,
         exe: &exe,
+        proxy: plan.proxy.as_deref(),
         scratch_mb: plan.memory_mb,
         processes: plan.processes,
     };
@@ -87,11 +88,29 @@ pub fn init(plan: &Plan, argv: &[OsString]) -> Result<i32> {
     let Some((program, args)) = argv.split_first() else {
         return Ok(refuse("sandbox-exec needs a command"));
     };
-    let child = Command::new(program)
-        .args(args)
+    let mut cmd = Command::new(program);
+    cmd.args(args)
         .env("TMPDIR", "/tmp")
-        .env("XDG_CACHE_HOME", "/tmp")
-        .spawn();
+        .env("XDG_CACHE_HOME", "/tmp");
+    for var in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+    ] {
+        cmd.env_remove(var);
+    }
+    if plan.proxy.is_some() {
+        match super::forward::start() {
+            Ok(port) => {
+                let url = format!("http://127.0.0.1:{port}");
+                cmd.env("HTTPS_PROXY", &url).env("https_proxy", &url);
+            }
+            Err(e) => return Ok(refuse(&e)),
+        }
+    }
+    let child = cmd.spawn();
     match child {
         Ok(c) => Ok(reap(c.id() as i32)),
         Err(e) => {

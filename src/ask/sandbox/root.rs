@@ -33,6 +33,8 @@ pub struct Layout<'a> {
     pub read: &'a [PathBuf],
     pub hide: &'a [PathBuf],
     pub exe: &'a Path,
+    /// The `answerNetwork` proxy's directory, bound at `forward::PROXY_INSIDE`.
+    pub proxy: Option<&'a Path>,
     pub scratch_mb: u64,
     /// Processes the pid namespace may hold at once (`pid_max` is one more).
     pub processes: u64,
@@ -130,6 +132,13 @@ pub fn enter(l: &Layout) -> Result<(), String> {
     extra.push(l.workspace);
     for p in extra {
         bound.extend(bind(root, p)?);
+    }
+    if let Some(src) = l.proxy {
+        let target = under(root, Path::new(super::forward::PROXY_INSIDE));
+        std::fs::create_dir_all(&target).map_err(|e| err("cannot create", &target, e))?;
+        mount(Some(src), &target, NONE, MsFlags::MS_BIND, NONE)
+            .map_err(|e| err("cannot bind", src, e))?;
+        bound.push(target);
     }
     for t in &bound {
         read_only(t)?;
