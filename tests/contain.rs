@@ -100,11 +100,16 @@ impl Server {
     ) -> Server {
         ask_config(ns, answerer, extra);
         let mut cmd = ns.cmd(PEER);
-        cmd.args(["--json", "ask", "serve"])
-            .stdin(Stdio::null())
+        cmd.args(["--json", "ask", "serve"]);
+        prepare(&mut cmd);
+        Server::spawn(cmd).0
+    }
+
+    /// Starts a prepared server command; also returns its ready line.
+    fn spawn(mut cmd: std::process::Command) -> (Server, Value) {
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        prepare(&mut cmd);
         let mut child = cmd.spawn().unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
@@ -114,7 +119,7 @@ impl Server {
         assert_eq!(ready["ok"], true, "server not ready: {line}");
         println!("answerer layers: {}", ready["answerer"]);
         let port = ready["port"].as_u64().unwrap() as u16;
-        Server { child, port }
+        (Server { child, port }, ready)
     }
 
     /// Asks and returns the answer text (or the error, for a failed answer).
@@ -206,6 +211,13 @@ fn tcp_and_udp_to_a_loopback_listener_do_not_leave() {
         tcp.local_addr().unwrap().port(),
         udp.local_addr().unwrap().port(),
     );
+    // An abstract Unix socket (no file to hide): only the network namespace separates it.
+    let name = format!("peerwire-contain-{}", std::process::id());
+    let abs = {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap();
+        std::os::unix::net::UnixListener::bind_addr(&addr).unwrap()
+    };
     let answerer = script(
         &ns,
         "net.sh",
@@ -216,6 +228,8 @@ try:\n    s = socket.create_connection(('127.0.0.1', {tp}), 2); s.sendall(b'leak
 except Exception as e: print('tcp', e)\n\
 try:\n    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.sendto(b'leak', ('127.0.0.1', {up})); print('udp-sent')\n\
 except Exception as e: print('udp', e)\n\
+try:\n    a = socket.socket(socket.AF_UNIX); a.connect('\\0{name}'); a.sendall(b'leak'); print('abstract-sent')\n\
+except Exception as e: print('abstract', e)\n\
 EOF\necho end"
         ),
     );
@@ -586,4 +600,47 @@ EOF\necho end"
     assert_eq!(got, b"via-proxy");
     other.set_nonblocking(true).unwrap();
     assert!(other.accept().is_err(), "the unnamed port was reached");
+}
+
+/// Where the kernel gives no user namespaces (here: a user namespace whose own limit for
+/// nested ones is 0), asks are refused unless the owner chose reduced isolation, and the
+/// ready line says what is not contained.
+#[test]
+fn without_user_namespaces_asks_are_refused_unless_isolation_is_reduced() {
+    if !containable() {
+        return;
+    }
+    let ns = Ns::new("contain-failsafe");
+    let answerer = script(&ns, "ok.sh", "cat >/dev/null; echo ok");
+    let start = |extra: Value| {
+        ask_config(&ns, &answerer, extra);
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args(["-Ur", "sh", "-c"])
+            .arg(format!(
+                "echo 0 > /proc/sys/user/max_user_namespaces && exec {PEER} --home {} --json ask serve",
+                ns.home.display()
+            ))
+            .current_dir(&ns.work)
+            .env_remove("PEER_HOME")
+            .env_remove("PEER_CONTROL");
+        Server::spawn(cmd)
+    };
+    let (srv, ready) = start(json!({}));
+    assert_eq!(ready["answererContained"], false, "{ready}");
+    assert!(
+        !ready["notContained"].as_array().unwrap().is_empty(),
+        "{ready}"
+    );
+    let refused = srv.ask("q");
+    assert!(refused.contains("answerIsolation"), "{refused}");
+    drop(srv);
+    let (srv, ready) = start(json!({"answerIsolation": "reduced"}));
+    assert_eq!(ready["answerIsolation"], "reduced");
+    assert!(
+        ready["notContained"][0]
+            .as_str()
+            .unwrap()
+            .contains("no namespaces")
+    );
+    assert_eq!(srv.ask("q"), "ok\n");
 }
