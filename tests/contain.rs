@@ -513,6 +513,15 @@ fn ask_latency_with_and_without_containment_is_printed() {
         assert_eq!(srv.ask("q"), "ok\n");
         asks.push(t.elapsed());
     }
+    drop(srv);
+    // The same asks with Landlock and seccomp only (reduced isolation, no namespaces).
+    let (srv, _) = serve_without_userns(&ns, &echo, json!({"answerIsolation": "reduced"}));
+    let mut reduced_asks = Vec::new();
+    for _ in 0..n {
+        let t = std::time::Instant::now();
+        assert_eq!(srv.ask("q"), "ok\n");
+        reduced_asks.push(t.elapsed());
+    }
     let scratch = ns.root.join("scratch");
     std::fs::create_dir_all(&scratch).unwrap();
     let run = |extra: &[&str], sandboxed: bool| {
@@ -548,9 +557,11 @@ fn ask_latency_with_and_without_containment_is_printed() {
     let reduced = run(&["--reduced", "--no-namespaces"], true);
     let bare = run(&[], false);
     println!(
-        "ask latency (median of {n}, auto mode, loopback): {:?} with full containment; \
-         launcher alone: full {full:?}, Landlock+seccomp only {reduced:?}, bare answerer {bare:?}",
-        median(asks)
+        "ask latency (median of {n}, auto mode, loopback): {:?} with full containment, {:?} \
+         with Landlock+seccomp only; launcher alone: full {full:?}, Landlock+seccomp only \
+         {reduced:?}, bare answerer {bare:?}",
+        median(asks),
+        median(reduced_asks)
     );
 }
 
@@ -612,19 +623,7 @@ fn without_user_namespaces_asks_are_refused_unless_isolation_is_reduced() {
     }
     let ns = Ns::new("contain-failsafe");
     let answerer = script(&ns, "ok.sh", "cat >/dev/null; echo ok");
-    let start = |extra: Value| {
-        ask_config(&ns, &answerer, extra);
-        let mut cmd = std::process::Command::new("unshare");
-        cmd.args(["-Ur", "sh", "-c"])
-            .arg(format!(
-                "echo 0 > /proc/sys/user/max_user_namespaces && exec {PEER} --home {} --json ask serve",
-                ns.home.display()
-            ))
-            .current_dir(&ns.work)
-            .env_remove("PEER_HOME")
-            .env_remove("PEER_CONTROL");
-        Server::spawn(cmd)
-    };
+    let start = |extra: Value| serve_without_userns(&ns, &answerer, extra);
     let (srv, ready) = start(json!({}));
     assert_eq!(ready["answererContained"], false, "{ready}");
     assert!(
@@ -643,4 +642,20 @@ fn without_user_namespaces_asks_are_refused_unless_isolation_is_reduced() {
             .contains("no namespaces")
     );
     assert_eq!(srv.ask("q"), "ok\n");
+}
+
+/// `peer ask serve` in a user namespace whose own limit for nested ones is 0, so the
+/// answerer's launcher cannot create namespaces; returns the server and its ready line.
+fn serve_without_userns(ns: &Ns, answerer: &str, extra: Value) -> (Server, Value) {
+    ask_config(ns, answerer, extra);
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["-Ur", "sh", "-c"])
+        .arg(format!(
+            "echo 0 > /proc/sys/user/max_user_namespaces && exec {PEER} --home {} --json ask serve",
+            ns.home.display()
+        ))
+        .current_dir(&ns.work)
+        .env_remove("PEER_HOME")
+        .env_remove("PEER_CONTROL");
+    Server::spawn(cmd)
 }
