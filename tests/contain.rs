@@ -245,6 +245,11 @@ EOF\necho end"
         udp.recv(&mut buf).is_err(),
         "a UDP datagram arrived: {answer}"
     );
+    abs.set_nonblocking(true).unwrap();
+    assert!(
+        abs.accept().is_err(),
+        "an abstract socket connection arrived: {answer}"
+    );
 }
 
 #[test]
