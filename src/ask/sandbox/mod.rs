@@ -65,6 +65,8 @@ pub struct Plan {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Layers {
     pub namespaces: bool,
+    /// The pid namespace's own `pid_max` bounds the processes (Linux 6.14 and later).
+    pub process_limit: bool,
     /// The Landlock ABI whose rights are enforced (0: none).
     pub landlock: u8,
     pub seccomp: bool,
@@ -79,8 +81,9 @@ impl Layers {
     /// The probe's line.
     pub fn encode(&self) -> String {
         format!(
-            "ns={} landlock={} seccomp={}",
+            "ns={} pidmax={} landlock={} seccomp={}",
             u8::from(self.namespaces),
+            u8::from(self.process_limit),
             self.landlock,
             u8::from(self.seccomp)
         )
@@ -93,20 +96,24 @@ impl Layers {
             let (k, v) = word.split_once('=')?;
             match k {
                 "ns" => out.namespaces = v == "1",
+                "pidmax" => out.process_limit = v == "1",
                 "landlock" => out.landlock = v.parse().ok()?,
                 "seccomp" => out.seccomp = v == "1",
                 _ => return None,
             }
             seen += 1;
         }
-        (seen == 3).then_some(out)
+        (seen == 4).then_some(out)
     }
 
-    /// e.g. `userns+mountns+pidns+netns+ipcns, landlock ABI 6, seccomp`.
+    /// e.g. `userns+mountns+pidns+netns+ipcns, pid_max, landlock ABI 6, seccomp`.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         if self.namespaces {
             parts.push("userns+mountns+pidns+netns+ipcns".to_string());
+        }
+        if self.process_limit {
+            parts.push("pid_max".into());
         }
         if self.landlock > 0 {
             parts.push(format!("landlock ABI {}", self.landlock));
@@ -129,6 +136,12 @@ impl Layers {
                  namespace and keyDir when Landlock holds), can chmod and touch what the owner \
                  owns, reaches the network and abstract sockets, and daemons it starts outlive \
                  the answer; no process limit",
+            );
+        }
+        if self.namespaces && !self.process_limit {
+            out.push(
+                "no process limit: this kernel's pid namespaces have no pid_max of their own \
+                 (Linux 6.14 and later)",
             );
         }
         if self.landlock == 0 {
@@ -177,6 +190,7 @@ fn restrict(scratch: &Path, protected: &[PathBuf]) -> Layers {
     };
     Layers {
         namespaces: false,
+        process_limit: false,
         landlock,
         seccomp: filter::apply().is_ok(),
     }
@@ -265,6 +279,7 @@ pub fn probe(plan: &Plan) -> Layers {
     use std::io::Read;
     let fallback = Layers {
         namespaces: false,
+        process_limit: false,
         landlock: fsrules::abi_level(),
         seccomp: false,
     };
@@ -305,16 +320,17 @@ mod tests {
     fn layers_round_trip_and_name_what_is_missing() {
         let full = Layers {
             namespaces: true,
+            process_limit: true,
             landlock: 6,
             seccomp: true,
         };
         assert_eq!(Layers::decode(&full.encode()), Some(full));
-        assert_eq!(Layers::decode("ns=1 landlock=x seccomp=1"), None);
+        assert_eq!(Layers::decode("ns=1 pidmax=1 landlock=x seccomp=1"), None);
         assert_eq!(Layers::decode("ns=1"), None);
         assert!(full.missing().is_empty() && full.refusal(false).is_none());
         assert_eq!(
             full.describe(),
-            "userns+mountns+pidns+netns+ipcns, landlock ABI 6, seccomp"
+            "userns+mountns+pidns+netns+ipcns, pid_max, landlock ABI 6, seccomp"
         );
         let bare = Layers::default();
         assert_eq!(bare.missing().len(), 3);

@@ -68,14 +68,16 @@ pub fn init(plan: &Plan, argv: &[OsString]) -> Result<i32> {
         scratch_mb: plan.memory_mb,
         processes: plan.processes,
     };
-    if let Err(e) = super::root::enter(&layout) {
-        return Ok(refuse(&e));
-    }
+    let process_limit = match super::root::enter(&layout) {
+        Ok(bounded) => bounded,
+        Err(e) => return Ok(refuse(&e)),
+    };
     let _ = std::env::set_current_dir(&plan.workspace);
     limits(plan);
     let layers = super::restrict(Path::new("/tmp"), &[]);
     let layers = Layers {
         namespaces: true,
+        process_limit,
         ..layers
     };
     if plan.probe {
@@ -88,6 +90,30 @@ pub fn init(plan: &Plan, argv: &[OsString]) -> Result<i32> {
     let Some((program, args)) = argv.split_first() else {
         return Ok(refuse("sandbox-exec needs a command"));
     };
+    let mut cmd = match answerer_command(plan, program, args) {
+        Ok(c) => c,
+        Err(e) => return Ok(refuse(&e)),
+    };
+    let child = cmd.spawn();
+    match child {
+        Ok(c) => Ok(reap(c.id() as i32)),
+        Err(e) => {
+            eprintln!(
+                "peer ask sandbox-exec: cannot run the answerer {}: {e}",
+                crate::sanitize::line(&program.to_string_lossy(), 200)
+            );
+            Ok(super::COMMAND_NOT_RUN_EXIT)
+        }
+    }
+}
+
+/// `answerCommand` with its scratch as `TMPDIR` and, for `answerNetwork`, the forwarder
+/// started and named in `HTTPS_PROXY` (any proxy variables of the owner's are dropped).
+fn answerer_command(
+    plan: &Plan,
+    program: &OsString,
+    args: &[OsString],
+) -> std::result::Result<Command, String> {
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("TMPDIR", "/tmp")
@@ -102,25 +128,10 @@ pub fn init(plan: &Plan, argv: &[OsString]) -> Result<i32> {
         cmd.env_remove(var);
     }
     if plan.proxy.is_some() {
-        match super::forward::start() {
-            Ok(port) => {
-                let url = format!("http://127.0.0.1:{port}");
-                cmd.env("HTTPS_PROXY", &url).env("https_proxy", &url);
-            }
-            Err(e) => return Ok(refuse(&e)),
-        }
+        let url = format!("http://127.0.0.1:{}", super::forward::start()?);
+        cmd.env("HTTPS_PROXY", &url).env("https_proxy", &url);
     }
-    let child = cmd.spawn();
-    match child {
-        Ok(c) => Ok(reap(c.id() as i32)),
-        Err(e) => {
-            eprintln!(
-                "peer ask sandbox-exec: cannot run the answerer {}: {e}",
-                crate::sanitize::line(&program.to_string_lossy(), 200)
-            );
-            Ok(super::COMMAND_NOT_RUN_EXIT)
-        }
-    }
+    Ok(cmd)
 }
 
 /// Reaps every child (orphans are re-parented to init) until the answerer itself ends.

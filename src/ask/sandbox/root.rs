@@ -101,7 +101,8 @@ fn read_only_with(target: &Path, extra: MsFlags) -> Result<(), String> {
 }
 
 /// Builds the new root and pivots into it; the caller's working directory is `/` after.
-pub fn enter(l: &Layout) -> Result<(), String> {
+/// Says whether the process bound holds (the pid namespace's own `pid_max` needs Linux 6.14).
+pub fn enter(l: &Layout) -> Result<bool, String> {
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
         .map_err(|e| format!("cannot make the mounts private: {e}"))?;
     let root = l.mount_point;
@@ -145,8 +146,9 @@ pub fn enter(l: &Layout) -> Result<(), String> {
     }
     hide(root, l.hide)?;
     devices(root)?;
-    proc(root, l.processes)?;
-    pivot(root)
+    let bounded = proc(root, l.processes)?;
+    pivot(root)?;
+    Ok(bounded)
 }
 
 /// Covers each hidden directory that is visible in the new root with an empty read-only
@@ -211,19 +213,19 @@ fn devices(root: &Path) -> Result<(), String> {
 }
 
 /// A new `/proc` (this process is the pid namespace's init), the namespace's own `pid_max`
-/// as the process bound, then `/proc/sys` read-only.
-fn proc(root: &Path, processes: u64) -> Result<(), String> {
+/// as the process bound (when the kernel has it), then `/proc/sys` read-only.
+fn proc(root: &Path, processes: u64) -> Result<bool, String> {
     let p = under(root, Path::new("/proc"));
     std::fs::create_dir_all(&p).map_err(|e| err("cannot create", &p, e))?;
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     mount(Some("proc"), &p, Some("proc"), flags, NONE).map_err(|e| err("cannot mount", &p, e))?;
     let pid_max = p.join("sys/kernel/pid_max");
-    std::fs::write(&pid_max, format!("{}\n", processes + 1))
-        .map_err(|e| err("cannot bound the processes with", &pid_max, e))?;
+    let bounded = std::fs::write(&pid_max, format!("{}\n", processes + 1)).is_ok();
     let sys = p.join("sys");
     mount(Some(&sys), &sys, NONE, MsFlags::MS_BIND, NONE)
         .map_err(|e| err("cannot bind", &sys, e))?;
-    read_only(&sys)
+    read_only(&sys)?;
+    Ok(bounded)
 }
 
 fn pivot(root: &Path) -> Result<(), String> {
