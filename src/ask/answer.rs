@@ -1,6 +1,6 @@
 //! One fresh, short-lived answerer per approved ask. `answerCommand` runs in `workspace`
-//! through `peer ask sandbox-exec` (see `sandbox`), in its own process group, with one JSON
-//! document on stdin:
+//! contained by `peer ask sandbox-exec` (see `sandbox`: a session and process group of its
+//! own, namespaces, limits, Landlock, seccomp), with one JSON document on stdin:
 //!
 //! `{"askId", "caller", "question", "workspace", "contextFiles":[{"path","content"}],
 //!   "messages":[]}`
@@ -10,7 +10,8 @@
 //! the machine (dsh-ask-peer copies 60 messages of any advertised session into every answer,
 //! an exfiltration path); the answerer reads what it needs from the workspace itself. Its stdout is the
 //! answer, read up to a byte bound and cut at `maxAnswerChars` (`truncated: true`); the group
-//! is killed at the timeout. `contextFiles` are resolved inside the workspace only: absolute
+//! (and with it the pid namespace's init, whose end kills every process of the answerer) is
+//! killed at the timeout. `contextFiles` are resolved inside the workspace only: absolute
 //! paths, `..` and symbolic links that leave it are refused, as are the namespace home and
 //! `keyDir`, and each file is size-bounded.
 
