@@ -664,3 +664,42 @@ fn serve_without_userns(ns: &Ns, answerer: &str, extra: Value) -> (Server, Value
         .env_remove("PEER_CONTROL");
     Server::spawn(cmd)
 }
+
+/// The namespace lies inside a path the owner lets the answerer read: it is covered, and the
+/// answerer cannot take the cover off, remount its root writable or enter a new namespace to
+/// do so.
+#[test]
+fn hidden_trees_stay_hidden_and_mounts_cannot_be_undone() {
+    if !containable() {
+        return;
+    }
+    let ns = Ns::new("contain-mounts");
+    let config = ns.home.join("config.json");
+    let file = ns.work.join("notes.txt");
+    std::fs::write(&file, "mine").unwrap();
+    let answerer = script(
+        &ns,
+        "mounts.sh",
+        &format!(
+            "cat >/dev/null; h={h}; w={w}; \
+             umount -l $h 2>/dev/null; umount $h 2>/dev/null; \
+             mount -o remount,rw / 2>/dev/null; mount -o remount,rw,bind $w 2>/dev/null; \
+             unshare -rm sh -c \"umount -l $h; cat $h/config.json\" 2>/dev/null; \
+             cat $h/config.json 2>/dev/null; ls -a $h; \
+             echo x > $w/notes.txt 2>/dev/null; echo end",
+            h = ns.home.display(),
+            w = ns.work.display()
+        ),
+    );
+    let srv = Server::start(
+        &ns,
+        &answerer,
+        json!({"answerReadPaths": [answerer.clone(), ns.root.to_string_lossy()]}),
+    );
+    let answer = srv.ask("undo your mounts");
+    assert!(answer.contains("end"), "{answer}");
+    assert!(!answer.contains(TOKEN), "the ask config was read: {answer}");
+    assert!(!answer.contains("config.json"), "{answer}");
+    assert!(config.exists());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+}

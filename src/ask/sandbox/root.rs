@@ -131,8 +131,16 @@ pub fn enter(l: &Layout) -> Result<bool, String> {
     let mut extra: Vec<&Path> = l.read.iter().map(PathBuf::as_path).collect();
     extra.push(l.exe);
     extra.push(l.workspace);
+    // Shallow first; a path inside one already bound is visible (read-only) through it, and
+    // binding it again would stack a mount that the outer one then hides.
+    extra.sort_by_key(|p| p.components().count());
+    let mut sources: Vec<&Path> = SYSTEM_DIRS.iter().map(Path::new).collect();
     for p in extra {
+        if sources.iter().any(|s| p.starts_with(s)) {
+            continue;
+        }
         bound.extend(bind(root, p)?);
+        sources.push(p);
     }
     if let Some(src) = l.proxy {
         let target = under(root, Path::new(super::forward::PROXY_INSIDE));
