@@ -189,7 +189,8 @@ fn the_owners_ssh_directory_is_absent() {
     let answerer = script(
         &ns,
         "ssh.sh",
-        "cat >/dev/null; cat \"$HOME/.ssh/id_test\" 2>&1; echo end",
+        "cat >/dev/null; cat \"$HOME/.ssh/id_test\" 2>&1; cat /etc/shadow 2>/dev/null; \
+         cat /etc/ssh/ssh_host_*_key 2>/dev/null; echo end",
     );
     let srv = Server::start_with(&ns, &answerer, json!({}), |c| {
         c.env("HOME", &home);
@@ -197,6 +198,12 @@ fn the_owners_ssh_directory_is_absent() {
     let answer = srv.ask("cat my key");
     assert!(answer.contains("end"), "{answer}");
     assert!(!answer.contains("PRIVATE-KEY-MATERIAL"), "{answer}");
+    // The system's own secrets, readable to a server running as root, stay covered too.
+    assert!(!answer.contains("root:"), "/etc/shadow was read: {answer}");
+    assert!(
+        !answer.contains("PRIVATE KEY"),
+        "an ssh host key was read: {answer}"
+    );
 }
 
 #[test]

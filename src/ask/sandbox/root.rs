@@ -22,6 +22,19 @@ use std::path::{Path, PathBuf};
 const SYSTEM_DIRS: [&str; 11] = [
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix", "/snap",
 ];
+/// Secrets of the system directories, covered like the hidden trees: readable by a server that
+/// runs as root (its answerer is root's uid too), useless to any answer.
+const SYSTEM_SECRETS: [&str; 9] = [
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/ssh",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssl/private",
+    "/etc/security/opasswd",
+];
 const DEVICES: [&str; 5] = ["null", "zero", "random", "urandom", "full"];
 const NONE: Option<&str> = None;
 
@@ -153,6 +166,8 @@ pub fn enter(l: &Layout) -> Result<bool, String> {
         read_only(t)?;
     }
     hide(root, l.hide)?;
+    let secrets: Vec<PathBuf> = SYSTEM_SECRETS.iter().map(PathBuf::from).collect();
+    hide(root, &secrets)?;
     devices(root)?;
     let bounded = proc(root, l.processes)?;
     pivot(root)?;
