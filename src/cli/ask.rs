@@ -274,7 +274,13 @@ fn sandbox_exec(argv: Vec<OsString>) -> Result<i32> {
     use crate::ask::sandbox::Plan;
     use lexopt::prelude::*;
     let mut p = args::parser(argv.clone());
-    let mut plan = Plan::default();
+    let d = AskConfig::default();
+    let mut plan = Plan {
+        memory_mb: d.answer_memory_mb,
+        cpu_seconds: d.answer_cpu_seconds,
+        processes: d.answer_processes,
+        ..Plan::default()
+    };
     let mut command = Vec::new();
     let num = |p: &mut lexopt::Parser, flag: &str| -> Result<u64> {
         args::string(p, flag)?

@@ -53,6 +53,11 @@ pub fn outer(raw_args: &[OsString]) -> std::result::Result<i32, String> {
 
 /// The pid namespace's init: builds the root, restricts, runs the answerer, reaps.
 pub fn init(plan: &Plan, argv: &[OsString]) -> Result<i32> {
+    // Only ever the first process of a fresh pid namespace: run anywhere else (by hand, as
+    // root) it would rebuild the caller's own mounts.
+    if nix::unistd::getpid().as_raw() != 1 {
+        return Ok(refuse("--init runs only as a new pid namespace's init"));
+    }
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
     let exe = match std::env::current_exe() {
         Ok(e) => e,
