@@ -7,8 +7,8 @@
 //!
 //! Bounded: at most [`TUNNELS_MAX`] tunnels at once, a request head of at most
 //! [`HEAD_BYTES_MAX`] bytes read within [`HEAD_TIMEOUT`], connects within
-//! [`CONNECT_TIMEOUT`]; everything ends when the answerer's namespace dies (its ends close)
-//! and the listener stops when this value is dropped.
+//! [`CONNECT_TIMEOUT`]; a tunnel ends when the answerer's namespace dies (its end closes) or
+//! after [`IDLE_TIMEOUT`] without traffic, and the listener stops when this value is dropped.
 
 use crate::fsutil::TempDir;
 use std::io::{Read, Write};
@@ -24,6 +24,9 @@ const TUNNELS_MAX: usize = 16;
 const HEAD_BYTES_MAX: usize = 4096;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A tunnel with no bytes either way for this long ends (so none outlives its answerer by
+/// more than this, whatever the destination does).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A running proxy; stops (and removes its directory) on drop.
 pub struct Egress {
@@ -123,6 +126,10 @@ fn tunnel(mut conn: UnixStream, allowed: &[String]) {
         .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
         .is_err()
     {
+        return;
+    }
+    let idle = Some(IDLE_TIMEOUT);
+    if conn.set_read_timeout(idle).is_err() || remote.set_read_timeout(idle).is_err() {
         return;
     }
     let (Ok(conn2), Ok(remote2)) = (conn.try_clone(), remote.try_clone()) else {
