@@ -710,3 +710,42 @@ fn hidden_trees_stay_hidden_and_mounts_cannot_be_undone() {
     assert!(config.exists());
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
 }
+
+/// A server killed outright (no timeout, no cleanup) takes its running answerers with it.
+#[test]
+fn answerers_die_with_a_killed_server() {
+    if !containable() {
+        return;
+    }
+    let ns = Ns::new("contain-orphan");
+    let marker = format!("{}.{}", 6000 + std::process::id() % 1000, 3);
+    let answerer = script(
+        &ns,
+        "hang.sh",
+        &format!("cat >/dev/null; setsid sleep {marker} & sleep {marker}"),
+    );
+    let mut srv = Server::start(&ns, &answerer, json!({}));
+    let body = json!({"protocolVersion": 1, "caller": "ada", "token": TOKEN,
+        "question": "hang", "async": true});
+    let r = peerwire::ask::client::post_json("127.0.0.1", srv.port, "/ask", &body, T).unwrap();
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert!(
+        eventually(15, || processes_with(&["sleep", &marker]).len() == 2),
+        "the answerer did not start"
+    );
+    let _ = srv.child.kill();
+    let _ = srv.child.wait();
+    let gone = eventually(5, || processes_with(&["sleep", &marker]).is_empty());
+    let left = processes_with(&["sleep", &marker]);
+    for pid in &left {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(
+        gone,
+        "{} answerer process(es) outlived the server",
+        left.len()
+    );
+}

@@ -254,6 +254,8 @@ pub fn plan(
         proxy: None,
         probe: false,
         init: false,
+        server: None,
+        launcher: None,
     }
 }
 
@@ -278,6 +280,7 @@ fn answerer_command(
     let no_ns = !state.sandbox.namespaces;
     let plan = Plan {
         proxy,
+        server: Some(std::process::id()),
         ..plan(&state.home, &state.config, &state.workspace, scratch, no_ns)
     };
     let mut cmd = Command::new(exe);

@@ -268,7 +268,7 @@ fn containment_notice(layers: &crate::ask::sandbox::Layers, reduced: bool) {
 }
 
 /// `peer ask sandbox-exec --scratch DIR --workspace DIR [--read P]... [--hide P]... [--proxy DIR]
-/// [--memory-mb N] [--cpu-seconds N] [--processes N] [--reduced] [--no-namespaces] [--probe]
+/// [--server PID] [--memory-mb N] [--cpu-seconds N] [--processes N] [--reduced] [--no-namespaces] [--probe]
 /// -- CMD…`: the answerer's launcher (internal; started by the ask server).
 fn sandbox_exec(argv: Vec<OsString>) -> Result<i32> {
     use crate::ask::sandbox::Plan;
@@ -302,6 +302,8 @@ fn sandbox_exec(argv: Vec<OsString>) -> Result<i32> {
             Long("no-namespaces") => plan.no_namespaces = true,
             Long("probe") => plan.probe = true,
             Long("init") => plan.init = true,
+            Long("launcher") => plan.launcher = Some(num(&mut p, "--launcher")? as u32),
+            Long("server") => plan.server = Some(num(&mut p, "--server")? as u32),
             Value(v) => {
                 command.push(v);
                 command.extend(p.raw_args().map_err(args::usage)?);

@@ -59,6 +59,10 @@ pub struct Plan {
     pub probe: bool,
     /// This process is the pid namespace's init (internal).
     pub init: bool,
+    /// The server's pid: the launcher ends at once if the server is already gone.
+    pub server: Option<u32>,
+    /// The launcher's pid, as init is told it (internal).
+    pub launcher: Option<u32>,
 }
 
 /// The layers in force for an answerer.
@@ -203,8 +207,16 @@ pub fn exec(plan: &Plan, raw_args: &[OsString], argv: &[OsString]) -> Result<i32
     if plan.init {
         return ns::init(plan, argv);
     }
-    // The answerer dies with the server's thread that waits for it.
+    // The answerer dies with the server's thread that waits for it; a server that died before
+    // this was set has left this process to another parent.
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    let parent = nix::unistd::getppid().as_raw();
+    if plan
+        .server
+        .is_some_and(|s| i64::from(s) != i64::from(parent))
+    {
+        return Ok(refuse("the server is gone"));
+    }
     // Fails only for a group leader, which the server never makes this process.
     let _ = nix::unistd::setsid();
     if !plan.no_namespaces {
@@ -254,6 +266,9 @@ pub fn plan_args(plan: &Plan) -> Vec<OsString> {
     }
     if let Some(p) = &plan.proxy {
         a.extend(["--proxy".into(), p.clone().into()]);
+    }
+    if let Some(pid) = plan.server {
+        a.extend(["--server".into(), pid.to_string().into()]);
     }
     for (flag, n) in [
         ("--memory-mb", plan.memory_mb),

@@ -40,8 +40,9 @@ pub fn outer(raw_args: &[OsString]) -> std::result::Result<i32, String> {
     write("setgroups", "deny".into())?;
     write("uid_map", format!("0 {uid} 1\n"))?;
     write("gid_map", format!("0 {gid} 1\n"))?;
+    let me = std::process::id().to_string();
     let status = Command::new(exe)
-        .args(["ask", "sandbox-exec", "--init"])
+        .args(["ask", "sandbox-exec", "--init", "--launcher", &me])
         .args(raw_args)
         .status()
         .map_err(|e| format!("cannot start the sandbox's init: {e}"))?;
@@ -59,6 +60,11 @@ pub fn init(plan: &Plan, argv: &[OsString]) -> Result<i32> {
         return Ok(refuse("--init runs only as a new pid namespace's init"));
     }
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    // The parent-death signal only covers a launcher that dies after it was set: look once
+    // (the host's /proc is still mounted here) whether it already has.
+    if plan.launcher.is_some_and(gone) {
+        return Ok(refuse("the launcher is gone"));
+    }
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => return Ok(refuse(&format!("cannot find the peer binary: {e}"))),
@@ -137,6 +143,16 @@ fn answerer_command(
         cmd.env("HTTPS_PROXY", &url).env("https_proxy", &url);
     }
     Ok(cmd)
+}
+
+/// Whether the process `pid` (in the parent pid namespace) has ended.
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_none_or(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => true,
+    }
 }
 
 /// Reaps every child (orphans are re-parented to init) until the answerer itself ends.
