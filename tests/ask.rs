@@ -88,6 +88,10 @@ fn bob(ns: &Ns, answerer: &str, peers: Value, extra: Value) -> Server {
         "workspace": ns.work.to_string_lossy(),
         "answerCommand": [answerer], "peers": peers,
     });
+    // The answerer's root holds only what it is given: the script lives outside the workspace.
+    if Path::new(answerer).is_absolute() {
+        ask["answerReadPaths"] = json!([answerer]);
+    }
     for (k, v) in extra.as_object().unwrap() {
         ask[k] = v.clone();
     }
@@ -378,7 +382,8 @@ fn approval_timeout_fails_closed() {
 #[test]
 fn async_lifecycle_status_needs_credentials_and_results_expire() {
     let ns = Ns::new("ask-async");
-    let release = ns.root.join("release");
+    // In the workspace: the answerer sees only its own root.
+    let release = ns.work.join("release");
     let answerer = script(
         &ns,
         "slow.sh",

@@ -15,6 +15,7 @@ mod bench;
 mod chat_tty;
 mod cli;
 mod cli_life;
+mod contain;
 mod crash;
 mod custody;
 mod docs;

@@ -1,6 +1,6 @@
 //! One fresh, short-lived answerer per approved ask. `answerCommand` runs in `workspace`
-//! through `peer ask sandbox-exec` (see `sandbox`), in its own process group, with one JSON
-//! document on stdin:
+//! contained by `peer ask sandbox-exec` (see `sandbox`: a session and process group of its
+//! own, namespaces, limits, Landlock, seccomp), with one JSON document on stdin:
 //!
 //! `{"askId", "caller", "question", "workspace", "contextFiles":[{"path","content"}],
 //!   "messages":[]}`
@@ -10,13 +10,15 @@
 //! the machine (dsh-ask-peer copies 60 messages of any advertised session into every answer,
 //! an exfiltration path); the answerer reads what it needs from the workspace itself. Its stdout is the
 //! answer, read up to a byte bound and cut at `maxAnswerChars` (`truncated: true`); the group
-//! is killed at the timeout. `contextFiles` are resolved inside the workspace only: absolute
+//! (and with it the pid namespace's init, whose end kills every process of the answerer) is
+//! killed at the timeout. `contextFiles` are resolved inside the workspace only: absolute
 //! paths, `..` and symbolic links that leave it are refused, as are the namespace home and
 //! `keyDir`, and each file is size-bounded.
 
 use super::ServerState;
-use super::config::Mode;
+use super::config::{AskConfig, Mode};
 use super::http::ApiError;
+use super::sandbox::{self, Layers, Plan};
 use parking_lot::Mutex;
 use serde_json::json;
 use std::io::{Read, Write};
@@ -172,10 +174,8 @@ pub fn ready(state: &ServerState) -> Result<&[String], ApiError> {
             "this server has no ask.answerCommand configured",
         ));
     };
-    if !state.sandbox.landlock && !state.config.allow_unenforced_sandbox {
-        return Err(ApiError::ask_failed(
-            "this kernel cannot enforce the Landlock sandbox; refusing to answer",
-        ));
+    if let Some(why) = state.sandbox.refusal(state.config.reduced_isolation) {
+        return Err(ApiError::ask_failed(why));
     }
     Ok(argv)
 }
@@ -186,7 +186,19 @@ pub fn run(state: &ServerState, work: &Work) -> Result<Answer, ApiError> {
     // A private scratch directory, the only place the answerer may write; removed on drop.
     let scratch = crate::fsutil::TempDir::new("ask-scratch")
         .map_err(|e| ApiError::internal(format!("scratch directory: {}", e.message)))?;
-    let result = spawn_and_collect(state, work, argv, scratch.path());
+    // The CONNECT proxy to `answerNetwork`, only where the namespaces give the answerer a
+    // network of its own (without them its network is not contained anyway).
+    let egress = if !state.config.answer_network.is_empty() && state.sandbox.namespaces {
+        Some(
+            super::egress::Egress::start(&state.config.answer_network)
+                .map_err(|e| ApiError::internal(format!("answerNetwork proxy: {e}")))?,
+        )
+    } else {
+        None
+    };
+    let proxy = egress.as_ref().map(|e| e.dir());
+    let result = spawn_and_collect(state, work, argv, scratch.path(), proxy);
+    drop(egress);
     drop(scratch);
     let raw = result?;
     if raw.trim().is_empty() {
@@ -195,24 +207,87 @@ pub fn run(state: &ServerState, work: &Work) -> Result<Answer, ApiError> {
     Ok(cap_answer(&raw, state.config.max_answer_chars))
 }
 
-/// `peer ask sandbox-exec … -- answerCommand…` in the workspace, in its own process group,
-/// with the scratch directory as its only writable place and the namespace and keyDir hidden.
+/// The trees an answerer must not see: [`protected_dirs`], the coordination directory and
+/// the short socket directories peerwire falls back to (`$XDG_RUNTIME_DIR/peerwire`,
+/// `/tmp/peerwire-UID`).
+pub fn hidden_dirs(home: &Path, config: &AskConfig) -> Vec<PathBuf> {
+    let mut out = vec![home.to_path_buf(), config.key_dir(home)];
+    if let Ok(main) = crate::config::Config::load(home)
+        && let Some(coord) = main.coordination_directory
+    {
+        out.push(coord);
+    }
+    if let Some(xdg) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        out.push(PathBuf::from(xdg).join("peerwire"));
+    }
+    out.push(PathBuf::from(format!(
+        "/tmp/peerwire-{}",
+        nix::unistd::geteuid().as_raw()
+    )));
+    out.into_iter()
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+        .collect()
+}
+
+/// The sandbox plan for an answerer (or the start-up probe) of this server.
+pub fn plan(
+    home: &Path,
+    config: &AskConfig,
+    workspace: &Path,
+    scratch: &Path,
+    no_namespaces: bool,
+) -> Plan {
+    Plan {
+        scratch: scratch.to_path_buf(),
+        workspace: workspace.to_path_buf(),
+        read: config
+            .answer_read_paths
+            .iter()
+            .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+            .collect(),
+        hide: hidden_dirs(home, config),
+        reduced: config.reduced_isolation,
+        no_namespaces,
+        memory_mb: config.answer_memory_mb,
+        cpu_seconds: config.answer_cpu_seconds,
+        processes: config.answer_processes,
+        proxy: None,
+        probe: false,
+        init: false,
+        server: None,
+        launcher: None,
+    }
+}
+
+/// Probes, at server start, which layers an answerer of this server would get.
+pub fn probe_layers(home: &Path, config: &AskConfig, workspace: &Path) -> Layers {
+    match crate::fsutil::TempDir::new("ask-probe") {
+        Ok(dir) => sandbox::probe(&plan(home, config, workspace, dir.path(), false)),
+        Err(_) => Layers::default(),
+    }
+}
+
+/// `peer ask sandbox-exec PLAN -- answerCommand…` in the workspace; it puts itself in a
+/// session (and process group) of its own.
 fn answerer_command(
     state: &ServerState,
     argv: &[String],
     scratch: &Path,
+    proxy: Option<PathBuf>,
 ) -> Result<Command, ApiError> {
     let exe = std::env::current_exe()
         .map_err(|e| ApiError::internal(format!("cannot find the peer binary: {e}")))?;
+    let no_ns = !state.sandbox.namespaces;
+    let plan = Plan {
+        proxy,
+        server: Some(std::process::id()),
+        ..plan(&state.home, &state.config, &state.workspace, scratch, no_ns)
+    };
     let mut cmd = Command::new(exe);
-    cmd.args(["ask", "sandbox-exec", "--scratch"]).arg(scratch);
-    for p in protected_dirs(state) {
-        cmd.arg("--protect").arg(p);
-    }
-    if state.config.allow_unenforced_sandbox {
-        cmd.arg("--allow-unenforced");
-    }
-    cmd.arg("--").args(argv);
+    cmd.args(["ask", "sandbox-exec"])
+        .args(sandbox::plan_args(&plan))
+        .arg("--")
+        .args(argv);
     for var in ["PEER_HOME", "PEER_CONTROL", "PEER_RUN_ID", "AUTOHAND_HOME"] {
         cmd.env_remove(var);
     }
@@ -223,7 +298,6 @@ fn answerer_command(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     Ok(cmd)
 }
 
@@ -267,8 +341,9 @@ fn spawn_and_collect(
     work: &Work,
     argv: &[String],
     scratch: &Path,
+    proxy: Option<PathBuf>,
 ) -> Result<String, ApiError> {
-    let mut child = answerer_command(state, argv, scratch)?
+    let mut child = answerer_command(state, argv, scratch, proxy)?
         .spawn()
         .map_err(|e| ApiError::ask_failed(format!("cannot start the answerer: {e}")))?;
     let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
@@ -294,6 +369,8 @@ fn spawn_and_collect(
     // Kill the whole group (stragglers included) before reaping, so the group id cannot have
     // been reused.
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    // Before `sandbox-exec` made its own group the group kill finds nothing.
+    let _ = nix::sys::signal::kill(pgid, nix::sys::signal::Signal::SIGKILL);
     let status = child.wait().ok().and_then(|s| s.code());
     if !output_done {
         // A process that left the group could hold the pipe open: wait briefly, then give up
@@ -324,6 +401,10 @@ fn outcome(
             Some(0) => Ok(()),
             Some(super::sandbox::SANDBOX_REFUSED_EXIT) => Err(ApiError::ask_failed(
                 "the answerer's sandbox could not be enforced",
+            )),
+            Some(super::sandbox::COMMAND_NOT_RUN_EXIT) => Err(ApiError::ask_failed(
+                "the answerer could not be started in its sandbox (answerCommand must lie in \
+                 the workspace, a system directory or answerReadPaths)",
             )),
             Some(n) => Err(ApiError::ask_failed(format!(
                 "the answerer exited with status {n}"
@@ -385,6 +466,7 @@ mod tests {
         assert!(msg(outcome(End::TimedOut, true, Some(0), 7)).contains("within 7 ms"));
         assert!(msg(outcome(End::Exited, false, Some(0), 1)).contains("holding its output"));
         assert!(msg(outcome(End::Exited, true, Some(125), 1)).contains("sandbox"));
+        assert!(msg(outcome(End::Exited, true, Some(127), 1)).contains("answerReadPaths"));
         assert!(msg(outcome(End::Exited, true, Some(3), 1)).contains("status 3"));
         assert!(msg(outcome(End::Exited, true, None, 1)).contains("signal"));
     }

@@ -16,6 +16,7 @@ const TOKEN_CHARS_MAX: usize = 512;
 const HOST_CHARS_MAX: usize = 255;
 const NAME_CHARS_MAX: usize = 64;
 const ARGV_MAX: usize = 64;
+const READ_PATHS_MAX: usize = 32;
 
 /// Per-friend inbound policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,9 +80,20 @@ pub struct AskConfig {
     pub max_answer_chars: usize,
     pub approval_timeout_ms: u64,
     pub answer_command: Option<Vec<String>>,
-    /// Answer even where the kernel cannot enforce Landlock (weaker: no-new-privileges,
-    /// process group and timeout only).
-    pub allow_unenforced_sandbox: bool,
+    /// `answerIsolation: "reduced"` (or the older `allowUnenforcedSandbox: true`): answer even
+    /// where the kernel lacks user namespaces or Landlock, with whatever layers it has.
+    pub reduced_isolation: bool,
+    /// `answerReadPaths`: absolute paths bound read-only into the answerer's file system.
+    pub answer_read_paths: Vec<PathBuf>,
+    /// `answerNetwork`: the `host:port` destinations the answerer may reach through the
+    /// server's CONNECT proxy (none by default).
+    pub answer_network: Vec<String>,
+    /// `answerMemoryMb`: the answerer's address space (RLIMIT_AS) and scratch tmpfs size.
+    pub answer_memory_mb: u64,
+    /// `answerCpuSeconds`: CPU time per answerer process (RLIMIT_CPU).
+    pub answer_cpu_seconds: u64,
+    /// `answerProcesses`: processes alive at once in the answerer's pid namespace.
+    pub answer_processes: u64,
     /// How long a finished async result stays readable (at most the protocol's 10 minutes).
     pub result_ttl_ms: u64,
     pub max_concurrent_asks: usize,
@@ -115,7 +127,12 @@ impl Default for AskConfig {
             max_answer_chars: 48_000,
             approval_timeout_ms: 120_000,
             answer_command: None,
-            allow_unenforced_sandbox: false,
+            reduced_isolation: false,
+            answer_read_paths: Vec::new(),
+            answer_network: Vec::new(),
+            answer_memory_mb: 8_192,
+            answer_cpu_seconds: 600,
+            answer_processes: 512,
             result_ttl_ms: 600_000,
             max_concurrent_asks: 4,
             max_stored_asks: 256,
@@ -199,7 +216,13 @@ impl AskConfig {
                     }
                 }
                 "answerCommand" => c.answer_command = Some(argv(f, value)?),
-                "allowUnenforcedSandbox" => c.allow_unenforced_sandbox = boolean(f, value)?,
+                "allowUnenforcedSandbox" => c.reduced_isolation = boolean(f, value)?,
+                "answerIsolation" => c.reduced_isolation = isolation(f, value)?,
+                "answerReadPaths" => c.answer_read_paths = read_paths(f, value)?,
+                "answerNetwork" => c.answer_network = destinations(f, value)?,
+                "answerMemoryMb" => c.answer_memory_mb = int(f, value, 64, 1_048_576)?,
+                "answerCpuSeconds" => c.answer_cpu_seconds = int(f, value, 1, 86_400)?,
+                "answerProcesses" => c.answer_processes = int(f, value, 300, 65_536)?,
                 "resultTtlMs" => c.result_ttl_ms = int(f, value, 100, 600_000)?,
                 "maxConcurrentAsks" => c.max_concurrent_asks = int(f, value, 1, 64)? as usize,
                 "maxStoredAsks" => c.max_stored_asks = int(f, value, 1, 4_096)? as usize,
@@ -385,6 +408,55 @@ fn tags(field: &str, value: &Value) -> Result<Vec<String>> {
         .collect()
 }
 
+/// `"full"` (false) or `"reduced"` (true).
+fn isolation(field: &str, value: &Value) -> Result<bool> {
+    match value.as_str() {
+        Some("full") => Ok(false),
+        Some("reduced") => Ok(true),
+        _ => Err(bad(field, "\"full\" or \"reduced\"")),
+    }
+}
+
+fn read_paths(field: &str, value: &Value) -> Result<Vec<PathBuf>> {
+    let items = value
+        .as_array()
+        .filter(|a| a.len() <= READ_PATHS_MAX)
+        .ok_or_else(|| {
+            bad(
+                field,
+                &format!("an array of at most {READ_PATHS_MAX} absolute paths"),
+            )
+        })?;
+    items.iter().map(|i| absolute(field, i)).collect()
+}
+
+/// `host:port` strings: a host name or address (IPv6 in brackets) and a port 1–65535.
+fn destinations(field: &str, value: &Value) -> Result<Vec<String>> {
+    let expected = format!("an array of at most {READ_PATHS_MAX} \"host:port\" strings");
+    let items = value
+        .as_array()
+        .filter(|a| a.len() <= READ_PATHS_MAX)
+        .ok_or_else(|| bad(field, &expected))?;
+    items
+        .iter()
+        .map(|i| {
+            let s = i.as_str().ok_or_else(|| bad(field, &expected))?;
+            let ok = s.rsplit_once(':').is_some_and(|(h, p)| {
+                !h.is_empty()
+                    && h.len() <= HOST_CHARS_MAX
+                    && h.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-.:[]_".contains(c))
+                    && p.parse::<u16>().is_ok_and(|p| p > 0)
+            });
+            if ok {
+                Ok(s.to_ascii_lowercase())
+            } else {
+                Err(bad(field, &expected))
+            }
+        })
+        .collect()
+}
+
 fn argv(field: &str, value: &Value) -> Result<Vec<String>> {
     let Some(items) = value
         .as_array()
@@ -431,6 +503,43 @@ mod tests {
         assert!(c.require_token);
         assert_eq!(c.max_answer_chars, 48_000);
         assert!(AskConfig::parse(b"{}").is_ok());
+    }
+
+    #[test]
+    fn answerer_containment_settings_parse_with_bounds() {
+        let c = parse(serde_json::json!({})).unwrap();
+        assert!(!c.reduced_isolation && c.answer_read_paths.is_empty());
+        assert_eq!(
+            (c.answer_memory_mb, c.answer_cpu_seconds, c.answer_processes),
+            (8_192, 600, 512)
+        );
+        let c = parse(serde_json::json!({"answerIsolation": "reduced",
+            "answerReadPaths": ["/opt/agent"], "answerProcesses": 300}))
+        .unwrap();
+        assert!(c.reduced_isolation);
+        let n = parse(serde_json::json!({"answerNetwork": ["API.example.com:443", "[::1]:8080"]}));
+        assert_eq!(
+            n.unwrap().answer_network,
+            ["api.example.com:443", "[::1]:8080"]
+        );
+        assert_eq!(c.answer_read_paths, vec![PathBuf::from("/opt/agent")]);
+        assert!(
+            parse(serde_json::json!({"allowUnenforcedSandbox": true}))
+                .unwrap()
+                .reduced_isolation
+        );
+        for bad in [
+            serde_json::json!({"answerIsolation": "none"}),
+            serde_json::json!({"answerReadPaths": ["relative"]}),
+            serde_json::json!({"answerProcesses": 299}),
+            serde_json::json!({"answerMemoryMb": 1}),
+            serde_json::json!({"answerCpuSeconds": 0}),
+            serde_json::json!({"answerNetwork": ["api.example.com"]}),
+            serde_json::json!({"answerNetwork": ["a b:443"]}),
+            serde_json::json!({"answerNetwork": ["host:0"]}),
+        ] {
+            assert!(parse(bad.clone()).is_err(), "{bad}");
+        }
     }
 
     #[test]

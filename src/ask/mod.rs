@@ -36,6 +36,7 @@ pub mod card;
 pub mod client;
 pub mod config;
 pub mod discovery;
+pub mod egress;
 pub mod http;
 pub mod jobs;
 pub mod keys;
@@ -77,8 +78,8 @@ pub struct ServerState {
     pub guard: auth::Guard,
     pub approvals: approval::Approvals,
     pub jobs: jobs::Jobs,
-    /// Whether this kernel enforces Landlock (probed at start).
-    pub sandbox: sandbox::Support,
+    /// The answerer's containment layers on this machine (probed at start).
+    pub sandbox: sandbox::Layers,
     /// State owned by the discovery endpoints (adverts, cards, recommendations).
     pub discovery: discovery::State,
     /// Set when the server is stopping: waits end early.
@@ -167,7 +168,7 @@ pub fn start(
         guard: auth::Guard::new(&config),
         approvals: approval::Approvals::new(home, listen, config.max_pending_approvals)?,
         jobs: jobs::Jobs::new(&config),
-        sandbox: sandbox::Support::probe(),
+        sandbox: answer::probe_layers(home, &config, &workspace),
         discovery: discovery::State::default(),
         stopping: AtomicBool::new(false),
         config,

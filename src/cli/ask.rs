@@ -226,37 +226,84 @@ fn serve(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         super::print_json(&json!({
             "ok": true, "listen": st.listen.to_string(), "port": st.listen.port(),
             "peer": st.config.caller_name, "publicKey": st.key.sign_string(),
-            "fingerprint": st.key.fingerprint(), "sandbox": st.sandbox.name(),
+            "fingerprint": st.key.fingerprint(),
+            "sandbox": if st.sandbox.landlock > 0 { "landlock" } else { "unavailable" },
+            "answerer": st.sandbox.describe(), "answererContained": st.sandbox.contained(),
+            "answerIsolation": if st.config.reduced_isolation { "reduced" } else { "full" },
+            "notContained": st.sandbox.missing(),
             "workspace": st.workspace.to_string_lossy(), "pid": std::process::id(),
         }))?;
     } else {
         out::line(&format!(
-            "peer ask serve: {} listening on {} (key {}, sandbox {})",
+            "peer ask serve: {} listening on {} (key {})",
             st.config.caller_name,
             st.listen,
             st.key.fingerprint(),
-            st.sandbox.name()
         ))?;
     }
+    containment_notice(&st.sandbox, st.config.reduced_isolation);
     stop.wait();
     server.stop();
     Ok(0)
 }
 
-/// `peer ask sandbox-exec --scratch DIR [--protect DIR]... [--allow-unenforced] -- CMD…`:
-/// the answerer's launcher (internal; started by the ask server).
+/// The answerer's layers on stderr at every start, and what is not contained.
+fn containment_notice(layers: &crate::ask::sandbox::Layers, reduced: bool) {
+    out::err_line(&format!("answerer: {}", layers.describe()));
+    let missing = layers.missing();
+    if layers.contained() && missing.is_empty() {
+        return;
+    }
+    if !layers.contained() && !reduced {
+        out::err_line(
+            "answerer: cannot be contained on this machine; asks are refused until \
+             ask.answerIsolation is \"reduced\"",
+        );
+    } else if !layers.contained() {
+        out::err_line("answerer: answerIsolation is \"reduced\"; NOT contained:");
+    }
+    for m in missing {
+        out::err_line(&format!("answerer:   - {m}"));
+    }
+}
+
+/// `peer ask sandbox-exec --scratch DIR --workspace DIR [--read P]... [--hide P]... [--proxy DIR]
+/// [--server PID] [--memory-mb N] [--cpu-seconds N] [--processes N] [--reduced] [--no-namespaces] [--probe]
+/// -- CMD…`: the answerer's launcher (internal; started by the ask server).
 fn sandbox_exec(argv: Vec<OsString>) -> Result<i32> {
+    use crate::ask::sandbox::Plan;
     use lexopt::prelude::*;
-    let mut p = args::parser(argv);
-    let mut scratch = None;
-    let mut protect = Vec::new();
-    let mut allow = false;
+    let mut p = args::parser(argv.clone());
+    let d = AskConfig::default();
+    let mut plan = Plan {
+        memory_mb: d.answer_memory_mb,
+        cpu_seconds: d.answer_cpu_seconds,
+        processes: d.answer_processes,
+        ..Plan::default()
+    };
     let mut command = Vec::new();
+    let num = |p: &mut lexopt::Parser, flag: &str| -> Result<u64> {
+        args::string(p, flag)?
+            .parse()
+            .map_err(|_| Error::new(Code::Usage, format!("{flag} takes a number")))
+    };
     while let Some(arg) = p.next().map_err(args::usage)? {
+        let path = |p: &mut lexopt::Parser| p.value().map(PathBuf::from).map_err(args::usage);
         match arg {
-            Long("scratch") => scratch = Some(PathBuf::from(p.value().map_err(args::usage)?)),
-            Long("protect") => protect.push(PathBuf::from(p.value().map_err(args::usage)?)),
-            Long("allow-unenforced") => allow = true,
+            Long("scratch") => plan.scratch = path(&mut p)?,
+            Long("workspace") => plan.workspace = path(&mut p)?,
+            Long("read") => plan.read.push(path(&mut p)?),
+            Long("hide") => plan.hide.push(path(&mut p)?),
+            Long("proxy") => plan.proxy = Some(path(&mut p)?),
+            Long("memory-mb") => plan.memory_mb = num(&mut p, "--memory-mb")?,
+            Long("cpu-seconds") => plan.cpu_seconds = num(&mut p, "--cpu-seconds")?,
+            Long("processes") => plan.processes = num(&mut p, "--processes")?,
+            Long("reduced") | Long("allow-unenforced") => plan.reduced = true,
+            Long("no-namespaces") => plan.no_namespaces = true,
+            Long("probe") => plan.probe = true,
+            Long("init") => plan.init = true,
+            Long("launcher") => plan.launcher = Some(num(&mut p, "--launcher")? as u32),
+            Long("server") => plan.server = Some(num(&mut p, "--server")? as u32),
             Value(v) => {
                 command.push(v);
                 command.extend(p.raw_args().map_err(args::usage)?);
@@ -264,6 +311,12 @@ fn sandbox_exec(argv: Vec<OsString>) -> Result<i32> {
             other => return Err(args::unexpected(other)),
         }
     }
-    let scratch = scratch.ok_or_else(|| Error::new(Code::Usage, "--scratch is required"))?;
-    crate::ask::sandbox::exec_sandboxed(&scratch, &protect, allow, &command)
+    if plan.scratch.as_os_str().is_empty() || plan.workspace.as_os_str().is_empty() {
+        return Err(Error::new(
+            Code::Usage,
+            "--scratch and --workspace are required",
+        ));
+    }
+    // Handed on to init, which gets `--init` in front of them.
+    crate::ask::sandbox::exec(&plan, &argv, &command)
 }
