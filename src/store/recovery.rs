@@ -88,12 +88,14 @@ pub enum JournalFile {
     Fresh,
     /// The snapshot already covers this journal (crash between snapshot and journal swap).
     Covered { generation: u64 },
-    /// Replayed; `torn_bytes` past `valid_len` were never acknowledged.
+    /// Replayed; `torn_bytes` past `valid_len` were never acknowledged. `marked`: it carries
+    /// end marks (an older journal is replaced by a marked generation at open).
     Live {
         generation: u64,
         valid_len: u64,
         torn_bytes: u64,
         batches: u64,
+        marked: bool,
     },
 }
 
@@ -133,10 +135,28 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded> {
         .map(|b| syncpoint::decode(&b))
         .transpose()?;
     let loaded = load_files(dir, limits)?;
-    if let Some(p) = sync {
-        check_sync_point(&p, loaded.covered, &loaded.journal)?;
+    match sync {
+        Some(p) => check_sync_point(&p, loaded.covered, &loaded.journal)?,
+        None => check_no_sync_point(&loaded)?,
     }
     Ok(loaded)
+}
+
+/// Refuses a store written by this format that holds records but no `messages.sync`: it is
+/// written at every open, before any frame, so only an empty store, or one written before end
+/// marks (format 1, replaced at this open), can lack it.
+fn check_no_sync_point(loaded: &Loaded) -> Result<()> {
+    match loaded.journal {
+        JournalFile::Live {
+            marked: true,
+            batches,
+            ..
+        } if batches > 0 || loaded.covered > 0 => Err(syncpoint::refused(format!(
+            "messages.sync is missing, but the store holds a snapshot of generation {} and {batches} journal batches: the record of how far it committed is gone",
+            loaded.covered
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn load_files(dir: &Path, limits: &Limits) -> Result<Loaded> {
@@ -222,6 +242,7 @@ fn replay_journal(
         valid_len: scan.valid_len,
         torn_bytes: scan.torn_bytes,
         batches: scan.batches.len() as u64,
+        marked: scan.marked,
     })
 }
 
@@ -238,6 +259,14 @@ pub fn check_sync_point(
             p.generation, p.batches, p.length
         ))
     };
+    if p.generation < covered {
+        // A sync point is written whenever a generation goes live, before its snapshot can
+        // exist: one older than the snapshot was replaced by an old copy.
+        return Err(syncpoint::refused(format!(
+            "messages.sync names generation {}, older than the snapshot (generation {covered}); it is not this store's last sync point",
+            p.generation
+        )));
+    }
     match journal {
         JournalFile::Fresh if p.batches > 0 || p.generation > 1 => {
             Err(missing("messages.journal is missing".into()))
@@ -257,6 +286,13 @@ pub fn check_sync_point(
             if p.generation > *generation {
                 return Err(missing(format!(
                     "messages.journal is generation {generation}"
+                )));
+            }
+            if p.generation < *generation && *batches > 0 {
+                // Generation g goes live with its sync point written before any frame.
+                return Err(syncpoint::refused(format!(
+                    "messages.sync names generation {}, older than messages.journal (generation {generation}, {batches} batches); it is not this store's last sync point",
+                    p.generation
                 )));
             }
             if p.generation == *generation && (*batches < p.batches || *valid_len < p.length) {
@@ -350,6 +386,7 @@ mod tests {
             valid_len,
             torn_bytes: 0,
             batches,
+            marked: true,
         };
         assert!(check_sync_point(&p, 2, &live(3, 4_096, 17)).is_ok());
         assert!(check_sync_point(&p, 2, &live(3, 5_000, 20)).is_ok());
@@ -372,7 +409,7 @@ mod tests {
     #[test]
     fn a_preallocated_journal_is_checked_at_its_logical_length() {
         use crate::messaging::Record;
-        let mut f = journal::encode_header(3).to_vec();
+        let mut f = journal::encode_header_version(3, journal::FORMAT_VERSION_UNMARKED).to_vec();
         for n in 1..=3 {
             f.extend(journal::encode_frame(n, &[Record::PushDone { cursor: n }]).unwrap());
         }
@@ -384,6 +421,7 @@ mod tests {
                 valid_len: s.valid_len,
                 torn_bytes: s.torn_bytes,
                 batches: s.batches.len() as u64,
+                marked: s.marked,
             }
         };
         let mut room = f.clone();
@@ -395,7 +433,8 @@ mod tests {
                 generation: 3,
                 valid_len: logical,
                 torn_bytes: 0,
-                batches: 3
+                batches: 3,
+                marked: false,
             }
         );
         let at = |length, batches| SyncPoint {
