@@ -16,6 +16,7 @@ mod cli;
 mod cli_life;
 mod crash;
 mod custody;
+mod damage;
 mod docs;
 mod foundation;
 mod lab;

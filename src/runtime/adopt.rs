@@ -2,7 +2,10 @@
 //! other store of this session whose lock nobody holds (its owner is gone: the kernel drops a
 //! process's flock when it dies) hands its root's unresolved outbox entries to this root, which
 //! sends them under the same message ids; recipients deduplicate by sending session, so a
-//! message a dead incarnation did get accepted is not stored twice. A predecessor store left
+//! message a dead incarnation did get accepted is not stored twice. A predecessor store is
+//! opened (and so changed: a torn tail cut, its sync point rewritten) only after all of it
+//! verified; one that did not stays byte for byte as it was, reported once on stderr and in
+//! `peer status` with its path and the `peer recover` command. A verified predecessor left
 //! with nothing unresolved and nothing unread is removed; anything else stays for
 //! `peer recover`.
 
@@ -53,8 +56,15 @@ pub fn adopt_predecessors(core: &Core) -> Adopted {
                 done.messages += n;
                 done.removed += u64::from(removed);
             }
+            // A store that did not verify (damaged, or refused for any reason) is evidence:
+            // it stays where it is, untouched, and the operator is told once where and how
+            // to review it.
             Err(e) => core.report_problem(
-                &format!("taking over the unresolved messages of instance {name}"),
+                &format!(
+                    "taking over the unresolved messages of instance {name} (its store {} was left as it was; review it with: peer recover --instance {name} --session-id {})",
+                    dir.display(),
+                    core.session_id
+                ),
                 &e,
             ),
         }
