@@ -406,6 +406,47 @@ mod tests {
         assert!(check_sync_point(&p, 0, &JournalFile::Fresh).is_err());
     }
 
+    /// A sync point is written whenever a generation goes live, before its first frame and
+    /// before any snapshot of it: one older than the snapshot, or older than a journal that
+    /// holds frames, was replaced by an old copy; a marked store with records and none at all
+    /// lost it.
+    #[test]
+    fn an_older_or_missing_sync_point_is_refused() {
+        let at = |generation| SyncPoint {
+            generation,
+            length: 32,
+            batches: 0,
+        };
+        let live = |generation, batches, marked| JournalFile::Live {
+            generation,
+            valid_len: 32 + 100 * batches,
+            torn_bytes: 0,
+            batches,
+            marked,
+        };
+        // The crash window of a compaction: journal g+1 created, its sync point not yet.
+        assert!(check_sync_point(&at(2), 2, &live(3, 0, true)).is_ok());
+        assert!(check_sync_point(&at(2), 2, &live(3, 4, true)).is_err());
+        assert!(check_sync_point(&at(1), 2, &live(3, 0, true)).is_err());
+        assert!(check_sync_point(&at(1), 2, &JournalFile::Covered { generation: 2 }).is_err());
+        let loaded = |journal, covered| Loaded {
+            state: State::default(),
+            covered,
+            journal,
+            snapshot_bytes: 0,
+        };
+        assert!(check_no_sync_point(&loaded(live(1, 3, true), 0)).is_err());
+        assert!(check_no_sync_point(&loaded(live(3, 0, true), 2)).is_err());
+        assert!(
+            check_no_sync_point(&loaded(live(1, 0, true), 0)).is_ok(),
+            "a new store"
+        );
+        assert!(
+            check_no_sync_point(&loaded(live(1, 3, false), 0)).is_ok(),
+            "written before sync points and end marks"
+        );
+    }
+
     #[test]
     fn a_preallocated_journal_is_checked_at_its_logical_length() {
         use crate::messaging::Record;
