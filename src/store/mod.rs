@@ -284,8 +284,20 @@ fn replace_unmarked(
         JournalFile::Live {
             generation,
             marked: false,
+            valid_len,
+            batches,
             ..
         } => {
+            // First the sync point of what verified (as every open writes one), so a crash
+            // anywhere below finds one even in a store older than sync points.
+            write_sync_point(
+                dir,
+                &syncpoint::SyncPoint {
+                    generation,
+                    length: valid_len,
+                    batches,
+                },
+            )?;
             let written = snapshot::write(&dir.join(paths::SNAPSHOT), machine.state(), generation)?;
             Ok((JournalFile::Covered { generation }, generation, written))
         }

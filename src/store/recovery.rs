@@ -134,7 +134,17 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded> {
     let sync = read_optional(&dir.join(paths::SYNC), 4096)?
         .map(|b| syncpoint::decode(&b))
         .transpose()?;
-    let loaded = load_files(dir, limits)?;
+    let loaded = load_files(dir, limits).map_err(|e| match &sync {
+        // How much the damage may cover: what the last sync point knew was committed.
+        Some(p) if e.code == Code::RecoveryRequired => Error::new(
+            e.code,
+            format!(
+                "{} (the last sync point counted {} committed batches, {} bytes, in journal generation {})",
+                e.message, p.batches, p.length, p.generation
+            ),
+        ),
+        _ => e,
+    })?;
     match sync {
         Some(p) => check_sync_point(&p, loaded.covered, &loaded.journal)?,
         None => check_no_sync_point(&loaded)?,
