@@ -335,9 +335,17 @@ fn a_restart_over_a_damaged_predecessor_leaves_it_and_says_so_once() {
             .contains(&dir.display().to_string()),
         "{status}"
     );
+    let listed = &status["store"]["predecessorsUnverified"];
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{status}");
+    assert_eq!(listed[0]["instanceId"], json!(old), "{status}");
     assert_eq!(
-        store_files(&dir),
-        before,
+        listed[0]["path"],
+        json!(dir.display().to_string()),
+        "{status}"
+    );
+    assert_eq!(listed[0]["recover"], json!(recover), "{status}");
+    assert!(
+        store_files(&dir) == before,
         "the damaged predecessor was touched"
     );
     let (_, err) = bob2.end_for_report();

@@ -9,7 +9,7 @@
 //! with nothing unresolved and nothing unread is removed; anything else stays for
 //! `peer recover`.
 
-use super::core::Core;
+use super::core::{Core, UnverifiedStore};
 use crate::error::{Code, Error, Result};
 use crate::messaging::OutboxEntry;
 use crate::store::{Store, paths};
@@ -59,14 +59,26 @@ pub fn adopt_predecessors(core: &Core) -> Adopted {
             // A store that did not verify (damaged, or refused for any reason) is evidence:
             // it stays where it is, untouched, and the operator is told once where and how
             // to review it.
-            Err(e) => core.report_problem(
-                &format!(
-                    "taking over the unresolved messages of instance {name} (its store {} was left as it was; review it with: peer recover --instance {name} --session-id {})",
-                    dir.display(),
+            Err(e) => {
+                let recover = format!(
+                    "peer recover --instance {name} --session-id {}",
                     core.session_id
-                ),
-                &e,
-            ),
+                );
+                core.report_problem(
+                    &format!(
+                        "taking over the unresolved messages of instance {name} (its store {} was left as it was; review it with: {recover})",
+                        dir.display()
+                    ),
+                    &e,
+                );
+                core.unverified_stores.lock().push(UnverifiedStore {
+                    instance_id: name.clone(),
+                    path: dir.display().to_string(),
+                    recover,
+                    code: e.code.name(),
+                    message: e.message.clone(),
+                });
+            }
         }
     }
     done
