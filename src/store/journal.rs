@@ -843,4 +843,13 @@ mod tests {
             }
         }
     }
+
+    /// The fuzz corpus holds a marked journal, so mutations start from the current format.
+    #[test]
+    fn the_fuzz_seed_is_a_marked_journal() {
+        let seed = include_bytes!("../../fuzz/corpus/journal_scan/marked-one-batch");
+        let s = scan(seed, 4096).unwrap();
+        assert!(s.marked);
+        assert_eq!((s.batches.len(), s.torn_bytes), (1, 0));
+    }
 }
