@@ -310,10 +310,18 @@ proptest! {
     }
 }
 
+/// A marked journal (a frame and its end mark, as the writer writes them) and an unmarked one
+/// (format 1, written before end marks).
 fn journal_seed() -> impl Strategy<Value = Vec<u8>> {
-    let mut b = crate::store::journal::encode_header(1).to_vec();
-    b.extend(crate::store::journal::encode_frame(1, &[]).unwrap_or_default());
-    Just(b)
+    use crate::store::journal;
+    let at = journal::HEADER_BYTES as u64;
+    let mut marked = journal::encode_header(1).to_vec();
+    let mut frame = journal::encode_frame(1, &[]).unwrap_or_default();
+    journal::seal(&mut frame, at, 1, 1);
+    marked.extend(frame);
+    let mut unmarked = journal::encode_header_version(1, journal::FORMAT_VERSION_UNMARKED).to_vec();
+    unmarked.extend(journal::encode_frame(1, &[]).unwrap_or_default());
+    prop_oneof![Just(marked), Just(unmarked)]
 }
 
 fn snapshot_seed() -> impl Strategy<Value = Vec<u8>> {

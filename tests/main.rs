@@ -18,6 +18,7 @@ mod cli_life;
 mod contain;
 mod crash;
 mod custody;
+mod damage;
 mod docs;
 mod foundation;
 mod lab;

@@ -2,11 +2,14 @@
 //! other store of this session whose lock nobody holds (its owner is gone: the kernel drops a
 //! process's flock when it dies) hands its root's unresolved outbox entries to this root, which
 //! sends them under the same message ids; recipients deduplicate by sending session, so a
-//! message a dead incarnation did get accepted is not stored twice. A predecessor store left
+//! message a dead incarnation did get accepted is not stored twice. A predecessor store is
+//! opened (and so changed: a torn tail cut, its sync point rewritten) only after all of it
+//! verified; one that did not stays byte for byte as it was, reported once on stderr and in
+//! `peer status` with its path and the `peer recover` command. A verified predecessor left
 //! with nothing unresolved and nothing unread is removed; anything else stays for
 //! `peer recover`.
 
-use super::core::Core;
+use super::core::{Core, UnverifiedStore};
 use crate::error::{Code, Error, Result};
 use crate::messaging::OutboxEntry;
 use crate::store::{Store, paths};
@@ -53,10 +56,29 @@ pub fn adopt_predecessors(core: &Core) -> Adopted {
                 done.messages += n;
                 done.removed += u64::from(removed);
             }
-            Err(e) => core.report_problem(
-                &format!("taking over the unresolved messages of instance {name}"),
-                &e,
-            ),
+            // A store that did not verify (damaged, or refused for any reason) is evidence:
+            // it stays where it is, untouched, and the operator is told once where and how
+            // to review it.
+            Err(e) => {
+                let recover = format!(
+                    "peer recover --instance {name} --session-id {}",
+                    core.session_id
+                );
+                core.report_problem(
+                    &format!(
+                        "taking over the unresolved messages of instance {name} (its store {} was left as it was; review it with: {recover})",
+                        dir.display()
+                    ),
+                    &e,
+                );
+                core.unverified_stores.lock().push(UnverifiedStore {
+                    instance_id: name.clone(),
+                    path: dir.display().to_string(),
+                    recover,
+                    code: e.code.name(),
+                    message: e.message.clone(),
+                });
+            }
         }
     }
     done

@@ -68,6 +68,9 @@ pub struct Core {
     /// The latest background failures (sweeps, reply bookkeeping), newest last, for
     /// `local.info`; each is also logged on stderr and published as an event.
     pub(crate) problems: Mutex<std::collections::VecDeque<Problem>>,
+    /// Predecessor stores of this session that did not verify at start and were left as they
+    /// were (at most the stores one start scans).
+    pub(crate) unverified_stores: Mutex<Vec<UnverifiedStore>>,
     /// Accepted `peer.send` arrivals whose answer is being written, announced right after it
     /// (`Core::defer_arrival`).
     pub(crate) arrivals: Mutex<Vec<(crate::messaging::Receipt, ArrivalNote)>>,
@@ -86,6 +89,18 @@ pub struct Problem {
     pub at_ms: u64,
     /// What was being done (`sweep`, `mark replied`).
     pub what: String,
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// A predecessor store adoption refused to touch: where it is and how to review it.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnverifiedStore {
+    pub instance_id: String,
+    pub path: String,
+    /// The command that reviews it read-only.
+    pub recover: String,
     pub code: &'static str,
     pub message: String,
 }

@@ -305,6 +305,9 @@ pub struct StoreInfo {
     pub journal_bytes: u64,
     pub snapshot_bytes: u64,
     pub snapshot_bytes_written: u64,
+    /// Predecessor stores of this session left untouched at start because they did not
+    /// verify: path and the command that reviews each.
+    pub predecessors_unverified: Vec<super::core::UnverifiedStore>,
 }
 
 fn info(core: &Core, caller: &Caller) -> Info {
@@ -470,6 +473,7 @@ fn store_info(core: &Core) -> StoreInfo {
         journal_bytes: s.journal_bytes,
         snapshot_bytes: s.snapshot_bytes,
         snapshot_bytes_written: s.snapshot_bytes_written,
+        predecessors_unverified: core.unverified_stores.lock().clone(),
     }
 }
 

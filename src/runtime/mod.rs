@@ -463,6 +463,7 @@ fn assemble_core(
         outbox: Outbox::default(),
         model_cursors: Mutex::new(Default::default()),
         problems: Mutex::new(Default::default()),
+        unverified_stores: Mutex::new(Vec::new()),
         arrivals: Mutex::new(Vec::new()),
     });
     let _ = core_cell.set(Arc::downgrade(&core));

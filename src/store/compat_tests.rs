@@ -168,28 +168,27 @@ fn a_store_written_before_message_bodies_were_shared_loads_unchanged() {
         img.inbox.iter().any(|e| e.message_id == "f0"),
         "journal replayed"
     );
-    // The old journal had no preallocated room: it gets some, and a new frame goes right
-    // after its last one.
-    let old_journal = std::fs::read(Path::new(FIXTURE).join(paths::JOURNAL)).unwrap();
+    // The old journal (format 1, no end marks) is never appended to: the open wrote its
+    // records into a snapshot covering its generation and started a marked generation 3.
     let journal = std::fs::read(dir.join(paths::JOURNAL)).unwrap();
-    assert!(journal.len() > old_journal.len(), "preallocated at open");
-    assert_eq!(journal[..old_journal.len()], old_journal[..]);
+    let scan = journal::scan(&journal, 1 << 20).unwrap();
+    assert!(scan.marked, "replaced by a marked journal");
+    assert_eq!((scan.generation, scan.batches.len()), (3, 0));
+    assert_ne!(
+        std::fs::read(dir.join(paths::SNAPSHOT)).unwrap(),
+        snapshot_before,
+        "the snapshot now covers the old journal"
+    );
     h.set_live(ME);
     h.accept(peer(), inbound("q3", None)).unwrap();
     h.query(|_| ()).unwrap();
     let after = h.query(|m| m.state().image()).unwrap();
-    assert_eq!(h.stats().generation, 2, "no compaction in between");
-    let journal = std::fs::read(dir.join(paths::JOURNAL)).unwrap();
-    assert_eq!(journal[..old_journal.len()], old_journal[..]);
+    assert_eq!(h.stats().generation, 3);
     s.close().unwrap();
     let s = Store::open(&home, INSTANCE, SESSION, &limits()).unwrap();
     assert_eq!(s.handle().query(|m| m.state().image()).unwrap(), after);
+    assert_eq!(s.handle().stats().generation, 3, "migrated once");
     s.close().unwrap();
-    // Opening verified the old snapshot against its re-encoding; it was not rewritten.
-    assert_eq!(
-        std::fs::read(dir.join(paths::SNAPSHOT)).unwrap(),
-        snapshot_before
-    );
     // The same bytes come out of the new types, record by record.
     let old = String::from_utf8(snapshot_before).unwrap();
     let state = &old[old.find("\"state\":").unwrap() + 8..old.len() - 1];

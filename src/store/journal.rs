@@ -3,7 +3,7 @@
 //! ```text
 //! header (32 bytes, written once by temp file + fsync + rename, never torn)
 //!   0   magic       8  89 50 57 4A 0D 0A 1A 0A   ("\x89PWJ\r\n\x1a\n", PNG-style)
-//!   8   version     u32 LE = 1
+//!   8   version     u32 LE = 2 (1: written before end marks, read as before, see below)
 //!   12  flags       u32 LE = 0
 //!   16  generation  u64 LE   (≥ 1; the snapshot says which generation it covers)
 //!   24  header_crc  u32 LE   crc32(bytes 0..24)
@@ -12,15 +12,34 @@
 //!   0   len         u32 LE   payload bytes, 1 ..= frame_bytes_max
 //!   4   len_crc     u32 LE   crc32("pwjf" ‖ len LE): a torn or flipped length is detected
 //!   8   crc         u32 LE   crc32(payload)
-//!   12  payload     len bytes: JSON {"batch":n,"records":[Record…]}, n = 1, 2, 3 … per generation
+//!   12  payload     len bytes: JSON {"batch":n,"records":[Record…]}, n = 1, 2, 3 … per
+//!                   generation, then one space when the frame would otherwise end on a
+//!                   512-byte boundary of the file
+//! end mark (version 2: 20 bytes right after the last frame, in the same pwrite as that frame;
+//!   the next frame is written over it)
+//!   0   len         u32 LE = 0xFFFF_FFFF (never a frame's length)
+//!   4   len_crc     u32 LE   crc32("pwjf" ‖ 0xFFFF_FFFF LE)
+//!   8   batches     u64 LE   complete frames before the mark (0 in a new journal)
+//!   16  mark_crc    u32 LE   crc32("pwje" ‖ generation LE ‖ batches LE)
 //! room (0x00 bytes up to the file's size: preallocated by the writer, written as real zeros
 //!   and fdatasynced before any frame is written into it, so the file size and its blocks are
 //!   already durable and a frame's fdatasync writes data blocks only)
 //! ```
 //!
-//! The *logical end* is the end of the last complete frame; everything after it that is 0x00
-//! is room, the normal clean end of a preallocated journal (and of an old journal, which has
-//! none). A writer appends at the logical end, never at the file's size.
+//! The *logical end* is the end of the last complete frame; the end mark lies there, and
+//! everything after the mark is 0x00 room. A writer appends at the logical end, never at the
+//! file's size.
+//!
+//! **The end mark is the durable commit mark.** A frame and the mark after it go out in one
+//! `pwrite` and are made durable by the one fdatasync that makes the batch durable: no other
+//! write, no other sync, no other block (the mark is contiguous with the frame). So after any
+//! crash the last durable frame is followed by its mark, or by a later frame that overwrote it.
+//! Zeros where a mark should be are therefore never "room never written": a version-2 journal
+//! whose frames end without a mark lost committed bytes (zeroed or truncated) and is
+//! `RECOVERY_REQUIRED`. A frame never ends on a 512-byte boundary (one space pads it), so the
+//! mark's first byte shares a sector with the frame's last byte: a torn write that kept the
+//! whole frame cannot have lost the whole mark.
+//!
 //! Recovery classifies the first defective frame at offset `o`. Let `z` be where the run of
 //! 0x00 bytes that ends the file starts (JSON payloads never end in 0x00, so `z` is the end of
 //! everything the disk really wrote; a frame is only looked for before `z`). The defect is a
@@ -28,14 +47,21 @@
 //!   1. fewer than 12 header bytes remain after `o`; or
 //!   2. `len_crc` fails and the header reaches into the zero suffix (`z < o + 12`); or
 //!   3. the header is valid but the payload runs past end of file; or
-//!   4. the payload crc fails and the payload reaches into the zero suffix (`z < end`).
+//!   4. the payload crc fails and the payload reaches into the zero suffix (`z < end`);
+//!
+//! and, in a version-2 journal, the written bytes end where a torn write can end them: on a
+//! 512-byte sector boundary (a device writes a sector whole or not at all), or within the
+//! first [`MARK_BYTES`] after `o` (the frame's header, or the remains of the previous mark the
+//! torn frame was written over, may hold 0x00 bytes). A mark whose first 8 bytes are there but
+//! whose rest is zeros is torn the same way when a sector boundary cuts it.
 //!
 //! Every other defect — a bad header crc or bad payload crc with written bytes after it, a
-//! valid crc over unparsable JSON, an out-of-order batch number, a bad file header — is
-//! corruption of acknowledged data: `RECOVERY_REQUIRED`, and the files are left untouched.
-//! Cases 1–4 can only arise from the last write because every earlier frame was completely
-//! written and fdatasynced before the next write began, and a bit flip cannot produce a
-//! zero suffix reaching back into a complete frame (its last byte is `}`, not 0x00).
+//! valid crc over unparsable JSON, an out-of-order batch number, a bad file header, a missing
+//! or wrong end mark — is damage to acknowledged data: `RECOVERY_REQUIRED`, and the files are
+//! left untouched. Cases 1–4 can only arise from the last write because every earlier frame
+//! was completely written and fdatasynced before the next write began, and a bit flip cannot
+//! produce a zero suffix reaching back into a complete frame (its last byte is `}` or a space,
+//! not 0x00).
 
 use crate::error::{Code, Error, Result};
 use crate::messaging::Record;
@@ -43,7 +69,10 @@ use crate::protocol::rpc;
 use serde::{Deserialize, Serialize};
 
 pub const MAGIC: [u8; 8] = [0x89, b'P', b'W', b'J', b'\r', b'\n', 0x1a, b'\n'];
-pub const FORMAT_VERSION: u32 = 1;
+/// The version this build writes: frames followed by an end mark.
+pub const FORMAT_VERSION: u32 = 2;
+/// Journals written before the end mark: read without it, and replaced at open.
+pub const FORMAT_VERSION_UNMARKED: u32 = 1;
 const MAGIC_OFFSET: usize = 0;
 const VERSION_OFFSET: usize = MAGIC_OFFSET + MAGIC.len();
 const FLAGS_OFFSET: usize = VERSION_OFFSET + 4;
@@ -57,9 +86,20 @@ const FRAME_LEN_CRC_OFFSET: usize = FRAME_LEN_OFFSET + 4;
 const FRAME_CRC_OFFSET: usize = FRAME_LEN_CRC_OFFSET + 4;
 pub const FRAME_HEADER_BYTES: usize = FRAME_CRC_OFFSET + 4;
 const LEN_CRC_DOMAIN: &[u8; 4] = b"pwjf";
+const MARK_CRC_DOMAIN: &[u8; 4] = b"pwje";
+/// The length field of an end mark: no frame is ever this long.
+const MARK_LEN: u32 = u32::MAX;
+const MARK_BATCHES_OFFSET: usize = FRAME_CRC_OFFSET;
+const MARK_CRC_OFFSET: usize = MARK_BATCHES_OFFSET + 8;
+/// Bytes of the end mark after the last frame.
+pub const MARK_BYTES: usize = MARK_CRC_OFFSET + 4;
+/// The write unit a device never tears (a 512-byte sector; larger physical sectors are
+/// multiples of it).
+pub const SECTOR_BYTES: u64 = 512;
 
 const _: () = assert!(HEADER_BYTES == 32);
 const _: () = assert!(FRAME_HEADER_BYTES == 12);
+const _: () = assert!(MARK_BYTES == 20);
 
 /// The payload of one frame: one group commit.
 #[derive(Debug, Serialize, Deserialize)]
@@ -68,11 +108,16 @@ struct BatchBody<R> {
     records: R,
 }
 
-/// The 32-byte file header for `generation`.
+/// The 32-byte file header for `generation`, in the format this build writes.
 pub fn encode_header(generation: u64) -> [u8; HEADER_BYTES] {
+    encode_header_version(generation, FORMAT_VERSION)
+}
+
+/// The 32-byte file header for `generation` in format `version` (tests write old journals).
+pub fn encode_header_version(generation: u64, version: u32) -> [u8; HEADER_BYTES] {
     let mut h = [0u8; HEADER_BYTES];
     h[MAGIC_OFFSET..VERSION_OFFSET].copy_from_slice(&MAGIC);
-    h[VERSION_OFFSET..FLAGS_OFFSET].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h[VERSION_OFFSET..FLAGS_OFFSET].copy_from_slice(&version.to_le_bytes());
     h[GENERATION_OFFSET..HEADER_CRC_OFFSET].copy_from_slice(&generation.to_le_bytes());
     let crc = crc32fast::hash(&h[..HEADER_CRC_OFFSET]);
     h[HEADER_CRC_OFFSET..RESERVED_OFFSET].copy_from_slice(&crc.to_le_bytes());
@@ -96,6 +141,11 @@ fn corrupt(what: String) -> Error {
 
 /// Validates the file header and returns its generation.
 pub fn decode_header(bytes: &[u8]) -> Result<u64> {
+    decode_header_version(bytes).map(|(generation, _)| generation)
+}
+
+/// Validates the file header and returns its generation and format version.
+pub fn decode_header_version(bytes: &[u8]) -> Result<(u64, u32)> {
     if bytes.len() < HEADER_BYTES {
         return Err(corrupt(format!(
             "is {} bytes, shorter than its header",
@@ -110,9 +160,9 @@ pub fn decode_header(bytes: &[u8]) -> Result<u64> {
         return Err(corrupt("header checksum mismatch".into()));
     }
     let version = u32_at(bytes, VERSION_OFFSET);
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != FORMAT_VERSION_UNMARKED {
         return Err(corrupt(format!(
-            "has format version {version}, this build reads {FORMAT_VERSION}"
+            "has format version {version}, this build reads {FORMAT_VERSION_UNMARKED} and {FORMAT_VERSION}"
         )));
     }
     let mut g = [0u8; 8];
@@ -121,7 +171,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<u64> {
     if generation == 0 {
         return Err(corrupt("has generation 0".into()));
     }
-    Ok(generation)
+    Ok((generation, version))
 }
 
 fn len_crc(len: u32) -> u32 {
@@ -175,10 +225,49 @@ const FRAME_CAPACITY_HINT: usize = 1024;
 /// The most reserved up front for one frame (a larger batch grows its buffer as it goes).
 const FRAME_CAPACITY_MAX: usize = 64 * 1024;
 
+fn mark_crc(generation: u64, batches: u64) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(MARK_CRC_DOMAIN);
+    h.update(&generation.to_le_bytes());
+    h.update(&batches.to_le_bytes());
+    h.finalize()
+}
+
+/// The end mark of journal `generation` after `batches` complete frames.
+pub fn encode_mark(generation: u64, batches: u64) -> [u8; MARK_BYTES] {
+    let mut m = [0u8; MARK_BYTES];
+    m[FRAME_LEN_OFFSET..FRAME_LEN_CRC_OFFSET].copy_from_slice(&MARK_LEN.to_le_bytes());
+    m[FRAME_LEN_CRC_OFFSET..MARK_BATCHES_OFFSET].copy_from_slice(&len_crc(MARK_LEN).to_le_bytes());
+    m[MARK_BATCHES_OFFSET..MARK_CRC_OFFSET].copy_from_slice(&batches.to_le_bytes());
+    m[MARK_CRC_OFFSET..].copy_from_slice(&mark_crc(generation, batches).to_le_bytes());
+    m
+}
+
+/// Makes `frame` (from [`encode_frame`]: batch `batch` of journal `generation`, to be written
+/// at byte `at`) ready for its one `pwrite`: pads its payload with one space when the frame
+/// would end on a sector boundary (so its last byte and the mark's first share a sector), then
+/// appends the end mark. Returns the frame's length without the mark.
+pub fn seal(frame: &mut Vec<u8>, at: u64, generation: u64, batch: u64) -> usize {
+    if (at + frame.len() as u64).is_multiple_of(SECTOR_BYTES) && frame.len() > FRAME_HEADER_BYTES {
+        frame.push(b' ');
+        let payload = frame.get(FRAME_HEADER_BYTES..).unwrap_or_default();
+        let len = payload.len() as u32;
+        let crc = crc32fast::hash(payload);
+        frame[FRAME_LEN_OFFSET..FRAME_LEN_CRC_OFFSET].copy_from_slice(&len.to_le_bytes());
+        frame[FRAME_LEN_CRC_OFFSET..FRAME_CRC_OFFSET].copy_from_slice(&len_crc(len).to_le_bytes());
+        frame[FRAME_CRC_OFFSET..FRAME_HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
+    }
+    let own = frame.len();
+    frame.extend_from_slice(&encode_mark(generation, batch));
+    own
+}
+
 /// The result of scanning a journal file.
 #[derive(Debug, Default)]
 pub struct Scan {
     pub generation: u64,
+    /// Whether the journal carries end marks (format 2); an older one is replaced at open.
+    pub marked: bool,
     /// Records of every complete batch, in order.
     pub batches: Vec<Vec<Record>>,
     /// Bytes that hold the header and complete batches; a torn tail starts here.
@@ -190,21 +279,55 @@ pub struct Scan {
     pub file_len: u64,
 }
 
-/// Scans a whole journal file. A torn tail is reported (not an error); corruption is
-/// `RECOVERY_REQUIRED`. `frame_bytes_max` bounds one frame's payload.
+/// Scans a whole journal file. A torn tail is reported (not an error); corruption, and in a
+/// marked journal any committed frame missing, is `RECOVERY_REQUIRED`. `frame_bytes_max`
+/// bounds one frame's payload.
 pub fn scan(bytes: &[u8], frame_bytes_max: u64) -> Result<Scan> {
-    let generation = decode_header(bytes)?;
+    let (generation, version) = decode_header_version(bytes)?;
     let end = bytes.len();
     let zero_from = end - bytes.iter().rev().take_while(|b| **b == 0).count();
     let mut scan = Scan {
         generation,
+        marked: version == FORMAT_VERSION,
         ..Scan::default()
     };
     let mut o = HEADER_BYTES;
-    // Zeros from `o` to the end are the preallocated, never written room: the clean end.
-    while o < zero_from {
-        match frame_at(bytes, o, zero_from, frame_bytes_max)? {
+    loop {
+        let done = scan.batches.len() as u64;
+        if scan.marked {
+            match mark_at(bytes, o, zero_from, generation, done)? {
+                Mark::Absent => {}
+                Mark::End => break,
+                Mark::Torn => {
+                    scan.torn_bytes = (zero_from - o) as u64;
+                    break;
+                }
+            }
+        }
+        if o >= zero_from {
+            if scan.marked {
+                return Err(corrupt(format!(
+                    "has no end mark after batch {done} at byte {o}: committed bytes from byte {o} on were zeroed or cut off, at least 1 committed batch (batch {} on) is missing",
+                    done + 1
+                )));
+            }
+            // Zeros from `o` to the end are the preallocated, never written room.
+            break;
+        }
+        let reach = if scan.marked {
+            MARK_BYTES + 1
+        } else {
+            FRAME_HEADER_BYTES
+        };
+        match frame_at(bytes, o, zero_from, frame_bytes_max, reach)? {
             Frame::Torn => {
+                if scan.marked && !tear_can_end_at(o, zero_from) {
+                    return Err(corrupt(format!(
+                        "frame of batch {} at byte {o} ends at byte {zero_from}, where no torn write ends: committed bytes were zeroed or cut off, at least 1 committed batch (batch {} on) is damaged",
+                        done + 1,
+                        done + 1
+                    )));
+                }
                 scan.torn_bytes = (zero_from - o) as u64;
                 break;
             }
@@ -213,7 +336,7 @@ pub fn scan(bytes: &[u8], frame_bytes_max: u64) -> Result<Scan> {
                 batch,
                 records,
             } => {
-                let want = scan.batches.len() as u64 + 1;
+                let want = done + 1;
                 if batch != want {
                     return Err(corrupt(format!(
                         "batch at byte {o} is number {batch}, expected {want}"
@@ -229,6 +352,63 @@ pub fn scan(bytes: &[u8], frame_bytes_max: u64) -> Result<Scan> {
     Ok(scan)
 }
 
+/// Whether a torn write of a frame begun at `o` (over the end mark there) can leave the file's
+/// written bytes ending at `written_to`. The sectors that landed hold new bytes up to a sector
+/// boundary `b` (payload bytes are never 0x00, so they end exactly there), or, when `b` cuts
+/// the old mark, the old mark's remaining bytes follow up to at most `o + MARK_BYTES`.
+pub fn tear_can_end_at(o: usize, written_to: usize) -> bool {
+    let b = (o as u64 / SECTOR_BYTES + 1) * SECTOR_BYTES;
+    (written_to as u64).is_multiple_of(SECTOR_BYTES)
+        || (b < (o + MARK_BYTES) as u64 && b < written_to as u64 && written_to <= o + MARK_BYTES)
+}
+
+enum Mark {
+    /// No mark starts at this offset (a frame, or nothing).
+    Absent,
+    /// The end mark for the batches before it, and only room after it.
+    End,
+    /// The first bytes of the mark, cut at a sector boundary: a torn write of the frame
+    /// before it (complete, but never synced, so never acknowledged).
+    Torn,
+}
+
+fn mark_at(
+    bytes: &[u8],
+    o: usize,
+    zero_from: usize,
+    generation: u64,
+    batches: u64,
+) -> Result<Mark> {
+    let end = bytes.len();
+    if o + MARK_BATCHES_OFFSET > end
+        || u32_at(bytes, o + FRAME_LEN_OFFSET) != MARK_LEN
+        || u32_at(bytes, o + FRAME_LEN_CRC_OFFSET) != len_crc(MARK_LEN)
+    {
+        return Ok(Mark::Absent);
+    }
+    let want = encode_mark(generation, batches);
+    let have = &bytes[o..end.min(o + MARK_BYTES)];
+    if have == want {
+        if zero_from > o + MARK_BYTES {
+            return Err(corrupt(format!(
+                "has bytes after its end mark at byte {o} (a frame is only written at the end)"
+            )));
+        }
+        return Ok(Mark::End);
+    }
+    let sector_end = ((o as u64 / SECTOR_BYTES + 1) * SECTOR_BYTES) as usize;
+    let written = zero_from.min(end);
+    if sector_end < o + MARK_BYTES
+        && written <= sector_end
+        && bytes.get(o..written) == want.get(..written - o)
+    {
+        return Ok(Mark::Torn);
+    }
+    Err(corrupt(format!(
+        "end mark at byte {o} does not match the {batches} batches before it"
+    )))
+}
+
 enum Frame {
     Torn,
     Complete {
@@ -238,21 +418,31 @@ enum Frame {
     },
 }
 
-fn frame_at(bytes: &[u8], o: usize, zero_from: usize, frame_bytes_max: u64) -> Result<Frame> {
+/// The frame at `o`. A header whose checksum fails is a torn one when the written bytes end
+/// within `header_reach` bytes of `o` (the frame's header; in a marked journal, the mark the
+/// torn frame was written over, whose remains may follow the header's written part).
+fn frame_at(
+    bytes: &[u8],
+    o: usize,
+    zero_from: usize,
+    frame_bytes_max: u64,
+    header_reach: usize,
+) -> Result<Frame> {
     let end = bytes.len();
     if end - o < FRAME_HEADER_BYTES {
         return Ok(Frame::Torn);
     }
     let len = u32_at(bytes, o + FRAME_LEN_OFFSET);
     if u32_at(bytes, o + FRAME_LEN_CRC_OFFSET) != len_crc(len) {
-        if zero_from < o + FRAME_HEADER_BYTES {
+        if zero_from < o + header_reach {
             return Ok(Frame::Torn);
         }
         return Err(corrupt(format!(
             "frame header checksum mismatch at byte {o}"
         )));
     }
-    if len == 0 || u64::from(len) > frame_bytes_max {
+    // One byte over the bound: the space that keeps a frame off a sector boundary.
+    if len == 0 || u64::from(len) > frame_bytes_max.saturating_add(1) {
         return Err(corrupt(format!(
             "frame at byte {o} claims {len} bytes (bound {frame_bytes_max})"
         )));
@@ -290,8 +480,9 @@ mod tests {
         Record::PushDone { cursor: n }
     }
 
+    /// A journal written before end marks (format 1), and its frame boundaries.
     fn file(batches: &[&[Record]]) -> (Vec<u8>, Vec<usize>) {
-        let mut f = encode_header(3).to_vec();
+        let mut f = encode_header_version(3, FORMAT_VERSION_UNMARKED).to_vec();
         let mut ends = vec![f.len()];
         for (i, b) in batches.iter().enumerate() {
             f.extend(encode_frame(i as u64 + 1, b).unwrap());
@@ -354,7 +545,7 @@ mod tests {
 
     /// The batches of a journal made of a header and `frame`.
     fn scan_frames(frame: &[u8]) -> Vec<Vec<Record>> {
-        let mut f = encode_header(1).to_vec();
+        let mut f = encode_header_version(1, FORMAT_VERSION_UNMARKED).to_vec();
         f.extend_from_slice(frame);
         scan(&f, 1 << 20).unwrap().batches
     }
@@ -439,7 +630,11 @@ mod tests {
             );
         }
         // A journal that is only its header and room: no batch, nothing torn.
-        let s = scan(&with_room(&encode_header(1), 4096), 1 << 20).unwrap();
+        let s = scan(
+            &with_room(&encode_header_version(1, FORMAT_VERSION_UNMARKED), 4096),
+            1 << 20,
+        )
+        .unwrap();
         assert_eq!(
             (s.batches.len(), s.valid_len, s.torn_bytes),
             (0, HEADER_BYTES as u64, 0)
@@ -509,12 +704,152 @@ mod tests {
         assert_eq!(scan(&x, 1 << 20).unwrap_err().code, Code::RecoveryRequired);
         // Oversized frames and repeated batch numbers too.
         assert_eq!(scan(&f, 8).unwrap_err().code, Code::RecoveryRequired);
-        let mut dup = encode_header(1).to_vec();
+        let mut dup = encode_header_version(1, FORMAT_VERSION_UNMARKED).to_vec();
         dup.extend(encode_frame(1, &[rec(1)]).unwrap());
         dup.extend(encode_frame(1, &[rec(2)]).unwrap());
         assert_eq!(
             scan(&dup, 1 << 20).unwrap_err().code,
             Code::RecoveryRequired
         );
+    }
+
+    /// A marked journal (format 2) of `batches`, written frame by frame as the writer does:
+    /// each frame sealed at its offset, its mark after it, the next frame over that mark.
+    /// Returns the bytes (room up to `size`) and the frames' start offsets plus the logical end.
+    fn marked(batches: &[&[Record]], size: usize) -> (Vec<u8>, Vec<usize>) {
+        let mut f = encode_header(3).to_vec();
+        f.extend(encode_mark(3, 0));
+        let mut ends = vec![HEADER_BYTES];
+        for (i, b) in batches.iter().enumerate() {
+            let at = *ends.last().unwrap();
+            let mut frame = encode_frame(i as u64 + 1, b).unwrap();
+            let own = seal(&mut frame, at as u64, 3, i as u64 + 1);
+            f.truncate(at);
+            f.extend(&frame);
+            ends.push(at + own);
+        }
+        f.resize(size.max(f.len()), 0);
+        (f, ends)
+    }
+
+    fn three() -> Vec<Vec<Record>> {
+        vec![vec![rec(1)], vec![rec(2), rec(3)], vec![rec(4)]]
+    }
+
+    #[test]
+    fn a_marked_journal_reads_back_with_or_without_room() {
+        let b = three();
+        let refs: Vec<&[Record]> = b.iter().map(|v| v.as_slice()).collect();
+        for size in [0, 4096] {
+            let (f, ends) = marked(&refs, size);
+            let s = scan(&f, 1 << 20).unwrap();
+            assert!(s.marked);
+            assert_eq!(
+                (s.batches, s.valid_len, s.torn_bytes),
+                (b.clone(), ends[3] as u64, 0)
+            );
+        }
+        let (f, _) = marked(&[], 4096);
+        assert_eq!(scan(&f, 1 << 20).unwrap().batches.len(), 0);
+    }
+
+    /// Zeros from, or a cut at, any frame boundary of a marked journal (the mark included)
+    /// lose committed frames: refused, never read as room.
+    #[test]
+    fn zeros_or_a_cut_at_any_frame_boundary_are_refused() {
+        let b = three();
+        let refs: Vec<&[Record]> = b.iter().map(|v| v.as_slice()).collect();
+        let (f, ends) = marked(&refs, 4096);
+        for &at in &ends {
+            let mut z = f.clone();
+            z[at..].fill(0);
+            let e = scan(&z, 1 << 20).unwrap_err();
+            assert_eq!(e.code, Code::RecoveryRequired, "zeros from {at}");
+            assert!(e.message.contains(&format!("byte {at}")), "{}", e.message);
+            let e = scan(&f[..at], 1 << 20).unwrap_err();
+            assert_eq!(e.code, Code::RecoveryRequired, "cut at {at}");
+        }
+    }
+
+    /// Zeros from any byte inside the journal are refused unless a torn write could have left
+    /// them (a sector boundary, or a frame's first bytes): then only the last frame is lost.
+    #[test]
+    fn zeros_inside_a_frame_are_refused_unless_a_tear_could_leave_them() {
+        let b = three();
+        let refs: Vec<&[Record]> = b.iter().map(|v| v.as_slice()).collect();
+        let (f, ends) = marked(&refs, 4096);
+        for at in HEADER_BYTES..ends[3] + MARK_BYTES {
+            let mut z = f.clone();
+            z[at..].fill(0);
+            match scan(&z, 1 << 20) {
+                Err(e) => assert_eq!(e.code, Code::RecoveryRequired),
+                Ok(s) => {
+                    let i = ends.iter().rposition(|e| *e <= at).unwrap();
+                    let last = ends[i];
+                    assert!(
+                        (at as u64).is_multiple_of(SECTOR_BYTES)
+                            || (last..last + MARK_BYTES).contains(&at),
+                        "zeros from {at} read as a tear"
+                    );
+                    assert_eq!(s.batches.len(), i, "zeros from {at}: frames before kept");
+                    assert!(s.torn_bytes > 0, "zeros from {at}");
+                }
+            }
+        }
+    }
+
+    /// A torn write of the next frame over the mark — any prefix of its sectors landed — is a
+    /// torn tail: the frames before it all read back, nothing is refused.
+    #[test]
+    fn a_frame_torn_at_any_sector_boundary_is_a_torn_tail() {
+        let big = Record::Context {
+            entry: crate::messaging::ContextEntry {
+                recipient_peer_id: "p".into(),
+                sequence: 1,
+                message_id: "m".into(),
+                note: "n".repeat(1500),
+                implicit: false,
+                at_ms: 1,
+            },
+        };
+        for pad in 0..40 {
+            let first = vec![Record::Context {
+                entry: crate::messaging::ContextEntry {
+                    recipient_peer_id: "p".into(),
+                    sequence: 1,
+                    message_id: "m".into(),
+                    note: "x".repeat(pad * 13),
+                    implicit: false,
+                    at_ms: 1,
+                },
+            }];
+            let (before, ends) = marked(&[&first], 8192);
+            let (after, ends2) = marked(&[&first, std::slice::from_ref(&big)], 8192);
+            assert_ne!(
+                ends2[2] as u64 % SECTOR_BYTES,
+                0,
+                "a frame never ends on a sector"
+            );
+            let start = ends[1];
+            let stop = ends2[2] + MARK_BYTES;
+            let mut b = start as u64 / SECTOR_BYTES * SECTOR_BYTES + SECTOR_BYTES;
+            while (b as usize) < stop {
+                let mut torn = before.clone();
+                torn[start..b as usize].copy_from_slice(&after[start..b as usize]);
+                let s = scan(&torn, 1 << 20)
+                    .unwrap_or_else(|e| panic!("pad {pad}, torn at {b}: {e:?}"));
+                assert!(!s.batches.is_empty(), "pad {pad} torn at {b}");
+                b += SECTOR_BYTES;
+            }
+        }
+    }
+
+    /// The fuzz corpus holds a marked journal, so mutations start from the current format.
+    #[test]
+    fn the_fuzz_seed_is_a_marked_journal() {
+        let seed = include_bytes!("../../fuzz/corpus/journal_scan/marked-one-batch");
+        let s = scan(seed, 4096).unwrap();
+        assert!(s.marked);
+        assert_eq!((s.batches.len(), s.torn_bytes), (1, 0));
     }
 }

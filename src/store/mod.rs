@@ -114,12 +114,19 @@ impl Store {
         }
         let (torn_tail_bytes, torn_tail_batches) = loaded.torn_tail();
         let machine = Machine::from_state(loaded.state, limits.clone());
+        let (journal_file, covered, snapshot_bytes) = replace_unmarked(
+            &dir,
+            &machine,
+            loaded.journal,
+            loaded.covered,
+            loaded.snapshot_bytes,
+        )?;
         let room = Room {
             chunk: writer::prealloc_chunk(limits),
-            cap: machine.compaction_trigger(loaded.snapshot_bytes),
+            cap: machine.compaction_trigger(snapshot_bytes),
         };
         let (file, len, alloc, generation, batch_no) =
-            prepare_journal(&dir, &loaded.journal, loaded.covered, room)?;
+            prepare_journal(&dir, &journal_file, covered, room)?;
         remove_stale_temps(&dir);
         // Everything recovered is durable now: later recoveries must find at least this much.
         write_sync_point(
@@ -133,7 +140,7 @@ impl Store {
         let stats = StoreStats {
             journal_bytes: len,
             generation,
-            snapshot_bytes: loaded.snapshot_bytes,
+            snapshot_bytes,
             torn_tail_bytes,
             torn_tail_batches,
             ..StoreStats::default()
@@ -156,7 +163,7 @@ impl Store {
             unsynced_since: None,
             synced_len: len,
             durable_room: alloc,
-            snapshot_bytes: loaded.snapshot_bytes,
+            snapshot_bytes,
             recipients: recipients.clone(),
             shared: shared.clone(),
             faults,
@@ -261,6 +268,43 @@ fn write_identity(dir: &Path, instance_id: &str, session_id: &str) -> Result<()>
     fsutil::atomic_write(&dir.join(paths::IDENTITY), &bytes, Durability::Durable)
 }
 
+/// A journal written before end marks (format 1) is never appended to: its records go into a
+/// snapshot covering its generation, exactly as a compaction writes one, and the next
+/// generation starts marked (`prepare_journal` creates it). The crash points are a
+/// compaction's (see `Writer::maybe_compact`). Returns the journal, the generation the
+/// snapshot covers and the snapshot's size, as they are now.
+fn replace_unmarked(
+    dir: &Path,
+    machine: &Machine,
+    journal: JournalFile,
+    covered: u64,
+    snapshot_bytes: u64,
+) -> Result<(JournalFile, u64, u64)> {
+    match journal {
+        JournalFile::Live {
+            generation,
+            marked: false,
+            valid_len,
+            batches,
+            ..
+        } => {
+            // First the sync point of what verified (as every open writes one), so a crash
+            // anywhere below finds one even in a store older than sync points.
+            write_sync_point(
+                dir,
+                &syncpoint::SyncPoint {
+                    generation,
+                    length: valid_len,
+                    batches,
+                },
+            )?;
+            let written = snapshot::write(&dir.join(paths::SNAPSHOT), machine.state(), generation)?;
+            Ok((JournalFile::Covered { generation }, generation, written))
+        }
+        other => Ok((other, covered, snapshot_bytes)),
+    }
+}
+
 /// How the journal at open is preallocated: chunk size and the compaction trigger it stays
 /// within (see `writer::prealloc_target`).
 #[derive(Clone, Copy)]
@@ -294,6 +338,7 @@ fn prepare_journal(
             valid_len,
             torn_bytes,
             batches,
+            ..
         } => {
             let path = dir.join(paths::JOURNAL);
             let file = fsutil::open_private_rw(&path)?;
@@ -311,6 +356,15 @@ fn prepare_journal(
             if let Some(target) = writer::prealloc_target(*valid_len, alloc, room.chunk, room.cap) {
                 alloc = writer::add_room(&file, alloc, target);
             }
+            // The end mark of what was recovered (again, or after a cut torn tail), durable
+            // with the sync below before any frame is written over it.
+            std::os::unix::fs::FileExt::write_all_at(
+                &file,
+                &journal::encode_mark(*generation, *batches),
+                *valid_len,
+            )
+            .map_err(|e| Error::io("cannot write the end mark of", &path, &e))?;
+            alloc = alloc.max(*valid_len + journal::MARK_BYTES as u64);
             // Frames a killed process wrote without a sync may still be only in the page
             // cache, and so may the file's size: what the sync point below claims, and what
             // the writer's write-outs count as durable room, is made durable here.

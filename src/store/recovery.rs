@@ -88,12 +88,14 @@ pub enum JournalFile {
     Fresh,
     /// The snapshot already covers this journal (crash between snapshot and journal swap).
     Covered { generation: u64 },
-    /// Replayed; `torn_bytes` past `valid_len` were never acknowledged.
+    /// Replayed; `torn_bytes` past `valid_len` were never acknowledged. `marked`: it carries
+    /// end marks (an older journal is replaced by a marked generation at open).
     Live {
         generation: u64,
         valid_len: u64,
         torn_bytes: u64,
         batches: u64,
+        marked: bool,
     },
 }
 
@@ -132,11 +134,39 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded> {
     let sync = read_optional(&dir.join(paths::SYNC), 4096)?
         .map(|b| syncpoint::decode(&b))
         .transpose()?;
-    let loaded = load_files(dir, limits)?;
-    if let Some(p) = sync {
-        check_sync_point(&p, loaded.covered, &loaded.journal)?;
+    let loaded = load_files(dir, limits).map_err(|e| match &sync {
+        // How much the damage may cover: what the last sync point knew was committed.
+        Some(p) if e.code == Code::RecoveryRequired => Error::new(
+            e.code,
+            format!(
+                "{} (the last sync point counted {} committed batches, {} bytes, in journal generation {})",
+                e.message, p.batches, p.length, p.generation
+            ),
+        ),
+        _ => e,
+    })?;
+    match sync {
+        Some(p) => check_sync_point(&p, loaded.covered, &loaded.journal)?,
+        None => check_no_sync_point(&loaded)?,
     }
     Ok(loaded)
+}
+
+/// Refuses a store written by this format that holds records but no `messages.sync`: it is
+/// written at every open, before any frame, so only an empty store, or one written before end
+/// marks (format 1, replaced at this open), can lack it.
+fn check_no_sync_point(loaded: &Loaded) -> Result<()> {
+    match loaded.journal {
+        JournalFile::Live {
+            marked: true,
+            batches,
+            ..
+        } if batches > 0 || loaded.covered > 0 => Err(syncpoint::refused(format!(
+            "messages.sync is missing, but the store holds a snapshot of generation {} and {batches} journal batches: the record of how far it committed is gone",
+            loaded.covered
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn load_files(dir: &Path, limits: &Limits) -> Result<Loaded> {
@@ -222,6 +252,7 @@ fn replay_journal(
         valid_len: scan.valid_len,
         torn_bytes: scan.torn_bytes,
         batches: scan.batches.len() as u64,
+        marked: scan.marked,
     })
 }
 
@@ -238,6 +269,14 @@ pub fn check_sync_point(
             p.generation, p.batches, p.length
         ))
     };
+    if p.generation < covered {
+        // A sync point is written whenever a generation goes live, before its snapshot can
+        // exist: one older than the snapshot was replaced by an old copy.
+        return Err(syncpoint::refused(format!(
+            "messages.sync names generation {}, older than the snapshot (generation {covered}); it is not this store's last sync point",
+            p.generation
+        )));
+    }
     match journal {
         JournalFile::Fresh if p.batches > 0 || p.generation > 1 => {
             Err(missing("messages.journal is missing".into()))
@@ -257,6 +296,13 @@ pub fn check_sync_point(
             if p.generation > *generation {
                 return Err(missing(format!(
                     "messages.journal is generation {generation}"
+                )));
+            }
+            if p.generation < *generation && *batches > 0 {
+                // Generation g goes live with its sync point written before any frame.
+                return Err(syncpoint::refused(format!(
+                    "messages.sync names generation {}, older than messages.journal (generation {generation}, {batches} batches); it is not this store's last sync point",
+                    p.generation
                 )));
             }
             if p.generation == *generation && (*batches < p.batches || *valid_len < p.length) {
@@ -350,6 +396,7 @@ mod tests {
             valid_len,
             torn_bytes: 0,
             batches,
+            marked: true,
         };
         assert!(check_sync_point(&p, 2, &live(3, 4_096, 17)).is_ok());
         assert!(check_sync_point(&p, 2, &live(3, 5_000, 20)).is_ok());
@@ -369,10 +416,51 @@ mod tests {
         assert!(check_sync_point(&p, 0, &JournalFile::Fresh).is_err());
     }
 
+    /// A sync point is written whenever a generation goes live, before its first frame and
+    /// before any snapshot of it: one older than the snapshot, or older than a journal that
+    /// holds frames, was replaced by an old copy; a marked store with records and none at all
+    /// lost it.
+    #[test]
+    fn an_older_or_missing_sync_point_is_refused() {
+        let at = |generation| SyncPoint {
+            generation,
+            length: 32,
+            batches: 0,
+        };
+        let live = |generation, batches, marked| JournalFile::Live {
+            generation,
+            valid_len: 32 + 100 * batches,
+            torn_bytes: 0,
+            batches,
+            marked,
+        };
+        // The crash window of a compaction: journal g+1 created, its sync point not yet.
+        assert!(check_sync_point(&at(2), 2, &live(3, 0, true)).is_ok());
+        assert!(check_sync_point(&at(2), 2, &live(3, 4, true)).is_err());
+        assert!(check_sync_point(&at(1), 2, &live(3, 0, true)).is_err());
+        assert!(check_sync_point(&at(1), 2, &JournalFile::Covered { generation: 2 }).is_err());
+        let loaded = |journal, covered| Loaded {
+            state: State::default(),
+            covered,
+            journal,
+            snapshot_bytes: 0,
+        };
+        assert!(check_no_sync_point(&loaded(live(1, 3, true), 0)).is_err());
+        assert!(check_no_sync_point(&loaded(live(3, 0, true), 2)).is_err());
+        assert!(
+            check_no_sync_point(&loaded(live(1, 0, true), 0)).is_ok(),
+            "a new store"
+        );
+        assert!(
+            check_no_sync_point(&loaded(live(1, 3, false), 0)).is_ok(),
+            "written before sync points and end marks"
+        );
+    }
+
     #[test]
     fn a_preallocated_journal_is_checked_at_its_logical_length() {
         use crate::messaging::Record;
-        let mut f = journal::encode_header(3).to_vec();
+        let mut f = journal::encode_header_version(3, journal::FORMAT_VERSION_UNMARKED).to_vec();
         for n in 1..=3 {
             f.extend(journal::encode_frame(n, &[Record::PushDone { cursor: n }]).unwrap());
         }
@@ -384,6 +472,7 @@ mod tests {
                 valid_len: s.valid_len,
                 torn_bytes: s.torn_bytes,
                 batches: s.batches.len() as u64,
+                marked: s.marked,
             }
         };
         let mut room = f.clone();
@@ -395,7 +484,8 @@ mod tests {
                 generation: 3,
                 valid_len: logical,
                 torn_bytes: 0,
-                batches: 3
+                batches: 3,
+                marked: false,
             }
         );
         let at = |length, batches| SyncPoint {

@@ -101,13 +101,34 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     m
 }
 
-/// Where a journal's frames end: the zero-filled room after them is not counted. Never inside
+/// Where a journal's frames end: the end mark and the zero-filled room after them are not
+/// counted (for a journal that does not scan: where its written bytes end). Never inside
 /// the file header, whose reserved last bytes are zeros too (a fresh journal's header would
 /// otherwise seem to end early, and a crash model would tear it, which never happens: it is
 /// written once by temp file and rename).
 fn logical_len(journal: &[u8]) -> usize {
+    if let Ok(scan) = super::journal::scan(journal, 1 << 30) {
+        return scan.valid_len as usize;
+    }
     let frames_end = journal.len() - journal.iter().rev().take_while(|b| **b == 0).count();
     frames_end.max(journal.len().min(super::journal::HEADER_BYTES))
+}
+
+/// Tears the write of a next frame (batch `batch` of generation `generation`, large enough to
+/// span sectors) over the end mark of `j` as a device tears it: its first sector landed, the
+/// rest did not. Returns the offset where the landed bytes end (a sector boundary).
+fn tear_next_frame(j: &mut Vec<u8>, generation: u64, batch: u64) -> usize {
+    let end = logical_len(j);
+    let records: Vec<Record> = (0..200).map(|c| Record::PushDone { cursor: c }).collect();
+    let mut frame = journal::encode_frame(batch, &records).unwrap();
+    journal::seal(&mut frame, end as u64, generation, batch);
+    let sector = journal::SECTOR_BYTES as usize;
+    let b = (end / sector + 1) * sector;
+    if j.len() < b {
+        j.resize(b, 0);
+    }
+    j[end..b].copy_from_slice(&frame[..b - end]);
+    b
 }
 
 /// The journal's logical end (see [`logical_len`]).
@@ -187,6 +208,10 @@ fn identity_binds_the_store_to_its_session() {
     assert_eq!(e.code, Code::ScopeDenied);
 }
 
+/// A cut or zeros inside the last frame are read as its torn write only where a device can
+/// tear one (a sector boundary, see `journal`); anywhere else they are damage to a committed
+/// frame: refused with every file unchanged. A write torn at any sector boundary over the
+/// previous end mark drops only that batch.
 #[test]
 fn torn_tail_at_every_offset_drops_only_the_last_batch() {
     let home = TempHome::new("torn");
@@ -196,7 +221,9 @@ fn torn_tail_at_every_offset_drops_only_the_last_batch() {
     let h = s.handle();
     let mut ends = vec![journal_len(&home)];
     let mut images = vec![image(&h)];
+    let mut before_last = None;
     for i in 0..4 {
+        before_last = Some(files(&home.dir()));
         h.accept(sender(1), send(&format!("m{i}"))).unwrap();
         ends.push(journal_len(&home));
         images.push(image(&h));
@@ -206,10 +233,11 @@ fn torn_tail_at_every_offset_drops_only_the_last_batch() {
     let journal = full[paths::JOURNAL].clone();
     let (last_start, last_end) = (ends[3], ends[4]);
     assert!(
-        journal.len() > last_end,
+        journal.len() > last_end + journal::MARK_BYTES,
         "the journal is preallocated past its frames"
     );
-    for cut in last_start..last_end {
+    let mut refused = 0;
+    for cut in last_start..last_end + journal::MARK_BYTES {
         for zero_fill in [false, true] {
             let mut set = full.clone();
             let mut j = journal[..cut].to_vec();
@@ -220,25 +248,64 @@ fn torn_tail_at_every_offset_drops_only_the_last_batch() {
             set.insert(paths::JOURNAL.into(), j);
             set.insert(paths::SYNC.into(), sync_at_open.clone());
             restore(&home, &set);
-            let s = open(&home, &limits()).unwrap();
-            assert_eq!(
-                image(&s.handle()),
-                images[3],
-                "cut at {cut}, zero fill {zero_fill}"
-            );
-            // Recovery says what it discarded.
-            let stats = s.handle().stats();
-            // The written bytes of the torn frame (zeros at its cut are room, not written).
-            let torn = logical_len(&journal[..cut]).max(last_start) - last_start;
-            assert_eq!(
-                (stats.torn_tail_bytes, stats.torn_tail_batches),
-                (torn as u64, u64::from(torn > 0)),
-                "cut at {cut}, zero fill {zero_fill}"
-            );
-            s.close().unwrap();
-            assert_eq!(journal_len(&home), last_start, "the torn tail is truncated");
+            let written = cut - journal[..cut].iter().rev().take_while(|b| **b == 0).count();
+            match open(&home, &limits()) {
+                Ok(s) => {
+                    let kept = image(&s.handle());
+                    let whole = kept == images[4];
+                    assert!(
+                        whole || kept == images[3],
+                        "cut at {cut}, zero fill {zero_fill}"
+                    );
+                    assert!(
+                        journal::tear_can_end_at(
+                            if whole { last_end } else { last_start },
+                            written
+                        ),
+                        "cut at {cut} (zero fill {zero_fill}) read as a torn write"
+                    );
+                    assert!(s.handle().stats().torn_tail_bytes > 0);
+                    s.close().unwrap();
+                }
+                Err(e) => {
+                    assert_eq!(e.code, Code::RecoveryRequired, "cut at {cut}: {e}");
+                    assert_eq!(files(&home.dir()), set, "a refused recovery changed files");
+                    refused += 1;
+                }
+            }
         }
     }
+    assert!(refused > 0);
+    // What a device leaves: the previous journal with the last write's first sectors landed.
+    let old = before_last.unwrap()[paths::JOURNAL].clone();
+    let sector = journal::SECTOR_BYTES as usize;
+    let mut b = (last_start / sector + 1) * sector;
+    let mut tears = 0;
+    while b < last_end + journal::MARK_BYTES {
+        let mut j = old.clone();
+        j.resize(j.len().max(b), 0);
+        j[last_start..b].copy_from_slice(&journal[last_start..b]);
+        let mut set = full.clone();
+        set.insert(paths::JOURNAL.into(), j);
+        set.insert(paths::SYNC.into(), sync_at_open.clone());
+        restore(&home, &set);
+        let s = open(&home, &limits()).unwrap_or_else(|e| panic!("torn at {b}: {e}"));
+        let want = if b >= last_end {
+            &images[4]
+        } else {
+            &images[3]
+        };
+        assert_eq!(&image(&s.handle()), want, "torn at {b}");
+        let stats = s.handle().stats();
+        assert_eq!(stats.torn_tail_batches, 1, "torn at {b}");
+        s.close().unwrap();
+        let cut_to = if b >= last_end { last_end } else { last_start };
+        assert_eq!(journal_len(&home), cut_to, "the torn tail is truncated");
+        tears += 1;
+        b += sector;
+    }
+    // The frames are a few hundred bytes: their writes span a sector boundary or two.
+    let _ = tears;
 }
 
 #[test]
@@ -363,16 +430,17 @@ fn a_crash_with_any_room_reopens_and_appends_at_the_logical_end() {
     s.close().unwrap();
     let j = &killed[paths::JOURNAL];
     let end = logical_len(j);
-    let frame = journal::encode_frame(4, &[Record::PushDone { cursor: 9 }]).unwrap();
     let torn = {
         let mut t = j.clone();
-        t[end..end + frame.len() / 2].copy_from_slice(&frame[..frame.len() / 2]);
+        tear_next_frame(&mut t, 2, 4);
         t
     };
+    let marked_end = end + journal::MARK_BYTES;
     let variants: [(&str, Vec<u8>, bool); 5] = [
         ("room as written", j.clone(), false),
-        // Not preallocated: an old journal, or an extension whose size never became durable.
-        ("no room", j[..end].to_vec(), false),
+        // Not preallocated: a journal cut at a torn tail, or an extension whose size never
+        // became durable (the end mark is written with the frame, so the size includes it).
+        ("no room", j[..marked_end].to_vec(), false),
         ("part of a chunk", j[..end + 100].to_vec(), false),
         // The next chunk's zeros written, their fdatasync never done.
         (
@@ -525,9 +593,10 @@ fn compaction_crash_points_lose_and_duplicate_nothing() {
         // The last batch went into generation 1 before compaction: rebuild that journal.
         let mut set = pre_files.clone();
         let g1 = set.get_mut(paths::JOURNAL).unwrap();
-        let frame = journal::encode_frame(i as u64, &h_records_of_last(&post)).unwrap();
-        // Written at the logical end, into the room or past it.
+        let mut frame = journal::encode_frame(i as u64, &h_records_of_last(&post)).unwrap();
+        // Written at the logical end over the end mark, into the room or past it.
         let end = logical_len(g1);
+        journal::seal(&mut frame, end as u64, 1, i as u64);
         g1.truncate(end);
         g1.extend(frame);
         set
@@ -655,8 +724,7 @@ fn recover_unread_reviews_an_old_store_without_touching_it() {
     // A torn tail (written into the room) is ignored in memory but not cut by a review.
     let mut set = files(&home.dir());
     let j = set.get_mut(paths::JOURNAL).unwrap();
-    let end = logical_len(j);
-    j[end..end + 3].copy_from_slice(&[1, 2, 3]);
+    tear_next_frame(j, 1, 4);
     restore(&home, &set);
     let unread = recover_unread(&home.0, INSTANCE, SESSION, &limits()).unwrap();
     assert_eq!(
@@ -795,19 +863,34 @@ mod model {
             // stays zeros) or, as in a journal without room, cut at the torn byte.
             let (cur, next) = (&disks[k][paths::JOURNAL], &disks[k + 1][paths::JOURNAL]);
             let (cur_end, next_end) = (logical_len(cur), logical_len(next));
+            // A device tears at sector boundaries: the sectors before one landed, the rest
+            // hold what was there (the previous end mark, room).
+            let mut kept = k;
             if next_end > cur_end && next[..cur_end] == cur[..cur_end] {
-                let extra = torn_pick.index(next_end - cur_end);
-                let mut j = next[..cur_end + extra].to_vec();
-                if zero_fill {
-                    j.resize(cur.len().max(j.len()), 0);
-                }
+                let sector = journal::SECTOR_BYTES as usize;
+                let stop = next_end + journal::MARK_BYTES;
+                let first = (cur_end / sector + 1) * sector;
+                let cuts: Vec<usize> =
+                    std::iter::once(cur_end).chain((first..stop).step_by(sector)).collect();
+                let b = cuts[torn_pick.index(cuts.len())];
+                let mut j = if zero_fill {
+                    cur.clone()
+                } else {
+                    cur[..cur_end + journal::MARK_BYTES].to_vec()
+                };
+                j.resize(j.len().max(b), 0);
+                j[cur_end..b].copy_from_slice(&next[cur_end..b]);
                 disk.insert(paths::JOURNAL.into(), j);
+                if b >= next_end {
+                    // The frame landed whole, only its mark is torn: it is kept.
+                    kept = k + 1;
+                }
             }
             restore(&home, &disk);
             let s = open(&home, &l).unwrap();
             let got = image(&s.handle());
-            prop_assert_eq!(&got, &images[k]);
-            for ((snd, id), seq) in &models[k] {
+            prop_assert_eq!(&got, &images[kept]);
+            for ((snd, id), seq) in &models[kept] {
                 let want = format!("m{id}");
                 let held: Vec<_> = got.inbox.iter().filter(|e| e.message_id == want && e.from == sender(*snd)).collect();
                 prop_assert_eq!(held.len(), 1);
@@ -1567,7 +1650,7 @@ fn an_intent_frame_is_written_out_not_synced_and_the_timer_still_syncs_it() {
     assert_eq!(st.write_outs - before.write_outs, 1);
     assert_eq!(
         st.write_out_bytes - before.write_out_bytes,
-        st.journal_bytes - start,
+        st.journal_bytes - start + journal::MARK_BYTES as u64,
         "the write-out covers every byte since the last fdatasync"
     );
     // The safety net: the deferred sync happens by itself.

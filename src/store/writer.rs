@@ -349,9 +349,9 @@ pub(crate) fn run_thread(core: Arc<Mutex<Writer>>, shared: Arc<Shared>, rx: Rece
     }
 }
 
-/// Creates journal `generation` durably with up to `size` bytes (the header, then zeros: the
-/// first preallocated room, as far as the filesystem allows): temp file, header, zeros, fsync,
-/// rename, fsync dir. Returns the file and its size.
+/// Creates journal `generation` durably with up to `size` bytes (the header, the end mark of
+/// no batches, then zeros: the first preallocated room, as far as the filesystem allows): temp
+/// file, header, mark, zeros, fsync, rename, fsync dir. Returns the file and its size.
 pub(crate) fn create_journal(
     dir: &std::path::Path,
     generation: u64,
@@ -364,9 +364,11 @@ pub(crate) fn create_journal(
         Err(e) => return Err(Error::io("cannot remove", &tmp, &e)),
     }
     let mut f = fsutil::create_private_new(&tmp)?;
-    f.write_all(&journal::encode_header(generation))
+    let mut head = journal::encode_header(generation).to_vec();
+    head.extend_from_slice(&journal::encode_mark(generation, 0));
+    f.write_all(&head)
         .map_err(|e| Error::io("cannot write", &tmp, &e))?;
-    let size = add_room(&f, journal::HEADER_BYTES as u64, size);
+    let size = add_room(&f, head.len() as u64, size.max(head.len() as u64));
     f.sync_data()
         .map_err(|e| Error::io("cannot fsync", &tmp, &e))?;
     let path = dir.join(paths::JOURNAL);
@@ -573,7 +575,8 @@ impl Writer {
     /// poisons, like a failed fdatasync: `sync_file_range` reports a writeback error once per
     /// open file (it advances the file's error cursor), so a later fdatasync would not.
     fn write_out_intent(&mut self) -> Result<()> {
-        let pending = self.len - self.synced_len;
+        // The frame's end mark is written out with it (see `append`).
+        let pending = self.len + journal::MARK_BYTES as u64 - self.synced_len;
         if pending > 0 {
             if self.faults.fail_write_out {
                 return Err(Error::new(Code::Io, "injected write-out failure"));
@@ -585,7 +588,7 @@ impl Writer {
             st.write_out_bytes += pending;
         }
         self.shared.set_intent_frame(IntentFrame {
-            in_room: self.len <= self.durable_room,
+            in_room: self.len + journal::MARK_BYTES as u64 <= self.durable_room,
             written_out: true,
         });
         Ok(())
@@ -801,12 +804,14 @@ impl Writer {
         s.generation = self.generation;
     }
 
-    /// Writes one frame at the logical end (into the preallocated room when it fits) with one
-    /// write; the caller makes it (and any deferred frame before it) durable with one
-    /// fdatasync.
+    /// Writes one frame and its end mark at the logical end, over the previous mark (into the
+    /// preallocated room when it fits), with one write; the caller makes it (and any deferred
+    /// frame before it) durable with one fdatasync, which so makes the mark durable with it:
+    /// the commit mark costs no write, sync or device request of its own (see `journal`).
     fn append(&mut self, records: &[Record]) -> Result<()> {
         let batch = self.batch_no + 1;
-        let frame = journal::encode_frame(batch, records)?;
+        let mut frame = journal::encode_frame(batch, records)?;
+        let own = journal::seal(&mut frame, self.len, self.generation, batch);
         // The path is built only for an error: a join allocates, once per batch otherwise.
         self.file
             .write_all_at(&frame, self.len)
@@ -814,8 +819,8 @@ impl Writer {
         self.unsynced = true;
         self.unsynced_since
             .get_or_insert_with(std::time::Instant::now);
-        self.len += frame.len() as u64;
-        self.alloc = self.alloc.max(self.len);
+        self.len += own as u64;
+        self.alloc = self.alloc.max(self.len + journal::MARK_BYTES as u64);
         self.batch_no = batch;
         self.shared.stats.lock().batches += 1;
         Ok(())

@@ -315,8 +315,45 @@ pub fn files_in(dir: &Path) -> Vec<String> {
     v
 }
 
-/// Where a journal's frames end: the zero-filled room the store preallocates after them is
-/// not part of them (a frame never ends in 0x00).
+/// Where a journal's frames end: the end mark and the zero-filled room the store preallocates
+/// after them are not part of them. Walks the frames by their length fields (a frame is
+/// `len u32 | len_crc u32 | crc u32 | payload`; the end mark's length field is 0xFFFFFFFF).
 pub fn journal_frames_end(journal: &[u8]) -> usize {
-    journal.len() - journal.iter().rev().take_while(|b| **b == 0).count()
+    *journal_frame_starts(journal).last().unwrap_or(&32)
+}
+
+/// Where each frame of a journal starts, and (last) where its frames end.
+pub fn journal_frame_starts(journal: &[u8]) -> Vec<usize> {
+    let mut o = 32;
+    let mut v = vec![o];
+    while let Some(head) = journal.get(o..o + 4) {
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        if len == 0 || len == u32::MAX || o + 12 + len as usize > journal.len() {
+            break;
+        }
+        o += 12 + len as usize;
+        v.push(o);
+    }
+    v
+}
+
+/// `journal` as a power loss can leave it in the middle of writing one more frame: that
+/// frame's first sector landed over the end mark, the rest did not (a device writes a 512-byte
+/// sector whole or not at all).
+pub fn journal_with_torn_frame(journal: &[u8]) -> Vec<u8> {
+    use peerwire::store::journal as j;
+    let scan = j::scan(journal, 1 << 30).unwrap();
+    let end = scan.valid_len as usize;
+    let n = scan.batches.len() as u64 + 1;
+    let records: Vec<peerwire::messaging::Record> = (0..200)
+        .map(|cursor| peerwire::messaging::Record::PushDone { cursor })
+        .collect();
+    let mut frame = j::encode_frame(n, &records).unwrap();
+    j::seal(&mut frame, end as u64, scan.generation, n);
+    let sector = j::SECTOR_BYTES as usize;
+    let b = (end / sector + 1) * sector;
+    let mut out = journal.to_vec();
+    out.resize(out.len().max(b), 0);
+    out[end..b].copy_from_slice(&frame[..b - end]);
+    out
 }
