@@ -53,6 +53,14 @@ Shows the recommendations waiting for your decision, and carries one out.
 pub struct WithAskTools<H> {
     pub inner: H,
     pub home: std::path::PathBuf,
+    /// Whether `ask.peers` names a friend: the ask tools are offered only then.
+    pub friends: bool,
+}
+
+/// Whether the namespace at `home` has at least one friend configured (an unreadable
+/// configuration counts as none: the ask tools then stay out of the list).
+pub fn has_friends(home: &std::path::Path) -> bool {
+    AskConfig::load(home).is_ok_and(|c| !c.peers.is_empty())
 }
 
 impl<H: ToolHost> ToolHost for WithAskTools<H> {
@@ -67,6 +75,10 @@ impl<H: ToolHost> ToolHost for WithAskTools<H> {
 
     fn after_answer(&self) {
         self.inner.after_answer();
+    }
+
+    fn offers_ask_tools(&self) -> bool {
+        self.friends
     }
 }
 

@@ -124,6 +124,7 @@ pub fn serve(
     let log_level = Arc::new(AtomicU8::new(0));
     let inflight = InFlight::default();
     let mut session = Session::new(limits, log_level.clone());
+    session.set_ask_tools(host.offers_ask_tools());
     std::thread::scope(|s| {
         for _ in 0..WORKERS {
             let (host, jobs, out, inflight) = (host.clone(), job_rx.clone(), &out, &inflight);

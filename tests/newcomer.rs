@@ -1,0 +1,86 @@
+//! A newcomer's first hour: every step the README and the man pages describe works as written,
+//! and every command speaks one language (names, ids, errors) — each test here was a stumble.
+
+use crate::common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::io::Write;
+use std::process::Stdio;
+
+/// Runs `peer mcp` in `ns`, writes `lines` (one JSON-RPC message each) and closes stdin; the
+/// answers, in order.
+fn mcp_session(ns: &Ns, lines: &[Value]) -> Vec<Value> {
+    let mut child = ns
+        .cmd(PEER)
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for l in lines {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn init_lines(version: &str) -> Vec<Value> {
+    vec![
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": version, "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ]
+}
+
+#[test]
+fn mcp_help_does_not_advise_a_fixed_alias() {
+    let ns = Ns::new("mcphelp");
+    let o = ns.peer(&["mcp", "--help"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success());
+    assert!(!text.contains("--alias NAME"), "{text}");
+    assert!(text.contains("command 'peer mcp'"), "{text}");
+}
+
+#[test]
+fn ask_tools_are_not_listed_without_friends() {
+    let ns = Ns::new("noaskt");
+    let mut lines = init_lines("2025-11-25");
+    lines.push(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    lines.push(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "ask_peer", "arguments": {"peer": "bob", "question": "q"}}}));
+    let out = mcp_session(&ns, &lines);
+    let list = out
+        .iter()
+        .find(|m| m["id"] == 2)
+        .expect("tools/list answered");
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "list_peers",
+            "send_peer_message",
+            "peer_messages",
+            "coordinate_resource"
+        ]
+    );
+    let call = out
+        .iter()
+        .find(|m| m["id"] == 3)
+        .expect("tools/call answered");
+    let msg = call["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("friends configured"), "{call}");
+}
