@@ -427,7 +427,8 @@ fn print_recommendation(v: &Value) -> Result<()> {
             .as_str()
             .map(|r| format!("{r}: "))
             .unwrap_or_default(),
-        s(&v["from"], 64),
+        // `from` is the recommended card's own name; the recommender is the friend asked.
+        s(&v["peer"], 64),
         s(&p["name"], 64),
         s(&p["host"], 253),
         p["port"]
