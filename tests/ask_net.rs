@@ -517,8 +517,10 @@ fn recommend_travels_two_hops_through_a_loop_and_waits_for_the_owner() {
     );
     assert_eq!((status, v["ok"].as_bool()), (200, Some(false)));
 
-    // The owner adds the recommendation; the card's key is pinned.
-    let (code, v, err) = peer_json(&ada, &[], &["ask", "friends", "decide", &rec_id, "add"]);
+    // The owner adds the recommendation, named by a unique prefix of its id without `rec-`;
+    // the card's key is pinned.
+    let short = &rec_id[4..12];
+    let (code, v, err) = peer_json(&ada, &[], &["ask", "friends", "decide", short, "add"]);
     assert_eq!((code, v["decision"].as_str()), (0, Some("added")), "{err}");
     let friends = read_ask(&ada)["peers"].clone();
     let added = friends

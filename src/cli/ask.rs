@@ -190,11 +190,11 @@ fn decide(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         return Ok(0);
     };
     let home = ctx.home()?;
-    crate::ask::approval::decide_local(&home, &pos[0], &pos[1])?;
+    let id = crate::ask::approval::decide_local(&home, &pos[0], &pos[1])?;
     if ctx.json {
-        super::print_json(&json!({"ok": true, "askId": pos[0], "decision": pos[1]}))?;
+        super::print_json(&json!({"ok": true, "askId": id, "decision": pos[1]}))?;
     } else {
-        out::line(&format!("{}: {}", pos[0], pos[1]))?;
+        out::line(&format!("{id}: {}", pos[1]))?;
     }
     Ok(0)
 }
