@@ -84,3 +84,46 @@ fn ask_tools_are_not_listed_without_friends() {
     let msg = call["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("friends configured"), "{call}");
 }
+
+fn write_ask(ns: &Ns, ask: Value) {
+    peerwire::fsutil::ensure_private_dir(&ns.home).unwrap();
+    peerwire::fsutil::atomic_write(
+        &ns.home.join("config.json"),
+        json!({ "ask": ask }).to_string().as_bytes(),
+        peerwire::fsutil::Durability::Durable,
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_loopback_card_is_issued_and_added_with_a_warning() {
+    let (bob, ada) = (Ns::new("lcard-bob"), Ns::new("lcard-ada"));
+    write_ask(&bob, json!({"callerName": "bob"}));
+    write_ask(&ada, json!({"callerName": "ada"}));
+    // Without listenHost the card names 127.0.0.1: said, not silent.
+    let o = bob.peer(&["--json", "ask", "card", "show"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("loopback"), "{}", stderr(&o));
+    let loopback = json_of(&o)["card"].as_str().unwrap().to_string();
+    let o = bob.peer(&["--json", "ask", "card", "show", "--host", "10.0.0.2"]);
+    assert!(
+        o.status.success() && !stderr(&o).contains("loopback"),
+        "{}",
+        stderr(&o)
+    );
+    let reachable = json_of(&o)["card"].as_str().unwrap().to_string();
+    let o = ada.peer(&["ask", "card", "add", &reachable]);
+    assert!(
+        o.status.success() && !stderr(&o).contains("loopback"),
+        "{}",
+        stderr(&o)
+    );
+    // The same friend's card for loopback moves it: a warning names both addresses.
+    let o = ada.peer(&["ask", "card", "add", &loopback, "--replace"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("moves from 10.0.0.2:3877 to 127.0.0.1:3877"),
+        "{}",
+        stderr(&o)
+    );
+}
