@@ -127,3 +127,55 @@ fn a_loopback_card_is_issued_and_added_with_a_warning() {
         stderr(&o)
     );
 }
+
+/// One naming rule: wherever a peer is shown to a person it is `alias (peerId)`, as `send`
+/// shows it: reply, status, inbox receipts and consume (which names the sender, not itself).
+#[test]
+fn every_receipt_line_names_the_peer_by_alias() {
+    let ns = Ns::new("names");
+    let out = ns.root.join("out");
+    let done = ns.root.join("done");
+    let env_out = format!("OUT={}", out.display());
+    let env_done = format!("DONE={}", done.display());
+    let bob_script = r#"
+        j=$(peer --json inbox --wait 20000) || exit 90
+        id=$(printf '%s' "$j" | sed -n 's/.*"messageId":"\([^"]*\)".*/\1/p' | head -n 1)
+        { echo "REPLY $(peer reply "$id" pong)"; echo "CONSUME $(peer consume "$id")"; } >>"$OUT"
+        for i in $(seq 200); do [ -e "$DONE" ] && exit 0; sleep 0.1; done
+    "#;
+    let alice_script = r#"
+        j=$(peer --json send @bob hi) || exit 80
+        id=$(printf '%s' "$j" | sed -n 's/.*"messageId":"\([^"]*\)".*/\1/p')
+        peer --json inbox --reply-to "$id" --wait 20000 >/dev/null || exit 81
+        for i in $(seq 100); do peer status "$id" | grep -q replied && break; sleep 0.05; done
+        { echo "STATUS $(peer status "$id")"; peer inbox --all | sed 's/^/INBOX /'; } >>"$OUT"
+        : >"$DONE"
+    "#;
+    let _bob = ns.host(&[
+        "--alias", "bob", "--", "env", &env_out, &env_done, "sh", "-c", bob_script,
+    ]);
+    let o = ns.peer(&[
+        "host",
+        "--alias",
+        "alice",
+        "--",
+        "env",
+        &env_out,
+        &env_done,
+        "sh",
+        "-c",
+        alice_script,
+    ]);
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(o.status.success(), "{text} {}", stderr(&o));
+    let line = |tag: &str| {
+        text.lines()
+            .find(|l| l.starts_with(tag))
+            .unwrap_or_else(|| panic!("no {tag} line in {text}"))
+            .to_string()
+    };
+    assert!(line("REPLY ").contains("accepted alice (p-"), "{text}");
+    assert!(line("CONSUME ").contains(" from alice (p-"), "{text}");
+    assert!(line("STATUS ").contains("replied bob (p-"), "{text}");
+    assert!(line("INBOX receipt:").contains("bob (p-"), "{text}");
+}
