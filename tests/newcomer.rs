@@ -179,3 +179,34 @@ fn every_receipt_line_names_the_peer_by_alias() {
     assert!(line("STATUS ").contains("replied bob (p-"), "{text}");
     assert!(line("INBOX receipt:").contains("bob (p-"), "{text}");
 }
+
+#[test]
+fn peer_dir_outside_the_workspace_hints_and_gives_reasons() {
+    let ns = Ns::new("dirhint");
+    let elsewhere = ns.root.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let elsewhere = elsewhere.to_string_lossy().into_owned();
+    let _bob = ns.host(&["--alias", "bob", "--", "sleep", "30"]);
+    let o = ns.peer_dir(&["--workspace", &elsewhere]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("1 live peer(s) elsewhere") && stderr(&o).contains("--all"),
+        "{}",
+        stderr(&o)
+    );
+    let all = ns.listing(&["--all", "--workspace", &elsewhere]);
+    let bob = all
+        .iter()
+        .find(|p| p["alias"] == "bob")
+        .expect("bob listed");
+    assert_eq!(bob["inScope"], false);
+    assert_eq!(bob["reason"], "outside your workspace scope", "{bob}");
+    // In scope: no reason, no hint.
+    let o = ns.peer_dir(&[]);
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    let here = ns.listing(&["--all"]);
+    assert!(
+        here.iter()
+            .any(|p| p["alias"] == "bob" && p["reason"].is_null())
+    );
+}
