@@ -210,3 +210,55 @@ fn peer_dir_outside_the_workspace_hints_and_gives_reasons() {
             .any(|p| p["alias"] == "bob" && p["reason"].is_null())
     );
 }
+
+#[test]
+fn peer_run_refuses_a_missing_command_before_queueing_and_names_whose_ticket() {
+    let ns = Ns::new("runmiss");
+    let flag = ns.root.join("held");
+    let mut holder = ns
+        .cmd(PEER)
+        .args(["run", "--resource", "port:3000", "--", "sh", "-c"])
+        .arg(format!(": >'{}'; sleep 30", flag.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(20, || flag.exists()), "the holder never ran");
+    let started = std::time::Instant::now();
+    let o = ns.peer(&[
+        "run",
+        "--resource",
+        "port:3000",
+        "--wait",
+        "3000",
+        "--",
+        "nonexistent-cmd-35",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(127), "{err}");
+    assert!(err.starts_with("peer: NOT_FOUND: "), "{err}");
+    assert!(!err.contains("waiting for"), "queued first: {err}");
+    println!("refused after {:?}", started.elapsed());
+    // A command that exists queues, and the line says the ticket is the waiter's own.
+    let o = ns.peer(&[
+        "run",
+        "--resource",
+        "port:3000",
+        "--wait",
+        "300",
+        "--",
+        "true",
+    ]);
+    let err = stderr(&o);
+    assert!(
+        err.contains("held by")
+            && err.contains("; your ticket is t-")
+            && err.contains("number 1 in the queue"),
+        "{err}"
+    );
+    // SIGTERM: the gate forwards it to its command and releases the grant.
+    let pid = nix::unistd::Pid::from_raw(holder.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let _ = holder.wait();
+}

@@ -119,6 +119,9 @@ fn run_wrapped(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     if req.command.is_empty() {
         return Err(usage("peer run needs a command after --"));
     }
+    if let Err(e) = super::exit::find_program(&req.command[0]) {
+        return Ok(super::exit::spawn_failed("peer run", &req.command[0], &e));
+    }
     let home = ctx.home()?;
     let cfg = Config::load(&home)?;
     let principal = cli_principal(ctx.as_alias.as_deref(), &cfg);
