@@ -262,3 +262,21 @@ fn peer_run_refuses_a_missing_command_before_queueing_and_names_whose_ticket() {
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     let _ = holder.wait();
 }
+
+#[test]
+fn inbox_wait_over_the_limit_names_the_cli_flag() {
+    let ns = Ns::new("waitmax");
+    let host = ns.host(&["--alias", "x", "--", "sleep", "30"]);
+    let o = peer_as(&ns, &host, &["inbox", "--wait", "60000"]);
+    let err = stderr(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(exit_of(peerwire::error::Code::Usage)),
+        "{err}"
+    );
+    assert!(err.contains("--wait takes at most 30000 ms"), "{err}");
+    assert!(
+        !err.contains("peer_messages") && !err.contains("waitMs`"),
+        "{err}"
+    );
+}

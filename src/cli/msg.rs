@@ -140,6 +140,20 @@ pub fn send(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     Ok(0)
 }
 
+/// `--wait` over the namespace's `waitMsMax`, said in the CLI's words (the root would name
+/// the MCP tool's argument instead).
+fn check_wait(wait: Option<u64>, max: u64) -> Result<()> {
+    match wait {
+        Some(ms) if ms > max => Err(Error::new(
+            Code::Usage,
+            format!(
+                "--wait takes at most {max} ms (waitMsMax in sessions.communication of config.json), not {ms}"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// peerId → alias of the peers this session sees now (itself included); empty when the
 /// listing fails (the lines then show peerIds only, as before).
 fn aliases(session: &mut Session) -> std::collections::HashMap<String, String> {
@@ -301,6 +315,7 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         envelope.wait_for = Some("message".into());
     }
     let mut session = Session::open(ctx)?;
+    check_wait(wait, session.limits().wait_ms_max)?;
     if !follow {
         let status = print_all_pages(ctx, &mut session, q, envelope, wait, all);
         session.close();
