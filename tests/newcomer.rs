@@ -280,3 +280,66 @@ fn inbox_wait_over_the_limit_names_the_cli_flag() {
         "{err}"
     );
 }
+
+#[test]
+fn the_tools_answer_version_and_every_page_has_one_header() {
+    let ns = Ns::new("version");
+    let want = env!("CARGO_PKG_VERSION");
+    for (bin, name) in [
+        (PEER, "peer"),
+        (PEER_DIR, "peer-dir"),
+        (PEER_RES, "peer-res"),
+    ] {
+        let o = ns.cmd(bin).arg("--version").output().unwrap();
+        assert!(o.status.success(), "{name} --version: {}", stderr(&o));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim(),
+            format!("{name} {want}")
+        );
+    }
+    for dir in ["man/man1", "man/man5", "man/man7"] {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            let th = text.lines().next().unwrap_or_default();
+            let stem = e
+                .path()
+                .file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .to_uppercase();
+            assert!(
+                th.starts_with(&format!(".TH {} ", stem.replace('-', "\\-")))
+                    && th.ends_with(&format!("\"peerwire {want}\" \"peerwire manual\"")),
+                "{}: {th}",
+                e.path().display()
+            );
+        }
+    }
+}
+
+#[test]
+fn res_status_shows_the_launch_lines_peer_res_shows() {
+    let ns = Ns::new("reslaunch");
+    let flag = ns.root.join("running");
+    let mut gate = ns
+        .cmd(PEER)
+        .args(["run", "--resource", "port:3100", "--", "sh", "-c"])
+        .arg(format!(": >'{}'; sleep 30", flag.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(20, || flag.exists()), "the command never ran");
+    let viewer = ns.cmd(PEER_RES).output().unwrap();
+    let viewer = String::from_utf8_lossy(&viewer.stdout).into_owned();
+    assert!(viewer.contains("  launch "), "{viewer}");
+    for args in [&["res", "status"][..], &["res", "status", "port:3100"][..]] {
+        let o = ns.peer(args);
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("  launch "), "peer {args:?}: {text}");
+    }
+    let pid = nix::unistd::Pid::from_raw(gate.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let _ = gate.wait();
+}
