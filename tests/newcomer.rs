@@ -343,3 +343,26 @@ fn res_status_shows_the_launch_lines_peer_res_shows() {
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     let _ = gate.wait();
 }
+
+/// An autoCommand finds the running `peer` first on its PATH, as a `peer host -- CMD` child
+/// does: `sh -c 'peer reply …'` works where peer is not installed.
+#[test]
+fn an_auto_command_finds_the_running_peer() {
+    let ns = Ns::new("autopath");
+    ns.config(json!({
+        "idleBehavior": "auto",
+        "autoCommand": ["sh", "-c", "peer reply \"$PEER_MESSAGE_ID\" auto-pong"],
+    }));
+    let pong = ns.host_with(&["--alias", "pong"], |c| {
+        c.env("PATH", "/usr/bin:/bin");
+    });
+    let ping = ns.host(&["--alias", "ping", "--", "sleep", "60"]);
+    let o = peer_as(&ns, &ping, &["send", "@pong", "hello"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = || {
+        let v = json_of(&peer_as(&ns, &ping, &["--json", "inbox", "--all"]));
+        v.to_string().contains("auto-pong")
+    };
+    assert!(eventually(30, got), "the autoCommand's reply never came");
+    drop(pong);
+}
