@@ -8,9 +8,11 @@ use serde_json::{Value, json};
 use std::io::Write;
 use std::process::Stdio;
 
-/// Runs `peer mcp` in `ns`, writes `lines` (one JSON-RPC message each) and closes stdin; the
+/// Runs `peer mcp` in `ns`, writes `lines` (one JSON-RPC message each), reads `expect` answer
+/// lines (stdin stays open meanwhile: its end cancels calls in flight), then closes stdin; the
 /// answers, in order.
-fn mcp_session(ns: &Ns, lines: &[Value]) -> Vec<Value> {
+fn mcp_session(ns: &Ns, lines: &[Value], expect: usize) -> Vec<Value> {
+    use std::io::BufRead;
     let mut child = ns
         .cmd(PEER)
         .arg("mcp")
@@ -23,12 +25,29 @@ fn mcp_session(ns: &Ns, lines: &[Value]) -> Vec<Value> {
     for l in lines {
         writeln!(stdin, "{l}").unwrap();
     }
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
+    // A server that never answers is ended after 30 s, so the test fails instead of hanging.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let watchdog = std::thread::spawn(move || {
+        if done_rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .is_err()
+        {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    });
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let got: Vec<Value> = stdout
         .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+        .map_while(|l| l.ok())
+        .filter_map(|l| serde_json::from_str(&l).ok())
+        .take(expect)
+        .collect();
+    drop(stdin);
+    let _ = child.wait();
+    let _ = done_tx.send(());
+    let _ = watchdog.join();
+    got
 }
 
 fn init_lines(version: &str) -> Vec<Value> {
@@ -57,7 +76,7 @@ fn ask_tools_are_not_listed_without_friends() {
     lines.push(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
     lines.push(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
         "params": {"name": "ask_peer", "arguments": {"peer": "bob", "question": "q"}}}));
-    let out = mcp_session(&ns, &lines);
+    let out = mcp_session(&ns, &lines, 3);
     let list = out
         .iter()
         .find(|m| m["id"] == 2)
@@ -365,4 +384,36 @@ fn an_auto_command_finds_the_running_peer() {
     };
     assert!(eventually(30, got), "the autoCommand's reply never came");
     drop(pong);
+}
+
+/// Under MCP 2025-03-26 a JSON-RPC batch is answered by one array (JSON-RPC 2.0 §6), the
+/// answers of tool calls included; notifications in it add nothing.
+#[test]
+fn a_batch_is_answered_with_one_array() {
+    let ns = Ns::new("batch");
+    let mut lines = init_lines("2025-03-26");
+    lines.push(json!([
+        {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+        {"jsonrpc": "2.0", "method": "notifications/whatever"},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "list_peers", "arguments": {}}},
+        {"jsonrpc": "2.0", "id": 4, "method": "no/such/method"},
+    ]));
+    lines.push(json!({"jsonrpc": "2.0", "id": 5, "method": "ping"}));
+    let out = mcp_session(&ns, &lines, 3);
+    let batch: Vec<&Value> = out.iter().filter(|m| m.is_array()).collect();
+    assert_eq!(batch.len(), 1, "{out:?}");
+    let mut ids: Vec<i64> = batch[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [2, 3, 4], "{out:?}");
+    let loose: Vec<&Value> = out.iter().filter(|m| m.is_object()).collect();
+    assert!(
+        loose.iter().all(|m| m["id"] == 1 || m["id"] == 5),
+        "answers outside the array: {out:?}"
+    );
 }
