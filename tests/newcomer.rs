@@ -417,3 +417,118 @@ fn a_batch_is_answered_with_one_array() {
         "answers outside the array: {out:?}"
     );
 }
+
+/// `peer ask serve --json` in `ns`; the child and its ready line (the child's stderr is piped).
+fn ask_serve(ns: &Ns) -> (std::process::Child, Value) {
+    use std::io::BufRead;
+    let mut child = ns
+        .cmd(PEER)
+        .args(["--json", "ask", "serve"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let _ = std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+    let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+    (child, ready)
+}
+
+fn stop_and_stderr(mut child: std::process::Child) -> String {
+    use std::io::Read;
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    let _ = child.wait();
+    err
+}
+
+/// The README's ask example with the answerer that ships, across two loopback addresses: bob
+/// serves on 127.0.0.2 and answers from his workspace; a failing answerer is named on both
+/// sides; a missing one is refused at start.
+#[test]
+fn the_shipped_answerer_answers_from_the_workspace() {
+    let (bob, ada) = (Ns::new("ans-bob"), Ns::new("ans-ada"));
+    std::fs::write(
+        bob.work.join("docker-compose.yml"),
+        "services:\n  app:\n    environment:\n      DATABASE_URL: postgres://dev@db/app\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(bob.work.join("src")).unwrap();
+    std::fs::write(
+        bob.work.join("src/db.rs"),
+        "// reads DATABASE_URL at start\n",
+    )
+    .unwrap();
+    let bob_cfg = |answer: Value| {
+        json!({"callerName": "bob", "listenHost": "127.0.0.2", "listenPort": 0,
+               "workspace": bob.work.to_string_lossy(), "answerCommand": answer,
+               "allowUnenforcedSandbox": true,
+               "peers": [{"name": "ada", "host": "127.0.0.1", "token": "tok-ada", "mode": "auto"}]})
+    };
+    // A missing answerer is refused at start, naming it.
+    write_ask(&bob, bob_cfg(json!(["/nonexistent/answer-with-agent"])));
+    let (child, ready) = ask_serve(&bob);
+    let err = stop_and_stderr(child);
+    assert_eq!(ready["error"]["code"], "CONFIG_INVALID", "{ready} {err}");
+    let msg = ready["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("/nonexistent/answer-with-agent"), "{ready}");
+    // The shipped one answers with file:line excerpts.
+    write_ask(
+        &bob,
+        bob_cfg(json!([PEER, "ask", "answer", "--from-workspace"])),
+    );
+    let (child, ready) = ask_serve(&bob);
+    assert_eq!(ready["ok"], true, "{ready}");
+    let port = ready["port"].as_u64().unwrap();
+    write_ask(
+        &ada,
+        json!({"callerName": "ada", "timeoutMs": 30000,
+               "peers": [{"name": "bob", "host": "127.0.0.2", "port": port, "token": "tok-ada"}]}),
+    );
+    let o = ada.peer(&[
+        "ask",
+        "bob",
+        "where is the DATABASE_URL configured?",
+        "--context-file",
+        "docker-compose.yml",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = stop_and_stderr(child);
+    assert!(o.status.success(), "{} {err}", stderr(&o));
+    assert!(
+        text.contains("docker-compose.yml:4: DATABASE_URL: postgres://dev@db/app"),
+        "{text}"
+    );
+    assert!(text.contains("src/db.rs:1:"), "{text}");
+    // A failing answerer is named to the asker and on the server's stderr.
+    write_ask(
+        &bob,
+        bob_cfg(json!(["sh", "-c", "cat >/dev/null; exit 35"])),
+    );
+    let (child, ready) = ask_serve(&bob);
+    let port = ready["port"].as_u64().unwrap();
+    write_ask(
+        &ada,
+        json!({"callerName": "ada", "timeoutMs": 30000,
+               "peers": [{"name": "bob", "host": "127.0.0.2", "port": port, "token": "tok-ada"}]}),
+    );
+    let o = ada.peer(&["ask", "bob", "anything?"]);
+    let server_err = stop_and_stderr(child);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("answerCommand \"sh\""),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        server_err.contains("answerCommand \"sh\"") && server_err.contains("status 35"),
+        "{server_err}"
+    );
+}

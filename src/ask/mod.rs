@@ -40,6 +40,7 @@ pub mod keys;
 pub mod recommend;
 pub mod sandbox;
 pub mod server;
+pub mod workspace_answer;
 
 /// The only protocol version dsh-ask-peer speaks; required exactly on `/ask` and `/recommend`.
 pub const PROTOCOL_VERSION: u64 = 1;

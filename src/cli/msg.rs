@@ -321,6 +321,17 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         session.close();
         return status;
     }
+    follow_pages(ctx, session, q, envelope, all)
+}
+
+/// `peer inbox --follow`: pages as they come, until a signal or the reader goes away.
+fn follow_pages(
+    ctx: &Ctx,
+    mut session: Session,
+    mut q: MessagesArgs,
+    mut envelope: LocalTool,
+    all: bool,
+) -> Result<i32> {
     // A follower waits in short slices so it notices, between them, a reader that has gone
     // (`| head -1`) even when nothing more arrives.
     let wait_slice = session.limits().wait_ms_max.min(FOLLOW_SLICE_MS);
