@@ -532,3 +532,145 @@ fn the_shipped_answerer_answers_from_the_workspace() {
         "{server_err}"
     );
 }
+
+/// The `--flags` the CLI's parsers accept, read from `Long("…")` in src/cli (alternatives in
+/// `Long(flag @ ("a" | "b"))` included); `--help` itself and the internal `sandbox-exec`
+/// options (the server's, never typed by a person) left out.
+fn parser_flags() -> Vec<String> {
+    let internal = ["help", "scratch", "protect", "allow-unenforced"];
+    let mut flags: Vec<String> = Vec::new();
+    for e in std::fs::read_dir("src/cli").unwrap().flatten() {
+        let text = std::fs::read_to_string(e.path()).unwrap();
+        for part in text.split("Long(").skip(1) {
+            let Some(end) = part.find(") =>") else {
+                continue;
+            };
+            for name in part[..end].split('"').skip(1).step_by(2) {
+                let flag = format!("--{name}");
+                if !internal.contains(&name) && !flags.contains(&flag) {
+                    flags.push(flag);
+                }
+            }
+        }
+    }
+    flags
+}
+
+/// The words of a script, split at blanks and quotes.
+fn tokens(script: &str) -> Vec<&str> {
+    script
+        .split(|c: char| c.is_whitespace() || c == '"')
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+fn run_text(bin: &str, args: &[&str]) -> String {
+    let o = std::process::Command::new(bin).args(args).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Every subcommand and every flag the parsers accept is in the `--help` texts and in the
+/// three completion scripts; the scripts cover `peer-dir` and `peer-res`, list the actions of
+/// `peer ask` and the shells of `peer completions`, complete flag values, and name no word
+/// twice.
+#[test]
+fn completions_and_help_cover_every_parsed_subcommand_and_flag() {
+    let top = run_text(PEER, &["--help"]);
+    let subs: Vec<String> = top
+        .lines()
+        .filter_map(|l| l.strip_prefix("  ")?.split_whitespace().next())
+        .filter(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+        .map(str::to_string)
+        .collect();
+    assert!(subs.len() > 10, "{top}");
+    let mut help = top.clone();
+    for s in &subs {
+        help.push_str(&run_text(PEER, &[s, "--help"]));
+    }
+    for s in ["answer", "peers", "card", "recommend", "friends"] {
+        help.push_str(&run_text(PEER, &["ask", s, "--help"]));
+    }
+    help.push_str(&run_text(PEER_DIR, &["--help"]));
+    help.push_str(&run_text(PEER_RES, &["--help"]));
+    let (bash, fish) = (
+        run_text(PEER, &["completions", "bash"]),
+        run_text(PEER, &["completions", "fish"]),
+    );
+    let zsh = run_text(PEER, &["completions", "zsh"]);
+    // The bash script parses (bash is on every CI machine this runs on).
+    let syntax = std::process::Command::new("bash")
+        .args(["-n", "-c", &bash])
+        .output()
+        .unwrap();
+    assert!(syntax.status.success(), "{}", stderr(&syntax));
+    assert!(zsh.contains(&bash) && zsh.starts_with("#compdef peer peer-dir peer-res"));
+    for flag in parser_flags() {
+        assert!(
+            help.contains(&flag),
+            "{flag} is parsed but no --help names it"
+        );
+        assert!(tokens(&bash).contains(&flag.as_str()), "bash lacks {flag}");
+        assert!(
+            fish.contains(&format!(" -l {} ", &flag[2..]))
+                || fish.contains(&format!(" -l {}\n", &flag[2..])),
+            "fish lacks {flag}"
+        );
+    }
+    let line = |script: &str, arm: &str| {
+        script
+            .lines()
+            .find(|l| l.trim_start().starts_with(arm))
+            .unwrap_or_else(|| panic!("no {arm} arm"))
+            .to_string()
+    };
+    for s in &subs {
+        assert!(
+            line(&bash, "\"\") words=").contains(&format!(" {s} "))
+                || line(&bash, "\"\") words=").contains(&format!("\"{s} ")),
+            "bash lacks {s}"
+        );
+        assert!(fish.contains(&format!("-a {s} -d")), "fish lacks {s}");
+    }
+    let ask = line(&bash, "ask) words=");
+    for w in [
+        "serve",
+        "status",
+        "pending",
+        "decide",
+        "answer",
+        "peers",
+        "card",
+        "recommend",
+        "friends",
+    ] {
+        assert!(
+            ask.contains(&format!(" {w} ")) || ask.contains(&format!("\"{w} ")),
+            "{ask}"
+        );
+        assert!(
+            fish.contains(&format!("__fish_seen_subcommand_from ask' -a {w}\n")),
+            "fish ask {w}"
+        );
+    }
+    let shells = line(&bash, "completions) words=");
+    assert!(shells.contains("\"bash zsh fish "), "{shells}");
+    assert!(
+        bash.contains("--notify) COMPREPLY=($(compgen -W \"bell stderr none\""),
+        "{bash}"
+    );
+    assert!(fish.contains("-l notify -xa 'bell stderr none'"), "{fish}");
+    assert!(bash.contains("complete -o default -F _peer_tools peer-dir peer-res"));
+    assert!(line(&bash, "peer-dir) words=").contains("--scope"));
+    assert!(fish.contains("complete -c peer-res -l json"));
+    assert!(
+        fish.contains("friend\\'s agent"),
+        "fish must keep the apostrophe"
+    );
+    for l in bash.lines().filter(|l| l.contains(" words=\"")) {
+        let words: Vec<&str> = l.split('"').nth(1).unwrap().split_whitespace().collect();
+        let mut sorted = words.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), words.len(), "a word twice: {l}");
+    }
+}

@@ -17,8 +17,8 @@ pub const HELP: &str = "usage: peer lab [--keep]
 
 Runs the two-session lab in a temporary namespace: discovery, a message whose receipt goes
 accepted -> consumed -> replied, two commands sharing port:3000 through the resource gate,
-and an ask to a friend's server on loopback answered by the built-in answerer (peer ask
-answer --from-workspace). --keep leaves the namespace for inspection. Exits 0 when every
+and an ask to a friend's server on loopback answered by the built-in answerer, which
+searches the workspace. --keep leaves the namespace for inspection. Exits 0 when every
 step holds.
 ";
 

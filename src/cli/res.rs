@@ -51,7 +51,7 @@ command, its descendant, a process of its session or its session's root. For one
 override for any holder; it is logged. With --json each result is one JSON object.
 ";
 
-const PEER_RES_HELP: &str = "\
+pub const PEER_RES_HELP: &str = "\
 usage: peer-res [NAME] [--json] [--home DIR]
 
 Shows each resource's policy, epoch, capacity, controller, holders (tokens, ages), queue and
