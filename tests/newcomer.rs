@@ -604,7 +604,19 @@ fn completions_and_help_cover_every_parsed_subcommand_and_flag() {
         .unwrap();
     assert!(syntax.status.success(), "{}", stderr(&syntax));
     assert!(zsh.contains(&bash) && zsh.starts_with("#compdef peer peer-dir peer-res"));
+    let mut man = String::new();
+    for e in std::fs::read_dir("man/man1").unwrap().flatten() {
+        man.push_str(
+            &std::fs::read_to_string(e.path())
+                .unwrap()
+                .replace("\\-", "-"),
+        );
+    }
     for flag in parser_flags() {
+        assert!(
+            man.contains(&flag),
+            "{flag} is parsed but no man page names it"
+        );
         assert!(
             help.contains(&flag),
             "{flag} is parsed but no --help names it"
