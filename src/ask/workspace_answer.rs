@@ -3,8 +3,11 @@
 //! workspace it runs in: the question's terms are searched in the context files the asker
 //! named and then in the tree, and the best-matching lines come back as `file:line: excerpt`.
 //! Every part of the walk is bounded (files, bytes per file and in all, depth, matches), and
-//! `.git`, `target`, `node_modules`, symbolic links and binary files are skipped. Its output is
-//! the answer; nothing is written anywhere.
+//! `.git`, `target`, `node_modules`, symbolic links and binary files are skipped, as are files
+//! that usually hold secrets (`.env*`, keys, `.netrc`…): the walk would otherwise quote them to
+//! a friend the owner approved for a question, not for credentials. A context file the asker
+//! named was read by the server and is searched whatever its name. Its output is the answer;
+//! nothing is written anywhere.
 
 use crate::error::{Code, Error, Result};
 use std::path::Path;
@@ -46,6 +49,27 @@ const TERMS_MAX: usize = 12;
 const CANDIDATES_MAX: usize = 20_000;
 /// Directories never searched: history, build output, dependencies.
 const SKIPPED_DIRS: [&str; 5] = [".git", "target", "node_modules", ".venv", "__pycache__"];
+/// Whether a file name usually holds secrets (never quoted by the tree walk).
+fn secret_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.starts_with(".env")
+        || n.starts_with("id_rsa")
+        || n.starts_with("id_ed25519")
+        || n.starts_with("id_ecdsa")
+        || [
+            ".netrc",
+            ".npmrc",
+            ".pypirc",
+            "credentials",
+            "credentials.json",
+            "secrets.yml",
+        ]
+        .contains(&n.as_str())
+        || [".pem", ".key", ".p12", ".pfx", ".keystore", ".jks"]
+            .iter()
+            .any(|ext| n.ends_with(ext))
+}
+
 /// Words that say nothing about where to look.
 const STOPWORDS: [&str; 40] = [
     "the", "and", "for", "are", "was", "how", "what", "where", "which", "who", "why", "when",
@@ -167,7 +191,11 @@ impl Search {
                 if !skip && depth < b.depth {
                     self.walk(root, &rel, depth + 1, b, t, seen);
                 }
-            } else if meta.is_file() && meta.len() <= b.file_bytes && !seen.contains(&shown) {
+            } else if meta.is_file()
+                && meta.len() <= b.file_bytes
+                && !seen.contains(&shown)
+                && !secret_name(&name.to_string_lossy())
+            {
                 self.read_and_scan(&root.join(&rel), &shown, t);
             }
         }
@@ -279,6 +307,12 @@ mod tests {
         std::fs::write(ws.join("target/out.txt"), "DATABASE_URL in build output\n").unwrap();
         std::fs::write(ws.join(".git/config"), "DATABASE_URL\n").unwrap();
         std::fs::write(ws.join("blob.bin"), b"DATABASE_URL\0\x01").unwrap();
+        std::fs::write(
+            ws.join(".env.local"),
+            "DATABASE_URL=postgres://u:secret@db\n",
+        )
+        .unwrap();
+        std::fs::write(ws.join("server.key"), "DATABASE_URL key\n").unwrap();
         let input = serde_json::json!({
             "askId": "a", "caller": "ada", "workspace": ws.to_string_lossy(),
             "question": "Where is the DATABASE_URL configured?",
@@ -293,6 +327,10 @@ mod tests {
         assert!(text.contains("src/db.rs:2: let url"), "{text}");
         assert!(
             !text.contains("target/") && !text.contains(".git") && !text.contains("blob.bin"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("secret") && !text.contains("server.key"),
             "{text}"
         );
         // Bounded: one match at most.
