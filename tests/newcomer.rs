@@ -418,12 +418,14 @@ fn a_batch_is_answered_with_one_array() {
     );
 }
 
-/// `peer ask serve --json` in `ns`; the child and its ready line (the child's stderr is piped).
+/// `peer ask serve --json` in `ns`, with a `PATH` that has no `peer` on it; the child and its
+/// ready line (the child's stderr is piped).
 fn ask_serve(ns: &Ns) -> (std::process::Child, Value) {
     use std::io::BufRead;
     let mut child = ns
         .cmd(PEER)
         .args(["--json", "ask", "serve"])
+        .env("PATH", "/usr/bin:/bin")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -479,10 +481,11 @@ fn the_shipped_answerer_answers_from_the_workspace() {
     assert_eq!(ready["error"]["code"], "CONFIG_INVALID", "{ready} {err}");
     let msg = ready["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("/nonexistent/answer-with-agent"), "{ready}");
-    // The shipped one answers with file:line excerpts.
+    // The shipped one, written as in the README, answers with file:line excerpts: "peer" is
+    // the running peer even where it is not on the server's PATH.
     write_ask(
         &bob,
-        bob_cfg(json!([PEER, "ask", "answer", "--from-workspace"])),
+        bob_cfg(json!(["peer", "ask", "answer", "--from-workspace"])),
     );
     let (child, ready) = ask_serve(&bob);
     assert_eq!(ready["ok"], true, "{ready}");

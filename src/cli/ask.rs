@@ -113,6 +113,22 @@ fn answer_cmd(argv: Vec<OsString>) -> Result<i32> {
     Ok(0)
 }
 
+/// An `answerCommand` that starts with the bare name `peer` means this very peer: the running
+/// executable's path replaces it, so the built-in answerer works where `peer` is not on the
+/// server's `PATH` and inside a sandbox that maps only the running executable.
+fn own_peer_as_answerer(config: &mut AskConfig) {
+    let Some(first) = config.answer_command.as_mut().and_then(|a| a.first_mut()) else {
+        return;
+    };
+    if first == "peer"
+        && let Some(exe) = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.into_os_string().into_string().ok())
+    {
+        *first = exe;
+    }
+}
+
 /// `peer ask serve`'s check of `answerCommand` before it listens: a missing or
 /// non-executable program is refused now instead of failing every approved ask later, and a
 /// missing answerCommand is warned about.
@@ -307,7 +323,8 @@ fn serve(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         }
     }
     let stop = ctx.stop()?;
-    let (home, config) = load(ctx)?;
+    let (home, mut config) = load(ctx)?;
+    own_peer_as_answerer(&mut config);
     check_answer_command(&config)?;
     let server = crate::ask::server::start(&home, config, bind)?;
     let st = &server.state;
