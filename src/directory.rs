@@ -147,6 +147,11 @@ pub struct ListOptions {
 fn descriptors(entry: &Entry, viewer: &Viewer, now_ms: u64) -> Vec<Descriptor> {
     let age_ms = entry.updated_at_ms.map(|u| now_ms.saturating_sub(u));
     let (state, reason) = match &entry.liveness {
+        // Listed by --all although live: say why it is not in the viewer's list.
+        Liveness::Live if !viewer.sees(entry) => (
+            "live",
+            Some(format!("outside your {} scope", viewer.scope.name())),
+        ),
         Liveness::Live => ("live", None),
         Liveness::Stale(r) => ("stale", Some(r.clone())),
         Liveness::Invalid(r) => ("invalid", Some(r.clone())),

@@ -8,6 +8,20 @@ use std::path::{Path, PathBuf};
 
 pub use crate::config::internal::SOCKET_PATH_BYTES_MAX;
 
+/// `PATH` with the running binary's directory first, so `peer` inside a session (a `peer host`
+/// command, an `autoCommand`) is this very peer, the one that started the root and knows its
+/// control file format, even when it is not installed. `None` when the binary's path is
+/// unknown.
+pub fn path_with_own_dir() -> Option<std::ffi::OsString> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?.to_path_buf();
+    let mut paths = vec![dir.clone()];
+    if let Some(p) = std::env::var_os("PATH") {
+        paths.extend(std::env::split_paths(&p).filter(|d| *d != dir));
+    }
+    std::env::join_paths(paths).ok()
+}
+
 /// `<home>/peer-messages/<instanceId>`: one incarnation's message store.
 pub fn messages_dir(home: &Path, instance_id: &str) -> PathBuf {
     home.join("peer-messages").join(instance_id)

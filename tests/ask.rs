@@ -411,7 +411,13 @@ fn async_lifecycle_status_needs_credentials_and_results_expire() {
     assert_eq!(status(&id)["status"], "pending");
     let pending = json_of(&ns.peer(&["--json", "ask", "pending"]));
     assert_eq!(pending["pending"][0]["askId"], id.as_str());
-    assert!(ns.peer(&["ask", "decide", &id, "approve"]).status.success());
+    // The owner types a unique prefix, as for message ids; the answer names the whole id.
+    let decided = ns.peer(&["ask", "decide", &id[..8], "approve"]);
+    assert!(decided.status.success(), "{}", stderr(&decided));
+    assert_eq!(
+        String::from_utf8_lossy(&decided.stdout).trim(),
+        format!("{id}: approve")
+    );
     assert!(eventually(10, || status(&id)["status"] == "running"));
     // The askId alone shows the status word, never the answer.
     let bare = get_json("127.0.0.1", srv.port, &format!("/ask/status?askId={id}"), T).unwrap();

@@ -10,8 +10,9 @@ fn read(path: &str) -> String {
 
 #[test]
 fn man_pages_pass_the_groff_lint() {
-    let mut pages: Vec<_> = std::fs::read_dir("man")
-        .unwrap()
+    let mut pages: Vec<_> = ["man/man1", "man/man5", "man/man7"]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).unwrap())
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .collect();
@@ -21,11 +22,12 @@ fn man_pages_pass_the_groff_lint() {
         })
     });
     for required in [
-        "man/peer.1",
-        "man/peer-dir.1",
-        "man/peer-res.1",
-        "man/peer-config.5",
-        "man/peer-protocol.7",
+        "man/man1/peer.1",
+        "man/man1/peer-dir.1",
+        "man/man1/peer-res.1",
+        "man/man1/peer-ask.1",
+        "man/man5/peer-config.5",
+        "man/man7/peer-protocol.7",
     ] {
         assert!(
             std::path::Path::new(required).exists(),
@@ -50,7 +52,7 @@ fn man_pages_pass_the_groff_lint() {
 
 #[test]
 fn every_error_code_has_its_documented_exit_status() {
-    let page = read("man/peer.1");
+    let page = read("man/man1/peer.1");
     for code in Code::ALL {
         let row = format!(".B {}\n.B {}\n", code.exit_status(), code.name());
         assert!(
@@ -66,7 +68,7 @@ fn every_error_code_has_its_documented_exit_status() {
 /// (`config::LIMITS`): name, default, accepted range and description, each defined once.
 #[test]
 fn peer_config_5_limits_are_the_limits_table() {
-    let page = read("man/peer-config.5");
+    let page = read("man/man5/peer-config.5");
     let start = page
         .find(".SH LIMITS\n")
         .expect("peer-config(5) has a LIMITS section")
@@ -81,11 +83,52 @@ fn peer_config_5_limits_are_the_limits_table() {
 
 #[test]
 fn every_subcommand_has_a_section_in_peer_1() {
-    let page = read("man/peer.1").replace("\\-", "-");
+    let page = read("man/man1/peer.1").replace("\\-", "-");
     for name in peerwire::cli::command_names() {
         assert!(
             page.contains(&format!(".SS \"peer {name}")),
             "peer(1) lacks a section for 'peer {name}'"
+        );
+    }
+}
+
+/// The README's set-up line must make `man peer` work: man-db looks in `man1/`, `man5/` and
+/// `man7/` under each MANPATH entry, so a flat `man/` directory is never searched.
+#[test]
+fn readme_manpath_line_finds_every_page() {
+    if Command::new("man").arg("-w").arg("man").output().is_err() {
+        println!("skipped: man (man-db) is not installed");
+        return;
+    }
+    let readme = read("README.md");
+    let line = readme
+        .lines()
+        .find(|l| l.trim_start().starts_with("export MANPATH="))
+        .expect("README sets MANPATH");
+    let cwd = std::env::current_dir().unwrap();
+    for page in [
+        "peer",
+        "peer-dir",
+        "peer-res",
+        "peer-ask",
+        "peer-config",
+        "peer-protocol",
+    ] {
+        let script = format!("{line}\nman -w {page}");
+        let out = Command::new("sh")
+            .args(["-c", &script])
+            .current_dir(&cwd)
+            .env("PWD", &cwd)
+            .output()
+            .unwrap();
+        let found = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success()
+                && found
+                    .trim()
+                    .starts_with(&*cwd.join("man").to_string_lossy()),
+            "`man -w {page}` after the README's MANPATH line: {found} {}",
+            String::from_utf8_lossy(&out.stderr)
         );
     }
 }

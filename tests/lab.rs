@@ -17,7 +17,12 @@ fn peer_lab_runs_every_step_green() {
     assert!(text.contains("alice and bob see each other"), "{text}");
     assert!(text.contains("alice sees replied"), "{text}");
     assert!(text.contains("never two holders at once"), "{text}");
-    assert!(text.contains("all 5 steps passed"), "{text}");
+    // The README's ask, with the answerer that ships, on loopback.
+    assert!(
+        text.contains("bob's answer cites docker-compose.yml:4"),
+        "{text}"
+    );
+    assert!(text.contains("all 6 steps passed"), "{text}");
     // The lab cleans up after itself: its namespace is gone.
     let ns_line = text
         .lines()

@@ -24,6 +24,7 @@ mod foundation;
 mod lab;
 mod mcp;
 mod messaging;
+mod newcomer;
 mod resource_gate;
 mod resource_session;
 mod transport;

@@ -14,7 +14,8 @@ from the environment, PEER_MCP_CMD_A / PEER_MCP_CMD_B (a JSON array or a shell s
 command line wins over the environment, which wins over the script. Servers inherit this
 process's environment (so PEER_HOME reaches them) plus the session's "env".
 
-Each session is initialized and its tools are listed: the ten peer and ask tools must be present,
+Each session is initialized and its tools are listed: the four peer tools must be present
+(the six ask tools too when friends are configured),
 each with an object inputSchema. Then every step runs in order. A step:
   {"session": "a",                      # default: the first session
    "tool": "send_peer_message",         # or "ping": true, or "await_notification": {...}
@@ -55,8 +56,9 @@ try:
 except ImportError:  # SDK 1.x spelling
     from mcp.shared.exceptions import McpError as ProtocolError
 
-TOOL_NAMES = ["list_peers", "send_peer_message", "peer_messages", "coordinate_resource",
-              "ask_peer", "peers_list", "ask_peers", "ask_peer_async", "ask_result", "recommend_peer"]
+TOOL_NAMES = ["list_peers", "send_peer_message", "peer_messages", "coordinate_resource"]
+# Listed only when the namespace has friends configured (ask.peers); checked when listed.
+ASK_TOOL_NAMES = ["ask_peer", "peers_list", "ask_peers", "ask_peer_async", "ask_result", "recommend_peer"]
 MISSING = object()
 
 
@@ -189,7 +191,7 @@ class Session:
             raise SetupError(f"session {self.name!r} ({shlex.join(argv)}) failed to start: {e!r}") from e
         tools = {t.name: field(t, "input_schema", "inputSchema") for t in listed.tools}
         missing = [n for n in TOOL_NAMES if n not in tools]
-        bad = [n for n in TOOL_NAMES if n in tools and (tools[n] or {}).get("type") != "object"]
+        bad = [n for n in TOOL_NAMES + ASK_TOOL_NAMES if n in tools and (tools[n] or {}).get("type") != "object"]
         version = field(init, "protocol_version", "protocolVersion")
         ok = not missing and not bad
         emit({"session": self.name, "initialized": True, "protocolVersion": version, "tools": sorted(tools),

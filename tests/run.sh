@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The project's test command (README): installs what the tests need beyond the Rust toolchain
-# -- groff for the man-page checks, a local Python virtual environment with the official MCP
+# -- groff and man-db for the man-page checks, a local Python virtual environment with the official MCP
 # SDK client -- and then runs every test with cargo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v groff >/dev/null 2>&1 || need_apt+=(groff-base)
+command -v man >/dev/null 2>&1 || need_apt+=(man-db)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v script >/dev/null 2>&1 || need_apt+=(util-linux)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)

@@ -889,7 +889,7 @@ fn a_send_by_alias_after_the_target_restarted_reaches_the_new_incarnation() {
 
 /// The `.EX` lines of the page's EXAMPLE section, unescaped.
 fn manpage_example() -> Vec<String> {
-    let page = include_str!("../man/peer-protocol.7");
+    let page = include_str!("../man/man7/peer-protocol.7");
     let mut out = Vec::new();
     let (mut section, mut ex) = (false, false);
     for line in page.lines() {

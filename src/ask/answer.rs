@@ -180,9 +180,27 @@ pub fn ready(state: &ServerState) -> Result<&[String], ApiError> {
     Ok(argv)
 }
 
-/// Runs the answerer for one approved ask.
+/// Runs the answerer for one approved ask. A failure names the answerCommand, to the asker
+/// (the error) and to the owner (a line on the server's stderr).
 pub fn run(state: &ServerState, work: &Work) -> Result<Answer, ApiError> {
     let argv = ready(state)?;
+    run_named(state, work, argv).map_err(|e| name_failure(e, argv, work))
+}
+
+/// The answerer's failure with its command named, also reported on the server's stderr.
+fn name_failure(mut e: ApiError, argv: &[String], work: &Work) -> ApiError {
+    let program = crate::sanitize::line(argv.first().map_or("", String::as_str), 200);
+    e.message = format!("answerCommand {program:?}: {}", e.message);
+    eprintln!(
+        "peer ask serve: ask {} from {}: {}",
+        crate::sanitize::line(&work.ask_id, 64),
+        crate::sanitize::line(&work.caller, 64),
+        crate::sanitize::line(&e.message, 400)
+    );
+    e
+}
+
+fn run_named(state: &ServerState, work: &Work, argv: &[String]) -> Result<Answer, ApiError> {
     // A private scratch directory, the only place the answerer may write; removed on drop.
     let scratch = crate::fsutil::TempDir::new("ask-scratch")
         .map_err(|e| ApiError::internal(format!("scratch directory: {}", e.message)))?;

@@ -311,23 +311,39 @@ fn alive(pid: i32) -> bool {
     pid > 0 && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
 }
 
-/// Sends the owner's decision for a pending ask to the server holding it.
-pub fn decide_local(home: &Path, ask_id: &str, decision: &str) -> Result<()> {
+/// The pending ask `wanted` names: its id, or a unique prefix of it (at least six
+/// characters), as message ids are named.
+fn pick_pending(list: Vec<PendingView>, wanted: &str) -> Result<PendingView> {
+    use crate::messaging::types::{ambiguous_prefix, ids_matching};
+    let hits = ids_matching(wanted, list.iter().map(|p| p.ask_id.as_str()));
+    let one = match hits.as_slice() {
+        [one] => one.to_string(),
+        [] => {
+            return Err(Error::new(
+                Code::NotFound,
+                format!(
+                    "no pending ask {} in this namespace (see peer ask pending)",
+                    crate::sanitize::line(wanted, 64)
+                ),
+            ));
+        }
+        several => return Err(ambiguous_prefix(wanted, several, "pending ask")),
+    };
+    list.into_iter()
+        .find(|p| p.ask_id == one)
+        .ok_or_else(|| Error::new(Code::NotFound, "the pending ask vanished"))
+}
+
+/// Sends the owner's decision for a pending ask to the server holding it; returns the full
+/// ask id (`ask_id` may be a unique prefix).
+pub fn decide_local(home: &Path, ask_id: &str, decision: &str) -> Result<String> {
     if decision != "approve" && decision != "decline" {
         return Err(Error::new(
             Code::Usage,
             "decision must be approve or decline",
         ));
     }
-    let Some(p) = list_pending(home)?.into_iter().find(|p| p.ask_id == ask_id) else {
-        return Err(Error::new(
-            Code::NotFound,
-            format!(
-                "no pending ask {} in this namespace (see peer ask pending)",
-                crate::sanitize::line(ask_id, 64)
-            ),
-        ));
-    };
+    let p = pick_pending(list_pending(home)?, ask_id)?;
     let addr: SocketAddr = p
         .listen
         .parse()
@@ -341,12 +357,49 @@ pub fn decide_local(home: &Path, ask_id: &str, decision: &str) -> Result<()> {
         Duration::from_secs(5),
     )?
     .into_result()
-    .map(|_| ())
+    .map(|_| p.ask_id)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_owner_names_a_pending_ask_by_a_unique_prefix() {
+        let view = |id: &str| PendingView {
+            ask_id: id.into(),
+            caller: "ada".into(),
+            question: "q".into(),
+            context_files: vec![],
+            expires_at: String::new(),
+            token: "t".into(),
+            listen: "127.0.0.1:9".into(),
+        };
+        let list = || {
+            vec![
+                view("66cc680b-0000-4000-8000-000000000001"),
+                view("66cc77aa-0000-4000-8000-000000000002"),
+            ]
+        };
+        let id = |r: Result<PendingView>| r.map(|p| p.ask_id);
+        assert_eq!(
+            id(pick_pending(list(), "66cc680b")).unwrap(),
+            "66cc680b-0000-4000-8000-000000000001"
+        );
+        let full = "66cc77aa-0000-4000-8000-000000000002";
+        assert_eq!(id(pick_pending(list(), full)).unwrap(), full);
+        let e = id(pick_pending(list(), "66cc")).unwrap_err();
+        assert_eq!(e.code, Code::NotFound, "shorter than six characters");
+        let e = id(pick_pending(list(), "66cc6")).unwrap_err();
+        assert_eq!(e.code, Code::NotFound);
+        let e = id(pick_pending(list(), "66cc68")).map(|_| ());
+        assert!(e.is_ok());
+        let e = id(pick_pending(list(), "66cc6z")).unwrap_err();
+        assert_eq!(e.code, Code::NotFound);
+        let both = vec![view("66cc680b-1"), view("66cc680b-2")];
+        let e = id(pick_pending(both, "66cc680b")).unwrap_err();
+        assert_eq!(e.code, Code::AmbiguousTarget, "{}", e.message);
+    }
 
     fn approvals() -> (Approvals, crate::fsutil::TempDir) {
         let home = crate::fsutil::TempDir::new("approve").unwrap();

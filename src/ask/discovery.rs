@@ -529,10 +529,22 @@ pub fn recommend_here(
             Err(e) => errors.push(format!("{name}: {e}")),
         }
     }
-    Err(no_recommendation(&format!(
-        "no reachable friend to recommend ({})",
-        errors.join("; ")
-    )))
+    let missed = plan.direct.is_empty() && plan.fallback.is_empty();
+    Err(no_recommendation(&no_match_text(req, missed, errors)))
+}
+
+/// Why a `/recommend` found nobody: that no friend here matched the topic, and the friends
+/// that failed.
+fn no_match_text(req: &recommend::Request, missed: bool, errors: Vec<String>) -> String {
+    let mut parts = Vec::new();
+    if let (true, Some(t)) = (missed, &req.topic) {
+        parts.push(format!(
+            "no friend here advertises {:?}",
+            sanitize::line(t, 80)
+        ));
+    }
+    parts.extend(errors);
+    format!("no reachable friend to recommend ({})", parts.join("; "))
 }
 
 /// The friends a `/recommend` may name: every friend but the ones already visited.

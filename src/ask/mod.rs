@@ -44,6 +44,7 @@ pub mod recommend;
 pub mod sandbox;
 pub mod server;
 pub mod tls;
+pub mod workspace_answer;
 
 /// The only protocol version dsh-ask-peer speaks; required exactly on `/ask` and `/recommend`.
 pub const PROTOCOL_VERSION: u64 = 1;

@@ -209,8 +209,10 @@ pub fn plan(known: &[Known], req: &Request) -> Plan {
     } else {
         positive.clone()
     };
+    // A topic nobody here matches is never answered with a random friend: it travels while
+    // hops remain, and otherwise ends in no_recommendation (peer-ask(1)'s scoring).
     let topic_missed = req.topic.is_some() && positive.is_empty();
-    let direct = if topic_missed && req.max_hops > 0 {
+    let direct = if topic_missed {
         Vec::new()
     } else {
         ranked.iter().take(DIRECT_TRIES).cloned().collect()
@@ -220,10 +222,15 @@ pub fn plan(known: &[Known], req: &Request) -> Plan {
     } else {
         Vec::new()
     };
+    let fallback = if topic_missed {
+        Vec::new()
+    } else {
+        everyone.into_iter().take(DIRECT_TRIES).collect()
+    };
     Plan {
         direct,
         forward,
-        fallback: everyone.into_iter().take(DIRECT_TRIES).collect(),
+        fallback,
     }
 }
 
@@ -324,9 +331,13 @@ mod tests {
         let p = plan(&ks, &req(Some("quantum"), 2));
         assert!(p.direct.is_empty());
         assert_eq!(p.forward, ["bob", "carol"]);
-        // Out of hops: answer with whatever is known.
+        assert!(p.fallback.is_empty());
+        // Out of hops: a topic nobody matches is not answered with a random friend.
         let p = plan(&ks, &req(Some("quantum"), 0));
-        assert_eq!((p.direct.len(), p.forward.len()), (3, 0));
+        assert_eq!(
+            (p.direct.len(), p.forward.len(), p.fallback.len()),
+            (0, 0, 0)
+        );
         let p = plan(&ks, &req(None, 1));
         assert_eq!((p.direct.len(), p.forward.len()), (3, 0));
     }

@@ -15,6 +15,7 @@ pub const HELP: &str = "usage:
   peer ask serve [--listen HOST:PORT] [--json]
   peer ask pending [--json]
   peer ask decide ASKID approve|decline [--json]
+  peer ask answer --from-workspace [--max-matches N]
   peer ask peers|card|recommend|friends ...
 
 Asks a friend's agent on another machine (configured under \"ask\" in config.json), serves
@@ -27,6 +28,11 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let rest = argv.iter().skip(1).cloned().collect::<Vec<_>>();
     if first == "sandbox-exec" {
         return sandbox_exec(rest);
+    }
+    // The shipped answerer runs as an answerer: it asks nobody, so the loop guard below does
+    // not apply to it.
+    if first == "answer" {
+        return answer_cmd(rest);
     }
     if std::env::var_os(crate::ask::ANSWERER_ENV).is_some() {
         return Err(Error::new(
@@ -46,6 +52,104 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         "peers" | "card" | "recommend" | "friends" => super::ask_discovery::run(ctx, first, rest),
         _ => ask(ctx, argv),
     }
+}
+
+pub const ANSWER_HELP: &str = "usage: peer ask answer --from-workspace [--max-matches N]
+
+The answerer that ships with peer, for ask.answerCommand (no model needed): reads the
+answerer's JSON document on stdin and answers from the workspace it runs in, printing the
+lines that mention the question's terms as file:line excerpts (context files first, then the
+tree; bounded; .git, target, node_modules and binary files skipped). See peer-ask(1) for
+adapters that answer with a coding agent instead.
+";
+
+/// `peer ask answer --from-workspace`: the shipped answerer (`ask::workspace_answer`).
+fn answer_cmd(argv: Vec<OsString>) -> Result<i32> {
+    use lexopt::prelude::*;
+    use std::io::Read;
+    let mut p = args::parser(argv);
+    let mut bounds = crate::ask::workspace_answer::Bounds::default();
+    let mut from_workspace = false;
+    while let Some(arg) = p.next().map_err(args::usage)? {
+        match arg {
+            Long("from-workspace") => from_workspace = true,
+            Long("max-matches") => {
+                let v = args::string(&mut p, "--max-matches")?;
+                bounds.matches = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or_else(|| Error::new(Code::Usage, "--max-matches takes 1-1000"))?;
+            }
+            Long("help") | Short('h') => {
+                out::text(ANSWER_HELP)?;
+                return Ok(0);
+            }
+            other => return Err(args::unexpected(other)),
+        }
+    }
+    if !from_workspace {
+        return Err(Error::new(
+            Code::Usage,
+            "peer ask answer needs --from-workspace (the one answerer built in)",
+        ));
+    }
+    let mut input = Vec::new();
+    let limit = crate::ask::workspace_answer::INPUT_BYTES_MAX as u64;
+    std::io::stdin()
+        .take(limit + 1)
+        .read_to_end(&mut input)
+        .map_err(|e| Error::new(Code::Io, format!("cannot read standard input: {e}")))?;
+    if input.len() as u64 > limit {
+        return Err(Error::new(
+            Code::MessageTooLarge,
+            format!("the answerer's document is over {limit} bytes"),
+        ));
+    }
+    let cwd = std::env::current_dir()
+        .map_err(|e| Error::new(Code::Io, format!("cannot read the current directory: {e}")))?;
+    let text = crate::ask::workspace_answer::answer(&input, &cwd, &bounds)?;
+    out::text(&text)?;
+    Ok(0)
+}
+
+/// An `answerCommand` that starts with the bare name `peer` means this very peer: the running
+/// executable's path replaces it, so the built-in answerer works where `peer` is not on the
+/// server's `PATH` and inside a sandbox that maps only the running executable.
+fn own_peer_as_answerer(config: &mut AskConfig) {
+    let Some(first) = config.answer_command.as_mut().and_then(|a| a.first_mut()) else {
+        return;
+    };
+    if first == "peer"
+        && let Some(exe) = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.into_os_string().into_string().ok())
+    {
+        *first = exe;
+    }
+}
+
+/// `peer ask serve`'s check of `answerCommand` before it listens: a missing or
+/// non-executable program is refused now instead of failing every approved ask later, and a
+/// missing answerCommand is warned about.
+fn check_answer_command(config: &AskConfig) -> Result<()> {
+    let Some(program) = config.answer_command.as_ref().and_then(|a| a.first()) else {
+        out::err_line(
+            "peer ask serve: warning: ask.answerCommand is not set, so every approved ask fails; \
+             the built-in answerer is [\"peer\", \"ask\", \"answer\", \"--from-workspace\"]",
+        );
+        return Ok(());
+    };
+    super::exit::find_program(std::ffi::OsStr::new(program)).map_err(|e| {
+        Error::new(
+            Code::ConfigInvalid,
+            format!(
+                "ask.answerCommand {:?} cannot be run ({e}); give an executable path, or use the \
+                 built-in answerer: [\"peer\", \"ask\", \"answer\", \"--from-workspace\"]",
+                crate::sanitize::line(program, 200)
+            ),
+        )
+    })
 }
 
 fn load(ctx: &Ctx) -> Result<(PathBuf, AskConfig)> {
@@ -190,11 +294,11 @@ fn decide(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         return Ok(0);
     };
     let home = ctx.home()?;
-    crate::ask::approval::decide_local(&home, &pos[0], &pos[1])?;
+    let id = crate::ask::approval::decide_local(&home, &pos[0], &pos[1])?;
     if ctx.json {
-        super::print_json(&json!({"ok": true, "askId": pos[0], "decision": pos[1]}))?;
+        super::print_json(&json!({"ok": true, "askId": id, "decision": pos[1]}))?;
     } else {
-        out::line(&format!("{}: {}", pos[0], pos[1]))?;
+        out::line(&format!("{id}: {}", pos[1]))?;
     }
     Ok(0)
 }
@@ -219,7 +323,9 @@ fn serve(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         }
     }
     let stop = ctx.stop()?;
-    let (home, config) = load(ctx)?;
+    let (home, mut config) = load(ctx)?;
+    own_peer_as_answerer(&mut config);
+    check_answer_command(&config)?;
     let server = crate::ask::server::start(&home, config, bind)?;
     let st = &server.state;
     if ctx.json {

@@ -53,6 +53,14 @@ Shows the recommendations waiting for your decision, and carries one out.
 pub struct WithAskTools<H> {
     pub inner: H,
     pub home: std::path::PathBuf,
+    /// Whether `ask.peers` names a friend: the ask tools are offered only then.
+    pub friends: bool,
+}
+
+/// Whether the namespace at `home` has at least one friend configured (an unreadable
+/// configuration counts as none: the ask tools then stay out of the list).
+pub fn has_friends(home: &std::path::Path) -> bool {
+    AskConfig::load(home).is_ok_and(|c| !c.peers.is_empty())
 }
 
 impl<H: ToolHost> ToolHost for WithAskTools<H> {
@@ -67,6 +75,10 @@ impl<H: ToolHost> ToolHost for WithAskTools<H> {
 
     fn after_answer(&self) {
         self.inner.after_answer();
+    }
+
+    fn offers_ask_tools(&self) -> bool {
+        self.friends
     }
 }
 
@@ -278,7 +290,7 @@ fn card_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     match words.first().map(String::as_str) {
         Some("show") => card_show(ctx, &words, &flags, &home, &cfg),
         Some("verify") => card_verify(ctx, &words, &flags),
-        Some("add") => card_add(ctx, &words, &flags, &home),
+        Some("add") => card_add(ctx, &words, &flags, &home, &cfg),
         _ => Err(Error::new(
             Code::Usage,
             "peer ask card takes show, verify CARD or add CARD; see --help",
@@ -317,6 +329,7 @@ fn card_show(
         None => cfg.listen_port,
     };
     let key = keys::load_or_create(&cfg.key_dir(home), &cfg.caller_name)?;
+    warn_loopback_card(&host, flag(flags, "host").is_some());
     let c = discovery::own_card(cfg, &key, &host, port, clock::now_ms());
     let view = discovery::card_view(&c, &key);
     if ctx.json {
@@ -330,6 +343,49 @@ fn card_show(
         ))?;
     }
     Ok(0)
+}
+
+/// Whether `host` is a loopback address (or `localhost`): reachable from this machine only.
+fn is_loopback(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    h.eq_ignore_ascii_case("localhost")
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A card that names loopback only works for a friend on this same machine: say so, unless
+/// the owner asked for exactly that host with --host.
+fn warn_loopback_card(host: &str, explicit: bool) {
+    if explicit || !is_loopback(host) {
+        return;
+    }
+    out::err_line(&format!(
+        "peer ask card show: warning: this card names {} (loopback), which a friend on another \
+         machine cannot reach; set ask.listenHost (or ask.advertisedHost) to this machine's \
+         address, or pass --host",
+        sanitize::line(host, 253)
+    ));
+}
+
+/// A card that moves a configured friend from a reachable address to loopback was most likely
+/// issued without ask.listenHost: warn before the owner's asks start failing.
+fn warn_moved_to_loopback(cfg: &AskConfig, card: &card::Card) {
+    let Some(old) = cfg.friend(&card.name) else {
+        return;
+    };
+    if is_loopback(&old.host) || !is_loopback(&card.host) {
+        return;
+    }
+    out::err_line(&format!(
+        "peer ask card add: warning: friend {} moves from {}:{} to {}:{} (loopback, this machine \
+         only); their card was probably issued without ask.listenHost; ask them for one made \
+         with it set",
+        sanitize::line(&card.name, 64),
+        sanitize::line(&old.host, 253),
+        old.port,
+        sanitize::line(&card.host, 253),
+        card.port
+    ));
 }
 
 /// `peer ask card verify CARD`: checks a card's self-signature and bounds.
@@ -354,12 +410,19 @@ fn card_verify(ctx: &Ctx, words: &[String], flags: &Flags) -> Result<i32> {
 }
 
 /// `peer ask card add CARD`: adds a verified card to `ask.peers` (never silently replacing).
-fn card_add(ctx: &Ctx, words: &[String], flags: &Flags, home: &std::path::Path) -> Result<i32> {
+fn card_add(
+    ctx: &Ctx,
+    words: &[String],
+    flags: &Flags,
+    home: &std::path::Path,
+    cfg: &AskConfig,
+) -> Result<i32> {
     only_flags(flags, &["mode", "replace"], "card add")?;
     let c = card_arg(words.get(1))?;
     let verified = card::verify(&c, clock::now_ms())
         .map_err(|e| Error::new(Code::AuthFailed, format!("card refused: {e}")))?;
     let mode = flag(flags, "mode").unwrap_or("ask");
+    warn_moved_to_loopback(cfg, &verified);
     let merged = friends::add_to_config(
         home,
         &verified,
@@ -415,7 +478,8 @@ fn print_recommendation(v: &Value) -> Result<()> {
             .as_str()
             .map(|r| format!("{r}: "))
             .unwrap_or_default(),
-        s(&v["from"], 64),
+        // `from` is the recommended card's own name; the recommender is the friend asked.
+        s(&v["peer"], 64),
         s(&p["name"], 64),
         s(&p["host"], 253),
         p["port"]

@@ -16,6 +16,8 @@ Prints a completion script for the shell, generated from the same table as --hel
 
 /// The global options every subcommand accepts.
 const GLOBALS: [&str; 5] = ["--home", "--json", "--as", "--help", "--version"];
+/// The global options of the `peer-dir` and `peer-res` tools (no `--as`).
+const TOOL_GLOBALS: [&str; 4] = ["--home", "--json", "--help", "--version"];
 
 pub fn cmd(_ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     use lexopt::prelude::*;
@@ -34,7 +36,7 @@ pub fn cmd(_ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let script = match shell.as_deref() {
         Some("bash") => bash(),
         Some("zsh") => format!(
-            "#compdef peer\nautoload -U bashcompinit && bashcompinit\n{}",
+            "#compdef peer peer-dir peer-res\nautoload -U bashcompinit && bashcompinit\n{}",
             bash()
         ),
         Some("fish") => fish(),
@@ -47,6 +49,25 @@ pub fn cmd(_ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     };
     out::text(&script)?;
     Ok(0)
+}
+
+/// Everything a subcommand's help says, its own subcommands' help texts included (`peer ask
+/// card --help` names flags `peer ask --help` does not).
+pub(crate) fn full_help(name: &str, help: &str) -> String {
+    let extra: &[&str] = match name {
+        "ask" => &[
+            super::ask::ANSWER_HELP,
+            super::ask_discovery::PEERS_HELP,
+            super::ask_discovery::CARD_HELP,
+            super::ask_discovery::RECOMMEND_HELP,
+            super::ask_discovery::FRIENDS_HELP,
+        ],
+        _ => &[],
+    };
+    std::iter::once(help)
+        .chain(extra.iter().copied())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The `--flags` a help text names, in order of first appearance.
@@ -65,41 +86,137 @@ pub(crate) fn flags_of(help: &str) -> Vec<String> {
     flags
 }
 
-/// The action words of a help text's `usage:` lines (`peer res status …` gives `status`).
+/// The values a help text lists for a flag (`--notify bell|stderr|none`), by flag.
+pub(crate) fn values_of(help: &str) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    let words: Vec<&str> = help
+        .split(|c: char| c.is_whitespace() || "[]".contains(c))
+        .filter(|w| !w.is_empty())
+        .collect();
+    for pair in words.windows(2) {
+        let (flag, list) = (pair[0], pair[1]);
+        let values: Vec<String> = list.split('|').map(str::to_string).collect();
+        let plain =
+            |v: &String| !v.is_empty() && v.chars().all(|c| c.is_ascii_lowercase() || c == '-');
+        if flag.len() > 2
+            && flag.starts_with("--")
+            && values.len() > 1
+            && values.iter().all(plain)
+            && !out.iter().any(|(f, _)| f == flag)
+        {
+            out.push((flag.to_string(), values));
+        }
+    }
+    out
+}
+
+/// The action words of a help text's `usage:` lines (`peer res status …` gives `status`,
+/// `peer ask peers|card …` gives `peers` and `card`).
 fn actions_of(name: &str, help: &str) -> Vec<String> {
     let prefix = format!("peer {name} ");
     let mut words: Vec<String> = Vec::new();
-    for line in help.lines().take_while(|l| !l.trim().is_empty()) {
+    for line in help.lines() {
         let rest = line.trim().trim_start_matches("usage:").trim();
-        if let Some(rest) = rest.strip_prefix(&prefix)
-            && let Some(w) = rest.split_whitespace().next()
-            && w.chars().all(|c| c.is_ascii_lowercase() || c == '-')
-            && !words.iter().any(|x| x == w)
-        {
-            words.push(w.to_string());
+        let Some(first) = rest
+            .strip_prefix(&prefix)
+            .and_then(|r| r.split_whitespace().next())
+        else {
+            continue;
+        };
+        for w in first.split('|') {
+            if !w.is_empty()
+                && w.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+                && !words.iter().any(|x| x == w)
+            {
+                words.push(w.to_string());
+            }
         }
     }
     if words.len() > 1 { words } else { Vec::new() }
+}
+
+/// Words listed once, in order.
+fn unique(words: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for w in words {
+        if !out.contains(&w) {
+            out.push(w);
+        }
+    }
+    out
+}
+
+/// The completion words after `peer NAME`: its actions, its flags, the global options.
+fn words_of(name: &str, help: &str) -> Vec<String> {
+    let help = full_help(name, help);
+    let globals = GLOBALS.iter().map(|g| g.to_string());
+    unique(
+        actions_of(name, &help)
+            .into_iter()
+            .chain(flags_of(&help))
+            .chain(globals),
+    )
+}
+
+/// The bash `case` arms that complete a flag's listed values.
+fn bash_value_arms(helps: &[String]) -> String {
+    let mut all: Vec<(String, Vec<String>)> = Vec::new();
+    for h in helps {
+        for (flag, values) in values_of(h) {
+            match all.iter_mut().find(|(f, _)| *f == flag) {
+                Some((_, have)) => *have = unique(have.drain(..).chain(values)),
+                None => all.push((flag, values)),
+            }
+        }
+    }
+    all.iter()
+        .map(|(f, v)| {
+            format!(
+                "    {f}) COMPREPLY=($(compgen -W \"{}\" -- \"$cur\")); return 0 ;;\n",
+                v.join(" ")
+            )
+        })
+        .collect()
+}
+
+/// The `peer-dir` and `peer-res` tools: (name, help).
+fn tools() -> [(&'static str, &'static str); 2] {
+    [
+        ("peer-dir", super::dir::HELP),
+        ("peer-res", super::res::PEER_RES_HELP),
+    ]
 }
 
 fn bash() -> String {
     let defs = commands();
     let names: Vec<&str> = defs.iter().map(|c| c.name).collect();
     let mut cases = String::new();
+    let mut helps: Vec<String> = Vec::new();
     for c in &defs {
-        let mut words = actions_of(c.name, c.help);
-        words.extend(flags_of(c.help));
-        words.extend(GLOBALS.iter().map(|g| g.to_string()));
         cases.push_str(&format!(
             "    {}) words=\"{}\" ;;\n",
             c.name,
-            words.join(" ")
+            words_of(c.name, c.help).join(" ")
         ));
+        helps.push(full_help(c.name, c.help));
     }
+    let mut tool_cases = String::new();
+    for (name, help) in tools() {
+        let words = unique(
+            flags_of(help)
+                .into_iter()
+                .chain(TOOL_GLOBALS.iter().map(|g| g.to_string())),
+        );
+        tool_cases.push_str(&format!("    {name}) words=\"{}\" ;;\n", words.join(" ")));
+        helps.push(help.to_string());
+    }
+    let values = bash_value_arms(&helps);
     format!(
-        r#"# bash completion for peer, generated by 'peer completions bash'
+        r#"# bash completion for peer, peer-dir and peer-res, generated by 'peer completions bash'
 _peer() {{
-  local cur=${{COMP_WORDS[COMP_CWORD]}} sub= i words
+  local cur=${{COMP_WORDS[COMP_CWORD]}} prev=${{COMP_WORDS[COMP_CWORD-1]}} sub= i words
+  case $prev in
+{values}  esac
   for ((i = 1; i < COMP_CWORD; i++)); do
     case ${{COMP_WORDS[i]}} in
       --home|--as) ((i++)) ;;
@@ -115,15 +232,48 @@ _peer() {{
   COMPREPLY=($(compgen -W "$words" -- "$cur"))
 }}
 complete -o default -F _peer peer
+_peer_tools() {{
+  local cur=${{COMP_WORDS[COMP_CWORD]}} prev=${{COMP_WORDS[COMP_CWORD-1]}} words
+  case $prev in
+{values}  esac
+  case ${{COMP_WORDS[0]##*/}} in
+{tool_cases}    *) return 0 ;;
+  esac
+  COMPREPLY=($(compgen -W "$words" -- "$cur"))
+}}
+complete -o default -F _peer_tools peer-dir peer-res
 "#,
         names.join(" "),
         GLOBALS.join(" ")
     )
 }
 
+/// Text inside a fish single-quoted string.
+fn fish_quote(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('\'', "\\'")
+}
+
+/// The fish lines for the flags of one help text; `cond` limits them to a subcommand.
+fn fish_flags(s: &mut String, program: &str, cond: &str, help: &str, skip: &[&str]) {
+    let values = values_of(help);
+    for f in flags_of(help)
+        .iter()
+        .filter(|f| !skip.contains(&f.as_str()))
+    {
+        let listed = values.iter().find(|(v, _)| v == f);
+        let tail = listed.map_or(String::new(), |(_, v)| format!(" -xa '{}'", v.join(" ")));
+        s.push_str(&format!(
+            "complete -c {program}{cond} -l {}{tail}\n",
+            &f[2..]
+        ));
+    }
+}
+
 fn fish() -> String {
     let defs = commands();
-    let mut s = String::from("# fish completion for peer, generated by 'peer completions fish'\n");
+    let mut s = String::from(
+        "# fish completion for peer, peer-dir and peer-res, generated by 'peer completions fish'\n",
+    );
     s.push_str("complete -c peer -f\n");
     for g in GLOBALS {
         s.push_str(&format!("complete -c peer -l {}\n", &g[2..]));
@@ -132,21 +282,21 @@ fn fish() -> String {
         s.push_str(&format!(
             "complete -c peer -n '__fish_use_subcommand' -a {} -d '{}'\n",
             c.name,
-            c.summary.replace('\'', "")
+            fish_quote(c.summary)
         ));
-        for a in actions_of(c.name, c.help) {
-            s.push_str(&format!(
-                "complete -c peer -n '__fish_seen_subcommand_from {}' -a {a}\n",
-                c.name
-            ));
+        let help = full_help(c.name, c.help);
+        let cond = format!(" -n '__fish_seen_subcommand_from {}'", c.name);
+        for a in actions_of(c.name, &help) {
+            s.push_str(&format!("complete -c peer{cond} -a {a}\n"));
         }
-        for f in flags_of(c.help) {
-            s.push_str(&format!(
-                "complete -c peer -n '__fish_seen_subcommand_from {}' -l {}\n",
-                c.name,
-                &f[2..]
-            ));
+        fish_flags(&mut s, "peer", &cond, &help, &GLOBALS);
+    }
+    for (name, help) in tools() {
+        s.push_str(&format!("complete -c {name} -f\n"));
+        for g in TOOL_GLOBALS {
+            s.push_str(&format!("complete -c {name} -l {}\n", &g[2..]));
         }
+        fish_flags(&mut s, name, "", help, &TOOL_GLOBALS);
     }
     s
 }

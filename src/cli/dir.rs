@@ -74,8 +74,41 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         }
     } else {
         super::out::text(&table(&peers, page.cursor.as_deref()))?;
+        if peers.is_empty() && !opts.all {
+            hint_out_of_scope(&ns, &config, &viewer, &opts)?;
+        }
     }
     Ok(0)
+}
+
+/// An empty list while peers are live outside the viewer's scope says so on stderr, with the
+/// two ways to see them, instead of looking like nobody is there.
+fn hint_out_of_scope(
+    ns: &Namespace,
+    config: &Config,
+    viewer: &Viewer,
+    opts: &ListOptions,
+) -> Result<()> {
+    let all = ListOptions {
+        all: true,
+        cursor: None,
+        ..opts.clone()
+    };
+    let page = directory::list(ns, &config.limits, viewer, &all)?;
+    let outside = page
+        .peers
+        .iter()
+        .filter(|p| p.state == "live" && !p.in_scope)
+        .count();
+    if outside > 0 {
+        super::out::err_line(&format!(
+            "peer-dir: no live peer in your {} scope ({}); {outside} live peer(s) elsewhere: \
+             'peer-dir --all' shows them, '--scope machine' lists them",
+            viewer.scope.name(),
+            crate::sanitize::line(&viewer.ws.workspace.to_string_lossy(), 200)
+        ));
+    }
+    Ok(())
 }
 
 fn cell(v: &Value, key: &str) -> String {

@@ -25,14 +25,47 @@ pub fn wrapper_failed(ctx: &Ctx, e: &Error) -> i32 {
 }
 
 /// The status for a command that could not be started, with one line on stderr naming it.
+/// It has the form of every other error line, `peer: CODE: message`.
 pub fn spawn_failed(name: &str, program: &OsStr, e: &std::io::Error) -> i32 {
     let status = spawn_status(e);
+    let code = if status == NOT_FOUND {
+        crate::error::Code::NotFound
+    } else {
+        crate::error::Code::Io
+    };
     out::err_line(&format!(
-        "{name}: cannot run {:?}: {}",
+        "peer: {}: {name}: cannot run {:?}: {}",
+        code.name(),
         crate::sanitize::line(&program.to_string_lossy(), 200),
         crate::sanitize::line(&e.to_string(), 200)
     ));
     status
+}
+
+/// Whether `program` could be started: a path must name an executable file, a bare name one
+/// in a `PATH` directory. Checked before a wrapper queues or starts anything, so a typo is
+/// reported at once instead of after a wait; spawning still reports what changes meanwhile.
+pub fn find_program(program: &OsStr) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let path = std::path::Path::new(program);
+    if program.as_encoded_bytes().contains(&b'/') {
+        return match std::fs::metadata(path) {
+            Err(e) => Err(e),
+            Ok(_) if runnable(path) => Ok(()),
+            Ok(_) => Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied)),
+        };
+    }
+    let dirs = std::env::var_os("PATH").unwrap_or_default();
+    if std::env::split_paths(&dirs).any(|d| runnable(&d.join(program))) {
+        return Ok(());
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        "not found in any PATH directory",
+    ))
 }
 
 /// 127 for "not found", 126 for everything else that prevented execution.

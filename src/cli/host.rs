@@ -457,7 +457,7 @@ fn run_child(
     drain: &mut dyn FnMut() -> Result<bool>,
 ) -> Result<i32> {
     let mut child_cmd = std::process::Command::new(&command[0]);
-    if let Some(path) = path_with_own_dir() {
+    if let Some(path) = crate::paths::path_with_own_dir() {
         child_cmd.env("PATH", path);
     }
     let spawned = child_cmd
@@ -518,19 +518,6 @@ fn run_child(
             wake.wait(forwarded, Some(&done));
         }
     }
-}
-
-/// `PATH` with the running binary's directory first, so `peer` inside the session is this
-/// very peer (the one that started the root and knows its control file format) even when it
-/// is not installed. `None` when the binary's path is unknown.
-fn path_with_own_dir() -> Option<OsString> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?.to_path_buf();
-    let mut paths = vec![dir.clone()];
-    if let Some(p) = std::env::var_os("PATH") {
-        paths.extend(std::env::split_paths(&p).filter(|d| *d != dir));
-    }
-    std::env::join_paths(paths).ok()
 }
 
 /// The shell convention: the exit code, or 128 + signal number.

@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 pub const HELP: &str = "usage: peer lab [--keep]
 
 Runs the two-session lab in a temporary namespace: discovery, a message whose receipt goes
-accepted -> consumed -> replied, and two commands sharing port:3000 through the resource
-gate. --keep leaves the namespace for inspection. Exits 0 when every step holds.
+accepted -> consumed -> replied, two commands sharing port:3000 through the resource gate,
+and an ask to a friend's server on loopback answered by the built-in answerer, which
+searches the workspace. --keep leaves the namespace for inspection. Exits 0 when every
+step holds.
 ";
 
 /// A host started by the lab, stopped on drop.
@@ -242,7 +244,118 @@ fn run(lab: &mut Lab) -> Result<()> {
     shared_port(lab, &alice, &bob)?;
     drop(bob);
     drop(alice);
-    Ok(())
+    ask_a_friend(lab)
+}
+
+/// Writes `{"ask": ask}` as the private config of the namespace at `home`.
+fn write_ask_config(home: &std::path::Path, ask: Value) -> Result<()> {
+    crate::fsutil::ensure_private_dir(home)?;
+    let doc = serde_json::json!({ "ask": ask }).to_string();
+    crate::fsutil::atomic_write(
+        &home.join("config.json"),
+        doc.as_bytes(),
+        crate::fsutil::Durability::Durable,
+    )
+}
+
+/// The README's ask, on loopback: "bob's machine" (its own namespace) serves with the built-in
+/// answerer, and this namespace asks it about the shared workspace.
+fn ask_a_friend(lab: &mut Lab) -> Result<()> {
+    lab.say("ada asks bob's ask server; the built-in answerer answers from the workspace")?;
+    let file = "docker-compose.yml";
+    let compose =
+        "services:\n  app:\n    environment:\n      DATABASE_URL: postgres://dev@db/app\n";
+    std::fs::write(lab.work.join(file), compose)
+        .map_err(|e| Error::new(Code::Io, format!("cannot write {file}: {e}")))?;
+    let bob_home = lab.home.with_file_name("bob-machine");
+    let token = format!("{:016x}", crate::identity::random_u64());
+    let exe = lab.exe.to_string_lossy().into_owned();
+    // The lab's throwaway workspace: answered even where the kernel lacks Landlock.
+    write_ask_config(
+        &bob_home,
+        serde_json::json!({"callerName": "bob", "listenHost": "127.0.0.1", "listenPort": 0,
+            "workspace": lab.work.to_string_lossy(), "allowUnenforcedSandbox": true,
+            "answerCommand": [exe, "ask", "answer", "--from-workspace"],
+            "peers": [{"name": "ada", "host": "127.0.0.1", "token": token, "mode": "auto"}]}),
+    )?;
+    let server = LabServer::start(lab, &bob_home)?;
+    write_ask_config(
+        &lab.home,
+        serde_json::json!({"callerName": "ada", "peers":
+            [{"name": "bob", "host": "127.0.0.1", "port": server.port, "token": token}]}),
+    )?;
+    let question = "where is the DATABASE_URL configured?";
+    lab.note(&format!(
+        "    $ peer ask bob {question:?} --context-file {file}"
+    ))?;
+    let out = Command::new(&lab.exe)
+        .arg("--home")
+        .arg(&lab.home)
+        .args(["ask", "bob", question, "--context-file", file])
+        .current_dir(&lab.work)
+        .env_remove("PEER_CONTROL")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Error::new(Code::Io, format!("cannot run peer ask: {e}")))?;
+    let answer = String::from_utf8_lossy(&out.stdout).into_owned();
+    for line in answer.lines().take(8) {
+        lab.note(&format!("    {}", crate::sanitize::line(line, 200)))?;
+    }
+    drop(server);
+    lab.check(
+        out.status.success() && answer.contains("docker-compose.yml:4:"),
+        "bob's answer cites docker-compose.yml:4",
+    )
+}
+
+/// `peer ask serve` in its own namespace, stopped on drop.
+struct LabServer {
+    child: Child,
+    port: u64,
+}
+
+impl LabServer {
+    fn start(lab: &Lab, home: &std::path::Path) -> Result<LabServer> {
+        let mut child = Command::new(&lab.exe)
+            .arg("--home")
+            .arg(home)
+            .args(["--json", "ask", "serve"])
+            .current_dir(&lab.work)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| Error::new(Code::Io, format!("cannot start peer ask serve: {e}")))?;
+        let mut line = String::new();
+        if let Some(stdout) = child.stdout.take() {
+            let _ = BufReader::new(stdout).read_line(&mut line);
+        }
+        let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        let server = LabServer {
+            child,
+            port: ready.get("port").and_then(Value::as_u64).unwrap_or(0),
+        };
+        if server.port == 0 {
+            return Err(Error::new(
+                Code::Io,
+                format!(
+                    "peer ask serve did not start: {}",
+                    crate::sanitize::line(&line, 300)
+                ),
+            ));
+        }
+        Ok(server)
+    }
+}
+
+impl Drop for LabServer {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
 }
 
 /// Alice sends, Bob consumes and replies; Alice watches the receipt move.

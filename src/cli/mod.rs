@@ -211,6 +211,14 @@ pub fn tool_main(name: &str, cmd: Command) -> i32 {
         Ok((_, rest)) => rest,
         Err(e) => return report_as(name, &ctx, &e),
     };
+    // `--version` as `peer --version` answers it: the tool's name and the package version.
+    if matches!(
+        rest.first().and_then(|a| a.to_str()),
+        Some("--version" | "-V")
+    ) {
+        let version = format!("{name} {}", env!("CARGO_PKG_VERSION"));
+        return finish(name, &ctx, out::line(&version).map(|()| 0));
+    }
     let result = cmd(&ctx, rest);
     finish(name, &ctx, result)
 }

@@ -134,9 +134,101 @@ pub fn send(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         };
         receipt = session.call(LocalCall::WaitReceipt(wait), timeout.saturating_add(5_000))?;
     }
+    name_peers(ctx, &mut session, &mut receipt);
     print_receipt(ctx, &receipt)?;
     session.close();
     Ok(0)
+}
+
+/// `--wait` over the namespace's `waitMsMax`, said in the CLI's words (the root would name
+/// the MCP tool's argument instead).
+fn check_wait(wait: Option<u64>, max: u64) -> Result<()> {
+    match wait {
+        Some(ms) if ms > max => Err(Error::new(
+            Code::Usage,
+            format!(
+                "--wait takes at most {max} ms (waitMsMax in sessions.communication of config.json), not {ms}"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// peerId → alias of the peers this session sees now (itself included); empty when the
+/// listing fails (the lines then show peerIds only, as before).
+fn aliases(session: &mut Session) -> std::collections::HashMap<String, String> {
+    let Ok(page) = session.tool(LocalTool::new("list_peers", json!({}))) else {
+        return Default::default();
+    };
+    page.get("peers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            let id = p.get("peerId")?.as_str()?;
+            let alias = p.get("alias")?.as_str()?;
+            Some((id.to_string(), alias.to_string()))
+        })
+        .collect()
+}
+
+/// Adds the missing `toAlias`/`fromAlias` of a receipt from `names`.
+fn add_aliases(names: &std::collections::HashMap<String, String>, r: &mut Value) {
+    let Value::Object(m) = r else { return };
+    for (id_key, alias_key) in [("toPeerId", "toAlias"), ("fromPeerId", "fromAlias")] {
+        let known = m.get(alias_key).is_some_and(Value::is_string);
+        let alias = m
+            .get(id_key)
+            .and_then(Value::as_str)
+            .and_then(|id| names.get(id));
+        if let (false, Some(alias)) = (known, alias) {
+            m.insert(alias_key.into(), Value::from(alias.clone()));
+        }
+    }
+}
+
+/// One naming rule for people: a receipt names its peers by alias, then peerId, whichever
+/// command printed it. JSON output is left as the root answered.
+fn name_peers(ctx: &Ctx, session: &mut Session, r: &mut Value) {
+    if !ctx.json {
+        add_aliases(&aliases(session), r);
+    }
+}
+
+/// [`name_peers`] for the receipts of an inbox page.
+fn name_receipts(session: &mut Session, page: &mut Value) {
+    let Some(Value::Array(events)) = page.get_mut("events") else {
+        return;
+    };
+    if events.is_empty() {
+        return;
+    }
+    let names = aliases(session);
+    events.iter_mut().for_each(|e| add_aliases(&names, e));
+}
+
+/// One human line for the receipt of a message this session received (consume): who sent it.
+pub fn describe_consumed(r: &Value) -> String {
+    let s = |k: &str| {
+        r.get(k)
+            .and_then(Value::as_str)
+            .map(|v| sanitize::line(v, 80))
+            .unwrap_or_else(|| "-".into())
+    };
+    let from = match r.get("fromAlias").and_then(Value::as_str) {
+        Some(alias) => format!("{} ({})", sanitize::line(alias, 64), s("fromPeerId")),
+        None => s("fromPeerId"),
+    };
+    let seq = r
+        .get("sequence")
+        .and_then(Value::as_u64)
+        .map(|n| format!(" #{n}"))
+        .unwrap_or_default();
+    format!(
+        "{}: message {}{seq} from {from}",
+        s("state"),
+        s("messageId")
+    )
 }
 
 /// One human line for a receipt.
@@ -223,11 +315,23 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         envelope.wait_for = Some("message".into());
     }
     let mut session = Session::open(ctx)?;
+    check_wait(wait, session.limits().wait_ms_max)?;
     if !follow {
         let status = print_all_pages(ctx, &mut session, q, envelope, wait, all);
         session.close();
         return status;
     }
+    follow_pages(ctx, session, q, envelope, all)
+}
+
+/// `peer inbox --follow`: pages as they come, until a signal or the reader goes away.
+fn follow_pages(
+    ctx: &Ctx,
+    mut session: Session,
+    mut q: MessagesArgs,
+    mut envelope: LocalTool,
+    all: bool,
+) -> Result<i32> {
     // A follower waits in short slices so it notices, between them, a reader that has gone
     // (`| head -1`) even when nothing more arrives.
     let wait_slice = session.limits().wait_ms_max.min(FOLLOW_SLICE_MS);
@@ -236,10 +340,13 @@ pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             wait_ms: wait_slice,
             ..q.clone()
         };
-        let page = session.tool(LocalTool {
+        let mut page = session.tool(LocalTool {
             args: tool_args(&call_args)?,
             ..envelope.clone()
         })?;
+        if !ctx.json {
+            name_receipts(&mut session, &mut page);
+        }
         print_page(ctx, &page, true, all)?;
         if let Some(status) = ctx.stopped_status() {
             session.close();
@@ -294,6 +401,8 @@ fn print_all_pages(
             return Ok(0);
         }
         printed += count(&page, "messages") + count(&page, "events");
+        let mut page = page;
+        name_receipts(session, &mut page);
         // "(no messages)" only when the whole run printed nothing.
         print_page(ctx, &page, printed > 0 || more, all)?;
         let cursor = page.get("cursor").and_then(Value::as_u64);
@@ -429,7 +538,8 @@ pub fn reply(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         topic,
         reply_id: None,
     };
-    let receipt = session.call(LocalCall::Reply(reply), 0)?;
+    let mut receipt = session.call(LocalCall::Reply(reply), 0)?;
+    name_peers(ctx, &mut session, &mut receipt);
     print_receipt(ctx, &receipt)?;
     session.close();
     Ok(0)
@@ -455,8 +565,13 @@ pub fn consume(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         message_id: id,
         note,
     };
-    let receipt = session.call(LocalCall::Consume(consume), 0)?;
-    print_receipt(ctx, &receipt)?;
+    let mut receipt = session.call(LocalCall::Consume(consume), 0)?;
+    name_peers(ctx, &mut session, &mut receipt);
+    if ctx.json {
+        print_json(&receipt)?;
+    } else {
+        out::line(&describe_consumed(&receipt))?;
+    }
     session.close();
     Ok(0)
 }
@@ -483,7 +598,8 @@ pub fn status(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         session.close();
         return print_health(ctx, &info, &problems);
     };
-    let receipt = session.call(LocalCall::Status(SentMessage { message_id: id }), 0)?;
+    let mut receipt = session.call(LocalCall::Status(SentMessage { message_id: id }), 0)?;
+    name_peers(ctx, &mut session, &mut receipt);
     session.close();
     print_receipt(ctx, &receipt)?;
     if !problems.is_empty() {

@@ -51,7 +51,7 @@ command, its descendant, a process of its session or its session's root. For one
 override for any holder; it is logged. With --json each result is one JSON object.
 ";
 
-const PEER_RES_HELP: &str = "\
+pub const PEER_RES_HELP: &str = "\
 usage: peer-res [NAME] [--json] [--home DIR]
 
 Shows each resource's policy, epoch, capacity, controller, holders (tokens, ages), queue and
@@ -118,6 +118,9 @@ fn run_wrapped(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     }
     if req.command.is_empty() {
         return Err(usage("peer run needs a command after --"));
+    }
+    if let Err(e) = super::exit::find_program(&req.command[0]) {
+        return Ok(super::exit::spawn_failed("peer run", &req.command[0], &e));
     }
     let home = ctx.home()?;
     let cfg = Config::load(&home)?;

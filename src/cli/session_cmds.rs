@@ -18,8 +18,10 @@ pub const MCP_HELP: &str = "usage: peer mcp [--alias A] [--workspace DIR] [--ses
 Runs a root that speaks the Model Context Protocol (revision 2025-11-25) on standard input and
 output, with the tools list_peers, send_peer_message, peer_messages and coordinate_resource,
 and the cross-machine ask tools ask_peer, peers_list, ask_peers, ask_peer_async, ask_result and
-recommend_peer (friends in the ask configuration; with ask.listen true the ask server runs
-beside it). Add it to an MCP client as the command 'peer mcp --alias NAME'.
+recommend_peer (listed only when ask.peers names at least one friend; with ask.listen true the
+ask server runs beside it). Add it to an MCP client as the command 'peer mcp', without --alias:
+a fixed alias in a client configuration gives every session of that client the same name, and
+sends to it fail with AMBIGUOUS_TARGET. Each session gets its own generated alias instead.
 ";
 
 pub const RUN_CHILD_HELP: &str =
@@ -73,6 +75,7 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let host = Arc::new(super::ask_discovery::WithAskTools {
         inner: RootTools(root.core.clone()),
         home: root.core.ns.home.clone(),
+        friends: super::ask_discovery::has_friends(&root.core.ns.home),
     });
     let result = crate::mcp::serve(
         host,

@@ -63,6 +63,78 @@ struct Job {
     key: String,
     call: ToolCall,
     cancel: Arc<AtomicBool>,
+    /// The batch whose array this call's answer goes into; `None` for a call on its own line.
+    batch: Option<Arc<BatchAnswers>>,
+}
+
+/// The answers of one JSON-RPC batch, collected as its elements are answered (tool calls on
+/// the workers, the rest at once) and written as one array after the last (JSON-RPC 2.0,
+/// section 6). Notifications and cancelled calls add nothing; a batch with nothing to answer
+/// writes nothing.
+struct BatchAnswers {
+    /// Answers still to come, and the answer lines so far (without their `\n`).
+    state: Mutex<(usize, Vec<Vec<u8>>)>,
+}
+
+impl BatchAnswers {
+    fn new(expected: usize) -> Arc<BatchAnswers> {
+        Arc::new(BatchAnswers {
+            state: Mutex::new((expected, Vec::new())),
+        })
+    }
+
+    /// One element's answer line (`None`: it gets none); the last one writes the array.
+    fn put(
+        &self,
+        out: &Output<impl Write>,
+        line: Option<Vec<u8>>,
+    ) -> std::result::Result<(), out::Closed> {
+        let done = {
+            let mut st = self.state.lock();
+            if let Some(mut line) = line {
+                if line.last() == Some(&b'\n') {
+                    line.pop();
+                }
+                st.1.push(line);
+            }
+            st.0 = st.0.saturating_sub(1);
+            (st.0 == 0).then(|| std::mem::take(&mut st.1))
+        };
+        match done {
+            Some(parts) if !parts.is_empty() => {
+                let mut array =
+                    Vec::with_capacity(parts.iter().map(|p| p.len() + 1).sum::<usize>() + 2);
+                array.push(b'[');
+                for (i, p) in parts.iter().enumerate() {
+                    if i > 0 {
+                        array.push(b',');
+                    }
+                    array.extend_from_slice(p);
+                }
+                array.extend_from_slice(b"]\n");
+                out.send_line(array)
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Writes `line` on its own, or into its batch's array.
+fn deliver(
+    out: &Output<impl Write>,
+    batch: Option<&Arc<BatchAnswers>>,
+    line: Vec<u8>,
+) -> std::result::Result<(), out::Closed> {
+    match batch {
+        Some(b) => b.put(out, Some(line)),
+        None => out.send_line(line),
+    }
+}
+
+fn line_of(msg: &Value) -> Vec<u8> {
+    let mut line = serde_json::to_vec(msg).unwrap_or_default();
+    line.push(b'\n');
+    line
 }
 
 /// Cancel flags of calls queued or running, by serialized JSON-RPC id.
@@ -124,6 +196,7 @@ pub fn serve(
     let log_level = Arc::new(AtomicU8::new(0));
     let inflight = InFlight::default();
     let mut session = Session::new(limits, log_level.clone());
+    session.set_ask_tools(host.offers_ask_tools());
     std::thread::scope(|s| {
         for _ in 0..WORKERS {
             let (host, jobs, out, inflight) = (host.clone(), job_rx.clone(), &out, &inflight);
@@ -209,23 +282,37 @@ impl<W: Write> Shell<'_, W> {
                 }
             }
             Action::Nothing => {}
-            // Each element is answered as its own message, matched by its id.
-            Action::Batch(actions) => actions.into_iter().for_each(|a| self.act(a)),
+            Action::Batch(actions) => self.act_batch(actions),
+        }
+    }
+
+    /// A batch's elements: requests answered into one array, the rest acted on at once.
+    fn act_batch(&mut self, actions: Vec<Action>) {
+        let expected = actions
+            .iter()
+            .filter(|a| matches!(a, Action::Reply(_) | Action::Call { .. }))
+            .count();
+        let batch = BatchAnswers::new(expected);
+        for action in actions {
+            match action {
+                // A closed stdout is seen by the next write; keep reading until EOF.
+                Action::Reply(msg) => {
+                    let _ = batch.put(self.out, Some(line_of(&msg)));
+                }
+                Action::Call { id, call } => self.enqueue_in(id, call, Some(batch.clone())),
+                other => self.act(other),
+            }
         }
     }
 
     /// Registers the call as in flight; `None` (and the client answered) when its id is
     /// already in progress.
-    fn register(&self, id: Value, call: ToolCall) -> Option<Job> {
+    fn register(&self, id: Value, call: ToolCall, batch: Option<Arc<BatchAnswers>>) -> Option<Job> {
         let key = id.to_string();
         let Some(cancel) = self.inflight.insert(&key) else {
             let text = "a request with this id is still in progress; use a new id";
-            self.send(error_response(
-                id,
-                session::INVALID_REQUEST,
-                Code::InvalidRequest,
-                text,
-            ));
+            let msg = error_response(id, session::INVALID_REQUEST, Code::InvalidRequest, text);
+            let _ = deliver(self.out, batch.as_ref(), line_of(&msg));
             return None;
         };
         Some(Job {
@@ -233,19 +320,24 @@ impl<W: Write> Shell<'_, W> {
             key,
             call,
             cancel,
+            batch,
         })
     }
 
     /// Runs the call in the reader's thread and answers it (see the module comment).
     fn run_inline(&self, id: Value, call: ToolCall) {
-        if let Some(job) = self.register(id, call) {
+        if let Some(job) = self.register(id, call, None) {
             // A closed stdout is seen by the next send; keep reading until EOF.
             let _ = answer(self.host, job, self.out, self.inflight);
         }
     }
 
     fn enqueue(&self, id: Value, call: ToolCall) {
-        let Some(job) = self.register(id, call) else {
+        self.enqueue_in(id, call, None);
+    }
+
+    fn enqueue_in(&self, id: Value, call: ToolCall, batch: Option<Arc<BatchAnswers>>) {
+        let Some(job) = self.register(id, call, batch) else {
             return;
         };
         match self.jobs.try_send(job) {
@@ -256,7 +348,8 @@ impl<W: Write> Shell<'_, W> {
                     Code::QueueFull,
                     "too many tool calls are in progress; retry when one finishes",
                 );
-                self.send(session::call_response(job.id, tool_result(Err(e))));
+                let msg = session::call_response(job.id, tool_result(Err(e)));
+                let _ = deliver(self.out, job.batch.as_ref(), line_of(&msg));
             }
         }
     }
@@ -311,17 +404,21 @@ fn answer(
         }))
     };
     inflight.remove(&job.key);
-    // Cancelled calls get no response (MCP cancellation: the client ignores it anyway).
-    if job.cancel.load(Ordering::SeqCst) {
-        return Ok(());
-    }
-    match outcome {
-        Some(outcome) => {
-            let sent = out.send_line(session::call_response_line(&job.id, outcome));
+    // Cancelled calls get no response (MCP cancellation: the client ignores it anyway); in a
+    // batch they still count as done.
+    let outcome = outcome.filter(|_| !job.cancel.load(Ordering::SeqCst));
+    match (outcome, &job.batch) {
+        (Some(outcome), batch) => {
+            let sent = deliver(
+                out,
+                batch.as_ref(),
+                session::call_response_line(&job.id, outcome),
+            );
             host.after_answer();
             sent
         }
-        None => Ok(()),
+        (None, Some(batch)) => batch.put(out, None),
+        (None, None) => Ok(()),
     }
 }
 

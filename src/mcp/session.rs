@@ -72,6 +72,8 @@ pub struct Session {
     version: Option<&'static str>,
     /// Index into [`LOG_LEVELS`]: notifications below it are not sent.
     log_level: Arc<AtomicU8>,
+    /// Whether the ask tools are listed and accepted (friends configured).
+    ask_tools: bool,
 }
 
 /// A JSON-RPC error response. `name` is peerwire's code name, in `data.code`.
@@ -87,6 +89,10 @@ fn result_response(id: Value, result: Value) -> Value {
 }
 
 /// A valid request id: a string or an integer (MCP forbids null).
+fn is_ask_tool(name: &str) -> bool {
+    crate::tools::ask::ASK_TOOL_NAMES.contains(&name)
+}
+
 fn valid_id(id: &Value) -> bool {
     id.is_string() || id.is_i64() || id.is_u64()
 }
@@ -98,7 +104,23 @@ impl Session {
             initialized: false,
             version: None,
             log_level,
+            ask_tools: true,
         }
+    }
+
+    /// Leaves the ask tools out of `tools/list` and refuses calls to them (no friends).
+    pub fn set_ask_tools(&mut self, on: bool) {
+        self.ask_tools = on;
+    }
+
+    fn tool_list(&self) -> Value {
+        let mut list = tool_list(&self.limits);
+        if !self.ask_tools
+            && let Value::Array(tools) = &mut list
+        {
+            tools.retain(|t| !is_ask_tool(t["name"].as_str().unwrap_or("")));
+        }
+        list
     }
 
     /// Handles one line (without its `\n`).
@@ -247,10 +269,9 @@ impl Session {
         match method {
             "initialize" => self.initialize(id, params),
             "ping" => Action::Reply(result_response(id, json!({}))),
-            "tools/list" => Action::Reply(result_response(
-                id,
-                json!({ "tools": tool_list(&self.limits) }),
-            )),
+            "tools/list" => {
+                Action::Reply(result_response(id, json!({ "tools": self.tool_list() })))
+            }
             "tools/call" => self.tools_call(id, params),
             "logging/setLevel" => self.set_level(id, params),
             other => Action::Reply(error_response(
@@ -304,6 +325,17 @@ impl Session {
         };
         let empty = Value::Object(Map::new());
         let args = params.get("arguments").unwrap_or(&empty);
+        if !self.ask_tools && is_ask_tool(name) {
+            let text = format!(
+                "tool {name} is offered only with friends configured (ask.peers in config.json; add one with 'peer ask card add')"
+            );
+            return Action::Reply(error_response(
+                id,
+                INVALID_PARAMS,
+                Code::MethodNotFound,
+                &text,
+            ));
+        }
         match parse_call(name, args, &self.limits) {
             Ok(call) => Action::Call { id, call },
             // Unknown tool is a protocol error; bad arguments are tool errors the model can read

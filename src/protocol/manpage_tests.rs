@@ -4,7 +4,7 @@
 use super::rpc::{self, Incoming};
 use crate::error::Code;
 
-const PAGE: &str = include_str!("../../man/peer-protocol.7");
+const PAGE: &str = include_str!("../../man/man7/peer-protocol.7");
 
 /// Undoes the groff escapes the page uses inside examples.
 fn unescape(line: &str) -> String {

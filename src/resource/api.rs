@@ -103,12 +103,17 @@ pub fn coordinate(
 /// listed apart.
 fn status_of_all(space: &Space, probe: &Probe) -> Result<AllStatus> {
     let (states, mut skipped) = space.list_checked()?;
-    if let Err(error) = space.read_ledger() {
-        skipped.push(Skipped {
-            path: space.ledger_path(),
-            error,
-        });
-    }
+    // The launches are shown as `peer-res` shows them; an unreadable ledger is listed apart.
+    let launches = match space.read_ledger() {
+        Ok(ledger) => ledger.launches,
+        Err(error) => {
+            skipped.push(Skipped {
+                path: space.ledger_path(),
+                error,
+            });
+            Vec::new()
+        }
+    };
     let now = crate::clock::now_ms();
     Ok(AllStatus {
         corrupt: skipped.iter().map(corrupt_file).collect(),
@@ -116,7 +121,7 @@ fn status_of_all(space: &Space, probe: &Probe) -> Result<AllStatus> {
         op: "status",
         resources: states
             .iter()
-            .map(|s| describe(s, probe, &[], now))
+            .map(|s| describe(s, probe, &launches, now))
             .collect(),
     })
 }

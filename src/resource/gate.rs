@@ -279,7 +279,7 @@ fn report_waiting(space: &Space, name: &str, ticket: &str, position: usize) {
     };
     let _ = writeln!(
         std::io::stderr().lock(),
-        "peer run: waiting for {}{by} (ticket {ticket}, {position} ahead in the queue)",
+        "peer run: waiting for {}{by}; your ticket is {ticket}, number {position} in the queue",
         crate::sanitize::line(name, 200)
     );
 }

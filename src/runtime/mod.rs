@@ -221,6 +221,11 @@ impl Root {
                     std::process::id().to_string(),
                 ),
             ];
+            let mut env = env;
+            // As for a `peer host -- CMD` child: `peer` in the handler is this peer.
+            if let Some(Ok(path)) = crate::paths::path_with_own_dir().map(|p| p.into_string()) {
+                env.push(("PATH".to_string(), path));
+            }
             let command = core.config.auto_command.clone().unwrap_or_default();
             *core.auto.lock() = Some(auto::Runner::start(command, env, core.auto_budget.clone())?);
         }

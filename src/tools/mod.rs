@@ -152,6 +152,12 @@ pub trait ToolHost: Send + Sync {
     /// need (a send's own copy of its receipt) is done here, while the client reads, instead
     /// of on the next call's path. The default does nothing.
     fn after_answer(&self) {}
+    /// Whether the ask tools are offered (`tools/list`) and accepted (`tools/call`): a front
+    /// end without friends configured leaves them out instead of listing tools that can only
+    /// answer NOT_FOUND.
+    fn offers_ask_tools(&self) -> bool {
+        true
+    }
 }
 
 /// What a host answered: a typed answer, which a front end may write as JSON text without

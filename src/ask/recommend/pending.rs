@@ -207,15 +207,7 @@ impl Store {
     ) -> Result<T> {
         let _lock = self.locked()?;
         let mut file = self.read(now_ms)?;
-        let Some(i) = file.pending.iter().position(|p| p.rec_id == rec_id) else {
-            return Err(Error::new(
-                Code::NotFound,
-                format!(
-                    "no recommendation {:?} is waiting (expired or decided); see 'peer ask friends pending'",
-                    sanitize::line(rec_id, 40)
-                ),
-            ));
-        };
+        let i = position(&file.pending, rec_id, token.is_none())?;
         if let Some(t) = token
             && !secret_eq(t, &file.pending[i].token)
         {
@@ -228,9 +220,73 @@ impl Store {
     }
 }
 
+/// Where `rec_id` is in `pending`. The owner (`prefix_ok`, no token) may give a unique prefix
+/// of the id, with or without its `rec-`, as message ids are named; the HTTP path names it
+/// exactly.
+fn position(pending: &[Pending], rec_id: &str, prefix_ok: bool) -> Result<usize> {
+    use crate::messaging::types::{ambiguous_prefix, ids_matching};
+    let ids = pending.iter().map(|p| p.rec_id.as_str());
+    let hits = match (ids.clone().any(|i| i == rec_id), prefix_ok) {
+        (true, _) => vec![rec_id],
+        (false, false) => Vec::new(),
+        (false, true) if rec_id.starts_with("rec-") => ids_matching(rec_id, ids),
+        (false, true)
+            if rec_id.chars().count() >= crate::config::internal::MESSAGE_ID_PREFIX_MIN =>
+        {
+            ids_matching(&format!("rec-{rec_id}"), ids)
+        }
+        (false, true) => Vec::new(),
+    };
+    match hits.as_slice() {
+        [one] => pending
+            .iter()
+            .position(|p| p.rec_id == *one)
+            .ok_or_else(|| Error::new(Code::NotFound, "the recommendation vanished")),
+        [] => Err(Error::new(
+            Code::NotFound,
+            format!(
+                "no recommendation {:?} is waiting (expired or decided); see 'peer ask friends pending'",
+                sanitize::line(rec_id, 40)
+            ),
+        )),
+        several => Err(ambiguous_prefix(rec_id, several, "recommendation")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_owner_names_a_recommendation_by_a_unique_prefix() {
+        let rec = |id: &str| Pending {
+            rec_id: id.into(),
+            token: "t".into(),
+            from: "bob".into(),
+            via: vec![],
+            card: String::new(),
+            public_key: String::new(),
+            topic: None,
+            created_at_ms: 0,
+        };
+        let list = [rec("rec-66cc680b00000001"), rec("rec-66cc77aa00000002")];
+        assert_eq!(position(&list, "rec-66cc680b00000001", false).unwrap(), 0);
+        assert_eq!(position(&list, "rec-66cc77", true).unwrap(), 1);
+        assert_eq!(position(&list, "66cc680b", true).unwrap(), 0);
+        let e = position(&list, "66cc6", false).unwrap_err();
+        assert_eq!(e.code, Code::NotFound);
+        // The HTTP path (a token) names the id exactly; a short or shared prefix is refused.
+        assert_eq!(
+            position(&list, "rec-66cc680b", false).unwrap_err().code,
+            Code::NotFound
+        );
+        assert_eq!(
+            position(&list, "66cc", true).unwrap_err().code,
+            Code::NotFound
+        );
+        let e = position(&list, "rec-66cc", true).unwrap_err();
+        assert_eq!(e.code, Code::AmbiguousTarget, "{}", e.message);
+    }
 
     #[test]
     fn secrets_compare_by_content_only() {
