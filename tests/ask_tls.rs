@@ -91,7 +91,8 @@ fn bob(ns: &Ns, ada_key: &AskKey, mode: &str, extra: Value) -> Server {
     std::fs::set_permissions(&echo, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut ask = json!({
         "callerName": "bob", "listenPort": 0, "workspace": ns.work.to_string_lossy(),
-        "answerCommand": [echo.to_string_lossy()], "friendAsksPerMinute": 10000,
+        "answerCommand": [echo.to_string_lossy()], "answerReadPaths": [echo.to_string_lossy()],
+        "friendAsksPerMinute": 10000,
         "peers": [{"name": "ada", "host": "127.0.0.1", "publicKey": ada_key.sign_string(), "mode": mode},
                   {"name": "cy", "host": "127.0.0.1", "token": "tok-cy-6b3f0e2a9d4c1b7e8f5a2d3c4b1e0f9a8d7c6b5a", "mode": "auto"}],
     });

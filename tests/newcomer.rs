@@ -540,7 +540,27 @@ fn the_shipped_answerer_answers_from_the_workspace() {
 /// `Long(flag @ ("a" | "b"))` included); `--help` itself and the internal `sandbox-exec`
 /// options (the server's, never typed by a person) left out.
 fn parser_flags() -> Vec<String> {
-    let internal = ["help", "scratch", "protect", "allow-unenforced"];
+    // `peer ask sandbox-exec` is the ask server's own launcher for answerers, never typed by a
+    // person: its flags are not part of the documented command line.
+    let internal = [
+        "help",
+        "scratch",
+        "protect",
+        "allow-unenforced",
+        "workspace",
+        "read",
+        "hide",
+        "proxy",
+        "memory-mb",
+        "cpu-seconds",
+        "processes",
+        "reduced",
+        "no-namespaces",
+        "probe",
+        "init",
+        "launcher",
+        "server",
+    ];
     let mut flags: Vec<String> = Vec::new();
     for e in std::fs::read_dir("src/cli").unwrap().flatten() {
         let text = std::fs::read_to_string(e.path()).unwrap();
