@@ -13,6 +13,12 @@ const TAGS_MAX: usize = 32;
 const TAG_CHARS_MAX: usize = 64;
 const DESCRIPTION_CHARS_MAX: usize = 1000;
 const TOKEN_CHARS_MAX: usize = 512;
+/// A token's shortest length when it is all hex digits (4 bits a character: 128 bits).
+pub const TOKEN_HEX_CHARS_MIN: usize = 32;
+/// A token's shortest length otherwise (base64url carries 6 bits a character: 132 bits).
+pub const TOKEN_CHARS_MIN: usize = 22;
+/// Distinct characters a token needs, so `aaaa…` or `abab…` cannot pass on length alone.
+const TOKEN_DISTINCT_MIN: usize = 8;
 const HOST_CHARS_MAX: usize = 255;
 const NAME_CHARS_MAX: usize = 64;
 const ARGV_MAX: usize = 64;
@@ -89,6 +95,12 @@ pub struct AskConfig {
     pub max_context_file_bytes: u64,
     pub friend_asks_per_minute: u32,
     pub address_failures_per_minute: u32,
+    /// Refused credentials a friend's name may draw per minute, across every address.
+    pub friend_failures_per_minute: u32,
+    /// Authenticated `/ask/status` polls per friend per minute.
+    pub friend_status_per_minute: u32,
+    /// Connections one source address may hold open at once.
+    pub max_connections_per_address: usize,
     pub header_timeout_ms: u64,
     pub body_timeout_ms: u64,
 }
@@ -122,6 +134,9 @@ impl Default for AskConfig {
             max_context_file_bytes: 256 * 1024,
             friend_asks_per_minute: 30,
             address_failures_per_minute: 60,
+            friend_failures_per_minute: 10,
+            friend_status_per_minute: 120,
+            max_connections_per_address: 8,
             header_timeout_ms: 5_000,
             body_timeout_ms: 10_000,
         }
@@ -212,6 +227,15 @@ impl AskConfig {
                 "addressFailuresPerMinute" => {
                     c.address_failures_per_minute = int(f, value, 1, 100_000)? as u32
                 }
+                "friendFailuresPerMinute" => {
+                    c.friend_failures_per_minute = int(f, value, 1, 10_000)? as u32
+                }
+                "friendStatusPerMinute" => {
+                    c.friend_status_per_minute = int(f, value, 1, 10_000)? as u32
+                }
+                "maxConnectionsPerAddress" => {
+                    c.max_connections_per_address = int(f, value, 1, 1_024)? as usize
+                }
                 "headerTimeoutMs" => c.header_timeout_ms = int(f, value, 100, 60_000)?,
                 "bodyTimeoutMs" => c.body_timeout_ms = int(f, value, 100, 120_000)?,
                 _ => {
@@ -301,7 +325,62 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
     if f.host.is_empty() {
         return Err(bad(&format!("{field}.host"), "present"));
     }
+    if let Some(t) = &f.token
+        && let Err(why) = token_strength(t)
+    {
+        return Err(Error::new(
+            Code::ConfigInvalid,
+            format!(
+                "{field}.token of peer \"{}\" is too weak: {why}; make one with 'peer ask token new'",
+                f.name
+            ),
+        ));
+    }
     Ok(f)
+}
+
+/// Whether a shared token can carry 128 bits: at least [`TOKEN_HEX_CHARS_MIN`] characters when
+/// it is all hex digits, else at least [`TOKEN_CHARS_MIN`], with at least
+/// [`TOKEN_DISTINCT_MIN`] distinct characters and not one short block repeated. A rule on the
+/// text cannot prove randomness; it refuses the passwords people type, and `peer ask token
+/// new` gives 256 random bits.
+pub fn token_strength(t: &str) -> std::result::Result<(), String> {
+    let chars: Vec<char> = t.chars().collect();
+    let hex = chars.iter().all(char::is_ascii_hexdigit);
+    let min = if hex {
+        TOKEN_HEX_CHARS_MIN
+    } else {
+        TOKEN_CHARS_MIN
+    };
+    if chars.len() < min {
+        let kind = if hex { "hex " } else { "" };
+        return Err(format!(
+            "a {kind}token needs at least {min} characters (128 bits), this one has {}",
+            chars.len()
+        ));
+    }
+    let mut distinct = chars.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() < TOKEN_DISTINCT_MIN {
+        return Err(format!(
+            "it uses {} distinct characters (at least {TOKEN_DISTINCT_MIN} needed)",
+            distinct.len()
+        ));
+    }
+    let repeats = (1..=chars.len() / 2)
+        .any(|p| chars.len() % p == 0 && chars.chunks(p).all(|c| c == &chars[..p]));
+    if repeats {
+        return Err("it repeats one short block".into());
+    }
+    Ok(())
+}
+
+/// A fresh shared token: 256 bits from the operating system, base64url (43 characters).
+pub fn new_token() -> String {
+    let mut b = [0u8; 32];
+    crate::identity::random_bytes(&mut b);
+    super::canon::b64url(&b)
 }
 
 fn bad(field: &str, expected: &str) -> Error {
@@ -473,7 +552,7 @@ mod tests {
     #[test]
     fn friends_parse() {
         let c = parse(serde_json::json!({"peers": [
-            {"name": "bob", "host": "10.0.0.2", "token": "s3cret", "mode": "auto"},
+            {"name": "bob", "host": "10.0.0.2", "token": "Pz4hX9wLq2Ve7Rb1Nt6Ym3Ks8Jd0Gu5Fa-Wc_Ho3Ee", "mode": "auto"},
             {"name": "ada", "host": "h", "port": 4000, "publicKey": "ed25519:LS0tLS1CRUdJTiBQVUJMSUMgS0VZLS0tLS0KTUNvd0JRWURLMlZ3QXlFQUE2RUh2L1BPRUw0ZGNOMFk1MHZBbVdmazFqQ2JwUTFmSGR5R1pCSlZNYmc9Ci0tLS0tRU5EIFBVQkxJQyBLRVktLS0tLQo"}
         ]}))
         .unwrap();
