@@ -9,7 +9,7 @@ use crate::common;
 
 use common::*;
 use peerwire::ask::auth::sign_body;
-use peerwire::ask::client::{Reply, get_json, post_json};
+use peerwire::ask::client::{Reply, post_json};
 use peerwire::ask::keys::AskKey;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;

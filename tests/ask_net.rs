@@ -1001,7 +1001,7 @@ fn recommend_refuses_a_denied_friend_and_serves_a_token_friend() {
     );
     write_ask(
         &tom,
-        json!({"callerName": "tom", "peers": [ada_entry(Some("wrong"))]}),
+        json!({"callerName": "tom", "peers": [ada_entry(Some("Wr0ngButStr0ngTokenXq7Lp2Vz9Kc4Hm6Bd1Nf8"))]}),
     );
     let (code, _, err) = peer_json(&tom, &[], &["ask", "recommend", "ada"]);
     assert_eq!(code, exit_of("AUTH_FAILED"), "{err}");

@@ -7,7 +7,10 @@
 //! another endpoint or server. A dsh server verifies whatever it receives, so these extra
 //! members keep our signed requests valid there. Without a key, a non-empty token compared in
 //! constant time is required; an empty or missing token never authenticates, and a friend
-//! with neither token nor key cannot call at all.
+//! with neither token nor key cannot call at all. Nonces are remembered per friend and on
+//! disk (`replay`). Refusals are paid for by whoever can be held to them: the address for
+//! unknown callers, the address and the named friend's guess budget for refused tokens (see
+//! [`Guard::authenticate`]).
 
 mod replay;
 
@@ -533,5 +536,70 @@ mod tests {
         assert!(g.charge_friend("cy", NOW).is_ok());
         assert_eq!(g.charge_friend("cy", NOW).unwrap_err().status, 429);
         assert!(g.charge_friend("ada", NOW).is_ok());
+    }
+
+    #[test]
+    fn friends_are_judged_by_credentials_and_guesses_spend_the_names_budget() {
+        let (mut cfg, key) = setup();
+        cfg.address_failures_per_minute = 2;
+        cfg.friend_failures_per_minute = 3;
+        let g = Guard::new(&cfg, None);
+        let ok = |_: &Friend| Ok(());
+        let tok = |t: &str| {
+            json!({"caller": "cy", "token": t})
+                .as_object()
+                .unwrap()
+                .clone()
+        };
+        let eve = json!({"caller": "eve"}).as_object().unwrap().clone();
+        let auth = |b: &Map<String, Value>, ip: IpAddr, at: u64| {
+            g.authenticate(&cfg, ip, b, "ask", at, ok)
+                .map(|f| f.name.clone())
+        };
+        for _ in 0..2 {
+            assert_eq!(auth(&eve, ip(), NOW).unwrap_err().status, 403);
+        }
+        assert_eq!(auth(&eve, ip(), NOW).unwrap_err().status, 429);
+        // The penalized address still serves friends that authenticate.
+        assert_eq!(auth(&tok(CY), ip(), NOW).unwrap(), "cy");
+        let signed_ada = signed(&key, "ask", "bob", NOW);
+        assert_eq!(auth(&signed_ada, ip(), NOW).unwrap(), "ada");
+        // Token guesses for one name from many addresses share one budget...
+        for i in 0..3u8 {
+            let from = IpAddr::from([10, 0, 0, i]);
+            assert_eq!(auth(&tok("wrong"), from, NOW).unwrap_err().status, 403);
+        }
+        let from = IpAddr::from([10, 0, 0, 9]);
+        assert_eq!(auth(&tok("wrong"), from, NOW).unwrap_err().status, 429);
+        // ...which, spent, compares nothing, not even the right token, until it refills.
+        assert_eq!(auth(&tok(CY), from, NOW).unwrap_err().status, 429);
+        assert_eq!(auth(&tok(CY), from, NOW + 20_001).unwrap(), "cy");
+        // Forged signatures cannot lock a keyed friend out.
+        let forger = AskKey::from_seed(&[1u8; 32]);
+        for i in 0..10u8 {
+            let b = signed(&forger, "ask", "bob", NOW);
+            let from = IpAddr::from([10, 1, 0, i]);
+            assert_eq!(auth(&b, from, NOW).unwrap_err().status, 403);
+        }
+        let b = signed(&key, "ask", "bob", NOW + 1);
+        assert_eq!(
+            auth(&b, IpAddr::from([10, 1, 0, 0]), NOW + 1).unwrap(),
+            "ada"
+        );
+    }
+
+    #[test]
+    fn a_refused_policy_keeps_no_nonce() {
+        let (cfg, key) = setup();
+        let g = Guard::new(&cfg, None);
+        let body = signed(&key, "status", "bob", NOW);
+        let deny = |_: &Friend| Err(ApiError::forbidden("denied"));
+        let e = g
+            .authenticate(&cfg, ip(), &body, "status", NOW, deny)
+            .unwrap_err();
+        assert_eq!(e.message, "denied");
+        // Not kept: the same request is judged again, not refused as a replay.
+        let f = g.authenticate(&cfg, ip(), &body, "status", NOW, |_| Ok(()));
+        assert_eq!(f.unwrap().name, "ada");
     }
 }

@@ -369,7 +369,7 @@ pub fn token_strength(t: &str) -> std::result::Result<(), String> {
         ));
     }
     let repeats = (1..=chars.len() / 2)
-        .any(|p| chars.len() % p == 0 && chars.chunks(p).all(|c| c == &chars[..p]));
+        .any(|p| chars.len().is_multiple_of(p) && chars.chunks(p).all(|c| c == &chars[..p]));
     if repeats {
         return Err("it repeats one short block".into());
     }
