@@ -325,18 +325,22 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
     if f.host.is_empty() {
         return Err(bad(&format!("{field}.host"), "present"));
     }
-    if let Some(t) = &f.token
-        && let Err(why) = token_strength(t)
-    {
-        return Err(Error::new(
+    strong_token(field, &f)?;
+    Ok(f)
+}
+
+/// A configured token must pass [`token_strength`]; the error names the friend.
+fn strong_token(field: &str, f: &Friend) -> Result<()> {
+    match f.token.as_deref().map(token_strength) {
+        Some(Err(why)) => Err(Error::new(
             Code::ConfigInvalid,
             format!(
                 "{field}.token of peer \"{}\" is too weak: {why}; make one with 'peer ask token new'",
                 f.name
             ),
-        ));
+        )),
+        _ => Ok(()),
     }
-    Ok(f)
 }
 
 /// Whether a shared token can carry 128 bits: at least [`TOKEN_HEX_CHARS_MIN`] characters when
@@ -560,5 +564,29 @@ mod tests {
         assert_eq!(c.friend("ada").unwrap().port, 4000);
         assert!(c.friend("ada").unwrap().key.is_some());
         assert!(parse(serde_json::json!({"peers": [{"name": "a", "host": "h"}, {"name": "a", "host": "h"}]})).is_err());
+    }
+
+    #[test]
+    fn tokens_carry_128_bits_and_new_ones_pass() {
+        for weak in [
+            "s3cret-shared",
+            "0123456789abcdef0123456789abcde",
+            "abcdefghabcdefghabcdefghabcdefgh",
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            "abababababababababababab",
+        ] {
+            assert!(token_strength(weak).is_err(), "{weak}");
+        }
+        assert!(token_strength("3f9a0c7e1b5d2486aa0c9e7f13b5d246").is_ok());
+        assert!(token_strength("q7Vd3kQmxZr2Lp9WfTb6Hn").is_ok());
+        let t = new_token();
+        assert_eq!(t.len(), 43);
+        assert!(token_strength(&t).is_ok());
+        assert_ne!(t, new_token());
+        let cfg = serde_json::json!({"ask": {"peers": [
+            {"name": "ada", "host": "h", "token": "s3cret-shared"}]}});
+        let e = AskConfig::parse(cfg.to_string().as_bytes()).unwrap_err();
+        assert_eq!(e.code, Code::ConfigInvalid);
+        assert!(e.message.contains("peer \"ada\""), "{}", e.message);
     }
 }
