@@ -31,6 +31,7 @@ pub fn socket_path(run_dir: &Path, pid: u32) -> PathBuf {
 /// Binds the socket (replacing a stale one of a dead process with our pid) and makes it 0600.
 pub fn bind(path: &Path) -> Result<UnixListener> {
     let _ = std::fs::remove_file(path);
+    // A namespace path too long for `sun_path` (108 bytes) fails here, naming the path.
     let listener =
         UnixListener::bind(path).map_err(|e| Error::io("cannot bind control socket", path, &e))?;
     use std::os::unix::fs::PermissionsExt;
