@@ -334,6 +334,13 @@ impl Guard {
                 return Err(e);
             }
         };
+        if let Some(n) = &nonce {
+            self.replay
+                .check(&friend.name, n, now_ms)
+                .inspect_err(|_| {
+                    self.note_failure(ip, now_ms);
+                })?;
+        }
         admit(friend)?;
         if let Some(n) = nonce {
             self.replay.insert(&friend.name, n, now_ms)?;
@@ -585,6 +592,25 @@ mod tests {
         assert_eq!(
             auth(&b, IpAddr::from([10, 1, 0, 0]), NOW + 1).unwrap(),
             "ada"
+        );
+    }
+
+    #[test]
+    fn a_replay_is_refused_before_it_spends_the_friends_budget() {
+        let (cfg, key) = setup();
+        let g = Guard::new(&cfg, None);
+        let body = signed(&key, "ask", "bob", NOW);
+        let charge = |f: &Friend| g.charge_friend(&f.name, NOW);
+        g.authenticate(&cfg, ip(), &body, "ask", NOW, charge)
+            .unwrap();
+        for _ in 0..100 {
+            let e = g.authenticate(&cfg, ip(), &body, "ask", NOW, charge);
+            assert_eq!(e.unwrap_err().status, 403);
+        }
+        let fresh = signed(&key, "ask", "bob", NOW);
+        assert!(
+            g.authenticate(&cfg, ip(), &fresh, "ask", NOW, charge)
+                .is_ok()
         );
     }
 

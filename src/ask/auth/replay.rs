@@ -68,21 +68,11 @@ impl Replay {
     /// 403 when it was seen, 429 when the friend's set is full, 500 when it cannot be made
     /// durable (then the request is refused rather than left replayable).
     pub fn insert(&self, friend: &str, nonce: Nonce, now_ms: u64) -> Result<(), ApiError> {
-        let set = {
-            let mut sets = self.sets.lock();
-            match sets.get(friend) {
-                Some(s) => s.clone(),
-                None => {
-                    let s = Arc::new(Mutex::new(self.load(friend, now_ms)));
-                    sets.insert(friend.to_string(), s.clone());
-                    s
-                }
-            }
-        };
+        let set = self.set(friend, now_ms);
         let mut set = set.lock();
         set.expire(now_ms);
         if set.seen.contains(&nonce) {
-            return Err(ApiError::forbidden("replayed request: nonce already seen"));
+            return Err(replayed());
         }
         if set.seen.len() >= PER_FRIEND_MAX {
             return Err(ApiError::rate_limited(format!(
@@ -92,6 +82,31 @@ impl Replay {
         self.persist(friend, &mut set, now_ms, nonce)?;
         set.push(now_ms, nonce);
         Ok(())
+    }
+
+    /// Refuses a nonce already seen, keeping nothing: a replayed request is refused before it
+    /// can spend its friend's rate budgets.
+    pub fn check(&self, friend: &str, nonce: &Nonce, now_ms: u64) -> Result<(), ApiError> {
+        let set = self.set(friend, now_ms);
+        let mut set = set.lock();
+        set.expire(now_ms);
+        if set.seen.contains(nonce) {
+            return Err(replayed());
+        }
+        Ok(())
+    }
+
+    /// The friend's set, loaded from its file on first use.
+    fn set(&self, friend: &str, now_ms: u64) -> Arc<Mutex<Set>> {
+        let mut sets = self.sets.lock();
+        match sets.get(friend) {
+            Some(s) => s.clone(),
+            None => {
+                let s = Arc::new(Mutex::new(self.load(friend, now_ms)));
+                sets.insert(friend.to_string(), s.clone());
+                s
+            }
+        }
     }
 
     fn path(&self, friend: &str) -> Option<PathBuf> {
@@ -159,6 +174,10 @@ impl Replay {
         set.lines += 1;
         Ok(())
     }
+}
+
+fn replayed() -> ApiError {
+    ApiError::forbidden("replayed request: nonce already seen")
 }
 
 #[cfg(test)]
