@@ -175,8 +175,8 @@ fn json_post(path: &str, body: &Value) -> Vec<u8> {
     )
 }
 
-fn tally(counts: &mut BTreeMap<u16, u32>, status: u16) {
-    *counts.entry(status).or_insert(0) += 1;
+fn tally<K: Ord>(counts: &mut BTreeMap<K, u32>, key: K) {
+    *counts.entry(key).or_insert(0) += 1;
 }
 
 #[test]
@@ -273,23 +273,26 @@ fn status_honours_deny_and_is_rate_limited_per_friend() {
 }
 
 #[test]
-fn a_deny_friends_signed_flood_leaves_other_friends_signed_asks_served() {
+fn signed_floods_fill_only_their_own_friends_replay_memory() {
     let ns = Ns::new("abuse-replay");
-    let (ada, eve) = (test_key(7), test_key(8));
+    let (ada, eve, mal) = (test_key(7), test_key(8), test_key(9));
     let peers = json!([
         {"name": "ada", "host": "127.0.0.1", "publicKey": ada.sign_string(), "mode": "auto"},
         {"name": "eve", "host": "127.0.0.1", "publicKey": eve.sign_string(), "mode": "deny"},
+        {"name": "mal", "host": "127.0.0.1", "publicKey": mal.sign_string(), "mode": "auto"},
     ]);
     let srv = bob(&ns, peers, json!({}));
     let port = srv.port;
-    let flood: Vec<_> = (0..4)
-        .map(|_| {
+    // A denied friend and an allowed one each flood signed status polls.
+    let flood: Vec<_> = (0..4u8)
+        .map(|t| {
             std::thread::spawn(move || {
-                let eve = test_key(8);
+                let (name, seed) = if t % 2 == 0 { ("eve", 8) } else { ("mal", 9) };
+                let key = test_key(seed);
                 let mut counts = BTreeMap::new();
                 for _ in 0..250 {
-                    let b = signed(&eve, "eve", "status", json!({"askId": "x"}));
-                    tally(&mut counts, post(port, "/ask/status", &b).status);
+                    let b = signed(&key, name, "status", json!({"askId": "x"}));
+                    tally(&mut counts, (name, post(port, "/ask/status", &b).status));
                 }
                 counts
             })
@@ -306,12 +309,27 @@ fn a_deny_friends_signed_flood_leaves_other_friends_signed_asks_served() {
             *total.entry(k).or_insert(0) += v;
         }
     }
-    println!("signed status flood by a denied friend: {total:?}; ada answered 5 of 5");
-    assert!(total.keys().all(|s| *s == 403 || *s == 429), "{total:?}");
-    // Replay memory is per friend: ada's nonces are kept (on disk), a denied friend's are not.
+    println!("signed status floods (friend, status): {total:?}; ada answered 5 of 5");
+    assert_eq!(total.get(&("eve", 403)), Some(&500), "{total:?}");
+    // The allowed friend's polls past its budget are refused before a nonce is kept.
+    assert!(
+        total.get(&("mal", 429)).copied().unwrap_or(0) >= 100,
+        "{total:?}"
+    );
+    // Replay memory is per friend, on disk: ada's nonces are kept, a denied friend's are not,
+    // and the flooding friend's hold no more than its budget let through.
     let dir = ns.home.join("ask/nonces");
     assert!(dir.join("ada").exists(), "ada's nonces are remembered");
     assert!(!dir.join("eve").exists(), "a refused friend fills nothing");
+    let kept = std::fs::read_to_string(dir.join("mal"))
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(
+        kept as u32,
+        total[&("mal", 404)],
+        "one nonce per served poll"
+    );
 }
 
 /// The pending ask of bob's running server, from his private state file.
