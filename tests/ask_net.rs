@@ -1034,8 +1034,7 @@ fn recommend_refuses_a_denied_friend_and_serves_a_token_friend() {
     let bob_server = Server::start(&bob, &[]);
     write_ask(&eve, json!({"callerName": "eve"}));
     let eve_key = key_of(&eve);
-    let token_friend =
-        json!({"name": "tom", "host": "127.0.0.1", "port": 1, "token": "t0m-s3cret"});
+    let token_friend = json!({"name": "tom", "host": "127.0.0.1", "port": 1, "token": "Ty6nW3eRq8Zp1Lk4Xv9Bc2Hm7Js5Dg0Fu_Aa-Oi3Pe"});
     write_ask(
         &ada,
         json!({"callerName": "ada", "listenHost": "127.0.0.1", "listenPort": 0, "rosterRefreshMs": 0,
@@ -1061,7 +1060,7 @@ fn recommend_refuses_a_denied_friend_and_serves_a_token_friend() {
     // A friend known by its shared token (as dsh-ask-peer configures them) is served.
     write_ask(
         &tom,
-        json!({"callerName": "tom", "peers": [ada_entry(Some("t0m-s3cret"))]}),
+        json!({"callerName": "tom", "peers": [ada_entry(Some("Ty6nW3eRq8Zp1Lk4Xv9Bc2Hm7Js5Dg0Fu_Aa-Oi3Pe"))]}),
     );
     let (code, rec, err) = peer_json(&tom, &[], &["ask", "recommend", "ada"]);
     assert_eq!(code, 0, "{err}");
@@ -1071,7 +1070,7 @@ fn recommend_refuses_a_denied_friend_and_serves_a_token_friend() {
     );
     write_ask(
         &tom,
-        json!({"callerName": "tom", "peers": [ada_entry(Some("wrong"))]}),
+        json!({"callerName": "tom", "peers": [ada_entry(Some("Wr0ngButStr0ngTokenXq7Lp2Vz9Kc4Hm6Bd1Nf8"))]}),
     );
     let (code, _, err) = peer_json(&tom, &[], &["ask", "recommend", "ada"]);
     assert_eq!(code, exit_of("AUTH_FAILED"), "{err}");

@@ -9,6 +9,7 @@ mod common;
 mod adversary;
 mod architecture;
 mod ask;
+mod ask_abuse;
 mod ask_net;
 mod ask_tls;
 mod bench;

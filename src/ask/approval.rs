@@ -2,8 +2,14 @@
 //! token (128 random bits, compared in constant time). The pending list and its tokens are
 //! written only to a private file in the namespace (`<home>/ask/run/<pid>.json`, 0600 in a
 //! 0700 directory) that `peer ask pending` and `peer ask decide` read; no HTTP endpoint lists
-//! them. `POST /ask/decision` takes a decision with its token. No decision within
-//! `approvalTimeoutMs` fails closed.
+//! them. `peer ask decide` hands the decision to the server over its local control socket
+//! (`control`), never through the HTTP port and its limiter. `POST /ask/decision` (kept for
+//! dsh-ask-peer's decision URL) takes a decision with its token, and only as
+//! `Content-Type: application/json` and, when a browser names an `Origin`, from the server's
+//! own origin, so a web page cannot post one. No decision within `approvalTimeoutMs` fails
+//! closed.
+
+pub mod control;
 
 use super::ServerState;
 use super::http::{ApiError, Request, Response};
@@ -52,6 +58,7 @@ pub struct Approvals {
     pending: Mutex<HashMap<String, Pending>>,
     changed: Condvar,
     file: PathBuf,
+    socket: PathBuf,
     listen: SocketAddr,
     max: usize,
 }
@@ -64,6 +71,7 @@ impl Approvals {
             pending: Mutex::new(HashMap::new()),
             changed: Condvar::new(),
             file: dir.join(format!("{}.json", std::process::id())),
+            socket: control::socket_path(&dir, std::process::id()),
             listen,
             max,
         };
@@ -173,6 +181,12 @@ impl Approvals {
 
     pub fn remove_owner_file(&self) {
         let _ = std::fs::remove_file(&self.file);
+        let _ = std::fs::remove_file(&self.socket);
+    }
+
+    /// Binds this server's control socket (see [`control`]).
+    pub fn bind_control(&self) -> Result<std::os::unix::net::UnixListener> {
+        control::bind(&self.socket)
     }
 
     fn write_owner_file(&self, map: &HashMap<String, Pending>) {
@@ -211,6 +225,7 @@ pub fn handle_decision(
 ) -> std::result::Result<Response, ApiError> {
     let now = crate::clock::now_ms();
     state.guard.admit_address(req.ip(), now)?;
+    browser_safe(state, req)?;
     let body = req.json_object()?;
     let s = |k: &str| body.get(k).and_then(Value::as_str).unwrap_or("");
     let result = state
@@ -224,6 +239,38 @@ pub fn handle_decision(
     result.map(|()| Response::ok(json!({"ok": true})))
 }
 
+/// A page in a browser may post to any address, but without a CORS preflight only as a form
+/// or `text/plain`, and always naming its `Origin`. A decision must be JSON, and a browser's
+/// `Origin` must be this server's own.
+fn browser_safe(state: &ServerState, req: &Request) -> std::result::Result<(), ApiError> {
+    let json = req.header("content-type").is_some_and(|t| {
+        t.split(';')
+            .next()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+    });
+    if !json {
+        return Err(ApiError::new(
+            415,
+            "unsupported_media_type",
+            "a decision must be sent as Content-Type: application/json",
+        ));
+    }
+    if let Some(origin) = req.header("origin") {
+        let reach = state.reachable_addr();
+        let own = [
+            format!("http://{reach}"),
+            format!("http://{}", state.listen),
+            format!("http://localhost:{}", reach.port()),
+        ];
+        if !own.iter().any(|o| o.eq_ignore_ascii_case(origin.trim())) {
+            return Err(ApiError::forbidden(
+                "a decision from another origin is refused",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// One pending ask as the owner sees it, with where to send the decision.
 #[derive(Clone, Debug)]
 pub struct PendingView {
@@ -233,7 +280,7 @@ pub struct PendingView {
     pub context_files: Vec<String>,
     pub expires_at: String,
     token: String,
-    listen: String,
+    socket: PathBuf,
 }
 
 impl PendingView {
@@ -276,7 +323,7 @@ pub fn list_pending(home: &Path) -> Result<Vec<PendingView>> {
         let Ok(doc) = serde_json::from_slice::<Value>(&bytes) else {
             continue;
         };
-        let listen = doc.get("listen").and_then(Value::as_str).unwrap_or("");
+        let socket = control::socket_path(&dir, pid as u32);
         for p in doc
             .get("pending")
             .and_then(Value::as_array)
@@ -299,7 +346,7 @@ pub fn list_pending(home: &Path) -> Result<Vec<PendingView>> {
                     .unwrap_or_default(),
                 expires_at: s("expiresAt"),
                 token: s("decisionToken"),
-                listen: listen.to_string(),
+                socket: socket.clone(),
             });
         }
     }
@@ -344,20 +391,8 @@ pub fn decide_local(home: &Path, ask_id: &str, decision: &str) -> Result<String>
         ));
     }
     let p = pick_pending(list_pending(home)?, ask_id)?;
-    let addr: SocketAddr = p
-        .listen
-        .parse()
-        .map_err(|_| Error::new(Code::Io, "the server's state file has no valid address"))?;
-    let body = json!({"askId": p.ask_id, "token": p.token, "decision": decision});
-    super::client::post_json(
-        &addr.ip().to_string(),
-        addr.port(),
-        "/ask/decision",
-        &body,
-        Duration::from_secs(5),
-    )?
-    .into_result()
-    .map(|_| p.ask_id)
+    control::send(&p.socket, &p.ask_id, &p.token, decision)?;
+    Ok(p.ask_id)
 }
 
 #[cfg(test)]
@@ -373,7 +408,7 @@ mod tests {
             context_files: vec![],
             expires_at: String::new(),
             token: "t".into(),
-            listen: "127.0.0.1:9".into(),
+            socket: PathBuf::from("/nonexistent"),
         };
         let list = || {
             vec![

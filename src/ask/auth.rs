@@ -7,24 +7,26 @@
 //! another endpoint or server. A dsh server verifies whatever it receives, so these extra
 //! members keep our signed requests valid there. Without a key, a non-empty token compared in
 //! constant time is required; an empty or missing token never authenticates, and a friend
-//! with neither token nor key cannot call at all. Over mutual TLS, a client whose handshake
-//! proved the key a friend pinned is that friend (`authenticate_request`).
+//! with neither token nor key cannot call at all. Nonces are remembered per friend and on
+//! disk (`replay`). Refusals are paid for by whoever can be held to them: the address for
+//! unknown callers, the address and the named friend's guess budget for refused tokens (see
+//! [`Guard::authenticate`]). Over mutual TLS, a client whose handshake proved the key a friend
+//! pinned is that friend (`authenticate_request`).
+
+mod replay;
 
 use super::config::{AskConfig, Friend};
 use super::http::{ApiError, Request};
 use super::keys::AskKey;
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 /// Accepted clock difference for a signed request's `timestamp`.
 pub const SIGNATURE_WINDOW_MS: u64 = 5 * 60 * 1000;
-/// Nonces remembered (each for the window); a full set refuses new signed requests.
-pub const REPLAY_SET_MAX: usize = 65_536;
 /// Addresses tracked by the failure limiter.
 const ADDRESSES_MAX: usize = 4_096;
-/// Friends' rate buckets are bounded by the configured peers (at most 256).
 const NONCE_BYTES: usize = 16;
 
 /// The members a signed body carries beyond dsh-ask-peer's.
@@ -163,112 +165,107 @@ impl Bucket {
     }
 }
 
-/// Remembered nonces, oldest first.
-#[derive(Default)]
-struct ReplaySet {
-    seen: HashMap<(String, [u8; NONCE_BYTES]), u64>,
-    order: VecDeque<(u64, String, [u8; NONCE_BYTES])>,
+/// Token buckets keyed by friend name or address, each refilled at `per_minute`. Bounded by
+/// `max` keys: past it, keys whose bucket is full again are forgotten (a full bucket is what a
+/// new key starts with), and if none is, the stalest goes.
+struct Buckets<K> {
+    map: Mutex<HashMap<K, Bucket>>,
+    per_minute: u32,
+    max: usize,
 }
 
-impl ReplaySet {
-    /// Records the nonce; false when it was already seen (or the set is full of live ones).
-    fn insert(
-        &mut self,
-        friend: &str,
-        nonce: [u8; NONCE_BYTES],
-        now_ms: u64,
-    ) -> Result<(), ApiError> {
-        while let Some((at, _, _)) = self.order.front() {
-            if now_ms.saturating_sub(*at) <= 2 * SIGNATURE_WINDOW_MS {
-                break;
+impl<K: std::hash::Hash + Eq + Clone> Buckets<K> {
+    fn new(per_minute: u32, max: usize) -> Buckets<K> {
+        Buckets {
+            map: Mutex::new(HashMap::new()),
+            per_minute,
+            max,
+        }
+    }
+
+    /// Whether `k` has at least one token left (spends nothing).
+    fn has(&self, k: &K, now_ms: u64) -> bool {
+        let mut map = self.map.lock();
+        map.get_mut(k).is_none_or(|b| {
+            b.refill(self.per_minute, now_ms);
+            b.tokens >= 1.0
+        })
+    }
+
+    /// Spends one token of `k`; false when none was left.
+    fn take(&self, k: &K, now_ms: u64) -> bool {
+        let per = self.per_minute;
+        let mut map = self.map.lock();
+        if map.len() >= self.max && !map.contains_key(k) {
+            map.retain(|_, b| {
+                b.refill(per, now_ms);
+                b.tokens < f64::from(per)
+            });
+            if map.len() >= self.max
+                && let Some(oldest) = map
+                    .iter()
+                    .min_by_key(|(_, b)| b.at_ms)
+                    .map(|(k, _)| k.clone())
+            {
+                map.remove(&oldest);
             }
-            if let Some((_, f, n)) = self.order.pop_front() {
-                self.seen.remove(&(f, n));
-            }
         }
-        let k = (friend.to_string(), nonce);
-        if self.seen.contains_key(&k) {
-            return Err(ApiError::forbidden("replayed request: nonce already seen"));
-        }
-        if self.seen.len() >= REPLAY_SET_MAX {
-            return Err(ApiError::rate_limited(
-                "too many signed requests; retry later",
-            ));
-        }
-        self.seen.insert(k, now_ms);
-        self.order.push_back((now_ms, friend.to_string(), nonce));
-        Ok(())
+        map.entry(k.clone())
+            .or_insert_with(|| Bucket::full(per, now_ms))
+            .take(per, now_ms)
     }
 }
 
-/// The shared, bounded state of authentication: replay set and rate buckets.
+/// The shared, bounded state of authentication: per-friend replay memory and rate buckets.
 pub struct Guard {
-    replay: Mutex<ReplaySet>,
-    friends: Mutex<HashMap<String, Bucket>>,
-    addresses: Mutex<HashMap<IpAddr, Bucket>>,
-    friend_per_minute: u32,
-    address_per_minute: u32,
+    replay: replay::Replay,
+    /// Asks (and recommendations) per friend.
+    friends: Buckets<String>,
+    /// Authenticated status polls per friend.
+    status: Buckets<String>,
+    /// Refused tokens per claimed friend name, across every address.
+    guesses: Buckets<String>,
+    /// Refused requests per source address.
+    addresses: Buckets<IpAddr>,
 }
 
 impl Guard {
-    pub fn new(config: &AskConfig) -> Guard {
+    /// `nonce_dir`: where replay memory is kept across restarts (`None`: memory only).
+    pub fn new(config: &AskConfig, nonce_dir: Option<std::path::PathBuf>) -> Guard {
+        let friends = config.peers.len().max(1);
         Guard {
-            replay: Mutex::new(ReplaySet::default()),
-            friends: Mutex::new(HashMap::new()),
-            addresses: Mutex::new(HashMap::new()),
-            friend_per_minute: config.friend_asks_per_minute,
-            address_per_minute: config.address_failures_per_minute,
+            replay: replay::Replay::new(nonce_dir),
+            friends: Buckets::new(config.friend_asks_per_minute, friends),
+            status: Buckets::new(config.friend_status_per_minute, friends),
+            guesses: Buckets::new(config.friend_failures_per_minute, friends),
+            addresses: Buckets::new(config.address_failures_per_minute, ADDRESSES_MAX),
         }
     }
 
     /// Refuses an address whose failure budget is spent, before any authentication work.
     pub fn admit_address(&self, ip: IpAddr, now_ms: u64) -> Result<(), ApiError> {
-        let mut map = self.addresses.lock();
-        if let Some(b) = map.get_mut(&ip) {
-            b.refill(self.address_per_minute, now_ms);
-            if b.tokens < 1.0 {
-                return Err(ApiError::rate_limited(
-                    "too many refused requests from this address; retry later",
-                ));
-            }
+        if self.addresses.has(&ip, now_ms) {
+            Ok(())
+        } else {
+            Err(ApiError::rate_limited(
+                "too many refused requests from this address; retry later",
+            ))
         }
-        Ok(())
     }
 
     /// Charges a refused request to its address.
     pub fn note_failure(&self, ip: IpAddr, now_ms: u64) {
-        let mut map = self.addresses.lock();
-        if map.len() >= ADDRESSES_MAX && !map.contains_key(&ip) {
-            // Forget addresses whose budget has refilled; if none has, the oldest entry goes.
-            let per = self.address_per_minute;
-            map.retain(|_, b| {
-                b.refill(per, now_ms);
-                b.tokens < f64::from(per)
-            });
-            if map.len() >= ADDRESSES_MAX
-                && let Some(oldest) = map.iter().min_by_key(|(_, b)| b.at_ms).map(|(k, _)| *k)
-            {
-                map.remove(&oldest);
-            }
-        }
-        let per = self.address_per_minute;
-        map.entry(ip)
-            .or_insert_with(|| Bucket::full(per, now_ms))
-            .take(per, now_ms);
+        self.addresses.take(&ip, now_ms);
     }
 
-    /// Charges one ask to an authenticated friend.
+    /// Charges one ask (or recommendation) to an authenticated friend.
     pub fn charge_friend(&self, name: &str, now_ms: u64) -> Result<(), ApiError> {
-        let per = self.friend_per_minute;
-        let mut map = self.friends.lock();
-        let bucket = map
-            .entry(name.to_string())
-            .or_insert_with(|| Bucket::full(per, now_ms));
-        if bucket.take(per, now_ms) {
+        if self.friends.take(&name.to_string(), now_ms) {
             Ok(())
         } else {
             Err(ApiError::rate_limited(format!(
-                "peer \"{name}\" asks faster than {per} per minute"
+                "peer \"{name}\" asks faster than {} per minute",
+                self.friends.per_minute
             )))
         }
     }
@@ -284,15 +281,17 @@ impl Guard {
         body: &Map<String, Value>,
         purpose: &str,
         now_ms: u64,
+        admit: impl FnOnce(&Friend) -> Result<(), ApiError>,
     ) -> Result<&'c Friend, ApiError> {
         let proven = req
             .tls_peer_key
             .and_then(|k| config.peers.iter().find(|f| f.key == Some(k)));
         let Some(friend) = proven else {
-            return self.authenticate(config, req.ip(), body, purpose, now_ms);
+            return self.authenticate(config, req.ip(), body, purpose, now_ms, admit);
         };
         let caller = body.get("caller").and_then(Value::as_str).unwrap_or("");
         if caller == friend.name {
+            admit(friend)?;
             return Ok(friend);
         }
         self.note_failure(req.ip(), now_ms);
@@ -303,7 +302,29 @@ impl Guard {
         )))
     }
 
-    /// Authenticates a request body for `purpose`; every refusal is charged to the address.
+    /// Charges one authenticated status poll to a friend.
+    pub fn charge_status(&self, name: &str, now_ms: u64) -> Result<(), ApiError> {
+        if self.status.take(&name.to_string(), now_ms) {
+            Ok(())
+        } else {
+            Err(ApiError::rate_limited(format!(
+                "peer \"{name}\" polls status faster than {} per minute",
+                self.status.per_minute
+            )))
+        }
+    }
+
+    /// Authenticates a request body for `purpose`, then runs `admit` (the endpoint's policy
+    /// and rate limit) before the request's nonce is kept, so refused requests fill no replay
+    /// memory. Who pays for a refusal:
+    /// - a caller that names no friend is judged by its address: refused at once (429) when the
+    ///   address's failure budget is spent, and each refusal spends it;
+    /// - a caller naming a friend is judged by its credentials, so a friend who authenticates
+    ///   is served from an address others have penalized (NAT, VPN, one host). A refused token
+    ///   spends the address's budget and that friend's guess budget, which every address
+    ///   shares: once it is spent, tokens for that name are not even compared until it refills.
+    ///   A refused signature spends only the address's budget, since signatures cannot be
+    ///   guessed and a forger must not lock a keyed friend out.
     pub fn authenticate<'c>(
         &self,
         config: &'c AskConfig,
@@ -311,38 +332,65 @@ impl Guard {
         body: &Map<String, Value>,
         purpose: &str,
         now_ms: u64,
-    ) -> Result<&'c Friend, ApiError> {
-        self.admit_address(ip, now_ms)?;
-        let result = self.authenticate_inner(config, body, purpose, now_ms);
-        if result.is_err() {
-            self.note_failure(ip, now_ms);
-        }
-        result
-    }
-
-    fn authenticate_inner<'c>(
-        &self,
-        config: &'c AskConfig,
-        body: &Map<String, Value>,
-        purpose: &str,
-        now_ms: u64,
+        admit: impl FnOnce(&Friend) -> Result<(), ApiError>,
     ) -> Result<&'c Friend, ApiError> {
         let caller = body.get("caller").and_then(Value::as_str).unwrap_or("");
         let Some(friend) = config.friend(caller) else {
+            self.admit_address(ip, now_ms)?;
+            self.note_failure(ip, now_ms);
             return Err(ApiError::forbidden(format!(
                 "caller \"{}\" is not an allowed peer",
                 crate::sanitize::line(caller, 64)
             )));
         };
-        match &friend.key {
-            Some(key) => {
-                let nonce = verify_signed(key, body, purpose, &config.caller_name, now_ms)?;
-                self.replay.lock().insert(&friend.name, nonce, now_ms)?;
+        let verified = match &friend.key {
+            Some(key) => verify_signed(key, body, purpose, &config.caller_name, now_ms).map(Some),
+            None => {
+                if !self.guesses.has(&friend.name, now_ms) {
+                    self.note_failure(ip, now_ms);
+                    return Err(ApiError::rate_limited(format!(
+                        "too many refused tokens for peer \"{}\"; retry later",
+                        friend.name
+                    )));
+                }
+                let checked = check_token(friend, body);
+                if checked.is_err() {
+                    self.guesses.take(&friend.name, now_ms);
+                }
+                checked.map(|()| None)
             }
-            None => check_token(friend, body)?,
+        };
+        let nonce = match verified {
+            Ok(n) => n,
+            Err(e) => {
+                self.note_failure(ip, now_ms);
+                return Err(e);
+            }
+        };
+        if let Some(n) = &nonce {
+            self.replay
+                .check(&friend.name, n, now_ms)
+                .inspect_err(|_| {
+                    self.note_failure(ip, now_ms);
+                })?;
+        }
+        admit(friend)?;
+        if let Some(n) = nonce {
+            self.replay.insert(&friend.name, n, now_ms)?;
         }
         Ok(friend)
     }
+}
+
+/// The policy check every endpoint shares: `deny` refuses the friend.
+pub fn not_denied(friend: &Friend) -> Result<(), ApiError> {
+    if friend.mode == super::config::Mode::Deny {
+        return Err(ApiError::forbidden(format!(
+            "policy denies requests from \"{}\"",
+            friend.name
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -350,12 +398,13 @@ mod tests {
     use super::*;
 
     const NOW: u64 = 1_785_150_000_000;
+    const CY: &str = "Pz4hX9wLq2Ve7Rb1Nt6Ym3Ks8Jd0Gu5Fa-Wc_Ho3Ee";
 
     fn setup() -> (AskConfig, AskKey) {
         let key = AskKey::from_seed(&[9u8; 32]);
         let cfg = serde_json::json!({"ask": {"callerName": "bob", "peers": [
             {"name": "ada", "host": "h", "publicKey": key.sign_string()},
-            {"name": "cy", "host": "h", "token": "s3cret"},
+            {"name": "cy", "host": "h", "token": CY},
             {"name": "nobody", "host": "h"},
         ]}});
         (AskConfig::parse(cfg.to_string().as_bytes()).unwrap(), key)
@@ -377,14 +426,16 @@ mod tests {
     #[test]
     fn signed_requests_verify_once() {
         let (cfg, key) = setup();
-        let g = Guard::new(&cfg);
+        let g = Guard::new(&cfg, None);
         let body = signed(&key, "ask", "bob", NOW);
         assert_eq!(
-            g.authenticate(&cfg, ip(), &body, "ask", NOW).unwrap().name,
+            g.authenticate(&cfg, ip(), &body, "ask", NOW, |_| Ok(()))
+                .unwrap()
+                .name,
             "ada"
         );
         let again = g
-            .authenticate(&cfg, ip(), &body, "ask", NOW + 1)
+            .authenticate(&cfg, ip(), &body, "ask", NOW + 1, |_| Ok(()))
             .unwrap_err();
         assert!(again.message.contains("replayed"), "{again:?}");
     }
@@ -412,9 +463,11 @@ mod tests {
     #[test]
     fn signed_refusals() {
         let (cfg, key) = setup();
-        let g = Guard::new(&cfg);
+        let g = Guard::new(&cfg, None);
         let check = |b: &Map<String, Value>, purpose: &str, want: &str| {
-            let e = g.authenticate(&cfg, ip(), b, purpose, NOW).unwrap_err();
+            let e = g
+                .authenticate(&cfg, ip(), b, purpose, NOW, |_| Ok(()))
+                .unwrap_err();
             assert_eq!(e.status, 403);
             assert!(e.message.contains(want), "{want}: {e:?}");
         };
@@ -457,7 +510,7 @@ mod tests {
     #[test]
     fn tokens_and_allowlist() {
         let (cfg, _) = setup();
-        let g = Guard::new(&cfg);
+        let g = Guard::new(&cfg, None);
         let body = |caller: &str, token: Option<&str>| {
             let mut b = json!({"caller": caller}).as_object().unwrap().clone();
             if let Some(t) = token {
@@ -466,18 +519,20 @@ mod tests {
             b
         };
         assert!(
-            g.authenticate(&cfg, ip(), &body("cy", Some("s3cret")), "ask", NOW)
+            g.authenticate(&cfg, ip(), &body("cy", Some(CY)), "ask", NOW, |_| Ok(()))
                 .is_ok()
         );
         for (b, want) in [
             (body("cy", Some("s3creT")), "invalid token"),
             (body("cy", Some("")), "invalid token"),
             (body("cy", None), "invalid token"),
-            (body("eve", Some("s3cret")), "not an allowed peer"),
+            (body("eve", Some(CY)), "not an allowed peer"),
             (body("nobody", Some("")), "neither a token"),
             (body("nobody", None), "neither a token"),
         ] {
-            let e = g.authenticate(&cfg, ip(), &b, "ask", NOW).unwrap_err();
+            let e = g
+                .authenticate(&cfg, ip(), &b, "ask", NOW, |_| Ok(()))
+                .unwrap_err();
             assert!(e.message.contains(want), "{want}: {e:?}");
         }
     }
@@ -487,18 +542,18 @@ mod tests {
         let (mut cfg, _) = setup();
         cfg.address_failures_per_minute = 3;
         cfg.friend_asks_per_minute = 2;
-        let g = Guard::new(&cfg);
+        let g = Guard::new(&cfg, None);
         let bad = json!({"caller": "eve"}).as_object().unwrap().clone();
         for _ in 0..3 {
             assert_eq!(
-                g.authenticate(&cfg, ip(), &bad, "ask", NOW)
+                g.authenticate(&cfg, ip(), &bad, "ask", NOW, |_| Ok(()))
                     .unwrap_err()
                     .status,
                 403
             );
         }
         assert_eq!(
-            g.authenticate(&cfg, ip(), &bad, "ask", NOW)
+            g.authenticate(&cfg, ip(), &bad, "ask", NOW, |_| Ok(()))
                 .unwrap_err()
                 .status,
             429
@@ -506,13 +561,13 @@ mod tests {
         // Another address is unaffected; the budget refills with time.
         let other = IpAddr::from([127, 0, 0, 2]);
         assert_eq!(
-            g.authenticate(&cfg, other, &bad, "ask", NOW)
+            g.authenticate(&cfg, other, &bad, "ask", NOW, |_| Ok(()))
                 .unwrap_err()
                 .status,
             403
         );
         assert_eq!(
-            g.authenticate(&cfg, ip(), &bad, "ask", NOW + 20_000)
+            g.authenticate(&cfg, ip(), &bad, "ask", NOW + 20_000, |_| Ok(()))
                 .unwrap_err()
                 .status,
             403
@@ -521,5 +576,89 @@ mod tests {
         assert!(g.charge_friend("cy", NOW).is_ok());
         assert_eq!(g.charge_friend("cy", NOW).unwrap_err().status, 429);
         assert!(g.charge_friend("ada", NOW).is_ok());
+    }
+
+    #[test]
+    fn friends_are_judged_by_credentials_and_guesses_spend_the_names_budget() {
+        let (mut cfg, key) = setup();
+        cfg.address_failures_per_minute = 2;
+        cfg.friend_failures_per_minute = 3;
+        let g = Guard::new(&cfg, None);
+        let ok = |_: &Friend| Ok(());
+        let tok = |t: &str| {
+            json!({"caller": "cy", "token": t})
+                .as_object()
+                .unwrap()
+                .clone()
+        };
+        let eve = json!({"caller": "eve"}).as_object().unwrap().clone();
+        let auth = |b: &Map<String, Value>, ip: IpAddr, at: u64| {
+            g.authenticate(&cfg, ip, b, "ask", at, ok)
+                .map(|f| f.name.clone())
+        };
+        for _ in 0..2 {
+            assert_eq!(auth(&eve, ip(), NOW).unwrap_err().status, 403);
+        }
+        assert_eq!(auth(&eve, ip(), NOW).unwrap_err().status, 429);
+        // The penalized address still serves friends that authenticate.
+        assert_eq!(auth(&tok(CY), ip(), NOW).unwrap(), "cy");
+        let signed_ada = signed(&key, "ask", "bob", NOW);
+        assert_eq!(auth(&signed_ada, ip(), NOW).unwrap(), "ada");
+        // Token guesses for one name from many addresses share one budget...
+        for i in 0..3u8 {
+            let from = IpAddr::from([10, 0, 0, i]);
+            assert_eq!(auth(&tok("wrong"), from, NOW).unwrap_err().status, 403);
+        }
+        let from = IpAddr::from([10, 0, 0, 9]);
+        assert_eq!(auth(&tok("wrong"), from, NOW).unwrap_err().status, 429);
+        // ...which, spent, compares nothing, not even the right token, until it refills.
+        assert_eq!(auth(&tok(CY), from, NOW).unwrap_err().status, 429);
+        assert_eq!(auth(&tok(CY), from, NOW + 20_001).unwrap(), "cy");
+        // Forged signatures cannot lock a keyed friend out.
+        let forger = AskKey::from_seed(&[1u8; 32]);
+        for i in 0..10u8 {
+            let b = signed(&forger, "ask", "bob", NOW);
+            let from = IpAddr::from([10, 1, 0, i]);
+            assert_eq!(auth(&b, from, NOW).unwrap_err().status, 403);
+        }
+        let b = signed(&key, "ask", "bob", NOW + 1);
+        assert_eq!(
+            auth(&b, IpAddr::from([10, 1, 0, 0]), NOW + 1).unwrap(),
+            "ada"
+        );
+    }
+
+    #[test]
+    fn a_replay_is_refused_before_it_spends_the_friends_budget() {
+        let (cfg, key) = setup();
+        let g = Guard::new(&cfg, None);
+        let body = signed(&key, "ask", "bob", NOW);
+        let charge = |f: &Friend| g.charge_friend(&f.name, NOW);
+        g.authenticate(&cfg, ip(), &body, "ask", NOW, charge)
+            .unwrap();
+        for _ in 0..100 {
+            let e = g.authenticate(&cfg, ip(), &body, "ask", NOW, charge);
+            assert_eq!(e.unwrap_err().status, 403);
+        }
+        let fresh = signed(&key, "ask", "bob", NOW);
+        assert!(
+            g.authenticate(&cfg, ip(), &fresh, "ask", NOW, charge)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_refused_policy_keeps_no_nonce() {
+        let (cfg, key) = setup();
+        let g = Guard::new(&cfg, None);
+        let body = signed(&key, "status", "bob", NOW);
+        let deny = |_: &Friend| Err(ApiError::forbidden("denied"));
+        let e = g
+            .authenticate(&cfg, ip(), &body, "status", NOW, deny)
+            .unwrap_err();
+        assert_eq!(e.message, "denied");
+        // Not kept: the same request is judged again, not refused as a replay.
+        let f = g.authenticate(&cfg, ip(), &body, "status", NOW, |_| Ok(()));
+        assert_eq!(f.unwrap().name, "ada");
     }
 }

@@ -13,6 +13,12 @@ const TAGS_MAX: usize = 32;
 const TAG_CHARS_MAX: usize = 64;
 const DESCRIPTION_CHARS_MAX: usize = 1000;
 const TOKEN_CHARS_MAX: usize = 512;
+/// A token's shortest length when it is all hex digits (4 bits a character: 128 bits).
+pub const TOKEN_HEX_CHARS_MIN: usize = 32;
+/// A token's shortest length otherwise (base64url carries 6 bits a character: 132 bits).
+pub const TOKEN_CHARS_MIN: usize = 22;
+/// Distinct characters a token needs, so `aaaa…` or `abab…` cannot pass on length alone.
+const TOKEN_DISTINCT_MIN: usize = 8;
 const HOST_CHARS_MAX: usize = 255;
 const NAME_CHARS_MAX: usize = 64;
 const ARGV_MAX: usize = 64;
@@ -104,6 +110,12 @@ pub struct AskConfig {
     pub max_context_file_bytes: u64,
     pub friend_asks_per_minute: u32,
     pub address_failures_per_minute: u32,
+    /// Refused credentials a friend's name may draw per minute, across every address.
+    pub friend_failures_per_minute: u32,
+    /// Authenticated `/ask/status` polls per friend per minute.
+    pub friend_status_per_minute: u32,
+    /// Connections one source address may hold open at once.
+    pub max_connections_per_address: usize,
     pub header_timeout_ms: u64,
     pub body_timeout_ms: u64,
 }
@@ -142,6 +154,9 @@ impl Default for AskConfig {
             max_context_file_bytes: 256 * 1024,
             friend_asks_per_minute: 30,
             address_failures_per_minute: 60,
+            friend_failures_per_minute: 10,
+            friend_status_per_minute: 120,
+            max_connections_per_address: 8,
             header_timeout_ms: 5_000,
             body_timeout_ms: 10_000,
         }
@@ -237,6 +252,15 @@ impl AskConfig {
                 }
                 "addressFailuresPerMinute" => {
                     c.address_failures_per_minute = int(f, value, 1, 100_000)? as u32
+                }
+                "friendFailuresPerMinute" => {
+                    c.friend_failures_per_minute = int(f, value, 1, 10_000)? as u32
+                }
+                "friendStatusPerMinute" => {
+                    c.friend_status_per_minute = int(f, value, 1, 10_000)? as u32
+                }
+                "maxConnectionsPerAddress" => {
+                    c.max_connections_per_address = int(f, value, 1, 1_024)? as usize
                 }
                 "headerTimeoutMs" => c.header_timeout_ms = int(f, value, 100, 60_000)?,
                 "bodyTimeoutMs" => c.body_timeout_ms = int(f, value, 100, 120_000)?,
@@ -335,7 +359,66 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
             "false or absent unless publicKey is set (TLS verifies the server by that key)",
         ));
     }
+    strong_token(field, &f)?;
     Ok(f)
+}
+
+/// A configured token must pass [`token_strength`]; the error names the friend.
+fn strong_token(field: &str, f: &Friend) -> Result<()> {
+    match f.token.as_deref().map(token_strength) {
+        Some(Err(why)) => Err(Error::new(
+            Code::ConfigInvalid,
+            format!(
+                "{field}.token of peer \"{}\" is too weak: {why}; make one with 'peer ask token new'",
+                f.name
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Whether a shared token can carry 128 bits: at least [`TOKEN_HEX_CHARS_MIN`] characters when
+/// it is all hex digits, else at least [`TOKEN_CHARS_MIN`], with at least
+/// [`TOKEN_DISTINCT_MIN`] distinct characters and not one short block repeated. A rule on the
+/// text cannot prove randomness; it refuses the passwords people type, and `peer ask token
+/// new` gives 256 random bits.
+pub fn token_strength(t: &str) -> std::result::Result<(), String> {
+    let chars: Vec<char> = t.chars().collect();
+    let hex = chars.iter().all(char::is_ascii_hexdigit);
+    let min = if hex {
+        TOKEN_HEX_CHARS_MIN
+    } else {
+        TOKEN_CHARS_MIN
+    };
+    if chars.len() < min {
+        let kind = if hex { "hex " } else { "" };
+        return Err(format!(
+            "a {kind}token needs at least {min} characters (128 bits), this one has {}",
+            chars.len()
+        ));
+    }
+    let mut distinct = chars.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() < TOKEN_DISTINCT_MIN {
+        return Err(format!(
+            "it uses {} distinct characters (at least {TOKEN_DISTINCT_MIN} needed)",
+            distinct.len()
+        ));
+    }
+    let repeats = (1..=chars.len() / 2)
+        .any(|p| chars.len().is_multiple_of(p) && chars.chunks(p).all(|c| c == &chars[..p]));
+    if repeats {
+        return Err("it repeats one short block".into());
+    }
+    Ok(())
+}
+
+/// A fresh shared token: 256 bits from the operating system, base64url (43 characters).
+pub fn new_token() -> String {
+    let mut b = [0u8; 32];
+    crate::identity::random_bytes(&mut b);
+    super::canon::b64url(&b)
 }
 
 fn bad(field: &str, expected: &str) -> Error {
@@ -593,7 +676,7 @@ mod tests {
     #[test]
     fn friends_parse() {
         let c = parse(serde_json::json!({"peers": [
-            {"name": "bob", "host": "10.0.0.2", "token": "s3cret", "mode": "auto"},
+            {"name": "bob", "host": "10.0.0.2", "token": "Pz4hX9wLq2Ve7Rb1Nt6Ym3Ks8Jd0Gu5Fa-Wc_Ho3Ee", "mode": "auto"},
             {"name": "ada", "host": "h", "port": 4000, "publicKey": "ed25519:LS0tLS1CRUdJTiBQVUJMSUMgS0VZLS0tLS0KTUNvd0JRWURLMlZ3QXlFQUE2RUh2L1BPRUw0ZGNOMFk1MHZBbVdmazFqQ2JwUTFmSGR5R1pCSlZNYmc9Ci0tLS0tRU5EIFBVQkxJQyBLRVktLS0tLQo"}
         ]}))
         .unwrap();
@@ -601,5 +684,29 @@ mod tests {
         assert_eq!(c.friend("ada").unwrap().port, 4000);
         assert!(c.friend("ada").unwrap().key.is_some());
         assert!(parse(serde_json::json!({"peers": [{"name": "a", "host": "h"}, {"name": "a", "host": "h"}]})).is_err());
+    }
+
+    #[test]
+    fn tokens_carry_128_bits_and_new_ones_pass() {
+        for weak in [
+            "s3cret-shared",
+            "0123456789abcdef0123456789abcde",
+            "abcdefghabcdefghabcdefghabcdefgh",
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            "abababababababababababab",
+        ] {
+            assert!(token_strength(weak).is_err(), "{weak}");
+        }
+        assert!(token_strength("3f9a0c7e1b5d2486aa0c9e7f13b5d246").is_ok());
+        assert!(token_strength("q7Vd3kQmxZr2Lp9WfTb6Hn").is_ok());
+        let t = new_token();
+        assert_eq!(t.len(), 43);
+        assert!(token_strength(&t).is_ok());
+        assert_ne!(t, new_token());
+        let cfg = serde_json::json!({"ask": {"peers": [
+            {"name": "ada", "host": "h", "token": "s3cret-shared"}]}});
+        let e = AskConfig::parse(cfg.to_string().as_bytes()).unwrap_err();
+        assert_eq!(e.code, Code::ConfigInvalid);
+        assert!(e.message.contains("peer \"ada\""), "{}", e.message);
     }
 }

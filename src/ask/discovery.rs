@@ -35,8 +35,6 @@ const ADVERT_CACHE_MS: u64 = 1_000;
 const ROSTER_FRESH_MS: u64 = 120_000;
 /// The `purpose` a signed `/recommend` body carries.
 pub const RECOMMEND_PURPOSE: &str = "recommend";
-/// Longest `via` chain accepted from a forwarded answer.
-const VIA_MAX: usize = recommend::PATH_MAX + 1;
 
 /// Discovery state of one running server.
 #[derive(Default)]
@@ -297,20 +295,20 @@ fn handle_recommend(state: &ServerState, req: &Request) -> std::result::Result<R
         ));
     }
     let now = clock::now_ms();
-    let friend =
-        state
-            .guard
-            .authenticate_request(&state.config, req, &body, RECOMMEND_PURPOSE, now)?;
     // Unlike dsh-ask-peer, `deny` also refuses recommendations: they would reveal this
     // owner's friends to someone the owner refuses. Each one spends the friend's budget,
     // since it can cost several outbound fetches.
-    if friend.mode == super::config::Mode::Deny {
-        return Err(ApiError::forbidden(format!(
-            "policy denies requests from \"{}\"",
-            friend.name
-        )));
-    }
-    state.guard.charge_friend(&friend.name, now)?;
+    let friend = state.guard.authenticate_request(
+        &state.config,
+        req,
+        &body,
+        RECOMMEND_PURPOSE,
+        now,
+        |f| {
+            super::auth::not_denied(f)?;
+            state.guard.charge_friend(&f.name, now)
+        },
+    )?;
     let r = recommend::parse_request(&friend.name, &Value::Object(body))
         .map_err(ApiError::bad_request)?;
     let roster = state.discovery.roster();
@@ -629,17 +627,7 @@ fn forward(
     let reply = post_recommend(cfg, key, f, req.topic.as_deref(), hops, &path, timeout)
         .map_err(|e| e.message)?;
     let (card_str, c) = checked_answer(&reply, clock::now_ms())?;
-    let via: Vec<String> = reply
-        .get("via")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .take(VIA_MAX)
-                .map(|s| sanitize::line(s, recommend::PATH_NAME_CHARS_MAX))
-                .collect()
-        })
-        .unwrap_or_default();
+    let via = recommend::clean_via(reply.get("via"));
     Ok((card_str, c, via))
 }
 
@@ -736,17 +724,7 @@ pub fn request_recommendation(
     let reply = post_recommend(cfg, key, f, topic, hops, &[], timeout)?;
     let now = clock::now_ms();
     let (card_str, c) = checked_answer(&reply, now).map_err(|e| Error::new(Code::AuthFailed, e))?;
-    let via: Vec<String> = reply
-        .get("via")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .take(VIA_MAX)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let via = recommend::clean_via(reply.get("via"));
     let mut out = json!({
         "peer": peer,
         "from": c.name,
@@ -896,7 +874,7 @@ mod tests {
         let mut c = cfg("127.0.0.1", None);
         c.caller_name = "bob".into();
         c.peers = AskConfig::parse(
-            json!({"ask": {"peers": [{"name": "mute", "host": "127.0.0.1", "port": port, "token": "t"}]}})
+            json!({"ask": {"peers": [{"name": "mute", "host": "127.0.0.1", "port": port, "token": "kQ3vZr8TnW1pLx6YcB0dHs4JmE9gUf2Ka7oRi5Nw-tA"}]}})
                 .to_string()
                 .as_bytes(),
         )

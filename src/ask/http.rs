@@ -69,7 +69,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Head, ApiError> {
         Some((p, q)) => (p.to_string(), q.to_string()),
         None => (target.to_string(), String::new()),
     };
-    let mut content_length = 0usize;
+    let mut content_length: Option<usize> = None;
     let mut out = Vec::with_capacity(req.headers.len());
     for h in req.headers.iter() {
         let value = String::from_utf8_lossy(h.value).into_owned();
@@ -79,14 +79,22 @@ pub fn parse_head(buf: &[u8]) -> Result<Head, ApiError> {
             ));
         }
         if h.name.eq_ignore_ascii_case("content-length") {
-            let n: u64 = value
-                .trim()
+            // One header, one number: two (even equal ones) or a list is how a request gets
+            // framed differently by us and by a proxy in front of us (request smuggling).
+            if content_length.is_some() {
+                return Err(ApiError::bad_request("more than one content-length header"));
+            }
+            let v = value.trim();
+            if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(ApiError::bad_request("content-length is not a number"));
+            }
+            let n: u64 = v
                 .parse()
                 .map_err(|_| ApiError::bad_request("content-length is not a number"))?;
             if n > BODY_BYTES_MAX as u64 {
                 return Err(ApiError::too_large(n));
             }
-            content_length = n as usize;
+            content_length = Some(n as usize);
         }
         out.push((h.name.to_ascii_lowercase(), value));
     }
@@ -96,7 +104,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Head, ApiError> {
             path,
             query,
             headers: out,
-            content_length,
+            content_length: content_length.unwrap_or(0),
         },
         len,
     ))
@@ -177,6 +185,7 @@ fn reason(status: u16) -> &'static str {
         403 => "Forbidden",
         404 => "Not Found",
         413 => "Payload Too Large",
+        415 => "Unsupported Media Type",
         429 => "Too Many Requests",
         503 => "Service Unavailable",
         _ => "Internal Server Error",
@@ -298,6 +307,14 @@ impl Request {
     pub fn ip(&self) -> IpAddr {
         self.peer.ip()
     }
+
+    /// The value of the header `name` (lower case), when present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 fn percent_decode(s: &str) -> String {
@@ -404,6 +421,19 @@ mod tests {
             parse_head(b"\x00\x01garbage\r\n\r\n").unwrap_err().status,
             400
         );
+    }
+
+    #[test]
+    fn one_content_length_only() {
+        for head in [
+            &b"POST /ask HTTP/1.1\r\ncontent-length: 5\r\ncontent-length: 2\r\n\r\n"[..],
+            b"POST /ask HTTP/1.1\r\ncontent-length: 5\r\ncontent-length: 5\r\n\r\n",
+            b"POST /ask HTTP/1.1\r\ncontent-length: 5, 5\r\n\r\n",
+            b"POST /ask HTTP/1.1\r\ncontent-length: +5\r\n\r\n",
+            b"POST /ask HTTP/1.1\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n",
+        ] {
+            assert_eq!(parse_head(head).unwrap_err().status, 400);
+        }
     }
 
     #[test]

@@ -285,19 +285,19 @@ pub fn new_ask_id() -> String {
 /// `POST /ask`.
 pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, ApiError> {
     let now = crate::clock::now_ms();
-    state.guard.admit_address(req.ip(), now)?;
     let body = req.json_object()?;
     let ask = parse_ask(&body, &state.config)?;
     let friend = state
         .guard
-        .authenticate_request(&state.config, req, &body, "ask", now)?;
-    if friend.mode == Mode::Deny {
-        return Err(ApiError::forbidden(format!(
-            "policy denies asks from \"{}\"",
-            friend.name
-        )));
-    }
-    state.guard.charge_friend(&friend.name, now)?;
+        .authenticate_request(&state.config, req, &body, "ask", now, |f| {
+            if f.mode == Mode::Deny {
+                return Err(ApiError::forbidden(format!(
+                    "policy denies asks from \"{}\"",
+                    f.name
+                )));
+            }
+            state.guard.charge_friend(&f.name, now)
+        })?;
     answer::ready(state)?;
     let files = answer::read_context(state, &ask.context_files)?;
     let work = Work {
@@ -418,9 +418,14 @@ pub fn handle_status(state: &ServerState, req: &Request) -> Result<Response, Api
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
         .ok_or_else(|| ApiError::bad_request("askId is required"))?;
+    // A denied friend learns nothing, and polls are rate limited per friend (apart from its
+    // asks) before the request's nonce is kept.
     let friend = state
         .guard
-        .authenticate_request(&state.config, req, &body, "status", now)?;
+        .authenticate_request(&state.config, req, &body, "status", now, |f| {
+            super::auth::not_denied(f)?;
+            state.guard.charge_status(&f.name, now)
+        })?;
     state
         .jobs
         .view(id, Some(&friend.name))

@@ -166,7 +166,7 @@ pub fn start(
         .set_nonblocking(true)
         .map_err(|e| Error::new(Code::Io, format!("listener: {e}")))?;
     let state = Arc::new(ServerState {
-        guard: auth::Guard::new(&config),
+        guard: auth::Guard::new(&config, Some(home.join("ask").join("nonces"))),
         approvals: approval::Approvals::new(home, listen, config.max_pending_approvals)?,
         jobs: jobs::Jobs::new(&config),
         sandbox: answer::probe_layers(home, &config, &workspace),

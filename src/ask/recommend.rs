@@ -245,6 +245,23 @@ pub fn forward_path(req: &Request, me: &str) -> Vec<String> {
     path
 }
 
+/// Longest `via` chain kept from an answer: the path bound plus the answering node.
+pub const VIA_MAX: usize = PATH_MAX + 1;
+
+/// A `via` chain as received from a friend, made safe to forward, store and show: at most
+/// [`VIA_MAX`] names, each sanitized to one line of at most [`PATH_NAME_CHARS_MAX`]
+/// characters, empty ones dropped. Every path that takes `via` from the wire goes through it.
+pub fn clean_via(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .take(VIA_MAX)
+        .map(|s| crate::sanitize::line(s, PATH_NAME_CHARS_MAX))
+        .filter(|s| !s.trim().is_empty())
+        .collect()
+}
+
 /// The `via` chain of an answer: this node first when the answer came through a forward (the
 /// child's chain follows), or when this node was itself reached by a forward.
 pub fn via(me: &str, req: &Request, child: Option<&[String]>) -> Vec<String> {
@@ -355,5 +372,15 @@ mod tests {
         assert_eq!(via("me", &r, None), ["me"]);
         assert_eq!(via("me", &req(None, 0), None), Vec::<String>::new());
         assert_eq!(via("me", &r, Some(&["dan".to_string()])), ["me", "dan"]);
+        let hostile = json!(vec!["\u{1b}]0;x\u{7}".to_string() + &"y".repeat(500); 100]);
+        let clean = clean_via(Some(&hostile));
+        assert_eq!(clean.len(), VIA_MAX);
+        assert!(
+            clean
+                .iter()
+                .all(|n| n.chars().count() <= PATH_NAME_CHARS_MAX
+                    && !n.chars().any(char::is_control))
+        );
+        assert!(clean_via(Some(&json!("not a list"))).is_empty());
     }
 }

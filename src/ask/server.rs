@@ -1,16 +1,20 @@
 //! The ask server's shell: a std `TcpListener`, one thread per connection up to
-//! `maxConnections` (past it a caller gets a canned 429 from the acceptor and costs no
-//! thread), reading one bounded request per connection and writing the router's response.
+//! `maxConnections` in all and `maxConnectionsPerAddress` from any one source address (past
+//! either a caller gets a canned 429 from the acceptor and costs no thread, so one address's
+//! slow connections cannot take every thread), reading one bounded request per connection
+//! within the head and body deadlines and writing the router's response.
 //! The state, the router and `start` live in the module root; the request and response types
 //! in `http` (re-exported here).
 
 pub use super::http::{ApiError, Request, Response};
 pub use super::{ServerState, start};
 use crate::error::{Code, Error, Result};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -24,6 +28,7 @@ pub struct ServerHandle {
     pub state: Arc<ServerState>,
     stop: Arc<AtomicBool>,
     acceptor: Option<JoinHandle<()>>,
+    control: Option<JoinHandle<()>>,
 }
 
 impl ServerHandle {
@@ -40,7 +45,10 @@ impl ServerHandle {
         self.stop.store(true, Ordering::SeqCst);
         self.state.stopping.store(true, Ordering::SeqCst);
         self.state.approvals.wake_all();
-        if let Some(t) = self.acceptor.take() {
+        for t in [self.acceptor.take(), self.control.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = t.join();
         }
         self.state.approvals.remove_owner_file();
@@ -56,6 +64,14 @@ impl Drop for ServerHandle {
 /// Starts the acceptor thread on a bound, non-blocking listener.
 pub(super) fn spawn(listener: TcpListener, state: Arc<ServerState>) -> Result<ServerHandle> {
     let stop = Arc::new(AtomicBool::new(false));
+    let control = state.approvals.bind_control()?;
+    let control = {
+        let state = state.clone();
+        std::thread::Builder::new()
+            .name("ask-control".into())
+            .spawn(move || super::approval::control::serve(control, state))
+            .map_err(|e| Error::new(Code::Io, format!("cannot start control socket: {e}")))?
+    };
     let acceptor = {
         let (state, stop) = (state.clone(), stop.clone());
         std::thread::Builder::new()
@@ -67,11 +83,56 @@ pub(super) fn spawn(listener: TcpListener, state: Arc<ServerState>) -> Result<Se
         state,
         stop,
         acceptor: Some(acceptor),
+        control: Some(control),
     })
 }
 
+/// Open connections, in all and per source address (an entry exists only while its address
+/// holds one, so the map is bounded by `maxConnections`).
+#[derive(Default)]
+struct Slots {
+    open: Mutex<(usize, HashMap<IpAddr, usize>)>,
+}
+
+/// One admitted connection; gives its slot back when dropped.
+struct Slot {
+    slots: Arc<Slots>,
+    ip: IpAddr,
+}
+
+impl Slots {
+    fn acquire(self: &Arc<Self>, ip: IpAddr, total_max: usize, per_max: usize) -> Option<Slot> {
+        let mut g = self.open.lock();
+        let (total, per) = &mut *g;
+        let mine = per.get(&ip).copied().unwrap_or(0);
+        if *total >= total_max || mine >= per_max {
+            return None;
+        }
+        *total += 1;
+        per.insert(ip, mine + 1);
+        Some(Slot {
+            slots: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut g = self.slots.open.lock();
+        let (total, per) = &mut *g;
+        *total = total.saturating_sub(1);
+        if let Some(n) = per.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                per.remove(&self.ip);
+            }
+        }
+    }
+}
+
 fn accept_loop(listener: TcpListener, state: Arc<ServerState>, stop: Arc<AtomicBool>) {
-    let active = Arc::new(AtomicUsize::new(0));
+    let active = Arc::new(Slots::default());
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((stream, peer)) => admit(stream, peer, &state, &active),
@@ -88,17 +149,17 @@ fn accept_loop(listener: TcpListener, state: Arc<ServerState>, stop: Arc<AtomicB
     }
 }
 
-/// Gives the connection a thread, or a canned 429 when all are busy.
-fn admit(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    state: &Arc<ServerState>,
-    active: &Arc<AtomicUsize>,
-) {
+/// Gives the connection a thread, or a canned 429 when all are busy or its address holds its
+/// share already.
+fn admit(mut stream: TcpStream, peer: SocketAddr, state: &Arc<ServerState>, active: &Arc<Slots>) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_nodelay(true);
-    if active.fetch_add(1, Ordering::SeqCst) >= state.config.max_connections {
-        active.fetch_sub(1, Ordering::SeqCst);
+    let cfg = &state.config;
+    let Some(slot) = active.acquire(
+        peer.ip(),
+        cfg.max_connections,
+        cfg.max_connections_per_address,
+    ) else {
         let busy = ApiError::rate_limited("server busy: too many open connections");
         super::http::write_response(
             &mut stream,
@@ -107,17 +168,15 @@ fn admit(
             Duration::from_millis(100),
         );
         return;
-    }
-    let (state, active2) = (state.clone(), active.clone());
-    let spawned = std::thread::Builder::new()
+    };
+    let state = state.clone();
+    // A failed spawn drops the closure, and with it the slot.
+    let _ = std::thread::Builder::new()
         .name("ask-conn".into())
         .spawn(move || {
+            let _slot = slot;
             serve_connection(stream, peer, &state);
-            active2.fetch_sub(1, Ordering::SeqCst);
         });
-    if spawned.is_err() {
-        active.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// Serves one connection: TLS when its first byte opens a TLS handshake, plain HTTP

@@ -16,6 +16,7 @@ pub const HELP: &str = "usage:
   peer ask pending [--json]
   peer ask decide ASKID approve|decline [--json]
   peer ask answer --from-workspace [--max-matches N]
+  peer ask token new [--json]
   peer ask peers|card|recommend|friends ...
 
 Asks a friend's agent on another machine (configured under \"ask\" in config.json), serves
@@ -49,6 +50,7 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         "status" => status(ctx, rest),
         "pending" => pending(ctx, rest),
         "decide" => decide(ctx, rest),
+        "token" => token(ctx, rest),
         "peers" | "card" | "recommend" | "friends" => super::ask_discovery::run(ctx, first, rest),
         _ => ask(ctx, argv),
     }
@@ -299,6 +301,24 @@ fn decide(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         super::print_json(&json!({"ok": true, "askId": id, "decision": pos[1]}))?;
     } else {
         out::line(&format!("{id}: {}", pos[1]))?;
+    }
+    Ok(0)
+}
+
+/// `peer ask token new`: a fresh shared token for a friend entry (256 random bits).
+fn token(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+    let Some(pos) = positionals(argv, 1, "token new")? else {
+        out::text(HELP)?;
+        return Ok(0);
+    };
+    if pos[0] != "new" {
+        return Err(Error::new(Code::Usage, "usage: peer ask token new"));
+    }
+    let t = crate::ask::config::new_token();
+    if ctx.json {
+        super::print_json(&json!({"ok": true, "token": t}))?;
+    } else {
+        out::line(&t)?;
     }
     Ok(0)
 }

@@ -465,7 +465,12 @@ fn print_recommendation(v: &Value) -> Result<()> {
     let s = |x: &Value, n: usize| sanitize::line(x.as_str().unwrap_or(""), n);
     let via: Vec<String> = v["via"]
         .as_array()
-        .map(|a| a.iter().map(|x| s(x, 64)).collect())
+        .map(|a| {
+            a.iter()
+                .take(crate::ask::recommend::VIA_MAX)
+                .map(|x| s(x, crate::ask::recommend::PATH_NAME_CHARS_MAX))
+                .collect()
+        })
         .unwrap_or_default();
     let chain = if via.is_empty() {
         String::new()

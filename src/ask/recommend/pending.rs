@@ -132,6 +132,10 @@ impl Store {
         })?;
         file.pending
             .retain(|p| p.created_at_ms.saturating_add(PENDING_TTL_MS) >= now_ms);
+        // The file may predate the bounds (or be edited): `via` is a remote claim.
+        for p in &mut file.pending {
+            p.via = clean_names(&p.via);
+        }
         Ok(file)
     }
 
@@ -183,7 +187,7 @@ impl Store {
             rec_id: format!("rec-{:016x}", identity::random_u64()),
             token: crate::ask::canon::b64url(&secret),
             from: from.to_string(),
-            via,
+            via: clean_names(&via),
             card: card.to_string(),
             public_key: public_key.to_string(),
             topic,
@@ -251,6 +255,12 @@ fn position(pending: &[Pending], rec_id: &str, prefix_ok: bool) -> Result<usize>
         )),
         several => Err(ambiguous_prefix(rec_id, several, "recommendation")),
     }
+}
+
+/// `via` names bounded and sanitized, as [`super::clean_via`] does for the wire form.
+fn clean_names(via: &[String]) -> Vec<String> {
+    let v = serde_json::Value::from(via.to_vec());
+    super::clean_via(Some(&v))
 }
 
 #[cfg(test)]
