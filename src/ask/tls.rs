@@ -553,6 +553,7 @@ mod tests {
             let v = serde_json::json!({"ask": {"callerName": "me", "peers": [peer]}});
             super::super::config::AskConfig::parse(v.to_string().as_bytes())
         };
+        const TOKEN: &str = "Xh3vQ9wLr2Tk7Nb5Zc1Mp8Yd4Ge6Ja0Fs-Ui_Ko2Wq";
         let sign = key(1).sign_string();
         let c =
             cfg(serde_json::json!({"name": "a", "host": "10.0.0.2", "publicKey": sign})).unwrap();
@@ -562,13 +563,13 @@ mod tests {
         )
         .unwrap();
         assert!(target(&c.peers[0], None).unwrap().tls.is_none());
-        let c = cfg(serde_json::json!({"name": "a", "host": "127.0.0.1", "token": "t"})).unwrap();
+        let c = cfg(serde_json::json!({"name": "a", "host": "127.0.0.1", "token": TOKEN})).unwrap();
         assert!(target(&c.peers[0], None).unwrap().tls.is_none());
-        let c = cfg(serde_json::json!({"name": "a", "host": "10.0.0.2", "token": "t"})).unwrap();
+        let c = cfg(serde_json::json!({"name": "a", "host": "10.0.0.2", "token": TOKEN})).unwrap();
         let e = target(&c.peers[0], None).err().unwrap();
         assert_eq!(e.code, Code::ConfigInvalid);
         assert!(e.message.contains("\"tls\": false"), "{e:?}");
-        let e = cfg(serde_json::json!({"name": "a", "host": "h", "token": "t", "tls": true}));
+        let e = cfg(serde_json::json!({"name": "a", "host": "h", "token": TOKEN, "tls": true}));
         assert_eq!(e.err().unwrap().code, Code::ConfigInvalid);
         assert!(is_loopback("[::1]") && is_loopback("localhost") && !is_loopback("10.0.0.1"));
     }
