@@ -3,7 +3,8 @@
 //! `@a2a-js/sdk` 1.3.0 client (tests/a2a_js/client.mjs, installed by `npm ci` there) against a
 //! real `peer ask serve`. Card and its JWS, blocking, streaming, polled, subscribed and canceled
 //! asks, an owner's decline as `rejected`, unknown callers refused. Latency is printed beside a
-//! plain HTTP ask, never asserted.
+//! plain HTTP ask, never asserted. And the other direction: `peer ask` to an A2A agent built
+//! from the `a2a-sdk` server classes (tests/a2a_agent.py) and to our own A2A endpoint.
 
 use crate::common;
 
@@ -43,6 +44,8 @@ struct Server {
     child: Child,
     port: u16,
     key_hex: String,
+    /// The card key's `ed25519:` form.
+    sign: String,
 }
 
 impl Drop for Server {
@@ -83,11 +86,13 @@ fn bob(ns: &Ns) -> Server {
         .unwrap();
     let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
     assert_eq!(ready["ok"], true, "server not ready: {line}");
-    let key = peerwire::ask::canon::parse_sign(ready["publicKey"].as_str().unwrap()).unwrap();
+    let sign = ready["publicKey"].as_str().unwrap().to_string();
+    let key = peerwire::ask::canon::parse_sign(&sign).unwrap();
     Server {
         child,
         port: ready["port"].as_u64().unwrap() as u16,
         key_hex: peerwire::identity::hex(&key),
+        sign,
     }
 }
 
@@ -308,4 +313,148 @@ fn latency_beside_plain_http(srv: &Server) {
         median(p),
         median(a)
     );
+}
+
+/// The a2a-sdk example agent (tests/a2a_agent.py) with the Ed25519 key of `seed`; killed on
+/// drop.
+struct Agent {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sdk_agent(seed: [u8; 32], token: &str) -> Agent {
+    let mut child = Command::new(python())
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/a2a_agent.py"))
+        .arg(peerwire::identity::hex(&seed))
+        .arg(token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+    let port = v["port"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("agent: {line}")) as u16;
+    Agent { child, port }
+}
+
+#[test]
+fn peer_ask_asks_an_a2a_sdk_agent_and_our_own_a2a_endpoint() {
+    let ns = Ns::new("a2a-out");
+    let seed = [7u8; 32];
+    let agent = sdk_agent(seed, "tok-ext");
+    let srv = bob(&ns);
+    let sign = peerwire::ask::keys::AskKey::from_seed(&seed).sign_string();
+    let other = peerwire::ask::keys::AskKey::from_seed(&[8u8; 32]).sign_string();
+    let home = ns.root.join("ada-home");
+    let a2a = |name: &str, port: u16, extra: Value| {
+        let mut f = json!({"name": name, "host": "127.0.0.1", "port": port, "protocol": "a2a"});
+        for (k, v) in extra.as_object().unwrap() {
+            f[k] = v.clone();
+        }
+        f
+    };
+    let peers = json!([
+        a2a(
+            "echo",
+            agent.port,
+            json!({"token": "tok-ext", "publicKey": sign})
+        ),
+        a2a(
+            "forged",
+            agent.port,
+            json!({"token": "tok-ext", "publicKey": other})
+        ),
+        a2a("notoken", agent.port, json!({})),
+        a2a(
+            "bob",
+            srv.port,
+            json!({"token": "tok-ada", "publicKey": srv.sign})
+        ),
+    ]);
+    peerwire::fsutil::ensure_private_dir(&home).unwrap();
+    std::fs::write(
+        home.join("config.json"),
+        json!({"ask": {"callerName": "ada", "timeoutMs": 3000, "peers": peers}}).to_string(),
+    )
+    .unwrap();
+    let peer = |args: &[&str]| {
+        ns.cmd(PEER)
+            .arg("--home")
+            .arg(&home)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+
+    let out = peer(&["--json", "ask", "echo", "hello over a2a"]);
+    assert!(
+        out.status.success(),
+        "{} {}",
+        stderr(&out),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(json_of(&out)["answer"], "echo: hello over a2a");
+
+    let out = peer(&["--json", "ask", "bob", "and to our own server?"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let answer = json_of(&out)["answer"].as_str().unwrap().to_string();
+    assert!(answer.contains("and to our own server?") && answer.contains("\"caller\":\"ada\""));
+
+    let out = peer(&["ask", "echo", "please refuse"]);
+    assert_eq!(
+        out.status.code(),
+        Some(exit_of(peerwire::error::Code::AskDeclined)),
+        "{}",
+        stderr(&out)
+    );
+    for (friend, why) in [("forged", "signature"), ("notoken", "401")] {
+        let out = peer(&["ask", friend, "hi"]);
+        assert_eq!(
+            out.status.code(),
+            Some(exit_of(peerwire::error::Code::AuthFailed)),
+            "{}",
+            stderr(&out)
+        );
+        assert!(stderr(&out).contains(why), "{}", stderr(&out));
+    }
+
+    let out = peer(&["ask", "--async", "echo", "queued?"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(eventually(10, || {
+        let v = json_of(&peer(&["--json", "ask", "status", "echo", &id]));
+        v["status"] == "answered" && v["answer"] == "echo: queued?"
+    }));
+
+    // Past timeoutMs the task is canceled at the agent.
+    let out = peer(&["ask", "echo", "a slow one"]);
+    assert_eq!(
+        out.status.code(),
+        Some(exit_of(peerwire::error::Code::Timeout)),
+        "{}",
+        stderr(&out)
+    );
+    let err = stderr(&out);
+    let id = err
+        .split("task ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap();
+    let v = json_of(&peer(&["--json", "ask", "status", "echo", id]));
+    assert_eq!(v["status"], "failed", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("CANCELED"), "{v}");
 }

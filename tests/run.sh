@@ -34,7 +34,7 @@ if [ -f tests/requirements.txt ]; then
     python3 -m venv .venv
   fi
   have=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true)
-  a2a=$(sed -n 's/^a2a-sdk==\([0-9.]*\).*/\1/p' tests/requirements.txt)
+  a2a=$(sed -n 's/^a2a-sdk\(\[[^]]*\]\)\{0,1\}==\([0-9.]*\).*/\2/p' tests/requirements.txt)
   have_a2a=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("a2a-sdk"))' 2>/dev/null || true)
   if [ "$have" != "$sdk" ] || [ "$have_a2a" != "$a2a" ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt

@@ -14,6 +14,7 @@ const TAG_CHARS_MAX: usize = 64;
 const DESCRIPTION_CHARS_MAX: usize = 1000;
 const TOKEN_CHARS_MAX: usize = 512;
 const HOST_CHARS_MAX: usize = 255;
+const CARD_URL_CHARS_MAX: usize = 2048;
 const NAME_CHARS_MAX: usize = 64;
 const ARGV_MAX: usize = 64;
 
@@ -54,6 +55,20 @@ pub struct Friend {
     /// `"tls"` as configured: `Some(false)` forces plain HTTP, `Some(true)` requires TLS (and
     /// a pinned key), `None` is TLS exactly when a key is pinned (see `ask::tls::transport`).
     pub tls: Option<bool>,
+    /// What `peer ask` speaks to this friend (`"protocol"`); the inbound side accepts both.
+    pub protocol: Protocol,
+    /// `"cardUrl"`: where an A2A friend's agent card is (default
+    /// `http://host:port/.well-known/agent-card.json`).
+    pub card_url: Option<String>,
+}
+
+/// The protocol `peer ask` speaks to a friend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// The dsh-ask-peer HTTP protocol (`POST /ask`).
+    Dsh,
+    /// A2A 1.0 over JSON-RPC, found through the friend's agent card.
+    A2a,
 }
 
 /// The validated `"ask"` object.
@@ -257,6 +272,8 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
         mode: Mode::Ask,
         description: None,
         tls: None,
+        protocol: Protocol::Dsh,
+        card_url: None,
     };
     for (key, v) in obj {
         let k = format!("{field}.{key}");
@@ -292,6 +309,22 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
             }
             "description" => f.description = Some(text(k, v, DESCRIPTION_CHARS_MAX)?),
             "tls" => f.tls = Some(boolean(k, v)?),
+            "protocol" => {
+                f.protocol = match v.as_str() {
+                    Some("dsh") => Protocol::Dsh,
+                    Some("a2a") => Protocol::A2a,
+                    _ => return Err(bad(k, "dsh or a2a")),
+                }
+            }
+            "cardUrl" => {
+                let u = text(k, v, CARD_URL_CHARS_MAX)?;
+                if !u.starts_with("http://")
+                    || u.chars().any(|c| c.is_whitespace() || c.is_control())
+                {
+                    return Err(bad(k, "an http:// URL without spaces"));
+                }
+                f.card_url = Some(u);
+            }
             _ => {
                 return Err(Error::new(
                     Code::ConfigInvalid,

@@ -6,8 +6,10 @@
 //! bounds are exactly the ask's. Callers are friends: a bearer token equal to the token
 //! configured for one, or the card key a friend pinned, proved in the TLS handshake. Anyone
 //! else gets HTTP 401 (no credentials) or 403 (wrong ones) before the body is parsed.
+//! `client` is the other direction: `peer ask` to an A2A agent.
 
 pub mod card;
+pub mod client;
 pub mod sse;
 pub mod task;
 
