@@ -282,16 +282,7 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
             "name" => f.name = name(k, v)?,
             "host" => f.host = host(k, v)?,
             "port" => f.port = int(k, v, 1, 65_535)? as u16,
-            "token" => {
-                let t = text(k, v, TOKEN_CHARS_MAX)?;
-                if t.is_empty() {
-                    return Err(bad(
-                        k,
-                        "a non-empty string (an empty token never authenticates)",
-                    ));
-                }
-                f.token = Some(t);
-            }
+            "token" => f.token = Some(token(k, v)?),
             "publicKey" => {
                 let s = text(k, v, TOKEN_CHARS_MAX)?;
                 let key = super::canon::parse_sign(&s)
@@ -309,22 +300,8 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
             }
             "description" => f.description = Some(text(k, v, DESCRIPTION_CHARS_MAX)?),
             "tls" => f.tls = Some(boolean(k, v)?),
-            "protocol" => {
-                f.protocol = match v.as_str() {
-                    Some("dsh") => Protocol::Dsh,
-                    Some("a2a") => Protocol::A2a,
-                    _ => return Err(bad(k, "dsh or a2a")),
-                }
-            }
-            "cardUrl" => {
-                let u = text(k, v, CARD_URL_CHARS_MAX)?;
-                if !u.starts_with("http://")
-                    || u.chars().any(|c| c.is_whitespace() || c.is_control())
-                {
-                    return Err(bad(k, "an http:// URL without spaces"));
-                }
-                f.card_url = Some(u);
-            }
+            "protocol" => f.protocol = protocol(k, v)?,
+            "cardUrl" => f.card_url = Some(card_url(k, v)?),
             _ => {
                 return Err(Error::new(
                     Code::ConfigInvalid,
@@ -346,6 +323,33 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
         ));
     }
     Ok(f)
+}
+
+fn token(field: &str, value: &Value) -> Result<String> {
+    let t = text(field, value, TOKEN_CHARS_MAX)?;
+    if t.is_empty() {
+        return Err(bad(
+            field,
+            "a non-empty string (an empty token never authenticates)",
+        ));
+    }
+    Ok(t)
+}
+
+fn protocol(field: &str, value: &Value) -> Result<Protocol> {
+    match value.as_str() {
+        Some("dsh") => Ok(Protocol::Dsh),
+        Some("a2a") => Ok(Protocol::A2a),
+        _ => Err(bad(field, "dsh or a2a")),
+    }
+}
+
+fn card_url(field: &str, value: &Value) -> Result<String> {
+    let u = text(field, value, CARD_URL_CHARS_MAX)?;
+    if !u.starts_with("http://") || u.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad(field, "an http:// URL without spaces"));
+    }
+    Ok(u)
 }
 
 fn bad(field: &str, expected: &str) -> Error {

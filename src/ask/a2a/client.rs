@@ -378,6 +378,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a2a_friends_are_configured_strictly() {
+        let parse = |friend: Value| {
+            AskConfig::parse(
+                json!({"ask": {"callerName": "ada", "peers": [friend]}})
+                    .to_string()
+                    .as_bytes(),
+            )
+        };
+        let c =
+            parse(json!({"name": "x", "host": "h", "protocol": "a2a", "cardUrl": "http://h:1/c"}))
+                .unwrap();
+        assert_eq!(
+            c.peers[0].protocol,
+            super::super::super::config::Protocol::A2a
+        );
+        assert_eq!(card_url(&c.peers[0]).unwrap().path, "/c");
+        for bad in [
+            json!({"name": "x", "host": "h", "protocol": "grpc"}),
+            json!({"name": "x", "host": "h", "cardUrl": "https://h/c"}),
+            json!({"name": "x", "host": "h", "cardUrl": "http://h/a b"}),
+        ] {
+            assert!(parse(bad.clone()).is_err(), "{bad}");
+        }
+        let d = parse(json!({"name": "x", "host": "::1", "port": 9, "protocol": "a2a"})).unwrap();
+        assert_eq!(
+            card_url(&d.peers[0]).unwrap(),
+            Url {
+                host: "::1".into(),
+                port: 9,
+                path: card::CARD_PATH.into()
+            }
+        );
+    }
+
+    #[test]
     fn urls_parse_strictly() {
         assert_eq!(
             parse_url("http://127.0.0.1:9/a2a"),
