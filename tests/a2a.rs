@@ -55,7 +55,13 @@ impl Drop for Server {
     }
 }
 
-/// `bob`, serving with ada (token, auto), cy (token, owner approval) as friends.
+/// dee's card key: dee has no token and proves this key over mutual TLS.
+fn dee_key() -> peerwire::ask::keys::AskKey {
+    peerwire::ask::keys::AskKey::from_seed(&[5u8; 32])
+}
+
+/// `bob`, serving with ada (token, auto), cy (token, owner approval) and dee (pinned key,
+/// auto) as friends.
 fn bob(ns: &Ns) -> Server {
     let answerer = ns.root.join("echo.sh");
     std::fs::write(&answerer, format!("#!/bin/sh\n{ECHO}\n")).unwrap();
@@ -68,6 +74,7 @@ fn bob(ns: &Ns) -> Server {
         "peers": [
             {"name": "ada", "host": "127.0.0.1", "token": "tok-ada", "mode": "auto"},
             {"name": "cy", "host": "127.0.0.1", "token": "tok-cy", "mode": "ask"},
+            {"name": "dee", "host": "127.0.0.1", "publicKey": dee_key().sign_string(), "mode": "auto"},
         ],
     });
     peerwire::fsutil::ensure_private_dir(&ns.home).unwrap();
@@ -457,4 +464,38 @@ fn peer_ask_asks_an_a2a_sdk_agent_and_our_own_a2a_endpoint() {
     let v = json_of(&peer(&["--json", "ask", "status", "echo", id]));
     assert_eq!(v["status"], "failed", "{v}");
     assert!(v["error"].as_str().unwrap().contains("CANCELED"), "{v}");
+}
+
+#[test]
+fn a_pinned_card_key_over_mutual_tls_authenticates_without_a_token() {
+    let ns = Ns::new("a2a-mtls");
+    let srv = bob(&ns);
+    let key = dee_key();
+    let cfg = peerwire::ask::config::AskConfig::parse(
+        json!({"ask": {"callerName": "dee", "peers": [
+            {"name": "bob", "host": "127.0.0.1", "port": srv.port, "publicKey": srv.sign},
+        ]}})
+        .to_string()
+        .as_bytes(),
+    )
+    .unwrap();
+    let body = json!({"jsonrpc": "2.0", "id": "x", "method": "SendMessage", "params": {"message": {
+        "messageId": "m", "role": "ROLE_USER", "parts": [{"text": "over mutual TLS"}]}}});
+    let bytes = body.to_string().into_bytes();
+    let send = |own: Option<&peerwire::ask::keys::AskKey>| {
+        let target = peerwire::ask::tls::target(&cfg.peers[0], own).unwrap();
+        peerwire::ask::client::request_with(&target, "POST", "/a2a", &[], Some(&bytes), T).unwrap()
+    };
+    let reply = send(Some(&key));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let task = &reply.body["result"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_COMPLETED",
+        "{}",
+        reply.body
+    );
+    let answer = task["artifacts"][0]["parts"][0]["text"].as_str().unwrap();
+    assert!(answer.contains("\"caller\":\"dee\""), "{answer}");
+    // The same request over TLS without a client certificate has no credentials.
+    assert_eq!(send(None).status, 401);
 }

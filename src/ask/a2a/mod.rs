@@ -30,8 +30,10 @@ const TASK_NOT_FOUND: i64 = -32001;
 const TASK_NOT_CANCELABLE: i64 = -32002;
 const UNSUPPORTED: i64 = -32004;
 const CONTENT_TYPE: i64 = -32005;
-/// How often a blocking send or a stream looks at its ask.
+/// How often a blocking send or a stream looks at its ask: first after `POLL_FIRST`, then
+/// twice as long each time up to `POLL` (most answers come quickly; jobs have no wake-up).
 pub const POLL: Duration = Duration::from_millis(25);
+pub const POLL_FIRST: Duration = Duration::from_millis(1);
 
 /// What an A2A request gets.
 pub enum Reply {
@@ -382,9 +384,13 @@ pub fn task_deadline(state: &ServerState) -> Duration {
 /// Waits (bounded by [`task_deadline`] and the server's stop) until the task ends.
 fn wait_terminal(state: &ServerState, id: &str, caller: &str) {
     let deadline = Instant::now() + task_deadline(state);
+    let mut pause = POLL_FIRST;
     while Instant::now() < deadline && !state.stopping.load(std::sync::atomic::Ordering::SeqCst) {
         match state.a2a.snapshot(id, caller, &state.jobs) {
-            Some(s) if !s.state.is_terminal() => std::thread::sleep(POLL),
+            Some(s) if !s.state.is_terminal() => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(POLL);
+            }
             _ => return,
         }
     }

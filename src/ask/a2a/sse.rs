@@ -54,6 +54,7 @@ pub fn run<S: Wire>(stream: &mut S, state: &ServerState, plan: &Plan) {
     }
     let mut last: Option<State> = None;
     let mut quiet_since = Instant::now();
+    let mut pause = super::POLL_FIRST;
     while Instant::now() < plan.deadline && !state.stopping.load(Ordering::SeqCst) {
         let Some(snap) = state.a2a.snapshot(&plan.task_id, &plan.caller, &state.jobs) else {
             return;
@@ -79,7 +80,11 @@ pub fn run<S: Wire>(stream: &mut S, state: &ServerState, plan: &Plan) {
         if snap.state.is_terminal() {
             return;
         }
+        if last != Some(snap.state) {
+            pause = super::POLL_FIRST;
+        }
         last = Some(snap.state);
-        std::thread::sleep(super::POLL);
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(super::POLL);
     }
 }
