@@ -385,6 +385,13 @@ fn peer_ask_asks_an_a2a_sdk_agent_and_our_own_a2a_endpoint() {
             json!({"token": "tok-ext", "publicKey": other})
         ),
         a2a("notoken", agent.port, json!({})),
+        // The agent's card names 127.0.0.1; fetched as localhost, its endpoint is another host.
+        a2a(
+            "elsewhere",
+            agent.port,
+            json!({"token": "tok-ext",
+            "cardUrl": format!("http://localhost:{}/.well-known/agent-card.json", agent.port)})
+        ),
         a2a(
             "bob",
             srv.port,
@@ -426,6 +433,18 @@ fn peer_ask_asks_an_a2a_sdk_agent_and_our_own_a2a_endpoint() {
         out.status.code(),
         Some(exit_of(peerwire::error::Code::AskDeclined)),
         "{}",
+        stderr(&out)
+    );
+    let out = peer(&["ask", "elsewhere", "hi"]);
+    assert_eq!(
+        out.status.code(),
+        Some(exit_of(peerwire::error::Code::InvalidRequest)),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("is not the card's host"),
+        "the token goes only to the card's host: {}",
         stderr(&out)
     );
     for (friend, why) in [("forged", "signature"), ("notoken", "401")] {
