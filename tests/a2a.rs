@@ -518,3 +518,29 @@ fn a_pinned_card_key_over_mutual_tls_authenticates_without_a_token() {
     // The same request over TLS without a client certificate has no credentials.
     assert_eq!(send(None).status, 401);
 }
+
+#[test]
+fn other_versions_methods_and_batches_are_json_rpc_errors() {
+    let ns = Ns::new("a2a-rpc");
+    let srv = bob(&ns);
+    let call = |extra: &str, body: &str| {
+        let req = format!(
+            "POST /a2a HTTP/1.1\r\nhost: x\r\nauthorization: Bearer tok-ada\r\n{extra}content-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let (status, bytes) = raw(srv.port, req.as_bytes());
+        assert_eq!(status, 200);
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        v["error"]["code"].as_i64().unwrap_or(0)
+    };
+    let get = r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"nope"}}"#;
+    assert_eq!(call("", get), -32001);
+    assert_eq!(call("a2a-version: 1.0\r\n", get), -32001);
+    assert_eq!(call("a2a-version: 0.3\r\n", get), -32009);
+    let legacy = r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"x"}}"#;
+    assert_eq!(call("", legacy), -32601);
+    assert_eq!(call("", &format!("[{get}]")), -32600);
+    assert_eq!(call("", "{not json"), -32700);
+    let file = r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"url":"file:///etc/passwd"}]}}}"#;
+    assert_eq!(call("", file), -32005);
+}

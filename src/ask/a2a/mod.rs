@@ -30,6 +30,7 @@ const TASK_NOT_FOUND: i64 = -32001;
 const TASK_NOT_CANCELABLE: i64 = -32002;
 const UNSUPPORTED: i64 = -32004;
 const CONTENT_TYPE: i64 = -32005;
+const VERSION_NOT_SUPPORTED: i64 = -32009;
 /// How often a blocking send or a stream looks at its ask: first after `POLL_FIRST`, then
 /// twice as long each time up to `POLL` (most answers come quickly; jobs have no wake-up).
 pub const POLL: Duration = Duration::from_millis(25);
@@ -94,8 +95,13 @@ fn rpc(state: &Arc<ServerState>, req: &Request) -> Reply {
             return refusal(e.status, &e.message);
         }
     };
-    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&req.body) else {
-        return Reply::Now(Response::ok(rpc_error(&Value::Null, -32700, "parse error")));
+    let body = match serde_json::from_slice::<Value>(&req.body) {
+        Ok(Value::Object(body)) => body,
+        Ok(_) => {
+            let m = "a JSON-RPC request object is required (batches are not served)";
+            return Reply::Now(Response::ok(rpc_error(&Value::Null, INVALID_REQUEST, m)));
+        }
+        Err(_) => return Reply::Now(Response::ok(rpc_error(&Value::Null, -32700, "parse error"))),
     };
     let id = body.get("id").cloned().unwrap_or(Value::Null);
     let method = body.get("method").and_then(Value::as_str).unwrap_or("");
@@ -104,6 +110,17 @@ fn rpc(state: &Arc<ServerState>, req: &Request) -> Reply {
         .get("params")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
+    let version = req.headers.iter().find(|(k, _)| k == "a2a-version");
+    if let Some((_, v)) = version
+        && !matches!(v.trim(), "1.0" | "1")
+    {
+        let m = format!(
+            "A2A version {} is not served; this server speaks {}",
+            crate::sanitize::line(v, 16),
+            card::PROTOCOL_VERSION
+        );
+        return Reply::Now(Response::ok(rpc_error(&id, VERSION_NOT_SUPPORTED, &m)));
+    }
     if body.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Reply::Now(Response::ok(rpc_error(
             &id,
