@@ -216,7 +216,7 @@ fn python_sdk_client_asks_streams_polls_subscribes_and_cancels() {
 }
 
 #[test]
-fn js_sdk_client_asks_streams_polls_and_cancels() {
+fn js_sdk_client_asks_streams_polls_subscribes_and_cancels() {
     let Some(dir) = js_dir() else {
         println!("skipped: node or tests/a2a_js/node_modules missing (tests/run.sh runs npm ci)");
         return;
@@ -224,6 +224,13 @@ fn js_sdk_client_asks_streams_polls_and_cancels() {
     let ns = Ns::new("a2a-js");
     let srv = bob(&ns);
     check_client(&ns, &srv, &|t, s, a| js(&dir, &srv, t, s, a));
+    let v = run(&mut js(&dir, &srv, "tok-ada", "subscribe", "subscribed?"));
+    let sub = v["subscribe"].as_array().expect("subscribe events");
+    assert_eq!(
+        sub[0], "task",
+        "a subscription starts with the task snapshot: {v}"
+    );
+    assert_eq!(v["final"]["state"], "TASK_STATE_COMPLETED", "{v}");
 }
 
 #[test]

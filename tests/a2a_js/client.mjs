@@ -2,7 +2,7 @@
 // Usage: node client.mjs BASE_URL TOKEN SCENARIO [ARG]; prints one JSON object (tests/a2a.rs).
 // Scenarios as tests/a2a_client.py: card HEXKEY (the JWS checked with node:crypto over the
 // JCS form of the card, as A2A 1.0 section 8.4 says; the SDK has no verifier of its own),
-// ask, stream, poll, cancel.
+// ask, stream, poll, cancel, subscribe.
 import crypto from "node:crypto";
 import { ClientFactory, ClientFactoryOptions, JsonRpcTransportFactory } from "@a2a-js/sdk/client";
 
@@ -48,7 +48,7 @@ try {
   }
   const factory = new ClientFactory(ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
     transports: [new JsonRpcTransportFactory({ fetchImpl: authFetch })],
-    clientConfig: { polling: scenario === "poll" || scenario === "cancel" },
+    clientConfig: { polling: ["poll", "cancel", "subscribe"].includes(scenario) },
   }));
   const client = await factory.createFromUrl(base);
   // The SDK takes its ts-proto types: a oneof as { $case, value }, enums as numbers (1 = ROLE_USER).
@@ -75,6 +75,12 @@ const params = { message: { messageId: crypto.randomUUID(), role: 1, parts: [{ c
         await new Promise((r) => setTimeout(r, 50));
       } while (t.state === "TASK_STATE_SUBMITTED" || t.state === "TASK_STATE_WORKING");
       out.final = t;
+    } else if (scenario === "subscribe") {
+      out.subscribe = [];
+      for await (const ev of client.resubscribeTask({ id: first.id })) {
+        out.subscribe.push(ev.payload?.$case ?? ev.kind ?? (ev.status && ev.id ? "task" : "other"));
+      }
+      out.final = taskView(await client.getTask({ id: first.id }));
     } else if (scenario === "cancel") {
       out.final = taskView(await client.cancelTask({ id: first.id }));
     }
