@@ -6,6 +6,7 @@
 
 mod common;
 
+mod a2a;
 mod adversary;
 mod architecture;
 mod ask;

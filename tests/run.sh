@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README): installs what the tests need beyond the Rust toolchain
 # -- groff and man-db for the man-page checks, a local Python virtual environment with the official MCP
-# SDK client -- and then runs every test with cargo.
+# and A2A SDK clients, the A2A JS SDK client under tests/a2a_js -- and then runs every test
+# with cargo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,10 +35,21 @@ if [ -f tests/requirements.txt ]; then
     python3 -m venv .venv
   fi
   have=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true)
-  if [ "$have" != "$sdk" ]; then
+  a2a=$(sed -n 's/^a2a-sdk\(\[[^]]*\]\)\{0,1\}==\([0-9.]*\).*/\2/p' tests/requirements.txt)
+  have_a2a=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("a2a-sdk"))' 2>/dev/null || true)
+  if [ "$have" != "$sdk" ] || [ "$have_a2a" != "$a2a" ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
   fi
   export PEER_TEST_PYTHON="$PWD/.venv/bin/python"
+fi
+
+# The official A2A JS SDK client for tests/a2a.rs, pinned by tests/a2a_js/package-lock.json.
+if ! command -v node >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+fi
+if command -v npm >/dev/null 2>&1; then
+  (cd tests/a2a_js && npm ci --no-audit --no-fund --silent)
 fi
 
 cargo test --locked "$@"

@@ -3,9 +3,10 @@
 //! authenticates the request; any other request is signed with this agent's key (purpose and
 //! audience inside the signed bytes, see `auth`). The friend's token rides along when one is
 //! configured, so either kind of friend entry on the other side authenticates us. An answerer
-//! process cannot ask (no loops).
+//! process cannot ask (no loops). A friend with `"protocol": "a2a"` is asked over A2A
+//! instead (`a2a::client`).
 
-use super::config::{AskConfig, Friend};
+use super::config::{AskConfig, Friend, Protocol};
 use super::keys::AskKey;
 use super::tls::Target;
 use crate::error::{Code, Error, Result};
@@ -95,6 +96,15 @@ pub fn ask(
     if question.trim().is_empty() {
         return Err(Error::new(Code::Usage, "the question is empty"));
     }
+    if f.protocol == Protocol::A2a {
+        if !context_files.is_empty() {
+            return Err(Error::new(
+                Code::Usage,
+                "--context-file names the friend's files, which A2A has no field for",
+            ));
+        }
+        return super::a2a::client::ask(config, f, question, is_async);
+    }
     let mut body = Map::new();
     body.insert("question".into(), json!(question));
     if !context_files.is_empty() {
@@ -138,6 +148,9 @@ pub fn ask(
 /// The status (and, once answered, the answer) of an async ask we made.
 pub fn status(home: &Path, config: &AskConfig, peer: &str, ask_id: &str) -> Result<AskStatus> {
     let f = friend(config, peer)?;
+    if f.protocol == Protocol::A2a {
+        return super::a2a::client::status(config, f, ask_id);
+    }
     let mut body = Map::new();
     body.insert("askId".into(), json!(ask_id));
     let key = super::keys::load_or_create(&config.key_dir(home), &config.caller_name)?;

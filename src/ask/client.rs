@@ -115,6 +115,19 @@ pub fn request_to(
     body: Option<&[u8]>,
     timeout: Duration,
 ) -> Result<Reply> {
+    request_with(t, method, path, &[], body, timeout)
+}
+
+/// [`request_to`] with extra request headers (A2A's `Authorization` and `A2A-Version`); the
+/// caller makes sure names and values hold no line breaks.
+pub fn request_with(
+    t: &Target,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<Reply> {
     let deadline = Instant::now() + timeout;
     let (host, port) = (t.host, t.port);
     let stream = connect(host, port, deadline)?;
@@ -127,6 +140,9 @@ pub fn request_to(
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nhost: {host_header}\r\naccept: application/json\r\nconnection: close\r\n"
     );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
     if let Some(b) = body {
         head.push_str(&format!(
             "content-type: application/json\r\ncontent-length: {}\r\n",

@@ -20,6 +20,7 @@ pub const TOKEN_CHARS_MIN: usize = 22;
 /// Distinct characters a token needs, so `aaaa…` or `abab…` cannot pass on length alone.
 const TOKEN_DISTINCT_MIN: usize = 8;
 const HOST_CHARS_MAX: usize = 255;
+const CARD_URL_CHARS_MAX: usize = 2048;
 const NAME_CHARS_MAX: usize = 64;
 const ARGV_MAX: usize = 64;
 const READ_PATHS_MAX: usize = 32;
@@ -61,6 +62,20 @@ pub struct Friend {
     /// `"tls"` as configured: `Some(false)` forces plain HTTP, `Some(true)` requires TLS (and
     /// a pinned key), `None` is TLS exactly when a key is pinned (see `ask::tls::transport`).
     pub tls: Option<bool>,
+    /// What `peer ask` speaks to this friend (`"protocol"`); the inbound side accepts both.
+    pub protocol: Protocol,
+    /// `"cardUrl"`: where an A2A friend's agent card is (default
+    /// `http://host:port/.well-known/agent-card.json`).
+    pub card_url: Option<String>,
+}
+
+/// The protocol `peer ask` speaks to a friend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// The dsh-ask-peer HTTP protocol (`POST /ask`).
+    Dsh,
+    /// A2A 1.0 over JSON-RPC, found through the friend's agent card.
+    A2a,
 }
 
 /// The validated `"ask"` object.
@@ -304,6 +319,8 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
         mode: Mode::Ask,
         description: None,
         tls: None,
+        protocol: Protocol::Dsh,
+        card_url: None,
     };
     for (key, v) in obj {
         let k = format!("{field}.{key}");
@@ -312,16 +329,7 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
             "name" => f.name = name(k, v)?,
             "host" => f.host = host(k, v)?,
             "port" => f.port = int(k, v, 1, 65_535)? as u16,
-            "token" => {
-                let t = text(k, v, TOKEN_CHARS_MAX)?;
-                if t.is_empty() {
-                    return Err(bad(
-                        k,
-                        "a non-empty string (an empty token never authenticates)",
-                    ));
-                }
-                f.token = Some(t);
-            }
+            "token" => f.token = Some(token(k, v)?),
             "publicKey" => {
                 let s = text(k, v, TOKEN_CHARS_MAX)?;
                 let key = super::canon::parse_sign(&s)
@@ -339,6 +347,8 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
             }
             "description" => f.description = Some(text(k, v, DESCRIPTION_CHARS_MAX)?),
             "tls" => f.tls = Some(boolean(k, v)?),
+            "protocol" => f.protocol = protocol(k, v)?,
+            "cardUrl" => f.card_url = Some(card_url(k, v)?),
             _ => {
                 return Err(Error::new(
                     Code::ConfigInvalid,
@@ -419,6 +429,33 @@ pub fn new_token() -> String {
     let mut b = [0u8; 32];
     crate::identity::random_bytes(&mut b);
     super::canon::b64url(&b)
+}
+
+fn token(field: &str, value: &Value) -> Result<String> {
+    let t = text(field, value, TOKEN_CHARS_MAX)?;
+    if t.is_empty() {
+        return Err(bad(
+            field,
+            "a non-empty string (an empty token never authenticates)",
+        ));
+    }
+    Ok(t)
+}
+
+fn protocol(field: &str, value: &Value) -> Result<Protocol> {
+    match value.as_str() {
+        Some("dsh") => Ok(Protocol::Dsh),
+        Some("a2a") => Ok(Protocol::A2a),
+        _ => Err(bad(field, "dsh or a2a")),
+    }
+}
+
+fn card_url(field: &str, value: &Value) -> Result<String> {
+    let u = text(field, value, CARD_URL_CHARS_MAX)?;
+    if !u.starts_with("http://") || u.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad(field, "an http:// URL without spaces"));
+    }
+    Ok(u)
 }
 
 fn bad(field: &str, expected: &str) -> Error {

@@ -17,6 +17,8 @@
 //! - `approval` — per-friend modes and the owner's pending decisions.
 //! - `jobs` — async asks and their lifecycle.
 //! - `answer`, `sandbox` — one fresh, sandboxed answerer process per approved ask.
+//! - `a2a` — A2A 1.0 on the same port: the signed agent card, JSON-RPC tasks over the asks,
+//!   SSE streams.
 //! - `api` — what front ends call: `ask`, `status`.
 //! - `card`, `advertise`, `recommend`, `discovery` — friend cards, adverts, recommendations.
 //!
@@ -26,6 +28,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod a2a;
 pub mod advertise;
 pub mod answer;
 pub mod api;
@@ -79,6 +82,8 @@ pub struct ServerState {
     pub guard: auth::Guard,
     pub approvals: approval::Approvals,
     pub jobs: jobs::Jobs,
+    /// What A2A tasks add to the asks they are.
+    pub a2a: a2a::task::Tasks,
     /// The answerer's containment layers on this machine (probed at start).
     pub sandbox: sandbox::Layers,
     /// State owned by the discovery endpoints (adverts, cards, recommendations).
@@ -169,6 +174,7 @@ pub fn start(
         guard: auth::Guard::new(&config, Some(home.join("ask").join("nonces"))),
         approvals: approval::Approvals::new(home, listen, config.max_pending_approvals)?,
         jobs: jobs::Jobs::new(&config),
+        a2a: a2a::task::Tasks::new(config.max_stored_asks),
         sandbox: answer::probe_layers(home, &config, &workspace),
         discovery: discovery::State::default(),
         stopping: AtomicBool::new(false),

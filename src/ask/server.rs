@@ -224,7 +224,13 @@ fn serve_request<S: super::tls::Wire>(
                 peer,
                 tls_peer_key,
             };
-            super::route(state, &req)
+            match super::a2a::handle(state, &req) {
+                Some(super::a2a::Reply::Stream(plan)) => {
+                    return super::a2a::sse::run(stream, state, &plan);
+                }
+                Some(super::a2a::Reply::Now(resp)) => resp,
+                None => super::route(state, &req),
+            }
         }
         Err(super::http::ReadFailure::Reply(e)) => e.response(),
         Err(super::http::ReadFailure::Drop) => return,
