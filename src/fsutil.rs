@@ -1,6 +1,6 @@
 //! Private files and directories: 0700/0600 from creation, owner/mode/symlink checks before
-//! use, bounded reads, atomic replace with the fsync order argued in ARCHITECTURE.md, and short
-//! owner-aware file locks.
+//! use, bounded reads, atomic replace with the fsync order of ARCHITECTURE.md ("Which write is
+//! durable when"), and short owner-aware file locks.
 
 use crate::error::{Code, Error, Result};
 use std::fs::{File, OpenOptions};

@@ -700,6 +700,28 @@ fn the_code_map_matches_the_tree() {
     );
 }
 
+/// The most ARCHITECTURE.md may hold: a map a newcomer reads in one sitting. History (dated
+/// measurements, designs not kept) belongs in `docs/performance-log.md`, byte layouts in
+/// `docs/store-format.md`.
+const ARCHITECTURE_MD_BYTES_MAX: usize = 30 * 1024;
+
+/// ARCHITECTURE.md stays a map, not a diary: at most `ARCHITECTURE_MD_BYTES_MAX` bytes, and the
+/// documents it hands history and byte formats to exist.
+#[test]
+fn architecture_md_stays_short() {
+    let map = std::fs::read_to_string("ARCHITECTURE.md").unwrap();
+    assert!(
+        map.len() <= ARCHITECTURE_MD_BYTES_MAX,
+        "ARCHITECTURE.md is {} bytes, more than {ARCHITECTURE_MD_BYTES_MAX}: move measurements \
+         and history to docs/performance-log.md, byte formats to docs/store-format.md",
+        map.len()
+    );
+    for doc in ["docs/performance-log.md", "docs/store-format.md"] {
+        assert!(map.contains(doc), "ARCHITECTURE.md points at {doc}");
+        assert!(Path::new(doc).is_file(), "{doc} exists");
+    }
+}
+
 #[test]
 fn the_code_map_reader_finds_paths_and_bullets() {
     let map = "- `src/a/` — `b` (x), `c/d.rs`\n  and `e`.\n- `src/f.rs`, `src/g/{h,i}.rs`.\n\ntext src/j/\n";
@@ -866,10 +888,10 @@ fn toml_section(text: &str, section: &str) -> BTreeMap<String, String> {
     out
 }
 
-/// Release builds are optimised as one program (ARCHITECTURE.md, "Where a send's time goes":
-/// about a tenth fewer instructions per send and sends 3-6 % faster) and keep unwinding: the
-/// MCP server and the outbound pool catch a panicking handler, which `panic = "abort"` would
-/// turn into the death of the root.
+/// Release builds are optimised as one program (docs/performance-log.md, "Where a send's time
+/// goes": about a tenth fewer instructions per send and sends 3-6 % faster) and keep
+/// unwinding: the MCP server and the outbound pool catch a panicking handler, which
+/// `panic = "abort"` would turn into the death of the root.
 #[test]
 fn release_builds_optimise_the_whole_program_and_keep_unwinding() {
     let manifest =

@@ -222,6 +222,9 @@ impl AskConfig {
         for (key, value) in obj {
             let f = format!("ask.{key}");
             let f = f.as_str();
+            if answerer_setting(&mut c, key, f, value)? {
+                continue;
+            }
             match key.as_str() {
                 "callerName" => c.caller_name = name(f, value)?,
                 "keyDir" => c.key_dir = Some(absolute(f, value)?),
@@ -245,14 +248,6 @@ impl AskConfig {
                         return Err(bad(f, "false: answers are always read-only"));
                     }
                 }
-                "answerCommand" => c.answer_command = Some(argv(f, value)?),
-                "allowUnenforcedSandbox" => c.reduced_isolation = boolean(f, value)?,
-                "answerIsolation" => c.reduced_isolation = isolation(f, value)?,
-                "answerReadPaths" => c.answer_read_paths = read_paths(f, value)?,
-                "answerNetwork" => c.answer_network = destinations(f, value)?,
-                "answerMemoryMb" => c.answer_memory_mb = int(f, value, 64, 1_048_576)?,
-                "answerCpuSeconds" => c.answer_cpu_seconds = int(f, value, 1, 86_400)?,
-                "answerProcesses" => c.answer_processes = int(f, value, 300, 65_536)?,
                 "resultTtlMs" => c.result_ttl_ms = int(f, value, 100, 600_000)?,
                 "maxConcurrentAsks" => c.max_concurrent_asks = int(f, value, 1, 64)? as usize,
                 "maxStoredAsks" => c.max_stored_asks = int(f, value, 1, 4_096)? as usize,
@@ -289,6 +284,22 @@ impl AskConfig {
         }
         Ok(c)
     }
+}
+
+/// The answerer's settings (what it runs and how it is contained); false: not one of them.
+fn answerer_setting(c: &mut AskConfig, key: &str, f: &str, value: &Value) -> Result<bool> {
+    match key {
+        "answerCommand" => c.answer_command = Some(argv(f, value)?),
+        "allowUnenforcedSandbox" => c.reduced_isolation = boolean(f, value)?,
+        "answerIsolation" => c.reduced_isolation = isolation(f, value)?,
+        "answerReadPaths" => c.answer_read_paths = read_paths(f, value)?,
+        "answerNetwork" => c.answer_network = destinations(f, value)?,
+        "answerMemoryMb" => c.answer_memory_mb = int(f, value, 64, 1_048_576)?,
+        "answerCpuSeconds" => c.answer_cpu_seconds = int(f, value, 1, 86_400)?,
+        "answerProcesses" => c.answer_processes = int(f, value, 300, 65_536)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 fn friends(field: &str, value: &Value) -> Result<Vec<Friend>> {

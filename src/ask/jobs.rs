@@ -420,12 +420,13 @@ pub fn handle_status(state: &ServerState, req: &Request) -> Result<Response, Api
         .ok_or_else(|| ApiError::bad_request("askId is required"))?;
     // A denied friend learns nothing, and polls are rate limited per friend (apart from its
     // asks) before the request's nonce is kept.
-    let friend = state
-        .guard
-        .authenticate_request(&state.config, req, &body, "status", now, |f| {
-            super::auth::not_denied(f)?;
-            state.guard.charge_status(&f.name, now)
-        })?;
+    let friend =
+        state
+            .guard
+            .authenticate_request(&state.config, req, &body, "status", now, |f| {
+                super::auth::not_denied(f)?;
+                state.guard.charge_status(&f.name, now)
+            })?;
     state
         .jobs
         .view(id, Some(&friend.name))

@@ -10,7 +10,8 @@
 //! barriers on) whose fdatasync always issues a flush after it began: either its own
 //! `blkdev_issue_flush` after the data write-out, or the commit record (REQ_PREFLUSH) of a
 //! journal transaction that was not yet flushing when it looked. The same device (`st_dev`)
-//! means the same block device, whose flush that was. See ARCHITECTURE.md (durability).
+//! means the same block device, whose flush that was. See ARCHITECTURE.md ("The shared device
+//! flush"); the measurements behind it are in docs/performance-log.md.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
