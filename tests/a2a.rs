@@ -71,9 +71,10 @@ fn bob(ns: &Ns) -> Server {
         "callerName": "bob", "listenPort": 0, "friendAsksPerMinute": 10000,
         "workspace": ns.work.to_string_lossy(),
         "answerCommand": [answerer.to_string_lossy()],
+        "answerReadPaths": [answerer.to_string_lossy()],
         "peers": [
-            {"name": "ada", "host": "127.0.0.1", "token": "tok-ada", "mode": "auto"},
-            {"name": "cy", "host": "127.0.0.1", "token": "tok-cy", "mode": "ask"},
+            {"name": "ada", "host": "127.0.0.1", "token": "tok-ada-7f3c9e1b5d2a8064c1e9", "mode": "auto"},
+            {"name": "cy", "host": "127.0.0.1", "token": "tok-cy-4b8e2d6f0a1c3e5b7d9f", "mode": "ask"},
             {"name": "dee", "host": "127.0.0.1", "publicKey": dee_key().sign_string(), "mode": "auto"},
         ],
     });
@@ -150,12 +151,20 @@ fn check_client(ns: &Ns, srv: &Server, client: &dyn Fn(&str, &str, &str) -> Comm
     let other = run(&mut client("", "card", &"11".repeat(32)));
     assert_ne!(other["verified"], true, "{other}");
 
-    let v = run(&mut client("tok-ada", "ask", "where is the db url?"));
+    let v = run(&mut client(
+        "tok-ada-7f3c9e1b5d2a8064c1e9",
+        "ask",
+        "where is the db url?",
+    ));
     assert_eq!(v["first"]["state"], "TASK_STATE_COMPLETED", "{v}");
     let answer = v["first"]["answer"].as_str().unwrap();
     assert!(answer.contains("where is the db url?") && answer.contains("\"caller\":\"ada\""));
 
-    let v = run(&mut client("tok-ada", "stream", "streamed?"));
+    let v = run(&mut client(
+        "tok-ada-7f3c9e1b5d2a8064c1e9",
+        "stream",
+        "streamed?",
+    ));
     let events = v["events"].as_array().expect("events");
     assert_eq!(
         events[0]["kind"], "task",
@@ -170,7 +179,11 @@ fn check_client(ns: &Ns, srv: &Server, client: &dyn Fn(&str, &str, &str) -> Comm
         "{v}"
     );
 
-    let v = run(&mut client("tok-ada", "poll", "polled?"));
+    let v = run(&mut client(
+        "tok-ada-7f3c9e1b5d2a8064c1e9",
+        "poll",
+        "polled?",
+    ));
     assert!(
         ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"]
             .contains(&v["first"]["state"].as_str().unwrap()),
@@ -180,7 +193,11 @@ fn check_client(ns: &Ns, srv: &Server, client: &dyn Fn(&str, &str, &str) -> Comm
     assert!(v["final"]["answer"].as_str().unwrap().contains("polled?"));
 
     // cy's asks wait for the owner, so a cancel lands while the task is submitted.
-    let v = run(&mut client("tok-cy", "cancel", "cancel me"));
+    let v = run(&mut client(
+        "tok-cy-4b8e2d6f0a1c3e5b7d9f",
+        "cancel",
+        "cancel me",
+    ));
     assert_eq!(v["first"]["state"], "TASK_STATE_SUBMITTED", "{v}");
     assert_eq!(v["final"]["state"], "TASK_STATE_CANCELED", "{v}");
     let pending = json_of(&ns.peer(&["--json", "ask", "pending"]));
@@ -201,7 +218,12 @@ fn python_sdk_client_asks_streams_polls_subscribes_and_cancels() {
     let ns = Ns::new("a2a-py");
     let srv = bob(&ns);
     check_client(&ns, &srv, &|t, s, a| py(&srv, t, s, a));
-    let v = run(&mut py(&srv, "tok-ada", "subscribe", "subscribed?"));
+    let v = run(&mut py(
+        &srv,
+        "tok-ada-7f3c9e1b5d2a8064c1e9",
+        "subscribe",
+        "subscribed?",
+    ));
     let sub = v["subscribe"].as_array().expect("subscribe events");
     assert_eq!(
         sub[0], "task",
@@ -224,7 +246,13 @@ fn js_sdk_client_asks_streams_polls_subscribes_and_cancels() {
     let ns = Ns::new("a2a-js");
     let srv = bob(&ns);
     check_client(&ns, &srv, &|t, s, a| js(&dir, &srv, t, s, a));
-    let v = run(&mut js(&dir, &srv, "tok-ada", "subscribe", "subscribed?"));
+    let v = run(&mut js(
+        &dir,
+        &srv,
+        "tok-ada-7f3c9e1b5d2a8064c1e9",
+        "subscribe",
+        "subscribed?",
+    ));
     let sub = v["subscribe"].as_array().expect("subscribe events");
     assert_eq!(
         sub[0], "task",
@@ -237,7 +265,7 @@ fn js_sdk_client_asks_streams_polls_subscribes_and_cancels() {
 fn owner_decline_is_rejected_for_the_sdk_client() {
     let ns = Ns::new("a2a-decline");
     let srv = bob(&ns);
-    let asker = py(&srv, "tok-cy", "ask", "may I?")
+    let asker = py(&srv, "tok-cy-4b8e2d6f0a1c3e5b7d9f", "ask", "may I?")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -299,11 +327,11 @@ fn latency_beside_plain_http(srv: &Server) {
     let plain = post(
         "/ask",
         None,
-        &json!({"protocolVersion": 1, "caller": "ada", "token": "tok-ada", "question": "q"}),
+        &json!({"protocolVersion": 1, "caller": "ada", "token": "tok-ada-7f3c9e1b5d2a8064c1e9", "question": "q"}),
     );
     let a2a = post(
         "/a2a",
-        Some("tok-ada"),
+        Some("tok-ada-7f3c9e1b5d2a8064c1e9"),
         &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
             "messageId": "m", "role": "ROLE_USER", "parts": [{"text": "q"}]}}}),
     );
@@ -368,7 +396,7 @@ fn sdk_agent(seed: [u8; 32], token: &str) -> Agent {
 fn peer_ask_asks_an_a2a_sdk_agent_and_our_own_a2a_endpoint() {
     let ns = Ns::new("a2a-out");
     let seed = [7u8; 32];
-    let agent = sdk_agent(seed, "tok-ext");
+    let agent = sdk_agent(seed, "tok-ext-9a7c5e3b1d0f2e4c6a8b");
     let srv = bob(&ns);
     let sign = peerwire::ask::keys::AskKey::from_seed(&seed).sign_string();
     let other = peerwire::ask::keys::AskKey::from_seed(&[8u8; 32]).sign_string();
@@ -384,25 +412,25 @@ fn peer_ask_asks_an_a2a_sdk_agent_and_our_own_a2a_endpoint() {
         a2a(
             "echo",
             agent.port,
-            json!({"token": "tok-ext", "publicKey": sign})
+            json!({"token": "tok-ext-9a7c5e3b1d0f2e4c6a8b", "publicKey": sign})
         ),
         a2a(
             "forged",
             agent.port,
-            json!({"token": "tok-ext", "publicKey": other})
+            json!({"token": "tok-ext-9a7c5e3b1d0f2e4c6a8b", "publicKey": other})
         ),
         a2a("notoken", agent.port, json!({})),
         // The agent's card names 127.0.0.1; fetched as localhost, its endpoint is another host.
         a2a(
             "elsewhere",
             agent.port,
-            json!({"token": "tok-ext",
+            json!({"token": "tok-ext-9a7c5e3b1d0f2e4c6a8b",
             "cardUrl": format!("http://localhost:{}/.well-known/agent-card.json", agent.port)})
         ),
         a2a(
             "bob",
             srv.port,
-            json!({"token": "tok-ada", "publicKey": srv.sign})
+            json!({"token": "tok-ada-7f3c9e1b5d2a8064c1e9", "publicKey": srv.sign})
         ),
     ]);
     peerwire::fsutil::ensure_private_dir(&home).unwrap();

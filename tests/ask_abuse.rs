@@ -90,7 +90,7 @@ fn bob(ns: &Ns, peers: Value, extra: Value) -> Server {
     let mut ask = json!({
         "callerName": "bob", "listenPort": 0,
         "workspace": ns.work.to_string_lossy(),
-        "answerCommand": [echo], "peers": peers,
+        "answerCommand": [echo], "answerReadPaths": [echo], "peers": peers,
     });
     for (k, v) in extra.as_object().unwrap() {
         ask[k] = v.clone();

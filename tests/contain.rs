@@ -206,6 +206,33 @@ fn the_owners_ssh_directory_is_absent() {
     );
 }
 
+/// The answerer is uid 0 of its user namespace: it must hold no capability there, so that
+/// remounting, chown and DAC overrides fail even past the seccomp filter.
+#[test]
+fn the_answerer_holds_no_capabilities() {
+    if !containable() {
+        return;
+    }
+    let ns = Ns::new("contain-caps");
+    let answerer = script(
+        &ns,
+        "caps.sh",
+        "cat >/dev/null; grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status; echo end",
+    );
+    let srv = Server::start(&ns, &answerer, json!({}));
+    let answer = srv.ask("what may you do?");
+    assert!(answer.contains("end"), "{answer}");
+    let sets: Vec<&str> = answer.lines().filter(|l| l.starts_with("Cap")).collect();
+    assert_eq!(sets.len(), 5, "{answer}");
+    for line in sets {
+        let mask = line.split_whitespace().nth(1).unwrap_or("");
+        assert!(
+            mask.chars().all(|c| c == '0'),
+            "the answerer holds capabilities: {line}"
+        );
+    }
+}
+
 #[test]
 fn tcp_and_udp_to_a_loopback_listener_do_not_leave() {
     if !containable() {

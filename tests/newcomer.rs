@@ -472,7 +472,7 @@ fn the_shipped_answerer_answers_from_the_workspace() {
         json!({"callerName": "bob", "listenHost": "127.0.0.2", "listenPort": 0,
                "workspace": bob.work.to_string_lossy(), "answerCommand": answer,
                "allowUnenforcedSandbox": true,
-               "peers": [{"name": "ada", "host": "127.0.0.1", "token": "tok-ada", "mode": "auto"}]})
+               "peers": [{"name": "ada", "host": "127.0.0.1", "token": "tok-ada-7f3c9e1b5d2a8064c1e9", "mode": "auto"}]})
     };
     // A missing answerer is refused at start, naming it.
     write_ask(&bob, bob_cfg(json!(["/nonexistent/answer-with-agent"])));
@@ -493,7 +493,7 @@ fn the_shipped_answerer_answers_from_the_workspace() {
     write_ask(
         &ada,
         json!({"callerName": "ada", "timeoutMs": 30000,
-               "peers": [{"name": "bob", "host": "127.0.0.2", "port": port, "token": "tok-ada"}]}),
+               "peers": [{"name": "bob", "host": "127.0.0.2", "port": port, "token": "tok-ada-7f3c9e1b5d2a8064c1e9"}]}),
     );
     let o = ada.peer(&[
         "ask",
@@ -520,7 +520,7 @@ fn the_shipped_answerer_answers_from_the_workspace() {
     write_ask(
         &ada,
         json!({"callerName": "ada", "timeoutMs": 30000,
-               "peers": [{"name": "bob", "host": "127.0.0.2", "port": port, "token": "tok-ada"}]}),
+               "peers": [{"name": "bob", "host": "127.0.0.2", "port": port, "token": "tok-ada-7f3c9e1b5d2a8064c1e9"}]}),
     );
     let o = ada.peer(&["ask", "bob", "anything?"]);
     let server_err = stop_and_stderr(child);

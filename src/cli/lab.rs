@@ -268,13 +268,13 @@ fn ask_a_friend(lab: &mut Lab) -> Result<()> {
     std::fs::write(lab.work.join(file), compose)
         .map_err(|e| Error::new(Code::Io, format!("cannot write {file}: {e}")))?;
     let bob_home = lab.home.with_file_name("bob-machine");
-    let token = format!("{:016x}", crate::identity::random_u64());
+    let token = crate::ask::config::new_token();
     let exe = lab.exe.to_string_lossy().into_owned();
     // The lab's throwaway workspace: answered even where the kernel lacks Landlock.
     write_ask_config(
         &bob_home,
         serde_json::json!({"callerName": "bob", "listenHost": "127.0.0.1", "listenPort": 0,
-            "workspace": lab.work.to_string_lossy(), "allowUnenforcedSandbox": true,
+            "workspace": lab.work.to_string_lossy(), "answerIsolation": "reduced",
             "answerCommand": [exe, "ask", "answer", "--from-workspace"],
             "peers": [{"name": "ada", "host": "127.0.0.1", "token": token, "mode": "auto"}]}),
     )?;

@@ -105,6 +105,9 @@ pub fn init(plan: &Plan, argv: &[OsString]) -> Result<i32> {
         Ok(c) => c,
         Err(e) => return Ok(refuse(&e)),
     };
+    if let Err(e) = drop_capabilities() {
+        return Ok(refuse(&e));
+    }
     let child = cmd.spawn();
     match child {
         Ok(c) => Ok(reap(c.id() as i32)),
@@ -143,6 +146,19 @@ fn answerer_command(
         cmd.env("HTTPS_PROXY", &url).env("https_proxy", &url);
     }
     Ok(cmd)
+}
+
+/// Empties the bounding, inheritable and ambient capability sets before the answerer is
+/// started. Init is uid 0 of the user namespace, so an answerer executed as is would hold
+/// every capability there (`CAP_SYS_ADMIN` to remount its read-only binds, `CAP_CHOWN`,
+/// `CAP_DAC_OVERRIDE`); with an empty bounding set an exec grants none, so the read-only
+/// root does not rest on the seccomp filter alone. Init keeps its own (it only reaps).
+fn drop_capabilities() -> std::result::Result<(), String> {
+    use caps::CapSet;
+    for set in [CapSet::Ambient, CapSet::Inheritable, CapSet::Bounding] {
+        caps::clear(None, set).map_err(|e| format!("cannot drop capabilities ({set:?}): {e}"))?;
+    }
+    Ok(())
 }
 
 /// Whether the process `pid` (in the parent pid namespace) has ended.
