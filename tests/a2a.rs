@@ -560,7 +560,7 @@ fn other_versions_methods_and_batches_are_json_rpc_errors() {
     let srv = bob(&ns);
     let call = |extra: &str, body: &str| {
         let req = format!(
-            "POST /a2a HTTP/1.1\r\nhost: x\r\nauthorization: Bearer tok-ada\r\n{extra}content-length: {}\r\n\r\n{body}",
+            "POST /a2a HTTP/1.1\r\nhost: x\r\nauthorization: Bearer tok-ada-7f3c9e1b5d2a8064c1e9\r\n{extra}content-length: {}\r\n\r\n{body}",
             body.len()
         );
         let (status, bytes) = raw(srv.port, req.as_bytes());
