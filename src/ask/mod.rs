@@ -19,6 +19,7 @@
 //! - `answer`, `sandbox` — one fresh, sandboxed answerer process per approved ask.
 //! - `api` — what front ends call: `ask`, `status`.
 //! - `card`, `advertise`, `recommend`, `discovery` — friend cards, adverts, recommendations.
+//! - `owner_page` — the owner's approval page on loopback, behind a secret printed at start.
 //!
 //! This root holds what the endpoint files share — `ServerState`, the router and `start` — so
 //! that the files import each other in one direction only (tests/architecture.rs): endpoint
@@ -40,6 +41,7 @@ pub mod egress;
 pub mod http;
 pub mod jobs;
 pub mod keys;
+pub mod owner_page;
 pub mod recommend;
 pub mod sandbox;
 pub mod server;
@@ -85,6 +87,8 @@ pub struct ServerState {
     pub discovery: discovery::State,
     /// Set when the server is stopping: waits end early.
     pub stopping: AtomicBool,
+    /// The owner's approval page: its secret and open streams (`owner_page`).
+    pub owner: owner_page::Owner,
 }
 
 impl ServerState {
@@ -172,6 +176,7 @@ pub fn start(
         sandbox: answer::probe_layers(home, &config, &workspace),
         discovery: discovery::State::default(),
         stopping: AtomicBool::new(false),
+        owner: owner_page::Owner::new(),
         config,
         home: home.to_path_buf(),
         workspace,

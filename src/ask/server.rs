@@ -224,6 +224,10 @@ fn serve_request<S: super::tls::Wire>(
                 peer,
                 tls_peer_key,
             };
+            // The owner's page writes its own responses (HTML, event streams).
+            if super::owner_page::is_owner_path(&req.path) {
+                return super::owner_page::serve(stream, &req, state);
+            }
             super::route(state, &req)
         }
         Err(super::http::ReadFailure::Reply(e)) => e.response(),
