@@ -125,6 +125,20 @@ pub fn route(state: &Arc<ServerState>, req: &Request) -> Response {
     result.unwrap_or_else(|e| e.response())
 }
 
+/// Serves an `/owner` path (the owner's approval page writes its own responses: HTML, event
+/// streams) and says so; any other path is left to [`route`].
+pub fn serve_owner_page<S: tls::Wire>(
+    stream: &mut S,
+    req: &Request,
+    state: &Arc<ServerState>,
+) -> bool {
+    if !owner_page::is_owner_path(&req.path) {
+        return false;
+    }
+    owner_page::serve(stream, req, state);
+    true
+}
+
 /// Binds `listenHost:listenPort` (overridable), loads or creates the key, and starts serving.
 pub fn start(
     home: &Path,

@@ -224,9 +224,8 @@ fn serve_request<S: super::tls::Wire>(
                 peer,
                 tls_peer_key,
             };
-            // The owner's page writes its own responses (HTML, event streams).
-            if super::owner_page::is_owner_path(&req.path) {
-                return super::owner_page::serve(stream, &req, state);
+            if super::serve_owner_page(stream, &req, state) {
+                return;
             }
             super::route(state, &req)
         }
