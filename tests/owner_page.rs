@@ -383,3 +383,51 @@ fn a_real_browser_sees_the_ask_live_shows_it_as_text_and_approves_it() {
             .contains("where is the db url?")
     );
 }
+
+#[test]
+fn a_recommendation_shows_on_the_page_and_is_added_from_it() {
+    let ns = Ns::new("owner-recs");
+    let bob = Bob::start(&ns);
+    let key = peerwire::ask::keys::AskKey::from_seed(&[7u8; 32]);
+    let now = peerwire::clock::now_ms();
+    let description = "<img src=x onerror=alert(1)> knows the billing service";
+    let card = peerwire::ask::card::issue(
+        &peerwire::ask::card::Issue {
+            name: "carol",
+            host: "127.0.0.1",
+            port: 4999,
+            public: &key.public(),
+            description,
+            tags: &[],
+            issued: now,
+            tls: true,
+        },
+        |m| key.sign(m),
+    );
+    let store = peerwire::ask::recommend::pending::Store::new(&ns.home.join("ask"));
+    let rec = store
+        .add("ada", vec![], &card, &key.sign_string(), None, now)
+        .unwrap();
+    let host = format!("127.0.0.1:{}", bob.port);
+    let (code, _, body) = get(bob.port, "/owner/state", &host, Some(&bob.cookie()));
+    assert_eq!(code, 200);
+    let state: Value = serde_json::from_str(&body).unwrap();
+    let r = &state["recommendations"][0];
+    assert_eq!(r["recId"], rec.rec_id.as_str());
+    assert_eq!(r["from"], "ada");
+    assert_eq!(r["peer"]["name"], "carol");
+    assert!(r.get("token").is_none() && r.get("card").is_none());
+    assert!(
+        !body.contains(&rec.token),
+        "the decision token stays private"
+    );
+
+    let own = format!("http://{host}");
+    let add = json!({"kind": "recommendation", "id": rec.rec_id, "decision": "add"});
+    let (code, _, reply) = decide(&bob, &add, Some(&own), "application/json");
+    assert_eq!(code, 200, "{reply}");
+    let config = std::fs::read_to_string(ns.home.join("config.json")).unwrap();
+    assert!(config.contains("\"carol\""), "{config}");
+    assert!(store.list(peerwire::clock::now_ms()).unwrap().is_empty());
+    assert_eq!(decide(&bob, &add, Some(&own), "application/json").0, 404);
+}
