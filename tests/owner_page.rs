@@ -431,3 +431,36 @@ fn a_recommendation_shows_on_the_page_and_is_added_from_it() {
     assert!(store.list(peerwire::clock::now_ms()).unwrap().is_empty());
     assert_eq!(decide(&bob, &add, Some(&own), "application/json").0, 404);
 }
+
+#[test]
+fn event_streams_are_bounded() {
+    let ns = Ns::new("owner-streams");
+    let bob = Bob::start(&ns);
+    let open = || {
+        let mut s = TcpStream::connect(("127.0.0.1", bob.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(
+            s,
+            "GET /owner/events HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nCookie: {}\r\n\r\n",
+            bob.port,
+            bob.cookie()
+        )
+        .unwrap();
+        let mut r = BufReader::new(s);
+        let mut status = String::new();
+        r.read_line(&mut status).unwrap();
+        (status, r)
+    };
+    // Two streams hold their places while open; a third is refused until one closes.
+    let (a, first) = open();
+    let (b, _second) = open();
+    assert!(
+        a.starts_with("HTTP/1.1 200") && b.starts_with("HTTP/1.1 200"),
+        "{a} {b}"
+    );
+    let (c, _) = open();
+    assert!(c.starts_with("HTTP/1.1 429"), "{c}");
+    drop(first);
+    // The server notices the closed stream at its next write (a change or the heartbeat).
+    assert!(eventually(30, || open().0.starts_with("HTTP/1.1 200")));
+}

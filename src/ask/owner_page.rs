@@ -365,6 +365,8 @@ fn events<S: Wire>(stream: &mut S, state: &ServerState) {
             format!("event: state\ndata: {last}\n\n")
         } else if quiet_since.elapsed() >= HEARTBEAT {
             ": heartbeat\n\n".to_string()
+        } else if hung_up(stream.socket()) {
+            return;
         } else {
             std::thread::sleep(POLL);
             continue;
@@ -374,6 +376,18 @@ fn events<S: Wire>(stream: &mut S, state: &ServerState) {
             return;
         }
     }
+}
+
+/// True when the browser closed its side (a closed tab): its place is given back at once
+/// instead of at the next failed write.
+fn hung_up(sock: &std::net::TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    if sock.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let r = sock.peek(&mut b);
+    let _ = sock.set_nonblocking(false);
+    matches!(r, Ok(0))
 }
 
 #[cfg(test)]
