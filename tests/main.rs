@@ -27,6 +27,7 @@ mod lab;
 mod mcp;
 mod messaging;
 mod newcomer;
+mod owner_page;
 mod resource_gate;
 mod resource_session;
 mod transport;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README): installs what the tests need beyond the Rust toolchain
-# -- groff and man-db for the man-page checks, a local Python virtual environment with the official MCP
-# and A2A SDK clients, the A2A JS SDK client under tests/a2a_js -- and then runs every test
-# with cargo.
+# -- groff and man-db for the man-page checks, Debian's chromium for the owner page's browser
+# test, a local Python virtual environment with the official MCP and A2A SDK clients and
+# Playwright, the A2A JS SDK client under tests/a2a_js -- and then runs every test with cargo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +15,15 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 # `python3 -m venv` needs ensurepip, which Debian ships separately as python3-venv.
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   need_apt+=(python3-venv)
+fi
+# The owner page's browser test drives Debian's chromium; without it (and not root to install
+# it) that one test prints "skipped: ..." instead of failing the run.
+if ! [ -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ]; then
+    need_apt+=(chromium)
+  else
+    echo "tests/run.sh: chromium is missing; the owner page's browser test will be skipped" >&2
+  fi
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
@@ -37,7 +46,10 @@ if [ -f tests/requirements.txt ]; then
   have=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true)
   a2a=$(sed -n 's/^a2a-sdk\(\[[^]]*\]\)\{0,1\}==\([0-9.]*\).*/\2/p' tests/requirements.txt)
   have_a2a=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("a2a-sdk"))' 2>/dev/null || true)
-  if [ "$have" != "$sdk" ] || [ "$have_a2a" != "$a2a" ]; then
+  # Playwright's pin likewise; its browser download is never run: the test uses /usr/bin/chromium.
+  pw=$(sed -n 's/^playwright==\([0-9.]*\).*/\1/p' tests/requirements.txt)
+  have_pw=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("playwright"))' 2>/dev/null || true)
+  if [ "$have" != "$sdk" ] || [ "$have_a2a" != "$a2a" ] || [ "$have_pw" != "$pw" ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
   fi
   export PEER_TEST_PYTHON="$PWD/.venv/bin/python"

@@ -10,6 +10,7 @@
 //! closed.
 
 pub mod control;
+pub mod owner;
 
 use super::ServerState;
 use super::http::{ApiError, Request, Response};

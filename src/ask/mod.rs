@@ -21,6 +21,7 @@
 //!   SSE streams.
 //! - `api` — what front ends call: `ask`, `status`.
 //! - `card`, `advertise`, `recommend`, `discovery` — friend cards, adverts, recommendations.
+//! - `owner_page` — the owner's approval page on loopback, behind a secret printed at start.
 //!
 //! This root holds what the endpoint files share — `ServerState`, the router and `start` — so
 //! that the files import each other in one direction only (tests/architecture.rs): endpoint
@@ -43,6 +44,7 @@ pub mod egress;
 pub mod http;
 pub mod jobs;
 pub mod keys;
+pub mod owner_page;
 pub mod recommend;
 pub mod sandbox;
 pub mod server;
@@ -90,6 +92,8 @@ pub struct ServerState {
     pub discovery: discovery::State,
     /// Set when the server is stopping: waits end early.
     pub stopping: AtomicBool,
+    /// The owner's approval page: its secret and open streams (`owner_page`).
+    pub owner: owner_page::Owner,
 }
 
 impl ServerState {
@@ -124,6 +128,20 @@ pub fn route(state: &Arc<ServerState>, req: &Request) -> Response {
         ))),
     };
     result.unwrap_or_else(|e| e.response())
+}
+
+/// Serves an `/owner` path (the owner's approval page writes its own responses: HTML, event
+/// streams) and says so; any other path is left to [`route`].
+pub fn serve_owner_page<S: tls::Wire>(
+    stream: &mut S,
+    req: &Request,
+    state: &Arc<ServerState>,
+) -> bool {
+    if !owner_page::is_owner_path(&req.path) {
+        return false;
+    }
+    owner_page::serve(stream, req, state);
+    true
 }
 
 /// Binds `listenHost:listenPort` (overridable), loads or creates the key, and starts serving.
@@ -178,6 +196,7 @@ pub fn start(
         sandbox: answer::probe_layers(home, &config, &workspace),
         discovery: discovery::State::default(),
         stopping: AtomicBool::new(false),
+        owner: owner_page::Owner::new(),
         config,
         home: home.to_path_buf(),
         workspace,

@@ -224,6 +224,9 @@ fn serve_request<S: super::tls::Wire>(
                 peer,
                 tls_peer_key,
             };
+            if super::serve_owner_page(stream, &req, state) {
+                return;
+            }
             match super::a2a::handle(state, &req) {
                 Some(super::a2a::Reply::Stream(plan)) => {
                     return super::a2a::sse::run(stream, state, &plan);

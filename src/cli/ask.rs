@@ -368,9 +368,21 @@ fn serve(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         ))?;
     }
     containment_notice(&st.sandbox, st.config.reduced_isolation);
+    owner_page_notice(st);
     stop.wait();
     server.stop();
     Ok(0)
+}
+
+/// The owner page's URL with its secret, on stderr only (never in `--json` output or a log).
+fn owner_page_notice(st: &crate::ask::ServerState) {
+    match st.owner.url(st.reachable_addr()) {
+        Some(url) => out::err_line(&format!("owner page: {url}")),
+        None => out::err_line(&format!(
+            "owner page: not served ({} is not a loopback address); use 'peer ask pending'",
+            st.listen
+        )),
+    }
 }
 
 /// The answerer's layers on stderr at every start, and what is not contained.
