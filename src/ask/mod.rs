@@ -9,7 +9,8 @@
 //! - `config` — the `"ask"` object of `<home>/config.json`, strictly validated.
 //! - `http` — bounded HTTP/1.1 request reading and response writing (heads via `httparse`),
 //!   and the `Request`, `Response` and `ApiError` types of every endpoint.
-//! - `client` — a small blocking HTTP client with deadlines and bounded responses.
+//! - `client` — a small blocking HTTP client with deadlines and bounded responses;
+//!   `chunked` decodes Node-style chunked bodies within bounds.
 //! - `server` — the listener and its bounded connection threads.
 //! - `tls` — TLS pinned to card keys (certificates of the card key, the pinned verifier, mutual
 //!   TLS) and the client's TLS-or-plain policy per friend.
@@ -33,6 +34,7 @@ pub mod approval;
 pub mod auth;
 pub mod canon;
 pub mod card;
+pub mod chunked;
 pub mod client;
 pub mod config;
 pub mod discovery;
