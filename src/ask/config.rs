@@ -54,6 +54,9 @@ pub struct Friend {
     /// `"tls"` as configured: `Some(false)` forces plain HTTP, `Some(true)` requires TLS (and
     /// a pinned key), `None` is TLS exactly when a key is pinned (see `ask::tls::transport`).
     pub tls: Option<bool>,
+    /// `"acceptDshSignatures"`: also accept dsh-ask-peer's replayable signatures (no
+    /// timestamp or nonce) from this keyed friend, only together with its token.
+    pub accept_dsh_signatures: bool,
 }
 
 /// The validated `"ask"` object.
@@ -257,6 +260,7 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
         mode: Mode::Ask,
         description: None,
         tls: None,
+        accept_dsh_signatures: false,
     };
     for (key, v) in obj {
         let k = format!("{field}.{key}");
@@ -292,6 +296,7 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
             }
             "description" => f.description = Some(text(k, v, DESCRIPTION_CHARS_MAX)?),
             "tls" => f.tls = Some(boolean(k, v)?),
+            "acceptDshSignatures" => f.accept_dsh_signatures = boolean(k, v)?,
             _ => {
                 return Err(Error::new(
                     Code::ConfigInvalid,
@@ -312,7 +317,21 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
             "false or absent unless publicKey is set (TLS verifies the server by that key)",
         ));
     }
+    check_dsh_signatures(&f, field)?;
     Ok(f)
+}
+
+/// `acceptDshSignatures` is only meaningful, and only allowed, beside the pinned key the
+/// signatures are checked against and the token they must come with.
+fn check_dsh_signatures(f: &Friend, field: &str) -> Result<()> {
+    if f.accept_dsh_signatures && (f.key.is_none() || f.token.is_none()) {
+        return Err(bad(
+            &format!("{field}.acceptDshSignatures"),
+            "false or absent unless both publicKey and token are set (a replayable dsh \
+             signature is accepted only together with the friend's token)",
+        ));
+    }
+    Ok(())
 }
 
 fn bad(field: &str, expected: &str) -> Error {
