@@ -402,7 +402,20 @@ fn register_approval(state: &ServerState, work: &Work) -> Result<(), ApiError> {
         &work.question,
         &work.context_paths,
         state.config.approval_timeout_ms,
-    )
+    )?;
+    notify_owner(state, work);
+    Ok(())
+}
+
+/// Tells the owner's front ends that `work` waits for their decision.
+fn notify_owner(state: &ServerState, work: &Work) {
+    state.notify.pending(&super::notify::Notice::new(
+        &state.home,
+        &work.ask_id,
+        &work.caller,
+        &work.question,
+        state.config.approval_timeout_ms,
+    ));
 }
 
 /// The owner's decision (in `ask` mode; registered by [`register_approval`]), then one

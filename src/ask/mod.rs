@@ -15,7 +15,8 @@
 //! - `tls` — TLS pinned to card keys (certificates of the card key, the pinned verifier, mutual
 //!   TLS) and the client's TLS-or-plain policy per friend.
 //! - `auth` — allowlist, tokens, signatures with timestamp, nonce and replay set; rate limits.
-//! - `approval` — per-friend modes and the owner's pending decisions.
+//! - `approval` — per-friend modes and the owner's pending decisions; `notify` tells the
+//!   owner's front ends that one waits.
 //! - `jobs` — async asks and their lifecycle.
 //! - `answer`, `sandbox` — one fresh, sandboxed answerer process per approved ask.
 //! - `api` — what front ends call: `ask`, `status`.
@@ -41,6 +42,7 @@ pub mod discovery;
 pub mod http;
 pub mod jobs;
 pub mod keys;
+pub mod notify;
 pub mod recommend;
 pub mod sandbox;
 pub mod server;
@@ -83,6 +85,8 @@ pub struct ServerState {
     pub sandbox: sandbox::Support,
     /// State owned by the discovery endpoints (adverts, cards, recommendations).
     pub discovery: discovery::State,
+    /// Who hears that an ask waits for approval.
+    pub notify: notify::Notifier,
     /// Set when the server is stopping: waits end early.
     pub stopping: AtomicBool,
 }
@@ -171,6 +175,7 @@ pub fn start(
         jobs: jobs::Jobs::new(&config),
         sandbox: sandbox::Support::probe(),
         discovery: discovery::State::default(),
+        notify: notify::Notifier::default(),
         stopping: AtomicBool::new(false),
         config,
         home: home.to_path_buf(),

@@ -253,6 +253,7 @@ fn serve(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let (home, config) = load(ctx)?;
     let server = crate::ask::server::start(&home, config, bind)?;
     let st = &server.state;
+    subscribe_owner_notices(st, ctx.json);
     if ctx.json {
         super::print_json(&json!({
             "ok": true, "listen": st.listen.to_string(), "port": st.listen.port(),
@@ -272,6 +273,18 @@ fn serve(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     stop.wait();
     server.stop();
     Ok(0)
+}
+
+/// Tells the owner in this terminal when an ask waits for them: a line on stderr, or with
+/// `--json` an `ask_pending` event on stdout beside the start line.
+fn subscribe_owner_notices(st: &crate::ask::ServerState, json: bool) {
+    st.notify.subscribe(Box::new(move |n| {
+        if json {
+            let _ = super::print_json(&n.to_json());
+        } else {
+            out::err_line(&format!("peer ask serve: {}", n.line()));
+        }
+    }));
 }
 
 /// `peer ask sandbox-exec --scratch DIR [--protect DIR]... [--allow-unenforced] -- CMD…`:
