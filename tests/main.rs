@@ -18,6 +18,7 @@ mod cli_life;
 mod crash;
 mod custody;
 mod docs;
+mod dsh_node;
 mod foundation;
 mod lab;
 mod mcp;
