@@ -289,7 +289,7 @@ fn node_fetch_client_speaks_to_peer_ask_serve() {
     let r = node_fetch(json!({"url": url("/ask/status?askId=nope")}));
     assert_eq!(r["status"], 404, "{r}");
     // An oversized body: fetch sees the 413, not a reset.
-    let r = node_fetch(json!({"url": url("/ask"), "padBytes": 3 << 19}));
+    let r = node_fetch(json!({"url": url("/ask"), "padBytes": 6 << 20}));
     assert_eq!(r["status"], 413, "{r}");
     assert_eq!(r["body"]["error"]["code"], "payload_too_large", "{r}");
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (README): installs what the tests need beyond the Rust toolchain
-# -- groff for the man-page checks, a local Python virtual environment with the official MCP
+# -- groff for the man-page checks, Node.js for the dsh-ask-peer transport tests, a local Python virtual environment with the official MCP
 # SDK client -- and then runs every test with cargo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +10,8 @@ command -v groff >/dev/null 2>&1 || need_apt+=(groff-base)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v script >/dev/null 2>&1 || need_apt+=(util-linux)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+# Node's standard library stands in for dsh-ask-peer's transport (tests/dsh_node.rs).
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 # `python3 -m venv` needs ensurepip, which Debian ships separately as python3-venv.
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   need_apt+=(python3-venv)
