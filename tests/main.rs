@@ -10,6 +10,7 @@ mod adversary;
 mod architecture;
 mod ask;
 mod ask_net;
+mod ask_notify;
 mod ask_tls;
 mod bench;
 mod chat_tty;
