@@ -217,14 +217,16 @@ fn host_json_and_notify_show_a_waiting_ask() {
     let err = lines_of(host.child.as_mut().unwrap().stderr.take().unwrap());
     let home = ada(&ns, port);
     let asker = ask_from_ada(&ns, &home, "host, are you there?");
-    let lines = host.lines.as_mut().unwrap();
-    let ev: Value = loop {
-        let l = lines.next().expect("host output").unwrap();
-        let v: Value = serde_json::from_str(&l).unwrap();
-        if v["kind"] == "ask_pending" {
-            break v;
+    let (tx, out) = channel();
+    let lines = host.lines.take().unwrap();
+    std::thread::spawn(move || {
+        for l in lines.map_while(|l| l.ok()) {
+            if tx.send(l).is_err() {
+                return;
+            }
         }
-    };
+    });
+    let ev: Value = serde_json::from_str(&first_line(&out, |l| l.contains("ask_pending"))).unwrap();
     assert_eq!(ev["event"], "peer_update");
     assert_eq!(ev["caller"], "ada");
     assert!(

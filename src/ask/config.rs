@@ -269,16 +269,7 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
             "name" => f.name = name(k, v)?,
             "host" => f.host = host(k, v)?,
             "port" => f.port = int(k, v, 1, 65_535)? as u16,
-            "token" => {
-                let t = text(k, v, TOKEN_CHARS_MAX)?;
-                if t.is_empty() {
-                    return Err(bad(
-                        k,
-                        "a non-empty string (an empty token never authenticates)",
-                    ));
-                }
-                f.token = Some(t);
-            }
+            "token" => f.token = Some(token(k, v)?),
             "publicKey" => {
                 let s = text(k, v, TOKEN_CHARS_MAX)?;
                 let key = super::canon::parse_sign(&s)
@@ -319,6 +310,18 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
     }
     check_dsh_signatures(&f, field)?;
     Ok(f)
+}
+
+/// A friend's shared token: a non-empty string within the bound.
+fn token(k: &str, v: &Value) -> Result<String> {
+    let t = text(k, v, TOKEN_CHARS_MAX)?;
+    if t.is_empty() {
+        return Err(bad(
+            k,
+            "a non-empty string (an empty token never authenticates)",
+        ));
+    }
+    Ok(t)
 }
 
 /// `acceptDshSignatures` is only meaningful, and only allowed, beside the pinned key the
