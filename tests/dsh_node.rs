@@ -335,11 +335,10 @@ fn dsh_signatures_need_the_opt_in_and_the_token() {
     );
 }
 
-/// dsh-ask-peer's own modules against ours, when a checkout is given. Its layout (commit
-/// `ce33976`): `server.ts`, `peer-client.ts`, `identity.ts`, `card.ts`, `recommend.ts` in the
-/// checkout's `src/`, and a `scripts/interop.mjs` driver we expect the operator to provide, run
-/// with `DSH_PEER_URL` (our server) and printing one JSON line per direction. Not run here:
-/// no checkout is available to these tests.
+/// dsh-ask-peer's own modules against ours, when a checkout is given: tests/dsh_modules.mjs
+/// loads its `peer-client` and `card` modules (the layout of the reference, commit `ce33976`)
+/// and has them ask `peer ask serve` and verify its card. Skipped, saying so, without
+/// `DSH_ASK_PEER_DIR`.
 #[test]
 fn dsh_modules() {
     let Some(dir) = std::env::var_os("DSH_ASK_PEER_DIR") else {
@@ -349,17 +348,14 @@ fn dsh_modules() {
     if !node_available("dsh_modules") {
         return;
     }
-    let dir = PathBuf::from(dir);
-    let driver = dir.join("scripts/interop.mjs");
-    assert!(driver.exists(), "{} is missing", driver.display());
     let ns = Ns::new("dsh-modules");
     let (_dan, dan_port, dan_sign) = node_server("dan");
     let (_bob, port) = bob_for_node(&ns, dan_port, &dan_sign);
+    let driver = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dsh_modules.mjs");
     let out = Command::new("node")
-        .arg(&driver)
-        .current_dir(&dir)
+        .arg(driver)
+        .env("DSH_ASK_PEER_DIR", &dir)
         .env("DSH_PEER_URL", format!("http://127.0.0.1:{port}"))
-        .env("DSH_PEER_NAME", "bob")
         .env("DSH_CALLER", "ada")
         .env("DSH_TOKEN", "tok-ada")
         .stdin(Stdio::null())
@@ -367,7 +363,7 @@ fn dsh_modules() {
         .unwrap();
     assert!(
         out.status.success(),
-        "dsh-ask-peer's modules failed against ours: {} {}",
+        "dsh-ask-peer's modules against ours: {} {}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
