@@ -324,6 +324,18 @@ fn dsh_signatures_need_the_opt_in_and_the_token() {
         (json!(403), json!("invalid token")),
         "{r}"
     );
+    // A dsh node forwarding a recommendation signs it the same way: served, not refused.
+    let rec =
+        json!({"protocolVersion": 1, "caller": "kid", "token": "tok-kid", "topic": "postgres"});
+    let r = node_fetch(
+        json!({"url": format!("http://127.0.0.1:{port}/recommend"), "json": rec,
+        "signSeedHex": seed}),
+    );
+    assert_eq!(
+        (r["status"].clone(), r["body"]["from"].clone()),
+        (json!(200), json!("dan")),
+        "{r}"
+    );
     let r = ask("lee", Some("tok-lee"));
     assert_eq!(r["status"], 403, "{r}");
     assert!(
@@ -367,4 +379,61 @@ fn dsh_modules() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A server answering with hostile chunked bodies: `peer ask` stops within the decoder's
+/// bounds and says why, instead of reading without end (no Node needed).
+#[test]
+fn hostile_chunked_answers_are_cut_within_bounds() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let bodies: Vec<(&str, Vec<u8>)> = vec![
+        ("more than 65536 chunks", b"1\r\na\r\n".repeat(70_000)),
+        ("chunk-size line longer", {
+            let mut b = b"5;".to_vec();
+            b.resize(4096, b'x');
+            b
+        }),
+        ("exceeds", b"ffffffff\r\n".to_vec()),
+        ("malformed chunk-size", b"zz\r\n".to_vec()),
+        ("trailers exceed", {
+            let mut b = b"0\r\n".to_vec();
+            b.extend(b"x-t: y\r\n".repeat(4000));
+            b
+        }),
+    ];
+    let n = bodies.len();
+    let server = std::thread::spawn({
+        let bodies: Vec<Vec<u8>> = bodies.iter().map(|(_, b)| b.clone()).collect();
+        move || {
+            for body in bodies {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut head = [0u8; 4096];
+                let _ = s.read(&mut head);
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n",
+                );
+                let _ = s.write_all(&body);
+                let _ = s.flush();
+            }
+        }
+    });
+    let ns = Ns::new("dsh-hostile");
+    let home = ns.root.join("ada");
+    write_ask_config(
+        &home,
+        json!({"callerName": "ada", "timeoutMs": 5000, "peers": [
+            {"name": "evil", "host": "127.0.0.1", "port": port, "token": "t", "tls": false}]}),
+    );
+    for (want, _) in &bodies[..n] {
+        let out = peer_in(&ns, &home, &["--json", "ask", "evil", "hi"]);
+        assert!(!out.status.success());
+        let msg = json_of(&out)["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        assert!(msg.contains(want), "want {want:?}: {msg}");
+    }
+    server.join().unwrap();
 }
