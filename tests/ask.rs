@@ -454,12 +454,27 @@ fn async_lifecycle_status_needs_credentials_and_results_expire() {
     // The askId alone shows the status word, never the answer.
     let bare = get_json("127.0.0.1", srv.port, &format!("/ask/status?askId={id}"), T).unwrap();
     assert_eq!(bare.body, json!({"ok": true, "status": "running"}));
+    let get_from_elsewhere = |id: &str| {
+        let s = connect_from_second_loopback(srv.port);
+        let req = format!("GET /ask/status?askId={id} HTTP/1.1\r\nhost: x\r\n\r\n");
+        raw_reply(s, req.as_bytes()).body
+    };
     std::fs::write(&release, "").unwrap();
     assert!(eventually(10, || status(&id)["status"] == "answered"));
     let done = status(&id);
     assert_eq!(done["answer"], "done-answer\n");
+    // dsh-ask-peer's GET form: the asking address reads the answer; any other address never
+    // sees `answered` without it, but `failed` with the way to the answer.
     let bare = get_json("127.0.0.1", srv.port, &format!("/ask/status?askId={id}"), T).unwrap();
-    assert_eq!(bare.body, json!({"ok": true, "status": "answered"}));
+    assert_eq!(bare.body["status"], "answered");
+    assert_eq!(bare.body["answer"], "done-answer\n");
+    let away = get_from_elsewhere(&id);
+    assert_eq!(away["status"], "failed", "{away}");
+    assert!(away.get("answer").is_none(), "{away}");
+    assert!(
+        away["error"].as_str().unwrap().contains("POST /ask/status"),
+        "{away}"
+    );
     // Another friend's credentials do not open ada's answer.
     let mut other = token_body(
         "cy",
@@ -647,14 +662,19 @@ fn connect_from_second_loopback(port: u16) -> TcpStream {
     TcpStream::from(fd)
 }
 
-fn raw_exchange(mut s: TcpStream, request: &[u8]) -> u16 {
+fn raw_exchange(s: TcpStream, request: &[u8]) -> u16 {
+    raw_reply(s, request).status
+}
+
+fn raw_reply(mut s: TcpStream, request: &[u8]) -> Reply {
     s.set_read_timeout(Some(T)).unwrap();
     let _ = s.write_all(request);
     let mut buf = Vec::new();
     let _ = s.read_to_end(&mut buf);
-    peerwire::ask::client::parse_response(&buf)
-        .map(|r| r.status)
-        .unwrap_or(0)
+    peerwire::ask::client::parse_response(&buf).unwrap_or(Reply {
+        status: 0,
+        body: Value::Null,
+    })
 }
 
 #[test]

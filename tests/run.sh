@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README): installs what the tests need beyond the Rust toolchain
-# -- groff and man-db for the man-page checks, Debian's chromium for the owner page's browser
-# test, a local Python virtual environment with the official MCP and A2A SDK clients and
-# Playwright, the A2A JS SDK client under tests/a2a_js -- and then runs every test with cargo.
+# -- groff and man-db for the man-page checks, Node.js for the dsh-ask-peer transport tests,
+# Debian's chromium for the owner page's browser test, a local Python virtual environment with
+# the official MCP and A2A SDK clients and Playwright, the A2A JS SDK client under
+# tests/a2a_js -- and then runs every test with cargo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,8 @@ command -v man >/dev/null 2>&1 || need_apt+=(man-db)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v script >/dev/null 2>&1 || need_apt+=(util-linux)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+# Node's standard library stands in for dsh-ask-peer's transport (tests/dsh_node.rs).
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 # `python3 -m venv` needs ensurepip, which Debian ships separately as python3-venv.
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   need_apt+=(python3-venv)

@@ -145,7 +145,31 @@ pub fn ask(
     })
 }
 
-/// The status (and, once answered, the answer) of an async ask we made.
+/// Whether a 404 is our server's "unknown or expired ask" (then there is nothing to fall back
+/// to) rather than a server without `POST /ask/status`.
+fn is_unknown_ask(body: &Value) -> bool {
+    body.pointer("/error/message")
+        .and_then(Value::as_str)
+        .is_some_and(|m| m.starts_with("unknown or expired ask"))
+}
+
+/// `GET /ask/status?askId=`, dsh-ask-peer's form (it has no `POST /ask/status`): it carries
+/// no credentials, so the friend answers by the asking address (see peer-ask(1)).
+fn get_status(target: &Target, ask_id: &str) -> Result<super::client::Reply> {
+    let mut q = String::with_capacity(ask_id.len());
+    for b in ask_id.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            q.push(b as char);
+        } else {
+            q.push_str(&format!("%{b:02X}"));
+        }
+    }
+    let path = format!("/ask/status?askId={q}");
+    super::client::get_json_from(target, &path, STATUS_TIMEOUT)
+}
+
+/// The status (and, once answered, the answer) of an async ask we made; against a server
+/// without `POST /ask/status` (404 or 405), the `GET` form.
 pub fn status(home: &Path, config: &AskConfig, peer: &str, ask_id: &str) -> Result<AskStatus> {
     let f = friend(config, peer)?;
     if f.protocol == Protocol::A2a {
@@ -156,8 +180,13 @@ pub fn status(home: &Path, config: &AskConfig, peer: &str, ask_id: &str) -> Resu
     let key = super::keys::load_or_create(&config.key_dir(home), &config.caller_name)?;
     let target = super::tls::target(f, Some(&key))?;
     let body = Value::Object(signed_body(&key, config, f, &target, "status", body));
-    let reply = super::client::post_json_to(&target, "/ask/status", &body, STATUS_TIMEOUT)?
-        .into_result()?;
+    let reply = super::client::post_json_to(&target, "/ask/status", &body, STATUS_TIMEOUT)?;
+    let reply = if matches!(reply.status, 404 | 405) && !is_unknown_ask(&reply.body) {
+        get_status(&target, ask_id)?
+    } else {
+        reply
+    }
+    .into_result()?;
     let s = |k: &str| reply.get(k).and_then(Value::as_str).map(String::from);
     Ok(AskStatus {
         status: s("status")

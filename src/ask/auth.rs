@@ -110,6 +110,37 @@ pub fn verify_signed(
     Ok(nonce)
 }
 
+/// Whether a signed body is dsh-ask-peer's form: neither a timestamp nor a nonce.
+fn is_dsh_signed(body: &Map<String, Value>) -> bool {
+    !body.contains_key("timestamp") && !body.contains_key("nonce")
+}
+
+/// dsh-ask-peer's signature (no timestamp, nonce, purpose or audience), accepted only for a
+/// friend with `acceptDshSignatures` and only with that friend's token as well (pure). Such a
+/// body can be replayed by anyone who saw it, so the token, not the signature, is what this
+/// mode rests on; the signature still proves the key was used once (SECURITY.md).
+pub fn verify_dsh_signed(
+    friend: &Friend,
+    friend_key: &[u8; 32],
+    body: &Map<String, Value>,
+) -> Result<(), ApiError> {
+    let presented = body.get("publicKey").and_then(Value::as_str);
+    match presented.map(super::canon::parse_sign) {
+        Some(Ok(k)) if crate::identity::ct_eq(&k, friend_key) => {}
+        _ => return Err(ApiError::forbidden("public key mismatch")),
+    }
+    let signature = body
+        .get("signature")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::forbidden("invalid signature"))?;
+    let bytes = super::canon::canonical_without(body, &["publicKey", "signature"])
+        .map_err(|_| ApiError::forbidden("invalid signature"))?;
+    if !super::canon::verify(friend_key, &bytes, signature) {
+        return Err(ApiError::forbidden("invalid signature"));
+    }
+    check_token(friend, body)
+}
+
 /// Token check for a keyless friend (pure).
 pub fn check_token(friend: &Friend, body: &Map<String, Value>) -> Result<(), ApiError> {
     let Some(expected) = friend.token.as_deref().filter(|t| !t.is_empty()) else {
@@ -344,6 +375,12 @@ impl Guard {
             )));
         };
         let verified = match &friend.key {
+            // dsh-ask-peer's signatures carry no timestamp or nonce, so there is nothing to
+            // remember against a replay: accepted only where the owner opted in, and only
+            // together with the friend's token.
+            Some(key) if friend.accept_dsh_signatures && is_dsh_signed(body) => {
+                verify_dsh_signed(friend, key, body).map(|()| None)
+            }
             Some(key) => verify_signed(key, body, purpose, &config.caller_name, now_ms).map(Some),
             None => {
                 if !self.guesses.has(&friend.name, now_ms) {
@@ -458,6 +495,56 @@ mod tests {
         for k in SIGNED_EXTRA {
             assert!(body.contains_key(k), "{k}");
         }
+    }
+
+    #[test]
+    fn dsh_signatures_need_the_opt_in_and_the_token() {
+        const TOK: &str = "t0ken-7c1e9a3f5b2d8e0c4a6f";
+        let key = AskKey::from_seed(&[9u8; 32]);
+        let peers = |extra: Value| {
+            let mut f = json!({"name": "ada", "host": "h", "publicKey": key.sign_string(), "token": TOK});
+            f.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let cfg = json!({"ask": {"callerName": "bob", "peers": [f]}});
+            AskConfig::parse(cfg.to_string().as_bytes())
+        };
+        let dsh = |token: &str| {
+            let mut b =
+                json!({"protocolVersion": 1, "caller": "ada", "question": "q?", "token": token})
+                    .as_object()
+                    .unwrap()
+                    .clone();
+            let bytes = crate::ask::canon::canonical_without(&b, &[]).unwrap();
+            b.insert("signature".into(), json!(key.sign(&bytes)));
+            b.insert("publicKey".into(), json!(key.sign_string()));
+            b
+        };
+        let strict = peers(json!({})).unwrap();
+        let g = Guard::new(&strict, None);
+        let e = g
+            .authenticate(&strict, ip(), &dsh(TOK), "ask", NOW, |_| Ok(()))
+            .unwrap_err();
+        assert!(e.message.contains("timestamp"), "{e:?}");
+        let open = peers(json!({"acceptDshSignatures": true})).unwrap();
+        let g = Guard::new(&open, None);
+        let ok = g
+            .authenticate(&open, ip(), &dsh(TOK), "ask", NOW, |_| Ok(()))
+            .unwrap();
+        assert_eq!(ok.name, "ada");
+        let e = g
+            .authenticate(&open, ip(), &dsh("wrong"), "ask", NOW, |_| Ok(()))
+            .unwrap_err();
+        assert_eq!(e.message, "invalid token");
+        let mut forged = dsh(TOK);
+        forged.insert("question".into(), json!("other"));
+        let e = g
+            .authenticate(&open, ip(), &forged, "ask", NOW, |_| Ok(()))
+            .unwrap_err();
+        assert_eq!(e.message, "invalid signature");
+        let no_token = json!({"ask": {"peers": [{"name": "ada", "host": "h",
+            "publicKey": key.sign_string(), "acceptDshSignatures": true}]}});
+        assert!(AskConfig::parse(no_token.to_string().as_bytes()).is_err());
     }
 
     #[test]

@@ -226,15 +226,95 @@ fn connect(host: &str, port: u16, deadline: Instant) -> Result<TcpStream> {
     ))
 }
 
-/// Reads until the peer closes or the declared length is complete, within the deadline and
-/// the byte bound.
+/// How a response's body ends, from its head.
+#[derive(Debug)]
+enum Framing {
+    /// Head plus `Content-Length`: the whole response's length.
+    Length(usize),
+    /// `Transfer-Encoding: chunked` (Node's `http` server, dsh-ask-peer): the head's length
+    /// and the decoder that finds the final chunk.
+    Chunked(usize, super::chunked::Decoder),
+    /// Neither: the body ends when the server closes.
+    Close,
+}
+
+fn chunk_limits() -> super::chunked::Limits {
+    super::chunked::Limits::for_body(RESPONSE_BYTES_MAX)
+}
+
+/// Whether the headers declare a chunked body (and refuse what cannot be read safely: another
+/// transfer coding, or a chunked body that also claims a length, a request-smuggling shape).
+fn is_chunked(headers: &[httparse::Header]) -> std::result::Result<bool, String> {
+    let has = |n: &str| headers.iter().any(|h| h.name.eq_ignore_ascii_case(n));
+    let Some(te) = headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
+    else {
+        return Ok(false);
+    };
+    if !te.value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+        return Err("unsupported transfer-encoding (only chunked is read)".into());
+    }
+    if has("content-length") {
+        return Err("both transfer-encoding and content-length".into());
+    }
+    Ok(true)
+}
+
+/// The framing once the head is complete (`None` before).
+fn framing_of(buf: &[u8]) -> std::result::Result<Option<Framing>, String> {
+    let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+    let mut resp = httparse::Response::new(&mut headers);
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(format!("malformed HTTP answer ({e})")),
+    };
+    if is_chunked(resp.headers)? {
+        let d = super::chunked::Decoder::new(chunk_limits());
+        return Ok(Some(Framing::Chunked(len, d)));
+    }
+    let cl = resp
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"));
+    Ok(Some(match cl {
+        None => Framing::Close,
+        Some(h) => {
+            let n: usize = std::str::from_utf8(h.value)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .ok_or("content-length is not a number")?;
+            Framing::Length(len.saturating_add(n))
+        }
+    }))
+}
+
+/// Where the response ends in `buf`, when it is complete.
+fn complete_at(
+    framing: &mut Option<Framing>,
+    buf: &[u8],
+) -> std::result::Result<Option<usize>, String> {
+    if framing.is_none() {
+        *framing = framing_of(buf)?;
+    }
+    Ok(match framing {
+        Some(Framing::Length(total)) => (buf.len() >= *total).then_some(*total),
+        Some(Framing::Chunked(head, d)) => d.advance(&buf[*head..])?.then(|| *head + d.consumed()),
+        Some(Framing::Close) | None => None,
+    })
+}
+
+/// Reads until the peer closes or the declared length (or the final chunk) is complete,
+/// within the deadline and the byte bound.
 fn read_response<S: Wire>(stream: &mut S, deadline: Instant, where_: &str) -> Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 8192];
+    let mut framing = None;
     loop {
-        if let Some(total) = complete_length(&buf)
-            && buf.len() >= total
-        {
+        let end = complete_at(&mut framing, &buf)
+            .map_err(|m| Error::new(Code::InvalidRequest, format!("{where_}: {m}")))?;
+        if let Some(total) = end {
             buf.truncate(total);
             return Ok(buf);
         }
@@ -260,22 +340,7 @@ fn read_response<S: Wire>(stream: &mut S, deadline: Instant, where_: &str) -> Re
     }
 }
 
-/// Head length plus content length, once the head is complete and declares a length.
-fn complete_length(buf: &[u8]) -> Option<usize> {
-    let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
-    let mut resp = httparse::Response::new(&mut headers);
-    let httparse::Status::Complete(len) = resp.parse(buf).ok()? else {
-        return None;
-    };
-    let cl = resp
-        .headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("content-length"))?;
-    let n: usize = std::str::from_utf8(cl.value).ok()?.trim().parse().ok()?;
-    Some(len.saturating_add(n))
-}
-
-/// Parses a complete response (pure).
+/// Parses a complete response (pure); a chunked body is decoded within the response bound.
 pub fn parse_response(raw: &[u8]) -> std::result::Result<Reply, String> {
     let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
     let mut resp = httparse::Response::new(&mut headers);
@@ -285,7 +350,13 @@ pub fn parse_response(raw: &[u8]) -> std::result::Result<Reply, String> {
         Err(e) => return Err(format!("malformed HTTP answer ({e})")),
     };
     let status = resp.code.unwrap_or(0);
-    let body = &raw[len..];
+    let decoded;
+    let body = if is_chunked(resp.headers)? {
+        decoded = super::chunked::decode(&raw[len..], chunk_limits())?;
+        &decoded[..]
+    } else {
+        &raw[len..]
+    };
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
@@ -311,9 +382,32 @@ mod tests {
         assert!(parse_response(b"HTTP/1.1 200 OK\r\n\r\nnot json").is_err());
         assert!(parse_response(b"HTTP/1.1 200").is_err());
         assert_eq!(error_of(429, &Value::Null).code, Code::RateLimited);
+        let mut f = None;
+        let raw = b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nab";
+        assert_eq!(complete_at(&mut f, raw), Ok(None));
         assert_eq!(
-            complete_length(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nab"),
-            Some(41)
+            complete_at(&mut f, b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nabc"),
+            Ok(Some(41))
         );
+    }
+
+    #[test]
+    fn chunked_answers_decode_and_hostile_framing_is_refused() {
+        let raw = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n5\r\n{\"ok\"\r\n6\r\n:true}\r\n0\r\n\r\n";
+        let r = parse_response(raw).unwrap();
+        assert_eq!(r.body, serde_json::json!({"ok": true}));
+        let mut f = None;
+        assert_eq!(complete_at(&mut f, &raw[..raw.len() - 1]), Ok(None));
+        assert_eq!(complete_at(&mut f, raw), Ok(Some(raw.len())));
+        let mut extra = raw.to_vec();
+        extra.extend_from_slice(b"garbage after the end");
+        assert_eq!(complete_at(&mut None, &extra), Ok(Some(raw.len())));
+        let both =
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n0\r\n\r\n";
+        assert!(parse_response(both).unwrap_err().contains("both"));
+        let gzip = b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n";
+        assert!(parse_response(gzip).unwrap_err().contains("unsupported"));
+        let cut = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\n{\"ok\"";
+        assert!(parse_response(cut).unwrap_err().contains("mid-answer"));
     }
 }

@@ -62,6 +62,9 @@ pub struct Friend {
     /// `"tls"` as configured: `Some(false)` forces plain HTTP, `Some(true)` requires TLS (and
     /// a pinned key), `None` is TLS exactly when a key is pinned (see `ask::tls::transport`).
     pub tls: Option<bool>,
+    /// `"acceptDshSignatures"`: also accept dsh-ask-peer's replayable signatures (no
+    /// timestamp or nonce) from this keyed friend, only together with its token.
+    pub accept_dsh_signatures: bool,
     /// What `peer ask` speaks to this friend (`"protocol"`); the inbound side accepts both.
     pub protocol: Protocol,
     /// `"cardUrl"`: where an A2A friend's agent card is (default
@@ -332,6 +335,7 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
         tls: None,
         protocol: Protocol::Dsh,
         card_url: None,
+        accept_dsh_signatures: false,
     };
     for (key, v) in obj {
         let k = format!("{field}.{key}");
@@ -360,6 +364,7 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
             "tls" => f.tls = Some(boolean(k, v)?),
             "protocol" => f.protocol = protocol(k, v)?,
             "cardUrl" => f.card_url = Some(card_url(k, v)?),
+            "acceptDshSignatures" => f.accept_dsh_signatures = boolean(k, v)?,
             _ => {
                 return Err(Error::new(
                     Code::ConfigInvalid,
@@ -381,6 +386,7 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
         ));
     }
     strong_token(field, &f)?;
+    check_dsh_signatures(&f, field)?;
     Ok(f)
 }
 
@@ -467,6 +473,19 @@ fn card_url(field: &str, value: &Value) -> Result<String> {
         return Err(bad(field, "an http:// URL without spaces"));
     }
     Ok(u)
+}
+
+/// `acceptDshSignatures` is only meaningful, and only allowed, beside the pinned key the
+/// signatures are checked against and the token they must come with.
+fn check_dsh_signatures(f: &Friend, field: &str) -> Result<()> {
+    if f.accept_dsh_signatures && (f.key.is_none() || f.token.is_none()) {
+        return Err(bad(
+            &format!("{field}.acceptDshSignatures"),
+            "false or absent unless both publicKey and token are set (a replayable dsh \
+             signature is accepted only together with the friend's token)",
+        ));
+    }
+    Ok(())
 }
 
 fn bad(field: &str, expected: &str) -> Error {

@@ -221,6 +221,34 @@ pub fn write_response<S: Wire>(stream: &mut S, status: u16, body: &[u8], timeout
     let _ = stream.flush();
 }
 
+/// Most request-body bytes read and discarded after an early refusal.
+pub const DRAIN_BYTES_MAX: usize = 8 << 20;
+/// Longest time spent discarding them.
+pub const DRAIN_TIME: Duration = Duration::from_secs(3);
+
+/// After an early refusal (413 before the body, a malformed head) has been written: stop
+/// writing, then read and discard what the client still sends, up to `max_bytes` and
+/// `max_time`, until it closes. Closing a socket with unread bytes makes the kernel send a
+/// reset, and a client still writing its body (Node's `fetch`) then reports ECONNRESET
+/// instead of the status it was sent; draining lets it read the status first.
+pub fn drain_after_refusal<S: Wire>(stream: &mut S, max_bytes: usize, max_time: Duration) {
+    let _ = stream.flush();
+    let _ = stream.socket().shutdown(std::net::Shutdown::Write);
+    let deadline = Instant::now() + max_time;
+    let mut chunk = [0u8; READ_CHUNK_BYTES];
+    let mut seen = 0usize;
+    while seen < max_bytes {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() || stream.socket().set_read_timeout(Some(remaining)).is_err() {
+            return;
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => seen += n,
+        }
+    }
+}
+
 /// An HTTP-level refusal: status, dsh error code, one-line message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApiError {

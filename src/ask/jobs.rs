@@ -6,8 +6,10 @@
 //!
 //! `/ask/status` does not hand out an answer for the `askId` alone: `POST /ask/status` with
 //! the same credentials as `/ask` (token, or a signature with purpose `status`) returns the
-//! answer to the friend who asked; `GET /ask/status?askId=` (dsh-ask-peer's form) returns only
-//! the status word.
+//! answer to the friend who asked; `GET /ask/status?askId=` (dsh-ask-peer's form, no
+//! credentials) returns it to the address the ask came from (or the friend a mutual-TLS
+//! handshake proved) while the result lives, and to anyone else a finished answer reads as
+//! `failed` with an error naming `POST /ask/status`: never `answered` without the answer.
 
 use super::ServerState;
 use super::answer::{self, Answer, Work};
@@ -17,6 +19,7 @@ use super::http::{ApiError, Request, Response};
 use parking_lot::{Condvar, Mutex};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -128,6 +131,9 @@ pub fn parse_ask(
 
 struct Job {
     caller: String,
+    /// The address the ask came from: `GET /ask/status` (which carries no credentials)
+    /// returns the answer to it alone.
+    asker_ip: IpAddr,
     status: Status,
     answer: Option<Answer>,
     error: Option<ApiError>,
@@ -194,7 +200,13 @@ impl Jobs {
     }
 
     /// Stores a new async ask.
-    pub fn create(&self, ask_id: &str, caller: &str, status: Status) -> Result<(), ApiError> {
+    pub fn create(
+        &self,
+        ask_id: &str,
+        caller: &str,
+        asker_ip: IpAddr,
+        status: Status,
+    ) -> Result<(), ApiError> {
         let mut map = self.map.lock();
         self.purge(&mut map, crate::clock::now_ms());
         let in_flight = map.values().filter(|j| !j.status.is_final()).count();
@@ -205,6 +217,7 @@ impl Jobs {
             ask_id.to_string(),
             Job {
                 caller: caller.to_string(),
+                asker_ip,
                 status,
                 answer: None,
                 error: None,
@@ -241,27 +254,58 @@ impl Jobs {
         }
     }
 
-    /// The status view; the answer only for `Some(caller)` equal to the asker.
-    pub fn view(&self, ask_id: &str, caller: Option<&str>) -> Option<Value> {
+    /// The status view: `None` when unknown, expired, or asked for by another friend. The
+    /// asker gets the answer or the error; anyone else (only possible over `GET`) never sees
+    /// `answered` without an answer: see [`stranger_view`].
+    pub fn view(&self, ask_id: &str, who: Viewer<'_>) -> Option<Value> {
         let mut map = self.map.lock();
         self.purge(&mut map, crate::clock::now_ms());
         let job = map.get(ask_id)?;
+        let is_asker = match who {
+            Viewer::Friend(c) if c != job.caller => return None,
+            Viewer::Friend(_) => true,
+            Viewer::Address(ip) => ip == job.asker_ip,
+        };
+        if !is_asker {
+            return Some(stranger_view(job));
+        }
         let mut v = json!({"ok": true, "status": job.status.name()});
-        match caller {
-            Some(c) if c == job.caller => {
-                if let Some(a) = &job.answer {
-                    v["answer"] = json!(a.text);
-                    v["truncated"] = json!(a.truncated);
-                }
-                if let Some(e) = &job.error {
-                    v["error"] = json!(e.message);
-                    v["errorCode"] = json!(e.code);
-                }
-            }
-            Some(_) => return None,
-            None => {}
+        if let Some(a) = &job.answer {
+            v["answer"] = json!(a.text);
+            v["truncated"] = json!(a.truncated);
+        }
+        if let Some(e) = &job.error {
+            v["error"] = json!(e.message);
+            v["errorCode"] = json!(e.code);
         }
         Some(v)
+    }
+}
+
+/// Who reads a status.
+#[derive(Clone, Copy, Debug)]
+pub enum Viewer<'a> {
+    /// An authenticated friend (`POST /ask/status`, or `GET` over mutual TLS).
+    Friend(&'a str),
+    /// An unauthenticated `GET /ask/status` from this address.
+    Address(IpAddr),
+}
+
+/// What a `GET /ask/status` from another address learns: the state, but an answer only to
+/// its asker, so a finished answer reads as `failed` with an error naming the way to it
+/// (dsh-ask-peer's client would otherwise show an empty answer as a success).
+fn stranger_view(job: &Job) -> Value {
+    let hint = "the answer is given only to the asker: from another address, use POST \
+                /ask/status with the credentials of the ask";
+    match job.status {
+        Status::Answered => json!({"ok": true, "status": "failed", "error": hint,
+            "errorCode": "answer_withheld"}),
+        Status::Failed | Status::Declined => {
+            let code = job.error.as_ref().map_or("ask_failed", |e| e.code);
+            json!({"ok": true, "status": job.status.name(), "errorCode": code,
+                "error": format!("the ask ended {code}; details only to the asker (POST /ask/status)")})
+        }
+        s => json!({"ok": true, "status": s.name()}),
     }
 }
 
@@ -323,7 +367,10 @@ pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, A
     } else {
         Status::Running
     };
-    if let Err(e) = state.jobs.create(&work.ask_id, &work.caller, first) {
+    if let Err(e) = state
+        .jobs
+        .create(&work.ask_id, &work.caller, req.ip(), first)
+    {
         state.approvals.forget(&work.ask_id);
         return Err(e);
     }
@@ -355,7 +402,20 @@ fn register_approval(state: &ServerState, work: &Work) -> Result<(), ApiError> {
         &work.question,
         &work.context_paths,
         state.config.approval_timeout_ms,
-    )
+    )?;
+    notify_owner(state, work);
+    Ok(())
+}
+
+/// Tells the owner's front ends that `work` waits for their decision.
+fn notify_owner(state: &ServerState, work: &Work) {
+    state.notify.pending(&super::notify::Notice::new(
+        &state.home,
+        &work.ask_id,
+        &work.caller,
+        &work.question,
+        state.config.approval_timeout_ms,
+    ));
 }
 
 /// The owner's decision (in `ask` mode; registered by [`register_approval`]), then one
@@ -392,7 +452,20 @@ pub fn process(
     answer::run(state, work)
 }
 
-/// `GET /ask/status?askId=` (status word only) and `POST /ask/status` (authenticated).
+/// A `GET /ask/status` caller: the friend whose key its mutual-TLS handshake proved, else
+/// its address.
+fn get_viewer<'a>(state: &'a ServerState, req: &Request) -> Viewer<'a> {
+    let proven = req
+        .tls_peer_key
+        .and_then(|k| state.config.peers.iter().find(|f| f.key == Some(k)));
+    match proven {
+        Some(f) => Viewer::Friend(&f.name),
+        None => Viewer::Address(req.ip()),
+    }
+}
+
+/// `GET /ask/status?askId=` (dsh-ask-peer's form: the answer to the asking address or
+/// friend, see [`Jobs::view`]) and `POST /ask/status` (authenticated).
 pub fn handle_status(state: &ServerState, req: &Request) -> Result<Response, ApiError> {
     let unknown = |id: &str| {
         ApiError::not_found(format!(
@@ -407,7 +480,7 @@ pub fn handle_status(state: &ServerState, req: &Request) -> Result<Response, Api
             .ok_or_else(|| ApiError::bad_request("askId is required"))?;
         return state
             .jobs
-            .view(&id, None)
+            .view(&id, get_viewer(state, req))
             .map(Response::ok)
             .ok_or_else(|| unknown(&id));
     }
@@ -429,7 +502,7 @@ pub fn handle_status(state: &ServerState, req: &Request) -> Result<Response, Api
             })?;
     state
         .jobs
-        .view(id, Some(&friend.name))
+        .view(id, Viewer::Friend(&friend.name))
         .map(Response::ok)
         .ok_or_else(|| unknown(id))
 }
@@ -497,7 +570,8 @@ mod tests {
             ..AskConfig::default()
         };
         let jobs = Jobs::new(&c);
-        jobs.create("a", "ada", Status::Running).unwrap();
+        let (home, away) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        jobs.create("a", "ada", home, Status::Running).unwrap();
         jobs.finish(
             "a",
             Ok(Answer {
@@ -505,23 +579,59 @@ mod tests {
                 truncated: false,
             }),
         );
-        assert_eq!(
-            jobs.view("a", None).unwrap(),
-            json!({"ok": true, "status": "answered"})
+        let stranger = jobs.view("a", Viewer::Address(away)).unwrap();
+        assert_eq!(stranger["status"], "failed", "{stranger}");
+        assert!(
+            stranger["error"]
+                .as_str()
+                .unwrap()
+                .contains("POST /ask/status")
         );
-        assert_eq!(jobs.view("a", Some("ada")).unwrap()["answer"], "42");
-        assert!(jobs.view("a", Some("eve")).is_none());
-        jobs.create("b", "ada", Status::Pending).unwrap();
+        assert!(stranger.get("answer").is_none());
         assert_eq!(
-            jobs.create("c", "ada", Status::Pending).unwrap_err().status,
+            jobs.view("a", Viewer::Address(home)).unwrap()["answer"],
+            "42"
+        );
+        assert_eq!(
+            jobs.view("a", Viewer::Friend("ada")).unwrap()["answer"],
+            "42"
+        );
+        assert!(jobs.view("a", Viewer::Friend("eve")).is_none());
+        jobs.create("b", "ada", home, Status::Pending).unwrap();
+        assert_eq!(
+            jobs.create("c", "ada", home, Status::Pending)
+                .unwrap_err()
+                .status,
             429
         );
         std::thread::sleep(Duration::from_millis(40));
-        assert!(jobs.view("a", Some("ada")).is_none());
+        assert!(jobs.view("a", Viewer::Friend("ada")).is_none());
         assert!(
-            jobs.view("b", None).is_some(),
+            jobs.view("b", Viewer::Address(away)).is_some(),
             "unfinished asks do not expire"
         );
         assert!(new_ask_id().len() == 36);
+    }
+
+    #[test]
+    fn every_failed_status_carries_an_error() {
+        let jobs = Jobs::new(&AskConfig::default());
+        let (home, away) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        jobs.create("f", "ada", home, Status::Running).unwrap();
+        jobs.finish("f", Err(ApiError::ask_failed("the answerer crashed")));
+        for who in [
+            Viewer::Address(home),
+            Viewer::Address(away),
+            Viewer::Friend("ada"),
+        ] {
+            let v = jobs.view("f", who).unwrap();
+            assert_eq!(v["status"], "failed");
+            assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
+        }
+        assert!(
+            jobs.view("f", Viewer::Address(away)).unwrap()["error"]
+                .as_str()
+                .is_some_and(|e| !e.contains("crashed"))
+        );
     }
 }

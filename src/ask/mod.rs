@@ -9,12 +9,14 @@
 //! - `config` — the `"ask"` object of `<home>/config.json`, strictly validated.
 //! - `http` — bounded HTTP/1.1 request reading and response writing (heads via `httparse`),
 //!   and the `Request`, `Response` and `ApiError` types of every endpoint.
-//! - `client` — a small blocking HTTP client with deadlines and bounded responses.
+//! - `client` — a small blocking HTTP client with deadlines and bounded responses;
+//!   `chunked` decodes Node-style chunked bodies within bounds.
 //! - `server` — the listener and its bounded connection threads.
 //! - `tls` — TLS pinned to card keys (certificates of the card key, the pinned verifier, mutual
 //!   TLS) and the client's TLS-or-plain policy per friend.
 //! - `auth` — allowlist, tokens, signatures with timestamp, nonce and replay set; rate limits.
-//! - `approval` — per-friend modes and the owner's pending decisions.
+//! - `approval` — per-friend modes and the owner's pending decisions; `notify` tells the
+//!   owner's front ends that one waits.
 //! - `jobs` — async asks and their lifecycle.
 //! - `answer`, `sandbox` — one fresh, sandboxed answerer process per approved ask.
 //! - `a2a` — A2A 1.0 on the same port: the signed agent card, JSON-RPC tasks over the asks,
@@ -37,6 +39,7 @@ pub mod approval;
 pub mod auth;
 pub mod canon;
 pub mod card;
+pub mod chunked;
 pub mod client;
 pub mod config;
 pub mod discovery;
@@ -44,6 +47,7 @@ pub mod egress;
 pub mod http;
 pub mod jobs;
 pub mod keys;
+pub mod notify;
 pub mod owner_page;
 pub mod recommend;
 pub mod sandbox;
@@ -90,6 +94,8 @@ pub struct ServerState {
     pub sandbox: sandbox::Layers,
     /// State owned by the discovery endpoints (adverts, cards, recommendations).
     pub discovery: discovery::State,
+    /// Who hears that an ask waits for approval.
+    pub notify: notify::Notifier,
     /// Set when the server is stopping: waits end early.
     pub stopping: AtomicBool,
     /// The owner's approval page: its secret and open streams (`owner_page`).
@@ -195,6 +201,7 @@ pub fn start(
         a2a: a2a::task::Tasks::new(config.max_stored_asks),
         sandbox: answer::probe_layers(home, &config, &workspace),
         discovery: discovery::State::default(),
+        notify: notify::Notifier::default(),
         stopping: AtomicBool::new(false),
         owner: owner_page::Owner::new(),
         config,

@@ -235,7 +235,16 @@ fn serve_request<S: super::tls::Wire>(
                 None => super::route(state, &req),
             }
         }
-        Err(super::http::ReadFailure::Reply(e)) => e.response(),
+        Err(super::http::ReadFailure::Reply(e)) => {
+            let resp = e.response();
+            super::http::write_response(stream, resp.status, &resp.bytes(), WRITE_TIMEOUT);
+            super::http::drain_after_refusal(
+                stream,
+                super::http::DRAIN_BYTES_MAX,
+                super::http::DRAIN_TIME,
+            );
+            return;
+        }
         Err(super::http::ReadFailure::Drop) => return,
     };
     super::http::write_response(stream, resp.status, &resp.bytes(), WRITE_TIMEOUT);

@@ -8,6 +8,7 @@ use crate::error::{Code, Error, Result};
 use serde_json::json;
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub const HELP: &str = "usage:
   peer ask PEER QUESTION [--context-file F]... [--async] [--json]
@@ -209,7 +210,10 @@ fn ask(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         )
     })?;
     let (home, config) = load(ctx)?;
-    match api::ask(&home, &config, &peer, &question, &files, is_async)? {
+    let notice = (!is_async).then(|| wait_notice(&peer, config.timeout_ms));
+    let outcome = api::ask(&home, &config, &peer, &question, &files, is_async);
+    drop(notice);
+    match outcome? {
         AskOutcome::Answered { answer, truncated } => {
             if ctx.json {
                 super::print_json(
@@ -233,6 +237,33 @@ fn ask(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// How long a synchronous ask runs before the asker is told it is waiting.
+const WAIT_NOTICE_AFTER: Duration = Duration::from_millis(1500);
+
+/// Says `waiting for PEER's approval (up to N s)` on stderr when a synchronous ask has not
+/// been answered after [`WAIT_NOTICE_AFTER`]. The protocol (dsh-ask-peer's, which ours keeps)
+/// holds a synchronous ask open without any word while the friend's owner decides, so the
+/// asker cannot tell approval from a slow answer: a pause is taken as the approval wait (as
+/// peer-ask(1) says). Dropping the returned sender ends the wait silently.
+fn wait_notice(peer: &str, timeout_ms: u64) -> std::sync::mpsc::Sender<()> {
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let line = format!(
+        "peer ask: waiting for {}'s approval (up to {} s)",
+        crate::sanitize::line(peer, 64),
+        (timeout_ms / 1000).saturating_add(5)
+    );
+    let _ = std::thread::Builder::new()
+        .name("ask-wait-notice".into())
+        .spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                wait.recv_timeout(WAIT_NOTICE_AFTER)
+            {
+                out::err_line(&line);
+            }
+        });
+    done
 }
 
 fn status(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
@@ -348,6 +379,7 @@ fn serve(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     check_answer_command(&config)?;
     let server = crate::ask::server::start(&home, config, bind)?;
     let st = &server.state;
+    subscribe_owner_notices(st, ctx.json);
     if ctx.json {
         super::print_json(&json!({
             "ok": true, "listen": st.listen.to_string(), "port": st.listen.port(),
@@ -403,6 +435,18 @@ fn containment_notice(layers: &crate::ask::sandbox::Layers, reduced: bool) {
     for m in missing {
         out::err_line(&format!("answerer:   - {m}"));
     }
+}
+
+/// Tells the owner in this terminal when an ask waits for them: a line on stderr, or with
+/// `--json` an `ask_pending` event on stdout beside the start line.
+fn subscribe_owner_notices(st: &crate::ask::ServerState, json: bool) {
+    st.notify.subscribe(Box::new(move |n| {
+        if json {
+            let _ = super::print_json(&n.to_json());
+        } else {
+            out::err_line(&format!("peer ask serve: {}", n.line()));
+        }
+    }));
 }
 
 /// `peer ask sandbox-exec --scratch DIR --workspace DIR [--read P]... [--hide P]... [--proxy DIR]

@@ -189,7 +189,70 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
 /// when `ask.listen` is true (it writes nothing to stdout). On an error the caller returns and
 /// its `Root` stops as it drops.
 pub(super) fn ask_beside(root: &Root) -> Result<Option<crate::ask::server::ServerHandle>> {
-    crate::ask::discovery::serve_beside_root(&root.core.ns.home, &root.core.workspace.workspace)
+    let h = crate::ask::discovery::serve_beside_root(
+        &root.core.ns.home,
+        &root.core.workspace.workspace,
+    )?;
+    if let Some(h) = &h {
+        publish_ask_notices(root, h);
+    }
+    Ok(h)
+}
+
+/// An ask waiting for the owner, as a root's bus event: `peer host --json` prints it,
+/// `--notify` announces it, `peer mcp` forwards it to the owner's own model as a
+/// `notifications/message`. It names no decide command: the model may tell the owner, but
+/// deciding is the owner's (`peer ask decide`, shown on the host's stderr line); the ask tools
+/// have no decide tool.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AskPending {
+    event: &'static str,
+    kind: &'static str,
+    ask_id: String,
+    short_id: String,
+    caller: String,
+    preview: String,
+    wait_seconds: u64,
+    note: &'static str,
+}
+
+impl crate::runtime::events::Encode for AskPending {
+    fn encode(&self, bus_sequence: u64) -> serde_json::Result<String> {
+        crate::runtime::events::by_value(self, bus_sequence)
+    }
+}
+
+/// Publishes each of the ask server's approval notices on the root's bus (held weakly: the
+/// server never keeps a stopped root alive).
+fn publish_ask_notices(root: &Root, h: &crate::ask::server::ServerHandle) {
+    let core = Arc::downgrade(&root.core);
+    h.state.notify.subscribe(Box::new(move |n| {
+        let Some(core) = core.upgrade() else {
+            return;
+        };
+        core.bus.publish(&AskPending {
+            event: "peer_update",
+            kind: "ask_pending",
+            ask_id: n.ask_id.clone(),
+            short_id: n.short_id.clone(),
+            caller: n.caller.clone(),
+            preview: n.preview.clone(),
+            wait_seconds: n.wait_s,
+            note: "an ask from a friend waits for the owner's decision; only the owner decides",
+        });
+    }));
+}
+
+/// The `--notify stderr` line for an `ask_pending` event (the exact command included: this
+/// line is for the owner's eyes, on the host's stderr).
+fn ask_pending_line(ev: &serde_json::Value, home: Option<&std::path::Path>) -> Option<String> {
+    let s = |k: &str| ev.get(k).and_then(serde_json::Value::as_str).unwrap_or("");
+    let wait = ev.get("waitSeconds").and_then(serde_json::Value::as_u64)?;
+    let home = home?;
+    let n =
+        crate::ask::notify::Notice::new(home, s("askId"), s("caller"), s("preview"), wait * 1000);
+    Some(format!("peer host: {}\n", n.line()))
 }
 
 /// Warns on stderr when another live peer in scope already answers to this root's alias:
@@ -223,6 +286,8 @@ struct Shows {
     json: bool,
     /// How an arriving message is announced (besides `json`).
     notify: Notify,
+    /// The namespace, named in the decide command of an ask notice.
+    home: Option<std::path::PathBuf>,
 }
 
 /// Shows everything queued since the last look, in one write per stream (bounded: the
@@ -279,6 +344,7 @@ impl Shows {
             } else {
                 Notify::None
             }),
+            home: ctx.home().ok(),
         }
     }
 }
@@ -300,7 +366,19 @@ fn render_event(shows: &Shows, text: &str, shown: &mut Shown) {
     let Ok(ev) = serde_json::from_str::<serde_json::Value>(text) else {
         return;
     };
-    if ev.get("kind").and_then(serde_json::Value::as_str) != Some("message") {
+    let kind = ev.get("kind").and_then(serde_json::Value::as_str);
+    if kind == Some("ask_pending") {
+        if shows.notify == Notify::Bell {
+            shown.stderr.push('\u{7}');
+        }
+        if shows.notify == Notify::Stderr
+            && let Some(line) = ask_pending_line(&ev, shows.home.as_deref())
+        {
+            shown.stderr.push_str(&line);
+        }
+        return;
+    }
+    if kind != Some("message") {
         return;
     }
     if shows.notify == Notify::Bell {
@@ -545,6 +623,7 @@ mod tests {
         let both = Shows {
             json: true,
             notify: Notify::Stderr,
+            home: None,
         };
         let mut shown = Shown::default();
         for ev in [&arrival, &receipt] {
@@ -558,6 +637,7 @@ mod tests {
         let bell = Shows {
             json: false,
             notify: Notify::Bell,
+            home: None,
         };
         let mut shown = Shown::default();
         for ev in [&arrival, &receipt, &arrival] {
@@ -570,10 +650,30 @@ mod tests {
         let silent = Shows {
             json: false,
             notify: Notify::None,
+            home: None,
         };
         let mut shown = Shown::default();
         render_event(&silent, &arrival, &mut shown);
         assert!(shown.stdout.is_empty() && shown.stderr.is_empty());
+        let ask = serde_json::json!({"event": "peer_update", "kind": "ask_pending",
+            "askId": "0123456789", "caller": "ada", "preview": "why?", "waitSeconds": 120,
+            "busSequence": 3})
+        .to_string();
+        let owner = Shows {
+            json: false,
+            notify: Notify::Stderr,
+            home: Some("/tmp/h".into()),
+        };
+        let mut shown = Shown::default();
+        render_event(&owner, &ask, &mut shown);
+        assert!(
+            shown.stderr.starts_with("peer host: ask 01234567 from ada")
+                && shown
+                    .stderr
+                    .contains("peer --home /tmp/h ask decide 0123456789 approve|decline"),
+            "{}",
+            shown.stderr
+        );
     }
 
     /// A main thread's wake-up with no event stream, its stop channel's sender and its bell.

@@ -128,7 +128,7 @@ fn rpc(state: &Arc<ServerState>, req: &Request) -> Reply {
             "jsonrpc must be \"2.0\"",
         )));
     }
-    let out = dispatch(state, friend, method, params, &id);
+    let out = dispatch(state, friend, req.ip(), method, params, &id);
     match out {
         Ok(Reply::Now(r)) => Reply::Now(r),
         Ok(s) => s,
@@ -141,6 +141,7 @@ type RpcResult = Result<Reply, (i64, String)>;
 fn dispatch(
     state: &Arc<ServerState>,
     friend: &Friend,
+    asker: std::net::IpAddr,
     method: &str,
     params: &Map<String, Value>,
     id: &Value,
@@ -148,7 +149,7 @@ fn dispatch(
     let me = friend.name.as_str();
     match method {
         "SendMessage" => {
-            let task_id = send(state, friend, params)?;
+            let task_id = send(state, friend, asker, params)?;
             let immediate = params
                 .get("configuration")
                 .and_then(|c| c.get("returnImmediately"))
@@ -161,7 +162,7 @@ fn dispatch(
             Ok(Reply::Now(rpc_result(id, json!({"task": snap.task()}))))
         }
         "SendStreamingMessage" => {
-            let task_id = send(state, friend, params)?;
+            let task_id = send(state, friend, asker, params)?;
             Ok(Reply::Stream(sse::Plan::new(id, &task_id, me, state)))
         }
         "GetTask" => {
@@ -264,6 +265,7 @@ fn caller<'c>(config: &'c super::config::AskConfig, req: &Request) -> Result<&'c
 fn send(
     state: &Arc<ServerState>,
     friend: &Friend,
+    asker: std::net::IpAddr,
     params: &Map<String, Value>,
 ) -> Result<String, (i64, String)> {
     let api = |e: ApiError| {
@@ -315,7 +317,7 @@ fn send(
         .filter(|c| !c.is_empty() && c.len() <= 128)
         .map(str::to_string)
         .unwrap_or_else(super::jobs::new_ask_id);
-    start(state, work, &context_id).map_err(api)
+    start(state, work, &context_id, asker).map_err(api)
 }
 
 /// The text parts of a message, joined; other parts are refused.
@@ -353,7 +355,12 @@ fn question_of(msg: &Map<String, Value>) -> Result<String, (i64, String)> {
 }
 
 /// Starts `work` as an async ask, exactly as `POST /ask` with `"async": true` does.
-fn start(state: &Arc<ServerState>, work: Work, context_id: &str) -> Result<String, ApiError> {
+fn start(
+    state: &Arc<ServerState>,
+    work: Work,
+    context_id: &str,
+    asker: std::net::IpAddr,
+) -> Result<String, ApiError> {
     use super::jobs::Status;
     let first = if work.mode == Mode::Ask {
         state.approvals.register(
@@ -367,7 +374,7 @@ fn start(state: &Arc<ServerState>, work: Work, context_id: &str) -> Result<Strin
     } else {
         Status::Running
     };
-    if let Err(e) = state.jobs.create(&work.ask_id, &work.caller, first) {
+    if let Err(e) = state.jobs.create(&work.ask_id, &work.caller, asker, first) {
         state.approvals.forget(&work.ask_id);
         return Err(e);
     }

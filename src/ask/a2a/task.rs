@@ -9,7 +9,7 @@
 //! the answer as a text artifact; declined → `TASK_STATE_REJECTED`; failed → `TASK_STATE_FAILED`
 //! with the error as the status message; canceled by the asker → `TASK_STATE_CANCELED`.
 
-use super::super::jobs::Jobs;
+use super::super::jobs::{Jobs, Viewer};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -90,7 +90,7 @@ impl Tasks {
     pub fn add(&self, id: &str, caller: &str, context_id: &str, jobs: &Jobs) {
         let mut map = self.map.lock();
         if map.len() >= self.max {
-            map.retain(|id, e| jobs.view(id, Some(&e.caller)).is_some());
+            map.retain(|id, e| jobs.view(id, Viewer::Friend(&e.caller)).is_some());
         }
         if map.len() < self.max {
             map.insert(
@@ -111,7 +111,7 @@ impl Tasks {
             let e = map.get(id).filter(|e| e.caller == caller)?;
             (e.context_id.clone(), e.canceled)
         };
-        let view = jobs.view(id, Some(caller))?;
+        let view = jobs.view(id, Viewer::Friend(caller))?;
         let status = view.get("status").and_then(Value::as_str).unwrap_or("");
         let text = |k: &str| view.get(k).and_then(Value::as_str).map(str::to_string);
         let (state, message, answer) = match State::of_ask(status) {
@@ -223,7 +223,7 @@ mod tests {
         let jobs = Jobs::new(&AskConfig::default());
         let tasks = Tasks::new(4);
         for (id, st) in [("p", Status::Pending), ("a", Status::Running)] {
-            jobs.create(id, "ada", st).unwrap();
+            jobs.create(id, "ada", std::net::IpAddr::from([127, 0, 0, 1]), st).unwrap();
             tasks.add(id, "ada", "ctx", &jobs);
         }
         let p = tasks.snapshot("p", "ada", &jobs).unwrap();
