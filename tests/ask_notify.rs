@@ -35,7 +35,8 @@ fn bob_ask(ns: &Ns, extra: Value) -> Value {
     std::fs::set_permissions(&answerer, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut ask = json!({"callerName": "bob", "listenPort": 0, "approvalTimeoutMs": 60000,
         "workspace": ns.work.to_string_lossy(), "answerCommand": [answerer.to_string_lossy()],
-        "peers": [{"name": "ada", "host": "127.0.0.1", "token": "tok-ada", "mode": "ask"}]});
+            "answerReadPaths": [answerer.to_string_lossy()],
+        "peers": [{"name": "ada", "host": "127.0.0.1", "token": "tok-ada-7f3c9e1b5d2a8064c1e9", "mode": "ask"}]});
     for (k, v) in extra.as_object().unwrap() {
         ask[k] = v.clone();
     }
@@ -48,7 +49,7 @@ fn ada(ns: &Ns, port: u16) -> PathBuf {
     write_config(
         &home,
         json!({"callerName": "ada", "timeoutMs": 30000, "peers": [
-            {"name": "bob", "host": "127.0.0.1", "port": port, "token": "tok-ada"}]}),
+            {"name": "bob", "host": "127.0.0.1", "port": port, "token": "tok-ada-7f3c9e1b5d2a8064c1e9"}]}),
     );
     home
 }

@@ -112,7 +112,7 @@ fn our_client_reads_a_node_http_server_answering_chunked() {
     write_ask_config(
         &home,
         json!({"callerName": "ada", "timeoutMs": 20000, "peers": [
-            {"name": "dan", "host": "127.0.0.1", "port": port, "token": "tok-dan",
+            {"name": "dan", "host": "127.0.0.1", "port": port, "token": "tok-dan-3e5a7c9b1d0f2468ace1",
              "publicKey": sign, "tls": false},
         ]}),
     );
@@ -192,14 +192,15 @@ fn bob_for_node(ns: &Ns, dan_port: u16, dan_sign: &str) -> (Proc, u16) {
     write_ask_config(
         &ns.home,
         json!({"callerName": "bob", "listenPort": 0, "workspace": ns.work.to_string_lossy(),
-            "answerCommand": [answerer.to_string_lossy()], "peers": [
-            {"name": "ada", "host": "127.0.0.1", "token": "tok-ada", "mode": "auto"},
-            {"name": "kid", "host": "127.0.0.1", "token": "tok-kid", "publicKey": kid,
+            "answerCommand": [answerer.to_string_lossy()],
+            "answerReadPaths": [answerer.to_string_lossy()], "peers": [
+            {"name": "ada", "host": "127.0.0.1", "token": "tok-ada-7f3c9e1b5d2a8064c1e9", "mode": "auto"},
+            {"name": "kid", "host": "127.0.0.1", "token": "tok-kid-8b6d4f2a0c1e3579bdf2", "publicKey": kid,
              "acceptDshSignatures": true, "mode": "auto"},
-            {"name": "lee", "host": "127.0.0.1", "token": "tok-lee", "publicKey": kid,
+            {"name": "lee", "host": "127.0.0.1", "token": "tok-lee-5c7e9a1b3d0f2468ace3", "publicKey": kid,
              "mode": "auto"},
             {"name": "dan", "host": "127.0.0.1", "port": dan_port, "publicKey": dan_sign,
-             "tls": false, "token": "tok-dan"},
+             "tls": false, "token": "tok-dan-3e5a7c9b1d0f2468ace1"},
         ]}),
     );
     let mut c = ns.cmd(PEER);
@@ -229,11 +230,13 @@ fn node_fetch_client_speaks_to_peer_ask_serve() {
     let (_dan, dan_port, dan_sign) = node_server("dan");
     let (_bob, port) = bob_for_node(&ns, dan_port, &dan_sign);
     let url = |p: &str| format!("http://127.0.0.1:{port}{p}");
-    let r = node_fetch(json!({"url": url("/ask"), "json": ask_body("ada", "tok-ada", "sync?")}));
+    let r = node_fetch(
+        json!({"url": url("/ask"), "json": ask_body("ada", "tok-ada-7f3c9e1b5d2a8064c1e9", "sync?")}),
+    );
     assert_eq!(r["status"], 200, "{r}");
     assert!(answered(&r["body"], "sync?"), "{r}");
     // Async, then dsh's GET /ask/status from the asking address: the answer is there.
-    let mut a = ask_body("ada", "tok-ada", "async?");
+    let mut a = ask_body("ada", "tok-ada-7f3c9e1b5d2a8064c1e9", "async?");
     a["async"] = json!(true);
     let r = node_fetch(json!({"url": url("/ask"), "json": a}));
     assert_eq!(r["status"], 202, "{r}");
@@ -262,7 +265,7 @@ fn node_fetch_client_speaks_to_peer_ask_serve() {
         "{r}"
     );
     // A recommendation: bob reads dan's (chunked) advert and card and hands dan's card over.
-    let rec = json!({"protocolVersion": 1, "caller": "ada", "token": "tok-ada",
+    let rec = json!({"protocolVersion": 1, "caller": "ada", "token": "tok-ada-7f3c9e1b5d2a8064c1e9",
         "topic": "postgres"});
     let r = node_fetch(json!({"url": url("/recommend"), "json": rec}));
     assert_eq!(r["status"], 200, "{r}");
@@ -315,7 +318,7 @@ fn dsh_signatures_need_the_opt_in_and_the_token() {
             "signSeedHex": seed}),
         )
     };
-    let r = ask("kid", Some("tok-kid"));
+    let r = ask("kid", Some("tok-kid-8b6d4f2a0c1e3579bdf2"));
     assert_eq!(r["status"], 200, "{r}");
     assert!(answered(&r["body"], "signed?"), "{r}");
     let r = ask("kid", None);
@@ -325,8 +328,7 @@ fn dsh_signatures_need_the_opt_in_and_the_token() {
         "{r}"
     );
     // A dsh node forwarding a recommendation signs it the same way: served, not refused.
-    let rec =
-        json!({"protocolVersion": 1, "caller": "kid", "token": "tok-kid", "topic": "postgres"});
+    let rec = json!({"protocolVersion": 1, "caller": "kid", "token": "tok-kid-8b6d4f2a0c1e3579bdf2", "topic": "postgres"});
     let r = node_fetch(
         json!({"url": format!("http://127.0.0.1:{port}/recommend"), "json": rec,
         "signSeedHex": seed}),
@@ -336,7 +338,7 @@ fn dsh_signatures_need_the_opt_in_and_the_token() {
         (json!(200), json!("dan")),
         "{r}"
     );
-    let r = ask("lee", Some("tok-lee"));
+    let r = ask("lee", Some("tok-lee-5c7e9a1b3d0f2468ace3"));
     assert_eq!(r["status"], 403, "{r}");
     assert!(
         r["body"]["error"]["message"]
@@ -369,7 +371,7 @@ fn dsh_modules() {
         .env("DSH_ASK_PEER_DIR", &dir)
         .env("DSH_PEER_URL", format!("http://127.0.0.1:{port}"))
         .env("DSH_CALLER", "ada")
-        .env("DSH_TOKEN", "tok-ada")
+        .env("DSH_TOKEN", "tok-ada-7f3c9e1b5d2a8064c1e9")
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -424,7 +426,7 @@ fn hostile_chunked_answers_are_cut_within_bounds() {
     write_ask_config(
         &home,
         json!({"callerName": "ada", "timeoutMs": 5000, "peers": [
-            {"name": "evil", "host": "127.0.0.1", "port": port, "token": "t", "tls": false}]}),
+            {"name": "evil", "host": "127.0.0.1", "port": port, "token": "tok-evil-1a2b3c4d5e6f7a8b9c0d", "tls": false}]}),
     );
     for (want, _) in &bodies[..n] {
         let out = peer_in(&ns, &home, &["--json", "ask", "evil", "hi"]);

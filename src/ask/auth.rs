@@ -502,7 +502,8 @@ mod tests {
         const TOK: &str = "t0ken-7c1e9a3f5b2d8e0c4a6f";
         let key = AskKey::from_seed(&[9u8; 32]);
         let peers = |extra: Value| {
-            let mut f = json!({"name": "ada", "host": "h", "publicKey": key.sign_string(), "token": TOK});
+            let mut f =
+                json!({"name": "ada", "host": "h", "publicKey": key.sign_string(), "token": TOK});
             f.as_object_mut()
                 .unwrap()
                 .extend(extra.as_object().unwrap().clone());

@@ -223,7 +223,8 @@ mod tests {
         let jobs = Jobs::new(&AskConfig::default());
         let tasks = Tasks::new(4);
         for (id, st) in [("p", Status::Pending), ("a", Status::Running)] {
-            jobs.create(id, "ada", std::net::IpAddr::from([127, 0, 0, 1]), st).unwrap();
+            jobs.create(id, "ada", std::net::IpAddr::from([127, 0, 0, 1]), st)
+                .unwrap();
             tasks.add(id, "ada", "ctx", &jobs);
         }
         let p = tasks.snapshot("p", "ada", &jobs).unwrap();
