@@ -666,7 +666,7 @@ fn completions_and_help_cover_every_parsed_subcommand_and_flag() {
         );
         assert!(fish.contains(&format!("-a {s} -d")), "fish lacks {s}");
     }
-    let ask = line(&bash, "ask) words=");
+    let ask = line(&bash, "\"ask \"*) words=");
     for w in [
         "serve",
         "status",
@@ -687,7 +687,7 @@ fn completions_and_help_cover_every_parsed_subcommand_and_flag() {
             "fish ask {w}"
         );
     }
-    let shells = line(&bash, "completions) words=");
+    let shells = line(&bash, "\"completions \"*) words=");
     assert!(shells.contains("\"bash zsh fish "), "{shells}");
     assert!(
         bash.contains("--notify) COMPREPLY=($(compgen -W \"bell stderr none\""),
