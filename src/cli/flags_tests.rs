@@ -311,7 +311,11 @@ fn every_man_synopsis_names_exactly_its_table_entry() {
     }
     let of = |key: (&str, &str)| man.iter().find(|(k, _)| *k == key).map(|(_, f)| f.clone());
     let mut errors = Vec::new();
-    let top: BTreeSet<String> = ["home", "json", "as"].map(String::from).into();
+    let top: BTreeSet<String> = PEER_GLOBALS
+        .iter()
+        .filter(|g| !["help", "version"].contains(&g.long))
+        .map(|g| g.long.to_string())
+        .collect();
     if of(("peer", "")) != Some(top) {
         errors.push(format!("peer(1) SYNOPSIS: {:?}", of(("peer", ""))));
     }
@@ -334,4 +338,51 @@ fn every_man_synopsis_names_exactly_its_table_entry() {
         }
     }
     assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn the_global_parser_takes_exactly_the_global_table() {
+    let split = |args: &[&str]| {
+        let mut ctx = Ctx::default();
+        let args = args.iter().map(OsString::from).collect();
+        crate::cli::split_globals(&mut ctx, args).map(|(sub, rest)| (ctx, sub, rest))
+    };
+    for g in PEER_GLOBALS {
+        let flag = format!("--{}", g.long);
+        let (ctx, sub, rest) = match g.kind {
+            Kind::Switch => split(&[&flag]),
+            _ => split(&[&flag, "v", "send"]),
+        }
+        .unwrap();
+        let taken = match g.long {
+            "home" => ctx.home.is_some(),
+            "json" => ctx.json,
+            "as" => ctx.as_alias.is_some(),
+            // `peer --help` and `peer --version` are answered as if they were commands.
+            _ => sub.as_deref() == Some(flag.as_str()),
+        };
+        assert!(taken && rest.is_empty(), "{flag}");
+    }
+    let mut others: BTreeSet<String> = parsed_names();
+    others.extend(
+        SPECS
+            .iter()
+            .flat_map(|s| s.flags.iter().map(|f| f.long.to_string())),
+    );
+    others.extend(man_synopses().iter().flat_map(|l| flags_in(l)));
+    for name in others
+        .iter()
+        .filter(|n| globals("peer").iter().all(|g| g.long != n.as_str()))
+    {
+        let flag = format!("--{name}");
+        let rest = split(&["send", &flag]).map_or(Vec::new(), |(_, _, rest)| rest);
+        assert_eq!(
+            rest,
+            [OsString::from(&flag)],
+            "the global parser took {flag}"
+        );
+    }
+    for g in TOOL_GLOBALS {
+        assert!(PEER_GLOBALS.iter().any(|p| p.long == g.long));
+    }
 }
