@@ -29,19 +29,48 @@ fn probe(spec: &Spec, extra: &[String]) -> Result<i32> {
     crate::cli::out::muted(|| run(&ctx, argv))
 }
 
-/// True when the parser of `spec` takes `--name` (any answer but "invalid option '--name'").
-fn accepts(spec: &Spec, name: &str, kind: Kind) -> bool {
-    let flag = match kind {
-        Kind::Switch => format!("--{name}"),
-        Kind::OneOf(v) => format!("--{name}={}", v[0]),
-        Kind::Number => format!("--{name}=1"),
-        Kind::Path => format!("--{name}=/nonexistent"),
-        Kind::Text => format!("--{name}=t"),
+/// The parser's answer to `args` then `--help` (twice: should `--name` wrongly take a value,
+/// the first `--help` is eaten as that value and the second still ends the parse, so no
+/// command ever runs).
+fn answer(spec: &Spec, args: &[String]) -> std::result::Result<(), String> {
+    let mut argv = args.to_vec();
+    argv.extend(["--help".to_string(), "--help".to_string()]);
+    probe(spec, &argv).map(|_| ()).map_err(|e| e.message)
+}
+
+/// True when the parser of `spec` takes `--name` at all (any answer but "invalid option").
+fn accepts(spec: &Spec, name: &str) -> bool {
+    let refused = format!("invalid option '--{name}'");
+    answer(spec, &[format!("--{name}=1")]).map_or_else(|m| !m.contains(&refused), |()| true)
+}
+
+/// Why the parser of `spec` disagrees with the table about flag `f`, if it does: refuses it,
+/// takes a value for a switch or none for a valued flag, or refuses a listed value.
+fn disagreement(spec: &Spec, f: &Flag) -> Option<String> {
+    let name = f.long;
+    let refused = format!("invalid option '--{name}'");
+    let no_value = format!("unexpected argument for option '--{name}'");
+    let samples: Vec<String> = match f.kind {
+        Kind::Switch => vec![String::new()],
+        Kind::OneOf(v) => v.iter().map(|v| format!("={v}")).collect(),
+        Kind::Number => vec!["=1".to_string()],
+        Kind::Path => vec!["=/nonexistent".to_string()],
+        Kind::Text => vec!["=t".to_string()],
     };
-    match probe(spec, &[flag, "--help".to_string()]) {
-        Err(e) => !e.message.contains(&format!("invalid option '--{name}'")),
-        Ok(_) => true,
+    for sample in samples {
+        match answer(spec, &[format!("--{name}{sample}")]) {
+            Err(m) if m.contains(&refused) => return Some("the parser refuses it".into()),
+            Err(m) if m.contains(&no_value) => return Some("the parser takes no value".into()),
+            Err(m) if matches!(f.kind, Kind::OneOf(_)) => {
+                return Some(format!("the parser refuses {sample}: {m}"));
+            }
+            _ => {}
+        }
     }
+    if f.kind == Kind::Switch && answer(spec, &[format!("--{name}=1")]).is_ok() {
+        return Some("the table says switch, the parser takes a value".into());
+    }
+    None
 }
 
 /// Every `--name` a parser in src/cli matches on, found in the source text.
@@ -121,15 +150,15 @@ fn every_parser_accepts_exactly_its_table_entry() {
     for spec in SPECS {
         let expected = expected_by_parser(spec);
         for f in spec.flags {
-            if !accepts(spec, f.long, f.kind) {
+            if let Some(why) = disagreement(spec, f) {
                 errors.push(format!(
-                    "{} {}: table has --{}, parser refuses it",
+                    "{} {}: table has --{}, {why}",
                     spec.program, spec.path, f.long
                 ));
             }
         }
         for name in all.iter().filter(|n| !expected.contains(n.as_str())) {
-            if accepts(spec, name, Kind::Number) {
+            if accepts(spec, name) {
                 errors.push(format!(
                     "{} {}: parser takes --{name}, the table lacks it",
                     spec.program, spec.path
