@@ -1,5 +1,6 @@
-//! The flag table against the parsers (probed in-process with `--help` after the flag, so no
-//! command runs), the `--help` texts and the man pages' synopsis lines.
+//! The flag table against the parsers (probed in-process, every probe ending in `--help` so no
+//! command runs), the global option parser, the `--help` texts and the man pages' synopsis
+//! lines. A failure names the command path and the flag that differs.
 
 use super::*;
 use crate::cli::{Ctx, commands};
@@ -17,7 +18,8 @@ fn probe(spec: &Spec, extra: &[String]) -> Result<i32> {
     let run: crate::cli::Command = match (spec.program, first) {
         ("peer-dir", _) => crate::cli::dir::cmd,
         ("peer-res", _) => crate::cli::res::peer_res,
-        // `peer run` and `peer run-child` report their own failures as a wrapper status; their parsers are probed directly.
+        // `peer run` and `peer run-child` report their own failures as a wrapper status (125),
+        // so the functions under the wrapper are probed.
         ("peer", "run") => crate::cli::res::run_wrapped,
         ("peer", "run-child") => crate::cli::session_cmds::run_child_wrapped,
         _ => commands()
