@@ -440,11 +440,6 @@ const FUNCTION_LINES_MAX: usize = 70;
 /// each with why splitting it would not help a reader.
 const LONG_FUNCTIONS: &[(&str, &str)] = &[
     (
-        "cli/mod.rs::commands",
-        "the subcommand table: one entry per subcommand in help order; --help, the completion \
-         scripts and the man-page check all read this one list",
-    ),
-    (
         "messaging/state.rs::apply",
         "one match arm per journal record kind, each applying that record: the arms are the \
          record table, and splitting it would scatter how each record changes the state",

@@ -666,7 +666,7 @@ fn completions_and_help_cover_every_parsed_subcommand_and_flag() {
         );
         assert!(fish.contains(&format!("-a {s} -d")), "fish lacks {s}");
     }
-    let ask = line(&bash, "ask) words=");
+    let ask = line(&bash, "\"ask \"*) words=");
     for w in [
         "serve",
         "status",
@@ -687,7 +687,7 @@ fn completions_and_help_cover_every_parsed_subcommand_and_flag() {
             "fish ask {w}"
         );
     }
-    let shells = line(&bash, "completions) words=");
+    let shells = line(&bash, "\"completions \"*) words=");
     assert!(shells.contains("\"bash zsh fish "), "{shells}");
     assert!(
         bash.contains("--notify) COMPREPLY=($(compgen -W \"bell stderr none\""),
@@ -708,4 +708,83 @@ fn completions_and_help_cover_every_parsed_subcommand_and_flag() {
         sorted.dedup();
         assert_eq!(sorted.len(), words.len(), "a word twice: {l}");
     }
+}
+
+/// The bash script run as bash runs it on TAB: `_peer`/`_peer_tools` with the typed words give
+/// the next words of the command path, the flags of that path and a one-of flag's values.
+#[test]
+fn bash_completion_completes_paths_flags_and_values() {
+    let script = run_text(PEER, &["completions", "bash"]);
+    let complete = |words: &[&str]| -> Vec<String> {
+        let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+        let func = if words[0] == "peer" {
+            "_peer"
+        } else {
+            "_peer_tools"
+        };
+        let probe = format!(
+            "{script}\nCOMP_WORDS=({}); COMP_CWORD={}; {func}; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            quoted.join(" "),
+            words.len() - 1
+        );
+        let o = std::process::Command::new("bash")
+            .args(["--norc", "-c", &probe])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let has = |got: &[String], want: &[&str]| {
+        for w in want {
+            assert!(got.iter().any(|g| g == w), "{w} missing from {got:?}");
+        }
+    };
+    has(
+        &complete(&["peer", "ask", ""]),
+        &[
+            "serve",
+            "status",
+            "peers",
+            "card",
+            "recommend",
+            "friends",
+            "--async",
+        ],
+    );
+    has(
+        &complete(&["peer", "--home", "/x", "ask", "card", ""]),
+        &["show", "verify", "add"],
+    );
+    has(
+        &complete(&["peer", "ask", "card", "show", "--"]),
+        &["--host", "--port"],
+    );
+    has(
+        &complete(&["peer", "completions", ""]),
+        &["bash", "zsh", "fish"],
+    );
+    has(
+        &complete(&["peer", "host", "--notify", ""]),
+        &["bell", "stderr", "none"],
+    );
+    has(
+        &complete(&["peer", "send", "bob", "--wait-receipt", "c"]),
+        &["consumed"],
+    );
+    has(
+        &complete(&["peer-dir", "--scope", ""]),
+        &["workspace", "repository", "machine"],
+    );
+    has(
+        &complete(&["peer-res", "--"]),
+        &["--json", "--home", "--version"],
+    );
+    let ask_serve = complete(&["peer", "ask", "serve", "--"]);
+    has(&ask_serve, &["--listen", "--json"]);
+    assert!(!ask_serve.iter().any(|w| w == "--async"), "{ask_serve:?}");
+    let home_twice = complete(&["peer", "inbox", "--"]);
+    assert_eq!(home_twice.iter().filter(|w| *w == "--home").count(), 1);
 }

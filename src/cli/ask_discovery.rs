@@ -134,7 +134,9 @@ fn flag<'a>(flags: &'a [(String, Option<String>)], name: &str) -> Option<&'a str
         .map(|(_, v)| v.as_deref().unwrap_or(""))
 }
 
-fn only_flags(flags: &[(String, Option<String>)], allowed: &[&str], sub: &str) -> Result<()> {
+/// Refuses a flag the shared parser took but the flag table does not give `peer ask SUB`.
+fn only_flags(flags: &[(String, Option<String>)], sub: &str) -> Result<()> {
+    let allowed = super::flags::names("peer", &format!("ask {sub}"));
     match flags.iter().find(|(f, _)| !allowed.contains(&f.as_str())) {
         Some((f, _)) => Err(Error::new(
             Code::Usage,
@@ -174,7 +176,7 @@ fn peers(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let Some((words, flags)) = positional(argv, PEERS_HELP)? else {
         return Ok(0);
     };
-    only_flags(&flags, &["refresh"], "peers")?;
+    only_flags(&flags, "peers")?;
     if !words.is_empty() {
         return Err(Error::new(Code::Usage, "peer ask peers takes no arguments"));
     }
@@ -306,7 +308,7 @@ fn card_show(
     home: &std::path::Path,
     cfg: &AskConfig,
 ) -> Result<i32> {
-    only_flags(flags, &["host", "port"], "card show")?;
+    only_flags(flags, "card show")?;
     if words.len() > 1 {
         return Err(Error::new(
             Code::Usage,
@@ -390,7 +392,7 @@ fn warn_moved_to_loopback(cfg: &AskConfig, card: &card::Card) {
 
 /// `peer ask card verify CARD`: checks a card's self-signature and bounds.
 fn card_verify(ctx: &Ctx, words: &[String], flags: &Flags) -> Result<i32> {
-    only_flags(flags, &[], "card verify")?;
+    only_flags(flags, "card verify")?;
     let c = card_arg(words.get(1))?;
     let v = discovery::verify_view(&c, clock::now_ms());
     if v["ok"] != true {
@@ -417,7 +419,7 @@ fn card_add(
     home: &std::path::Path,
     cfg: &AskConfig,
 ) -> Result<i32> {
-    only_flags(flags, &["mode", "replace"], "card add")?;
+    only_flags(flags, "card add")?;
     let c = card_arg(words.get(1))?;
     let verified = card::verify(&c, clock::now_ms())
         .map_err(|e| Error::new(Code::AuthFailed, format!("card refused: {e}")))?;
@@ -502,7 +504,7 @@ fn recommend_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let Some((words, flags)) = positional(argv, RECOMMEND_HELP)? else {
         return Ok(0);
     };
-    only_flags(&flags, &["topic", "max-hops"], "recommend")?;
+    only_flags(&flags, "recommend")?;
     let [peer] = words.as_slice() else {
         return Err(Error::new(
             Code::Usage,
@@ -558,7 +560,7 @@ fn friends_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         .as_slice()
     {
         ["pending"] => {
-            only_flags(&flags, &[], "friends pending")?;
+            only_flags(&flags, "friends pending")?;
             let list = pending::Store::new(&discovery::state_dir(&home)).list(now)?;
             let views: Vec<Value> = list
                 .iter()
@@ -582,7 +584,7 @@ fn friends_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             Ok(0)
         }
         ["decide", rec_id, decision] => {
-            only_flags(&flags, &["mode", "replace"], "friends decide")?;
+            only_flags(&flags, "friends decide")?;
             let d = pending::Decision::parse(decision)
                 .ok_or_else(|| Error::new(Code::Usage, "the decision is add or decline"))?;
             let v = discovery::decide(

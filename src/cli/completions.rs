@@ -1,23 +1,20 @@
-//! `peer completions bash|zsh|fish`: completion scripts generated from the subcommand table
-//! and each subcommand's `--help` text (its `--flags`, and the words of `peer res ACTION`), so
-//! they cannot drift from what `--help` shows.
+//! `peer completions bash|zsh|fish`: completion scripts generated from the flag table
+//! (`cli::flags`): command paths, their words, flags and the values of one-of flags. The
+//! table's tests hold `--help`, the parsers and the man pages to the same table.
 
+use super::flags::{self, Flag, Kind, Spec};
 use super::{Ctx, args, commands, out};
 use crate::error::{Code, Error, Result};
 use std::ffi::OsString;
 
 pub const HELP: &str = "usage: peer completions bash|zsh|fish
 
-Prints a completion script for the shell, generated from the same table as --help:
+Prints a completion script for the shell, generated from the flag table that --help, the
+parsers and the man pages are tested against:
   bash:  source <(peer completions bash)        (or save it in ~/.local/share/bash-completion/completions/peer)
   zsh:   peer completions zsh > ~/.zfunc/_peer   (with fpath+=(~/.zfunc); autoload -U compinit; compinit)
   fish:  peer completions fish > ~/.config/fish/completions/peer.fish
 ";
-
-/// The global options every subcommand accepts.
-const GLOBALS: [&str; 5] = ["--home", "--json", "--as", "--help", "--version"];
-/// The global options of the `peer-dir` and `peer-res` tools (no `--as`).
-const TOOL_GLOBALS: [&str; 4] = ["--home", "--json", "--help", "--version"];
 
 pub fn cmd(_ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     use lexopt::prelude::*;
@@ -51,93 +48,9 @@ pub fn cmd(_ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     Ok(0)
 }
 
-/// Everything a subcommand's help says, its own subcommands' help texts included (`peer ask
-/// card --help` names flags `peer ask --help` does not).
-pub(crate) fn full_help(name: &str, help: &str) -> String {
-    let extra: &[&str] = match name {
-        "ask" => &[
-            super::ask::ANSWER_HELP,
-            super::ask_discovery::PEERS_HELP,
-            super::ask_discovery::CARD_HELP,
-            super::ask_discovery::RECOMMEND_HELP,
-            super::ask_discovery::FRIENDS_HELP,
-        ],
-        _ => &[],
-    };
-    std::iter::once(help)
-        .chain(extra.iter().copied())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// The `--flags` a help text names, in order of first appearance.
-pub(crate) fn flags_of(help: &str) -> Vec<String> {
-    let mut flags: Vec<String> = Vec::new();
-    for word in help.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
-        let name = word.trim_end_matches('-');
-        if name.len() > 2
-            && name.starts_with("--")
-            && name[2..].starts_with(|c: char| c.is_ascii_lowercase())
-            && !flags.iter().any(|f| f == name)
-        {
-            flags.push(name.to_string());
-        }
-    }
-    flags
-}
-
-/// The values a help text lists for a flag (`--notify bell|stderr|none`), by flag.
-pub(crate) fn values_of(help: &str) -> Vec<(String, Vec<String>)> {
-    let mut out: Vec<(String, Vec<String>)> = Vec::new();
-    let words: Vec<&str> = help
-        .split(|c: char| c.is_whitespace() || "[]".contains(c))
-        .filter(|w| !w.is_empty())
-        .collect();
-    for pair in words.windows(2) {
-        let (flag, list) = (pair[0], pair[1]);
-        let values: Vec<String> = list.split('|').map(str::to_string).collect();
-        let plain =
-            |v: &String| !v.is_empty() && v.chars().all(|c| c.is_ascii_lowercase() || c == '-');
-        if flag.len() > 2
-            && flag.starts_with("--")
-            && values.len() > 1
-            && values.iter().all(plain)
-            && !out.iter().any(|(f, _)| f == flag)
-        {
-            out.push((flag.to_string(), values));
-        }
-    }
-    out
-}
-
-/// The action words of a help text's `usage:` lines (`peer res status …` gives `status`,
-/// `peer ask peers|card …` gives `peers` and `card`).
-fn actions_of(name: &str, help: &str) -> Vec<String> {
-    let prefix = format!("peer {name} ");
-    let mut words: Vec<String> = Vec::new();
-    for line in help.lines() {
-        let rest = line.trim().trim_start_matches("usage:").trim();
-        let Some(first) = rest
-            .strip_prefix(&prefix)
-            .and_then(|r| r.split_whitespace().next())
-        else {
-            continue;
-        };
-        for w in first.split('|') {
-            if !w.is_empty()
-                && w.chars().all(|c| c.is_ascii_lowercase() || c == '-')
-                && !words.iter().any(|x| x == w)
-            {
-                words.push(w.to_string());
-            }
-        }
-    }
-    if words.len() > 1 { words } else { Vec::new() }
-}
-
 /// Words listed once, in order.
-fn unique(words: impl IntoIterator<Item = String>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
+fn unique<'a>(words: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
     for w in words {
         if !out.contains(&w) {
             out.push(w);
@@ -146,89 +59,158 @@ fn unique(words: impl IntoIterator<Item = String>) -> Vec<String> {
     out
 }
 
-/// The completion words after `peer NAME`: its actions, its flags, the global options.
-fn words_of(name: &str, help: &str) -> Vec<String> {
-    let help = full_help(name, help);
-    let globals = GLOBALS.iter().map(|g| g.to_string());
-    unique(
-        actions_of(name, &help)
-            .into_iter()
-            .chain(flags_of(&help))
-            .chain(globals),
-    )
+/// The visible specs of one program.
+fn specs_of(program: &str) -> Vec<&'static Spec> {
+    flags::visible().filter(|s| s.program == program).collect()
 }
 
-/// The bash `case` arms that complete a flag's listed values.
-fn bash_value_arms(helps: &[String]) -> String {
-    let mut all: Vec<(String, Vec<String>)> = Vec::new();
-    for h in helps {
-        for (flag, values) in values_of(h) {
-            match all.iter_mut().find(|(f, _)| *f == flag) {
-                Some((_, have)) => *have = unique(have.drain(..).chain(values)),
-                None => all.push((flag, values)),
+/// Every path prefix of a program's specs ("" first, then "ask", "ask card", …), longest last.
+fn nodes(program: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    for s in specs_of(program) {
+        let words: Vec<&str> = s.path.split_whitespace().collect();
+        for n in 1..=words.len() {
+            let p = words[..n].join(" ");
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// The words completed after a path: the next words of longer paths, the spec's own words.
+fn words_after(program: &str, node: &str) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for s in specs_of(program) {
+        let rest = if node.is_empty() {
+            Some(s.path)
+        } else {
+            s.path.strip_prefix(node).and_then(|r| r.strip_prefix(' '))
+        };
+        if let Some(next) = rest.and_then(|r| r.split_whitespace().next()) {
+            out.push(next);
+        }
+        if s.path == node {
+            out.extend(s.words.iter().copied());
+        }
+    }
+    unique(out)
+}
+
+/// The flags of exactly this path (its own spec), then the program's global options.
+fn flags_at(program: &str, node: &str) -> Vec<&'static Flag> {
+    let own = specs_of(program)
+        .into_iter()
+        .filter(|s| s.path == node)
+        .flat_map(|s| s.flags.iter());
+    let mut out: Vec<&Flag> = Vec::new();
+    for f in own.chain(flags::globals(program)) {
+        if !out.iter().any(|g| g.long == f.long) {
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// Every flag a program's specs name, globals included, each once (by name).
+fn all_flags(program: &str) -> Vec<&'static Flag> {
+    let mut out: Vec<&Flag> = Vec::new();
+    let every = specs_of(program).into_iter().flat_map(|s| s.flags.iter());
+    for f in flags::globals(program).iter().chain(every) {
+        if !out.iter().any(|g| g.long == f.long) {
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// The bash `case` arms that complete the values of one-of flags.
+fn bash_value_arms() -> String {
+    let mut all: Vec<(&str, Vec<&str>)> = Vec::new();
+    for s in flags::visible() {
+        for f in s.flags {
+            let Kind::OneOf(values) = f.kind else {
+                continue;
+            };
+            match all.iter_mut().find(|(n, _)| *n == f.long) {
+                Some((_, have)) => *have = unique(have.drain(..).chain(values.iter().copied())),
+                None => all.push((f.long, values.to_vec())),
             }
         }
     }
     all.iter()
         .map(|(f, v)| {
             format!(
-                "    {f}) COMPREPLY=($(compgen -W \"{}\" -- \"$cur\")); return 0 ;;\n",
+                "    --{f}) COMPREPLY=($(compgen -W \"{}\" -- \"$cur\")); return 0 ;;\n",
                 v.join(" ")
             )
         })
         .collect()
 }
 
-/// The `peer-dir` and `peer-res` tools: (name, help).
-fn tools() -> [(&'static str, &'static str); 2] {
-    [
-        ("peer-dir", super::dir::HELP),
-        ("peer-res", super::res::PEER_RES_HELP),
-    ]
+/// The flags of a program that take a value, as a bash pattern (`--home|--as|…`).
+fn value_flags(program: &str) -> String {
+    all_flags(program)
+        .iter()
+        .filter(|f| f.kind != Kind::Switch)
+        .map(|f| format!("--{}", f.long))
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+/// The completion words at one path: next words, then flags.
+fn node_words(program: &str, node: &str) -> String {
+    let flags = flags_at(program, node);
+    let flag_words: Vec<String> = flags.iter().map(|f| format!("--{}", f.long)).collect();
+    let mut words: Vec<&str> = words_after(program, node);
+    words.extend(flag_words.iter().map(String::as_str));
+    unique(words).join(" ")
 }
 
 fn bash() -> String {
-    let defs = commands();
-    let names: Vec<&str> = defs.iter().map(|c| c.name).collect();
     let mut cases = String::new();
-    let mut helps: Vec<String> = Vec::new();
-    for c in &defs {
+    let mut peer_nodes = nodes("peer");
+    // Longest paths first: bash takes the first matching pattern.
+    peer_nodes.sort_by_key(|n| std::cmp::Reverse(n.split_whitespace().count()));
+    for n in &peer_nodes {
+        let pattern = if n.is_empty() {
+            "\"\"".to_string()
+        } else {
+            format!("\"{n} \"*")
+        };
         cases.push_str(&format!(
-            "    {}) words=\"{}\" ;;\n",
-            c.name,
-            words_of(c.name, c.help).join(" ")
+            "    {pattern}) words=\"{}\" ;;\n",
+            node_words("peer", n)
         ));
-        helps.push(full_help(c.name, c.help));
     }
     let mut tool_cases = String::new();
-    for (name, help) in tools() {
-        let words = unique(
-            flags_of(help)
-                .into_iter()
-                .chain(TOOL_GLOBALS.iter().map(|g| g.to_string())),
-        );
-        tool_cases.push_str(&format!("    {name}) words=\"{}\" ;;\n", words.join(" ")));
-        helps.push(help.to_string());
+    for name in ["peer-dir", "peer-res"] {
+        tool_cases.push_str(&format!(
+            "    {name}) words=\"{}\" ;;\n",
+            node_words(name, "")
+        ));
     }
-    let values = bash_value_arms(&helps);
+    let values = bash_value_arms();
+    let skip = value_flags("peer");
+    // The typed path is kept in `cmdpath`, not `path`: under zsh's bashcompinit `path` is the
+    // array tied to PATH.
     format!(
         r#"# bash completion for peer, peer-dir and peer-res, generated by 'peer completions bash'
 _peer() {{
-  local cur=${{COMP_WORDS[COMP_CWORD]}} prev=${{COMP_WORDS[COMP_CWORD-1]}} sub= i words
+  local cur=${{COMP_WORDS[COMP_CWORD]}} prev=${{COMP_WORDS[COMP_CWORD-1]}} cmdpath= i words
   case $prev in
 {values}  esac
   for ((i = 1; i < COMP_CWORD; i++)); do
     case ${{COMP_WORDS[i]}} in
-      --home|--as) ((i++)) ;;
+      {skip}) ((i++)) ;;
       --) return 0 ;;
       -*) ;;
-      *) sub=${{COMP_WORDS[i]}}; break ;;
+      *) cmdpath+="${{COMP_WORDS[i]}} " ;;
     esac
   done
-  case $sub in
-    "") words="{} {}" ;;
-{cases}    *) return 0 ;;
-  esac
+  case $cmdpath in
+{cases}  esac
   COMPREPLY=($(compgen -W "$words" -- "$cur"))
 }}
 complete -o default -F _peer peer
@@ -242,9 +224,7 @@ _peer_tools() {{
   COMPREPLY=($(compgen -W "$words" -- "$cur"))
 }}
 complete -o default -F _peer_tools peer-dir peer-res
-"#,
-        names.join(" "),
-        GLOBALS.join(" ")
+"#
     )
 }
 
@@ -253,50 +233,64 @@ fn fish_quote(s: &str) -> String {
     s.replace('\\', "\\\\").replace('\'', "\\'")
 }
 
-/// The fish lines for the flags of one help text; `cond` limits them to a subcommand.
-fn fish_flags(s: &mut String, program: &str, cond: &str, help: &str, skip: &[&str]) {
-    let values = values_of(help);
-    for f in flags_of(help)
-        .iter()
-        .filter(|f| !skip.contains(&f.as_str()))
-    {
-        let listed = values.iter().find(|(v, _)| v == f);
-        let tail = listed.map_or(String::new(), |(_, v)| format!(" -xa '{}'", v.join(" ")));
-        s.push_str(&format!(
-            "complete -c {program}{cond} -l {}{tail}\n",
-            &f[2..]
-        ));
-    }
+/// One fish line for a flag; `cond` limits it to a path.
+fn fish_flag(s: &mut String, program: &str, cond: &str, f: &Flag) {
+    let tail = match f.kind {
+        Kind::Switch => String::new(),
+        Kind::Path => " -rF".to_string(),
+        Kind::Number | Kind::Text => " -x".to_string(),
+        Kind::OneOf(v) => format!(" -xa '{}'", v.join(" ")),
+    };
+    s.push_str(&format!(
+        "complete -c {program}{cond} -l {}{tail} -d '{}'\n",
+        f.long,
+        fish_quote(f.help)
+    ));
+}
+
+/// The fish condition that a path's words were all typed.
+fn fish_cond(node: &str) -> String {
+    let parts: Vec<String> = node
+        .split_whitespace()
+        .map(|w| format!("__fish_seen_subcommand_from {w}"))
+        .collect();
+    format!(" -n '{}'", parts.join("; and "))
 }
 
 fn fish() -> String {
-    let defs = commands();
     let mut s = String::from(
         "# fish completion for peer, peer-dir and peer-res, generated by 'peer completions fish'\n",
     );
     s.push_str("complete -c peer -f\n");
-    for g in GLOBALS {
-        s.push_str(&format!("complete -c peer -l {}\n", &g[2..]));
+    for g in flags::PEER_GLOBALS {
+        fish_flag(&mut s, "peer", "", g);
     }
-    for c in &defs {
+    for c in commands() {
         s.push_str(&format!(
             "complete -c peer -n '__fish_use_subcommand' -a {} -d '{}'\n",
             c.name,
             fish_quote(c.summary)
         ));
-        let help = full_help(c.name, c.help);
-        let cond = format!(" -n '__fish_seen_subcommand_from {}'", c.name);
-        for a in actions_of(c.name, &help) {
-            s.push_str(&format!("complete -c peer{cond} -a {a}\n"));
-        }
-        fish_flags(&mut s, "peer", &cond, &help, &GLOBALS);
     }
-    for (name, help) in tools() {
-        s.push_str(&format!("complete -c {name} -f\n"));
-        for g in TOOL_GLOBALS {
-            s.push_str(&format!("complete -c {name} -l {}\n", &g[2..]));
+    for n in nodes("peer").iter().filter(|n| !n.is_empty()) {
+        let cond = fish_cond(n);
+        for w in words_after("peer", n) {
+            s.push_str(&format!("complete -c peer{cond} -a {w}\n"));
         }
-        fish_flags(&mut s, name, "", help, &TOOL_GLOBALS);
+        for spec in specs_of("peer")
+            .into_iter()
+            .filter(|x| x.path == n.as_str())
+        {
+            for f in spec.flags {
+                fish_flag(&mut s, "peer", &cond, f);
+            }
+        }
+    }
+    for name in ["peer-dir", "peer-res"] {
+        s.push_str(&format!("complete -c {name} -f\n"));
+        for f in flags_at(name, "") {
+            fish_flag(&mut s, name, "", f);
+        }
     }
     s
 }
@@ -306,36 +300,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_flag_of_every_help_is_completed() {
-        let script = bash();
-        for c in commands() {
-            assert!(
-                script.contains(&format!("    {}) words=", c.name)),
-                "{}",
-                c.name
-            );
-            for f in flags_of(c.help) {
-                assert!(script.contains(&f), "{} {f}", c.name);
+    fn every_table_flag_and_word_is_completed() {
+        let (bash, fish) = (bash(), fish());
+        for spec in flags::visible() {
+            for f in spec.flags {
+                let flag = format!("--{}", f.long);
                 assert!(
-                    fish().contains(&format!("-l {}", &f[2..])),
-                    "{} {f}",
-                    c.name
+                    bash.split(|c: char| c.is_whitespace() || c == '"')
+                        .any(|w| w == flag),
+                    "{} {flag}",
+                    spec.path
+                );
+                assert!(
+                    fish.contains(&format!("-l {} ", f.long)),
+                    "{} --{}",
+                    spec.path,
+                    f.long
                 );
             }
         }
-        let host = commands().into_iter().find(|c| c.name == "host").unwrap();
-        assert!(flags_of(host.help).contains(&"--notify".to_string()));
-        let res = commands().into_iter().find(|c| c.name == "res").unwrap();
-        assert_eq!(
-            actions_of("res", res.help),
-            [
-                "status",
-                "request",
-                "grant",
-                "release",
-                "cancel",
-                "set-controller"
-            ]
+        assert!(bash.contains("    \"ask \"*) words=\"status serve pending decide answer token peers card recommend friends "), "{bash}");
+        assert!(
+            bash.contains("    \"ask card \"*) words=\"show verify add "),
+            "{bash}"
         );
+        assert!(
+            bash.contains("    \"completions \"*) words=\"bash zsh fish "),
+            "{bash}"
+        );
+        assert!(bash.contains("--notify) COMPREPLY=($(compgen -W \"bell stderr none\""));
+        assert!(fish.contains("-l notify -xa 'bell stderr none'"));
+        assert!(!bash.contains("sandbox-exec") && !fish.contains("sandbox-exec"));
     }
 }

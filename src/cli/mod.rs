@@ -9,6 +9,7 @@ pub(crate) mod chat;
 pub(crate) mod completions;
 pub mod dir;
 pub(crate) mod exit;
+pub(crate) mod flags;
 pub(crate) mod host;
 pub(crate) mod keys;
 pub(crate) mod lab;
@@ -62,27 +63,16 @@ impl Ctx {
 /// exit status on success.
 pub type Command = fn(&Ctx, Vec<OsString>) -> Result<i32>;
 
-/// One subcommand: its name, one-line summary, full `--help` text and implementation. The
-/// usage line, `peer --help` and the shell completions all come from this table.
+/// One subcommand: its name, one-line summary and implementation; `peer --help` comes from
+/// this list, and its flags, words and help texts from the flag table (`flags`).
 pub(crate) struct CommandDef {
     pub name: &'static str,
     pub summary: &'static str,
-    pub help: &'static str,
     pub run: Command,
 }
 
-const fn def(
-    name: &'static str,
-    summary: &'static str,
-    help: &'static str,
-    run: Command,
-) -> CommandDef {
-    CommandDef {
-        name,
-        summary,
-        help,
-        run,
-    }
+const fn def(name: &'static str, summary: &'static str, run: Command) -> CommandDef {
+    CommandDef { name, summary, run }
 }
 
 /// The subcommand table.
@@ -91,93 +81,58 @@ pub(crate) fn commands() -> Vec<CommandDef> {
         def(
             "host",
             "run a root for this session (optionally around a command)",
-            host::HELP,
             host::cmd,
         ),
         def(
             "dir",
             "list live peers in scope (same as peer-dir)",
-            dir::HELP,
             dir::cmd,
         ),
-        def(
-            "send",
-            "send a message with proof of custody",
-            msg::SEND_HELP,
-            msg::send,
-        ),
+        def("send", "send a message with proof of custody", msg::send),
         def(
             "inbox",
             "read this session's messages and receipts",
-            msg::INBOX_HELP,
             msg::inbox,
         ),
-        def(
-            "reply",
-            "reply to a received message",
-            msg::REPLY_HELP,
-            msg::reply,
-        ),
-        def(
-            "consume",
-            "mark a received message consumed",
-            msg::CONSUME_HELP,
-            msg::consume,
-        ),
-        def(
-            "status",
-            "show the receipt of a sent message",
-            msg::STATUS_HELP,
-            msg::status,
-        ),
-        def("chat", "interactive chat with peers", chat::HELP, chat::cmd),
-        def("lab", "run the two-session demo", lab::HELP, lab::cmd),
-        def(
-            "mcp",
-            "a root that speaks MCP on stdio",
-            session_cmds::MCP_HELP,
-            session_cmds::mcp,
-        ),
+        def("reply", "reply to a received message", msg::reply),
+        def("consume", "mark a received message consumed", msg::consume),
+        def("status", "show the receipt of a sent message", msg::status),
+        def("chat", "interactive chat with peers", chat::cmd),
+        def("lab", "run the two-session demo", lab::cmd),
+        def("mcp", "a root that speaks MCP on stdio", session_cmds::mcp),
         def(
             "run-child",
             "run a command as a published child run",
-            session_cmds::RUN_CHILD_HELP,
             session_cmds::run_child,
         ),
         def(
             "recover",
             "review an earlier incarnation's unread mail",
-            session_cmds::RECOVER_HELP,
             session_cmds::recover,
         ),
         def(
             "run",
             "run a command while holding a resource (FIFO, fencing token)",
-            res::RUN_HELP,
             res::run_cmd,
         ),
         def(
             "res",
             "resource status, request, grant, release, cancel, set-controller",
-            res::RES_HELP,
             res::res_cmd,
         ),
         def(
             "ask",
             "ask a friend's agent on another machine; serve and decide asks",
-            ask::HELP,
             ask::cmd,
         ),
         def(
             "bench",
             "measure peerwire against this machine's floors (built-in benchmark)",
-            bench::HELP,
             bench::cmd,
         ),
         def(
             "completions",
             "print a bash, zsh or fish completion script",
-            completions::HELP,
             completions::cmd,
         ),
     ]

@@ -25,6 +25,10 @@ pub fn text(text: &str) -> Result<()> {
 
 /// Writes `bytes` to standard output as they are and flushes.
 pub fn bytes(bytes: &[u8]) -> Result<()> {
+    #[cfg(test)]
+    if MUTED.with(|m| m.get()) {
+        return Ok(());
+    }
     let mut out = std::io::stdout().lock();
     out.write_all(bytes)
         .and_then(|()| out.flush())
@@ -33,6 +37,10 @@ pub fn bytes(bytes: &[u8]) -> Result<()> {
 
 /// Writes one line (a newline is added) to standard output and flushes.
 pub fn line(line: &str) -> Result<()> {
+    #[cfg(test)]
+    if MUTED.with(|m| m.get()) {
+        return Ok(());
+    }
     let mut out = std::io::stdout().lock();
     out.write_all(line.as_bytes())
         .and_then(|()| out.write_all(b"\n"))
@@ -80,4 +88,19 @@ pub fn reader_gone() -> bool {
             .is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP)),
         _ => false,
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    static MUTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with this thread's standard output writes dropped (the flag table's tests probe
+/// parsers that print their `--help`).
+#[cfg(test)]
+pub fn muted<T>(f: impl FnOnce() -> T) -> T {
+    MUTED.with(|m| m.set(true));
+    let r = f();
+    MUTED.with(|m| m.set(false));
+    r
 }

@@ -83,7 +83,7 @@ pub fn run_cmd(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     })
 }
 
-fn run_wrapped(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
+pub(crate) fn run_wrapped(ctx: &Ctx, args: Vec<OsString>) -> Result<i32> {
     let mut p = lexopt::Parser::from_args(args);
     let mut req = RunRequest {
         resource: String::new(),

@@ -99,7 +99,7 @@ pub fn run_child(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     })
 }
 
-fn run_child_wrapped(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
+pub(crate) fn run_child_wrapped(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let Some(RunChildArgs {
         alias,
         delegate,
