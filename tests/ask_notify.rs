@@ -313,3 +313,48 @@ fn mcp_session_gets_a_notification_and_no_decide_tool() {
     let (ok, answer, _) = finish(asker);
     assert!(ok && answer.contains("approved-answer"), "{answer}");
 }
+
+/// An ask that arrives over A2A waits for the owner like any other, so the owner hears it too.
+#[test]
+fn an_a2a_send_tells_the_owner_too() {
+    let ns = Ns::new("notify-a2a");
+    write_config(&ns.home, bob_ask(&ns, json!({})));
+    let mut bob = Kill(
+        ns.cmd(PEER)
+            .args(["ask", "serve"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = lines_of(bob.0.stdout.take().unwrap());
+    let err = lines_of(bob.0.stderr.take().unwrap());
+    let ready = first_line(&out, |l| l.contains("listening on"));
+    let port: u16 = ready
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {ready:?}"));
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": "m-1", "role": "ROLE_USER",
+                    "parts": [{"text": "which port does the api use?"}]},
+        "configuration": {"returnImmediately": true}}})
+    .to_string();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "POST /a2a HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer tok-ada-7f3c9e1b5d2a8064c1e9\r\n\
+         a2a-version: 1.0\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let line = first_line(&err, |l| l.contains("waits for your approval"));
+    assert!(line.contains("from ada"), "{line}");
+    assert!(line.contains("which port"), "{line}");
+    let id = id_in(line.split("decide: ").nth(1).unwrap());
+    let st = ns.peer(&["ask", "decide", &id, "decline"]);
+    assert!(st.status.success(), "{}", stderr(&st));
+}

@@ -362,18 +362,29 @@ pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, A
             json!({"ok": true, "answer": a.text, "truncated": a.truncated}),
         ));
     }
+    let ask_id = start_async(state, work, req.ip(), |_| {})?;
+    Ok(Response::json(202, json!({"ok": true, "askId": ask_id})))
+}
+
+/// Starts an ask whose approval is already registered as an async job on its own thread;
+/// `created` runs once the job exists, before the answer can start (A2A records its task
+/// there). Returns the ask id. Used by `POST /ask` with `"async": true` and by A2A sends.
+pub fn start_async(
+    state: &Arc<ServerState>,
+    work: Work,
+    asker: IpAddr,
+    created: impl FnOnce(&str),
+) -> Result<String, ApiError> {
     let first = if work.mode == Mode::Ask {
         Status::Pending
     } else {
         Status::Running
     };
-    if let Err(e) = state
-        .jobs
-        .create(&work.ask_id, &work.caller, req.ip(), first)
-    {
+    if let Err(e) = state.jobs.create(&work.ask_id, &work.caller, asker, first) {
         state.approvals.forget(&work.ask_id);
         return Err(e);
     }
+    created(&work.ask_id);
     let ask_id = work.ask_id.clone();
     let st = state.clone();
     let spawned = std::thread::Builder::new()
@@ -388,11 +399,11 @@ pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, A
             .jobs
             .finish(&ask_id, Err(ApiError::internal("cannot start the ask")));
     }
-    Ok(Response::json(202, json!({"ok": true, "askId": ask_id})))
+    Ok(ask_id)
 }
 
 /// In `ask` mode, puts the ask before the owner (nothing in the other modes).
-fn register_approval(state: &ServerState, work: &Work) -> Result<(), ApiError> {
+pub fn register_approval(state: &ServerState, work: &Work) -> Result<(), ApiError> {
     if work.mode != Mode::Ask {
         return Ok(());
     }

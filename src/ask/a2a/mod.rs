@@ -354,49 +354,19 @@ fn question_of(msg: &Map<String, Value>) -> Result<String, (i64, String)> {
     Ok(q)
 }
 
-/// Starts `work` as an async ask, exactly as `POST /ask` with `"async": true` does.
+/// Starts `work` as an async ask, exactly as `POST /ask` with `"async": true` does (the
+/// owner is asked and told in `ask` mode), and records its task.
 fn start(
     state: &Arc<ServerState>,
     work: Work,
     context_id: &str,
     asker: std::net::IpAddr,
 ) -> Result<String, ApiError> {
-    use super::jobs::Status;
-    let first = if work.mode == Mode::Ask {
-        state.approvals.register(
-            &work.ask_id,
-            &work.caller,
-            &work.question,
-            &work.context_paths,
-            state.config.approval_timeout_ms,
-        )?;
-        Status::Pending
-    } else {
-        Status::Running
-    };
-    if let Err(e) = state.jobs.create(&work.ask_id, &work.caller, asker, first) {
-        state.approvals.forget(&work.ask_id);
-        return Err(e);
-    }
-    state
-        .a2a
-        .add(&work.ask_id, &work.caller, context_id, &state.jobs);
-    let ask_id = work.ask_id.clone();
-    let st = state.clone();
-    let spawned = std::thread::Builder::new()
-        .name("a2a-task".into())
-        .spawn(move || {
-            let result =
-                super::jobs::process(&st, &work, true, &|| st.jobs.set_running(&work.ask_id));
-            st.jobs.finish(&work.ask_id, result);
-        });
-    if spawned.is_err() {
-        state.approvals.forget(&ask_id);
-        state
-            .jobs
-            .finish(&ask_id, Err(ApiError::internal("cannot start the ask")));
-    }
-    Ok(ask_id)
+    super::jobs::register_approval(state, &work)?;
+    let caller = work.caller.clone();
+    super::jobs::start_async(state, work, asker, |id| {
+        state.a2a.add(id, &caller, context_id, &state.jobs)
+    })
 }
 
 /// The longest a task can take: the owner's approval window, the answerer's timeout, and a
