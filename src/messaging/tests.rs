@@ -1360,6 +1360,7 @@ fn resolved_entries_are_held_compactly_and_rebuild_exactly() {
             code: None,
         }),
         updated_at_ms: NOW + 2,
+        redelivered_from: None,
     };
     let mut rare = base("m-rare");
     rare.body.topic = Some("t".into());

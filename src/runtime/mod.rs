@@ -11,6 +11,7 @@ pub(crate) mod handler;
 pub(crate) mod outbox;
 pub(crate) mod presence_cache;
 pub(crate) mod reclaim;
+pub(crate) mod repair;
 pub(crate) mod resources;
 pub(crate) mod runs;
 pub(crate) mod send;
@@ -469,6 +470,7 @@ fn assemble_core(
         model_cursors: Mutex::new(Default::default()),
         problems: Mutex::new(Default::default()),
         unverified_stores: Mutex::new(Vec::new()),
+        repair: repair::Repair::default(),
         arrivals: Mutex::new(Vec::new()),
     });
     let _ = core_cell.set(Arc::downgrade(&core));
@@ -608,6 +610,7 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                 if restart {
                     last_restart = Instant::now();
                 }
+                let watching = repair::check(&core);
                 let routes = core.retry_routes(restart);
                 if last_sweep.elapsed() >= sweep_every {
                     if let Err(e) = core.store.sweep() {
@@ -618,6 +621,9 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                 let mut wait = sweep_every.saturating_sub(last_sweep.elapsed());
                 if let Some(next_push) = pushes {
                     wait = wait.min(next_push);
+                }
+                if watching {
+                    wait = wait.min(Duration::from_millis(repair::CHECK_EVERY_MS));
                 }
                 if routes {
                     // Routes that gave up restart every GAVE_UP_RETRY_MS: a tick covers it.
