@@ -316,6 +316,8 @@ pub struct StoreInfo {
     pub predecessors_unverified: Vec<super::core::UnverifiedStore>,
     /// Accepted messages sent again because the recipient's successor had lost its copy.
     pub redelivered: u64,
+    /// Recipient incarnations whose session is known, so a successor can be asked about them.
+    pub recipient_sessions_known: u64,
 }
 
 fn info(core: &Core, caller: &Caller) -> Info {
@@ -486,6 +488,7 @@ fn store_info(core: &Core) -> StoreInfo {
             .store
             .query(|m| m.state().redelivered_count() as u64)
             .unwrap_or(0),
+        recipient_sessions_known: core.repair.sessions_known(),
     }
 }
 

@@ -610,7 +610,7 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                 if restart {
                     last_restart = Instant::now();
                 }
-                let watching = repair::check(&core);
+                repair::check(&core);
                 let routes = core.retry_routes(restart);
                 if last_sweep.elapsed() >= sweep_every {
                     if let Err(e) = core.store.sweep() {
@@ -622,9 +622,9 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                 if let Some(next_push) = pushes {
                     wait = wait.min(next_push);
                 }
-                if watching {
-                    wait = wait.min(Duration::from_millis(repair::CHECK_EVERY_MS));
-                }
+                // The search for lost copies runs at its own pace even when nothing else is due
+                // (a message accepted since the last pass does not wake the worker).
+                wait = wait.min(Duration::from_millis(repair::CHECK_EVERY_MS));
                 if routes {
                     // Routes that gave up restart every GAVE_UP_RETRY_MS: a tick covers it.
                     wait = wait.min(Duration::from_millis(WORKER_TICK_MS));

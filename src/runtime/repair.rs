@@ -42,13 +42,18 @@ pub struct Repair {
     pub redelivered: AtomicU64,
 }
 
-/// One bounded pass; returns whether any accepted message is watched (the worker then wakes
-/// again within [`CHECK_EVERY_MS`]).
-pub fn check(core: &Core) -> bool {
+impl Repair {
+    pub fn sessions_known(&self) -> u64 {
+        self.sessions.lock().len() as u64
+    }
+}
+
+/// One bounded pass (the worker wakes at least every [`CHECK_EVERY_MS`] for it).
+pub fn check(core: &Core) {
     {
         let mut last = core.repair.last.lock();
         if last.is_some_and(|t| t.elapsed() < Duration::from_millis(CHECK_EVERY_MS)) {
-            return true;
+            return;
         }
         *last = Some(Instant::now());
     }
@@ -57,7 +62,6 @@ pub fn check(core: &Core) -> bool {
         .store
         .query(move |m| m.state().accepted_targets(&me, TARGETS_PER_PASS))
         .unwrap_or_default();
-    let watching = !targets.is_empty();
     let mut budget = CHECKS_PER_PASS;
     for t in targets {
         if budget == 0 {
@@ -76,7 +80,6 @@ pub fn check(core: &Core) -> bool {
             ask_and_repair(core, &successor, &e);
         }
     }
-    watching
 }
 
 /// The live successor incarnation of an ended target's session, if there is one. A target
