@@ -437,7 +437,11 @@ fn a_recipient_that_lost_its_store_gets_every_accepted_message_again_exactly_onc
     std::thread::sleep(Duration::from_millis(4_500));
     assert_eq!(inbox_ids(&ns, &bob2), want);
     let (_, err) = alice.end_for_report();
-    assert_eq!(err.matches("sent again under the same id").count(), 5, "{err}");
+    assert_eq!(
+        err.matches("sent again under the same id").count(),
+        5,
+        "{err}"
+    );
 }
 
 #[test]

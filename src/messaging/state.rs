@@ -18,6 +18,9 @@ pub use crate::config::internal::RECEIPT_RESERVE_BYTES;
 /// One journal record. Serialised with a short tag; the frame checksum covers it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "camelCase")]
+// The outbox entry is the one large variant and the most frequent record (one per send):
+// boxing it would add an allocation to every send for a size only records in flight pay.
+#[allow(clippy::large_enum_variant)]
 pub enum Record {
     InboxAdded {
         /// Shared with the state that applies it, so applying it copies no message.
@@ -870,17 +873,16 @@ impl State {
     /// Entries a recipient answered `accepted` for and nothing later, that still hold their
     /// body and were not sent again: the messages whose other copy is only the recipient's.
     /// Full-form entries first, then compact ones; `pick` chooses by target, at most `max`.
-    pub fn accepted_held(
-        &self,
-        pick: &dyn Fn(&TargetRef) -> bool,
-        max: usize,
-    ) -> Vec<OutboxEntry> {
-        let held = |to: &str, id: &str| !self.redelivered.contains(&(to.to_string(), id.to_string()));
+    pub fn accepted_held(&self, pick: &dyn Fn(&TargetRef) -> bool, max: usize) -> Vec<OutboxEntry> {
+        let held =
+            |to: &str, id: &str| !self.redelivered.contains(&(to.to_string(), id.to_string()));
         let full = self
             .outbox
             .values()
             .filter(|e| {
-                e.receipt.as_ref().is_some_and(|r| r.state == ReceiptState::Accepted)
+                e.receipt
+                    .as_ref()
+                    .is_some_and(|r| r.state == ReceiptState::Accepted)
                     && e.content_digest.is_none()
                     && pick(&e.to)
                     && held(&e.to.peer_id, &e.message_id)
@@ -906,9 +908,13 @@ impl State {
         let mut out = Vec::new();
         let remote = |t: &TargetRef| t.instance_id != own_instance && t.run_id.is_none();
         let full = self.outbox.values().filter(|e| {
-            e.receipt.as_ref().is_some_and(|r| r.state == ReceiptState::Accepted)
+            e.receipt
+                .as_ref()
+                .is_some_and(|r| r.state == ReceiptState::Accepted)
                 && e.content_digest.is_none()
-                && !self.redelivered.contains(&(e.to.peer_id.clone(), e.message_id.clone()))
+                && !self
+                    .redelivered
+                    .contains(&(e.to.peer_id.clone(), e.message_id.clone()))
         });
         let compact = self
             .settled

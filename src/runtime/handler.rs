@@ -39,8 +39,16 @@ pub fn peer_status(
     let who = principal(from, q.from_run);
     let r = match core.store.status(who, &q.message_id, &q.to) {
         // About an incarnation that is not one of ours: a predecessor's store may hold it.
-        Err(e) if e.code == Code::NotFound && q.to != core.peer_id && core.run_of_peer(&q.to).is_none() => {
-            return Err(super::repair::predecessor_answer(core, &q.to, &q.message_id));
+        Err(e)
+            if e.code == Code::NotFound
+                && q.to != core.peer_id
+                && core.run_of_peer(&q.to).is_none() =>
+        {
+            return Err(super::repair::predecessor_answer(
+                core,
+                &q.to,
+                &q.message_id,
+            ));
         }
         r => r?,
     };

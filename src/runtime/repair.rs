@@ -155,10 +155,7 @@ fn ask_and_repair(core: &Core, successor: &TargetRef, e: &OutboxEntry) {
             core.store.nudge_worker();
         }
         Ok(false) => {}
-        Err(err) => core.report_problem(
-            &format!("sending message {} again", e.message_id),
-            &err,
-        ),
+        Err(err) => core.report_problem(&format!("sending message {} again", e.message_id), &err),
     }
 }
 
