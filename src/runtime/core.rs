@@ -72,7 +72,7 @@ pub struct Core {
     /// were (at most the stores one start scans).
     pub(crate) unverified_stores: Mutex<Vec<UnverifiedStore>>,
     /// What the search for lost recipient copies remembers (`super::repair`).
-    pub(crate) repair: super::repair::Repair,
+    pub(crate) repair: super::outbox::Repair,
     /// Accepted `peer.send` arrivals whose answer is being written, announced right after it
     /// (`Core::defer_arrival`).
     pub(crate) arrivals: Mutex<Vec<(crate::messaging::Receipt, ArrivalNote)>>,

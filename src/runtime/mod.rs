@@ -470,7 +470,7 @@ fn assemble_core(
         model_cursors: Mutex::new(Default::default()),
         problems: Mutex::new(Default::default()),
         unverified_stores: Mutex::new(Vec::new()),
-        repair: repair::Repair::default(),
+        repair: outbox::Repair::default(),
         arrivals: Mutex::new(Vec::new()),
     });
     let _ = core_cell.set(Arc::downgrade(&core));

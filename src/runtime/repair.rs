@@ -14,9 +14,6 @@ use crate::error::{Code, Error};
 use crate::messaging::{OutboxEntry, TargetRef};
 use crate::protocol::message::PeerStatus;
 use crate::{identity, presence};
-use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often the worker looks for lost recipient copies.
@@ -25,28 +22,10 @@ pub const CHECK_EVERY_MS: u64 = 2_000;
 pub const TARGETS_PER_PASS: usize = 64;
 /// `peer.status` questions per pass.
 pub const CHECKS_PER_PASS: usize = 32;
-/// Remembered target sessions (their records are reclaimed once they end).
-const SESSIONS_MAX: usize = 1024;
 /// Presence records of one session read when looking for its successor.
 const SUCCESSOR_RECORDS_MAX: usize = 8;
 /// Store directories looked at when answering about a predecessor.
 const STORES_MAX: usize = 4096;
-
-/// The sender side's memory between passes.
-#[derive(Default)]
-pub struct Repair {
-    last: Mutex<Option<Instant>>,
-    /// Target instance → the session its live record stated.
-    sessions: Mutex<HashMap<String, String>>,
-    /// Messages sent again by this process.
-    pub redelivered: AtomicU64,
-}
-
-impl Repair {
-    pub fn sessions_known(&self) -> u64 {
-        self.sessions.lock().len() as u64
-    }
-}
 
 /// One bounded pass (the worker wakes at least every [`CHECK_EVERY_MS`] for it).
 pub fn check(core: &Core) {
@@ -91,7 +70,8 @@ fn successor_of(core: &Core, t: &TargetRef) -> Option<TargetRef> {
         Reach::Gone(_) => {}
         _ => {
             if let Some(s) = session
-                && (sessions.len() < SESSIONS_MAX || sessions.contains_key(&t.instance_id))
+                && (sessions.len() < super::outbox::SESSIONS_MAX
+                    || sessions.contains_key(&t.instance_id))
             {
                 sessions.insert(t.instance_id.clone(), s);
             }
@@ -144,7 +124,6 @@ fn ask_and_repair(core: &Core, successor: &TargetRef, e: &OutboxEntry) {
         .redeliver(&e.to.peer_id, &e.message_id, successor.clone())
     {
         Ok(true) => {
-            core.repair.redelivered.fetch_add(1, Ordering::Relaxed);
             eprintln!(
                 "peer: message {} was accepted by {} (instance {}), whose successor {} does not hold it: its copy was lost; sent again under the same id",
                 crate::sanitize::line(&e.message_id, 200),
