@@ -131,6 +131,11 @@ fn ask_and_repair(core: &Core, successor: &TargetRef, e: &OutboxEntry) {
                 e.to.instance_id,
                 successor.peer_id
             );
+            core.bus.publish(&super::events::MessageRedelivered::of(
+                &e.message_id,
+                &e.to.peer_id,
+                &successor.peer_id,
+            ));
             core.store.nudge_worker();
         }
         Ok(false) => {}
