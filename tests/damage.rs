@@ -359,3 +359,129 @@ fn a_restart_over_a_damaged_predecessor_leaves_it_and_says_so_once() {
         stderr(&o)
     );
 }
+
+/// Message ids in a `peer --json inbox --all` answer, with repeats.
+fn inbox_ids(ns: &Ns, host: &Host) -> Vec<String> {
+    let v = json_of(&peer_as(ns, host, &["--json", "inbox", "--all"]));
+    let mut ids: Vec<String> = v["messages"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|m| m["messageId"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+/// Kills `host` and zeroes its journal from the second frame on: its restart sets it aside.
+fn kill_and_damage(ns: &Ns, host: &mut Host) -> String {
+    let old = host.field("instanceId");
+    host.signal(Signal::SIGKILL);
+    host.wait();
+    let journal = paths::store_dir(&ns.home, &old).join(paths::JOURNAL);
+    let mut bytes = std::fs::read(&journal).unwrap();
+    let at = journal_frame_starts(&bytes)[2];
+    bytes[at..].fill(0);
+    std::fs::write(&journal, &bytes).unwrap();
+    old
+}
+
+/// Waits until `host`'s root knows the session of a recipient it holds accepted mail for
+/// (what lets it find that recipient's successor later).
+fn knows_recipient_session(ns: &Ns, host: &Host) {
+    assert!(
+        eventually(60, || {
+            let s = json_of(&peer_as(ns, host, &["--json", "status"]));
+            s["store"]["recipientSessionsKnown"].as_u64().unwrap_or(0) >= 1
+        }),
+        "the sender never looked up its recipient's session"
+    );
+}
+
+#[test]
+fn a_recipient_that_lost_its_store_gets_every_accepted_message_again_exactly_once() {
+    let ns = Ns::new("dmgrepair");
+    let mut alice = ns.host(&["--alias", "alice"]);
+    let mut bob = ns.host(&["--alias", "bob", "--session-id", "s-rep"]);
+    let old_peer = bob.field("peerId");
+    let ids = names("r", 5);
+    deliver(&ns, &alice, &bob, &ids, &[]);
+    knows_recipient_session(&ns, &alice);
+    kill_and_damage(&ns, &mut bob);
+
+    let bob2 = ns.host(&["--alias", "bob", "--session-id", "s-rep"]);
+    let status = json_of(&peer_as(&ns, &bob2, &["--json", "status"]));
+    assert_eq!(
+        status["store"]["predecessorsUnverified"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "{status}"
+    );
+    let mut want = ids.clone();
+    want.sort();
+    assert!(
+        eventually(60, || inbox_ids(&ns, &bob2) == want),
+        "bob's successor holds {:?}, wanted {want:?}",
+        inbox_ids(&ns, &bob2)
+    );
+    let s = json_of(&peer_as(&ns, &alice, &["--json", "status"]));
+    assert_eq!(s["store"]["redelivered"], json!(5), "{s}");
+    let one = json_of(&peer_as(&ns, &alice, &["--json", "status", "r-3"]));
+    assert_eq!(one["redeliveredFrom"], json!(old_peer), "{one}");
+    assert_eq!(one["toPeerId"], json!(bob2.field("peerId")), "{one}");
+    assert_eq!(one["state"], json!("accepted"), "{one}");
+    // Asked again later, nothing is sent a third time.
+    std::thread::sleep(Duration::from_millis(4_500));
+    assert_eq!(inbox_ids(&ns, &bob2), want);
+    let (_, err) = alice.end_for_report();
+    assert_eq!(
+        err.matches("sent again under the same id").count(),
+        5,
+        "{err}"
+    );
+}
+
+#[test]
+fn a_restart_over_an_intact_store_is_not_sent_the_mail_again() {
+    let ns = Ns::new("dmgintact");
+    let mut alice = ns.host(&["--alias", "alice"]);
+    let mut bob = ns.host(&["--alias", "bob", "--session-id", "s-int"]);
+    let old = bob.field("instanceId");
+    deliver(&ns, &alice, &bob, &names("k", 3), &[]);
+    knows_recipient_session(&ns, &alice);
+    bob.signal(Signal::SIGKILL);
+    bob.wait();
+    let bob2 = ns.host(&["--alias", "bob", "--session-id", "s-int"]);
+    // Several passes of the sender's search: the predecessor's store holds the mail.
+    std::thread::sleep(Duration::from_millis(6_000));
+    assert!(inbox_ids(&ns, &bob2).is_empty());
+    let s = json_of(&peer_as(&ns, &alice, &["--json", "status"]));
+    assert_eq!(s["store"]["redelivered"], json!(0), "{s}");
+    let o = review(&ns, &old, "s-int");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(ids_of(&json_of(&o), "unread").len(), 3);
+    let (_, err) = alice.end_for_report();
+    assert!(!err.contains("sent again"), "{err}");
+}
+
+#[test]
+fn when_both_copies_are_lost_both_sides_say_so() {
+    let ns = Ns::new("dmgboth");
+    let mut alice = ns.host(&["--alias", "alice", "--session-id", "s-bota"]);
+    let mut bob = ns.host(&["--alias", "bob", "--session-id", "s-botb"]);
+    deliver(&ns, &alice, &bob, &names("b", 3), &[]);
+    let old_alice = kill_and_damage(&ns, &mut alice);
+    let old_bob = kill_and_damage(&ns, &mut bob);
+    let alice2 = ns.host(&["--alias", "alice", "--session-id", "s-bota"]);
+    let bob2 = ns.host(&["--alias", "bob", "--session-id", "s-botb"]);
+    for (host, old) in [(&alice2, &old_alice), (&bob2, &old_bob)] {
+        let s = json_of(&peer_as(&ns, host, &["--json", "status"]));
+        let listed = &s["store"]["predecessorsUnverified"];
+        assert_eq!(listed.as_array().map(Vec::len), Some(1), "{s}");
+        assert_eq!(listed[0]["instanceId"], json!(old), "{s}");
+    }
+    assert!(inbox_ids(&ns, &bob2).is_empty());
+}

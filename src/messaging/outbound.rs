@@ -4,7 +4,7 @@
 
 use super::machine::{Machine, Outcome};
 use super::state::{RECEIPT_RESERVE_BYTES, Record, outbox_cost};
-use super::types::{OutboundSend, OutboxEntry, Principal, Receipt, ReceiptState};
+use super::types::{OutboundSend, OutboxEntry, Principal, Receipt, ReceiptState, TargetRef};
 use crate::error::{Code, Error, Result};
 
 /// Failures after which the same message may be sent again: the entry stays unresolved.
@@ -58,6 +58,7 @@ impl Machine {
             created_at_ms: now_ms,
             receipt: None,
             updated_at_ms: now_ms,
+            redelivered_from: None,
         };
         let queued =
             self.state
@@ -306,6 +307,47 @@ impl Machine {
         self.check_space(
             outbox_cost(&entry) + RECEIPT_RESERVE_BYTES,
             "cannot take over an earlier incarnation's message",
+        )?;
+        Ok((true, self.commit(vec![Record::OutboxAdded { entry }])))
+    }
+
+    /// Sends an accepted message again, under the same id, to `to`: the successor incarnation
+    /// of its recipient, which answered that it does not hold it (its copy was lost). The
+    /// copy names the first target (`redelivered_from`) and goes to the end of the send order.
+    /// Returns false (no change) when the entry is gone, no longer only `accepted`, holds no
+    /// body, has expired, or a copy to `to` exists. Errors: QUEUE_FULL (no room).
+    pub fn redeliver(
+        &mut self,
+        first_to: &str,
+        message_id: &str,
+        to: TargetRef,
+        now_ms: u64,
+    ) -> Outcome<bool> {
+        let Some(old) = self.state.outbox_get(first_to, message_id) else {
+            return Ok((false, Vec::new()));
+        };
+        let only_accepted = old
+            .receipt
+            .as_ref()
+            .is_some_and(|r| r.state == ReceiptState::Accepted);
+        if !only_accepted
+            || old.content_digest.is_some()
+            || old.expires_at_ms <= now_ms
+            || self.state.has_outbox(&to.peer_id, message_id)
+        {
+            return Ok((false, Vec::new()));
+        }
+        let entry = OutboxEntry {
+            order: self.state.next_order.max(1),
+            to,
+            receipt: None,
+            updated_at_ms: now_ms,
+            redelivered_from: Some(first_to.to_string()),
+            ..old
+        };
+        self.check_space(
+            outbox_cost(&entry) + RECEIPT_RESERVE_BYTES,
+            "cannot send a lost message again",
         )?;
         Ok((true, self.commit(vec![Record::OutboxAdded { entry }])))
     }

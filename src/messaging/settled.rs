@@ -234,7 +234,8 @@ impl Settled {
     /// receipt, a receipt naming other ids, an unusual digest, times too far apart).
     pub fn from_entry(e: &OutboxEntry, interner: &mut Interner) -> Option<(SettledKey, Settled)> {
         let r = e.receipt.as_ref()?;
-        if r.message_id != e.message_id
+        if e.redelivered_from.is_some()
+            || r.message_id != e.message_id
             || r.from_peer_id != e.from_peer_id
             || r.to_peer_id != e.to.peer_id
             || r.correlation_id != e.correlation_id
@@ -314,11 +315,17 @@ impl Settled {
                 code: rare.and_then(|r| r.code.clone()),
             }),
             updated_at_ms: at(base, self.updated_in_ms),
+            redelivered_from: None,
         }
     }
 
     pub fn order(&self) -> u64 {
         self.order
+    }
+
+    /// Whether the entry still holds its body (only then can it be sent again).
+    pub fn holds_body(&self) -> bool {
+        self.rare.as_ref().is_some_and(|r| r.text.is_some())
     }
 
     /// What retention needs: (receipt state, expiry, last update).

@@ -18,6 +18,9 @@ pub use crate::config::internal::RECEIPT_RESERVE_BYTES;
 /// One journal record. Serialised with a short tag; the frame checksum covers it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "camelCase")]
+// The outbox entry is the one large variant and the most frequent record (one per send):
+// boxing it would add an allocation to every send for a size only records in flight pay.
+#[allow(clippy::large_enum_variant)]
 pub enum Record {
     InboxAdded {
         /// Shared with the state that applies it, so applying it copies no message.
@@ -132,6 +135,9 @@ pub struct State {
     /// (message id, to peerId) of every entry in `outbox`: finds a sent message by id alone
     /// (`settled` is ordered by id itself).
     pub(crate) sent_ids: BTreeSet<(String, String)>,
+    /// (first target's peerId, message id) of every message sent again to a successor
+    /// incarnation (from the copies' `redelivered_from`; those copies stay in `outbox`).
+    pub(crate) redelivered: BTreeSet<(String, String)>,
     pub(crate) context: BTreeMap<(String, u64), ContextEntry>,
     pub(crate) pushes: BTreeMap<u64, PushEntry>,
     pub(crate) events: BTreeMap<u64, ReceiptEvent>,
@@ -489,10 +495,14 @@ impl State {
         let before = outbox_cost(&e);
         e.receipt = Some(receipt.clone());
         e.updated_at_ms = at_ms;
-        if resolves {
+        // An accepted message keeps its body: while the recipient has not read it, its copy
+        // is the only other one, and if it is lost this one is sent again.
+        if receipt.state != ReceiptState::Accepted {
             e.drop_body();
-            let after = outbox_cost(&e);
-            self.live_bytes = self.live_bytes.saturating_sub(before) + after;
+        }
+        let after = outbox_cost(&e);
+        self.live_bytes = self.live_bytes.saturating_sub(before) + after;
+        if resolves {
             self.pending_remove_key(&e.from_peer_id, to, e.order);
         }
         self.insert_outbox(e);
@@ -508,6 +518,10 @@ impl State {
         }
         self.sent_ids
             .insert((e.message_id.clone(), e.to.peer_id.clone()));
+        if let Some(first) = &e.redelivered_from {
+            self.redelivered
+                .insert((first.clone(), e.message_id.clone()));
+        }
         self.outbox
             .insert((e.to.peer_id.clone(), e.message_id.clone()), e);
     }
@@ -516,6 +530,9 @@ impl State {
     fn take_outbox(&mut self, to: &str, id: &str) -> Option<OutboxEntry> {
         if let Some(e) = self.outbox.remove(pair!(to, id)) {
             self.sent_ids.remove(pair!(id, to));
+            if let Some(first) = &e.redelivered_from {
+                self.redelivered.remove(&(first.clone(), id.to_string()));
+            }
             return Some(e);
         }
         let (key, s) = self.settled.remove_entry(SettledProbe::new(id, to).key())?;
@@ -851,6 +868,79 @@ impl State {
             )
         });
         full.chain(settled)
+    }
+
+    /// Entries a recipient answered `accepted` for and nothing later, that still hold their
+    /// body and were not sent again: the messages whose other copy is only the recipient's.
+    /// Full-form entries first, then compact ones; `pick` chooses by target, at most `max`.
+    pub fn accepted_held(&self, pick: &dyn Fn(&TargetRef) -> bool, max: usize) -> Vec<OutboxEntry> {
+        let held =
+            |to: &str, id: &str| !self.redelivered.contains(&(to.to_string(), id.to_string()));
+        let full = self
+            .outbox
+            .values()
+            .filter(|e| {
+                e.receipt
+                    .as_ref()
+                    .is_some_and(|r| r.state == ReceiptState::Accepted)
+                    && e.content_digest.is_none()
+                    && pick(&e.to)
+                    && held(&e.to.peer_id, &e.message_id)
+            })
+            .cloned();
+        let compact = self
+            .settled
+            .iter()
+            .filter(|(k, s)| {
+                s.retention_view().0 == ReceiptState::Accepted
+                    && s.holds_body()
+                    && pick(&k.route.to)
+                    && held(k.to_peer_id(), &k.message_id)
+            })
+            .map(|(k, s)| s.to_entry(k));
+        full.chain(compact).take(max).collect()
+    }
+
+    /// The distinct root targets on other instances than `own_instance` of
+    /// [`accepted_held`](Self::accepted_held) entries, at most `max`.
+    pub fn accepted_targets(&self, own_instance: &str, max: usize) -> Vec<TargetRef> {
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        let mut out = Vec::new();
+        let remote = |t: &TargetRef| t.instance_id != own_instance && t.run_id.is_none();
+        let full = self.outbox.values().filter(|e| {
+            e.receipt
+                .as_ref()
+                .is_some_and(|r| r.state == ReceiptState::Accepted)
+                && e.content_digest.is_none()
+                && !self
+                    .redelivered
+                    .contains(&(e.to.peer_id.clone(), e.message_id.clone()))
+        });
+        let compact = self
+            .settled
+            .iter()
+            .filter(|(k, s)| {
+                s.retention_view().0 == ReceiptState::Accepted
+                    && s.holds_body()
+                    && !self
+                        .redelivered
+                        .contains(&(k.to_peer_id().to_string(), k.message_id.to_string()))
+            })
+            .map(|(k, _)| &k.route.to);
+        for t in full.map(|e| &e.to).chain(compact) {
+            if out.len() >= max {
+                break;
+            }
+            if remote(t) && seen.insert(t.peer_id.clone()) {
+                out.push(t.clone());
+            }
+        }
+        out
+    }
+
+    /// How many messages this store sent again to a successor incarnation.
+    pub fn redelivered_count(&self) -> usize {
+        self.redelivered.len()
     }
 
     /// Unresolved outbox entries (never in compact form).

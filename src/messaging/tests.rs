@@ -537,10 +537,17 @@ fn resolved_entries_leave_the_route_index_and_keep_only_a_digest() {
     assert_eq!(ids(&m), ["h1", "h2", "h3"]);
     assert_eq!(m.route_head(ME, "p-alice").unwrap().message_id, "h1");
     assert_eq!(m.pending_routes().len(), 2);
-    let before = m.state().live_bytes();
     m.outbox_result("p-alice", "h2", Ok(accepted("h2")), NOW)
         .unwrap();
     assert_eq!(ids(&m), ["h1", "h3"]);
+    // Accepted only: the body stays, the other copy of the message being the recipient's.
+    let e = m.state().outbox_get("p-alice", "h2").unwrap();
+    assert_eq!(e.body.content, long("h2").body.content);
+    let mut consumed = accepted("h2");
+    consumed.state = ReceiptState::Consumed;
+    consumed.at_ms = NOW + 1;
+    let before = m.state().live_bytes();
+    m.record_receipt(&alice(), &consumed, NOW + 1).unwrap();
     let e = m.state().outbox_get("p-alice", "h2").unwrap();
     assert!(e.body.content.is_empty());
     assert!(e.has_content(&long("h2").body.content) && !e.has_content(&long("h1").body.content));
@@ -1360,6 +1367,7 @@ fn resolved_entries_are_held_compactly_and_rebuild_exactly() {
             code: None,
         }),
         updated_at_ms: NOW + 2,
+        redelivered_from: None,
     };
     let mut rare = base("m-rare");
     rare.body.topic = Some("t".into());
@@ -1703,4 +1711,32 @@ fn a_custody_answer_at_the_event_bound_drops_the_oldest_event() {
     assert_eq!(cursors.len() as u64, kept);
     assert_eq!(cursors.first(), Some(&2), "the oldest event went");
     assert_eq!(State::from_image(m.state().image()), *m.state());
+}
+
+#[test]
+fn an_accepted_message_is_sent_again_once_to_its_recipients_successor() {
+    let mut m = machine();
+    for id in ["k1", "k2"] {
+        m.outbox_intent(out(id, &alice()), NOW).unwrap();
+        m.outbox_result("p-alice", id, Ok(accepted_by("p-alice", id)), NOW)
+            .unwrap();
+    }
+    // k2 was read: the recipient's copy no longer matters.
+    let mut consumed = accepted_by("p-alice", "k2");
+    consumed.state = ReceiptState::Consumed;
+    m.record_receipt(&alice(), &consumed, NOW + 1).unwrap();
+    let held = m.state().accepted_held(&|_| true, 10);
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].message_id, "k1");
+    let to = target(&alice_restarted());
+    let (sent, recs) = m.redeliver("p-alice", "k1", to.clone(), NOW + 2).unwrap();
+    assert!(sent && recs.len() == 1);
+    let copy = m.state().outbox_get("p-alice2", "k1").unwrap();
+    assert_eq!(copy.redelivered_from.as_deref(), Some("p-alice"));
+    assert!(copy.receipt.is_none() && copy.body.content == held[0].body.content);
+    assert_eq!(m.route_head(ME, "p-alice2").unwrap().message_id, "k1");
+    assert_eq!(m.state().redelivered_count(), 1);
+    assert!(m.state().accepted_held(&|_| true, 10).is_empty());
+    assert!(!m.redeliver("p-alice", "k1", to.clone(), NOW + 3).unwrap().0);
+    assert!(!m.redeliver("p-alice", "k2", to, NOW + 3).unwrap().0);
 }

@@ -198,6 +198,10 @@ pub struct OutboxEntry {
     /// None while unresolved (no custody answer yet); then the latest receipt, never regressing.
     pub receipt: Option<Receipt>,
     pub updated_at_ms: u64,
+    /// Set on a copy sent again to a recipient's successor incarnation after it answered that
+    /// it does not hold the message: the peerId the first copy was accepted by.
+    #[serde(default)]
+    pub redelivered_from: Option<String>,
 }
 
 /// How an [`OutboxEntry`] is written: its fields borrowed in their stored order, the digest
@@ -219,6 +223,8 @@ struct OutboxEntryFields<'a> {
     created_at_ms: u64,
     receipt: &'a Option<Receipt>,
     updated_at_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redelivered_from: &'a Option<String>,
 }
 
 impl Serialize for OutboxEntry {
@@ -237,6 +243,7 @@ impl Serialize for OutboxEntry {
             created_at_ms: self.created_at_ms,
             receipt: &self.receipt,
             updated_at_ms: self.updated_at_ms,
+            redelivered_from: &self.redelivered_from,
         }
         .serialize(s)
     }

@@ -372,6 +372,17 @@ pub struct PeerStatus {
 }
 
 impl PeerStatus {
+    /// The params as a sender asks a recipient root.
+    pub fn encode(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("messageId".into(), Value::String(self.message_id.clone()));
+        m.insert("to".into(), Value::String(self.to.clone()));
+        if let Some(run) = &self.from_run {
+            m.insert("fromRun".into(), Value::String(run.clone()));
+        }
+        Value::Object(m)
+    }
+
     pub fn decode(params: &Map<String, Value>) -> Result<PeerStatus> {
         Ok(PeerStatus {
             from_run: opt_id(params, "fromRun")?,

@@ -71,6 +71,8 @@ pub struct Core {
     /// Predecessor stores of this session that did not verify at start and were left as they
     /// were (at most the stores one start scans).
     pub(crate) unverified_stores: Mutex<Vec<UnverifiedStore>>,
+    /// What the search for lost recipient copies remembers (`super::repair`).
+    pub(crate) repair: super::outbox::Repair,
     /// Accepted `peer.send` arrivals whose answer is being written, announced right after it
     /// (`Core::defer_arrival`).
     pub(crate) arrivals: Mutex<Vec<(crate::messaging::Receipt, ArrivalNote)>>,

@@ -291,6 +291,38 @@ impl<'a> ProblemRecorded<'a> {
     }
 }
 
+/// An accepted message sent again because its recipient's successor had lost the copy.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageRedelivered<'a> {
+    event: &'static str,
+    kind: &'static str,
+    pub message_id: &'a str,
+    /// The ended incarnation that had accepted the first copy.
+    pub lost_by: &'a str,
+    /// The successor the copy goes to.
+    pub to: &'a str,
+}
+
+impl<'a> MessageRedelivered<'a> {
+    pub fn of(message_id: &'a str, lost_by: &'a str, to: &'a str) -> MessageRedelivered<'a> {
+        MessageRedelivered {
+            event: PEER_UPDATE,
+            kind: "redelivered",
+            message_id,
+            lost_by,
+            to,
+        }
+    }
+}
+
+/// Rare: through the `Value`.
+impl Encode for MessageRedelivered<'_> {
+    fn encode(&self, bus_sequence: u64) -> serde_json::Result<String> {
+        by_value(self, bus_sequence)
+    }
+}
+
 /// Rare: through the `Value`.
 impl Encode for ProblemRecorded<'_> {
     fn encode(&self, bus_sequence: u64) -> serde_json::Result<String> {

@@ -37,7 +37,21 @@ pub fn peer_status(
     subscriber: Option<&Notifier>,
 ) -> Result<message::Receipt> {
     let who = principal(from, q.from_run);
-    let r = core.store.status(who, &q.message_id, &q.to)?;
+    let r = match core.store.status(who, &q.message_id, &q.to) {
+        // About an incarnation that is not one of ours: a predecessor's store may hold it.
+        Err(e)
+            if e.code == Code::NotFound
+                && q.to != core.peer_id
+                && core.run_of_peer(&q.to).is_none() =>
+        {
+            return Err(super::repair::predecessor_answer(
+                core,
+                &q.to,
+                &q.message_id,
+            ));
+        }
+        r => r?,
+    };
     if let Some(notify) = subscriber {
         core.outbox
             .subscribe(&from.instance_id, &q.message_id, notify);
@@ -308,6 +322,10 @@ pub struct StoreInfo {
     /// Predecessor stores of this session left untouched at start because they did not
     /// verify: path and the command that reviews each.
     pub predecessors_unverified: Vec<super::core::UnverifiedStore>,
+    /// Accepted messages sent again because the recipient's successor had lost its copy.
+    pub redelivered: u64,
+    /// Recipient incarnations whose session is known, so a successor can be asked about them.
+    pub recipient_sessions_known: u64,
 }
 
 fn info(core: &Core, caller: &Caller) -> Info {
@@ -474,6 +492,11 @@ fn store_info(core: &Core) -> StoreInfo {
         snapshot_bytes: s.snapshot_bytes,
         snapshot_bytes_written: s.snapshot_bytes_written,
         predecessors_unverified: core.unverified_stores.lock().clone(),
+        redelivered: core
+            .store
+            .query(|m| m.state().redelivered_count() as u64)
+            .unwrap_or(0),
+        recipient_sessions_known: core.repair.sessions_known(),
     }
 }
 

@@ -11,6 +11,7 @@ pub(crate) mod handler;
 pub(crate) mod outbox;
 pub(crate) mod presence_cache;
 pub(crate) mod reclaim;
+pub(crate) mod repair;
 pub(crate) mod resources;
 pub(crate) mod runs;
 pub(crate) mod send;
@@ -469,6 +470,7 @@ fn assemble_core(
         model_cursors: Mutex::new(Default::default()),
         problems: Mutex::new(Default::default()),
         unverified_stores: Mutex::new(Vec::new()),
+        repair: outbox::Repair::default(),
         arrivals: Mutex::new(Vec::new()),
     });
     let _ = core_cell.set(Arc::downgrade(&core));
@@ -608,6 +610,7 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                 if restart {
                     last_restart = Instant::now();
                 }
+                repair::check(&core);
                 let routes = core.retry_routes(restart);
                 if last_sweep.elapsed() >= sweep_every {
                     if let Err(e) = core.store.sweep() {
@@ -619,6 +622,9 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                 if let Some(next_push) = pushes {
                     wait = wait.min(next_push);
                 }
+                // The search for lost copies runs at its own pace even when nothing else is due
+                // (a message accepted since the last pass does not wake the worker).
+                wait = wait.min(Duration::from_millis(repair::CHECK_EVERY_MS));
                 if routes {
                     // Routes that gave up restart every GAVE_UP_RETRY_MS: a tick covers it.
                     wait = wait.min(Duration::from_millis(WORKER_TICK_MS));

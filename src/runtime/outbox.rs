@@ -1,6 +1,7 @@
 //! The sending side's shared state: route queues by (sender, recipient) with the last
 //! retryable failure of each blocked route, and the receipt subscriptions of connected
-//! senders. The delivery and push logic that drives them is in `send`.
+//! senders; what the search for lost recipient copies remembers between passes. The delivery
+//! and push logic that drives them is in `send` (and `repair`).
 
 use crate::config::internal::{PUSH_RETRY_MAX_MS, SUBSCRIPTIONS_MAX, WORKER_TICK_MS};
 use crate::error::{Code, Error, Result};
@@ -10,6 +11,7 @@ use crate::transport::Notifier;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Route queues by (sender peerId, recipient peerId).
 pub type RouteMap = HashMap<(String, String), Arc<Mutex<Route>>>;
@@ -140,5 +142,22 @@ impl Outbox {
         if r.state.is_final() {
             subs.remove(&key);
         }
+    }
+}
+
+/// Remembered target sessions (their records are reclaimed once they end).
+pub const SESSIONS_MAX: usize = 1024;
+
+/// What the search for lost recipient copies (`super::repair`) remembers between passes.
+#[derive(Default)]
+pub struct Repair {
+    pub(crate) last: Mutex<Option<Instant>>,
+    /// Target instance → the session its live record stated.
+    pub(crate) sessions: Mutex<HashMap<String, String>>,
+}
+
+impl Repair {
+    pub fn sessions_known(&self) -> u64 {
+        self.sessions.lock().len() as u64
     }
 }

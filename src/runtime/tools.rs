@@ -471,5 +471,6 @@ pub fn outbox_view(e: &crate::messaging::OutboxEntry) -> SentView {
         created_at_ms: e.created_at_ms,
         updated_at_ms: e.updated_at_ms,
         reason: None,
+        redelivered_from: e.redelivered_from.clone(),
     }
 }

@@ -23,6 +23,7 @@ use crate::error::{Code, Error, Result};
 use crate::messaging::{
     InboundSend, InboxEntry, Machine, MessageRef, OutboundSend, OutboxEntry, Outcome, Principal,
     PushEntry, ReadQuery, ReadResult, Receipt, ReceiptState, Recipients, RouteView, SweepReport,
+    TargetRef,
 };
 use crossbeam_channel::Sender;
 use parking_lot::RwLock;
@@ -456,6 +457,13 @@ impl StoreHandle {
     pub fn adopt(&self, old: OutboxEntry, from_peer_id: &str) -> Result<bool> {
         let from = from_peer_id.to_string();
         self.write(move |m, _, now| m.adopt(&old, &from, now))
+    }
+
+    /// Sends an accepted message again to its recipient's successor (see
+    /// `Machine::redeliver`); durable before it returns.
+    pub fn redeliver(&self, first_to: &str, message_id: &str, to: TargetRef) -> Result<bool> {
+        let (first, id) = (first_to.to_string(), message_id.to_string());
+        self.write(move |m, _, now| m.redeliver(&first, &id, to, now))
     }
 
     /// Forgets an entry a later incarnation took over.

@@ -195,6 +195,7 @@ mod tests {
                 created_at_ms: 1,
                 receipt: None,
                 updated_at_ms: 1,
+                redelivered_from: None,
             };
             state.apply(&Record::OutboxAdded {
                 entry: entry.clone(),

@@ -206,6 +206,10 @@ pub struct SentView {
     /// Why an unresolved message is still unresolved (`peer status` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// This is a second copy, sent after the recipient incarnation named here (which had
+    /// accepted the first) was found to have lost it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redelivered_from: Option<String>,
 }
 
 /// A refusal's code name.

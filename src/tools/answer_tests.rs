@@ -107,6 +107,7 @@ fn a_sent_view_has_the_old_keys_and_a_reason_only_when_given() {
         created_at_ms: 1,
         updated_at_ms: 2,
         reason: None,
+        redelivered_from: None,
     };
     let old = json!({
         "messageId": "m-1", "to": "p-b", "toPeerId": "p-b", "toInstanceId": "i-b",

@@ -452,6 +452,17 @@ impl Pool {
         }
     }
 
+    /// `peer.status` to `target`: its receipt for one of our messages, or its refusal
+    /// (`NOT_FOUND` when it holds no such message).
+    pub fn peer_status(
+        &self,
+        target: &Target,
+        q: &message::PeerStatus,
+        timeout_ms: u64,
+    ) -> Result<message::Receipt> {
+        message::Receipt::decode(self.request(target, "peer.status", q.encode(), timeout_ms)?)
+    }
+
     /// `peer.receipt` to `target`: hands over one recipient-side receipt.
     pub fn push_receipt(
         &self,

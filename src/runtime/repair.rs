@@ -1,0 +1,185 @@
+//! Two copies, one loss repaired. An `accepted` message exists twice: in the recipient's
+//! store and, with its body kept, in our outbox. When the recipient incarnation has ended and
+//! a successor of its session is live, the worker asks that successor (`peer.status`, naming
+//! the first target) about each such message; `NOT_FOUND` means the copy was lost with its
+//! store (set aside as damaged, or gone), and the message is sent again under the same id to
+//! the successor, recorded durably (`redeliveredFrom`) and reported. On the recipient side,
+//! [`predecessor_answer`] says which: a predecessor's store that verified holds it
+//! (`TARGET_ENDED`, no repeat), one that was set aside or is absent lost it (`NOT_FOUND`).
+//! Bounded: one pass per [`CHECK_EVERY_MS`], at most [`TARGETS_PER_PASS`] targets looked up
+//! and [`CHECKS_PER_PASS`] questions asked.
+
+use super::core::{Core, Reach};
+use crate::error::{Code, Error};
+use crate::messaging::{OutboxEntry, TargetRef};
+use crate::protocol::message::PeerStatus;
+use crate::{identity, presence};
+use std::time::{Duration, Instant};
+
+/// How often the worker looks for lost recipient copies.
+pub const CHECK_EVERY_MS: u64 = 2_000;
+/// Distinct targets looked up in presence per pass.
+pub const TARGETS_PER_PASS: usize = 64;
+/// `peer.status` questions per pass.
+pub const CHECKS_PER_PASS: usize = 32;
+/// Presence records of one session read when looking for its successor.
+const SUCCESSOR_RECORDS_MAX: usize = 8;
+/// Store directories looked at when answering about a predecessor.
+const STORES_MAX: usize = 4096;
+
+/// One bounded pass (the worker wakes at least every [`CHECK_EVERY_MS`] for it).
+pub fn check(core: &Core) {
+    {
+        let mut last = core.repair.last.lock();
+        if last.is_some_and(|t| t.elapsed() < Duration::from_millis(CHECK_EVERY_MS)) {
+            return;
+        }
+        *last = Some(Instant::now());
+    }
+    let me = core.instance_id.clone();
+    let targets: Vec<TargetRef> = core
+        .store
+        .query(move |m| m.state().accepted_targets(&me, TARGETS_PER_PASS))
+        .unwrap_or_default();
+    let mut budget = CHECKS_PER_PASS;
+    for t in targets {
+        if budget == 0 {
+            break;
+        }
+        let Some(successor) = successor_of(core, &t) else {
+            continue;
+        };
+        let peer = t.peer_id.clone();
+        let entries: Vec<OutboxEntry> = core
+            .store
+            .query(move |m| m.state().accepted_held(&|to| to.peer_id == peer, budget))
+            .unwrap_or_default();
+        budget = budget.saturating_sub(entries.len().max(1));
+        for e in entries {
+            ask_and_repair(core, &successor, &e);
+        }
+    }
+}
+
+/// The live successor incarnation of an ended target's session, if there is one. A target
+/// still live (or silent, or unknown) has none; its session is remembered for later.
+fn successor_of(core: &Core, t: &TargetRef) -> Option<TargetRef> {
+    let (reach, session) = core.presence.reach_and_session(&t.instance_id);
+    let mut sessions = core.repair.sessions.lock();
+    match reach {
+        Reach::Gone(_) => {}
+        _ => {
+            if let Some(s) = session
+                && (sessions.len() < super::outbox::SESSIONS_MAX
+                    || sessions.contains_key(&t.instance_id))
+            {
+                sessions.insert(t.instance_id.clone(), s);
+            }
+            return None;
+        }
+    }
+    let session = session.or_else(|| sessions.get(&t.instance_id).cloned())?;
+    drop(sessions);
+    let dir = core.ns.active_agents();
+    let prefix = presence::file_name(&session, "");
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(prefix.trim_end_matches(".json")))
+        .take(SUCCESSOR_RECORDS_MAX)
+        .collect();
+    let now = crate::clock::now_ms();
+    names.iter().find_map(|n| {
+        let e = presence::read_one(&dir, n, core.limits(), now);
+        let ad = e.advert.as_ref().filter(|_| e.is_live())?;
+        (e.session_id == session
+            && ad.instance_id != t.instance_id
+            && ad.instance_id != core.instance_id)
+            .then(|| TargetRef {
+                peer_id: identity::peer_id(&ad.instance_id, None),
+                instance_id: ad.instance_id.clone(),
+                run_id: None,
+            })
+    })
+}
+
+/// Asks `successor` about `e`; on `NOT_FOUND` sends it again there and says so.
+fn ask_and_repair(core: &Core, successor: &TargetRef, e: &OutboxEntry) {
+    let Ok(target) = core.presence.target_of_instance(&successor.instance_id) else {
+        return;
+    };
+    let q = PeerStatus {
+        from_run: core.run_of_peer(&e.from_peer_id),
+        message_id: e.message_id.clone(),
+        to: e.to.peer_id.clone(),
+    };
+    match core.pool.peer_status(&target, &q, 0) {
+        Err(err) if err.code == Code::NotFound => {}
+        // Held (a receipt), held in a predecessor's store (TARGET_ENDED), or no answer now.
+        _ => return,
+    }
+    match core
+        .store
+        .redeliver(&e.to.peer_id, &e.message_id, successor.clone())
+    {
+        Ok(true) => {
+            eprintln!(
+                "peer: message {} was accepted by {} (instance {}), whose successor {} does not hold it: its copy was lost; sent again under the same id",
+                crate::sanitize::line(&e.message_id, 200),
+                e.to.peer_id,
+                e.to.instance_id,
+                successor.peer_id
+            );
+            core.bus.publish(&super::events::MessageRedelivered::of(
+                &e.message_id,
+                &e.to.peer_id,
+                &successor.peer_id,
+            ));
+            core.store.nudge_worker();
+        }
+        Ok(false) => {}
+        Err(err) => core.report_problem(&format!("sending message {} again", e.message_id), &err),
+    }
+}
+
+/// The recipient side: what a root answers about `to`, a peerId that is not its own. A
+/// predecessor of its session whose store is here and verified (or another instance's store
+/// it cannot vouch for) holds the message: `TARGET_ENDED`. A predecessor whose store was set
+/// aside at start, or whose store is absent, lost it: `NOT_FOUND`.
+pub fn predecessor_answer(core: &Core, to: &str, message_id: &str) -> Error {
+    let lost = |why: &str| {
+        Error::new(
+            Code::NotFound,
+            format!("unknown: no message {message_id} to {to} is held here ({why})"),
+        )
+    };
+    let set_aside = core
+        .unverified_stores
+        .lock()
+        .iter()
+        .any(|u| identity::peer_id(&u.instance_id, None) == to);
+    if set_aside {
+        return lost("its store was set aside as damaged");
+    }
+    let root = core.ns.home.join("peer-messages");
+    let found = std::fs::read_dir(&root).ok().and_then(|d| {
+        d.filter_map(|e| e.ok())
+            .take(STORES_MAX)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| identity::is_valid_id(n) && identity::peer_id(n, None) == to)
+            .find(|n| {
+                let dir = crate::store::paths::store_dir(&core.ns.home, n);
+                matches!(crate::store::recovery::read_identity(&dir), Ok(Some(id)) if id.instance_id == *n)
+            })
+    });
+    match found {
+        Some(n) => Error::new(
+            Code::TargetEnded,
+            format!(
+                "{to} has ended; its store (instance {n}) is still here and holds what it accepted: review it with peer recover --instance {n}"
+            ),
+        ),
+        None => lost("no store of that incarnation is here"),
+    }
+}
