@@ -584,7 +584,8 @@ use crate::config::internal::WORKER_TICK_MS;
 /// push, a route no caller drives — not the accepts, intents and receipts of the send path —
 /// or a send that left its route unresolved; the root stopping wakes it too) or its next
 /// deadline: the next sweep, and while routes or receipt pushes are still unresolved, the next
-/// retry. An idle root with nothing unresolved wakes only for the sweep (the heartbeat thread
+/// retry, and the search for lost recipient copies (every 2 s while accepted messages are held,
+/// else every 10 s). Otherwise an idle root wakes only for the sweep (the heartbeat thread
 /// reclaims dead roots' records).
 fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
     std::thread::Builder::new()
@@ -610,7 +611,7 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                 if restart {
                     last_restart = Instant::now();
                 }
-                repair::check(&core);
+                let watching = repair::check(&core);
                 let routes = core.retry_routes(restart);
                 if last_sweep.elapsed() >= sweep_every {
                     if let Err(e) = core.store.sweep() {
@@ -622,9 +623,13 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                 if let Some(next_push) = pushes {
                     wait = wait.min(next_push);
                 }
-                // The search for lost copies runs at its own pace even when nothing else is due
-                // (a message accepted since the last pass does not wake the worker).
-                wait = wait.min(Duration::from_millis(repair::CHECK_EVERY_MS));
+                // While accepted messages are held, the search for lost copies runs at its own
+                // pace even when nothing else is due; an idle root does not wake for it.
+                wait = wait.min(Duration::from_millis(if watching {
+                    repair::CHECK_EVERY_MS
+                } else {
+                    repair::IDLE_LOOK_MS
+                }));
                 if routes {
                     // Routes that gave up restart every GAVE_UP_RETRY_MS: a tick covers it.
                     wait = wait.min(Duration::from_millis(WORKER_TICK_MS));

@@ -152,6 +152,9 @@ pub const SESSIONS_MAX: usize = 1024;
 #[derive(Default)]
 pub struct Repair {
     pub(crate) last: Mutex<Option<Instant>>,
+    /// Whether the last pass found accepted messages to watch: only then does the worker
+    /// wake for the next one, so an idle root keeps its idle wake-up rate.
+    pub(crate) watching: std::sync::atomic::AtomicBool,
     /// Target instance → the session its live record stated.
     pub(crate) sessions: Mutex<HashMap<String, String>>,
 }

@@ -16,8 +16,11 @@ use crate::protocol::message::PeerStatus;
 use crate::{identity, presence};
 use std::time::{Duration, Instant};
 
-/// How often the worker looks for lost recipient copies.
+/// How often the worker looks for lost recipient copies while accepted messages are held.
 pub const CHECK_EVERY_MS: u64 = 2_000;
+/// How often a root that held none looks whether it holds some now (an accept does not wake
+/// the worker): 0.1 wake-ups a second, so an idle root stays under one a second.
+pub const IDLE_LOOK_MS: u64 = 10_000;
 /// Distinct targets looked up in presence per pass.
 pub const TARGETS_PER_PASS: usize = 64;
 /// `peer.status` questions per pass.
@@ -27,12 +30,15 @@ const SUCCESSOR_RECORDS_MAX: usize = 8;
 /// Store directories looked at when answering about a predecessor.
 const STORES_MAX: usize = 4096;
 
-/// One bounded pass (the worker wakes at least every [`CHECK_EVERY_MS`] for it).
-pub fn check(core: &Core) {
+/// One bounded pass at most every [`CHECK_EVERY_MS`]; says whether accepted messages are
+/// held (then the worker wakes for the next pass in [`CHECK_EVERY_MS`], else in
+/// [`IDLE_LOOK_MS`]).
+pub fn check(core: &Core) -> bool {
+    use std::sync::atomic::Ordering;
     {
         let mut last = core.repair.last.lock();
         if last.is_some_and(|t| t.elapsed() < Duration::from_millis(CHECK_EVERY_MS)) {
-            return;
+            return core.repair.watching.load(Ordering::Relaxed);
         }
         *last = Some(Instant::now());
     }
@@ -41,6 +47,8 @@ pub fn check(core: &Core) {
         .store
         .query(move |m| m.state().accepted_targets(&me, TARGETS_PER_PASS))
         .unwrap_or_default();
+    let watching = !targets.is_empty();
+    core.repair.watching.store(watching, Ordering::Relaxed);
     let mut budget = CHECKS_PER_PASS;
     for t in targets {
         if budget == 0 {
@@ -59,6 +67,7 @@ pub fn check(core: &Core) {
             ask_and_repair(core, &successor, &e);
         }
     }
+    watching
 }
 
 /// The live successor incarnation of an ended target's session, if there is one. A target
