@@ -291,6 +291,43 @@ proptest! {
         }
     }
 
+    /// An ask server's request head of any shape parses or is a typed 4xx; nothing panics.
+    #[test]
+    fn ask_http_heads(raw in prop_oneof![bytes(400), ask_head_seed().prop_flat_map(mutated)]) {
+        if let Err(e) = crate::ask::http::parse_head(&raw) {
+            prop_assert!((400..500).contains(&e.status) && !e.message.is_empty());
+        }
+    }
+
+    /// An `/ask` body of any shape is a request within the configured bounds or a typed 400;
+    /// the same bytes as a chunked answer decode within their bounds or are refused.
+    #[test]
+    fn ask_bodies(raw in prop_oneof![bytes(400), ask_body_seed().prop_flat_map(mutated)]) {
+        let config = crate::ask::config::AskConfig::default();
+        if let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&raw) {
+            match crate::ask::jobs::parse_ask(&body, &config) {
+                Ok(ask) => prop_assert!(!ask.question.trim().is_empty()),
+                Err(e) => prop_assert!(e.status >= 400 && !e.message.is_empty()),
+            }
+        }
+        let limits = crate::ask::chunked::Limits::for_body(256);
+        if let Ok(body) = crate::ask::chunked::decode(&raw, limits) {
+            prop_assert!(body.len() <= 256);
+        }
+    }
+
+    /// A friend card of any shape parses to a card whose fields are bounded, or is refused
+    /// with a reason; a mutated card never verifies as another card.
+    #[test]
+    fn friend_cards(raw in prop_oneof![bytes(300), card_seed().prop_flat_map(mutated)]) {
+        let text = String::from_utf8_lossy(&raw);
+        match crate::ask::card::parse(&text) {
+            Ok((card, _)) => prop_assert!(!card.name.is_empty() && !card.host.is_empty()),
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
+        }
+        let _ = crate::ask::card::verify(&text, 1_785_150_000_000);
+    }
+
     /// MCP stdio: any sequence of lines gets JSON-RPC answers (one JSON object per output
     /// line) or is ignored; the server ends cleanly at end of input.
     #[test]
@@ -308,6 +345,43 @@ proptest! {
             );
         }
     }
+}
+
+/// A signed `/ask` request head as a dsh client sends it.
+fn ask_head_seed() -> impl Strategy<Value = Vec<u8>> {
+    Just(
+        b"POST /ask?x=1 HTTP/1.1\r\nhost: 127.0.0.1:3877\r\ncontent-type: application/json\r\n\
+          content-length: 42\r\n\r\n"
+            .to_vec(),
+    )
+}
+
+/// A valid `/ask` body, and the same body as one chunk of a chunked answer.
+fn ask_body_seed() -> impl Strategy<Value = Vec<u8>> {
+    let body = json!({"protocolVersion": 1, "caller": "ada", "question": "where is the db?",
+        "contextFiles": ["src/db.rs"], "async": true, "timeoutMs": 5000})
+    .to_string();
+    let chunked = format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len());
+    prop_oneof![Just(body.into_bytes()), Just(chunked.into_bytes())]
+}
+
+/// A signed friend card as `peer ask card show` issues it.
+fn card_seed() -> impl Strategy<Value = Vec<u8>> {
+    let key = crate::ask::keys::AskKey::from_seed(&[3u8; 32]);
+    let card = crate::ask::card::issue(
+        &crate::ask::card::Issue {
+            name: "bob",
+            host: "192.0.2.20",
+            port: 3877,
+            public: &key.public(),
+            description: "the shop api",
+            tags: &["postgres".to_string()],
+            issued: 1_785_150_000_000,
+            tls: true,
+        },
+        |b| key.sign(b),
+    );
+    Just(card.into_bytes())
 }
 
 /// A marked journal (a frame and its end mark, as the writer writes them) and an unmarked one

@@ -52,6 +52,11 @@ pub const READ_CHUNK_BYTES: usize = 16 * 1024;
 
 /// Estimated bytes of bookkeeping per stored object beyond its strings (JSON keys, numbers).
 pub const ENTRY_OVERHEAD_BYTES: u64 = 384;
+/// An accepted message keeps its body (to be sent again if the recipient loses its copy)
+/// only while the custody state's live bytes are under this: the sender's memory stays
+/// bounded however many messages wait unread; past it an accepted message keeps a digest,
+/// as any resolved one does, and cannot be repaired.
+pub const KEEP_ACCEPTED_BODIES_BELOW_BYTES: u64 = 1 << 20;
 /// Bytes reserved at admission for the receipt transitions, pushes and events a message
 /// will still produce (four transitions of about one overhead each).
 pub const RECEIPT_RESERVE_BYTES: u64 = 4 * ENTRY_OVERHEAD_BYTES;

@@ -496,8 +496,11 @@ impl State {
         e.receipt = Some(receipt.clone());
         e.updated_at_ms = at_ms;
         // An accepted message keeps its body: while the recipient has not read it, its copy
-        // is the only other one, and if it is lost this one is sent again.
-        if receipt.state != ReceiptState::Accepted {
+        // is the only other one, and if it is lost this one is sent again. Bounded: only while
+        // the state is small, so unread mail cannot grow the sender without limit.
+        let keep = receipt.state == ReceiptState::Accepted
+            && self.live_bytes < crate::config::internal::KEEP_ACCEPTED_BODIES_BELOW_BYTES;
+        if !keep {
             e.drop_body();
         }
         let after = outbox_cost(&e);
