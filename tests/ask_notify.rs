@@ -120,10 +120,9 @@ fn id_in(decide: &str) -> String {
     words[at + 1].to_string()
 }
 
-#[test]
-fn serve_tells_the_owner_on_stderr_and_the_asker_hears_it_waits() {
-    let ns = Ns::new("notify-serve");
-    write_config(&ns.home, bob_ask(&ns, json!({})));
+/// `peer ask serve` for `ns`, running: the server (killed on drop), its stderr lines and the
+/// port of its ready line.
+fn serve(ns: &Ns) -> (Kill, Receiver<String>, u16) {
     let mut bob = Kill(
         ns.cmd(PEER)
             .args(["ask", "serve"])
@@ -143,6 +142,14 @@ fn serve_tells_the_owner_on_stderr_and_the_asker_hears_it_waits() {
         .and_then(|a| a.rsplit(':').next())
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no port in {ready:?}"));
+    (bob, err, port)
+}
+
+#[test]
+fn serve_tells_the_owner_on_stderr_and_the_asker_hears_it_waits() {
+    let ns = Ns::new("notify-serve");
+    write_config(&ns.home, bob_ask(&ns, json!({})));
+    let (_bob, err, port) = serve(&ns);
     let home = ada(&ns, port);
     let mut asker = ask_from_ada(
         &ns,
@@ -319,25 +326,7 @@ fn mcp_session_gets_a_notification_and_no_decide_tool() {
 fn an_a2a_send_tells_the_owner_too() {
     let ns = Ns::new("notify-a2a");
     write_config(&ns.home, bob_ask(&ns, json!({})));
-    let mut bob = Kill(
-        ns.cmd(PEER)
-            .args(["ask", "serve"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let out = lines_of(bob.0.stdout.take().unwrap());
-    let err = lines_of(bob.0.stderr.take().unwrap());
-    let ready = first_line(&out, |l| l.contains("listening on"));
-    let port: u16 = ready
-        .split("listening on ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|a| a.rsplit(':').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no port in {ready:?}"));
+    let (_bob, err, port) = serve(&ns);
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
         "message": {"messageId": "m-1", "role": "ROLE_USER",
                     "parts": [{"text": "which port does the api use?"}]},
