@@ -89,6 +89,29 @@ fn algorithms() -> WebPkiSupportedAlgorithms {
     provider().signature_verification_algorithms
 }
 
+/// The only handshake signature both verifiers take: the card keys are Ed25519.
+const SCHEMES: [SignatureScheme; 1] = [SignatureScheme::ED25519];
+
+#[derive(Clone, Copy)]
+enum Tls {
+    V12,
+    V13,
+}
+
+/// Checks a handshake signature with the provider's algorithms, for both verifiers.
+fn verify_signature(
+    version: Tls,
+    message: &[u8],
+    cert: &CertificateDer<'_>,
+    dss: &DigitallySignedStruct,
+) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+    let algorithms = algorithms();
+    match version {
+        Tls::V12 => rustls::crypto::verify_tls12_signature(message, cert, dss, &algorithms),
+        Tls::V13 => rustls::crypto::verify_tls13_signature(message, cert, dss, &algorithms),
+    }
+}
+
 fn tls_error(what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(Code::Io, format!("{what}: {e}"))
 }
@@ -167,7 +190,7 @@ impl ClientCertVerifier for AnyEd25519Client {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &algorithms())
+        verify_signature(Tls::V12, message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -176,11 +199,11 @@ impl ClientCertVerifier for AnyEd25519Client {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &algorithms())
+        verify_signature(Tls::V13, message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        vec![SignatureScheme::ED25519]
+        SCHEMES.to_vec()
     }
 }
 
@@ -233,7 +256,7 @@ impl ServerCertVerifier for PinnedServer {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &algorithms())
+        verify_signature(Tls::V12, message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -242,11 +265,11 @@ impl ServerCertVerifier for PinnedServer {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &algorithms())
+        verify_signature(Tls::V13, message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        vec![SignatureScheme::ED25519]
+        SCHEMES.to_vec()
     }
 }
 
