@@ -314,10 +314,7 @@ impl Guard {
         now_ms: u64,
         admit: impl FnOnce(&Friend) -> Result<(), ApiError>,
     ) -> Result<&'c Friend, ApiError> {
-        let proven = req
-            .tls_peer_key
-            .and_then(|k| config.peers.iter().find(|f| f.key == Some(k)));
-        let Some(friend) = proven else {
+        let Some(friend) = tls_friend(config, req) else {
             return self.authenticate(config, req.ip(), body, purpose, now_ms, admit);
         };
         let caller = body.get("caller").and_then(Value::as_str).unwrap_or("");
@@ -417,6 +414,12 @@ impl Guard {
         }
         Ok(friend)
     }
+}
+
+/// The friend whose pinned key the connection's mutual-TLS handshake proved, if any.
+pub fn tls_friend<'c>(config: &'c AskConfig, req: &Request) -> Option<&'c Friend> {
+    let key = req.tls_peer_key?;
+    config.peers.iter().find(|f| f.key == Some(key))
 }
 
 /// The policy check every endpoint shares: `deny` refuses the friend.

@@ -334,12 +334,7 @@ pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, A
     let friend = state
         .guard
         .authenticate_request(&state.config, req, &body, "ask", now, |f| {
-            if f.mode == Mode::Deny {
-                return Err(ApiError::forbidden(format!(
-                    "policy denies asks from \"{}\"",
-                    f.name
-                )));
-            }
+            super::auth::not_denied(f)?;
             state.guard.charge_friend(&f.name, now)
         })?;
     answer::ready(state)?;
@@ -466,10 +461,7 @@ pub fn process(
 /// A `GET /ask/status` caller: the friend whose key its mutual-TLS handshake proved, else
 /// its address.
 fn get_viewer<'a>(state: &'a ServerState, req: &Request) -> Viewer<'a> {
-    let proven = req
-        .tls_peer_key
-        .and_then(|k| state.config.peers.iter().find(|f| f.key == Some(k)));
-    match proven {
+    match super::auth::tls_friend(&state.config, req) {
         Some(f) => Viewer::Friend(&f.name),
         None => Viewer::Address(req.ip()),
     }

@@ -15,7 +15,7 @@ pub mod task;
 
 use super::ServerState;
 use super::answer::{self, Work};
-use super::config::{Friend, Mode};
+use super::config::Friend;
 use super::http::{ApiError, Request, Response};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -59,7 +59,7 @@ pub fn handle(state: &Arc<ServerState>, req: &Request) -> Option<Reply> {
 /// The request's `Host` when it is a plain host[:port], so the card names the address the
 /// client reached.
 fn authority(req: &Request) -> Option<String> {
-    let host = req.headers.iter().find(|(k, _)| k == "host")?.1.trim();
+    let host = req.header("host")?.trim();
     let ok = !host.is_empty()
         && host.len() <= 255
         && host
@@ -110,8 +110,7 @@ fn rpc(state: &Arc<ServerState>, req: &Request) -> Reply {
         .get("params")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
-    let version = req.headers.iter().find(|(k, _)| k == "a2a-version");
-    if let Some((_, v)) = version
+    if let Some(v) = req.header("a2a-version")
         && !matches!(v.trim(), "1.0" | "1")
     {
         let m = format!(
@@ -224,16 +223,10 @@ fn cancel(state: &ServerState, id: &str, caller: &str) -> Result<(), (i64, Strin
 /// Who is calling: the friend whose pinned key the TLS client proved, or the friend whose
 /// configured token is the bearer token. 401 without credentials, 403 with unknown ones.
 fn caller<'c>(config: &'c super::config::AskConfig, req: &Request) -> Result<&'c Friend, ApiError> {
-    if let Some(k) = req.tls_peer_key
-        && let Some(f) = config.peers.iter().find(|f| f.key == Some(k))
-    {
+    if let Some(f) = super::auth::tls_friend(config, req) {
         return Ok(f);
     }
-    let auth = req
-        .headers
-        .iter()
-        .find(|(k, _)| k == "authorization")
-        .map(|(_, v)| v.trim());
+    let auth = req.header("authorization").map(str::trim);
     let Some(auth) = auth else {
         return Err(ApiError::new(
             401,
@@ -293,12 +286,7 @@ fn send(
             "a message continues no task here: every ask is a new task".into(),
         ));
     }
-    if friend.mode == Mode::Deny {
-        return Err((
-            INVALID_REQUEST,
-            format!("policy denies asks from \"{}\"", friend.name),
-        ));
-    }
+    super::auth::not_denied(friend).map_err(|e| (INVALID_REQUEST, e.message))?;
     let now = crate::clock::now_ms();
     state.guard.charge_friend(&friend.name, now).map_err(api)?;
     answer::ready(state).map_err(api)?;
