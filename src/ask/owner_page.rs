@@ -111,20 +111,6 @@ impl Reply {
     }
 }
 
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        303 => "See Other",
-        400 => "Bad Request",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        415 => "Unsupported Media Type",
-        429 => "Too Many Requests",
-        _ => "Internal Server Error",
-    }
-}
-
 /// The head every response of the page carries (no CORS headers: the page is same-origin).
 fn head(status: u16, content_type: &str, extra: &[(&'static str, String)]) -> String {
     let mut out = format!(
@@ -133,7 +119,7 @@ fn head(status: u16, content_type: &str, extra: &[(&'static str, String)]) -> St
          x-content-type-options: nosniff\r\ncache-control: no-store\r\n\
          referrer-policy: no-referrer\r\ncross-origin-opener-policy: same-origin\r\n\
          cross-origin-resource-policy: same-origin\r\n",
-        reason(status)
+        super::http::reason(status)
     );
     for (k, v) in extra {
         out.push_str(&format!("{k}: {v}\r\n"));

@@ -196,15 +196,27 @@ impl Search {
                 && !seen.contains(&shown)
                 && !secret_name(&name.to_string_lossy())
             {
-                self.read_and_scan(&root.join(&rel), &shown, t);
+                self.read_and_scan(&root.join(&rel), &shown, t, b.file_bytes);
             }
         }
     }
 
-    fn read_and_scan(&mut self, path: &Path, shown: &str, terms: &[String]) {
-        let Ok(bytes) = std::fs::read(path) else {
+    /// Reads at most `max` bytes without following a link (the file may have changed since
+    /// it was looked at).
+    fn read_and_scan(&mut self, path: &Path, shown: &str, terms: &[String], max: u64) {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(path);
+        let mut bytes = Vec::new();
+        if opened
+            .and_then(|f| f.take(max).read_to_end(&mut bytes))
+            .is_err()
+        {
             return;
-        };
+        }
         self.bytes += bytes.len() as u64;
         // Binary: a NUL early on, as git and grep decide.
         if bytes.iter().take(8192).any(|b| *b == 0) {

@@ -348,17 +348,10 @@ fn card_show(
 }
 
 /// Whether `host` is a loopback address (or `localhost`): reachable from this machine only.
-fn is_loopback(host: &str) -> bool {
-    let h = host.trim_start_matches('[').trim_end_matches(']');
-    h.eq_ignore_ascii_case("localhost")
-        || h.parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
 /// A card that names loopback only works for a friend on this same machine: say so, unless
 /// the owner asked for exactly that host with --host.
 fn warn_loopback_card(host: &str, explicit: bool) {
-    if explicit || !is_loopback(host) {
+    if explicit || !crate::ask::tls::is_loopback(host) {
         return;
     }
     out::err_line(&format!(
@@ -375,7 +368,7 @@ fn warn_moved_to_loopback(cfg: &AskConfig, card: &card::Card) {
     let Some(old) = cfg.friend(&card.name) else {
         return;
     };
-    if is_loopback(&old.host) || !is_loopback(&card.host) {
+    if crate::ask::tls::is_loopback(&old.host) || !crate::ask::tls::is_loopback(&card.host) {
         return;
     }
     out::err_line(&format!(

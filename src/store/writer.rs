@@ -575,8 +575,13 @@ impl Writer {
     /// poisons, like a failed fdatasync: `sync_file_range` reports a writeback error once per
     /// open file (it advances the file's error cursor), so a later fdatasync would not.
     fn write_out_intent(&mut self) -> Result<()> {
-        // The frame's end mark is written out with it (see `append`).
-        let pending = self.len + journal::MARK_BYTES as u64 - self.synced_len;
+        // The frame's end mark is written out with it (see `append`); nothing is pending when
+        // an fdatasync already covered the frame (and so its mark).
+        let pending = if self.len > self.synced_len {
+            self.len + journal::MARK_BYTES as u64 - self.synced_len
+        } else {
+            0
+        };
         if pending > 0 {
             if self.faults.fail_write_out {
                 return Err(Error::new(Code::Io, "injected write-out failure"));
