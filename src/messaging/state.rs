@@ -534,7 +534,7 @@ impl State {
         if let Some(e) = self.outbox.remove(pair!(to, id)) {
             self.sent_ids.remove(pair!(id, to));
             if let Some(first) = &e.redelivered_from {
-                self.redelivered.remove(&(first.clone(), id.to_string()));
+                self.redelivered.remove(pair!(first, id));
             }
             return Some(e);
         }
@@ -877,8 +877,7 @@ impl State {
     /// body and were not sent again: the messages whose other copy is only the recipient's.
     /// Full-form entries first, then compact ones; `pick` chooses by target, at most `max`.
     pub fn accepted_held(&self, pick: &dyn Fn(&TargetRef) -> bool, max: usize) -> Vec<OutboxEntry> {
-        let held =
-            |to: &str, id: &str| !self.redelivered.contains(&(to.to_string(), id.to_string()));
+        let held = |to: &str, id: &str| !self.redelivered.contains(pair!(to, id));
         let full = self
             .outbox
             .values()
@@ -895,8 +894,8 @@ impl State {
             .settled
             .iter()
             .filter(|(k, s)| {
-                s.retention_view().0 == ReceiptState::Accepted
-                    && s.holds_body()
+                s.holds_body()
+                    && s.retention_view().0 == ReceiptState::Accepted
                     && pick(&k.route.to)
                     && held(k.to_peer_id(), &k.message_id)
             })
@@ -917,17 +916,17 @@ impl State {
                 && e.content_digest.is_none()
                 && !self
                     .redelivered
-                    .contains(&(e.to.peer_id.clone(), e.message_id.clone()))
+                    .contains(pair!(&e.to.peer_id, &e.message_id))
         });
         let compact = self
             .settled
             .iter()
             .filter(|(k, s)| {
-                s.retention_view().0 == ReceiptState::Accepted
-                    && s.holds_body()
+                s.holds_body()
+                    && s.retention_view().0 == ReceiptState::Accepted
                     && !self
                         .redelivered
-                        .contains(&(k.to_peer_id().to_string(), k.message_id.to_string()))
+                        .contains(pair!(k.to_peer_id(), &k.message_id))
             })
             .map(|(k, _)| &k.route.to);
         for t in full.map(|e| &e.to).chain(compact) {

@@ -157,6 +157,9 @@ pub struct Repair {
     pub(crate) watching: std::sync::atomic::AtomicBool,
     /// Target instance → the session its live record stated.
     pub(crate) sessions: Mutex<HashMap<String, String>>,
+    /// Ended target instances whose successor said their store verified and holds their mail
+    /// (`TARGET_ENDED`): not asked about again (at most [`SESSIONS_MAX`]).
+    pub(crate) vouched: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Repair {

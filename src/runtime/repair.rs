@@ -14,6 +14,7 @@ use crate::error::{Code, Error};
 use crate::messaging::{OutboxEntry, TargetRef};
 use crate::protocol::message::PeerStatus;
 use crate::{identity, presence};
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// How often the worker looks for lost recipient copies while accepted messages are held.
@@ -49,22 +50,27 @@ pub fn check(core: &Core) -> bool {
         .unwrap_or_default();
     let watching = !targets.is_empty();
     core.repair.watching.store(watching, Ordering::Relaxed);
-    let mut budget = CHECKS_PER_PASS;
-    for t in targets {
-        if budget == 0 {
-            break;
-        }
-        let Some(successor) = successor_of(core, &t) else {
-            continue;
-        };
-        let peer = t.peer_id.clone();
-        let entries: Vec<OutboxEntry> = core
-            .store
-            .query(move |m| m.state().accepted_held(&|to| to.peer_id == peer, budget))
-            .unwrap_or_default();
-        budget = budget.saturating_sub(entries.len().max(1));
-        for e in entries {
-            ask_and_repair(core, &successor, &e);
+    // The successors first, then one query for the messages to ask about.
+    let vouched = core.repair.vouched.lock().clone();
+    let successors: HashMap<String, TargetRef> = targets
+        .iter()
+        .filter(|t| !vouched.contains(&t.instance_id))
+        .filter_map(|t| Some((t.peer_id.clone(), successor_of(core, t)?)))
+        .collect();
+    if successors.is_empty() {
+        return watching;
+    }
+    let peers: HashSet<String> = successors.keys().cloned().collect();
+    let entries: Vec<OutboxEntry> = core
+        .store
+        .query(move |m| {
+            m.state()
+                .accepted_held(&|to| peers.contains(&to.peer_id), CHECKS_PER_PASS)
+        })
+        .unwrap_or_default();
+    for e in entries {
+        if let Some(successor) = successors.get(&e.to.peer_id) {
+            ask_and_repair(core, successor, &e);
         }
     }
     watching
@@ -125,7 +131,15 @@ fn ask_and_repair(core: &Core, successor: &TargetRef, e: &OutboxEntry) {
     };
     match core.pool.peer_status(&target, &q, 0) {
         Err(err) if err.code == Code::NotFound => {}
-        // Held (a receipt), held in a predecessor's store (TARGET_ENDED), or no answer now.
+        // Its store verified and holds the mail: nothing of that instance needs asking again.
+        Err(err) if err.code == Code::TargetEnded => {
+            let mut vouched = core.repair.vouched.lock();
+            if vouched.len() < super::outbox::SESSIONS_MAX {
+                vouched.insert(e.to.instance_id.clone());
+            }
+            return;
+        }
+        // Held (a receipt), or no answer now.
         _ => return,
     }
     match core
