@@ -146,8 +146,11 @@ fn read_one(path: &Path, rel: &str, max_bytes: u64) -> Result<String, ApiError> 
 
 /// The trees no answerer and no context file may read: the namespace home and `keyDir`.
 pub fn protected_dirs(state: &ServerState) -> Vec<PathBuf> {
-    [state.home.clone(), state.config.key_dir(&state.home)]
-        .into_iter()
+    canonical([state.home.clone(), state.config.key_dir(&state.home)])
+}
+
+fn canonical(dirs: impl IntoIterator<Item = PathBuf>) -> Vec<PathBuf> {
+    dirs.into_iter()
         .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
         .collect()
 }
@@ -242,9 +245,7 @@ pub fn hidden_dirs(home: &Path, config: &AskConfig) -> Vec<PathBuf> {
         "/tmp/peerwire-{}",
         nix::unistd::geteuid().as_raw()
     )));
-    out.into_iter()
-        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
-        .collect()
+    canonical(out)
 }
 
 /// The sandbox plan for an answerer (or the start-up probe) of this server.
@@ -258,11 +259,7 @@ pub fn plan(
     Plan {
         scratch: scratch.to_path_buf(),
         workspace: workspace.to_path_buf(),
-        read: config
-            .answer_read_paths
-            .iter()
-            .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
-            .collect(),
+        read: canonical(config.answer_read_paths.iter().cloned()),
         hide: hidden_dirs(home, config),
         reduced: config.reduced_isolation,
         no_namespaces,

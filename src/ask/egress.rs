@@ -132,22 +132,24 @@ fn tunnel(mut conn: UnixStream, allowed: &[String]) {
     if conn.set_read_timeout(idle).is_err() || remote.set_read_timeout(idle).is_err() {
         return;
     }
-    let (Ok(conn2), Ok(remote2)) = (conn.try_clone(), remote.try_clone()) else {
+    splice(remote, conn);
+}
+
+/// Copies bytes both ways between a TCP and a Unix stream until both sides have ended (each
+/// direction's end is passed on as a write shutdown). The forwarder inside the answerer's
+/// network namespace uses it too.
+pub(crate) fn splice(tcp: TcpStream, unix: UnixStream) {
+    let (Ok(mut tcp2), Ok(mut unix2)) = (tcp.try_clone(), unix.try_clone()) else {
         return;
     };
-    let up = std::thread::spawn(move || pump(conn2, remote2));
-    pump_back(remote, conn);
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut tcp2, &mut unix2);
+        let _ = unix2.shutdown(Shutdown::Write);
+    });
+    let (mut tcp, mut unix) = (tcp, unix);
+    let _ = std::io::copy(&mut unix, &mut tcp);
+    let _ = tcp.shutdown(Shutdown::Write);
     let _ = up.join();
-}
-
-fn pump(mut from: UnixStream, mut to: TcpStream) {
-    let _ = std::io::copy(&mut from, &mut to);
-    let _ = to.shutdown(Shutdown::Write);
-}
-
-fn pump_back(mut from: TcpStream, mut to: UnixStream) {
-    let _ = std::io::copy(&mut from, &mut to);
-    let _ = to.shutdown(Shutdown::Write);
 }
 
 #[cfg(test)]

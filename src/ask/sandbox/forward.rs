@@ -4,7 +4,7 @@
 //! Unix socket bound at [`PROXY_INSIDE`]. The answerer gets `HTTPS_PROXY` pointing at it;
 //! nothing else in the namespace reaches out.
 
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
@@ -94,25 +94,11 @@ fn accept_loop(listener: TcpListener) {
         let (open, socket) = (open.clone(), socket.clone());
         std::thread::spawn(move || {
             if let Ok(out) = UnixStream::connect(&socket) {
-                splice(conn, out);
+                crate::ask::egress::splice(conn, out);
             }
             open.fetch_sub(1, Ordering::SeqCst);
         });
     }
-}
-
-fn splice(tcp: TcpStream, unix: UnixStream) {
-    let (Ok(mut tcp2), Ok(mut unix2)) = (tcp.try_clone(), unix.try_clone()) else {
-        return;
-    };
-    let up = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut tcp2, &mut unix2);
-        let _ = unix2.shutdown(Shutdown::Write);
-    });
-    let (mut tcp, mut unix) = (tcp, unix);
-    let _ = std::io::copy(&mut unix, &mut tcp);
-    let _ = tcp.shutdown(Shutdown::Write);
-    let _ = up.join();
 }
 
 #[cfg(test)]
