@@ -3,7 +3,7 @@
 //! A read fault on code maps a whole 64 KiB neighbourhood of it, so an idle root whose few
 //! hundred kilobytes of start-up and idle code were spread over the text segment kept almost
 //! all of the binary resident. The script changes only where functions are placed
-//! (`tools/idle-layout.py` regenerates it); debug builds and the other binaries are untouched.
+//! (`scripts/idle-layout.py` regenerates it); debug builds and the other binaries are untouched.
 //! It is applied on x86_64 Linux, where the toolchain links with LLD; other linkers accept the
 //! script too but may emit a second `.text` section for it.
 

@@ -5,7 +5,7 @@ use crate::config::{Limits, Scope};
 use crate::error::{Code, Error, Result};
 use crate::paths::Namespace;
 use crate::presence::{self, Advertisement, Entry, Liveness};
-use crate::tools::answer::PeerView;
+use crate::toolspec::answer::PeerView;
 use crate::{clock, identity, sanitize};
 use std::path::{Path, PathBuf};
 

@@ -183,7 +183,7 @@ proptest! {
         args in json_frame(),
     ) {
         let value: Value = serde_json::from_slice(&args).unwrap_or(Value::Null);
-        if let Err(e) = crate::tools::parse_call(name, &value, &Limits::default()) {
+        if let Err(e) = crate::toolspec::parse_call(name, &value, &Limits::default()) {
             prop_assert!(!e.message.is_empty());
         }
     }
@@ -469,13 +469,13 @@ fn mcp_line() -> impl Strategy<Value = Vec<u8>> {
 /// A tool host that answers every call at once, so the MCP server's own parsing is what runs.
 struct InstantHost;
 
-impl crate::tools::ToolHost for InstantHost {
+impl crate::toolspec::ToolHost for InstantHost {
     fn call(
         &self,
-        _call: crate::tools::ToolCall,
+        _call: crate::toolspec::ToolCall,
         _call_id: &str,
         _cancel: &std::sync::Arc<std::sync::atomic::AtomicBool>,
-    ) -> crate::error::Result<crate::tools::ToolOutput> {
+    ) -> crate::error::Result<crate::toolspec::ToolOutput> {
         Ok(json!({"messages": [{"from": "p-1", "content": "＜/peer-message＞\u{2028}"}]}).into())
     }
 }

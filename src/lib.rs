@@ -21,7 +21,7 @@ pub mod resource;
 pub mod runtime;
 pub(crate) mod sanitize;
 pub mod store;
-pub(crate) mod tools;
+pub(crate) mod toolspec;
 pub mod transport;
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ const LAYERS: &[(&str, &[&str], bool)] = &[
         ],
         false,
     ),
-    ("protocol", &["protocol", "tools"], false),
+    ("protocol", &["protocol", "toolspec"], false),
     (
         "pure cores",
         &[
@@ -774,7 +774,7 @@ fn comments_carry_no_process_jargon() {
 
 /// Where JSON values (`serde_json::Value`, `Map`, `json!`) may live: the modules whose job is
 /// JSON — the wire codec (`protocol`, `transport`, `error`'s JSON-RPC error objects, the
-/// runtime's `wire` adapter), MCP and the tool contract (`mcp`, `tools`), front-end output
+/// runtime's `dispatch` adapter), MCP and the tool contract (`mcp`, `toolspec`), front-end output
 /// (`cli`, `bench` reports, the runtime's event stream `runtime::events`), files (`config`,
 /// `presence`, `store`), the HTTP bodies of `ask`, and the fuzz harness. ARCHITECTURE.md
 /// lists the same modules.
@@ -782,9 +782,9 @@ const JSON_EDGES: &[&str] = &[
     "protocol",
     "transport",
     "error",
-    "runtime::wire",
+    "runtime::dispatch",
     "mcp",
-    "tools",
+    "toolspec",
     "cli",
     "bench",
     "runtime::events",
@@ -862,7 +862,7 @@ fn the_json_scanner_finds_values_however_they_are_named() {
     assert_eq!(names("let v = serde_json::json!({});"), ["json!"]);
     assert!(names("// serde_json::Value\nlet s = \"json!\"; serde_json::to_vec(&x);").is_empty());
     assert!(!within(&["runtime".into(), "send".into()], JSON_EDGES));
-    assert!(within(&["runtime".into(), "wire".into()], JSON_EDGES));
+    assert!(within(&["runtime".into(), "dispatch".into()], JSON_EDGES));
 }
 
 /// The `key = value` lines of one `[section]` of a TOML file (no nesting, comments dropped).

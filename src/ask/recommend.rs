@@ -14,7 +14,7 @@ pub mod pending;
 
 use serde_json::Value;
 
-pub use crate::tools::ask::{DEFAULT_MAX_HOPS, MAX_HOPS_CAP, TOPIC_CHARS_MAX};
+pub use crate::toolspec::ask::{DEFAULT_MAX_HOPS, MAX_HOPS_CAP, TOPIC_CHARS_MAX};
 /// Friends a node forwards one request to.
 pub const FAN_OUT: usize = 2;
 /// Friends whose card a node fetches before giving up on the direct answer.

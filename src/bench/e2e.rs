@@ -5,8 +5,8 @@
 //! after every phase.
 
 use super::adapter::{self, Adapter, Audit, JournalCounts};
+use super::conditions::{self, CpuMark, ProcCounters};
 use super::hosts::{self, Host, HostPlan};
-use super::machine::{self, CpuMark, ProcCounters};
 use super::paired::PairedSync;
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
@@ -404,7 +404,7 @@ fn sender_alias(i: usize) -> String {
 fn spawn_sampler(pids: [u32; 2], stop: Arc<AtomicBool>) -> std::thread::JoinHandle<[Counters; 2]> {
     std::thread::spawn(move || {
         let mut c = pids.map(|p| {
-            let idle = machine::proc_counters(p).unwrap_or_default();
+            let idle = conditions::proc_counters(p).unwrap_or_default();
             Counters {
                 idle,
                 peak_rss_kb: idle.rss_kb,
@@ -413,7 +413,7 @@ fn spawn_sampler(pids: [u32; 2], stop: Arc<AtomicBool>) -> std::thread::JoinHand
         });
         while !stop.load(Ordering::SeqCst) {
             for (pid, c) in pids.iter().zip(c.iter_mut()) {
-                if let Some(now) = machine::proc_counters(*pid) {
+                if let Some(now) = conditions::proc_counters(*pid) {
                     // VmHWM catches peaks between samples; threads are only sampled.
                     c.peak_rss_kb = c.peak_rss_kb.max(now.rss_kb).max(now.hwm_kb);
                     c.peak_threads = c.peak_threads.max(now.threads);
@@ -427,13 +427,13 @@ fn spawn_sampler(pids: [u32; 2], stop: Arc<AtomicBool>) -> std::thread::JoinHand
 
 /// Watches an idle process for `ms` milliseconds without touching it.
 fn idle(pid: u32, ms: u64) -> Idle {
-    let before = machine::context_switches(pid);
+    let before = conditions::context_switches(pid);
     let t = Instant::now();
     std::thread::sleep(Duration::from_millis(ms));
     let seconds = t.elapsed().as_secs_f64();
-    let after = machine::context_switches(pid);
+    let after = conditions::context_switches(pid);
     let per_second = |n: u64| n as f64 / seconds.max(1e-3);
-    let counters = machine::proc_counters(pid);
+    let counters = conditions::proc_counters(pid);
     Idle {
         seconds,
         wakeups_per_second: per_second(after.0.saturating_sub(before.0)),
@@ -531,7 +531,7 @@ impl Run<'_> {
         h.compactions[1] = a.compactions()?.saturating_sub(k0);
         h.compactions[2] = f.compactions()?.saturating_sub(kf0);
         h.after_latency = super::stats::Summary::of(&lat);
-        h.sender_rss_kb = machine::proc_counters(pid).map_or(0, |p| p.rss_kb);
+        h.sender_rss_kb = conditions::proc_counters(pid).map_or(0, |p| p.rss_kb);
         self.out.history = Some(h);
         Ok(())
     }
@@ -858,7 +858,7 @@ impl Run<'_> {
         // Split over all the roots together: with 64 senders each root runs too briefly for
         // its own ticks to say much, their sum still does.
         let all = ticks.iter().fold((0, 0), |(u, s), (a, b)| (u + a, s + b));
-        run.kernel_cpu_us = per(machine::kernel_part_us(used.iter().sum(), all));
+        run.kernel_cpu_us = per(conditions::kernel_part_us(used.iter().sum(), all));
         let receiver_after = self.b.journal_io()?;
         // The counts start from before the warm-up messages: those messages count here.
         self.out.fsyncs.push(PhaseIo {

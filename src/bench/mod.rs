@@ -6,10 +6,10 @@
 //! only when something failed functionally.
 
 pub mod adapter;
+pub mod conditions;
 pub mod e2e;
 pub mod floors;
 pub mod hosts;
-pub mod machine;
 pub mod mcp;
 pub mod paired;
 pub mod report;
@@ -83,13 +83,13 @@ pub fn run(opts: &Options) -> Result<i32> {
         .map_err(|e| Error::new(Code::Io, format!("cannot find the peer binary: {e}")))?;
     let plan = e2e::Plan::new(opts.messages, &opts.senders);
     let sizes = floors::FloorSizes::new(opts.quick, &opts.senders);
-    let idle_before = machine::idle_check();
-    let stat_start = machine::read_stat();
+    let idle_before = conditions::idle_check();
+    let stat_start = conditions::read_stat();
     if !opts.json && !idle_before.ok() {
         let _ = writeln!(
             std::io::stderr(),
             "peer bench: warning: not every CPU is ≥ {}% idle ({:.1}% machine-wide); figures will be noisy",
-            machine::IDLE_PERCENT_MIN,
+            conditions::IDLE_PERCENT_MIN,
             idle_before.machine_idle
         );
     }
@@ -99,8 +99,8 @@ pub fn run(opts: &Options) -> Result<i32> {
         let out = e2e::run(&exe, &dir, &plan, idle_ms);
         floors::measure(&floor_dir, &sizes).map(|after| (before, out, after))
     });
-    let steal = machine::steal_percent(&stat_start, &machine::read_stat());
-    let idle_after = machine::idle_check();
+    let steal = conditions::steal_percent(&stat_start, &conditions::read_stat());
+    let idle_after = conditions::idle_check();
     let (before, out, after) = match measured {
         Ok(m) => m,
         Err(e) => {
@@ -136,7 +136,7 @@ struct Measured<'a> {
     plan: &'a e2e::Plan,
     dir: &'a std::path::Path,
     /// The machine's idle check before and after.
-    idle: [machine::IdleCheck; 2],
+    idle: [conditions::IdleCheck; 2],
     /// The hypervisor's steal share over the whole run, in percent.
     steal: Option<f64>,
     before: floors::Floors,
@@ -165,7 +165,7 @@ impl Measured<'_> {
                 "before": idle_before.to_json(),
                 "after": idle_after.to_json(),
                 "stealPercent": self.steal.map(stats::round2),
-                "filesystem": machine::filesystem_type(self.dir),
+                "filesystem": conditions::filesystem_type(self.dir),
                 "dir": self.dir.display().to_string(),
                 "kept": opts.keep || !ok,
                 "pinning": "none",

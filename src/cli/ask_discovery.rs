@@ -9,7 +9,7 @@ use crate::ask::discovery::{self, friends};
 use crate::ask::recommend::{self, pending};
 use crate::ask::{card, keys};
 use crate::error::{Code, Error, Result};
-use crate::tools::{ToolCall, ToolHost, ToolOutput};
+use crate::toolspec::{ToolCall, ToolHost, ToolOutput};
 use crate::{clock, sanitize};
 use serde_json::{Value, json};
 use std::ffi::OsString;

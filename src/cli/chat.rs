@@ -5,7 +5,7 @@
 //! Keys are decoded and applied by the pure state machines of `keys`; `/commands` never leave
 //! this process, and a sent line never carries a control character.
 
-use super::keys::{Action, Decoder, Key, Line};
+use super::keypress::{Action, Decoder, Key, Line};
 use super::msg::{describe_message, describe_receipt};
 use super::session::Session;
 use super::{Ctx, args};
@@ -13,7 +13,7 @@ use crate::error::{Code, Error, Result};
 use crate::mention;
 use crate::protocol::local::LocalTool;
 use crate::protocol::message::MessageBody;
-use crate::tools::{MessagesArgs, SendArgs};
+use crate::toolspec::{MessagesArgs, SendArgs};
 use parking_lot::Mutex;
 use serde_json::json;
 use std::ffi::OsString;

@@ -11,7 +11,7 @@ pub mod dir;
 pub(crate) mod exit;
 pub(crate) mod flags;
 pub(crate) mod host;
-pub(crate) mod keys;
+pub(crate) mod keypress;
 pub(crate) mod lab;
 pub(crate) mod msg;
 pub(crate) mod out;

@@ -11,7 +11,7 @@ use crate::protocol::local::{
 };
 use crate::protocol::message::MessageBody;
 use crate::sanitize;
-use crate::tools::{MessagesArgs, SendArgs};
+use crate::toolspec::{MessagesArgs, SendArgs};
 use serde_json::{Value, json};
 use std::ffi::OsString;
 use std::io::Read;

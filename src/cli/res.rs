@@ -15,7 +15,7 @@ use crate::resource::principal::{
 };
 use crate::resource::store::Space;
 use crate::sanitize::line;
-use crate::tools::resource_answer::{ResourceAnswer, ResourceView, TicketAnswer, TicketState};
+use crate::toolspec::resource_answer::{ResourceAnswer, ResourceView, TicketAnswer, TicketState};
 use lexopt::Arg::{self, Long, Short};
 use serde_json::Value;
 use std::ffi::OsString;

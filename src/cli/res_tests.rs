@@ -1,5 +1,5 @@
 use super::*;
-use crate::tools::resource_answer::{
+use crate::toolspec::resource_answer::{
     AllStatus, ControllerView, CorruptFile, HolderView, LaunchView, OneStatus, PolicyAnswer,
     QueuedView,
 };

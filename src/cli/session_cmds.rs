@@ -6,8 +6,8 @@ use super::session::Session;
 use super::{Ctx, args, out, print_json};
 use crate::error::{Code, Error, Result};
 use crate::protocol::local::{LocalCall, RunPublish, RunRetire};
-use crate::runtime::tools::message_view;
-use crate::runtime::wire::RootTools;
+use crate::runtime::dispatch::RootTools;
+use crate::runtime::model_tools::message_view;
 use crate::runtime::{Root, RootOptions, control};
 use serde_json::json;
 use std::ffi::OsString;
@@ -263,11 +263,11 @@ fn print_review(
         .unresolved
         .iter()
         .map(|e| {
-            json!(crate::tools::answer::SentView {
+            json!(crate::toolspec::answer::SentView {
                 reason: Some(
                     "sent by this earlier incarnation; no custody answer was recorded".into()
                 ),
-                ..crate::runtime::tools::outbox_view(e)
+                ..crate::runtime::model_tools::outbox_view(e)
             })
         })
         .collect();

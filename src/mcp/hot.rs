@@ -8,8 +8,8 @@
 //! and optionally `_meta` (which the general path ignores too), each once; arguments with only
 //! `to` and `content` (strings) and `topic` and `replyTo` (strings or `null`), each once.
 //! Anything else, malformed or merely unusual, yields `None` and the line takes the general
-//! path (a `Value` tree, then [`crate::tools::parse_call`]), which gives the answer it always
-//! gave. The strings are then checked by [`crate::tools::send_args`], the checks (and errors)
+//! path (a `Value` tree, then [`crate::toolspec::parse_call`]), which gives the answer it always
+//! gave. The strings are then checked by [`crate::toolspec::send_args`], the checks (and errors)
 //! of the general path's reader, so a line decoded here means what the general path reads.
 //! The line is already bounded by `frameBytes` ([`super::lines`]) before it gets here.
 

@@ -40,7 +40,7 @@ pub use wrap::tool_result;
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::runtime::events::Event;
-use crate::tools::{ResourceArgs, ToolCall, ToolHost};
+use crate::toolspec::{ResourceArgs, ToolCall, ToolHost};
 use crossbeam_channel::{Receiver, bounded, select};
 use out::Output;
 use parking_lot::Mutex;

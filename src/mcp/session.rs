@@ -5,8 +5,8 @@
 
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
-use crate::tools::answer::ToolAnswer;
-use crate::tools::{ToolCall, ToolOutput, parse_call, tool_list};
+use crate::toolspec::answer::ToolAnswer;
+use crate::toolspec::{ToolCall, ToolOutput, parse_call, tool_list};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -90,7 +90,7 @@ fn result_response(id: Value, result: Value) -> Value {
 
 /// A valid request id: a string or an integer (MCP forbids null).
 fn is_ask_tool(name: &str) -> bool {
-    crate::tools::ask::ASK_TOOL_NAMES.contains(&name)
+    crate::toolspec::ask::ASK_TOOL_NAMES.contains(&name)
 }
 
 fn valid_id(id: &Value) -> bool {
@@ -375,7 +375,7 @@ impl Session {
 /// A decoded plain send as the action the general path gives it: the call when its arguments
 /// pass the tool reader's checks, else their error as a tool result.
 pub(super) fn send_call(s: super::hot::McpSend) -> Action {
-    match crate::tools::send_args(&s.to, s.content, s.topic, s.reply_to) {
+    match crate::toolspec::send_args(&s.to, s.content, s.topic, s.reply_to) {
         Ok(args) => Action::Call {
             id: s.id,
             call: ToolCall::Send(args),
@@ -479,7 +479,7 @@ mod tests {
             match s.handle(msg.to_string().as_bytes()) {
                 // Every reply is a JSON-RPC response or error for a valid (or null) id.
                 Action::Reply(r) => prop_assert!(r.get("result").is_some() || r["error"]["code"].is_i64()),
-                Action::Call { call, .. } => prop_assert!(crate::tools::TOOL_NAMES.contains(&call.tool_name())),
+                Action::Call { call, .. } => prop_assert!(crate::toolspec::TOOL_NAMES.contains(&call.tool_name())),
                 Action::Cancel(_) | Action::Initialized | Action::Nothing | Action::Batch(_) => {}
             }
         }
@@ -573,7 +573,7 @@ mod tests {
         /// its `Value` gives.
         #[test]
         fn a_sent_answer_line_is_the_bytes_of_its_value(
-            a in crate::tools::answer::tests::send_answer(),
+            a in crate::toolspec::answer::tests::send_answer(),
             id in request_id(),
         ) {
             let answer = ToolAnswer::Sent(a);
@@ -586,7 +586,7 @@ mod tests {
     #[test]
     fn other_outcomes_keep_their_value_lines() {
         let id = json!("r-1");
-        let page = ToolAnswer::Messages(crate::tools::answer::MessagesPage::default());
+        let page = ToolAnswer::Messages(crate::toolspec::answer::MessagesPage::default());
         let value = serde_json::to_value(&page).unwrap();
         assert_eq!(
             call_response_line(&id, Ok(ToolOutput::Answer(page))),

@@ -5,7 +5,7 @@
 use super::session::LATEST_PROTOCOL_VERSION;
 use super::wrap::PEER_AUTHORITY;
 use super::*;
-use crate::tools::{MessagesArgs, SendArgs, ToolOutput};
+use crate::toolspec::{MessagesArgs, SendArgs, ToolOutput};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use std::io::{BufReader, PipeWriter};
 use std::sync::atomic::AtomicUsize;
@@ -230,7 +230,7 @@ fn initialize_negotiates_and_answers_ping_and_tools_list() {
     let list = h.request(4, "tools/list", json!({}));
     let tools = list["result"]["tools"].as_array().unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, crate::tools::TOOL_NAMES);
+    assert_eq!(names, crate::toolspec::TOOL_NAMES);
     assert_eq!(
         names[..4],
         [

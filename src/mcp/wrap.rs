@@ -4,12 +4,12 @@
 
 use crate::error::{Error, Result};
 use crate::sanitize;
-use crate::tools::answer::SendAnswer;
+use crate::toolspec::answer::SendAnswer;
 use serde_json::{Map, Value, json};
 
 /// The authority every peer message carries in model-visible output (defined with the tool
 /// contract so the ask tools, which run below this layer, mark friends' text the same way).
-pub use crate::tools::PEER_AUTHORITY;
+pub use crate::toolspec::PEER_AUTHORITY;
 
 use crate::config::internal::WRAP_ATTRIBUTE_CHARS_MAX;
 

@@ -743,7 +743,7 @@ type LocalOutcome = (
     Id,
     Option<String>,
     Option<String>,
-    Result<crate::tools::SendArgs, (Code, String)>,
+    Result<crate::toolspec::SendArgs, (Code, String)>,
 );
 
 fn general_local(frame: &[u8]) -> Option<LocalOutcome> {
@@ -759,17 +759,18 @@ fn general_local(frame: &[u8]) -> Option<LocalOutcome> {
     if req.run_id.is_some() || req.auto.is_some() || t.tool != "send_peer_message" {
         return None;
     }
-    let args = match crate::tools::parse_call(&t.tool, &t.args, &crate::config::Limits::default()) {
-        Ok(crate::tools::ToolCall::Send(a)) => Ok(a),
-        Ok(other) => panic!("send_peer_message parsed as {other:?}"),
-        Err(e) => Err((e.code, e.message)),
-    };
+    let args =
+        match crate::toolspec::parse_call(&t.tool, &t.args, &crate::config::Limits::default()) {
+            Ok(crate::toolspec::ToolCall::Send(a)) => Ok(a),
+            Ok(other) => panic!("send_peer_message parsed as {other:?}"),
+            Err(e) => Err((e.code, e.message)),
+        };
     Some((id, t.message_id, t.call_id, args))
 }
 
 fn typed_local(frame: &[u8]) -> Option<LocalOutcome> {
     let s = decode_local_send(frame)?;
-    let args = crate::tools::send_args(&s.to, s.content, s.topic, s.reply_to)
+    let args = crate::toolspec::send_args(&s.to, s.content, s.topic, s.reply_to)
         .map_err(|e| (e.code, e.message));
     Some((s.id, s.message_id, s.call_id, args))
 }

@@ -1,7 +1,7 @@
 //! The library surface other modules call: `coordinate` (the `coordinate_resource` tool and
 //! `peer res`), waiting for a grant, the description of a resource, and `events_since` for
 //! the `resource_update` events of a root's bus. Answers are the typed results of
-//! `tools::resource_answer`; the front ends encode them.
+//! `toolspec::resource_answer`; the front ends encode them.
 
 use super::core::{Caller, Op, Outcome, Step, Target};
 use super::evidence::Probe;
@@ -13,7 +13,7 @@ use super::principal::Principal;
 use super::store::{Launch, Skipped, Space};
 use crate::config::{Config, Limits};
 use crate::error::{Code, Error, Result};
-use crate::tools::resource_answer::{
+use crate::toolspec::resource_answer::{
     AllStatus, ControllerView, CorruptFile, HolderView, LaunchView, OneStatus, PolicyAnswer,
     QueuedView, ResourceAnswer, ResourceUpdate, ResourceView, TicketAnswer, TicketState,
 };

@@ -12,7 +12,7 @@
 //! - `notify`: inotify wake-ups for waiters, with a bounded fallback poll.
 //! - `principal`: who acts from the command line, and with which capabilities.
 //! - `api`: `coordinate`, `wait_for_grant`, `describe`, `events_since`, building the typed
-//!   answers of `tools::resource_answer`.
+//!   answers of `toolspec::resource_answer`.
 //! - `gate`: `peer run`.
 //! - `cgroup`: a cgroup v2 per launch, when writable.
 //! - `terminal`: terminal foreground hand-over for interactive commands under `peer run`.

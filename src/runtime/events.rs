@@ -331,7 +331,7 @@ impl Encode for ProblemRecorded<'_> {
 }
 
 /// A resource journal entry (at most a few per resource operation): through the `Value`.
-impl Encode for crate::tools::resource_answer::ResourceUpdate {
+impl Encode for crate::toolspec::resource_answer::ResourceUpdate {
     fn encode(&self, bus_sequence: u64) -> serde_json::Result<String> {
         by_value(self, bus_sequence)
     }

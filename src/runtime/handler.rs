@@ -1,20 +1,20 @@
 //! The root's answers to authenticated peers (`peer.*`) and to its trusted local adapters
-//! (`local.*`), as typed requests in and typed answers out (`super::wire` is the JSON edge
+//! (`local.*`), as typed requests in and typed answers out (`super::dispatch` is the JSON edge
 //! that decodes and encodes them). Peer identity always comes from the connection; a
 //! `fromRun` names one of the authenticated root's own runs, whose peerId is bound to that
 //! instance by construction.
 
 use super::control;
 use super::core::{ArrivalNote, Caller, Core, Problem};
+use super::model_tools::outbox_view;
 use super::send::SendRequest;
-use super::tools::outbox_view;
 use crate::error::{Code, Error, Result};
 use crate::identity;
 use crate::messaging::{InboundSend, MessageBody, MessageRef, Principal, Receipt};
 use crate::protocol::hot::LocalSend;
 use crate::protocol::local::{LocalCall, LocalReply, LocalRequest, RunPublish};
 use crate::protocol::message::{self, PeerSend, PeerStatus, ReceiptPush};
-use crate::tools::answer::{SentView, ToolAnswer};
+use crate::toolspec::answer::{SentView, ToolAnswer};
 use crate::transport::{Notifier, PeerInfo};
 use serde::Serialize;
 use std::sync::Arc;
@@ -197,7 +197,7 @@ pub enum LocalAnswer {
 /// checks in the same order.
 pub fn local_send(core: &Arc<Core>, bound: Option<&str>, send: LocalSend) -> Result<ToolAnswer> {
     let caller = core.caller_for(bound, None)?;
-    super::tools::local_send(core, &caller, send)
+    super::model_tools::local_send(core, &caller, send)
 }
 
 /// The trusted local methods, shared by the socket channel and in-process sessions. `bound` is
@@ -221,7 +221,9 @@ pub fn local_request(
     let caller = core.caller_for(run.as_deref(), req.auto.as_deref())?;
     match req.call {
         LocalCall::Info => Ok(LocalAnswer::Info(Box::new(info(core, &caller)))),
-        LocalCall::Tool(t) => super::tools::local_tool(core, &caller, t).map(LocalAnswer::Tool),
+        LocalCall::Tool(t) => {
+            super::model_tools::local_tool(core, &caller, t).map(LocalAnswer::Tool)
+        }
         LocalCall::Consume(n) => {
             let r = core.consume(&caller.peer_id, &n.message_id, n.note.as_deref())?;
             Ok(LocalAnswer::Receipt(r.into()))
@@ -249,7 +251,7 @@ pub fn local_request(
             }))
         }
         LocalCall::WaitReceipt(w) => {
-            super::tools::wait_receipt(core, &caller, w).map(LocalAnswer::Sent)
+            super::model_tools::wait_receipt(core, &caller, w).map(LocalAnswer::Sent)
         }
         LocalCall::RunPublish(p) if run.is_none() => {
             publish_run(core, p).map(LocalAnswer::RunPublished)

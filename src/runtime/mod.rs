@@ -6,8 +6,10 @@ pub(crate) mod adopt;
 pub(crate) mod auto;
 pub mod control;
 pub mod core;
+pub(crate) mod dispatch;
 pub(crate) mod events;
 pub(crate) mod handler;
+pub(crate) mod model_tools;
 pub(crate) mod outbox;
 pub(crate) mod presence_cache;
 pub(crate) mod reclaim;
@@ -15,8 +17,6 @@ pub(crate) mod repair;
 pub(crate) mod resources;
 pub(crate) mod runs;
 pub(crate) mod send;
-pub(crate) mod tools;
-pub(crate) mod wire;
 
 pub use handler::HOLD_ANSWER_ENV;
 
@@ -247,7 +247,7 @@ impl Root {
             me,
             &limits,
             *secret,
-            Arc::new(wire::RootHandler(core.clone())),
+            Arc::new(dispatch::RootHandler(core.clone())),
             Arc::new(PresenceVerifier(core.clone())),
         ) {
             Ok(e) => e,
@@ -489,7 +489,7 @@ fn notifying_pool(
         limits,
         Arc::new(move |from, method, params| {
             if let Some(core) = core_cell.get().and_then(Weak::upgrade) {
-                wire::RootHandler(core).on_notification(from, method, params);
+                dispatch::RootHandler(core).on_notification(from, method, params);
             }
         }),
     )

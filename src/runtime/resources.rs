@@ -7,8 +7,8 @@ use crate::error::{Code, Error, Result};
 use crate::resource::core::{Op, Target};
 use crate::resource::principal::principal_id;
 use crate::resource::{self, EventCursor, Principal};
-use crate::tools::ResourceArgs;
-use crate::tools::resource_answer::ResourceAnswer;
+use crate::toolspec::ResourceArgs;
+use crate::toolspec::resource_answer::ResourceAnswer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 

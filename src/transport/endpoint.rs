@@ -4,7 +4,7 @@
 //! Shutdown removes the socket only if it is still the inode this endpoint created.
 
 use super::admission::{Admission, Class};
-use super::wire::{self, FrameReader, Notifier, Outgoing, ReadEvent};
+use super::connection::{self, FrameReader, Notifier, Outgoing, ReadEvent};
 use super::{Handler, LocalIdentity, PeerInfo, Verifier};
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
@@ -87,7 +87,7 @@ impl Endpoint {
         let acceptor = std::thread::Builder::new()
             .name("peer-acceptor".into())
             .spawn(move || accept_loop(&s, &l))
-            .map_err(|e| wire::io_err("cannot start the acceptor thread", &e))?;
+            .map_err(|e| connection::io_err("cannot start the acceptor thread", &e))?;
         Ok(Endpoint {
             shared,
             listener,
@@ -150,7 +150,7 @@ impl Endpoint {
             nix::sys::socket::shutdown(self.listener.as_raw_fd(), nix::sys::socket::Shutdown::Both);
         if self.path_is_ours() {
             let wake_by = Instant::now() + Duration::from_millis(self.shared.limits.write_ms);
-            let _ = wire::connect_bounded(&self.path, wake_by);
+            let _ = connection::connect_bounded(&self.path, wake_by);
         }
         if let Some(acceptor) = self.acceptor.take() {
             let _ = acceptor.join();
@@ -216,7 +216,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
                 continue;
             }
         };
-        if wire::check_same_user(&stream).is_err() {
+        if connection::check_same_user(&stream).is_err() {
             continue; // dropped unread
         }
         admit(shared, stream);
@@ -299,7 +299,7 @@ fn refuse_busy(mut stream: UnixStream, write_ms: u64) {
         Code::QueueFull,
         "too many connections (inboundConnections); retry later",
     );
-    let _ = wire::write_with_deadline(&mut stream, &rpc::encode_error(None, &err), write_ms);
+    let _ = connection::write_with_deadline(&mut stream, &rpc::encode_error(None, &err), write_ms);
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
@@ -311,7 +311,7 @@ fn serve(shared: &Shared, stream: UnixStream, id: u64) {
     ) else {
         return;
     };
-    let _close = wire::CloseOnDrop(out.clone());
+    let _close = connection::CloseOnDrop(out.clone());
     let mut reader = FrameReader::new(stream, shared.limits.frame_bytes);
     if let Some(channel) = handshake(shared, &mut reader, &out) {
         let class = match channel {
@@ -398,7 +398,7 @@ fn answer_read_failure(out: &Outgoing, event: &ReadEvent, timeout_code: Code) ->
             "handshake did not finish within handshakeMs; closing",
         ),
         ReadEvent::TimedOut => Error::new(Code::Timeout, "connection idle for idleMs; closing"),
-        ReadEvent::Closed => return Err(wire::disconnected()),
+        ReadEvent::Closed => return Err(connection::disconnected()),
     };
     let _ = out.send(rpc::encode_error(None, &err));
     Err(err)
@@ -568,7 +568,7 @@ fn answer(shared: &Shared, id: &Id, result: Result<super::Answer>) -> Vec<u8> {
         Ok(super::Answer::Json(json)) => rpc::encode_result_json(id, &json),
         Err(e) => return rpc::encode_error(Some(id), &e),
     };
-    match wire::check_frame_len(&frame, shared.limits.frame_bytes) {
+    match connection::check_frame_len(&frame, shared.limits.frame_bytes) {
         Ok(()) => frame,
         Err(e) => rpc::encode_error(Some(id), &e),
     }

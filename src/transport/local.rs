@@ -2,7 +2,7 @@
 //! call their root: `local.hello` with the per-root secret, then synchronous calls. Single
 //! threaded; notifications arriving between answers are kept in a bounded queue.
 
-use super::wire::{self, FrameReader, ReadEvent};
+use super::connection::{self, FrameReader, ReadEvent};
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::protocol::handshake;
@@ -25,7 +25,7 @@ impl LocalClient {
     /// Connects to the root at `path` and presents `secret` within `handshakeMs`.
     pub fn connect(path: &Path, secret: [u8; 32], limits: &Limits) -> Result<LocalClient> {
         let deadline = Instant::now() + Duration::from_millis(limits.handshake_ms);
-        let stream = wire::connect_bounded(path, deadline).map_err(|e| {
+        let stream = connection::connect_bounded(path, deadline).map_err(|e| {
             let code = match e.kind() {
                 std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
                     Code::PeerOffline
@@ -38,10 +38,10 @@ impl LocalClient {
                 format!("cannot reach the root at {}: {e}", path.display()),
             )
         })?;
-        wire::check_same_user(&stream)?;
+        connection::check_same_user(&stream)?;
         let read_half = stream
             .try_clone()
-            .map_err(|e| wire::io_err("cannot clone a socket", &e))?;
+            .map_err(|e| connection::io_err("cannot clone a socket", &e))?;
         let mut client = LocalClient {
             stream,
             reader: FrameReader::new(read_half, limits.frame_bytes),
@@ -80,7 +80,7 @@ impl LocalClient {
         self.next_id += 1;
         let id = self.next_id;
         let frame = rpc::encode_request(&Id::Num(id), method, &params);
-        wire::check_frame_len(&frame, self.limits.frame_bytes)?;
+        connection::check_frame_len(&frame, self.limits.frame_bytes)?;
         self.write(&frame)?;
         self.wait_for(id, deadline)
     }
@@ -103,7 +103,7 @@ impl LocalClient {
     }
 
     fn write(&mut self, frame: &[u8]) -> Result<()> {
-        wire::write_with_deadline(&mut self.stream, frame, self.limits.write_ms)
+        connection::write_with_deadline(&mut self.stream, frame, self.limits.write_ms)
             .map_err(|e| Error::new(Code::Disconnected, format!("cannot write to the root: {e}")))
     }
 
@@ -154,7 +154,7 @@ impl LocalClient {
                         "the root sent a frame over frameBytes",
                     ));
                 }
-                ReadEvent::Closed => return Err(wire::disconnected()),
+                ReadEvent::Closed => return Err(connection::disconnected()),
             }
         }
     }

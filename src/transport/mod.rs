@@ -5,18 +5,18 @@
 //! connection, never a field of the request.
 
 mod admission;
+mod connection;
 mod endpoint;
 mod local;
 mod pool;
-mod wire;
 
 #[cfg(test)]
 mod tests;
 
+pub use connection::Notifier;
 pub use endpoint::Endpoint;
 pub use local::LocalClient;
 pub use pool::{NotificationSink, Pool};
-pub use wire::Notifier;
 
 use crate::error::Result;
 use crate::protocol::hot::{self, HotCall};
@@ -117,8 +117,8 @@ pub trait Handler: Send + Sync {
     fn peer_call(&self, from: &PeerInfo, call: HotCall, notify: &Notifier) -> Result<Answer> {
         let method = call.method();
         let params = match call {
-            HotCall::Send(send) => wire::params_of(&send)?,
-            HotCall::Receipt(push) => wire::params_of(&push)?,
+            HotCall::Send(send) => connection::params_of(&send)?,
+            HotCall::Receipt(push) => connection::params_of(&push)?,
         };
         match params {
             Value::Object(params) => self

@@ -4,7 +4,7 @@
 //! only while no request does), at most `pendingRequests` in flight, a deadline per request,
 //! and every pending request settled with `DISCONNECTED` when its connection drops.
 
-use super::wire::{self, FrameReader, Outgoing, ReadEvent};
+use super::connection::{self, FrameReader, Outgoing, ReadEvent};
 use super::{LocalIdentity, PeerInfo, Target};
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
@@ -143,13 +143,13 @@ impl OutConn {
     ) -> Outcome {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = rpc::encode_request_with(&Id::Num(id), method, params, text_len);
-        if let Err(e) = wire::check_frame_len(&frame, limits.frame_bytes) {
+        if let Err(e) = connection::check_frame_len(&frame, limits.frame_bytes) {
             return Outcome::Done(Err(e));
         }
         {
             let mut st = self.state.lock();
             let Some(map) = st.pending.as_mut() else {
-                return Outcome::Undelivered(wire::disconnected());
+                return Outcome::Undelivered(connection::disconnected());
             };
             if map.len() as u64 >= limits.pending_requests {
                 return Outcome::Done(Err(Error::new(
@@ -181,10 +181,10 @@ impl OutConn {
         let mut st = self.state.lock();
         loop {
             let Some(map) = st.pending.as_mut() else {
-                return Err(wire::disconnected());
+                return Err(connection::disconnected());
             };
             let Some(slot) = map.get_mut(&id) else {
-                return Err(wire::disconnected());
+                return Err(connection::disconnected());
             };
             if let Some(answer) = slot.take() {
                 map.remove(&id);
@@ -569,11 +569,11 @@ fn connect(inner: &Arc<Inner>, target: &Target, deadline: Instant) -> Result<Arc
     let limits = &inner.limits;
     let deadline = deadline.min(Instant::now() + Duration::from_millis(limits.handshake_ms));
     let mut stream =
-        wire::connect_bounded(&target.endpoint, deadline).map_err(|e| offline(target, &e))?;
-    wire::check_same_user(&stream)?;
+        connection::connect_bounded(&target.endpoint, deadline).map_err(|e| offline(target, &e))?;
+    connection::check_same_user(&stream)?;
     let read_half = stream
         .try_clone()
-        .map_err(|e| wire::io_err("cannot clone a socket", &e))?;
+        .map_err(|e| connection::io_err("cannot clone a socket", &e))?;
     let mut reader = FrameReader::new(read_half, limits.frame_bytes);
     let mut nonce = [0u8; 32];
     crate::identity::random_bytes(&mut nonce);
@@ -587,7 +587,8 @@ fn connect(inner: &Arc<Inner>, target: &Target, deadline: Instant) -> Result<Arc
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1);
-        wire::write_with_deadline(&mut stream, &frame, ms).map_err(|e| handshake_io(target, &e))?;
+        connection::write_with_deadline(&mut stream, &frame, ms)
+            .map_err(|e| handshake_io(target, &e))?;
         let msg = match reader.next(Some(deadline)) {
             ReadEvent::Frame(bytes) => rpc::parse(&bytes).map_err(|r| r.error)?,
             ReadEvent::TimedOut => {
@@ -652,7 +653,7 @@ fn start_reader(
         });
     if let Err(e) = spawned {
         conn.die();
-        return Err(wire::io_err("cannot start a reader thread", &e));
+        return Err(connection::io_err("cannot start a reader thread", &e));
     }
     Ok(conn)
 }

@@ -874,7 +874,7 @@ fn idle_authenticated_connections_are_closed() {
 fn notifications_are_bounded_by_the_outgoing_queue() {
     // The far end never reads: the kernel buffer fills, the writer blocks, the queue fills.
     let (near, far) = UnixStream::pair().unwrap();
-    let out = super::wire::Outgoing::spawn(&near, 1, 60_000).unwrap();
+    let out = super::connection::Outgoing::spawn(&near, 1, 60_000).unwrap();
     let notifier = Notifier::new(out.clone(), 4096);
     let payload = json!({"pad": "x".repeat(1000)});
     let mut first_error = None;

@@ -12,10 +12,10 @@ use crate::messaging::{
 use crate::protocol::hot::LocalSend;
 use crate::protocol::local::{LocalTool, WaitReceipt};
 use crate::protocol::message;
-use crate::tools::answer::{
+use crate::toolspec::answer::{
     ErrorCode, MessageView, MessagesPage, PeersPage, SendAnswer, SentView, ToolAnswer,
 };
-use crate::tools::{self, MessagesArgs, ToolCall};
+use crate::toolspec::{self, MessagesArgs, ToolCall};
 use crate::{clock, identity, presence};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,7 +39,7 @@ pub struct CallOptions {
 
 /// `local.tool`: one model tool for a local adapter, with the CLI's envelope options.
 pub fn local_tool(core: &Arc<Core>, caller: &Caller, t: LocalTool) -> Result<ToolAnswer> {
-    let call = tools::parse_call(&t.tool, &t.args, core.limits())?;
+    let call = toolspec::parse_call(&t.tool, &t.args, core.limits())?;
     let opts = CallOptions {
         call_id: t.call_id,
         message_id: t.message_id,
@@ -52,9 +52,9 @@ pub fn local_tool(core: &Arc<Core>, caller: &Caller, t: LocalTool) -> Result<Too
 }
 
 /// A plain `local.tool` send, decoded by `protocol::hot` with its arguments as strings:
-/// checked by the tool's reader ([`tools::send_args`]) and run as [`local_tool`] runs it.
+/// checked by the tool's reader ([`toolspec::send_args`]) and run as [`local_tool`] runs it.
 pub fn local_send(core: &Arc<Core>, caller: &Caller, s: LocalSend) -> Result<ToolAnswer> {
-    let call = ToolCall::Send(tools::send_args(&s.to, s.content, s.topic, s.reply_to)?);
+    let call = ToolCall::Send(toolspec::send_args(&s.to, s.content, s.topic, s.reply_to)?);
     let opts = CallOptions {
         call_id: s.call_id,
         message_id: s.message_id,
@@ -94,7 +94,7 @@ pub fn execute(
     opts: &CallOptions,
     cancel: &AtomicBool,
 ) -> Result<ToolAnswer> {
-    tools::check_capability(&call, &caller.capabilities)?;
+    toolspec::check_capability(&call, &caller.capabilities)?;
     match call {
         ToolCall::ListPeers(a) => {
             let viewer = core.viewer(a.scope)?;

@@ -18,7 +18,7 @@ system call still adds about a microsecond per call, so the total reads a little
 `peer bench`'s `mcpSend` on a quiet machine.
 
 Usage (release build first; needs perf and permission to trace system-wide, e.g. root):
-    cargo build --release && python3 tools/send-timeline.py [target/release/peer] [SENDS]
+    cargo build --release && python3 scripts/send-timeline.py [target/release/peer] [SENDS]
 """
 
 import bisect

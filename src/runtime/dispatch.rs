@@ -6,13 +6,13 @@
 
 use super::core::Core;
 use super::handler::{self, LocalAnswer};
-use super::tools::{CallOptions, execute};
+use super::model_tools::{CallOptions, execute};
 use crate::error::{Code, Error, Result};
 use crate::protocol::hot::{HotCall, LocalSend};
 use crate::protocol::local::LocalRequest;
 use crate::protocol::message::{PeerSend, PeerStatus, ReceiptPush};
-use crate::tools::answer::ToolAnswer;
-use crate::tools::{ToolCall, ToolHost, ToolOutput};
+use crate::toolspec::answer::ToolAnswer;
+use crate::toolspec::{ToolCall, ToolHost, ToolOutput};
 use crate::transport::{Answer, Handler, Notifier, PeerInfo};
 use serde_json::{Map, Value};
 use std::sync::Arc;

@@ -14,7 +14,7 @@ A difference smaller than a few per cent is noise; run it twice with A and B swa
 believing one. The first round of each build is left out (warm-up).
 
 Usage (release builds; each binary must be a separate file):
-    python3 tools/send-ab.py A/peer B/peer [ROUNDS] [SENDS_PER_ROUND]
+    python3 scripts/send-ab.py A/peer B/peer [ROUNDS] [SENDS_PER_ROUND]
 """
 
 import json
