@@ -453,8 +453,8 @@ fn liveness(pid: i64, updated: Option<u64>, limits: &Limits, now_ms: u64) -> Liv
 /// no such pid, a zombie), or, for a record without start-time evidence, no process with that
 /// pid at all. The record's age is never evidence: a stopped or suspended process keeps its
 /// record stale and is still the same incarnation.
-pub fn process_gone(entry: &Entry, probe: &crate::resource::evidence::Probe) -> Option<String> {
-    use crate::resource::model::{Life, ProcessEvidence};
+pub fn process_gone(entry: &Entry, probe: &crate::process::Probe) -> Option<String> {
+    use crate::process::{Life, ProcessEvidence};
     let pid = u32::try_from(entry.pid).ok().filter(|p| *p > 0)?;
     let ad = entry.advert.as_ref();
     let evidence = ad.and_then(|ad| {
@@ -671,7 +671,7 @@ mod tests {
 
     #[test]
     fn only_process_evidence_proves_an_incarnation_gone() {
-        use crate::resource::evidence::Probe;
+        use crate::process::Probe;
         let probe = Probe::new();
         let Ok(me) = probe.own() else {
             return; // no /proc here: nothing can be proven, which the other cases cover

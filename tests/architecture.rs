@@ -26,6 +26,7 @@ const LAYERS: &[(&str, &[&str], bool)] = &[
             "paths",
             "mention",
             "hardening",
+            "process",
         ],
         false,
     ),

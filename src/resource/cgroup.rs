@@ -4,7 +4,7 @@
 //! while the cgroup is populated. Otherwise the gate falls back to its subreaper and the
 //! recorded process groups. `PEER_GATE_CGROUP=0` forces the fallback.
 
-use super::model::Life;
+use crate::process::Life;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};

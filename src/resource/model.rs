@@ -7,6 +7,8 @@ use crate::error::{Code, Error, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::process::ProcessEvidence;
+
 /// File format version of a resource file.
 pub const RESOURCE_FORMAT: u32 = 1;
 /// Longest canonical resource name, in characters.
@@ -40,32 +42,6 @@ pub fn canonical_name(raw: &str) -> Result<String> {
 pub fn name_hash(canonical: &str) -> String {
     let digest = Sha256::digest(canonical.as_bytes());
     crate::identity::hex(&digest).chars().take(32).collect()
-}
-
-/// Who started a process, precisely enough to tell it from a later process with the same pid:
-/// pid, start time in clock ticks after boot (field 22 of `/proc/PID/stat`) and the boot id.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessEvidence {
-    pub pid: u32,
-    pub start_time: u64,
-    pub boot_id: String,
-}
-
-impl ProcessEvidence {
-    /// Evidence that cannot decide anything (pid 0 or no boot id): an operator must look.
-    pub fn is_missing(&self) -> bool {
-        self.pid == 0 || self.boot_id.is_empty() || self.start_time == 0
-    }
-}
-
-/// What a liveness probe can say about a recorded process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Life {
-    Alive,
-    /// Provably gone: no such pid, a different start time, or a different boot.
-    Gone,
-    /// Evidence missing or unreadable: never reclaimed, reported for an operator.
-    Unknown,
 }
 
 /// The acting principal as recorded in a resource file.

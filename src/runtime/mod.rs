@@ -30,7 +30,6 @@ use crate::error::{Code, Error, Result};
 use crate::identity::{self, KeyPair};
 use crate::paths::{self, Namespace, SocketPlace};
 use crate::presence::{self, Advertisement, Publisher, Record};
-use crate::resource;
 use crate::store::Store;
 use crate::transport::{Endpoint, LocalIdentity, Pool};
 use crossbeam_channel::{Sender, bounded};
@@ -504,7 +503,7 @@ fn presence_record(
     capabilities: &[String],
 ) -> Record {
     let path_text = |p: &std::path::Path| p.to_string_lossy().into_owned();
-    let own = resource::evidence::Probe::new().own().ok();
+    let own = crate::process::Probe::new().own().ok();
     Record {
         version: 1,
         pid: std::process::id(),

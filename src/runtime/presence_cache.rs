@@ -9,7 +9,7 @@ use crate::config::internal::ADVERTS_MAX;
 use crate::error::{Code, Error, Result};
 use crate::paths::Namespace;
 use crate::presence;
-use crate::resource::evidence::Probe;
+use crate::process::Probe;
 use crate::transport::Target;
 use crate::{clock, identity};
 use parking_lot::Mutex;

@@ -9,7 +9,7 @@ use super::control;
 use super::core::Core;
 use crate::fsutil::FileLock;
 use crate::presence::{self, Entry};
-use crate::resource::evidence::Probe;
+use crate::process::Probe;
 use std::os::unix::fs::FileTypeExt;
 
 /// Records reclaimed per pass at most.
