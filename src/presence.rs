@@ -4,6 +4,7 @@
 //! still names our own incarnation.
 
 use crate::config::Limits;
+use crate::config::internal::PRESENCE_SCAN_FACTOR;
 use crate::error::{Code, Error, Result};
 use crate::{clock, fsutil, identity, sanitize};
 use serde::{Deserialize, Serialize};
@@ -312,10 +313,6 @@ pub fn unrefreshed_names(dir: &Path, limits: &Limits, n: usize) -> Vec<String> {
     old.sort();
     old.into_iter().take(n).map(|(_, n)| n).collect()
 }
-
-/// How many names beyond `presenceFiles` a listing may look at (by modification time) to find
-/// the current ones.
-const PRESENCE_SCAN_FACTOR: usize = 16;
 
 /// Reads every `*.json` in the directory (at most `presence_files` of them), never deleting.
 pub fn read_all(dir: &Path, limits: &Limits, now_ms: u64) -> Result<Vec<Entry>> {

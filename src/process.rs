@@ -4,6 +4,7 @@
 //! all judge "is that process still the one recorded" here. Never guesses: anything it cannot
 //! read is `Life::Unknown`, which the coordinator keeps for an operator.
 
+use crate::config::internal::PARENT_WALK_MAX;
 use crate::error::{Code, Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -97,9 +98,6 @@ pub fn descends_from(pid: u32, ancestor: u32) -> bool {
     }
     false
 }
-
-/// Deepest parent chain [`descends_from`] follows.
-const PARENT_WALK_MAX: usize = 256;
 
 /// Calls `each(pid, ppid, pgrp, state)` for every process in `/proc` until it returns true;
 /// processes that vanish during the scan are skipped. `None` when `/proc` cannot be listed.

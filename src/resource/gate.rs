@@ -11,6 +11,7 @@ use super::principal::Principal;
 use super::store::{Launch, Space};
 use super::terminal::{Foreground, hand_to};
 use crate::config::Config;
+use crate::config::internal::{GROUP_SCAN_MS, TRACKED_GROUPS_MAX};
 use crate::error::{Code, Error, Result};
 use crate::process::{Life, Probe, ProcessEvidence};
 use nix::sys::signal::Signal;
@@ -622,11 +623,6 @@ fn spawn(
     }
     cmd.spawn()
 }
-
-/// Process groups recorded per launch, at most.
-const TRACKED_GROUPS_MAX: usize = 32;
-/// How often the gate looks for descendants that left the command's process group.
-const GROUP_SCAN_MS: u64 = 200;
 
 /// Records in the launch ledger any new process group (a `setsid` daemon's session) that a
 /// descendant of the command created, so that a killed gate does not free the resource while

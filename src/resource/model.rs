@@ -3,6 +3,7 @@
 //! journal, with the validation run right after every read and right before every write.
 #![forbid(unsafe_code)]
 
+use crate::config::internal::RESOURCE_NAME_CHARS_MAX;
 use crate::error::{Code, Error, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -11,8 +12,6 @@ use crate::process::ProcessEvidence;
 
 /// File format version of a resource file.
 pub const RESOURCE_FORMAT: u32 = 1;
-/// Longest canonical resource name, in characters.
-pub const NAME_CHARS_MAX: usize = 200;
 
 /// Trims and checks a resource name: not empty, at most 200 characters, no control characters.
 pub fn canonical_name(raw: &str) -> Result<String> {
@@ -23,10 +22,12 @@ pub fn canonical_name(raw: &str) -> Result<String> {
             "resource name is empty; name it, e.g. port:3000",
         ));
     }
-    if name.chars().count() > NAME_CHARS_MAX {
+    if name.chars().count() > RESOURCE_NAME_CHARS_MAX {
         return Err(Error::new(
             Code::Usage,
-            format!("resource name is over {NAME_CHARS_MAX} characters; use a shorter name"),
+            format!(
+                "resource name is over {RESOURCE_NAME_CHARS_MAX} characters; use a shorter name"
+            ),
         ));
     }
     if name.chars().any(char::is_control) {

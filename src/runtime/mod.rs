@@ -556,7 +556,7 @@ fn spawn_heartbeat(core: Arc<Core>, interval_ms: u64) -> Result<(Sender<()>, Joi
     let handle = std::thread::Builder::new()
         .name("heartbeat".into())
         .spawn(move || {
-            let reclaim_every = Duration::from_millis(send::GAVE_UP_RETRY_MS);
+            let reclaim_every = Duration::from_millis(crate::config::internal::GAVE_UP_RETRY_MS);
             let mut last_reclaim = Instant::now();
             // recv_timeout returns Err(Disconnected) when the root drops the sender: stop.
             while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
@@ -605,8 +605,8 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                     core.advertise_degraded();
                 }
                 let pushes = core.push_receipts();
-                let restart =
-                    last_restart.elapsed() >= Duration::from_millis(send::GAVE_UP_RETRY_MS);
+                let restart = last_restart.elapsed()
+                    >= Duration::from_millis(crate::config::internal::GAVE_UP_RETRY_MS);
                 if restart {
                     last_restart = Instant::now();
                 }
@@ -625,9 +625,9 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                 // While accepted messages are held, the search for lost copies runs at its own
                 // pace even when nothing else is due; an idle root does not wake for it.
                 wait = wait.min(Duration::from_millis(if watching {
-                    repair::CHECK_EVERY_MS
+                    crate::config::internal::REPAIR_CHECK_EVERY_MS
                 } else {
-                    repair::IDLE_LOOK_MS
+                    crate::config::internal::REPAIR_IDLE_LOOK_MS
                 }));
                 if routes {
                     // Routes that gave up restart every GAVE_UP_RETRY_MS: a tick covers it.

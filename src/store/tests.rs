@@ -399,7 +399,10 @@ fn room_is_added_a_chunk_at_a_time_below_half_a_chunk_and_never_past_the_trigger
     assert_eq!(t(32, 32, k, 1_024), Some(1_024), "a tiny journalBytes");
     // The chunk follows the journal threshold.
     let mut l = limits();
-    assert_eq!(writer::prealloc_chunk(&l), writer::PREALLOC_CHUNK_BYTES);
+    assert_eq!(
+        writer::prealloc_chunk(&l),
+        crate::config::internal::PREALLOC_CHUNK_BYTES
+    );
     l.journal_bytes = 1_024;
     assert_eq!(writer::prealloc_chunk(&l), 4_096);
     l.journal_bytes = 1 << 20;
