@@ -164,3 +164,7 @@ impl Repair {
         self.sessions.lock().len() as u64
     }
 }
+
+#[cfg(test)]
+#[path = "outbox_tests.rs"]
+mod tests;
