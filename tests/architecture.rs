@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 /// other). A unit is a module path; a file belongs to the unit that is the longest prefix of
 /// its module path. Every module of the crate must belong to a unit.
 const LAYERS: &[(&str, &[&str], bool)] = &[
-    // The bounds table imports nothing of the crate, so every module may read it; being a
-    // layer of its own, its place under `config` cannot make `config` a cycle with the
-    // modules that both import and are imported by it (`identity`, `fsutil`).
+    // The bounds table imports nothing of the crate, so every module may read it. As a layer
+    // of its own it is no part of `config`'s unit: `identity` reads it while `config` imports
+    // `identity`, and that is no cycle.
     ("bounds", &["config::internal"], false),
     (
         "foundation",
