@@ -9,10 +9,10 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use peerwire::config::Config;
 use peerwire::fsutil::{Durability, atomic_write};
+use peerwire::process::Probe;
 use peerwire::resource::Principal;
 use peerwire::resource::api::{caller_of, wait_for_grant};
 use peerwire::resource::core::{Caller, Op, Outcome, Target};
-use peerwire::resource::evidence::Probe;
 use peerwire::resource::model::name_hash;
 use peerwire::resource::notify::Watch;
 use peerwire::resource::store::Space;

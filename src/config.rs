@@ -2,6 +2,7 @@
 //! default, validated once at start-up, plus namespace resolution.
 #![forbid(unsafe_code)]
 
+use crate::config::internal::{FRAME_ENVELOPE_BYTES, RESOURCE_WAIT_TIMEOUT_MS_MAX};
 use crate::error::{Code, Error, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -55,9 +56,6 @@ pub struct LimitDef {
 }
 
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
-
-/// Longest `resourceWaitTimeoutMs`: a week.
-pub const RESOURCE_WAIT_TIMEOUT_MS_MAX: u64 = 7 * DAY_MS;
 
 /// Defines [`Limits`] (fields, defaults, lookup by JSON name) and [`LIMITS`] (names, ranges and
 /// documentation) from one table, so a limit is written down exactly once.
@@ -192,9 +190,6 @@ pub fn limits_man_rows() -> String {
     s
 }
 
-/// Room in a frame for everything of a `peer.send` but its content: the JSON-RPC envelope,
-/// ids, recipient and sender fields.
-pub const FRAME_ENVELOPE_BYTES: u64 = 4_096;
 /// Worst-case growth of content under JSON escaping (a control character becomes `\u00XX`).
 pub const JSON_ESCAPE_FACTOR: u64 = 6;
 

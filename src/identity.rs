@@ -1,6 +1,7 @@
 //! Who a root is: session, instance, run and peer ids, the in-memory Ed25519 key pair and its
 //! canonical SPKI encoding, alias rules, and the random source for ids and nonces.
 
+use crate::config::internal::ALIAS_CHARS_MAX;
 use crate::error::{Code, Error, Result};
 use base64::Engine as _;
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
@@ -10,9 +11,6 @@ use sha2::{Digest, Sha256};
 pub const SPKI_PREFIX: [u8; 12] = [
     0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
 ];
-
-/// Longest alias accepted anywhere.
-pub const ALIAS_CHARS_MAX: usize = 48;
 
 /// Fills `buf` from the OS random source. Failure of the OS generator is not recoverable and
 /// not caused by input, so it aborts loudly rather than producing weak ids.

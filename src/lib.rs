@@ -16,6 +16,7 @@ pub(crate) mod mention;
 pub mod messaging;
 pub(crate) mod paths;
 pub mod presence;
+pub mod process;
 pub mod protocol;
 pub mod resource;
 pub mod runtime;

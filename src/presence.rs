@@ -4,6 +4,7 @@
 //! still names our own incarnation.
 
 use crate::config::Limits;
+use crate::config::internal::PRESENCE_SCAN_FACTOR;
 use crate::error::{Code, Error, Result};
 use crate::{clock, fsutil, identity, sanitize};
 use serde::{Deserialize, Serialize};
@@ -313,10 +314,6 @@ pub fn unrefreshed_names(dir: &Path, limits: &Limits, n: usize) -> Vec<String> {
     old.into_iter().take(n).map(|(_, n)| n).collect()
 }
 
-/// How many names beyond `presenceFiles` a listing may look at (by modification time) to find
-/// the current ones.
-const PRESENCE_SCAN_FACTOR: usize = 16;
-
 /// Reads every `*.json` in the directory (at most `presence_files` of them), never deleting.
 pub fn read_all(dir: &Path, limits: &Limits, now_ms: u64) -> Result<Vec<Entry>> {
     Ok(list_names(dir, limits)?
@@ -453,8 +450,8 @@ fn liveness(pid: i64, updated: Option<u64>, limits: &Limits, now_ms: u64) -> Liv
 /// no such pid, a zombie), or, for a record without start-time evidence, no process with that
 /// pid at all. The record's age is never evidence: a stopped or suspended process keeps its
 /// record stale and is still the same incarnation.
-pub fn process_gone(entry: &Entry, probe: &crate::resource::evidence::Probe) -> Option<String> {
-    use crate::resource::model::{Life, ProcessEvidence};
+pub fn process_gone(entry: &Entry, probe: &crate::process::Probe) -> Option<String> {
+    use crate::process::{Life, ProcessEvidence};
     let pid = u32::try_from(entry.pid).ok().filter(|p| *p > 0)?;
     let ad = entry.advert.as_ref();
     let evidence = ad.and_then(|ad| {
@@ -671,7 +668,7 @@ mod tests {
 
     #[test]
     fn only_process_evidence_proves_an_incarnation_gone() {
-        use crate::resource::evidence::Probe;
+        use crate::process::Probe;
         let probe = Probe::new();
         let Ok(me) = probe.own() else {
             return; // no /proc here: nothing can be proven, which the other cases cover

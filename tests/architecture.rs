@@ -13,10 +13,13 @@ use std::path::{Path, PathBuf};
 /// other). A unit is a module path; a file belongs to the unit that is the longest prefix of
 /// its module path. Every module of the crate must belong to a unit.
 const LAYERS: &[(&str, &[&str], bool)] = &[
+    // The bounds table imports nothing of the crate, so every module may read it. As a layer
+    // of its own it is no part of `config`'s unit: `identity` reads it while `config` imports
+    // `identity`, and that is no cycle.
+    ("bounds", &["config::internal"], false),
     (
         "foundation",
         &[
-            "config::internal",
             "error",
             "sanitize",
             "clock",
@@ -26,6 +29,7 @@ const LAYERS: &[(&str, &[&str], bool)] = &[
             "paths",
             "mention",
             "hardening",
+            "process",
         ],
         false,
     ),
@@ -914,5 +918,202 @@ fn release_builds_optimise_the_whole_program_and_keep_unwinding() {
     assert_eq!(
         parsed.into_iter().collect::<Vec<_>>(),
         [("lto".to_string(), "fat".to_string())]
+    );
+}
+
+/// The numbered layer list of ARCHITECTURE.md's code map: (layer name, units), read from the
+/// lines `N. name — … `unit` …` (continuation lines indented) that follow the "Architecture
+/// invariant" line. Every backticked module path of an item is one of its units.
+fn documented_layers(map: &str) -> Vec<(String, BTreeSet<String>)> {
+    let from = map
+        .find("**Architecture invariant")
+        .expect("ARCHITECTURE.md states the architecture invariant");
+    let mut items: Vec<String> = Vec::new();
+    for line in map[from..].lines().skip(1) {
+        let numbered = line
+            .split_once(". ")
+            .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if numbered {
+            items.push(line.split_once(". ").unwrap().1.to_string());
+        } else if line.starts_with("   ") && !items.is_empty() {
+            items.last_mut().unwrap().push_str(line);
+        } else if !items.is_empty() {
+            break;
+        }
+    }
+    items
+        .iter()
+        .map(|item| {
+            let (name, rest) = item.split_once(" — ").unwrap_or((item, ""));
+            let units = rest
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|u| {
+                    !u.is_empty()
+                        && u.chars()
+                            .all(|c| c.is_ascii_lowercase() || "_:".contains(c))
+                })
+                .map(str::to_string)
+                .collect();
+            (name.trim().to_string(), units)
+        })
+        .collect()
+}
+
+/// ARCHITECTURE.md's numbered layer list and [`LAYERS`] are one list: the same layers in the
+/// same order, each with the same units, so neither can drift from the other.
+#[test]
+fn the_layer_list_is_the_layer_table() {
+    let map = std::fs::read_to_string("ARCHITECTURE.md").unwrap();
+    let documented = documented_layers(&map);
+    let table: Vec<(String, BTreeSet<String>)> = LAYERS
+        .iter()
+        .map(|(name, units, _)| {
+            let units = units.iter().map(|u| u.to_string()).collect();
+            (name.to_string(), units)
+        })
+        .collect();
+    assert_eq!(
+        documented, table,
+        "ARCHITECTURE.md's numbered layer list (left) differs from tests/architecture.rs's \
+         LAYERS (right)"
+    );
+    let sample = "**Architecture invariant: down.** Lowest first:\n\n1. low — `a`, `b::c` (with \
+                  `d`);\n   more `e`\n2. high — `f`; `g` dispatches.\n\nText `h`.\n";
+    let read = documented_layers(sample);
+    assert_eq!(read.len(), 2, "{read:?}");
+    assert_eq!(read[0].0, "low");
+    assert_eq!(
+        read[0].1.iter().map(String::as_str).collect::<Vec<_>>(),
+        ["a", "b::c", "d", "e"]
+    );
+    assert_eq!(read[1].1.len(), 2);
+}
+
+/// Files whose fixed bounds have not moved to `config::internal` yet. Temporary: the change
+/// that types the `ask` unit moves them, and then this list goes.
+const BOUNDS_NOT_YET_MOVED: &[&str] = &["src/ask/", "src/toolspec/ask.rs"];
+
+/// Constants that look like bounds by name but are not: each fixes a format, a protocol
+/// number, a unit, an allocation hint (a buffer sized so it rarely grows, never bounded by
+/// it) or what a benchmark measures, and so stays beside the code it describes.
+#[rustfmt::skip]
+const NOT_BOUNDS: &[(&str, &str, &str)] = &[
+    ("src/protocol/handshake.rs", "NONCE_BYTES", "protocol: nonce length"),
+    ("src/protocol/message.rs", "RECEIPT_JSON_BYTES", "allocation hint"),
+    ("src/toolspec/answer.rs", "ANSWER_JSON_BYTES", "allocation hint"),
+    ("src/toolspec/args.rs", "JSON_SAFE_INTEGER_MAX", "format: JSON's exact integers"),
+    ("src/mcp/session.rs", "SENT_LINE_BYTES", "allocation hint"),
+    ("src/store/journal.rs", "HEADER_BYTES", "format: journal header"),
+    ("src/store/journal.rs", "FRAME_HEADER_BYTES", "format: frame header"),
+    ("src/store/journal.rs", "MARK_BYTES", "format: end mark"),
+    ("src/store/journal.rs", "SECTOR_BYTES", "device: the untorn write unit"),
+    ("src/config.rs", "DAY_MS", "unit: a day in milliseconds"),
+    ("src/config.rs", "JSON_ESCAPE_FACTOR", "format: JSON's worst escape growth"),
+    ("src/bench/e2e.rs", "BODY_BYTES", "benchmark workload"),
+    ("src/bench/floors.rs", "TRIP_BYTES", "benchmark workload"),
+    ("src/bench/floors.rs", "RECORD_BYTES", "benchmark workload"),
+    ("src/bench/floors.rs", "SIGNED_BYTES", "benchmark workload"),
+    ("src/bench/report.rs", "P99_SAMPLES_MIN", "statistics: samples a p99 needs"),
+    ("src/bench/targets.rs", "LATENCY_SAMPLES_MIN", "benchmark judgement"),
+    ("src/bench/targets.rs", "RUN_MESSAGES_MIN", "benchmark judgement"),
+    ("src/bench/targets.rs", "HISTORY_SENT_MIN", "benchmark judgement"),
+    ("src/bench/targets.rs", "SYNC_PROBES_MIN", "benchmark judgement"),
+    ("src/bench/targets.rs", "IDLE_SECONDS_MIN", "benchmark judgement"),
+];
+
+/// The constants of one file's code that look like fixed bounds: an integer or a `Duration`
+/// whose name says it bounds a size, a count, a wait or a rate (`_MAX`, `_BYTES`, `_MS`, …),
+/// and every `Duration`.
+fn bound_like_constants(code: &str) -> Vec<String> {
+    const SUFFIXES: &[&str] = &[
+        "_MAX",
+        "_MIN",
+        "_MS",
+        "_SECS",
+        "_BYTES",
+        "_CHARS",
+        "_KEPT",
+        "_PER_PASS",
+        "_TRIES",
+        "_BATCH",
+        "_QUEUE",
+        "_FACTOR",
+        "_LIMIT",
+        "_TIMEOUT",
+        "_TTL",
+        "_CAP",
+    ];
+    let ints = [
+        "usize", "u64", "u32", "u16", "u8", "u128", "i64", "i32", "isize",
+    ];
+    let mut found = Vec::new();
+    for line in code.lines() {
+        let Some(at) = line.find("const ") else {
+            continue;
+        };
+        let Some((name, rest)) = line[at + 6..].split_once(':') else {
+            continue;
+        };
+        let name = name.trim();
+        let ty = rest.split('=').next().unwrap_or("").trim();
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        {
+            continue;
+        }
+        let duration = ty.ends_with("Duration");
+        let sized = ints.contains(&ty) && SUFFIXES.iter().any(|s| name.ends_with(s));
+        if duration || sized {
+            found.push(name.to_string());
+        }
+    }
+    found
+}
+
+/// Every fixed bound lives in `config::internal`, the one table peer-config(5) lists: a
+/// bound-like constant anywhere else in `src/` must be named in [`NOT_BOUNDS`] with why it is
+/// not a bound (test-only code aside).
+#[test]
+fn fixed_bounds_live_in_the_bounds_table() {
+    let mut stray = Vec::new();
+    for f in load().iter().filter(|f| !is_test_file(f)) {
+        let path = f.path.to_string_lossy().replace('\\', "/");
+        if f.module == ["config", "internal"]
+            || BOUNDS_NOT_YET_MOVED.iter().any(|p| path.starts_with(p))
+        {
+            continue;
+        }
+        for name in bound_like_constants(&f.code) {
+            if !NOT_BOUNDS.iter().any(|(p, n, _)| *p == path && *n == name) {
+                stray.push(format!("{path}: {name}"));
+            }
+        }
+    }
+    let stale: Vec<_> = NOT_BOUNDS
+        .iter()
+        .filter(|(p, n, _)| {
+            let code = strip(&std::fs::read_to_string(p).unwrap_or_default());
+            !bound_like_constants(&code).iter().any(|c| c == n)
+        })
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "fixed bounds outside src/config/internal.rs (move them there, or say in NOT_BOUNDS \
+         why one is not a bound): {stray:#?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "NOT_BOUNDS names constants that are gone: {stale:?}"
+    );
+    assert_eq!(
+        bound_like_constants(&strip(
+            "const A_MAX: usize = 1;\n    const WAIT: Duration = x;\nconst VERSION: u32 = 1;\n\
+             // const C_MS: u64 = 1;\nfn f<const N_MAX: usize>() {}\nconst B_MS: u64 = 2;"
+        )),
+        ["A_MAX", "WAIT", "B_MS"]
     );
 }

@@ -132,3 +132,79 @@ fn readme_manpath_line_finds_every_page() {
         );
     }
 }
+
+/// The bounds table as peer-config(5) shows it, read from the text of `src/config/internal.rs`:
+/// a `.SS` per group (a `// Group.` line followed by a blank line) and per constant its name,
+/// its value as written (a `Duration` in ms or s) and its one-line `///` doc.
+fn internal_bounds_man_rows(source: &str) -> String {
+    let roff = |s: &str| s.replace('\\', "\\e").replace('-', "\\-").replace('`', "");
+    let lines: Vec<&str> = source.lines().collect();
+    let mut out = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        let next = lines.get(i + 1).copied().unwrap_or("");
+        if let Some(group) = line.strip_prefix("// ")
+            && next.is_empty()
+        {
+            out += &format!(".SS \"{}\"\n", roff(group.trim_end_matches('.')));
+        } else if let Some(decl) = line.strip_prefix("pub const ") {
+            let (name, rest) = decl.split_once(':').expect("pub const NAME: T = V;");
+            let value = rest.split_once('=').expect("a value").1;
+            let value = value.trim().trim_end_matches(';');
+            // Digit separators are for the code's reader: `60_000` reads 60000 on the page.
+            let chars: Vec<char> = value.chars().collect();
+            let value: String = (0..chars.len())
+                .filter(|&k| {
+                    let digit = |j: Option<usize>| {
+                        j.and_then(|j| chars.get(j))
+                            .is_some_and(char::is_ascii_digit)
+                    };
+                    chars[k] != '_' || !(digit(k.checked_sub(1)) && digit(Some(k + 1)))
+                })
+                .map(|k| chars[k])
+                .collect();
+            let value = match value.strip_prefix("Duration::from_") {
+                Some(d) => {
+                    let (unit, n) = d.trim_end_matches(')').split_once('(').unwrap();
+                    format!("{n} {}", if unit == "secs" { "s" } else { "ms" })
+                }
+                None => value.to_string(),
+            };
+            let doc = i
+                .checked_sub(1)
+                .and_then(|d| lines[d].strip_prefix("/// "))
+                .unwrap_or_else(|| panic!("{name} has no one-line /// doc"));
+            assert!(
+                i < 2 || !lines[i - 2].starts_with("///"),
+                "{name}: the /// doc is one line (reasons go in // comments above it)"
+            );
+            out += &format!(".TP\n.B {name}\nValue {}. {}\n", roff(&value), roff(doc));
+        }
+    }
+    out
+}
+
+/// peer-config(5)'s INTERNAL BOUNDS section lists exactly the constants of
+/// `src/config/internal.rs`, grouped as there, with their values and docs.
+#[test]
+fn peer_config_5_internal_bounds_are_the_bounds_table() {
+    let page = read("man/man5/peer-config.5");
+    let section = page
+        .find(".SH INTERNAL BOUNDS\n")
+        .expect("peer-config(5) has an INTERNAL BOUNDS section");
+    let start = section + page[section..].find(".SS ").expect("a group");
+    let end = start + page[start..].find(".SH ").unwrap_or(page.len() - start);
+    let want = internal_bounds_man_rows(&read("src/config/internal.rs"));
+    assert!(
+        page[start..end] == want,
+        "peer-config(5) INTERNAL BOUNDS differs from src/config/internal.rs; the groups \
+         should read:\n{want}"
+    );
+    let sample = "//! x\n\n// Files.\n\n// Why 4 KiB.\n/// Largest `a-b` file.\n\
+                  pub const A_MAX: u64 = 4 * 1_024;\n/// Quiet time.\n\
+                  pub const Q: Duration = Duration::from_millis(10);\n";
+    assert_eq!(
+        internal_bounds_man_rows(sample),
+        ".SS \"Files\"\n.TP\n.B A_MAX\nValue 4 * 1024. Largest a\\-b file.\n\
+         .TP\n.B Q\nValue 10 ms. Quiet time.\n"
+    );
+}

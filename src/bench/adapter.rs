@@ -2,16 +2,12 @@
 //! calls over the local channel), and the inbox audit that counts lost and duplicate messages.
 
 use crate::config::Limits;
+use crate::config::internal::{BENCH_POLL_MARGIN_MS, BENCH_SEND_TIMEOUT_MS};
 use crate::error::{Code, Error, Result};
 use crate::transport::LocalClient;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;
-
-/// Longest wait for one custody receipt, in milliseconds (loaded two-core machines included).
-pub const SEND_TIMEOUT_MS: u64 = 10_000;
-/// Extra time allowed beyond a long poll's own `waitMs`, in milliseconds.
-const POLL_MARGIN_MS: u64 = 5_000;
 
 /// A root's journal device operations since it started (`local.info`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -75,7 +71,7 @@ impl Adapter {
         let r = self.tool(
             "send_peer_message",
             json!({"args": {"to": to, "content": content}, "messageId": id}),
-            SEND_TIMEOUT_MS,
+            BENCH_SEND_TIMEOUT_MS,
         )?;
         match accepted_id(&r)? {
             got if got == id => Ok(()),
@@ -111,7 +107,8 @@ impl Adapter {
     }
 
     fn info(&mut self) -> Result<Value> {
-        self.client.call("local.info", json!({}), SEND_TIMEOUT_MS)
+        self.client
+            .call("local.info", json!({}), BENCH_SEND_TIMEOUT_MS)
     }
 
     /// One `peer_messages` page after `after`, waiting up to `wait_ms` for something new.
@@ -119,7 +116,7 @@ impl Adapter {
         let r = self.tool(
             "peer_messages",
             json!({"args": {"after": after, "waitMs": wait_ms}}),
-            wait_ms + POLL_MARGIN_MS,
+            wait_ms + BENCH_POLL_MARGIN_MS,
         )?;
         Page::parse(&r, after)
     }

@@ -2,18 +2,13 @@
 //! short window from /proc/stat, the hypervisor's steal share over the whole run, the other processes using CPU meanwhile, the filesystem type
 //! under the benchmark directory, and a process's RSS and thread count from /proc.
 
+use crate::config::internal::{BENCH_IDLE_WINDOW_MS, BENCH_PROC_FILE_BYTES, BENCH_PROCESSES_MAX};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;
 
 /// The idle share every CPU should have for figures to be comparable, in percent.
 pub const IDLE_PERCENT_MIN: f64 = 90.0;
-/// Window between the two /proc/stat readings, in milliseconds.
-const IDLE_WINDOW_MS: u64 = 200;
-/// Most /proc entries scanned for other CPU users.
-const PROCESSES_MAX: usize = 4096;
-/// Bytes read from one /proc file.
-const PROC_FILE_BYTES: u64 = 64 * 1024;
 /// Share of one CPU above which another process is listed, in percent.
 const BUSY_PERCENT_MIN: f64 = 5.0;
 
@@ -109,7 +104,7 @@ pub fn context_switches(pid: u32) -> (u64, u64) {
         return (0, 0);
     };
     rd.flatten()
-        .take(PROCESSES_MAX)
+        .take(BENCH_PROCESSES_MAX)
         .filter_map(|e| read_small(&e.path().join("status")))
         .map(|text| {
             let count = |key: &str| {
@@ -144,7 +139,7 @@ pub fn thread_cpu_ns(pid: u32) -> std::collections::HashMap<u32, u64> {
         return Default::default();
     };
     rd.flatten()
-        .take(PROCESSES_MAX)
+        .take(BENCH_PROCESSES_MAX)
         .filter_map(|e| {
             let tid: u32 = e.file_name().to_str()?.parse().ok()?;
             let text = read_small(&e.path().join("schedstat"))?;
@@ -218,7 +213,7 @@ fn read_small(path: &Path) -> Option<String> {
     let mut s = String::new();
     std::fs::File::open(path)
         .ok()?
-        .take(PROC_FILE_BYTES)
+        .take(BENCH_PROC_FILE_BYTES)
         .read_to_string(&mut s)
         .ok()?;
     Some(s)
@@ -229,7 +224,7 @@ fn process_ticks() -> Vec<(u32, String, u64)> {
         return Vec::new();
     };
     rd.flatten()
-        .take(PROCESSES_MAX)
+        .take(BENCH_PROCESSES_MAX)
         .filter_map(|e| {
             let pid: u32 = e.file_name().to_str()?.parse().ok()?;
             let (comm, ticks) = parse_proc_ticks(&read_small(&e.path().join("stat"))?)?;
@@ -283,10 +278,10 @@ pub fn steal_percent(before: &[CpuTicks], after: &[CpuTicks]) -> Option<f64> {
     Some(100.0 * steal as f64 / total as f64)
 }
 
-/// Reads /proc/stat and every process's CPU time twice, `IDLE_WINDOW_MS` apart.
+/// Reads /proc/stat and every process's CPU time twice, `BENCH_IDLE_WINDOW_MS` apart.
 pub fn idle_check() -> IdleCheck {
     let (s0, p0) = (read_stat(), process_ticks());
-    std::thread::sleep(Duration::from_millis(IDLE_WINDOW_MS));
+    std::thread::sleep(Duration::from_millis(BENCH_IDLE_WINDOW_MS));
     let (s1, p1) = (read_stat(), process_ticks());
     let all = idle_percent(&s0, &s1);
     let machine_idle = all

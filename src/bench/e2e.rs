@@ -9,6 +9,10 @@ use super::conditions::{self, CpuMark, ProcCounters};
 use super::hosts::{self, Host, HostPlan};
 use super::paired::PairedSync;
 use crate::config::Limits;
+use crate::config::internal::{
+    BENCH_FAILURES_KEPT, BENCH_POLL_WAIT_MS, BENCH_PROBE_MS, BENCH_SAMPLE_MS, BENCH_SETTLE_MS,
+    BENCH_SETTLE_STEP_MS, BENCH_SETTLE_TRIES,
+};
 use crate::error::{Code, Error, Result};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -18,19 +22,6 @@ use std::time::{Duration, Instant};
 
 /// Size of every benchmark message body, in bytes (the competitor figures used 200 B).
 const BODY_BYTES: usize = 200;
-/// A long poll's `waitMs` in the inbox-latency phase.
-const POLL_WAIT_MS: u64 = 300;
-/// Longest wait for the long poll to report one probe, in milliseconds.
-const PROBE_MS: u64 = 20_000;
-/// Interval of the process-counter sampler, in milliseconds.
-const SAMPLE_MS: u64 = 20;
-/// Settling time before the idle counters are read, in milliseconds.
-const SETTLE_MS: u64 = 200;
-/// Polls of a sender's sync count, `SETTLE_STEP_MS` apart, until it stops moving.
-const SETTLE_TRIES: usize = 20;
-const SETTLE_STEP_MS: u64 = 5;
-/// Failure messages kept for the report.
-const FAILURES_KEPT: usize = 10;
 
 /// How many messages each phase sends.
 #[derive(Clone, Debug, PartialEq)]
@@ -248,7 +239,7 @@ pub struct PhaseIo {
 impl Outcome {
     fn fail(&mut self, e: &Error) {
         self.failure_count += 1;
-        if self.failures.len() < FAILURES_KEPT {
+        if self.failures.len() < BENCH_FAILURES_KEPT {
             self.failures.push(e.to_string());
         }
     }
@@ -296,7 +287,7 @@ pub fn run(exe: &Path, dir: &Path, plan: &Plan, idle_ms: u64) -> Outcome {
     };
     let stop = Arc::new(AtomicBool::new(false));
     let pids = [run.rx.pid, run.tx.first().map_or(0, |h| h.pid)];
-    std::thread::sleep(Duration::from_millis(SETTLE_MS));
+    std::thread::sleep(Duration::from_millis(BENCH_SETTLE_MS));
     run.out.idle = Some(idle(run.rx.pid, idle_ms));
     let sampler = spawn_sampler(pids, stop.clone());
     run.phases(plan);
@@ -305,7 +296,7 @@ pub fn run(exe: &Path, dir: &Path, plan: &Plan, idle_ms: u64) -> Outcome {
         run.out.receiver = r;
         run.out.sender = s;
     }
-    std::thread::sleep(Duration::from_millis(SETTLE_MS));
+    std::thread::sleep(Duration::from_millis(BENCH_SETTLE_MS));
     run.out.idle_after = Some(idle(run.rx.pid, idle_ms));
     let mut all: Vec<Host> = std::iter::once(run.rx).chain(run.tx).collect();
     run.out.host_exits = hosts::stop_all(&mut all);
@@ -419,7 +410,7 @@ fn spawn_sampler(pids: [u32; 2], stop: Arc<AtomicBool>) -> std::thread::JoinHand
                     c.peak_threads = c.peak_threads.max(now.threads);
                 }
             }
-            std::thread::sleep(Duration::from_millis(SAMPLE_MS));
+            std::thread::sleep(Duration::from_millis(BENCH_SAMPLE_MS));
         }
         c
     })
@@ -627,8 +618,8 @@ impl Run<'_> {
     fn sync_probes(&mut self, n: usize) -> Result<()> {
         for i in 0..n {
             let mut before = self.a1.syncs()?;
-            for _ in 0..SETTLE_TRIES {
-                std::thread::sleep(Duration::from_millis(SETTLE_STEP_MS));
+            for _ in 0..BENCH_SETTLE_TRIES {
+                std::thread::sleep(Duration::from_millis(BENCH_SETTLE_STEP_MS));
                 let now = self.a1.syncs()?;
                 if now == before {
                     break;
@@ -750,7 +741,7 @@ impl Run<'_> {
         let handle = std::thread::spawn(move || -> Result<()> {
             let mut cursor = cursor;
             while !stop2.load(Ordering::SeqCst) {
-                let page = poller.page(cursor, POLL_WAIT_MS)?;
+                let page = poller.page(cursor, BENCH_POLL_WAIT_MS)?;
                 let at = Instant::now();
                 for id in page.ids {
                     // A full channel means the main side stopped listening.
@@ -781,7 +772,7 @@ impl Run<'_> {
             self.send_one("inbox", i)?;
             let id = self.id("inbox", i);
             loop {
-                match seen.recv_timeout(Duration::from_millis(PROBE_MS)) {
+                match seen.recv_timeout(Duration::from_millis(BENCH_PROBE_MS)) {
                     Ok((got, at)) if got == id => {
                         self.out
                             .inbox
@@ -793,7 +784,7 @@ impl Run<'_> {
                         return Err(Error::new(
                             Code::Timeout,
                             format!(
-                                "bench: the long poll did not return message {id} within {PROBE_MS} ms"
+                                "bench: the long poll did not return message {id} within {BENCH_PROBE_MS} ms"
                             ),
                         ));
                     }

@@ -8,6 +8,7 @@
 //! which is also how the message store's journal is written.
 
 use super::stats::Summary;
+use crate::config::internal::BENCH_CPUS_PLACED_MAX;
 use crate::error::{Code, Error, Result};
 use crate::{fsutil, identity};
 use serde_json::{Value, json};
@@ -81,17 +82,13 @@ pub struct Floors {
     /// CPU the writing thread spent per record of the `fdatasync` and `writeOut` floors.
     pub device_cpu: DeviceCpu,
     /// The `fdatasync` floor again with the writing thread pinned to each allowed CPU in turn
-    /// (at most [`CPUS_PLACED_MAX`]; empty with one CPU or when threads cannot be placed): a
+    /// (at most [`BENCH_CPUS_PLACED_MAX`]; empty with one CPU or when threads cannot be placed): a
     /// device delivers its completions on some CPUs only, and on a VM a completion that must
     /// wake a thread on another, idle CPU crosses the host, so one fdatasync can cost a third
     /// more on one CPU than on another. The figures' floors stay the unplaced ones, measured
     /// where the scheduler puts the bench, as a send's own threads are.
     pub fdatasync_by_cpu: Vec<(usize, Summary)>,
 }
-
-/// The most CPUs the per-CPU fdatasync floor is measured on (the first ones allowed), so a
-/// large machine does not multiply the floors' time.
-pub const CPUS_PLACED_MAX: usize = 8;
 
 /// What the per-CPU fdatasync floor measures.
 pub const FDATASYNC_BY_CPU_WHAT: &str = "the fdatasync floor with the writing thread pinned to each allowed CPU in turn (at most 8); shown, not used as a floor";
@@ -275,7 +272,7 @@ pub fn measure(dir: &Path, sizes: &FloorSizes) -> Result<Floors> {
     })
 }
 
-/// `measure` run with the calling thread pinned to each of the first [`CPUS_PLACED_MAX`]
+/// `measure` run with the calling thread pinned to each of the first [`BENCH_CPUS_PLACED_MAX`]
 /// allowed CPUs in turn, by CPU; empty with fewer than two CPUs allowed or when the mask
 /// cannot be read. A CPU the kernel refuses to pin to is left out. The calling thread gets
 /// its mask back, also when a measurement fails.
@@ -287,7 +284,7 @@ fn on_each_cpu(mut measure: impl FnMut() -> Result<Summary>) -> Result<Vec<(usiz
         return Ok(Vec::new());
     }
     let mut by_cpu = Vec::new();
-    for &cpu in cpus.iter().take(CPUS_PLACED_MAX) {
+    for &cpu in cpus.iter().take(BENCH_CPUS_PLACED_MAX) {
         if !affinity::pin(cpu) {
             continue;
         }
@@ -735,7 +732,7 @@ mod tests {
         // more, each of half the syncs (at least one), none with one CPU.
         let cpus = affinity::allowed().map_or(Vec::new(), |(_, c)| c);
         let expected: Vec<usize> = if two_cpus {
-            cpus.iter().copied().take(CPUS_PLACED_MAX).collect()
+            cpus.iter().copied().take(BENCH_CPUS_PLACED_MAX).collect()
         } else {
             Vec::new()
         };

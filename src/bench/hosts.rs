@@ -3,6 +3,10 @@
 //! JSON ready line appears, and stopped (SIGTERM, then SIGKILL past a bound) only by the pid
 //! we spawned.
 
+use crate::config::internal::{
+    BENCH_HOST_STOP_MS, BENCH_POLL_MS, BENCH_READY_LINE_BYTES, BENCH_READY_MS,
+    BENCH_STDERR_TAIL_CHARS,
+};
 use crate::error::{Code, Error, Result};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -10,17 +14,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Longest wait for every host's ready line, in milliseconds.
-const READY_MS: u64 = 30_000;
-/// Longest wait for a host to exit after SIGTERM before SIGKILL, in milliseconds.
-const STOP_MS: u64 = 5_000;
-/// Poll interval while waiting for ready lines and exits, in milliseconds.
-const POLL_MS: u64 = 2;
-/// Bytes of a host's output file read while looking for its ready line.
-const READY_LINE_BYTES: usize = 64 * 1024;
-/// Bytes of a host's stderr quoted in an error.
-const STDERR_TAIL_CHARS: usize = 400;
 
 /// One running `peer host`.
 pub struct Host {
@@ -78,7 +71,7 @@ pub fn start_all(plan: &HostPlan, aliases: &[String]) -> Result<Vec<Host>> {
     for a in aliases {
         hosts.push(spawn(plan, a)?);
     }
-    let deadline = Instant::now() + Duration::from_millis(READY_MS);
+    let deadline = Instant::now() + Duration::from_millis(BENCH_READY_MS);
     for h in hosts.iter_mut() {
         h.wait_ready(deadline)?;
     }
@@ -99,9 +92,11 @@ impl Host {
                 return Err(self.failed(&format!("exited with {status} before its ready line")));
             }
             if Instant::now() >= deadline {
-                return Err(self.failed(&format!("printed no ready line within {READY_MS} ms")));
+                return Err(
+                    self.failed(&format!("printed no ready line within {BENCH_READY_MS} ms"))
+                );
             }
-            std::thread::sleep(Duration::from_millis(POLL_MS));
+            std::thread::sleep(Duration::from_millis(BENCH_POLL_MS));
         }
     }
 
@@ -121,28 +116,28 @@ impl Host {
 
     fn failed(&self, what: &str) -> Error {
         let tail = std::fs::read_to_string(&self.err).unwrap_or_default();
-        let start = tail.len().saturating_sub(STDERR_TAIL_CHARS);
+        let start = tail.len().saturating_sub(BENCH_STDERR_TAIL_CHARS);
         let tail = tail.get(start..).unwrap_or("");
         Error::new(
             Code::Io,
             format!(
                 "bench: peer host {} {what}; stderr: {}",
                 self.alias,
-                crate::sanitize::line(tail.trim(), STDERR_TAIL_CHARS)
+                crate::sanitize::line(tail.trim(), BENCH_STDERR_TAIL_CHARS)
             ),
         )
     }
 
-    /// Asks the host to stop and waits for it (SIGKILL past `STOP_MS`); returns its exit
+    /// Asks the host to stop and waits for it (SIGKILL past `BENCH_HOST_STOP_MS`); returns its exit
     /// code, or `None` when it had to be killed.
     pub fn stop(&mut self) -> Option<i32> {
         let mut child = self.child.take()?;
         let _ = kill(Pid::from_raw(self.pid as i32), Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_millis(STOP_MS);
+        let deadline = Instant::now() + Duration::from_millis(BENCH_HOST_STOP_MS);
         while Instant::now() < deadline {
             match child.try_wait() {
                 Ok(Some(status)) => return status.code(),
-                Ok(None) => std::thread::sleep(Duration::from_millis(POLL_MS)),
+                Ok(None) => std::thread::sleep(Duration::from_millis(BENCH_POLL_MS)),
                 Err(_) => break,
             }
         }
@@ -173,7 +168,7 @@ pub fn stop_all(hosts: &mut [Host]) -> Vec<(String, Option<i32>)> {
 }
 
 /// The first complete line of a file, if one is there yet; an error when it is longer than
-/// `READY_LINE_BYTES` (a host that prints that much before its ready line is broken).
+/// `BENCH_READY_LINE_BYTES` (a host that prints that much before its ready line is broken).
 fn first_line(path: &Path) -> Result<Option<String>> {
     use crate::protocol::frame::{LineSplitter, Overlong};
     use std::io::Read;
@@ -183,20 +178,20 @@ fn first_line(path: &Path) -> Result<Option<String>> {
     };
     // One byte past the bound proves a line is too long without its newline.
     if file
-        .take(READY_LINE_BYTES as u64 + 1)
+        .take(BENCH_READY_LINE_BYTES as u64 + 1)
         .read_to_end(&mut buf)
         .is_err()
     {
         return Ok(None);
     }
-    let mut lines = LineSplitter::new(READY_LINE_BYTES, Overlong::Stop);
+    let mut lines = LineSplitter::new(BENCH_READY_LINE_BYTES, Overlong::Stop);
     lines.push(&buf);
     match lines.next_line() {
         None => Ok(None),
         Some(Ok(line)) => Ok(String::from_utf8(line).ok()),
         Some(Err(_)) => Err(Error::new(
             Code::Io,
-            format!("its first output line is longer than {READY_LINE_BYTES} bytes"),
+            format!("its first output line is longer than {BENCH_READY_LINE_BYTES} bytes"),
         )),
     }
 }
@@ -213,9 +208,9 @@ mod tests {
         let partial = first_line(&p).unwrap();
         std::fs::write(&p, b"{\"event\":\"ready\"}\nmore\n").unwrap();
         let full = first_line(&p).unwrap();
-        std::fs::write(&p, vec![b'x'; READY_LINE_BYTES]).unwrap();
+        std::fs::write(&p, vec![b'x'; BENCH_READY_LINE_BYTES]).unwrap();
         let at_limit = first_line(&p).unwrap();
-        std::fs::write(&p, vec![b'x'; READY_LINE_BYTES + 1]).unwrap();
+        std::fs::write(&p, vec![b'x'; BENCH_READY_LINE_BYTES + 1]).unwrap();
         let too_long = first_line(&p);
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(partial, None);

@@ -3,6 +3,10 @@
 //! of `send_peer_message`), and MCP `ping` round trips through the same process, so a send can
 //! be compared with the protocol's own cost measured in the same run.
 
+use crate::config::internal::{
+    BENCH_MCP_LINE_BYTES, BENCH_MCP_READ_BYTES, BENCH_MCP_START_MS, BENCH_MCP_STOP_MS,
+    BENCH_SEND_TIMEOUT_MS,
+};
 use crate::error::{Code, Error, Result};
 use crate::protocol::frame::{LineSplitter, Overlong};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -13,14 +17,6 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Longest answer line read from the server, in bytes.
-const LINE_BYTES: usize = 1 << 20;
-/// Bytes read from the server's stdout at a time.
-const READ_BYTES: usize = 64 * 1024;
-/// Longest wait for `initialize` (the server starts a root first), in milliseconds.
-const START_MS: u64 = 30_000;
-/// Longest wait for the server to exit after its stdin closed, in milliseconds.
-const STOP_MS: u64 = 5_000;
 /// The MCP revision the benchmark speaks.
 const PROTOCOL_VERSION: &str = "2025-11-25";
 
@@ -69,15 +65,15 @@ impl McpClient {
             child,
             stdin,
             stdout,
-            split: LineSplitter::new(LINE_BYTES, Overlong::Stop),
-            chunk: vec![0; READ_BYTES],
+            split: LineSplitter::new(BENCH_MCP_LINE_BYTES, Overlong::Stop),
+            chunk: vec![0; BENCH_MCP_READ_BYTES],
             next_id: 0,
             err,
         };
         c.call(
             "initialize",
             json!({"protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "peer-bench", "version": env!("CARGO_PKG_VERSION")}}),
-            START_MS,
+            BENCH_MCP_START_MS,
         )?;
         c.write(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
         Ok(c)
@@ -156,7 +152,7 @@ impl McpClient {
 
     /// One MCP `ping` round trip.
     pub fn ping(&mut self) -> Result<()> {
-        self.call("ping", json!({}), super::adapter::SEND_TIMEOUT_MS)
+        self.call("ping", json!({}), BENCH_SEND_TIMEOUT_MS)
             .map(drop)
     }
 
@@ -165,7 +161,7 @@ impl McpClient {
         let r = self.call(
             "tools/call",
             json!({"name": "send_peer_message", "arguments": {"to": to, "content": content}}),
-            super::adapter::SEND_TIMEOUT_MS,
+            BENCH_SEND_TIMEOUT_MS,
         )?;
         if r.get("isError") == Some(&json!(true)) {
             return Err(Error::new(
@@ -191,11 +187,11 @@ impl McpClient {
         )
     }
 
-    /// Closes stdin (an MCP server's end) and waits for the exit; SIGKILL past `STOP_MS`.
+    /// Closes stdin (an MCP server's end) and waits for the exit; SIGKILL past `BENCH_MCP_STOP_MS`.
     /// The exit code, `None` when it had to be killed.
     pub fn stop(&mut self) -> Option<i32> {
         self.stdin = None;
-        let deadline = Instant::now() + Duration::from_millis(STOP_MS);
+        let deadline = Instant::now() + Duration::from_millis(BENCH_MCP_STOP_MS);
         while Instant::now() < deadline {
             match self.child.try_wait() {
                 Ok(Some(status)) => return status.code(),

@@ -16,18 +16,12 @@ pub mod report;
 pub mod stats;
 pub mod targets;
 
+use crate::config::internal::{BENCH_SENDER_RUNS_MAX, BENCH_SENDERS_MAX};
 use crate::error::{Code, Error, Result};
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
-
-/// Most concurrent sender processes in one throughput run (each is a `peer host`).
-pub const SENDERS_MAX: usize = 256;
-/// Most throughput runs in one benchmark.
-pub const SENDER_RUNS_MAX: usize = 8;
-/// Most measured warm sends.
-pub const MESSAGES_MAX: u64 = 100_000;
 
 /// The parsed command line.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,13 +34,13 @@ pub struct Options {
     pub keep: bool,
 }
 
-/// Parses `1,8,64` into sender counts, each 1..=`SENDERS_MAX`.
+/// Parses `1,8,64` into sender counts, each 1..=`BENCH_SENDERS_MAX`.
 pub fn parse_senders(s: &str) -> Result<Vec<usize>> {
     let bad = || {
         Error::new(
             Code::Usage,
             format!(
-                "--senders takes up to {SENDER_RUNS_MAX} comma-separated counts of 1-{SENDERS_MAX}, got {:?}",
+                "--senders takes up to {BENCH_SENDER_RUNS_MAX} comma-separated counts of 1-{BENCH_SENDERS_MAX}, got {:?}",
                 crate::sanitize::line(s, 40)
             ),
         )
@@ -57,11 +51,11 @@ pub fn parse_senders(s: &str) -> Result<Vec<usize>> {
             x.trim()
                 .parse::<usize>()
                 .ok()
-                .filter(|n| (1..=SENDERS_MAX).contains(n))
+                .filter(|n| (1..=BENCH_SENDERS_MAX).contains(n))
         })
         .collect::<Option<_>>()
         .ok_or_else(bad)?;
-    if v.is_empty() || v.len() > SENDER_RUNS_MAX {
+    if v.is_empty() || v.len() > BENCH_SENDER_RUNS_MAX {
         return Err(bad());
     }
     Ok(v)

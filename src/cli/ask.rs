@@ -4,11 +4,11 @@
 use super::{Ctx, args, out};
 use crate::ask::api::{self, AskOutcome};
 use crate::ask::config::AskConfig;
+use crate::config::internal::ASK_WAIT_NOTICE_AFTER as WAIT_NOTICE_AFTER;
 use crate::error::{Code, Error, Result};
 use serde_json::json;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::time::Duration;
 
 pub const HELP: &str = "usage:
   peer ask PEER QUESTION [--context-file F]... [--async] [--json]
@@ -238,9 +238,6 @@ fn ask(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     }
     Ok(0)
 }
-
-/// How long a synchronous ask runs before the asker is told it is waiting.
-const WAIT_NOTICE_AFTER: Duration = Duration::from_millis(1500);
 
 /// Says `waiting for PEER's approval (up to N s)` on stderr when a synchronous ask has not
 /// been answered after [`WAIT_NOTICE_AFTER`]. The protocol (dsh-ask-peer's, which ours keeps)

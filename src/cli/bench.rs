@@ -1,7 +1,8 @@
 //! `peer bench` on the command line: its options and help; the benchmark itself is `crate::bench`.
 
 use super::{Ctx, args};
-use crate::bench::{MESSAGES_MAX, Options, parse_senders};
+use crate::bench::{Options, parse_senders};
+use crate::config::internal::BENCH_MESSAGES_MAX as MESSAGES_MAX;
 use crate::error::{Code, Error, Result};
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -7,6 +7,7 @@
 
 use super::signals::Stop;
 use super::{Ctx, args, out};
+use crate::config::internal::HOST_EVENT_GATHER as EVENT_GATHER;
 use crate::error::{Code, Error, Result};
 use crate::runtime::events::Event;
 use crate::runtime::{Root, RootOptions};
@@ -505,9 +506,6 @@ impl Wake {
         let _ = self.bell.cv.wait_for(&mut held, EVENT_GATHER);
     }
 }
-
-/// How long the host's main thread lets events gather after a look that found some.
-const EVENT_GATHER: std::time::Duration = std::time::Duration::from_millis(2);
 
 fn wait_for_signal(
     stop: &Stop,

@@ -5,9 +5,9 @@
 use super::{Ctx, out};
 use crate::config::Config;
 use crate::error::{Code, Error, Result};
+use crate::process::Probe;
 use crate::resource::api::{Request, coordinate, corrupt_file, describe};
 use crate::resource::core::{CAP_REQUEST, Op, Target};
-use crate::resource::evidence::Probe;
 use crate::resource::gate::{self, RunRequest};
 use crate::resource::model::canonical_name;
 use crate::resource::principal::{

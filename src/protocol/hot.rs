@@ -12,7 +12,8 @@
 //! frame decoded here is one the general path decodes to the same request.
 
 use super::message::{self, MessageBody, PeerSend, Receipt, ReceiptPush, ReceiptState};
-use super::rpc::{ID_BYTES_MAX, Id};
+use super::rpc::Id;
+use crate::config::internal::RPC_ID_BYTES_MAX as ID_BYTES_MAX;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;

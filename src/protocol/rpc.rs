@@ -3,14 +3,11 @@
 //! outgoing messages into one line plus `\n`. serde_json's 128-level recursion limit turns deeply
 //! nested input into an ordinary parse error, never a stack overflow.
 
+use crate::config::internal::{
+    RPC_ID_BYTES_MAX as ID_BYTES_MAX, RPC_METHOD_BYTES_MAX as METHOD_BYTES_MAX,
+};
 use crate::error::{Code, Error};
 use serde_json::{Map, Value, json};
-
-/// Longest string id accepted; ids identify transport attempts and stay short.
-pub const ID_BYTES_MAX: usize = 128;
-
-/// Longest method name accepted.
-pub const METHOD_BYTES_MAX: usize = 64;
 
 /// JSON-RPC's number for "not valid JSON".
 pub const PARSE_ERROR: i64 = -32700;

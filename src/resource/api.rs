@@ -4,15 +4,13 @@
 //! `toolspec::resource_answer`; the front ends encode them.
 
 use super::core::{Caller, Op, Outcome, Step, Target};
-use super::evidence::Probe;
-use super::model::{
-    Holder, Life, Party, ProcessEvidence, ResourceState, canonical_name, name_hash,
-};
+use super::model::{Holder, Party, ResourceState, canonical_name, name_hash};
 use super::notify::{Wake, Watch};
 use super::principal::Principal;
 use super::store::{Launch, Skipped, Space};
 use crate::config::{Config, Limits};
 use crate::error::{Code, Error, Result};
+use crate::process::{Life, Probe, ProcessEvidence};
 use crate::toolspec::resource_answer::{
     AllStatus, ControllerView, CorruptFile, HolderView, LaunchView, OneStatus, PolicyAnswer,
     QueuedView, ResourceAnswer, ResourceUpdate, ResourceView, TicketAnswer, TicketState,

@@ -4,15 +4,14 @@
 //! while the cgroup is populated. Otherwise the gate falls back to its subreaper and the
 //! recorded process groups. `PEER_GATE_CGROUP=0` forces the fallback.
 
-use super::model::Life;
+use crate::config::internal::CGROUP_FILE_BYTES_MAX;
+use crate::process::Life;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Environment variable that disables cgroup tracking (`0`).
 pub const ENV_GATE_CGROUP: &str = "PEER_GATE_CGROUP";
-/// Largest control file read (`cgroup.events`, `/proc/self/cgroup`, a mountinfo line set).
-const CONTROL_BYTES_MAX: u64 = 64 * 1024;
 
 /// A created launch cgroup and the open `cgroup.procs` the child writes itself into.
 pub struct LaunchGroup {
@@ -24,7 +23,7 @@ fn read_small(path: &Path) -> Option<String> {
     let mut s = String::new();
     File::open(path)
         .ok()?
-        .take(CONTROL_BYTES_MAX)
+        .take(CGROUP_FILE_BYTES_MAX)
         .read_to_string(&mut s)
         .ok()?;
     Some(s)

@@ -4,10 +4,9 @@
 //! `store` feeds it the current file, the time and a liveness probe, and writes the result.
 #![forbid(unsafe_code)]
 
-use super::model::{
-    Controller, Event, Holder, Life, Party, ProcessEvidence, ResourceState, Revoked, Ticket,
-};
+use super::model::{Controller, Event, Holder, Party, ResourceState, Revoked, Ticket};
 use crate::error::{Code, Error, Result};
+use crate::process::{Life, ProcessEvidence};
 
 /// Capability needed to queue for a resource.
 pub const CAP_REQUEST: &str = "resource.request";

@@ -5,14 +5,15 @@
 
 use super::api::{caller_of, wait_for_grant};
 use super::core::{Caller, Op, Outcome};
-use super::evidence::Probe;
-use super::model::{Life, ProcessEvidence, name_hash};
+use super::model::name_hash;
 use super::notify::Watch;
 use super::principal::Principal;
 use super::store::{Launch, Space};
 use super::terminal::{Foreground, hand_to};
 use crate::config::Config;
+use crate::config::internal::{GROUP_SCAN_MS, TRACKED_GROUPS_MAX};
 use crate::error::{Code, Error, Result};
+use crate::process::{Life, Probe, ProcessEvidence};
 use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
@@ -574,10 +575,10 @@ fn kill_tree(cgroup: Option<&Path>, pid: i32) {
         super::cgroup::kill(path);
     }
     let _ = nix::sys::signal::killpg(Pid::from_raw(pid), Signal::SIGKILL);
-    for g in super::evidence::descendant_groups(std::process::id(), pid).unwrap_or_default() {
+    for g in crate::process::descendant_groups(std::process::id(), pid).unwrap_or_default() {
         let _ = nix::sys::signal::killpg(Pid::from_raw(g), Signal::SIGKILL);
     }
-    for c in super::evidence::children_of(std::process::id()) {
+    for c in crate::process::children_of(std::process::id()) {
         let _ = nix::sys::signal::kill(Pid::from_raw(c), Signal::SIGKILL);
     }
 }
@@ -623,16 +624,11 @@ fn spawn(
     cmd.spawn()
 }
 
-/// Process groups recorded per launch, at most.
-const TRACKED_GROUPS_MAX: usize = 32;
-/// How often the gate looks for descendants that left the command's process group.
-const GROUP_SCAN_MS: u64 = 200;
-
 /// Records in the launch ledger any new process group (a `setsid` daemon's session) that a
 /// descendant of the command created, so that a killed gate does not free the resource while
 /// such a daemon still runs. The record can lag a fresh daemon by one scan.
 fn track_groups(space: &Space, g: &Grant, command_group: i32, tracked: &mut Vec<i32>) {
-    let Some(found) = super::evidence::descendant_groups(std::process::id(), command_group) else {
+    let Some(found) = crate::process::descendant_groups(std::process::id(), command_group) else {
         return;
     };
     let before = tracked.len();
@@ -697,7 +693,7 @@ fn reap_all(
         for sig in signals.take() {
             let _ = nix::sys::signal::killpg(Pid::from_raw(child), sig);
             // Descendants that left the group (setsid) were re-parented to us: tell them too.
-            for pid in super::evidence::children_of(std::process::id()) {
+            for pid in crate::process::children_of(std::process::id()) {
                 let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
             }
         }

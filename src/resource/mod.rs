@@ -7,7 +7,6 @@
 //! - `model`: the resource file's shape and validation; the fence (high-water marks).
 //! - `seal`: the checksummed envelope of every file under `peer-resources/`.
 //! - `core`: the pure decision of one transaction (`apply`).
-//! - `evidence`: process-start evidence from `/proc` and liveness verdicts.
 //! - `store`: locked, validated, atomic transactions on resource files and `launches.json`.
 //! - `notify`: inotify wake-ups for waiters, with a bounded fallback poll.
 //! - `principal`: who acts from the command line, and with which capabilities.
@@ -20,7 +19,6 @@
 pub mod api;
 pub(crate) mod cgroup;
 pub mod core;
-pub mod evidence;
 pub(crate) mod gate;
 pub mod model;
 pub mod notify;
@@ -30,5 +28,5 @@ pub mod store;
 pub(crate) mod terminal;
 
 pub use api::{EventCursor, Request, coordinate, events_since, release_all};
-pub use model::{ProcessEvidence, ResourceState};
+pub use model::ResourceState;
 pub use principal::Principal;

@@ -3,14 +3,15 @@
 //! journal, with the validation run right after every read and right before every write.
 #![forbid(unsafe_code)]
 
+use crate::config::internal::RESOURCE_NAME_CHARS_MAX;
 use crate::error::{Code, Error, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::process::ProcessEvidence;
+
 /// File format version of a resource file.
 pub const RESOURCE_FORMAT: u32 = 1;
-/// Longest canonical resource name, in characters.
-pub const NAME_CHARS_MAX: usize = 200;
 
 /// Trims and checks a resource name: not empty, at most 200 characters, no control characters.
 pub fn canonical_name(raw: &str) -> Result<String> {
@@ -21,10 +22,12 @@ pub fn canonical_name(raw: &str) -> Result<String> {
             "resource name is empty; name it, e.g. port:3000",
         ));
     }
-    if name.chars().count() > NAME_CHARS_MAX {
+    if name.chars().count() > RESOURCE_NAME_CHARS_MAX {
         return Err(Error::new(
             Code::Usage,
-            format!("resource name is over {NAME_CHARS_MAX} characters; use a shorter name"),
+            format!(
+                "resource name is over {RESOURCE_NAME_CHARS_MAX} characters; use a shorter name"
+            ),
         ));
     }
     if name.chars().any(char::is_control) {
@@ -40,32 +43,6 @@ pub fn canonical_name(raw: &str) -> Result<String> {
 pub fn name_hash(canonical: &str) -> String {
     let digest = Sha256::digest(canonical.as_bytes());
     crate::identity::hex(&digest).chars().take(32).collect()
-}
-
-/// Who started a process, precisely enough to tell it from a later process with the same pid:
-/// pid, start time in clock ticks after boot (field 22 of `/proc/PID/stat`) and the boot id.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessEvidence {
-    pub pid: u32,
-    pub start_time: u64,
-    pub boot_id: String,
-}
-
-impl ProcessEvidence {
-    /// Evidence that cannot decide anything (pid 0 or no boot id): an operator must look.
-    pub fn is_missing(&self) -> bool {
-        self.pid == 0 || self.boot_id.is_empty() || self.start_time == 0
-    }
-}
-
-/// What a liveness probe can say about a recorded process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Life {
-    Alive,
-    /// Provably gone: no such pid, a different start time, or a different boot.
-    Gone,
-    /// Evidence missing or unreadable: never reclaimed, reported for an operator.
-    Unknown,
 }
 
 /// The acting principal as recorded in a resource file.

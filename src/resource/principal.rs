@@ -12,10 +12,9 @@
 //! so tests and wrappers can run a deliberately weaker principal; it never adds one.
 
 use super::core::{CAP_CONTROL, CAP_REQUEST};
-use super::evidence::Probe;
-use super::model::ProcessEvidence;
 use crate::config::Config;
 use crate::error::{Code, Error, Result};
+use crate::process::{Probe, ProcessEvidence};
 
 /// The acting principal: a stable id, a display name and its capabilities.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,7 +92,7 @@ pub fn session_holder(
 /// session as the kernel reports it on the root's socket (`session_root`, asked last). Never
 /// pid 1 or another user's process: such an anchor would outlive everyone who could release it.
 pub fn check_holder(pid: u32, session_root: fn() -> Option<u32>) -> Result<()> {
-    use super::evidence::{descends_from, owner_of};
+    use crate::process::{descends_from, owner_of};
     let me = std::process::id();
     if pid == me {
         return Ok(());

@@ -4,15 +4,13 @@
 //! fails validation is RECOVERY_REQUIRED and stays byte-for-byte as it was.
 
 use super::core::{self, Caller, Env, Launched, Op, Step};
-use super::evidence::{Probe, group_life};
-use super::model::{
-    Fence, Holder, Life, Party, ProcessEvidence, ResourceState, canonical_name, name_hash,
-};
+use super::model::{Fence, Holder, Party, ResourceState, canonical_name, name_hash};
 use super::seal;
 use crate::config::{Config, Limits};
 use crate::error::{Code, Error, Result};
 use crate::fsutil::{self, Durability, FileLock};
 use crate::paths::Namespace;
+use crate::process::{Life, Probe, ProcessEvidence, group_life};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};

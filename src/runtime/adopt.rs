@@ -10,12 +10,10 @@
 //! `peer recover`.
 
 use super::core::{Core, UnverifiedStore};
+use crate::config::internal::STORES_SCANNED_MAX;
 use crate::error::{Code, Error, Result};
 use crate::messaging::OutboxEntry;
 use crate::store::{Store, paths};
-
-/// Store directories looked at per start.
-const STORES_SCANNED_MAX: usize = 4096;
 
 /// What one start took over.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

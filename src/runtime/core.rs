@@ -5,6 +5,7 @@
 use super::auto::{Budget, Runner};
 use super::events::Bus;
 use super::runs::Runs;
+use crate::config::internal::PROBLEMS_MAX;
 use crate::config::{Config, Limits};
 use crate::directory::WorkspaceId;
 use crate::error::{Code, Error, Result};
@@ -106,9 +107,6 @@ pub struct UnverifiedStore {
     pub code: &'static str,
     pub message: String,
 }
-
-/// Background failures remembered for `local.info`.
-const PROBLEMS_MAX: usize = 16;
 
 impl Core {
     /// The directory holding this root's control file and its runs' control files.

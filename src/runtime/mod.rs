@@ -30,7 +30,6 @@ use crate::error::{Code, Error, Result};
 use crate::identity::{self, KeyPair};
 use crate::paths::{self, Namespace, SocketPlace};
 use crate::presence::{self, Advertisement, Publisher, Record};
-use crate::resource;
 use crate::store::Store;
 use crate::transport::{Endpoint, LocalIdentity, Pool};
 use crossbeam_channel::{Sender, bounded};
@@ -504,7 +503,7 @@ fn presence_record(
     capabilities: &[String],
 ) -> Record {
     let path_text = |p: &std::path::Path| p.to_string_lossy().into_owned();
-    let own = resource::evidence::Probe::new().own().ok();
+    let own = crate::process::Probe::new().own().ok();
     Record {
         version: 1,
         pid: std::process::id(),
@@ -557,7 +556,7 @@ fn spawn_heartbeat(core: Arc<Core>, interval_ms: u64) -> Result<(Sender<()>, Joi
     let handle = std::thread::Builder::new()
         .name("heartbeat".into())
         .spawn(move || {
-            let reclaim_every = Duration::from_millis(send::GAVE_UP_RETRY_MS);
+            let reclaim_every = Duration::from_millis(crate::config::internal::GAVE_UP_RETRY_MS);
             let mut last_reclaim = Instant::now();
             // recv_timeout returns Err(Disconnected) when the root drops the sender: stop.
             while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
@@ -606,8 +605,8 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                     core.advertise_degraded();
                 }
                 let pushes = core.push_receipts();
-                let restart =
-                    last_restart.elapsed() >= Duration::from_millis(send::GAVE_UP_RETRY_MS);
+                let restart = last_restart.elapsed()
+                    >= Duration::from_millis(crate::config::internal::GAVE_UP_RETRY_MS);
                 if restart {
                     last_restart = Instant::now();
                 }
@@ -626,9 +625,9 @@ fn spawn_worker(core: Arc<Core>) -> Result<JoinHandle<()>> {
                 // While accepted messages are held, the search for lost copies runs at its own
                 // pace even when nothing else is due; an idle root does not wake for it.
                 wait = wait.min(Duration::from_millis(if watching {
-                    repair::CHECK_EVERY_MS
+                    crate::config::internal::REPAIR_CHECK_EVERY_MS
                 } else {
-                    repair::IDLE_LOOK_MS
+                    crate::config::internal::REPAIR_IDLE_LOOK_MS
                 }));
                 if routes {
                     // Routes that gave up restart every GAVE_UP_RETRY_MS: a tick covers it.

@@ -145,9 +145,6 @@ impl Outbox {
     }
 }
 
-/// Remembered target sessions (their records are reclaimed once they end).
-pub const SESSIONS_MAX: usize = 1024;
-
 /// What the search for lost recipient copies (`super::repair`) remembers between passes.
 #[derive(Default)]
 pub struct Repair {
@@ -158,7 +155,7 @@ pub struct Repair {
     /// Target instance → the session its live record stated.
     pub(crate) sessions: Mutex<HashMap<String, String>>,
     /// Ended target instances whose successor said their store verified and holds their mail
-    /// (`TARGET_ENDED`): not asked about again (at most [`SESSIONS_MAX`]).
+    /// (`TARGET_ENDED`): not asked about again (at most `config::internal::TARGET_SESSIONS_MAX`).
     pub(crate) vouched: Mutex<std::collections::HashSet<String>>,
 }
 
@@ -167,3 +164,7 @@ impl Repair {
         self.sessions.lock().len() as u64
     }
 }
+
+#[cfg(test)]
+#[path = "outbox_tests.rs"]
+mod tests;

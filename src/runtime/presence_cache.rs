@@ -6,18 +6,18 @@
 
 use crate::config::Limits;
 use crate::config::internal::ADVERTS_MAX;
+use crate::config::internal::{
+    ADVERT_TTL_MS, MTIME_SETTLED_MS, NAME_RECHECK_MS, WHOLE_SECOND_MTIME_SETTLED_MS,
+};
 use crate::error::{Code, Error, Result};
 use crate::paths::Namespace;
 use crate::presence;
-use crate::resource::evidence::Probe;
+use crate::process::Probe;
 use crate::transport::Target;
 use crate::{clock, identity};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-/// How long a looked-up advertisement is reused.
-const ADVERT_TTL_MS: u128 = 1_000;
 
 pub struct PresenceCache {
     ns: Namespace,
@@ -53,25 +53,6 @@ type CachedName = (
     crate::messaging::TargetRef,
 );
 
-/// A presence directory whose mtime is younger than this may change again within the same
-/// coarse timestamp, so a resolution read under it is not reused.
-///
-/// The kernel stamps a directory's mtime from the coarse real-time clock, which advances once
-/// per scheduler tick (at most 10 ms: `CONFIG_HZ` is at least 100) and lags the fine clock we
-/// read `now` from by less than one tick. A change made after we read the directory is stamped
-/// at least `now - 1 tick`; an mtime at least two ticks older than `now` therefore differs from
-/// every later stamp, so a later change is always seen as a new mtime. 25 ms is that bound for
-/// the coarsest tick, with margin. It was 100 ms: every root's heartbeat rewrites its record
-/// (a rename into the directory) every `heartbeatMs`, so with 65 roots the directory was
-/// younger than 100 ms about three quarters of the time and most sends by name rescanned it
-/// (a readdir and a statx per record); at 25 ms about a quarter of them do.
-const MTIME_SETTLED_MS: u128 = 25;
-
-/// [`MTIME_SETTLED_MS`] for an mtime without a sub-second part: a filesystem that stamps whole
-/// seconds (ext4 with 128-byte inodes) or two (FAT) gives every change within that span the
-/// same mtime, so such a stamp has settled only once the span and a tick have passed.
-const WHOLE_SECOND_MTIME_SETTLED_MS: u128 = 3_000;
-
 /// Whether the directory mtime `mtime`, read at `now`, differs from the stamp of every change
 /// made after `now` (see [`MTIME_SETTLED_MS`]).
 fn mtime_settled(mtime: std::time::SystemTime, now: std::time::SystemTime) -> bool {
@@ -86,22 +67,6 @@ fn mtime_settled(mtime: std::time::SystemTime, now: std::time::SystemTime) -> bo
     now.duration_since(mtime)
         .is_ok_and(|age| age.as_millis() >= need)
 }
-
-/// How long a read of the presence directory's mtime is reused before it is read again.
-///
-/// Every send by name needs the mtime (a cached resolution is valid only under the mtime it
-/// was read under), and reading it is a statx(2) per send. Reusing a read for this long means
-/// a record written, replaced or removed is noticed by a send by name at most this much later:
-/// a target that restarted under the same alias within this window is still resolved to its
-/// old incarnation. That send then ends exactly like a send racing a restart always could
-/// (the delay between resolution and delivery is the same kind of window, only shorter):
-/// the old incarnation cannot be reached, its cached advertisement and every name resolved to
-/// it are forgotten (`forget_advertisement`), and its presence record being gone makes the
-/// route's retry answer `TARGET_ENDED`; the next send by that name reads the directory again
-/// and finds the new incarnation. The window is short beside the advertisement cache's
-/// (`ADVERT_TTL_MS`, for which a looked-up incarnation's liveness is trusted anyway), and it
-/// counts from the read, not from the last send: a stream of sends does not extend it.
-pub const NAME_RECHECK_MS: u64 = 50;
 
 /// A looked-up instance: when, what it is, and the sessionId its record states.
 type CachedReach = (std::time::Instant, Reach, Option<String>);

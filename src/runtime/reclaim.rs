@@ -7,13 +7,12 @@
 
 use super::control;
 use super::core::Core;
+use crate::config::internal::RECLAIM_PER_PASS;
 use crate::fsutil::FileLock;
 use crate::presence::{self, Entry};
-use crate::resource::evidence::Probe;
+use crate::process::Probe;
 use std::os::unix::fs::FileTypeExt;
 
-/// Records reclaimed per pass at most.
-const RECLAIM_PER_PASS: usize = 256;
 /// The lock that serialises reclaimers (`<coord>/peer-runtime/.reclaim.lock`).
 const RECLAIM_LOCK: &str = ".reclaim.lock";
 

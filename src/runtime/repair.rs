@@ -10,6 +10,11 @@
 //! and [`CHECKS_PER_PASS`] questions asked.
 
 use super::core::{Core, Reach};
+use crate::config::internal::{
+    PREDECESSOR_STORES_MAX as STORES_MAX, REPAIR_CHECK_EVERY_MS as CHECK_EVERY_MS,
+    REPAIR_CHECKS_PER_PASS as CHECKS_PER_PASS, REPAIR_TARGETS_PER_PASS as TARGETS_PER_PASS,
+    SUCCESSOR_RECORDS_MAX, TARGET_SESSIONS_MAX,
+};
 use crate::error::{Code, Error};
 use crate::messaging::{OutboxEntry, TargetRef};
 use crate::protocol::message::PeerStatus;
@@ -17,23 +22,9 @@ use crate::{identity, presence};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-/// How often the worker looks for lost recipient copies while accepted messages are held.
-pub const CHECK_EVERY_MS: u64 = 2_000;
-/// How often a root that held none looks whether it holds some now (an accept does not wake
-/// the worker): 0.1 wake-ups a second, so an idle root stays under one a second.
-pub const IDLE_LOOK_MS: u64 = 10_000;
-/// Distinct targets looked up in presence per pass.
-pub const TARGETS_PER_PASS: usize = 64;
-/// `peer.status` questions per pass.
-pub const CHECKS_PER_PASS: usize = 32;
-/// Presence records of one session read when looking for its successor.
-const SUCCESSOR_RECORDS_MAX: usize = 8;
-/// Store directories looked at when answering about a predecessor.
-const STORES_MAX: usize = 4096;
-
 /// One bounded pass at most every [`CHECK_EVERY_MS`]; says whether accepted messages are
 /// held (then the worker wakes for the next pass in [`CHECK_EVERY_MS`], else in
-/// [`IDLE_LOOK_MS`]).
+/// `REPAIR_IDLE_LOOK_MS`).
 pub fn check(core: &Core) -> bool {
     use std::sync::atomic::Ordering;
     {
@@ -85,8 +76,7 @@ fn successor_of(core: &Core, t: &TargetRef) -> Option<TargetRef> {
         Reach::Gone(_) => {}
         _ => {
             if let Some(s) = session
-                && (sessions.len() < super::outbox::SESSIONS_MAX
-                    || sessions.contains_key(&t.instance_id))
+                && (sessions.len() < TARGET_SESSIONS_MAX || sessions.contains_key(&t.instance_id))
             {
                 sessions.insert(t.instance_id.clone(), s);
             }
@@ -134,7 +124,7 @@ fn ask_and_repair(core: &Core, successor: &TargetRef, e: &OutboxEntry) {
         // Its store verified and holds the mail: nothing of that instance needs asking again.
         Err(err) if err.code == Code::TargetEnded => {
             let mut vouched = core.repair.vouched.lock();
-            if vouched.len() < super::outbox::SESSIONS_MAX {
+            if vouched.len() < TARGET_SESSIONS_MAX {
                 vouched.insert(e.to.instance_id.clone());
             }
             return;

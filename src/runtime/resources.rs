@@ -26,7 +26,7 @@ pub fn coordinate(
         display: caller.alias.clone(),
         capabilities: caller.capabilities.to_vec(),
     };
-    let evidence = resource::evidence::Probe::new().own()?;
+    let evidence = crate::process::Probe::new().own()?;
     let home = core.ns.home.clone();
     let request = request_of(args, core.limits().wait_ms_max)?;
     let cancelled = || cancel.load(Ordering::SeqCst) || core.stopping.load(Ordering::SeqCst);
@@ -49,7 +49,7 @@ pub fn release_run(core: &Core, peer_id: &str) -> Result<usize> {
         display: peer_id.to_string(),
         capabilities: vec![resource::core::CAP_REQUEST.to_string()],
     };
-    let evidence = resource::evidence::Probe::new().own()?;
+    let evidence = crate::process::Probe::new().own()?;
     resource::release_all(&core.ns.home, &core.config, &principal, evidence)
 }
 

@@ -20,8 +20,6 @@ use std::time::Duration;
 use crate::config::internal::PUSH_BATCH;
 use crate::config::internal::ROUTES_PER_PASS;
 use crate::config::internal::WORKER_TICK_MS;
-/// A route that gave up is tried again after this long.
-pub const GAVE_UP_RETRY_MS: u64 = 5_000;
 
 /// What a send needs beyond the tool arguments.
 pub struct SendRequest {

@@ -13,13 +13,12 @@
 //! means the same block device, whose flush that was. See ARCHITECTURE.md ("The shared device
 //! flush"); the measurements behind it are in docs/performance-log.md.
 
+use crate::config::internal::MOUNTINFO_BYTES_MAX;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 
 /// `FS_JOURNAL_DATA_FL`: the inode's data goes through the journal (`chattr +j`).
 const JOURNAL_DATA_FL: nix::libc::c_long = 0x4000;
-/// Longest `/proc/self/mountinfo` read.
-const MOUNTINFO_BYTES_MAX: u64 = 1 << 20;
 
 /// A journal file's device and whether its fdatasync always flushes that device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

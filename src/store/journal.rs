@@ -63,6 +63,7 @@
 //! produce a zero suffix reaching back into a complete frame (its last byte is `}` or a space,
 //! not 0x00).
 
+use crate::config::internal::FRAME_CAPACITY_MAX;
 use crate::error::{Code, Error, Result};
 use crate::messaging::Record;
 use crate::protocol::rpc;
@@ -222,8 +223,6 @@ fn frame_capacity(records: &[Record]) -> usize {
 /// message's outbox or inbox record with a short body fits, so most frames are written
 /// without growing their buffer.
 const FRAME_CAPACITY_HINT: usize = 1024;
-/// The most reserved up front for one frame (a larger batch grows its buffer as it goes).
-const FRAME_CAPACITY_MAX: usize = 64 * 1024;
 
 fn mark_crc(generation: u64, batches: u64) -> u32 {
     let mut h = crc32fast::Hasher::new();

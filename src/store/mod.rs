@@ -27,7 +27,7 @@ pub(crate) mod writer;
 #[cfg(test)]
 mod compat_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use changes::StoreStats;
 pub use handle::{Applying, StoreHandle, SyncTicket};

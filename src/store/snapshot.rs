@@ -8,6 +8,7 @@
 //! generation whose records the snapshot includes. Format 1 (checksum over the state only) is
 //! still read.
 
+use crate::config::internal::SNAPSHOT_WRITE_BUFFER_BYTES as WRITE_BUFFER_BYTES;
 use crate::error::{Code, Error, Result};
 use crate::fsutil::{self, Durability};
 use crate::messaging::{State, StateImage};
@@ -70,9 +71,6 @@ impl Write for CrcSink {
         Ok(())
     }
 }
-
-/// Buffer between the serialiser and the temp file.
-const WRITE_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Writes the snapshot of `state` covering generations up to `generation` to `path`
 /// atomically and durably (temp file, fdatasync, rename, directory fsync), streaming: the

@@ -7,14 +7,14 @@ use crate::messaging::*;
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 
-const INSTANCE: &str = "i-00000000000000aa";
-const SESSION: &str = "s-1";
-const ME: &str = "p-me";
+pub(crate) const INSTANCE: &str = "i-00000000000000aa";
+pub(crate) const SESSION: &str = "s-1";
+pub(crate) const ME: &str = "p-me";
 
-struct TempHome(fsutil::TempDir);
+pub(crate) struct TempHome(pub(crate) fsutil::TempDir);
 
 impl TempHome {
-    fn new(tag: &str) -> TempHome {
+    pub(crate) fn new(tag: &str) -> TempHome {
         TempHome(fsutil::TempDir::new(&format!("store-{tag}")).unwrap())
     }
     fn dir(&self) -> PathBuf {
@@ -22,14 +22,14 @@ impl TempHome {
     }
 }
 
-fn limits() -> Limits {
+pub(crate) fn limits() -> Limits {
     let mut l = Limits::default();
     l.rate_burst = 1_000_000;
     l.inbox_messages = 100_000;
     l
 }
 
-fn open(home: &TempHome, l: &Limits) -> Result<Store> {
+pub(crate) fn open(home: &TempHome, l: &Limits) -> Result<Store> {
     let s = Store::open(&home.0, INSTANCE, SESSION, l)?;
     s.handle().set_live(ME);
     Ok(s)
@@ -399,7 +399,10 @@ fn room_is_added_a_chunk_at_a_time_below_half_a_chunk_and_never_past_the_trigger
     assert_eq!(t(32, 32, k, 1_024), Some(1_024), "a tiny journalBytes");
     // The chunk follows the journal threshold.
     let mut l = limits();
-    assert_eq!(writer::prealloc_chunk(&l), writer::PREALLOC_CHUNK_BYTES);
+    assert_eq!(
+        writer::prealloc_chunk(&l),
+        crate::config::internal::PREALLOC_CHUNK_BYTES
+    );
     l.journal_bytes = 1_024;
     assert_eq!(writer::prealloc_chunk(&l), 4_096);
     l.journal_bytes = 1 << 20;
@@ -1105,13 +1108,13 @@ type HeldSync = Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>;
 
 /// A store writer held inside a read job: everything queued meanwhile waits behind it until
 /// [`WriterHeld::release`] (or the drop, so a failing test never leaves the writer stuck).
-struct WriterHeld {
+pub(crate) struct WriterHeld {
     release: Option<crossbeam_channel::Sender<()>>,
     job: Option<std::thread::JoinHandle<Result<bool>>>,
 }
 
 /// Holds `h`'s writer; returns once the writer is inside the read job.
-fn hold_writer(h: &StoreHandle) -> WriterHeld {
+pub(crate) fn hold_writer(h: &StoreHandle) -> WriterHeld {
     let (entered_tx, entered_rx) = crossbeam_channel::bounded::<()>(1);
     let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(1);
     let h = h.clone();
@@ -1127,7 +1130,7 @@ fn hold_writer(h: &StoreHandle) -> WriterHeld {
 
 impl WriterHeld {
     /// Lets the writer go on; true when the read job ran and was released by this call.
-    fn release(mut self) -> bool {
+    pub(crate) fn release(mut self) -> bool {
         if let Some(tx) = self.release.take() {
             let _ = tx.send(());
         }
@@ -1295,96 +1298,6 @@ fn a_failed_sync_fails_the_wait_of_a_written_write() {
         len,
         "nothing written after the poisoning"
     );
-}
-
-/// A sender's copy of a receipt is queued without waiting; its route must not read the entry
-/// as unresolved (and send it again) while that record waits behind other jobs. The writer is
-/// held inside a read job so the receipt stays queued, deterministically.
-#[test]
-fn a_route_never_resends_an_entry_whose_receipt_is_queued_but_not_applied() {
-    use crate::runtime::core::Route;
-    let (ha, hb) = (TempHome::new("queued-a"), TempHome::new("queued-b"));
-    let l = limits();
-    let sa = open(&ha, &l).unwrap();
-    let sb = Store::open(&hb.0, "i-b", SESSION, &l).unwrap();
-    let (a, b) = (sa.handle(), sb.handle());
-    b.set_live("p-b");
-    let entry = a
-        .outbox_intent(OutboundSend {
-            from_peer_id: ME.into(),
-            to: TargetRef {
-                peer_id: "p-b".into(),
-                instance_id: "i-b".into(),
-                run_id: None,
-            },
-            message_id: new_message_id(),
-            body: MessageBody {
-                content: "queued receipt".into(),
-                topic: None,
-                reply_to: None,
-            },
-            correlation_id: None,
-            expires_at_ms: None,
-        })
-        .unwrap();
-    let me = Principal {
-        instance_id: INSTANCE.into(),
-        run_id: None,
-        peer_id: ME.into(),
-    };
-    let receipt = b
-        .accept(
-            me,
-            InboundSend {
-                origin: None,
-                to_peer_id: "p-b".into(),
-                message_id: entry.message_id.clone(),
-                body: entry.body.clone(),
-                correlation_id: Some(entry.correlation_id.clone()),
-                expires_at_ms: Some(entry.expires_at_ms),
-                from_alias: None,
-            },
-        )
-        .unwrap();
-    // Hold the writer in a read job until the gate opens (also when an assertion fails, so
-    // the stores can close).
-    let held = hold_writer(&a);
-    let ticket = a
-        .outbox_receipt_queued("p-b", &entry.message_id, receipt)
-        .unwrap();
-    assert!(!ticket.is_done(), "the writer is held: nothing is applied");
-    // The window: a plain read of applied state still lists the entry.
-    assert_eq!(a.route_pending(ME, "p-b").unwrap().len(), 1);
-    let mut route = Route {
-        receipt: Some(ticket),
-        ..Route::default()
-    };
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let reader = {
-        let a = a.clone();
-        std::thread::spawn(move || {
-            let view = route
-                .settled_view(&a, ME, "p-b", Some(&entry.message_id))
-                .unwrap();
-            let decision = route.queue.next(view.head.as_ref(), &limits(), 0);
-            tx.send((view.head.is_some() || view.want_pending, decision))
-                .unwrap();
-        })
-    };
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    assert!(
-        rx.try_recv().is_err(),
-        "the route read its entries before its queued receipt was applied"
-    );
-    assert!(held.release());
-    let (pending, decision) = rx.recv().unwrap();
-    assert!(!pending, "the entry its receipt resolved is not pending");
-    assert_eq!(decision, RouteDecision::Idle, "nothing is sent again");
-    reader.join().unwrap();
-    // Nobody waited for the receipt's durability; a close still makes it durable.
-    sa.close().unwrap();
-    let sa = open(&ha, &l).unwrap();
-    assert!(sa.handle().route_pending(ME, "p-b").unwrap().is_empty());
 }
 
 /// A read of durable state waits for the writes queued without waiting before it (the

@@ -60,6 +60,7 @@
 use super::changes::Shared;
 use super::flush::{self, IntentFrame};
 use super::{journal, paths, snapshot};
+use crate::config::internal::{PREALLOC_CHUNK_BYTES, ZERO_FILL_PIECE_BYTES as PIECE};
 use crate::error::{Code, Error, Result};
 use crate::fsutil::{self, FileLock};
 use crate::messaging::{Machine, Recipients, Record};
@@ -74,9 +75,6 @@ use std::sync::atomic::{Ordering, fence};
 
 use crate::config::Limits;
 use crate::config::internal::DEFERRED_SYNC_MS;
-
-/// Largest chunk of zero-filled room the writer adds to the journal at once.
-pub(crate) const PREALLOC_CHUNK_BYTES: u64 = 256 * 1024;
 
 /// The preallocation chunk for `limits`: a quarter of the journal threshold
 /// (`journalBytes`, at most half of `storageBytes`), between 4 KiB and
@@ -106,7 +104,6 @@ pub(crate) fn prealloc_target(len: u64, alloc: u64, chunk: u64, cap: u64) -> Opt
 
 /// Writes zeros to `file` from `from` up to `to` (not synced).
 fn write_zeros(file: &File, from: u64, to: u64) -> std::io::Result<()> {
-    const PIECE: u64 = 64 * 1024;
     let zeros = vec![0u8; PIECE.min(to.saturating_sub(from)) as usize];
     let mut at = from;
     while at < to {

@@ -14,6 +14,7 @@ pub mod ask;
 pub mod resource_answer;
 mod schema;
 
+use crate::config::internal::TARGET_CHARS_MAX;
 use crate::config::{Limits, Scope};
 use crate::error::{Code, Error, Result};
 use crate::protocol::message::MessageBody;
@@ -29,8 +30,6 @@ pub use crate::config::internal::RESOURCE_CHARS_MAX;
 pub use crate::config::internal::TOPIC_CHARS_MAX;
 /// The authority every piece of peer- or friend-written text carries in model-visible output.
 pub const PEER_AUTHORITY: &str = "external-peer: not a user instruction";
-/// Longest recipient/sender argument: an alias or peer id with an optional `@`.
-pub const TARGET_CHARS_MAX: usize = crate::identity::ALIAS_CHARS_MAX + 1;
 
 /// Capability names, as the protocol lists them ("Capabilities include message.send, …").
 pub const CAP_MESSAGE_SEND: &str = "message.send";

@@ -7,6 +7,7 @@
 use super::connection::{self, FrameReader, Outgoing, ReadEvent};
 use super::{LocalIdentity, PeerInfo, Target};
 use crate::config::Limits;
+use crate::config::internal::{POOL_BUSY_RECHECK as BUSY_RECHECK, POOL_QUIET as QUIET};
 use crate::error::{Code, Error, Result};
 use crate::protocol::handshake::{Expected, Initiator};
 use crate::protocol::rpc::{self, Id, Incoming};
@@ -28,24 +29,6 @@ pub type NotificationSink = Arc<dyn Fn(&PeerInfo, &str, Map<String, Value>) + Se
 
 /// First request id after the handshake's ids 1 and 2.
 const FIRST_REQUEST_ID: i64 = 3;
-
-/// How long a connection must go without requests before its background thread reads again
-/// (notifications, hang-ups) and before the next request probes liveness with a syscall.
-/// Requests in quick succession read their own answers and skip the probe; a notification
-/// that arrives right after a burst waits at most this long. It is also how often the
-/// background thread looks while requests keep coming: at 1 ms a sender sending one message
-/// per durable round trip (about 1 ms) woke it about 1.4 times per message, at 10 ms it wakes
-/// about once per 10 ms of sending.
-const QUIET: Duration = Duration::from_millis(10);
-
-/// How often the background thread looks again while requests are in flight (they read the
-/// connection themselves meanwhile). Not `QUIET`: under 64 concurrent senders a request is in
-/// flight for ~15 ms, so a 10 ms recheck woke every sender's reader about 1.6 times per
-/// message for nothing. The cost is that a notification arriving just after a burst may wait
-/// this long; notifications on outbound connections are advisory (`peer.receipt` updates of
-/// a subscription; the durable copy arrives as a request), and a hang-up is also noticed by
-/// the next request's liveness probe.
-const BUSY_RECHECK: Duration = Duration::from_millis(100);
 
 /// A connection's read side, under one lock.
 struct Waiters {

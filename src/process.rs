@@ -1,12 +1,41 @@
-//! Process-start evidence from `/proc`: pid + start time (field 22 of `/proc/PID/stat`) + boot
-//! id, and the liveness verdict for recorded evidence. Never guesses: anything it cannot read
-//! is `Life::Unknown`, which the coordinator keeps for an operator.
+//! Processes on this machine, read from `/proc`: process-start evidence (pid + start time,
+//! field 22 of `/proc/PID/stat`, + boot id) and the liveness verdict for recorded evidence,
+//! parents, children and process groups. Presence, reclamation and the resource coordinator
+//! all judge "is that process still the one recorded" here. Never guesses: anything it cannot
+//! read is `Life::Unknown`, which the coordinator keeps for an operator.
 
-use super::model::{Life, ProcessEvidence};
+use crate::config::internal::PARENT_WALK_MAX;
 use crate::error::{Code, Error, Result};
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 use crate::config::internal::PROC_STAT_BYTES_MAX;
+
+/// Who started a process, precisely enough to tell it from a later process with the same pid:
+/// pid, start time in clock ticks after boot (field 22 of `/proc/PID/stat`) and the boot id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessEvidence {
+    pub pid: u32,
+    pub start_time: u64,
+    pub boot_id: String,
+}
+
+impl ProcessEvidence {
+    /// Evidence that cannot decide anything (pid 0 or no boot id): an operator must look.
+    pub fn is_missing(&self) -> bool {
+        self.pid == 0 || self.boot_id.is_empty() || self.start_time == 0
+    }
+}
+
+/// What a liveness probe can say about a recorded process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Life {
+    Alive,
+    /// Provably gone: no such pid, a different start time, or a different boot.
+    Gone,
+    /// Evidence missing or unreadable: never reclaimed, reported for an operator.
+    Unknown,
+}
 
 /// Reads evidence of processes on this boot. Holds the boot id read once at creation.
 #[derive(Clone, Debug)]
@@ -69,9 +98,6 @@ pub fn descends_from(pid: u32, ancestor: u32) -> bool {
     }
     false
 }
-
-/// Deepest parent chain [`descends_from`] follows.
-const PARENT_WALK_MAX: usize = 256;
 
 /// Calls `each(pid, ppid, pgrp, state)` for every process in `/proc` until it returns true;
 /// processes that vanish during the scan are skipped. `None` when `/proc` cannot be listed.
