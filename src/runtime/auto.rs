@@ -261,4 +261,16 @@ mod tests {
         assert_eq!(b.remaining("c1"), 0);
         assert!(b.take("c2").is_ok());
     }
+
+    #[test]
+    fn only_the_roots_own_token_marks_a_call_automatic() {
+        let auto = Auto::new(1);
+        assert!(auto.is_automatic(Some(auto.token())));
+        assert!(!auto.is_automatic(None));
+        assert!(!auto.is_automatic(Some("")));
+        assert!(!auto.is_automatic(Some(Auto::new(1).token())));
+        assert_eq!(auto.token().len(), 32, "16 random bytes in hex");
+        // No handler runs: an arrival is not even built.
+        auto.offer(|| unreachable!("built without a handler"));
+    }
 }

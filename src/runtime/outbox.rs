@@ -272,3 +272,78 @@ impl Repair {
         self.sessions.lock().get(instance_id).cloned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outbox() -> Outbox {
+        let me = crate::transport::LocalIdentity {
+            instance_id: crate::identity::new_instance_id(),
+            keys: Arc::new(crate::identity::KeyPair::generate()),
+        };
+        let limits = crate::config::Limits::default();
+        Outbox::new(Pool::new(me, &limits, Arc::new(|_, _, _| {})))
+    }
+
+    #[test]
+    fn a_failing_route_keeps_its_first_failure_time_and_latest_cause_until_answered() {
+        let o = outbox();
+        o.route_failed("a", "b", &Error::new(Code::PeerOffline, "first"), 10, 16);
+        o.route_failed("a", "b", &Error::new(Code::Timeout, "second"), 20, 16);
+        let (e, since) = o.route_error("a", "b").unwrap();
+        assert_eq!(
+            (e.code, e.message.as_str(), since),
+            (Code::Timeout, "second", 10)
+        );
+        assert!(o.route_error("b", "a").is_none(), "a route has a direction");
+        o.route_answered("a", "b");
+        assert!(o.route_error("a", "b").is_none());
+    }
+
+    #[test]
+    fn remembered_route_failures_are_bounded_by_four_per_connection() {
+        let o = outbox();
+        let timeout = Error::new(Code::Timeout, "t");
+        for i in 0..10 {
+            o.route_failed("a", &format!("p{i}"), &timeout, 1, 2);
+        }
+        let kept = (0..10)
+            .filter(|i| o.route_error("a", &format!("p{i}")).is_some())
+            .count();
+        assert_eq!(kept, 8);
+    }
+
+    #[test]
+    fn a_held_route_is_shared_and_survives_the_pruning_of_idle_ones() {
+        let o = outbox();
+        let held = o.route("a", "b", 1);
+        assert!(Arc::ptr_eq(&held, &o.route("a", "b", 1)));
+        for i in 0..8 {
+            drop(o.route("a", &format!("p{i}"), 1));
+        }
+        assert!(Arc::ptr_eq(&held, &o.route("a", "b", 1)));
+        assert!(
+            o.routes.lock().len() <= 4 + 1,
+            "idle routes past the bound are dropped"
+        );
+    }
+
+    #[test]
+    fn repair_memory_is_bounded_and_a_pass_begins_once_per_interval() {
+        let r = Repair::default();
+        for i in 0..SESSIONS_MAX + 5 {
+            r.remember_session(&format!("i{i}"), format!("s{i}"));
+            r.vouch(&format!("i{i}"));
+        }
+        assert_eq!(r.sessions_known(), SESSIONS_MAX as u64);
+        assert_eq!(r.vouched().len(), SESSIONS_MAX);
+        // A known instance's session is still updated at the bound.
+        r.remember_session("i0", "s-new".into());
+        assert_eq!(r.session_of("i0").as_deref(), Some("s-new"));
+        let hour = Duration::from_secs(3600);
+        assert!(r.pass_due(hour));
+        assert!(!r.pass_due(hour), "the second pass waits for the interval");
+        assert!(r.pass_due(Duration::ZERO));
+    }
+}

@@ -95,3 +95,29 @@ impl Problems {
         self.unverified.lock().iter().any(is_it)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Code;
+
+    #[test]
+    fn a_repeated_problem_is_kept_once_and_the_latest_few_are_remembered() {
+        let (p, bus) = (Problems::default(), Bus::default());
+        let events = bus.subscribe().unwrap();
+        let full = Error::new(Code::Io, "disk full");
+        p.report(&bus, "sweep", &full);
+        p.report(&bus, "sweep", &full);
+        assert_eq!(p.recent().len(), 1, "a repeat only moves the time");
+        assert_eq!(events.try_iter().count(), 1, "and is published once");
+        for i in 0..PROBLEMS_MAX + 3 {
+            p.report(&bus, &format!("pass {i}"), &full);
+        }
+        let recent = p.recent();
+        assert_eq!(recent.len(), PROBLEMS_MAX);
+        assert_eq!(
+            recent[PROBLEMS_MAX - 1].what,
+            format!("pass {}", PROBLEMS_MAX + 2)
+        );
+    }
+}
