@@ -144,9 +144,9 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     } else {
         out::line(&format!(
             "peer host: ready as {} ({}) in {}",
-            root.core.alias,
-            root.core.peer_id,
-            crate::sanitize::line(&root.core.workspace.workspace.to_string_lossy(), 200)
+            root.core.me.alias(),
+            root.core.me.peer_id(),
+            crate::sanitize::line(&root.core.site.workspace().workspace.to_string_lossy(), 200)
         ))
         .and_then(|()| match &ask {
             Some(h) => out::line(&format!(
@@ -191,8 +191,8 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
 /// its `Root` stops as it drops.
 pub(super) fn ask_beside(root: &Root) -> Result<Option<crate::ask::server::ServerHandle>> {
     let h = crate::ask::discovery::serve_beside_root(
-        &root.core.ns.home,
-        &root.core.workspace.workspace,
+        root.core.site.home(),
+        &root.core.site.workspace().workspace,
     )?;
     if let Some(h) = &h {
         publish_ask_notices(root, h);
@@ -259,13 +259,13 @@ fn ask_pending_line(ev: &serde_json::Value, home: Option<&std::path::Path>) -> O
 /// Warns on stderr when another live peer in scope already answers to this root's alias:
 /// sends to it would fail with AMBIGUOUS_TARGET until one of them leaves.
 pub(super) fn warn_shared_alias(root: &Root, program: &str) {
-    let others: Vec<String> = match root.core.resolve_target(&root.core.alias) {
-        Ok(t) if t.instance_id != root.core.instance_id => vec![t.peer_id],
+    let others: Vec<String> = match root.core.resolve_target(root.core.me.alias()) {
+        Ok(t) if t.instance_id != root.core.me.instance_id() => vec![t.peer_id],
         // The error names every match, this root included.
         Err(e) if e.code == Code::AmbiguousTarget => e
             .message
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-            .filter(|w| w.starts_with("p-") && *w != root.core.peer_id)
+            .filter(|w| w.starts_with("p-") && *w != root.core.me.peer_id())
             .map(str::to_string)
             .collect(),
         _ => return,
@@ -275,9 +275,9 @@ pub(super) fn warn_shared_alias(root: &Root, program: &str) {
     }
     out::err_line(&format!(
         "{program}: warning: alias {} is also used by {} in this scope; sends to @{} fail with AMBIGUOUS_TARGET until one leaves. Pick another --alias, or omit it for a unique generated one.",
-        crate::sanitize::line(&root.core.alias, 64),
+        crate::sanitize::line(root.core.me.alias(), 64),
         others.join(", "),
-        crate::sanitize::line(&root.core.alias, 64)
+        crate::sanitize::line(root.core.me.alias(), 64)
     ));
 }
 
@@ -538,11 +538,11 @@ fn run_child(
     }
     let spawned = child_cmd
         .args(&command[1..])
-        .env("PEER_HOME", &root.core.ns.home)
-        .env("PEER_INSTANCE_ID", &root.core.instance_id)
-        .env("PEER_PEER_ID", &root.core.peer_id)
-        .env("PEER_SESSION_ID", &root.core.session_id)
-        .env("PEER_ALIAS", &root.core.alias)
+        .env("PEER_HOME", root.core.site.home())
+        .env("PEER_INSTANCE_ID", root.core.me.instance_id())
+        .env("PEER_PEER_ID", root.core.me.peer_id())
+        .env("PEER_SESSION_ID", root.core.me.session_id())
+        .env("PEER_ALIAS", root.core.me.alias())
         .env(crate::runtime::control::ENV_CONTROL, &root.control_path)
         .env("PEER_HOLDER_PID", std::process::id().to_string())
         .env_remove(crate::runtime::control::ENV_RUN)

@@ -74,8 +74,8 @@ pub fn mcp(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let limits = root.core.limits().clone();
     let host = Arc::new(super::ask_discovery::WithAskTools {
         inner: RootTools(root.core.clone()),
-        home: root.core.ns.home.clone(),
-        friends: super::ask_discovery::has_friends(&root.core.ns.home),
+        home: root.core.site.home().to_path_buf(),
+        friends: super::ask_discovery::has_friends(root.core.site.home()),
     });
     let result = crate::mcp::serve(
         host,

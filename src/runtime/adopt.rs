@@ -30,21 +30,21 @@ pub struct Adopted {
 /// with one store (damaged, full) are reported as problems and leave it as it was.
 pub fn adopt_predecessors(core: &Core) -> Adopted {
     let mut done = Adopted::default();
-    let root = core.ns.home.join("peer-messages");
+    let root = core.site.home().join("peer-messages");
     let Ok(dir) = std::fs::read_dir(&root) else {
         return done;
     };
     let mut names: Vec<String> = dir
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| *n != core.instance_id && crate::identity::is_valid_id(n))
+        .filter(|n| !core.me.is(n) && crate::identity::is_valid_id(n))
         .take(STORES_SCANNED_MAX)
         .collect();
     names.sort();
     for name in names {
-        let dir = paths::store_dir(&core.ns.home, &name);
+        let dir = paths::store_dir(core.site.home(), &name);
         match crate::store::recovery::read_identity(&dir) {
-            Ok(Some(id)) if id.session_id == core.session_id && id.instance_id == name => {}
+            Ok(Some(id)) if id.session_id == core.me.session_id() && id.instance_id == name => {}
             _ => continue,
         }
         match adopt_one(core, &name) {
@@ -60,7 +60,7 @@ pub fn adopt_predecessors(core: &Core) -> Adopted {
             Err(e) => {
                 let recover = format!(
                     "peer recover --instance {name} --session-id {}",
-                    core.session_id
+                    core.me.session_id()
                 );
                 core.report_problem(
                     &format!(
@@ -69,7 +69,7 @@ pub fn adopt_predecessors(core: &Core) -> Adopted {
                     ),
                     &e,
                 );
-                core.unverified_stores.lock().push(UnverifiedStore {
+                core.problems.add_unverified(UnverifiedStore {
                     instance_id: name.clone(),
                     path: dir.display().to_string(),
                     recover,
@@ -87,7 +87,7 @@ fn adopt_one(core: &Core, instance: &str) -> Result<Option<(u64, bool)>> {
     let mut limits = core.limits().clone();
     // A live incarnation holds its store lock for its whole life: do not wait for it.
     limits.lock_ms = 0;
-    let old = match Store::open(&core.ns.home, instance, &core.session_id, &limits) {
+    let old = match Store::open(core.site.home(), instance, core.me.session_id(), &limits) {
         Ok(s) => s,
         Err(e) if e.code == Code::Timeout => return Ok(None),
         Err(e) => return Err(e),
@@ -108,7 +108,7 @@ fn adopt_one(core: &Core, instance: &str) -> Result<Option<(u64, bool)>> {
     for e in &entries {
         // Ours first, durably; only then is it forgotten there (a crash in between leaves it
         // in both, and the next start's adoption finds ours already holds it).
-        core.store.adopt(e.clone(), &core.peer_id)?;
+        core.store.adopt(e.clone(), core.me.peer_id())?;
         h.hand_over(&e.to.peer_id, &e.message_id)?;
         taken += 1;
     }

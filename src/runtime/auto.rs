@@ -1,6 +1,8 @@
 //! Automatic idle behaviour: `peer host` runs the configured handler command for arrivals, one
 //! at a time, with wakeups coalesced, cancelled on shutdown, and a per-conversation budget of
 //! automatic messages (`automaticReplies`) that stops reply ping-pong between two auto peers.
+//! `Auto` is the root's part: the budget, the token that marks a handler's calls and the
+//! running handler.
 
 use crate::error::{Code, Error, Result};
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
@@ -63,6 +65,62 @@ impl Budget {
             }
         }
         Ok(())
+    }
+}
+
+/// A root's automatic idle behaviour: the budget, the token its handler's calls carry and
+/// the handler runner (only in auto idle behaviour, once started).
+pub struct Auto {
+    budget: Arc<Budget>,
+    token: String,
+    runner: Mutex<Option<Runner>>,
+}
+
+impl Auto {
+    /// A budget of `max` automatic messages per conversation and a fresh random token.
+    pub fn new(max: u64) -> Auto {
+        let mut token = [0u8; 16];
+        crate::identity::random_bytes(&mut token);
+        Auto {
+            budget: Arc::new(Budget::new(max)),
+            token: crate::identity::hex(&token),
+            runner: Mutex::new(None),
+        }
+    }
+
+    /// The token a handler run gets in [`ENV_AUTO`].
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Whether a call carrying `token` comes from the handler (compared in constant time).
+    pub fn is_automatic(&self, token: Option<&str>) -> bool {
+        token.is_some_and(|t| crate::identity::ct_eq(t.as_bytes(), self.token.as_bytes()))
+    }
+
+    /// Spends one automatic message of `correlation`'s conversation (see [`Budget::take`]).
+    pub fn take(&self, correlation: &str) -> Result<()> {
+        self.budget.take(correlation)
+    }
+
+    /// Starts the handler runner with `command` and `env`.
+    pub fn start(&self, command: Vec<String>, env: Vec<(String, String)>) -> Result<()> {
+        *self.runner.lock() = Some(Runner::start(command, env, self.budget.clone())?);
+        Ok(())
+    }
+
+    /// Wakes the handler, when one runs, for the arrival `a` builds (built only then).
+    pub fn offer(&self, a: impl FnOnce() -> Arrival) {
+        if let Some(runner) = self.runner.lock().as_ref() {
+            runner.offer(a());
+        }
+    }
+
+    /// Stops the handler, if one runs.
+    pub fn shutdown(&self) {
+        if let Some(runner) = self.runner.lock().take() {
+            runner.shutdown();
+        }
     }
 }
 
@@ -202,5 +260,17 @@ mod tests {
         assert_eq!(b.take("c1").unwrap_err().code, Code::RateLimited);
         assert_eq!(b.remaining("c1"), 0);
         assert!(b.take("c2").is_ok());
+    }
+
+    #[test]
+    fn only_the_roots_own_token_marks_a_call_automatic() {
+        let auto = Auto::new(1);
+        assert!(auto.is_automatic(Some(auto.token())));
+        assert!(!auto.is_automatic(None));
+        assert!(!auto.is_automatic(Some("")));
+        assert!(!auto.is_automatic(Some(Auto::new(1).token())));
+        assert_eq!(auto.token().len(), 32, "16 random bytes in hex");
+        // No handler runs: an arrival is not even built.
+        auto.offer(|| unreachable!("built without a handler"));
     }
 }

@@ -188,9 +188,9 @@ pub struct RootTools(pub Arc<Core>);
 
 impl ToolHost for RootTools {
     fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<ToolOutput> {
-        let caller = self.0.root_caller();
+        let caller = self.0.me.root_caller();
         let opts = CallOptions {
-            call_id: Some(format!("mcp:{}:{call_id}", self.0.instance_id)),
+            call_id: Some(format!("mcp:{}:{call_id}", self.0.me.instance_id())),
             consume_on_read: true,
             ..CallOptions::default()
         };

@@ -41,7 +41,7 @@ pub fn peer_status(
         // About an incarnation that is not one of ours: a predecessor's store may hold it.
         Err(e)
             if e.code == Code::NotFound
-                && q.to != core.peer_id
+                && q.to != core.me.peer_id()
                 && core.run_of_peer(&q.to).is_none() =>
         {
             return Err(super::repair::predecessor_answer(
@@ -235,7 +235,7 @@ pub fn local_request(
                 MessageRef::Sequence(e.sequence),
                 n.note.as_deref().unwrap_or("prepared"),
             )?;
-            super::send::refuse_expired(&r)?;
+            super::inbox::refuse_expired(&r)?;
             Ok(LocalAnswer::Receipt(r.into()))
         }
         LocalCall::Reply(r) => reply(core, &caller, r).map(LocalAnswer::Reply),
@@ -336,13 +336,13 @@ fn info(core: &Core, caller: &Caller) -> Info {
         peer_id: caller.peer_id.clone(),
         run_id: caller.run_id.clone(),
         alias: caller.alias.clone(),
-        instance_id: core.instance_id.clone(),
-        session_id: core.session_id.clone(),
+        instance_id: core.me.instance_id().to_string(),
+        session_id: core.me.session_id().to_string(),
         capabilities: caller.capabilities.to_vec(),
         events_dropped: core.bus.dropped(),
         dumpable: crate::hardening::is_dumpable(),
         store: store_info(core),
-        problems: core.problems(),
+        problems: core.problems.recent(),
         limits: InfoLimits {
             message_bytes: limits.message_bytes,
             wait_ms_max: limits.wait_ms_max,
@@ -419,9 +419,9 @@ pub struct RunPublished {
 fn publish_run(core: &Arc<Core>, p: RunPublish) -> Result<RunPublished> {
     let secret = zeroize::Zeroizing::new(control::new_secret());
     let r = core.runs.lock().publish(
-        &core.instance_id,
+        core.me.instance_id(),
         &p.alias,
-        &core.capabilities,
+        core.me.capabilities(),
         p.delegate_control,
         core.limits().published_runs,
         secret.clone(),
@@ -458,8 +458,8 @@ pub struct RunRetired {
 fn retire_run(core: &Arc<Core>, run_id: &str) -> Result<RunRetired> {
     let r = core.runs.lock().retire(run_id)?;
     control::remove(
-        &control::path_in(&core.control_dir(), &core.instance_id, Some(&r.run_id)),
-        &core.instance_id,
+        &control::path_in(&core.control_dir(), core.me.instance_id(), Some(&r.run_id)),
+        core.me.instance_id(),
     );
     // What the run reserved goes back with it; its held messages stay for review.
     let _ = super::resources::release_run(core, &r.peer_id);
@@ -493,7 +493,7 @@ fn store_info(core: &Core) -> StoreInfo {
         journal_bytes: s.journal_bytes,
         snapshot_bytes: s.snapshot_bytes,
         snapshot_bytes_written: s.snapshot_bytes_written,
-        predecessors_unverified: core.unverified_stores.lock().clone(),
+        predecessors_unverified: core.problems.unverified(),
         redelivered: core
             .store
             .query(|m| m.state().redelivered_count() as u64)
@@ -510,11 +510,11 @@ fn write_run_control(
 ) -> Result<std::path::PathBuf> {
     let cf = control::ControlFile {
         version: 1,
-        endpoint: core.socket_path.clone(),
+        endpoint: core.site.socket_path().to_path_buf(),
         secret: identity::b64(secret),
-        instance_id: core.instance_id.clone(),
+        instance_id: core.me.instance_id().to_string(),
         peer_id: run.peer_id.clone(),
-        home: core.ns.home.clone(),
+        home: core.site.home().to_path_buf(),
         run_id: Some(run.run_id.clone()),
     };
     // The text form of the secret is wiped when `cf` drops.

@@ -3,20 +3,28 @@
 //! `peer host`, a `peer mcp`, or one `peer --as ALIAS` command.
 
 pub(crate) mod adopt;
+pub(crate) mod arrivals;
 pub(crate) mod auto;
 pub mod control;
 pub mod core;
+pub(crate) mod deliver;
 pub(crate) mod dispatch;
 pub(crate) mod events;
 pub(crate) mod handler;
+pub(crate) mod inbox;
+pub(crate) mod incarnation;
 pub(crate) mod model_tools;
 pub(crate) mod outbox;
 pub(crate) mod presence_cache;
+pub(crate) mod problems;
 pub(crate) mod reclaim;
 pub(crate) mod repair;
+pub(crate) mod resolve;
 pub(crate) mod resources;
+pub(crate) mod route;
 pub(crate) mod runs;
 pub(crate) mod send;
+pub(crate) mod site;
 
 pub use handler::HOLD_ANSWER_ENV;
 
@@ -205,7 +213,7 @@ impl Root {
         if let Some(owned) = self.inner.as_mut() {
             owned.worker = Some(worker);
         }
-        if core.config.idle_behavior == IdleBehavior::Auto {
+        if core.site.config().idle_behavior == IdleBehavior::Auto {
             let env = vec![
                 (
                     control::ENV_CONTROL.to_string(),
@@ -213,9 +221,9 @@ impl Root {
                 ),
                 (
                     "PEER_HOME".to_string(),
-                    core.ns.home.to_string_lossy().into_owned(),
+                    core.site.home().to_string_lossy().into_owned(),
                 ),
-                (auto::ENV_AUTO.to_string(), core.auto_token.clone()),
+                (auto::ENV_AUTO.to_string(), core.auto.token().to_string()),
                 (
                     "PEER_HOLDER_PID".to_string(),
                     std::process::id().to_string(),
@@ -226,8 +234,8 @@ impl Root {
             if let Some(Ok(path)) = crate::paths::path_with_own_dir().map(|p| p.into_string()) {
                 env.push(("PATH".to_string(), path));
             }
-            let command = core.config.auto_command.clone().unwrap_or_default();
-            *core.auto.lock() = Some(auto::Runner::start(command, env, core.auto_budget.clone())?);
+            let command = core.site.config().auto_command.clone().unwrap_or_default();
+            core.auto.start(command, env)?;
         }
         Ok(())
     }
@@ -256,9 +264,9 @@ impl Root {
             version: 1,
             endpoint: socket.path.clone(),
             secret: identity::b64(secret),
-            instance_id: core.instance_id.clone(),
-            peer_id: core.peer_id.clone(),
-            home: core.ns.home.clone(),
+            instance_id: core.me.instance_id().to_string(),
+            peer_id: core.me.peer_id().to_string(),
+            home: core.site.home().to_path_buf(),
             run_id: None,
         };
         match control::write(&core.control_dir(), &cf) {
@@ -275,14 +283,14 @@ impl Root {
         let text = |p: &std::path::Path| p.to_string_lossy().into_owned();
         Ready {
             event: "ready",
-            peer_id: self.core.peer_id.clone(),
-            instance_id: self.core.instance_id.clone(),
-            session_id: self.core.session_id.clone(),
-            alias: self.core.alias.clone(),
+            peer_id: self.core.me.peer_id().to_string(),
+            instance_id: self.core.me.instance_id().to_string(),
+            session_id: self.core.me.session_id().to_string(),
+            alias: self.core.me.alias().to_string(),
             endpoint: text(&self.socket.path),
             control: text(&self.control_path),
             presence: text(self.core.publisher.path()),
-            workspace: text(&self.core.workspace.workspace),
+            workspace: text(&self.core.site.workspace().workspace),
             pid: std::process::id(),
         }
     }
@@ -298,9 +306,7 @@ impl Root {
         };
         self.core.stopping.store(true, Ordering::SeqCst);
         self.core.store.wake_waiters();
-        if let Some(runner) = self.core.auto.lock().take() {
-            runner.shutdown();
-        }
+        self.core.auto.shutdown();
         if let Some(worker) = owned.worker {
             let _ = worker.join();
         }
@@ -309,14 +315,11 @@ impl Root {
             let _ = handle.join();
         }
         owned.endpoint.shutdown();
-        control::remove(&self.control_path, &self.core.instance_id);
+        let me = self.core.me.instance_id();
+        control::remove(&self.control_path, me);
         for run in self.core.runs.lock().live() {
-            let path = control::path_in(
-                &self.core.control_dir(),
-                &self.core.instance_id,
-                Some(&run.run_id),
-            );
-            control::remove(&path, &self.core.instance_id);
+            let path = control::path_in(&self.core.control_dir(), me, Some(&run.run_id));
+            control::remove(&path, me);
         }
         if let Some((stop, handle)) = owned.heartbeat {
             drop(stop);
@@ -439,38 +442,30 @@ fn assemble_core(
     let pool = notifying_pool(me.clone(), &config.limits, core_cell.clone());
     let capabilities = root_capabilities(&config);
     let record = presence_record(opts, &config, &workspace, &id, &capabilities);
-    let mut token = [0u8; 16];
-    identity::random_bytes(&mut token);
     let store_handle = store.handle();
     store_handle.set_live(&id.peer_id);
     let publisher = Arc::new(Publisher::prepare(&ns.active_agents(), record));
     let presence = PresenceCache::new(ns.clone(), config.limits.clone());
     let core = Arc::new(Core {
-        socket_path: id.socket.path.clone(),
         presence,
-        ns,
-        auto_budget: Arc::new(auto::Budget::new(config.limits.automatic_replies)),
-        config,
-        workspace,
-        session_id: id.session_id,
-        instance_id: id.instance_id,
-        peer_id: id.peer_id,
-        alias: id.alias,
-        capabilities: capabilities.into(),
+        auto: auto::Auto::new(config.limits.automatic_replies),
+        site: site::Site::new(ns, id.socket.path.clone(), config, workspace),
+        me: incarnation::Incarnation::new(
+            id.session_id,
+            id.instance_id,
+            id.peer_id,
+            id.alias,
+            capabilities.into(),
+        ),
         store: store_handle,
-        pool,
         bus: events::Bus::default(),
         runs: Mutex::new(runs::Runs::default()),
         publisher,
-        auto_token: identity::hex(&token),
-        auto: Mutex::new(None),
         stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        outbox: Outbox::default(),
-        model_cursors: Mutex::new(Default::default()),
-        problems: Mutex::new(Default::default()),
-        unverified_stores: Mutex::new(Vec::new()),
+        outbox: Outbox::new(pool),
+        arrivals: arrivals::Arrivals::default(),
+        problems: problems::Problems::default(),
         repair: outbox::Repair::default(),
-        arrivals: Mutex::new(Vec::new()),
     });
     let _ = core_cell.set(Arc::downgrade(&core));
     (core, id.socket)

@@ -105,11 +105,11 @@ pub fn execute(
                 page_size: None,
             };
             let page = directory::list_cached(
-                &core.ns,
+                core.site.ns(),
                 core.limits(),
                 &viewer,
                 &opts,
-                &core.presence.files,
+                core.presence.files(),
             )?;
             Ok(ToolAnswer::Peers(PeersPage {
                 peers: page.peers,
@@ -186,7 +186,7 @@ fn read_messages(
             let page = messages_page(core, &r, &q);
             if opts.consume_on_read {
                 consume_returned(core, &r.messages, page.messages.len())?;
-                core.advance_model_cursors(
+                core.arrivals.advance_model_cursors(
                     &caller.peer_id,
                     unfiltered.then_some(page.cursor),
                     page.event_cursor,
@@ -210,7 +210,7 @@ fn messages_query(
     a: MessagesArgs,
     opts: &CallOptions,
 ) -> (ReadQuery, bool, u64) {
-    let (model_after, model_events) = core.model_cursors(&caller.peer_id);
+    let (model_after, model_events) = core.arrivals.model_cursors(&caller.peer_id);
     let unfiltered =
         a.after.is_none() && a.message_id.is_none() && a.reply_to.is_none() && a.from.is_none();
     let default_after = (opts.consume_on_read && unfiltered).then_some(model_after);
@@ -276,7 +276,7 @@ fn consume_returned(core: &Arc<Core>, messages: &[InboxEntry], returned: usize) 
         if let Some(e) = failed {
             return Err(e);
         }
-        receipts.iter().try_for_each(super::send::refuse_expired)?;
+        receipts.iter().try_for_each(super::inbox::refuse_expired)?;
         // A page is one recipient's; any other (not expected) goes one by one.
         for e in open.iter().skip_while(|e| e.recipient_peer_id == recipient) {
             core.consume_entry(e, "returned to the model by peer_messages")?;
@@ -358,7 +358,7 @@ fn sender_aliases(core: &Core, msgs: &[InboxEntry]) -> HashMap<String, presence:
         if out.contains_key(&m.from.instance_id) {
             continue;
         }
-        if m.from.instance_id == core.instance_id {
+        if core.me.is(&m.from.instance_id) {
             continue;
         }
         if let Some(ad) = core.presence.advertisement_of(&m.from.instance_id) {
@@ -376,14 +376,7 @@ pub fn message_view(e: &InboxEntry, ad: Option<&presence::Advertisement>) -> Mes
     // The current advertisement first (an alias may have changed), else the alias the sender
     // stated when the message arrived, which outlives the sender.
     let alias = ad
-        .and_then(|ad| match &e.from.run_id {
-            None => Some(ad.alias.clone()),
-            Some(run) => ad
-                .runs
-                .iter()
-                .find(|r| &r.run_id == run)
-                .map(|r| r.alias.clone()),
-        })
+        .and_then(|ad| super::resolve::advertised_alias(ad, e.from.run_id.as_deref()))
         .or_else(|| e.from_alias.clone());
     MessageView {
         sequence: e.sequence,

@@ -1,17 +1,21 @@
-//! The sending side's shared state: route queues by (sender, recipient) with the last
-//! retryable failure of each blocked route, and the receipt subscriptions of connected
-//! senders; what the search for lost recipient copies remembers between passes. The delivery
-//! and push logic that drives them is in `send` (and `repair`).
+//! The sending side's part (`Outbox`): the authenticated pool to other roots, route queues by
+//! (sender, recipient) with the last retryable failure of each blocked route, the receipt
+//! subscriptions of connected senders and the backoff of receipt pushes; and what the search
+//! for lost recipient copies remembers between passes (`Repair`). What drives them is in
+//! `route`, `deliver`, `send` and `repair`.
 
-use crate::config::internal::{PUSH_RETRY_MAX_MS, SUBSCRIPTIONS_MAX, WORKER_TICK_MS};
+use crate::config::internal::{
+    PUSH_RETRY_MAX_MS, SUBSCRIPTIONS_MAX, TARGET_SESSIONS_MAX, WORKER_TICK_MS,
+};
 use crate::error::{Code, Error, Result};
 use crate::messaging::{ReceiptState, RouteQueue, RouteView};
 use crate::store::{Applying, StoreHandle};
-use crate::transport::Notifier;
+use crate::transport::{Notifier, Pool};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Route queues by (sender peerId, recipient peerId).
 pub type RouteMap = HashMap<(String, String), Arc<Mutex<Route>>>;
@@ -60,20 +64,83 @@ impl Route {
 /// Subscribed senders by (sender instance, message id), with the last state notified.
 pub type SubscriptionMap = HashMap<(String, String), (Notifier, Option<ReceiptState>)>;
 
-#[derive(Default)]
 pub struct Outbox {
-    pub(crate) routes: Mutex<RouteMap>,
+    /// Authenticated connections to other roots.
+    pool: Pool,
+    routes: Mutex<RouteMap>,
     /// The last retryable failure of each blocked route and when the route started failing,
     /// so messages behind its head and `peer status` report the real cause.
-    pub(crate) route_errors: Mutex<HashMap<(String, String), (Error, u64)>>,
-    pub(crate) subscriptions: Mutex<SubscriptionMap>,
+    route_errors: Mutex<HashMap<(String, String), (Error, u64)>>,
+    subscriptions: Mutex<SubscriptionMap>,
     /// Receipt pushes that failed with a retryable answer, by sender instance: (consecutive
     /// failures, next attempt in ms). Bounded by `SUBSCRIPTIONS_MAX`; cleared when nothing is
     /// queued.
-    pub(crate) push_retry: Mutex<HashMap<String, (u32, u64)>>,
+    push_retry: Mutex<HashMap<String, (u32, u64)>>,
 }
 
 impl Outbox {
+    pub fn new(pool: Pool) -> Outbox {
+        Outbox {
+            pool,
+            routes: Mutex::default(),
+            route_errors: Mutex::default(),
+            subscriptions: Mutex::default(),
+            push_retry: Mutex::default(),
+        }
+    }
+
+    /// The connections to other roots.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The route of `from` to `to`, made when new. Past `4 × connections` routes, the ones
+    /// nobody holds and that keep nothing are dropped first.
+    pub fn route(&self, from: &str, to: &str, connections: u64) -> Arc<Mutex<Route>> {
+        let mut routes = self.routes.lock();
+        if routes.len() > 4 * connections as usize {
+            routes.retain(|_, r| Arc::strong_count(r) > 1 || r.lock().worth_keeping());
+        }
+        routes
+            .entry((from.to_string(), to.to_string()))
+            .or_default()
+            .clone()
+    }
+
+    /// The last retryable failure of the route of `from` to `to` and since when it fails.
+    pub fn route_error(&self, from: &str, to: &str) -> Option<(Error, u64)> {
+        self.route_errors
+            .lock()
+            .get(&(from.to_string(), to.to_string()))
+            .cloned()
+    }
+
+    /// The route of `from` to `to` got an answer: it no longer fails.
+    pub fn route_answered(&self, from: &str, to: &str) {
+        let mut errors = self.route_errors.lock();
+        // The key is built only when there is a failure to clear (two copies per send).
+        if !errors.is_empty() {
+            errors.remove(&(from.to_string(), to.to_string()));
+        }
+    }
+
+    /// The route of `from` to `to` failed with the retryable `e` at `now_ms`: remembered as
+    /// its latest cause, failing since its first (at most `4 × connections` routes).
+    pub fn route_failed(&self, from: &str, to: &str, e: &Error, now_ms: u64, connections: u64) {
+        let mut errors = self.route_errors.lock();
+        let key = (from.to_string(), to.to_string());
+        if let Some(slot) = errors.get_mut(&key) {
+            slot.0 = e.clone();
+        } else if errors.len() < 4 * connections as usize {
+            errors.insert(key, (e.clone(), now_ms));
+        }
+    }
+
+    /// Nothing is queued to push: every backoff is forgotten.
+    pub fn pushes_done(&self) {
+        self.push_retry.lock().clear();
+    }
+
     /// When pushes to `instance` are backed off at `now_ms`: the time of the next attempt.
     pub fn push_deferred(&self, instance: &str, now_ms: u64) -> Option<u64> {
         let retry = self.push_retry.lock();
@@ -148,23 +215,138 @@ impl Outbox {
 /// What the search for lost recipient copies (`super::repair`) remembers between passes.
 #[derive(Default)]
 pub struct Repair {
-    pub(crate) last: Mutex<Option<Instant>>,
+    last: Mutex<Option<Instant>>,
     /// Whether the last pass found accepted messages to watch: only then does the worker
     /// wake for the next one, so an idle root keeps its idle wake-up rate.
-    pub(crate) watching: std::sync::atomic::AtomicBool,
+    watching: AtomicBool,
     /// Target instance → the session its live record stated.
-    pub(crate) sessions: Mutex<HashMap<String, String>>,
+    sessions: Mutex<HashMap<String, String>>,
     /// Ended target instances whose successor said their store verified and holds their mail
-    /// (`TARGET_ENDED`): not asked about again (at most `config::internal::TARGET_SESSIONS_MAX`).
-    pub(crate) vouched: Mutex<std::collections::HashSet<String>>,
+    /// (`TARGET_ENDED`): not asked about again (at most [`TARGET_SESSIONS_MAX`]).
+    vouched: Mutex<HashSet<String>>,
 }
 
 impl Repair {
     pub fn sessions_known(&self) -> u64 {
         self.sessions.lock().len() as u64
     }
+
+    /// Whether a pass is due (the last began `every` ago or more); if so, it begins now.
+    pub(super) fn pass_due(&self, every: Duration) -> bool {
+        let mut last = self.last.lock();
+        if last.is_some_and(|t| t.elapsed() < every) {
+            return false;
+        }
+        *last = Some(Instant::now());
+        true
+    }
+
+    pub(super) fn watching(&self) -> bool {
+        self.watching.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn set_watching(&self, watching: bool) {
+        self.watching.store(watching, Ordering::Relaxed);
+    }
+
+    pub(super) fn vouched(&self) -> HashSet<String> {
+        self.vouched.lock().clone()
+    }
+
+    pub(super) fn vouch(&self, instance_id: &str) {
+        let mut vouched = self.vouched.lock();
+        if vouched.len() < TARGET_SESSIONS_MAX {
+            vouched.insert(instance_id.to_string());
+        }
+    }
+
+    pub(super) fn remember_session(&self, instance_id: &str, session: String) {
+        let mut sessions = self.sessions.lock();
+        if sessions.len() < TARGET_SESSIONS_MAX || sessions.contains_key(instance_id) {
+            sessions.insert(instance_id.to_string(), session);
+        }
+    }
+
+    pub(super) fn session_of(&self, instance_id: &str) -> Option<String> {
+        self.sessions.lock().get(instance_id).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outbox() -> Outbox {
+        let me = crate::transport::LocalIdentity {
+            instance_id: crate::identity::new_instance_id(),
+            keys: Arc::new(crate::identity::KeyPair::generate()),
+        };
+        let limits = crate::config::Limits::default();
+        Outbox::new(Pool::new(me, &limits, Arc::new(|_, _, _| {})))
+    }
+
+    #[test]
+    fn a_failing_route_keeps_its_first_failure_time_and_latest_cause_until_answered() {
+        let o = outbox();
+        o.route_failed("a", "b", &Error::new(Code::PeerOffline, "first"), 10, 16);
+        o.route_failed("a", "b", &Error::new(Code::Timeout, "second"), 20, 16);
+        let (e, since) = o.route_error("a", "b").unwrap();
+        assert_eq!(
+            (e.code, e.message.as_str(), since),
+            (Code::Timeout, "second", 10)
+        );
+        assert!(o.route_error("b", "a").is_none(), "a route has a direction");
+        o.route_answered("a", "b");
+        assert!(o.route_error("a", "b").is_none());
+    }
+
+    #[test]
+    fn remembered_route_failures_are_bounded_by_four_per_connection() {
+        let o = outbox();
+        let timeout = Error::new(Code::Timeout, "t");
+        for i in 0..10 {
+            o.route_failed("a", &format!("p{i}"), &timeout, 1, 2);
+        }
+        let kept = (0..10)
+            .filter(|i| o.route_error("a", &format!("p{i}")).is_some())
+            .count();
+        assert_eq!(kept, 8);
+    }
+
+    #[test]
+    fn a_held_route_is_shared_and_survives_the_pruning_of_idle_ones() {
+        let o = outbox();
+        let held = o.route("a", "b", 1);
+        assert!(Arc::ptr_eq(&held, &o.route("a", "b", 1)));
+        for i in 0..8 {
+            drop(o.route("a", &format!("p{i}"), 1));
+        }
+        assert!(Arc::ptr_eq(&held, &o.route("a", "b", 1)));
+        assert!(
+            o.routes.lock().len() <= 4 + 1,
+            "idle routes past the bound are dropped"
+        );
+    }
+
+    #[test]
+    fn repair_memory_is_bounded_and_a_pass_begins_once_per_interval() {
+        let r = Repair::default();
+        for i in 0..TARGET_SESSIONS_MAX + 5 {
+            r.remember_session(&format!("i{i}"), format!("s{i}"));
+            r.vouch(&format!("i{i}"));
+        }
+        assert_eq!(r.sessions_known(), TARGET_SESSIONS_MAX as u64);
+        assert_eq!(r.vouched().len(), TARGET_SESSIONS_MAX);
+        // A known instance's session is still updated at the bound.
+        r.remember_session("i0", "s-new".into());
+        assert_eq!(r.session_of("i0").as_deref(), Some("s-new"));
+        let hour = Duration::from_secs(3600);
+        assert!(r.pass_due(hour));
+        assert!(!r.pass_due(hour), "the second pass waits for the interval");
+        assert!(r.pass_due(Duration::ZERO));
+    }
 }
 
 #[cfg(test)]
 #[path = "outbox_tests.rs"]
-mod tests;
+mod store_tests;

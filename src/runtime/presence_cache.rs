@@ -23,7 +23,7 @@ pub struct PresenceCache {
     ns: Namespace,
     limits: Limits,
     /// Parsed presence records, reused while unchanged on disk.
-    pub files: presence::ReadCache,
+    files: presence::ReadCache,
     /// Recently looked-up instances.
     adverts: Mutex<HashMap<String, CachedReach>>,
     /// Recent resolutions of a target name, valid while the presence directory is unchanged.
@@ -100,6 +100,11 @@ impl PresenceCache {
             keys: Mutex::new(HashMap::new()),
             targets: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The parsed presence records, reused while their files are unchanged.
+    pub fn files(&self) -> &presence::ReadCache {
+        &self.files
     }
 
     /// The key an advert's `publicKey` names, when it is a valid Ed25519 point; checked once

@@ -18,7 +18,7 @@ const RECLAIM_LOCK: &str = ".reclaim.lock";
 
 /// One bounded pass; returns how many records were removed.
 pub fn reclaim_dead(core: &Core) -> usize {
-    let dir = core.ns.active_agents();
+    let dir = core.site.ns().active_agents();
     let now = crate::clock::now_ms();
     let probe = Probe::new();
     let dead: Vec<Entry> = presence::unrefreshed_names(&dir, core.limits(), RECLAIM_PER_PASS)
@@ -28,7 +28,7 @@ pub fn reclaim_dead(core: &Core) -> usize {
         .filter(|e| {
             e.advert
                 .as_ref()
-                .is_some_and(|a| a.instance_id != core.instance_id)
+                .is_some_and(|a| !core.me.is(&a.instance_id))
         })
         .filter(|e| presence::process_gone(e, &probe).is_some())
         .take(RECLAIM_PER_PASS)
@@ -37,7 +37,7 @@ pub fn reclaim_dead(core: &Core) -> usize {
         return 0;
     }
     // Another root reclaiming right now will do it: never wait for it.
-    let Ok(_lock) = FileLock::acquire(&core.ns.runtime_dir().join(RECLAIM_LOCK), 0) else {
+    let Ok(_lock) = FileLock::acquire(&core.site.ns().runtime_dir().join(RECLAIM_LOCK), 0) else {
         return 0;
     };
     dead.iter().filter(|e| reclaim_one(core, e, &probe)).count()
@@ -49,7 +49,7 @@ fn reclaim_one(core: &Core, listed: &Entry, probe: &Probe) -> bool {
         return false;
     };
     let instance = ad.instance_id.clone();
-    let dir = core.ns.active_agents();
+    let dir = core.site.ns().active_agents();
     // Re-read under the lock: still this instance, still provably gone.
     let now = crate::clock::now_ms();
     let e = presence::read_one(&dir, &listed.file, core.limits(), now);
@@ -59,7 +59,7 @@ fn reclaim_one(core: &Core, listed: &Entry, probe: &Probe) -> bool {
     }
     // The socket and control file only where this namespace would have put them for that
     // instance: an advertised path is never trusted to name what we delete.
-    if let Ok(place) = crate::paths::socket_place(&core.ns, &instance)
+    if let Ok(place) = crate::paths::socket_place(core.site.ns(), &instance)
         && ad.endpoint == place.advertised
     {
         if std::fs::symlink_metadata(&place.path).is_ok_and(|m| m.file_type().is_socket()) {

@@ -13,36 +13,31 @@ use super::core::{Core, Reach};
 use crate::config::internal::{
     PREDECESSOR_STORES_MAX as STORES_MAX, REPAIR_CHECK_EVERY_MS as CHECK_EVERY_MS,
     REPAIR_CHECKS_PER_PASS as CHECKS_PER_PASS, REPAIR_TARGETS_PER_PASS as TARGETS_PER_PASS,
-    SUCCESSOR_RECORDS_MAX, TARGET_SESSIONS_MAX,
+    SUCCESSOR_RECORDS_MAX,
 };
 use crate::error::{Code, Error};
 use crate::messaging::{OutboxEntry, TargetRef};
 use crate::protocol::message::PeerStatus;
 use crate::{identity, presence};
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One bounded pass at most every [`CHECK_EVERY_MS`]; says whether accepted messages are
 /// held (then the worker wakes for the next pass in [`CHECK_EVERY_MS`], else in
 /// `REPAIR_IDLE_LOOK_MS`).
 pub fn check(core: &Core) -> bool {
-    use std::sync::atomic::Ordering;
-    {
-        let mut last = core.repair.last.lock();
-        if last.is_some_and(|t| t.elapsed() < Duration::from_millis(CHECK_EVERY_MS)) {
-            return core.repair.watching.load(Ordering::Relaxed);
-        }
-        *last = Some(Instant::now());
+    if !core.repair.pass_due(Duration::from_millis(CHECK_EVERY_MS)) {
+        return core.repair.watching();
     }
-    let me = core.instance_id.clone();
+    let me = core.me.instance_id().to_string();
     let targets: Vec<TargetRef> = core
         .store
         .query(move |m| m.state().accepted_targets(&me, TARGETS_PER_PASS))
         .unwrap_or_default();
     let watching = !targets.is_empty();
-    core.repair.watching.store(watching, Ordering::Relaxed);
+    core.repair.set_watching(watching);
     // The successors first, then one query for the messages to ask about.
-    let vouched = core.repair.vouched.lock().clone();
+    let vouched = core.repair.vouched();
     let successors: HashMap<String, TargetRef> = targets
         .iter()
         .filter(|t| !vouched.contains(&t.instance_id))
@@ -71,21 +66,17 @@ pub fn check(core: &Core) -> bool {
 /// still live (or silent, or unknown) has none; its session is remembered for later.
 fn successor_of(core: &Core, t: &TargetRef) -> Option<TargetRef> {
     let (reach, session) = core.presence.reach_and_session(&t.instance_id);
-    let mut sessions = core.repair.sessions.lock();
     match reach {
         Reach::Gone(_) => {}
         _ => {
-            if let Some(s) = session
-                && (sessions.len() < TARGET_SESSIONS_MAX || sessions.contains_key(&t.instance_id))
-            {
-                sessions.insert(t.instance_id.clone(), s);
+            if let Some(s) = session {
+                core.repair.remember_session(&t.instance_id, s);
             }
             return None;
         }
     }
-    let session = session.or_else(|| sessions.get(&t.instance_id).cloned())?;
-    drop(sessions);
-    let dir = core.ns.active_agents();
+    let session = session.or_else(|| core.repair.session_of(&t.instance_id))?;
+    let dir = core.site.ns().active_agents();
     let prefix = presence::file_name(&session, "");
     let names: Vec<String> = std::fs::read_dir(&dir)
         .ok()?
@@ -98,9 +89,7 @@ fn successor_of(core: &Core, t: &TargetRef) -> Option<TargetRef> {
     names.iter().find_map(|n| {
         let e = presence::read_one(&dir, n, core.limits(), now);
         let ad = e.advert.as_ref().filter(|_| e.is_live())?;
-        (e.session_id == session
-            && ad.instance_id != t.instance_id
-            && ad.instance_id != core.instance_id)
+        (e.session_id == session && ad.instance_id != t.instance_id && !core.me.is(&ad.instance_id))
             .then(|| TargetRef {
                 peer_id: identity::peer_id(&ad.instance_id, None),
                 instance_id: ad.instance_id.clone(),
@@ -119,14 +108,11 @@ fn ask_and_repair(core: &Core, successor: &TargetRef, e: &OutboxEntry) {
         message_id: e.message_id.clone(),
         to: e.to.peer_id.clone(),
     };
-    match core.pool.peer_status(&target, &q, 0) {
+    match core.outbox.pool().peer_status(&target, &q, 0) {
         Err(err) if err.code == Code::NotFound => {}
         // Its store verified and holds the mail: nothing of that instance needs asking again.
         Err(err) if err.code == Code::TargetEnded => {
-            let mut vouched = core.repair.vouched.lock();
-            if vouched.len() < TARGET_SESSIONS_MAX {
-                vouched.insert(e.to.instance_id.clone());
-            }
+            core.repair.vouch(&e.to.instance_id);
             return;
         }
         // Held (a receipt), or no answer now.
@@ -168,21 +154,19 @@ pub fn predecessor_answer(core: &Core, to: &str, message_id: &str) -> Error {
         )
     };
     let set_aside = core
-        .unverified_stores
-        .lock()
-        .iter()
-        .any(|u| identity::peer_id(&u.instance_id, None) == to);
+        .problems
+        .set_aside(|u| identity::peer_id(&u.instance_id, None) == to);
     if set_aside {
         return lost("its store was set aside as damaged");
     }
-    let root = core.ns.home.join("peer-messages");
+    let root = core.site.home().join("peer-messages");
     let found = std::fs::read_dir(&root).ok().and_then(|d| {
         d.filter_map(|e| e.ok())
             .take(STORES_MAX)
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|n| identity::is_valid_id(n) && identity::peer_id(n, None) == to)
             .find(|n| {
-                let dir = crate::store::paths::store_dir(&core.ns.home, n);
+                let dir = crate::store::paths::store_dir(core.site.home(), n);
                 matches!(crate::store::recovery::read_identity(&dir), Ok(Some(id)) if id.instance_id == *n)
             })
     });

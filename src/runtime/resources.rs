@@ -27,12 +27,12 @@ pub fn coordinate(
         capabilities: caller.capabilities.to_vec(),
     };
     let evidence = crate::process::Probe::new().own()?;
-    let home = core.ns.home.clone();
+    let home = core.site.home().to_path_buf();
     let request = request_of(args, core.limits().wait_ms_max)?;
     let cancelled = || cancel.load(Ordering::SeqCst) || core.stopping.load(Ordering::SeqCst);
     resource::coordinate(
         &home,
-        &core.config,
+        core.site.config(),
         &principal,
         request,
         evidence,
@@ -50,7 +50,7 @@ pub fn release_run(core: &Core, peer_id: &str) -> Result<usize> {
         capabilities: vec![resource::core::CAP_REQUEST.to_string()],
     };
     let evidence = crate::process::Probe::new().own()?;
-    resource::release_all(&core.ns.home, &core.config, &principal, evidence)
+    resource::release_all(core.site.home(), core.site.config(), &principal, evidence)
 }
 
 /// The tool's arguments as a typed coordination request (a request waits at most
@@ -120,7 +120,7 @@ fn request_of(args: ResourceArgs, wait_ms_max: u64) -> Result<resource::Request>
 /// cursor to pass next time. The first call only positions the cursor.
 pub fn publish_events(core: &Core, cursor: Option<EventCursor>) -> Option<EventCursor> {
     let from = cursor.clone().unwrap_or_default();
-    match resource::events_since(&core.ns.coord, core.limits(), None, &from) {
+    match resource::events_since(&core.site.ns().coord, core.limits(), None, &from) {
         Ok((events, next)) => {
             if cursor.is_some() {
                 for e in events {
@@ -152,8 +152,8 @@ pub fn spawn_events(
             .add_watch(dir, flags | AddWatchFlags::IN_ONLYDIR)
             .is_ok()
     };
-    let coord = core.ns.coord.clone();
-    let dir = core.ns.resources_dir();
+    let coord = core.site.ns().coord.clone();
+    let dir = core.site.ns().resources_dir();
     let handle = std::thread::Builder::new()
         .name("resource-events".into())
         .spawn(move || {
