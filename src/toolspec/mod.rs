@@ -12,6 +12,7 @@ pub mod answer;
 mod args;
 pub mod ask;
 pub mod resource_answer;
+pub mod words;
 mod schema;
 
 use crate::config::{Limits, Scope};
