@@ -158,7 +158,10 @@ fn a_sent_view_has_the_old_keys_and_a_reason_only_when_given() {
     assert_eq!(bytes(&view), bytes(&old));
     round_trip(&view);
     // A fixed word outside its writer's words is refused, not taken.
-    assert_eq!(serde_json::from_value::<SentView>(old.clone()).unwrap(), view);
+    assert_eq!(
+        serde_json::from_value::<SentView>(old.clone()).unwrap(),
+        view
+    );
     let mut sideways = old.clone();
     sideways["state"] = json!("sideways");
     assert!(serde_json::from_value::<SentView>(sideways).is_err());

@@ -12,8 +12,8 @@ pub mod answer;
 mod args;
 pub mod ask;
 pub mod resource_answer;
-pub mod words;
 mod schema;
+pub mod words;
 
 use crate::config::{Limits, Scope};
 use crate::error::{Code, Error, Result};

@@ -4,9 +4,9 @@
 
 use crate::error::Code;
 use crate::protocol::message::ReceiptState;
+use serde::Deserialize;
 use serde::de::value::StrDeserializer;
 use serde::de::{Deserializer, Error as _, IntoDeserializer};
-use serde::Deserialize;
 
 /// A fixed word. Spelt as an alias because serde takes a field written `&'static str` as
 /// borrowed from its input, and an answer must decode from any input.
