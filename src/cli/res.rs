@@ -538,18 +538,14 @@ fn run_capabilities(
 ) -> Result<Vec<String>> {
     let mut client =
         crate::transport::LocalClient::connect(&cf.endpoint, cf.secret_bytes()?, limits)?;
-    let info = client.call(
-        "local.info",
-        serde_json::json!({"version": 1, "runId": run}),
-        limits.acknowledgement_ms,
-    )?;
-    Ok(info
-        .get("capabilities")
-        .and_then(serde_json::Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.as_str().map(str::to_string))
-        .collect())
+    let (method, params) = crate::protocol::local::LocalRequest {
+        run_id: Some(run.to_string()),
+        auto: None,
+        call: crate::protocol::local::LocalCall::Info,
+    }
+    .encode();
+    let info = client.call(method, params, limits.acknowledgement_ms)?;
+    Ok(super::decode::<crate::runtime::handler::Info>(&info)?.capabilities)
 }
 
 #[cfg(test)]
