@@ -6,80 +6,19 @@
 
 use crate::common;
 
+use common::ask::{Server, ask_config, script};
 use common::*;
 use peerwire::ask::auth::sign_body;
 use peerwire::ask::client::{Reply, get_json, post_json};
 use peerwire::ask::keys::AskKey;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(20);
-
-/// Writes `<home>/config.json` with the given `"ask"` object.
-fn ask_config(home: &Path, ask: Value) {
-    peerwire::fsutil::ensure_private_dir(home).unwrap();
-    peerwire::fsutil::atomic_write(
-        &home.join("config.json"),
-        json!({ "ask": ask }).to_string().as_bytes(),
-        peerwire::fsutil::Durability::Visible,
-    )
-    .unwrap();
-}
-
-/// A script answerer in the test root.
-fn script(ns: &Ns, name: &str, body: &str) -> String {
-    let path = ns.root.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.to_string_lossy().into_owned()
-}
-
-/// A running `peer ask serve`; killed on drop.
-struct Server {
-    child: Child,
-    ready: Value,
-    port: u16,
-}
-
-impl Server {
-    fn start(ns: &Ns) -> Server {
-        let mut child = ns
-            .cmd(PEER)
-            .args(["--json", "ask", "serve"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-        if ready["ok"] != true {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "server not ready: {line} {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let port = ready["port"].as_u64().unwrap() as u16;
-        Server { child, ready, port }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Server namespace `bob` with the given extra ask settings and friends, plus an answerer.
 fn bob(ns: &Ns, answerer: &str, peers: Value, extra: Value) -> Server {

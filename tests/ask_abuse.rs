@@ -7,16 +7,16 @@
 
 use crate::common;
 
+use common::ask::{Server, ask_config, script};
 use common::*;
 use peerwire::ask::auth::sign_body;
 use peerwire::ask::client::{Reply, post_json};
 use peerwire::ask::keys::AskKey;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(20);
@@ -24,65 +24,6 @@ const T: Duration = Duration::from_secs(20);
 const ADA_TOKEN: &str = "q7Vd3kQmxZr2Lp9WfTb6Hn1YcJs8Ge4Ua0Ko5RiNw";
 const EVE_TOKEN: &str = "Z9mEw2rTq8LkP4vXc6Bn1HsYj7Gf3Da5Ue0Io2WtRb";
 const ECHO: &str = "input=$(cat); printf 'answer: %s' \"$input\"";
-
-fn ask_config(home: &Path, ask: Value) {
-    peerwire::fsutil::ensure_private_dir(home).unwrap();
-    peerwire::fsutil::atomic_write(
-        &home.join("config.json"),
-        json!({ "ask": ask }).to_string().as_bytes(),
-        peerwire::fsutil::Durability::Visible,
-    )
-    .unwrap();
-}
-
-fn script(ns: &Ns, name: &str, body: &str) -> String {
-    let path = ns.root.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.to_string_lossy().into_owned()
-}
-
-/// A running `peer ask serve`; killed on drop.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(ns: &Ns) -> Server {
-        let mut child = ns
-            .cmd(PEER)
-            .args(["--json", "ask", "serve"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-        if ready["ok"] != true {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "server not ready: {line} {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let port = ready["port"].as_u64().unwrap() as u16;
-        Server { child, port }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Writes bob's config (answerer, friends, extra settings) and starts his server.
 fn bob(ns: &Ns, peers: Value, extra: Value) -> Server {
