@@ -363,11 +363,10 @@ pub fn human_resource(r: &ResourceView) -> String {
         for h in list {
             let used = if h.admitted { "running" } else { "granted" };
             o.push_str(&format!(
-                "  {title:<10}  {}  token {}  {}  pid {}  {}  {used}  epoch {}  {}\n",
+                "  {title:<10}  {}  token {}  {}  {}  {used}  epoch {}  {}\n",
                 line(&h.ticket, 120),
                 h.token,
-                line(&h.display, 120),
-                h.pid,
+                who(&h.display, h.pid),
                 h.life,
                 h.epoch,
                 age(h.age_ms)
@@ -378,16 +377,20 @@ pub fn human_resource(r: &ResourceView) -> String {
     o
 }
 
+/// A holder or a waiter: its display name and process.
+fn who(display: &str, pid: u32) -> String {
+    format!("{}  pid {pid}", line(display, 120))
+}
+
 /// The queue and launch lines of one resource's status.
 fn waiting_lines(r: &ResourceView) -> String {
     let mut o = String::new();
     for q in &r.queue {
         o.push_str(&format!(
-            "  queue {:<4}  {}  {}  pid {}  waiting {}\n",
+            "  queue {:<4}  {}  {}  waiting {}\n",
             q.position.to_string(),
             line(&q.ticket, 120),
-            line(&q.display, 120),
-            q.pid,
+            who(&q.display, q.pid),
             age(q.age_ms)
         ));
     }
