@@ -11,7 +11,7 @@ use crate::common;
 use common::ask::{ask_config, script};
 use common::*;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -350,19 +350,12 @@ impl Drop for Agent {
 }
 
 fn sdk_agent(seed: [u8; 32], token: &str) -> Agent {
-    let mut child = Command::new(python())
+    let mut agent = Command::new(python());
+    agent
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/a2a_agent.py"))
         .arg(peerwire::identity::hex(&seed))
-        .arg(token)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+        .arg(token);
+    let (child, line) = common::ask::first_line(agent, Stdio::null());
     let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
     let port = v["port"]
         .as_u64()

@@ -209,22 +209,11 @@ fn receipt_lines_say_what_the_keyed_readers_said() {
 fn message_lines_say_what_the_keyed_reader_said() {
     let view = MessageView {
         sequence: 4,
-        message_id: "m-1".into(),
-        from: "p-a".into(),
-        from_peer_id: "p-a".into(),
         from_alias: None,
-        from_instance_id: "i-a".into(),
-        from_run_id: None,
-        to: "p-b".into(),
         content: "two\nlines \u{1b}[31mred".into(),
         topic: None,
-        reply_to: None,
-        correlation_id: "m-1".into(),
         state: "consumed",
-        accepted_at_ms: 5,
-        sent_at: "1970-01-01T00:00:00.005Z".into(),
-        expires_at_ms: 6,
-        mentions: vec![],
+        ..crate::toolspec::answer::tests::message_view()
     };
     let named = MessageView {
         from_alias: Some("ada".into()),

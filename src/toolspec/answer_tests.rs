@@ -78,9 +78,9 @@ fn every_message_answer_reads_back_as_written() {
     });
 }
 
-#[test]
-fn a_message_page_has_the_old_keys() {
-    let view = MessageView {
+/// One received message with its optional fields partly set.
+pub(crate) fn message_view() -> MessageView {
+    MessageView {
         sequence: 1,
         message_id: "m-1".into(),
         from: "p-a".into(),
@@ -98,7 +98,12 @@ fn a_message_page_has_the_old_keys() {
         sent_at: "1970-01-01T00:00:00.005Z".into(),
         expires_at_ms: 6,
         mentions: vec!["carol".into()],
-    };
+    }
+}
+
+#[test]
+fn a_message_page_has_the_old_keys() {
+    let view = message_view();
     let old_view = json!({
         "sequence": 1, "messageId": "m-1", "from": "p-a", "fromPeerId": "p-a",
         "fromAlias": null, "fromInstanceId": "i-a", "fromRunId": null, "to": "p-b",

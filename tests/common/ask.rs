@@ -28,6 +28,22 @@ pub fn script(ns: &Ns, name: &str, body: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// Starts `cmd` (no stdin, stderr to `stderr`) and reads its first stdout line, the one a
+/// server states its address in.
+pub fn first_line(mut cmd: Command, stderr: Stdio) -> (Child, String) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
+}
+
 /// A running `peer ask serve`; killed on drop.
 pub struct Server {
     pub child: Child,
@@ -51,17 +67,8 @@ impl Server {
 
     /// Starts a prepared server command and reads its ready line; a server that is not
     /// ready fails the test with that line (and its stderr, when piped).
-    pub fn spawn(mut cmd: Command, stderr: Stdio) -> Server {
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+    pub fn spawn(cmd: Command, stderr: Stdio) -> Server {
+        let (mut child, line) = first_line(cmd, stderr);
         let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
         if ready["ok"] != true {
             let _ = child.kill();
