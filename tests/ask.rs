@@ -6,15 +6,17 @@
 
 use crate::common;
 
-use common::ask::{Server, ask_config, script};
+use common::ask::{
+    Server, ada, ask_config, connect_from, peer_in, post, processes_with, script, token_body,
+};
 use common::*;
 use peerwire::ask::auth::sign_body;
-use peerwire::ask::client::{Reply, get_json, post_json};
+use peerwire::ask::client::{Reply, get_json};
 use peerwire::ask::keys::AskKey;
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -36,42 +38,6 @@ fn bob(ns: &Ns, answerer: &str, peers: Value, extra: Value) -> Server {
     }
     ask_config(&ns.home, ask);
     Server::start(ns)
-}
-
-/// A client namespace `ada` that knows bob at `port`.
-fn ada(root: &Path, port: u16, friend: Value) -> PathBuf {
-    let home = root.join("ada-home");
-    let mut bob = json!({"name": "bob", "host": "127.0.0.1", "port": port});
-    for (k, v) in friend.as_object().unwrap() {
-        bob[k] = v.clone();
-    }
-    ask_config(
-        &home,
-        json!({"callerName": "ada", "timeoutMs": 20000, "peers": [bob]}),
-    );
-    home
-}
-
-fn peer_in(home: &Path, ns: &Ns, args: &[&str]) -> std::process::Output {
-    ns.cmd(PEER)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn token_body(caller: &str, token: Option<&str>, question: &str) -> Value {
-    let mut b = json!({"protocolVersion": 1, "caller": caller, "question": question});
-    if let Some(t) = token {
-        b["token"] = json!(t);
-    }
-    b
-}
-
-fn post(port: u16, path: &str, body: &Value) -> Reply {
-    post_json("127.0.0.1", port, path, body, T).unwrap()
 }
 
 const ECHO: &str = "input=$(cat); printf 'answer: %s' \"$input\"";
@@ -394,7 +360,7 @@ fn async_lifecycle_status_needs_credentials_and_results_expire() {
     let bare = get_json("127.0.0.1", srv.port, &format!("/ask/status?askId={id}"), T).unwrap();
     assert_eq!(bare.body, json!({"ok": true, "status": "running"}));
     let get_from_elsewhere = |id: &str| {
-        let s = connect_from_second_loopback(srv.port);
+        let s = connect_from(2, srv.port);
         let req = format!("GET /ask/status?askId={id} HTTP/1.1\r\nhost: x\r\n\r\n");
         raw_reply(s, req.as_bytes()).body
     };
@@ -578,29 +544,6 @@ fn answerer_cannot_write_into_the_workspace() {
     assert!(!target.exists(), "the answerer wrote into the workspace");
 }
 
-/// A connection from 127.0.0.2, so refused traffic has its own address.
-fn connect_from_second_loopback(port: u16) -> TcpStream {
-    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};
-    let fd = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .unwrap();
-    bind(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &SockaddrIn::new(127, 0, 0, 2, 0),
-    )
-    .unwrap();
-    connect(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &SockaddrIn::new(127, 0, 0, 1, port),
-    )
-    .unwrap();
-    TcpStream::from(fd)
-}
-
 fn raw_exchange(s: TcpStream, request: &[u8]) -> u16 {
     raw_reply(s, request).status
 }
@@ -759,7 +702,7 @@ fn a_burst_of_refused_asks_leaves_honest_callers_answered() {
                         "POST /ask HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
                         body.len()
                     );
-                    let status = raw_exchange(connect_from_second_loopback(port), req.as_bytes());
+                    let status = raw_exchange(connect_from(2, port), req.as_bytes());
                     *counts.entry(status).or_insert(0u32) += 1;
                 }
                 counts
@@ -856,19 +799,6 @@ fn config_errors_name_the_field_and_answerers_cannot_ask() {
     );
 }
 
-/// Processes whose command line is exactly `argv`.
-fn processes_with(argv: &[&str]) -> usize {
-    let want: Vec<u8> = argv
-        .iter()
-        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
-        .collect();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
-        .count()
-}
-
 #[test]
 fn timeouts_kill_the_answerer_group_and_limits_answer_429() {
     let ns = Ns::new("ask-limits");
@@ -906,7 +836,7 @@ fn timeouts_kill_the_answerer_group_and_limits_answer_429() {
         )
     });
     assert!(
-        eventually(15, || processes_with(&["sleep", &marker]) == 2),
+        eventually(15, || processes_with(&["sleep", &marker]).len() == 2),
         "the answerer and its background child run"
     );
     let r = asking.join().unwrap();
@@ -923,7 +853,7 @@ fn timeouts_kill_the_answerer_group_and_limits_answer_429() {
             .contains("did not finish")
     );
     assert!(
-        eventually(15, || processes_with(&["sleep", &marker]) == 0),
+        eventually(15, || processes_with(&["sleep", &marker]).is_empty()),
         "the answerer's process group outlived its timeout"
     );
     // An async ask is accepted with 202 and an ask id.
@@ -952,7 +882,7 @@ fn timeouts_kill_the_answerer_group_and_limits_answer_429() {
     );
     let out = ns.peer(&["--json", "ask", "pending"]);
     assert!(out.status.success());
-    assert!(eventually(15, || processes_with(&["sleep", &marker]) == 0));
+    assert!(eventually(15, || processes_with(&["sleep", &marker]).is_empty()));
     drop(srv);
 
     // Without an answerer configured, an ask fails at once instead of bothering the owner.

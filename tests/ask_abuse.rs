@@ -7,10 +7,9 @@
 
 use crate::common;
 
-use common::ask::{Server, ask_config, script};
+use common::ask::{Server, ask_config, connect_from, post, script, token_body};
 use common::*;
 use peerwire::ask::auth::sign_body;
-use peerwire::ask::client::{Reply, post_json};
 use peerwire::ask::keys::AskKey;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -40,18 +39,6 @@ fn bob(ns: &Ns, peers: Value, extra: Value) -> Server {
     Server::start(ns)
 }
 
-fn token_body(caller: &str, token: Option<&str>, question: &str) -> Value {
-    let mut b = json!({"protocolVersion": 1, "caller": caller, "question": question});
-    if let Some(t) = token {
-        b["token"] = json!(t);
-    }
-    b
-}
-
-fn post(port: u16, path: &str, body: &Value) -> Reply {
-    post_json("127.0.0.1", port, path, body, T).unwrap()
-}
-
 fn test_key(seed: u8) -> AskKey {
     AskKey::from_seed(&[seed; 32])
 }
@@ -64,29 +51,6 @@ fn signed(key: &AskKey, caller: &str, purpose: &str, extra: Value) -> Value {
     let mut m = b.as_object().unwrap().clone();
     sign_body(key, &mut m, purpose, "bob", peerwire::clock::now_ms());
     Value::Object(m)
-}
-
-/// A TCP connection to the server from loopback address `127.0.0.<last>`.
-fn connect_from(last: u8, port: u16) -> TcpStream {
-    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};
-    let fd = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .unwrap();
-    bind(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &SockaddrIn::new(127, 0, 0, last, 0),
-    )
-    .unwrap();
-    connect(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &SockaddrIn::new(127, 0, 0, 1, port),
-    )
-    .unwrap();
-    TcpStream::from(fd)
 }
 
 /// Sends raw bytes, returns the status (0: closed without an answer) and the body.

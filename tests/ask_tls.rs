@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use common::ask::ask_config;
+use common::ask::{ask_config, peer_in};
 use common::*;
 use peerwire::ask::client::{get_json, post_json, post_json_to};
 use peerwire::ask::keys::AskKey;
@@ -76,27 +76,9 @@ fn bob(ns: &Ns, ada_key: &AskKey, mode: &str, extra: Value) -> Server {
 
 /// ada's namespace: her key, and bob at `port` pinned to `bob_key` (a sign string).
 fn ada(root: &Path, port: u16, bob: Value) -> (std::path::PathBuf, AskKey) {
-    let home = root.join("ada-home");
-    let mut friend = json!({"name": "bob", "host": "127.0.0.1", "port": port});
-    for (k, v) in bob.as_object().unwrap() {
-        friend[k] = v.clone();
-    }
-    ask_config(
-        &home,
-        json!({"callerName": "ada", "timeoutMs": 20000, "peers": [friend]}),
-    );
+    let home = common::ask::ada(root, port, bob);
     let key = key_in(&home, "ada");
     (home, key)
-}
-
-fn peer_in(home: &Path, ns: &Ns, args: &[&str]) -> std::process::Output {
-    ns.cmd(PEER)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
 }
 
 /// A loopback TCP relay to `to` that records every byte the client sent.

@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use common::ask::script;
+use common::ask::{processes_with, script};
 use common::*;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -285,20 +285,6 @@ fn a_signal_to_the_owners_process_does_not_land() {
         Some(Some('S')),
         "the owner's process was signalled: {stat}"
     );
-}
-
-/// The pids of processes whose command line is exactly `argv`.
-fn processes_with(argv: &[&str]) -> Vec<i32> {
-    let want: Vec<u8> = argv
-        .iter()
-        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
-        .collect();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
-        .collect()
 }
 
 #[test]

@@ -5,12 +5,12 @@
 //! (tests/run.sh installs it for CI). `dsh_modules` runs dsh-ask-peer's own modules when
 //! `DSH_ASK_PEER_DIR` names a checkout.
 
-use crate::common::ask::{Server, ask_config, script};
+use crate::common::ask::{Server, ask_config, peer_in, script};
 use crate::common::*;
 use peerwire::error::Code;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dsh_node.mjs");
@@ -81,16 +81,6 @@ fn node_fetch(spec: Value) -> Value {
     })
 }
 
-fn peer_in(ns: &Ns, home: &Path, args: &[&str]) -> std::process::Output {
-    ns.cmd(PEER)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
 /// Our client (`peer ask`) against the Node `http` server answering chunked.
 #[test]
 fn our_client_reads_a_node_http_server_answering_chunked() {
@@ -107,7 +97,7 @@ fn our_client_reads_a_node_http_server_answering_chunked() {
              "publicKey": sign, "tls": false},
         ]}),
     );
-    let run = |args: &[&str]| peer_in(&ns, &home, args);
+    let run = |args: &[&str]| peer_in(&home, &ns, args);
     // A synchronous ask: Node frames the answer in chunks.
     let out = run(&["--json", "ask", "dan", "where is the db?"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -416,7 +406,7 @@ fn hostile_chunked_answers_are_cut_within_bounds() {
             {"name": "evil", "host": "127.0.0.1", "port": port, "token": "tok-evil-1a2b3c4d5e6f7a8b9c0d", "tls": false}]}),
     );
     for (want, _) in &bodies[..n] {
-        let out = peer_in(&ns, &home, &["--json", "ask", "evil", "hi"]);
+        let out = peer_in(&home, &ns, &["--json", "ask", "evil", "hi"]);
         assert!(!out.status.success());
         let msg = json_of(&out)["error"]["message"]
             .as_str()

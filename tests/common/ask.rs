@@ -1,12 +1,19 @@
 //! The ask suites' shared harness: a namespace's `config.json` with an `"ask"` object, an
-//! executable answerer script, and a running `peer --json ask serve` (its ready line and
-//! port; killed on drop).
+//! executable answerer script, a running `peer --json ask serve` (its ready line and port;
+//! killed on drop), the asking side (ada's namespace, `peer` in it, a raw token ask), and the
+//! processes an answerer left.
 
 use super::{Ns, PEER};
+use peerwire::ask::client::{Reply, post_json};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+/// How long one raw ask may take.
+const ASK_WAIT: Duration = Duration::from_secs(20);
 
 /// Writes `<home>/config.json` with the given `"ask"` object.
 pub fn ask_config(home: &Path, ask: Value) {
@@ -94,4 +101,81 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A client namespace `ada` (`<root>/ada-home`) that knows bob at `port`, with `friend`'s
+/// settings added to bob's entry.
+pub fn ada(root: &Path, port: u16, friend: Value) -> PathBuf {
+    let home = root.join("ada-home");
+    let mut bob = json!({"name": "bob", "host": "127.0.0.1", "port": port});
+    for (k, v) in friend.as_object().unwrap() {
+        bob[k] = v.clone();
+    }
+    ask_config(
+        &home,
+        json!({"callerName": "ada", "timeoutMs": 20000, "peers": [bob]}),
+    );
+    home
+}
+
+/// `peer ARGS` in the namespace at `home`.
+pub fn peer_in(home: &Path, ns: &Ns, args: &[&str]) -> Output {
+    ns.cmd(PEER)
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A `POST /ask` body from `caller`, with its token if any.
+pub fn token_body(caller: &str, token: Option<&str>, question: &str) -> Value {
+    let mut b = json!({"protocolVersion": 1, "caller": caller, "question": question});
+    if let Some(t) = token {
+        b["token"] = json!(t);
+    }
+    b
+}
+
+/// `POST path` with a JSON body to the server on loopback `port`.
+pub fn post(port: u16, path: &str, body: &Value) -> Reply {
+    post_json("127.0.0.1", port, path, body, ASK_WAIT).unwrap()
+}
+
+/// The pids of processes whose command line is exactly `argv`.
+pub fn processes_with(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .collect()
+}
+
+/// A TCP connection to the server from loopback address `127.0.0.<last>`.
+pub fn connect_from(last: u8, port: u16) -> TcpStream {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::new(127, 0, 0, last, 0),
+    )
+    .unwrap();
+    connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::new(127, 0, 0, 1, port),
+    )
+    .unwrap();
+    TcpStream::from(fd)
 }
