@@ -98,26 +98,15 @@ impl ReceiptLine {
 
     /// One human line for a receipt of a message this session sent.
     pub fn describe(&self) -> String {
-        let seq = self
-            .sequence
-            .map(|n| format!(" as #{n}"))
-            .unwrap_or_default();
-        let err = self
-            .code
-            .as_ref()
-            .map(|c| format!(" ({c})"))
-            .unwrap_or_default();
+        let seq = part(self.sequence, |n| format!(" as #{n}"));
+        let err = part(self.code.as_ref(), |c| format!(" ({c})"));
         let id = short(self.to.as_deref().unwrap_or(&self.to_peer_id));
-        let unmarked = self
-            .unmarked
-            .as_ref()
-            .map(|c| format!(" (the original could not be marked replied: {c})"))
-            .unwrap_or_default();
-        let reason = self
-            .reason
-            .as_ref()
-            .map(|why| format!(" — {}", sanitize::line(why, 300)))
-            .unwrap_or_default();
+        let unmarked = part(self.unmarked.as_ref(), |c| {
+            format!(" (the original could not be marked replied: {c})")
+        });
+        let reason = part(self.reason.as_ref(), |why| {
+            format!(" — {}", sanitize::line(why, 300))
+        });
         // People read aliases; the peerId follows for exactness.
         let to = match &self.to_alias {
             Some(alias) => format!("{} ({id})", sanitize::line(alias, 64)),
@@ -141,13 +130,18 @@ impl ReceiptLine {
             Some(alias) => format!("{} ({from_id})", sanitize::line(alias, 64)),
             None => from_id,
         };
-        let seq = self.sequence.map(|n| format!(" #{n}")).unwrap_or_default();
+        let seq = part(self.sequence, |n| format!(" #{n}"));
         format!(
             "{}: message {}{seq} from {from}",
             short(&self.state),
             short(&self.message_id)
         )
     }
+}
+
+/// What `f` writes of `v`, or nothing when it is absent.
+fn part<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
+    v.map(f).unwrap_or_default()
 }
 
 /// A field of a receipt or message header, on one line.
@@ -158,16 +152,12 @@ fn short(s: &str) -> String {
 /// Human rendering of one inbox message: a header line and the sanitized, indented body. The
 /// text is peer data, never interpreted.
 pub fn describe_message(m: &MessageView) -> String {
-    let topic = m
-        .topic
-        .as_ref()
-        .map(|t| format!(" [{}]", sanitize::line(t, 60)))
-        .unwrap_or_default();
-    let reply = m
-        .reply_to
-        .as_ref()
-        .map(|t| format!(" (reply to {})", sanitize::line(t, 60)))
-        .unwrap_or_default();
+    let topic = part(m.topic.as_ref(), |t| {
+        format!(" [{}]", sanitize::line(t, 60))
+    });
+    let reply = part(m.reply_to.as_ref(), |t| {
+        format!(" (reply to {})", sanitize::line(t, 60))
+    });
     let body = sanitize::text(&m.content);
     let body: Vec<String> = body.lines().map(|l| format!("  | {l}")).collect();
     format!(
