@@ -8,9 +8,10 @@
 
 use crate::common;
 
+use common::ask::{ask_config, script};
 use common::*;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -40,19 +41,13 @@ fn js_dir() -> Option<std::path::PathBuf> {
     (node && dir.join("node_modules/@a2a-js/sdk").exists()).then_some(dir)
 }
 
+/// bob's running server and its card key (hex and `ed25519:` forms).
 struct Server {
-    child: Child,
     port: u16,
     key_hex: String,
     /// The card key's `ed25519:` form.
     sign: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    _serve: common::ask::Server,
 }
 
 /// dee's card key: dee has no token and proves this key over mutual TLS.
@@ -63,44 +58,27 @@ fn dee_key() -> peerwire::ask::keys::AskKey {
 /// `bob`, serving with ada (token, auto), cy (token, owner approval) and dee (pinned key,
 /// auto) as friends.
 fn bob(ns: &Ns) -> Server {
-    let answerer = ns.root.join("echo.sh");
-    std::fs::write(&answerer, format!("#!/bin/sh\n{ECHO}\n")).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&answerer, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let answerer = script(ns, "echo.sh", ECHO);
     let ask = json!({
         "callerName": "bob", "listenPort": 0, "friendAsksPerMinute": 10000,
         "workspace": ns.work.to_string_lossy(),
-        "answerCommand": [answerer.to_string_lossy()],
-        "answerReadPaths": [answerer.to_string_lossy()],
+        "answerCommand": [answerer],
+        "answerReadPaths": [answerer],
         "peers": [
             {"name": "ada", "host": "127.0.0.1", "token": "tok-ada-7f3c9e1b5d2a8064c1e9", "mode": "auto"},
             {"name": "cy", "host": "127.0.0.1", "token": "tok-cy-4b8e2d6f0a1c3e5b7d9f", "mode": "ask"},
             {"name": "dee", "host": "127.0.0.1", "publicKey": dee_key().sign_string(), "mode": "auto"},
         ],
     });
-    peerwire::fsutil::ensure_private_dir(&ns.home).unwrap();
-    std::fs::write(ns.home.join("config.json"), json!({"ask": ask}).to_string()).unwrap();
-    let mut child = ns
-        .cmd(PEER)
-        .args(["--json", "ask", "serve"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-    assert_eq!(ready["ok"], true, "server not ready: {line}");
-    let sign = ready["publicKey"].as_str().unwrap().to_string();
+    ask_config(&ns.home, ask);
+    let serve = common::ask::Server::serve(ns, Stdio::null());
+    let sign = serve.sign();
     let key = peerwire::ask::canon::parse_sign(&sign).unwrap();
     Server {
-        child,
-        port: ready["port"].as_u64().unwrap() as u16,
+        port: serve.port,
         key_hex: peerwire::identity::hex(&key),
         sign,
+        _serve: serve,
     }
 }
 
@@ -372,19 +350,12 @@ impl Drop for Agent {
 }
 
 fn sdk_agent(seed: [u8; 32], token: &str) -> Agent {
-    let mut child = Command::new(python())
+    let mut agent = Command::new(python());
+    agent
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/a2a_agent.py"))
         .arg(peerwire::identity::hex(&seed))
-        .arg(token)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+        .arg(token);
+    let (child, line) = common::ask::first_line(agent, Stdio::null());
     let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
     let port = v["port"]
         .as_u64()
@@ -433,12 +404,10 @@ fn peer_ask_asks_an_a2a_sdk_agent_and_our_own_a2a_endpoint() {
             json!({"token": "tok-ada-7f3c9e1b5d2a8064c1e9", "publicKey": srv.sign})
         ),
     ]);
-    peerwire::fsutil::ensure_private_dir(&home).unwrap();
-    std::fs::write(
-        home.join("config.json"),
-        json!({"ask": {"callerName": "ada", "timeoutMs": 3000, "peers": peers}}).to_string(),
-    )
-    .unwrap();
+    ask_config(
+        &home,
+        json!({"callerName": "ada", "timeoutMs": 3000, "peers": peers}),
+    );
     let peer = |args: &[&str]| {
         ns.cmd(PEER)
             .arg("--home")

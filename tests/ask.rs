@@ -6,80 +6,21 @@
 
 use crate::common;
 
+use common::ask::{
+    Server, ada, ask_config, connect_from, peer_in, post, processes_with, script, token_body,
+};
 use common::*;
 use peerwire::ask::auth::sign_body;
-use peerwire::ask::client::{Reply, get_json, post_json};
+use peerwire::ask::client::{Reply, get_json};
 use peerwire::ask::keys::AskKey;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(20);
-
-/// Writes `<home>/config.json` with the given `"ask"` object.
-fn ask_config(home: &Path, ask: Value) {
-    peerwire::fsutil::ensure_private_dir(home).unwrap();
-    peerwire::fsutil::atomic_write(
-        &home.join("config.json"),
-        json!({ "ask": ask }).to_string().as_bytes(),
-        peerwire::fsutil::Durability::Visible,
-    )
-    .unwrap();
-}
-
-/// A script answerer in the test root.
-fn script(ns: &Ns, name: &str, body: &str) -> String {
-    let path = ns.root.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.to_string_lossy().into_owned()
-}
-
-/// A running `peer ask serve`; killed on drop.
-struct Server {
-    child: Child,
-    ready: Value,
-    port: u16,
-}
-
-impl Server {
-    fn start(ns: &Ns) -> Server {
-        let mut child = ns
-            .cmd(PEER)
-            .args(["--json", "ask", "serve"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-        if ready["ok"] != true {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "server not ready: {line} {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let port = ready["port"].as_u64().unwrap() as u16;
-        Server { child, ready, port }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Server namespace `bob` with the given extra ask settings and friends, plus an answerer.
 fn bob(ns: &Ns, answerer: &str, peers: Value, extra: Value) -> Server {
@@ -97,42 +38,6 @@ fn bob(ns: &Ns, answerer: &str, peers: Value, extra: Value) -> Server {
     }
     ask_config(&ns.home, ask);
     Server::start(ns)
-}
-
-/// A client namespace `ada` that knows bob at `port`.
-fn ada(root: &Path, port: u16, friend: Value) -> PathBuf {
-    let home = root.join("ada-home");
-    let mut bob = json!({"name": "bob", "host": "127.0.0.1", "port": port});
-    for (k, v) in friend.as_object().unwrap() {
-        bob[k] = v.clone();
-    }
-    ask_config(
-        &home,
-        json!({"callerName": "ada", "timeoutMs": 20000, "peers": [bob]}),
-    );
-    home
-}
-
-fn peer_in(home: &Path, ns: &Ns, args: &[&str]) -> std::process::Output {
-    ns.cmd(PEER)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn token_body(caller: &str, token: Option<&str>, question: &str) -> Value {
-    let mut b = json!({"protocolVersion": 1, "caller": caller, "question": question});
-    if let Some(t) = token {
-        b["token"] = json!(t);
-    }
-    b
-}
-
-fn post(port: u16, path: &str, body: &Value) -> Reply {
-    post_json("127.0.0.1", port, path, body, T).unwrap()
 }
 
 const ECHO: &str = "input=$(cat); printf 'answer: %s' \"$input\"";
@@ -455,7 +360,7 @@ fn async_lifecycle_status_needs_credentials_and_results_expire() {
     let bare = get_json("127.0.0.1", srv.port, &format!("/ask/status?askId={id}"), T).unwrap();
     assert_eq!(bare.body, json!({"ok": true, "status": "running"}));
     let get_from_elsewhere = |id: &str| {
-        let s = connect_from_second_loopback(srv.port);
+        let s = connect_from(2, srv.port);
         let req = format!("GET /ask/status?askId={id} HTTP/1.1\r\nhost: x\r\n\r\n");
         raw_reply(s, req.as_bytes()).body
     };
@@ -639,29 +544,6 @@ fn answerer_cannot_write_into_the_workspace() {
     assert!(!target.exists(), "the answerer wrote into the workspace");
 }
 
-/// A connection from 127.0.0.2, so refused traffic has its own address.
-fn connect_from_second_loopback(port: u16) -> TcpStream {
-    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};
-    let fd = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .unwrap();
-    bind(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &SockaddrIn::new(127, 0, 0, 2, 0),
-    )
-    .unwrap();
-    connect(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &SockaddrIn::new(127, 0, 0, 1, port),
-    )
-    .unwrap();
-    TcpStream::from(fd)
-}
-
 fn raw_exchange(s: TcpStream, request: &[u8]) -> u16 {
     raw_reply(s, request).status
 }
@@ -820,7 +702,7 @@ fn a_burst_of_refused_asks_leaves_honest_callers_answered() {
                         "POST /ask HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
                         body.len()
                     );
-                    let status = raw_exchange(connect_from_second_loopback(port), req.as_bytes());
+                    let status = raw_exchange(connect_from(2, port), req.as_bytes());
                     *counts.entry(status).or_insert(0u32) += 1;
                 }
                 counts
@@ -917,19 +799,6 @@ fn config_errors_name_the_field_and_answerers_cannot_ask() {
     );
 }
 
-/// Processes whose command line is exactly `argv`.
-fn processes_with(argv: &[&str]) -> usize {
-    let want: Vec<u8> = argv
-        .iter()
-        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
-        .collect();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
-        .count()
-}
-
 #[test]
 fn timeouts_kill_the_answerer_group_and_limits_answer_429() {
     let ns = Ns::new("ask-limits");
@@ -967,7 +836,7 @@ fn timeouts_kill_the_answerer_group_and_limits_answer_429() {
         )
     });
     assert!(
-        eventually(15, || processes_with(&["sleep", &marker]) == 2),
+        eventually(15, || processes_with(&["sleep", &marker]).len() == 2),
         "the answerer and its background child run"
     );
     let r = asking.join().unwrap();
@@ -984,7 +853,7 @@ fn timeouts_kill_the_answerer_group_and_limits_answer_429() {
             .contains("did not finish")
     );
     assert!(
-        eventually(15, || processes_with(&["sleep", &marker]) == 0),
+        eventually(15, || processes_with(&["sleep", &marker]).is_empty()),
         "the answerer's process group outlived its timeout"
     );
     // An async ask is accepted with 202 and an ask id.
@@ -1013,7 +882,7 @@ fn timeouts_kill_the_answerer_group_and_limits_answer_429() {
     );
     let out = ns.peer(&["--json", "ask", "pending"]);
     assert!(out.status.success());
-    assert!(eventually(15, || processes_with(&["sleep", &marker]) == 0));
+    assert!(eventually(15, || processes_with(&["sleep", &marker]).is_empty()));
     drop(srv);
 
     // Without an answerer configured, an ask fails at once instead of bothering the owner.

@@ -7,16 +7,15 @@
 
 use crate::common;
 
+use common::ask::{Server, ask_config, connect_from, post, script, token_body};
 use common::*;
 use peerwire::ask::auth::sign_body;
-use peerwire::ask::client::{Reply, post_json};
 use peerwire::ask::keys::AskKey;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(20);
@@ -24,65 +23,6 @@ const T: Duration = Duration::from_secs(20);
 const ADA_TOKEN: &str = "q7Vd3kQmxZr2Lp9WfTb6Hn1YcJs8Ge4Ua0Ko5RiNw";
 const EVE_TOKEN: &str = "Z9mEw2rTq8LkP4vXc6Bn1HsYj7Gf3Da5Ue0Io2WtRb";
 const ECHO: &str = "input=$(cat); printf 'answer: %s' \"$input\"";
-
-fn ask_config(home: &Path, ask: Value) {
-    peerwire::fsutil::ensure_private_dir(home).unwrap();
-    peerwire::fsutil::atomic_write(
-        &home.join("config.json"),
-        json!({ "ask": ask }).to_string().as_bytes(),
-        peerwire::fsutil::Durability::Visible,
-    )
-    .unwrap();
-}
-
-fn script(ns: &Ns, name: &str, body: &str) -> String {
-    let path = ns.root.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.to_string_lossy().into_owned()
-}
-
-/// A running `peer ask serve`; killed on drop.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(ns: &Ns) -> Server {
-        let mut child = ns
-            .cmd(PEER)
-            .args(["--json", "ask", "serve"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-        if ready["ok"] != true {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "server not ready: {line} {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let port = ready["port"].as_u64().unwrap() as u16;
-        Server { child, port }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Writes bob's config (answerer, friends, extra settings) and starts his server.
 fn bob(ns: &Ns, peers: Value, extra: Value) -> Server {
@@ -99,18 +39,6 @@ fn bob(ns: &Ns, peers: Value, extra: Value) -> Server {
     Server::start(ns)
 }
 
-fn token_body(caller: &str, token: Option<&str>, question: &str) -> Value {
-    let mut b = json!({"protocolVersion": 1, "caller": caller, "question": question});
-    if let Some(t) = token {
-        b["token"] = json!(t);
-    }
-    b
-}
-
-fn post(port: u16, path: &str, body: &Value) -> Reply {
-    post_json("127.0.0.1", port, path, body, T).unwrap()
-}
-
 fn test_key(seed: u8) -> AskKey {
     AskKey::from_seed(&[seed; 32])
 }
@@ -123,29 +51,6 @@ fn signed(key: &AskKey, caller: &str, purpose: &str, extra: Value) -> Value {
     let mut m = b.as_object().unwrap().clone();
     sign_body(key, &mut m, purpose, "bob", peerwire::clock::now_ms());
     Value::Object(m)
-}
-
-/// A TCP connection to the server from loopback address `127.0.0.<last>`.
-fn connect_from(last: u8, port: u16) -> TcpStream {
-    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};
-    let fd = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .unwrap();
-    bind(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &SockaddrIn::new(127, 0, 0, last, 0),
-    )
-    .unwrap();
-    connect(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &SockaddrIn::new(127, 0, 0, 1, port),
-    )
-    .unwrap();
-    TcpStream::from(fd)
 }
 
 /// Sends raw bytes, returns the status (0: closed without an answer) and the body.

@@ -9,19 +9,13 @@ use crate::common;
 
 use common::*;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// Writes `<home>/config.json` as `{"ask": ask}`.
 fn write_ask(ns: &Ns, ask: Value) {
-    peerwire::fsutil::ensure_private_dir(&ns.home).unwrap();
-    peerwire::fsutil::atomic_write(
-        &ns.home.join("config.json"),
-        json!({ "ask": ask }).to_string().as_bytes(),
-        peerwire::fsutil::Durability::Durable,
-    )
-    .unwrap();
+    common::ask::ask_config(&ns.home, ask);
 }
 
 fn read_ask(ns: &Ns) -> Value {
@@ -72,10 +66,7 @@ fn exit_of(code: &str) -> i32 {
 }
 
 /// A running `peer ask serve`, killed on drop.
-struct Server {
-    child: Child,
-    ready: Value,
-}
+struct Server(common::ask::Server);
 
 impl Server {
     fn start(ns: &Ns, prefix: &[String]) -> Server {
@@ -87,41 +78,19 @@ impl Server {
             }
             None => Command::new(PEER),
         };
-        let mut child = c
-            .arg("--home")
+        c.arg("--home")
             .arg(&ns.home)
             .args(["--json", "ask", "serve"])
             .current_dir(&ns.work)
             .env_remove("PEER_HOME")
-            .env_remove("PEER_CONTROL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
-        let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-        if ready["ok"] != true {
-            let _ = child.kill();
-            let mut err = String::new();
-            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
-            panic!("peer ask serve did not start: {line} {err}");
-        }
-        Server { child, ready }
+            .env_remove("PEER_CONTROL");
+        Server(common::ask::Server::spawn(c, Stdio::piped()))
     }
     fn port(&self) -> u16 {
-        self.ready["port"].as_u64().unwrap() as u16
+        self.0.port
     }
     fn key(&self) -> String {
-        self.ready["publicKey"].as_str().unwrap().to_string()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.sign()
     }
 }
 

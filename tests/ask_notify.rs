@@ -3,6 +3,7 @@
 //! line, and, with `"listen": true`, the event on `peer host --json`'s stdout, the line of its
 //! `--notify stderr`, and the `notifications/message` to the owner's own `peer mcp` session.
 
+use crate::common::ask::{ask_config, script};
 use crate::common::*;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -13,29 +14,12 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-fn write_config(home: &Path, ask: Value) {
-    peerwire::fsutil::ensure_private_dir(home).unwrap();
-    peerwire::fsutil::atomic_write(
-        &home.join("config.json"),
-        json!({ "ask": ask }).to_string().as_bytes(),
-        peerwire::fsutil::Durability::Visible,
-    )
-    .unwrap();
-}
-
 /// Bob's ask settings: friend ada waits for approval; answers echo.
 fn bob_ask(ns: &Ns, extra: Value) -> Value {
-    let answerer = ns.root.join("echo.sh");
-    std::fs::write(
-        &answerer,
-        "#!/bin/sh\ncat >/dev/null; echo approved-answer\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&answerer, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let answerer = script(ns, "echo.sh", "cat >/dev/null; echo approved-answer");
     let mut ask = json!({"callerName": "bob", "listenPort": 0, "approvalTimeoutMs": 60000,
-        "workspace": ns.work.to_string_lossy(), "answerCommand": [answerer.to_string_lossy()],
-            "answerReadPaths": [answerer.to_string_lossy()],
+        "workspace": ns.work.to_string_lossy(), "answerCommand": [answerer],
+            "answerReadPaths": [answerer],
         "peers": [{"name": "ada", "host": "127.0.0.1", "token": "tok-ada-7f3c9e1b5d2a8064c1e9", "mode": "ask"}]});
     for (k, v) in extra.as_object().unwrap() {
         ask[k] = v.clone();
@@ -46,7 +30,7 @@ fn bob_ask(ns: &Ns, extra: Value) -> Value {
 /// Ada's namespace, knowing bob at `port`.
 fn ada(ns: &Ns, port: u16) -> PathBuf {
     let home = ns.root.join("ada");
-    write_config(
+    ask_config(
         &home,
         json!({"callerName": "ada", "timeoutMs": 30000, "peers": [
             {"name": "bob", "host": "127.0.0.1", "port": port, "token": "tok-ada-7f3c9e1b5d2a8064c1e9"}]}),
@@ -148,7 +132,7 @@ fn serve(ns: &Ns) -> (Kill, Receiver<String>, u16) {
 #[test]
 fn serve_tells_the_owner_on_stderr_and_the_asker_hears_it_waits() {
     let ns = Ns::new("notify-serve");
-    write_config(&ns.home, bob_ask(&ns, json!({})));
+    ask_config(&ns.home, bob_ask(&ns, json!({})));
     let (_bob, err, port) = serve(&ns);
     let home = ada(&ns, port);
     let mut asker = ask_from_ada(
@@ -191,7 +175,7 @@ fn serve_tells_the_owner_on_stderr_and_the_asker_hears_it_waits() {
 #[test]
 fn serve_json_emits_an_ask_pending_event() {
     let ns = Ns::new("notify-json");
-    write_config(&ns.home, bob_ask(&ns, json!({})));
+    ask_config(&ns.home, bob_ask(&ns, json!({})));
     let mut bob = Kill(
         ns.cmd(PEER)
             .args(["--json", "ask", "serve"])
@@ -219,7 +203,7 @@ fn serve_json_emits_an_ask_pending_event() {
 #[test]
 fn host_json_and_notify_show_a_waiting_ask() {
     let ns = Ns::new("notify-host");
-    write_config(&ns.home, bob_ask(&ns, json!({"listen": true})));
+    ask_config(&ns.home, bob_ask(&ns, json!({"listen": true})));
     let mut host = ns.host_with(&["--notify", "stderr"], |_| {});
     let port = host.ready["ask"]["port"].as_u64().unwrap() as u16;
     let err = lines_of(host.child.as_mut().unwrap().stderr.take().unwrap());
@@ -266,7 +250,7 @@ fn run_file_port(home: &Path) -> Option<u16> {
 #[test]
 fn mcp_session_gets_a_notification_and_no_decide_tool() {
     let ns = Ns::new("notify-mcp");
-    write_config(&ns.home, bob_ask(&ns, json!({"listen": true})));
+    ask_config(&ns.home, bob_ask(&ns, json!({"listen": true})));
     let mut mcp = Kill(
         ns.cmd(PEER)
             .args(["mcp"])
@@ -325,7 +309,7 @@ fn mcp_session_gets_a_notification_and_no_decide_tool() {
 #[test]
 fn an_a2a_send_tells_the_owner_too() {
     let ns = Ns::new("notify-a2a");
-    write_config(&ns.home, bob_ask(&ns, json!({})));
+    ask_config(&ns.home, bob_ask(&ns, json!({})));
     let (_bob, err, port) = serve(&ns);
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
         "message": {"messageId": "m-1", "role": "ROLE_USER",

@@ -7,15 +7,16 @@
 
 use crate::common;
 
+use common::ask::{ask_config, peer_in};
 use common::*;
 use peerwire::ask::client::{get_json, post_json, post_json_to};
 use peerwire::ask::keys::AskKey;
 use peerwire::ask::tls::{Pinned, Target};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,57 +26,27 @@ fn long_question() -> String {
     format!("where is the dev database url? {}", "x".repeat(3000))
 }
 
-fn ask_config(home: &Path, ask: Value) {
-    peerwire::fsutil::ensure_private_dir(home).unwrap();
-    peerwire::fsutil::atomic_write(
-        &home.join("config.json"),
-        json!({ "ask": ask }).to_string().as_bytes(),
-        peerwire::fsutil::Durability::Visible,
-    )
-    .unwrap();
-}
-
 /// The agent key of `home` (`<home>/ask/keys/<name>.key`, created when missing).
 fn key_in(home: &Path, name: &str) -> AskKey {
     peerwire::ask::keys::load_or_create(&home.join("ask").join("keys"), name).unwrap()
 }
 
-/// A running `peer ask serve`; killed on drop.
+/// A running `peer ask serve` and the card key its ready line states.
 struct Server {
-    child: Child,
     port: u16,
     key: [u8; 32],
+    _serve: common::ask::Server,
 }
 
 impl Server {
     fn start(ns: &Ns) -> Server {
-        let mut child = ns
-            .cmd(PEER)
-            .args(["--json", "ask", "serve"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-        if ready["ok"] != true {
-            let _ = child.kill();
-            panic!("server not ready: {line}");
+        let serve = common::ask::Server::serve(ns, Stdio::null());
+        let key = peerwire::ask::canon::parse_sign(&serve.sign()).unwrap();
+        Server {
+            port: serve.port,
+            key,
+            _serve: serve,
         }
-        let port = ready["port"].as_u64().unwrap() as u16;
-        let key = peerwire::ask::canon::parse_sign(ready["publicKey"].as_str().unwrap()).unwrap();
-        Server { child, port, key }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -105,27 +76,9 @@ fn bob(ns: &Ns, ada_key: &AskKey, mode: &str, extra: Value) -> Server {
 
 /// ada's namespace: her key, and bob at `port` pinned to `bob_key` (a sign string).
 fn ada(root: &Path, port: u16, bob: Value) -> (std::path::PathBuf, AskKey) {
-    let home = root.join("ada-home");
-    let mut friend = json!({"name": "bob", "host": "127.0.0.1", "port": port});
-    for (k, v) in bob.as_object().unwrap() {
-        friend[k] = v.clone();
-    }
-    ask_config(
-        &home,
-        json!({"callerName": "ada", "timeoutMs": 20000, "peers": [friend]}),
-    );
+    let home = common::ask::ada(root, port, bob);
     let key = key_in(&home, "ada");
     (home, key)
-}
-
-fn peer_in(home: &Path, ns: &Ns, args: &[&str]) -> std::process::Output {
-    ns.cmd(PEER)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
 }
 
 /// A loopback TCP relay to `to` that records every byte the client sent.

@@ -8,11 +8,11 @@
 
 use crate::common;
 
+use common::ask::{processes_with, script};
 use common::*;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(30);
@@ -51,16 +51,6 @@ fn containable() -> bool {
     true
 }
 
-/// A hostile answerer script in the test root, readable by the answerer through
-/// `answerReadPaths`.
-fn script(ns: &Ns, name: &str, body: &str) -> String {
-    let path = ns.root.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.to_string_lossy().into_owned()
-}
-
 fn ask_config(ns: &Ns, answerer: &str, extra: Value) {
     let mut ask = json!({
         "callerName": "bob", "listenPort": 0,
@@ -72,18 +62,12 @@ fn ask_config(ns: &Ns, answerer: &str, extra: Value) {
     for (k, v) in extra.as_object().unwrap() {
         ask[k] = v.clone();
     }
-    peerwire::fsutil::ensure_private_dir(&ns.home).unwrap();
-    peerwire::fsutil::atomic_write(
-        &ns.home.join("config.json"),
-        json!({ "ask": ask }).to_string().as_bytes(),
-        peerwire::fsutil::Durability::Visible,
-    )
-    .unwrap();
+    common::ask::ask_config(&ns.home, ask);
 }
 
 /// A running `peer ask serve`; killed on drop.
 struct Server {
-    child: Child,
+    serve: common::ask::Server,
     port: u16,
 }
 
@@ -106,20 +90,12 @@ impl Server {
     }
 
     /// Starts a prepared server command; also returns its ready line.
-    fn spawn(mut cmd: std::process::Command) -> (Server, Value) {
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let mut child = cmd.spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-        assert_eq!(ready["ok"], true, "server not ready: {line}");
-        println!("answerer layers: {}", ready["answerer"]);
-        let port = ready["port"].as_u64().unwrap() as u16;
-        (Server { child, port }, ready)
+    fn spawn(cmd: std::process::Command) -> (Server, Value) {
+        let serve = common::ask::Server::spawn(cmd, Stdio::null());
+        println!("answerer layers: {}", serve.ready["answerer"]);
+        let ready = serve.ready.clone();
+        let port = serve.port;
+        (Server { serve, port }, ready)
     }
 
     /// Asks and returns the answer text (or the error, for a failed answer).
@@ -136,13 +112,6 @@ fn ask_port(port: u16, question: &str) -> String {
         .as_str()
         .map(str::to_string)
         .unwrap_or_else(|| r.body.to_string())
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn mode(p: &Path) -> u32 {
@@ -316,20 +285,6 @@ fn a_signal_to_the_owners_process_does_not_land() {
         Some(Some('S')),
         "the owner's process was signalled: {stat}"
     );
-}
-
-/// The pids of processes whose command line is exactly `argv`.
-fn processes_with(argv: &[&str]) -> Vec<i32> {
-    let want: Vec<u8> = argv
-        .iter()
-        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
-        .collect();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
-        .collect()
 }
 
 #[test]
@@ -760,8 +715,8 @@ fn answerers_die_with_a_killed_server() {
         eventually(15, || processes_with(&["sleep", &marker]).len() == 2),
         "the answerer did not start"
     );
-    let _ = srv.child.kill();
-    let _ = srv.child.wait();
+    let _ = srv.serve.child.kill();
+    let _ = srv.serve.child.wait();
     let gone = eventually(5, || processes_with(&["sleep", &marker]).is_empty());
     let left = processes_with(&["sleep", &marker]);
     for pid in &left {

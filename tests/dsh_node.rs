@@ -5,11 +5,12 @@
 //! (tests/run.sh installs it for CI). `dsh_modules` runs dsh-ask-peer's own modules when
 //! `DSH_ASK_PEER_DIR` names a checkout.
 
+use crate::common::ask::{Server, ask_config, peer_in, script};
 use crate::common::*;
 use peerwire::error::Code;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dsh_node.mjs");
@@ -80,26 +81,6 @@ fn node_fetch(spec: Value) -> Value {
     })
 }
 
-fn write_ask_config(home: &Path, ask: Value) {
-    peerwire::fsutil::ensure_private_dir(home).unwrap();
-    peerwire::fsutil::atomic_write(
-        &home.join("config.json"),
-        json!({ "ask": ask }).to_string().as_bytes(),
-        peerwire::fsutil::Durability::Visible,
-    )
-    .unwrap();
-}
-
-fn peer_in(ns: &Ns, home: &Path, args: &[&str]) -> std::process::Output {
-    ns.cmd(PEER)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
 /// Our client (`peer ask`) against the Node `http` server answering chunked.
 #[test]
 fn our_client_reads_a_node_http_server_answering_chunked() {
@@ -109,14 +90,14 @@ fn our_client_reads_a_node_http_server_answering_chunked() {
     let ns = Ns::new("dsh-node-client");
     let (_node, port, sign) = node_server("dan");
     let home: PathBuf = ns.root.join("ada");
-    write_ask_config(
+    ask_config(
         &home,
         json!({"callerName": "ada", "timeoutMs": 20000, "peers": [
             {"name": "dan", "host": "127.0.0.1", "port": port, "token": "tok-dan-3e5a7c9b1d0f2468ace1",
              "publicKey": sign, "tls": false},
         ]}),
     );
-    let run = |args: &[&str]| peer_in(&ns, &home, args);
+    let run = |args: &[&str]| peer_in(&home, &ns, args);
     // A synchronous ask: Node frames the answer in chunks.
     let out = run(&["--json", "ask", "dan", "where is the db?"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -179,21 +160,18 @@ fn our_client_reads_a_node_http_server_answering_chunked() {
 /// A `peer ask serve` for the Node client: bob, with friend ada (token, auto), kid (a dsh key
 /// with `acceptDshSignatures` and a token), lee (a dsh key without it) and dan (the Node
 /// server, for recommendations).
-fn bob_for_node(ns: &Ns, dan_port: u16, dan_sign: &str) -> (Proc, u16) {
-    let answerer = ns.root.join("echo.sh");
-    std::fs::write(
-        &answerer,
-        "#!/bin/sh\ninput=$(cat); printf 'bob answers: %s' \"$input\"\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&answerer, std::fs::Permissions::from_mode(0o755)).unwrap();
+fn bob_for_node(ns: &Ns, dan_port: u16, dan_sign: &str) -> (Server, u16) {
+    let answerer = script(
+        ns,
+        "echo.sh",
+        "input=$(cat); printf 'bob answers: %s' \"$input\"",
+    );
     let kid = peerwire::ask::keys::AskKey::from_seed(&[7u8; 32]).sign_string();
-    write_ask_config(
+    ask_config(
         &ns.home,
         json!({"callerName": "bob", "listenPort": 0, "workspace": ns.work.to_string_lossy(),
-            "answerCommand": [answerer.to_string_lossy()],
-            "answerReadPaths": [answerer.to_string_lossy()], "peers": [
+            "answerCommand": [answerer],
+            "answerReadPaths": [answerer], "peers": [
             {"name": "ada", "host": "127.0.0.1", "token": "tok-ada-7f3c9e1b5d2a8064c1e9", "mode": "auto"},
             {"name": "kid", "host": "127.0.0.1", "token": "tok-kid-8b6d4f2a0c1e3579bdf2", "publicKey": kid,
              "acceptDshSignatures": true, "mode": "auto"},
@@ -203,10 +181,9 @@ fn bob_for_node(ns: &Ns, dan_port: u16, dan_sign: &str) -> (Proc, u16) {
              "tls": false, "token": "tok-dan-3e5a7c9b1d0f2468ace1"},
         ]}),
     );
-    let mut c = ns.cmd(PEER);
-    c.args(["--json", "ask", "serve"]);
-    let (p, v, _) = start_reading_first_line(c);
-    (p, v["port"].as_u64().unwrap() as u16)
+    let bob = Server::start(ns);
+    let port = bob.port;
+    (bob, port)
 }
 
 /// Whether a reply carries bob's answer to `question` (the answerer echoes its input).
@@ -423,13 +400,13 @@ fn hostile_chunked_answers_are_cut_within_bounds() {
     });
     let ns = Ns::new("dsh-hostile");
     let home = ns.root.join("ada");
-    write_ask_config(
+    ask_config(
         &home,
         json!({"callerName": "ada", "timeoutMs": 5000, "peers": [
             {"name": "evil", "host": "127.0.0.1", "port": port, "token": "tok-evil-1a2b3c4d5e6f7a8b9c0d", "tls": false}]}),
     );
     for (want, _) in &bodies[..n] {
-        let out = peer_in(&ns, &home, &["--json", "ask", "evil", "hi"]);
+        let out = peer_in(&home, &ns, &["--json", "ask", "evil", "hi"]);
         assert!(!out.status.success());
         let msg = json_of(&out)["error"]["message"]
             .as_str()

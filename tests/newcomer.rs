@@ -105,13 +105,7 @@ fn ask_tools_are_not_listed_without_friends() {
 }
 
 fn write_ask(ns: &Ns, ask: Value) {
-    peerwire::fsutil::ensure_private_dir(&ns.home).unwrap();
-    peerwire::fsutil::atomic_write(
-        &ns.home.join("config.json"),
-        json!({ "ask": ask }).to_string().as_bytes(),
-        peerwire::fsutil::Durability::Durable,
-    )
-    .unwrap();
+    common::ask::ask_config(&ns.home, ask);
 }
 
 #[test]
@@ -421,18 +415,11 @@ fn a_batch_is_answered_with_one_array() {
 /// `peer ask serve --json` in `ns`, with a `PATH` that has no `peer` on it; the child and its
 /// ready line (the child's stderr is piped).
 fn ask_serve(ns: &Ns) -> (std::process::Child, Value) {
-    use std::io::BufRead;
-    let mut child = ns
-        .cmd(PEER)
+    let mut serve = ns.cmd(PEER);
+    serve
         .args(["--json", "ask", "serve"])
-        .env("PATH", "/usr/bin:/bin")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    let _ = std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        .env("PATH", "/usr/bin:/bin");
+    let (child, line) = common::ask::first_line(serve, Stdio::piped());
     let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
     (child, ready)
 }

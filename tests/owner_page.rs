@@ -6,6 +6,7 @@
 
 use crate::common;
 
+use common::ask::{ask_config, script};
 use common::*;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -20,19 +21,9 @@ const ECHO: &str = "input=$(cat); printf 'answer: %s' \"$input\"";
 const HOSTILE: &str = "<script>document.title='pwned';window.__pwned=1</script>\
                        <img src=x onerror=\"window.__pwned=2\"> & where is the db url?";
 
-fn ask_config(home: &Path, ask: Value) {
-    peerwire::fsutil::ensure_private_dir(home).unwrap();
-    peerwire::fsutil::atomic_write(
-        &home.join("config.json"),
-        json!({ "ask": ask }).to_string().as_bytes(),
-        peerwire::fsutil::Durability::Visible,
-    )
-    .unwrap();
-}
-
 /// `peer ask serve` for bob (ada in `ask` mode), with its owner URL read from stderr.
 struct Bob {
-    child: Child,
+    _serve: common::ask::Server,
     port: u16,
     url: String,
     secret: String,
@@ -40,11 +31,7 @@ struct Bob {
 
 impl Bob {
     fn start(ns: &Ns) -> Bob {
-        let echo = ns.root.join("echo.sh");
-        std::fs::write(&echo, format!("#!/bin/sh\n{ECHO}\n")).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&echo, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let echo = echo.to_string_lossy().into_owned();
+        let echo = script(ns, "echo.sh", ECHO);
         ask_config(
             &ns.home,
             json!({
@@ -54,24 +41,11 @@ impl Bob {
                 "peers": [{"name": "ada", "host": "127.0.0.1", "token": TOKEN, "mode": "ask"}],
             }),
         );
-        let mut child = ns
-            .cmd(PEER)
-            .args(["--json", "ask", "serve"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-        assert_eq!(ready["ok"], true, "server not ready: {line}");
-        let port = ready["port"].as_u64().unwrap() as u16;
+        let mut serve = common::ask::Server::serve(ns, Stdio::piped());
+        let port = serve.port;
         // Read stderr on a thread (it keeps draining it) until the owner line arrives.
         let (tx, rx) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
+        let err = serve.child.stderr.take().unwrap();
         std::thread::spawn(move || {
             for l in BufReader::new(err).lines().map_while(Result::ok) {
                 if let Some(url) = l.strip_prefix("owner page: ") {
@@ -89,7 +63,7 @@ impl Bob {
         let secret = url.rsplit_once("secret=").unwrap().1.to_string();
         assert_eq!(secret.len(), 43, "256 bits in base64url");
         Bob {
-            child,
+            _serve: serve,
             port,
             url,
             secret,
@@ -98,13 +72,6 @@ impl Bob {
 
     fn cookie(&self) -> String {
         format!("peer-owner-{}={}", self.port, self.secret)
-    }
-}
-
-impl Drop for Bob {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

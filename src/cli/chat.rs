@@ -6,16 +6,17 @@
 //! this process, and a sent line never carries a control character.
 
 use super::keypress::{Action, Decoder, Key, Line};
-use super::msg::{describe_message, describe_receipt};
+use super::lines::{ReceiptLine, describe_message};
+use super::msg::peers;
 use super::session::Session;
 use super::{Ctx, args};
 use crate::error::{Code, Error, Result};
 use crate::mention;
-use crate::protocol::local::LocalTool;
-use crate::protocol::message::MessageBody;
+use crate::protocol::local::{LocalCall, LocalTool};
+use crate::protocol::message::{MessageBody, ReceiptState};
+use crate::toolspec::answer::{MessagesPage, SendAnswer};
 use crate::toolspec::{MessagesArgs, SendArgs};
 use parking_lot::Mutex;
-use serde_json::json;
 use std::ffi::OsString;
 use std::io::{BufRead, Read, Write};
 use std::sync::Arc;
@@ -112,38 +113,24 @@ fn watch(mut session: Session, composer: Arc<Mutex<Composer>>, stop: Arc<AtomicB
                 serde_json::to_value(&args).unwrap_or_default(),
             )
         };
-        let page = match session.tool(call) {
+        let page: MessagesPage = match session.call_as(LocalCall::Tool(call), 0) {
             Ok(p) => p,
             Err(_) => {
                 std::thread::sleep(std::time::Duration::from_millis(500));
                 continue;
             }
         };
-        if let Some(c) = page.get("cursor").and_then(serde_json::Value::as_u64) {
-            after = Some(c);
-        }
-        if let Some(c) = page.get("eventCursor").and_then(serde_json::Value::as_u64) {
-            events_after = Some(c);
-        }
-        let mut lines = Vec::new();
-        for m in page
-            .get("messages")
-            .and_then(serde_json::Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            lines.push(describe_message(m));
-        }
+        after = Some(page.cursor);
+        events_after = Some(page.event_cursor);
+        let mut lines: Vec<String> = page.messages.iter().map(describe_message).collect();
         // The send's own line already said "accepted": only later custody steps (consumed,
         // replied, refused, expired) are worth a line.
         for e in page
-            .get("events")
-            .and_then(serde_json::Value::as_array)
+            .events
             .into_iter()
-            .flatten()
-            .filter(|e| e.get("state").and_then(serde_json::Value::as_str) != Some("accepted"))
+            .filter(|e| e.state != ReceiptState::Accepted)
         {
-            lines.push(format!("receipt: {}", describe_receipt(e)));
+            lines.push(format!("receipt: {}", ReceiptLine::from(e).describe()));
         }
         if lines.is_empty() {
             continue;
@@ -233,24 +220,13 @@ fn submit(session: &mut Session, composer: &Mutex<Composer>, line: &str) -> Resu
 
 /// `/who`: the peers in scope, one sanitized line each.
 fn who(session: &mut Session) -> Result<()> {
-    let page = session.tool(LocalTool::new("list_peers", json!({})))?;
-    for p in page
-        .get("peers")
-        .and_then(serde_json::Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let s = |k: &str| {
-            p.get(k)
-                .and_then(serde_json::Value::as_str)
-                .map(|v| crate::sanitize::line(v, 60))
-                .unwrap_or_else(|| "-".into())
-        };
+    let s = |v: Option<&str>| v.map_or_else(|| "-".into(), |v| crate::sanitize::line(v, 60));
+    for p in peers(session)?.peers {
         say(&format!(
             "  {} {} {}",
-            s("alias"),
-            s("peerId"),
-            s("workspace")
+            s(p.alias.as_deref()),
+            s(p.peer_id.as_deref()),
+            s(Some(&p.workspace))
         ));
     }
     Ok(())
@@ -281,7 +257,10 @@ fn send_line(session: &mut Session, composer: &Mutex<Composer>, line: &str) -> R
         body: MessageBody::text(m.body.clone()),
     };
     let args = serde_json::to_value(&args).map_err(|e| Error::new(Code::Io, e.to_string()))?;
-    let receipt = session.tool(LocalTool::new("send_peer_message", args))?;
+    let receipt: SendAnswer = session.call_as(
+        LocalCall::Tool(LocalTool::new("send_peer_message", args)),
+        0,
+    )?;
     composer.lock().recipient = Some(to.clone());
     // One line per send: what went where, and its custody receipt.
     say(&sent_line(&to, &m.body, &receipt));
@@ -289,25 +268,15 @@ fn send_line(session: &mut Session, composer: &Mutex<Composer>, line: &str) -> R
 }
 
 /// `you → @bob: text  (accepted #3, m-…)`, sanitized and on one line.
-fn sent_line(to: &str, body: &str, receipt: &serde_json::Value) -> String {
-    let s = |k: &str| {
-        receipt
-            .get(k)
-            .and_then(serde_json::Value::as_str)
-            .map(|v| crate::sanitize::line(v, 80))
-            .unwrap_or_else(|| "-".into())
-    };
-    let seq = receipt
-        .get("sequence")
-        .and_then(serde_json::Value::as_u64)
-        .map(|n| format!(" #{n}"))
-        .unwrap_or_default();
+fn sent_line(to: &str, body: &str, answer: &SendAnswer) -> String {
+    let r = &answer.receipt;
     format!(
-        "you → @{}: {}  ({}{seq}, {})",
+        "you → @{}: {}  ({} #{}, {})",
         crate::sanitize::line(to, 80),
         crate::sanitize::line(body, 400),
-        s("state"),
-        s("messageId")
+        r.state.name(),
+        r.sequence,
+        crate::sanitize::line(&r.message_id, 80)
     )
 }
 
@@ -427,19 +396,10 @@ fn interactive(mut session: Session, composer: &Mutex<Composer>) -> Result<()> {
 }
 
 fn peer_names(session: &mut Session) -> Vec<String> {
-    let Ok(page) = session.tool(LocalTool::new("list_peers", json!({}))) else {
+    let Ok(page) = peers(session) else {
         return Vec::new();
     };
-    page.get("peers")
-        .and_then(serde_json::Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|p| {
-            p.get("alias")
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_string)
-        })
-        .collect()
+    page.peers.into_iter().filter_map(|p| p.alias).collect()
 }
 
 /// Completes the `@word` under the cursor when exactly one name matches (or their common

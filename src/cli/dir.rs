@@ -6,7 +6,7 @@ use crate::config::{Config, Scope};
 use crate::directory::{self, ListOptions, Viewer};
 use crate::error::{Code, Error, Result};
 use crate::paths::Namespace;
-use serde_json::Value;
+use crate::toolspec::answer::PeerView;
 use std::ffi::OsString;
 
 pub const HELP: &str =
@@ -64,17 +64,16 @@ pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         self_instance: std::env::var("PEER_INSTANCE_ID").ok(),
     };
     let page = directory::list(&ns, &config.limits, &viewer, &opts)?;
-    let peers: Vec<serde_json::Value> = page.peers.iter().map(|p| serde_json::json!(p)).collect();
     if ctx.json {
-        for peer in &peers {
-            super::print_json(peer)?;
+        for peer in &page.peers {
+            super::print_json(&serde_json::json!(peer))?;
         }
         if let Some(c) = &page.cursor {
             super::print_json(&serde_json::json!({"cursor": c}))?;
         }
     } else {
-        super::out::text(&table(&peers, page.cursor.as_deref()))?;
-        if peers.is_empty() && !opts.all {
+        super::out::text(&table(&page.peers, page.cursor.as_deref()))?;
+        if page.peers.is_empty() && !opts.all {
             hint_out_of_scope(&ns, &config, &viewer, &opts)?;
         }
     }
@@ -111,16 +110,11 @@ fn hint_out_of_scope(
     Ok(())
 }
 
-fn cell(v: &Value, key: &str) -> String {
-    match v.get(key) {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
-        Some(Value::Bool(b)) => b.to_string(),
-        _ => "-".into(),
-    }
+fn cell(v: Option<&str>) -> String {
+    v.unwrap_or("-").to_string()
 }
 
-fn table(peers: &[Value], cursor: Option<&str>) -> String {
+fn table(peers: &[PeerView], cursor: Option<&str>) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(
@@ -130,37 +124,29 @@ fn table(peers: &[Value], cursor: Option<&str>) -> String {
     );
     for p in peers {
         let age = p
-            .get("ageMs")
-            .and_then(Value::as_u64)
+            .age_ms
             .map_or("-".to_string(), |ms| format!("{:.1}s", ms as f64 / 1000.0));
-        let mut alias = cell(p, "alias");
-        if p.get("self").and_then(Value::as_bool) == Some(true) {
+        let mut alias = cell(p.alias.as_deref());
+        if p.is_self {
             alias.push_str(" (you)");
         }
-        let messaging = if p.get("messaging").and_then(Value::as_bool) == Some(true) {
-            "yes"
-        } else {
-            "no"
-        };
-        let mut status = cell(p, "status");
-        if cell(p, "state") != "live" {
-            status = cell(p, "state");
-        }
+        let messaging = if p.messaging { "yes" } else { "no" };
+        let status = if p.state != "live" { p.state } else { p.status };
         let _ = writeln!(
             out,
             "{:<20} {:<28} {:<8} {:<8} {:<7} {:<9} {}",
             alias,
-            cell(p, "peerId"),
-            cell(p, "pid"),
+            cell(p.peer_id.as_deref()),
+            p.pid,
             age,
             status,
             messaging,
-            cell(p, "workspace")
+            p.workspace
         );
-        if let Some(reason) = p.get("reason").and_then(Value::as_str) {
-            let _ = writeln!(out, "    {}: {}", cell(p, "state"), reason);
+        if let Some(reason) = &p.reason {
+            let _ = writeln!(out, "    {}: {}", p.state, reason);
         }
-        if let Some(why) = p.get("messagingError").and_then(Value::as_str) {
+        if let Some(why) = &p.messaging_error {
             println!("    messaging: {why}");
         }
     }

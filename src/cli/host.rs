@@ -247,13 +247,28 @@ fn publish_ask_notices(root: &Root, h: &crate::ask::server::ServerHandle) {
 
 /// The `--notify stderr` line for an `ask_pending` event (the exact command included: this
 /// line is for the owner's eyes, on the host's stderr).
-fn ask_pending_line(ev: &serde_json::Value, home: Option<&std::path::Path>) -> Option<String> {
-    let s = |k: &str| ev.get(k).and_then(serde_json::Value::as_str).unwrap_or("");
-    let wait = ev.get("waitSeconds").and_then(serde_json::Value::as_u64)?;
+fn ask_pending_line(ev: &Announced, home: Option<&std::path::Path>) -> Option<String> {
+    let s = |v: &Option<String>| v.clone().unwrap_or_default();
+    let wait = ev.wait_seconds?;
     let home = home?;
-    let n =
-        crate::ask::notify::Notice::new(home, s("askId"), s("caller"), s("preview"), wait * 1000);
+    let (id, caller, preview) = (s(&ev.ask_id), s(&ev.caller), s(&ev.preview));
+    let n = crate::ask::notify::Notice::new(home, &id, &caller, &preview, wait * 1000);
     Some(format!("peer host: {}\n", n.line()))
+}
+
+/// The fields `--notify` reads of a bus event: an arrival (`events::MessageArrived`) or an ask
+/// waiting for the owner ([`AskPending`]).
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct Announced {
+    kind: Option<String>,
+    message_id: Option<String>,
+    from: Option<String>,
+    from_alias: Option<String>,
+    ask_id: Option<String>,
+    caller: Option<String>,
+    preview: Option<String>,
+    wait_seconds: Option<u64>,
 }
 
 /// Warns on stderr when another live peer in scope already answers to this root's alias:
@@ -364,10 +379,10 @@ fn render_event(shows: &Shows, text: &str, shown: &mut Shown) {
     if shows.notify == Notify::None {
         return;
     }
-    let Ok(ev) = serde_json::from_str::<serde_json::Value>(text) else {
+    let Ok(ev) = serde_json::from_str::<Announced>(text) else {
         return;
     };
-    let kind = ev.get("kind").and_then(serde_json::Value::as_str);
+    let kind = ev.kind.as_deref();
     if kind == Some("ask_pending") {
         if shows.notify == Notify::Bell {
             shown.stderr.push('\u{7}');
@@ -386,19 +401,18 @@ fn render_event(shows: &Shows, text: &str, shown: &mut Shown) {
         shown.stderr.push('\u{7}');
     }
     if shows.notify == Notify::Stderr {
-        let s = |k: &str| {
-            ev.get(k)
-                .and_then(serde_json::Value::as_str)
+        let s = |v: &Option<String>| {
+            v.as_deref()
                 .map(|v| crate::sanitize::line(v, 80))
                 .unwrap_or_default()
         };
-        let from = match ev.get("fromAlias").and_then(serde_json::Value::as_str) {
-            Some(alias) => format!("{} ({})", crate::sanitize::line(alias, 64), s("from")),
-            None => s("from"),
+        let from = match &ev.from_alias {
+            Some(alias) => format!("{} ({})", crate::sanitize::line(alias, 64), s(&ev.from)),
+            None => s(&ev.from),
         };
         shown.stderr.push_str(&format!(
             "peer host: message {} from {from} (peer inbox to read it)\n",
-            s("messageId")
+            s(&ev.message_id)
         ));
     }
 }

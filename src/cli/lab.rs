@@ -6,6 +6,10 @@
 
 use super::{Ctx, args, out};
 use crate::error::{Code, Error, Result};
+use crate::protocol::message::ReceiptState;
+use crate::toolspec::answer::{MessagesPage, PeerView, SendAnswer, SentView};
+use serde::Deserialize;
+use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::Value;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
@@ -25,7 +29,8 @@ step holds.
 /// A host started by the lab, stopped on drop.
 struct LabHost {
     child: Child,
-    ready: Value,
+    /// The control file its ready line names.
+    control: String,
     /// Kept open: a host whose output reader is gone ends, as any command on a closed pipe.
     _events: BufReader<std::process::ChildStdout>,
 }
@@ -111,8 +116,8 @@ impl Lab {
         events
             .read_line(&mut line)
             .map_err(|e| Error::new(Code::Io, e.to_string()))?;
-        let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-        if ready.get("event").and_then(Value::as_str) != Some("ready") {
+        let ready = Ready::of(&line);
+        if ready.event != "ready" {
             let _ = child.kill();
             return Err(Error::new(
                 Code::Io,
@@ -121,18 +126,14 @@ impl Lab {
         }
         Ok(LabHost {
             child,
-            ready,
+            control: ready.control,
             _events: events,
         })
     }
 
-    /// Runs `peer ARGS` acting for `host`, returns parsed JSON stdout (last line).
-    fn peer_as(&self, host: &LabHost, args: &[&str]) -> Result<Value> {
-        let control = host
-            .ready
-            .get("control")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+    /// Runs `peer ARGS` acting for `host`, returns its JSON stdout (last line) as a `T`.
+    fn peer_as<T: DeserializeOwned>(&self, host: &LabHost, args: &[&str]) -> Result<T> {
+        let control = &host.control;
         let out = Command::new(&self.exe)
             .arg("--home")
             .arg(&self.home)
@@ -145,7 +146,6 @@ impl Lab {
             .map_err(|e| Error::new(Code::Io, format!("cannot run peer: {e}")))?;
         let text = String::from_utf8_lossy(&out.stdout);
         let last = text.lines().last().unwrap_or("null");
-        let v: Value = serde_json::from_str(last).unwrap_or(Value::Null);
         if !out.status.success() {
             return Err(Error::new(
                 Code::Io,
@@ -156,7 +156,12 @@ impl Lab {
                 ),
             ));
         }
-        Ok(v)
+        serde_json::from_str(last).map_err(|e| {
+            Error::new(
+                Code::Io,
+                format!("peer {} answered what it never writes: {e}", args.join(" ")),
+            )
+        })
     }
 
     fn show(&self, args: &[&str]) {
@@ -170,8 +175,20 @@ impl Lab {
     }
 }
 
-fn s<'a>(v: &'a Value, k: &str) -> &'a str {
-    v.get(k).and_then(Value::as_str).unwrap_or("")
+/// The fields the lab reads of a ready line (`peer host`'s, `peer ask serve`'s).
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Ready {
+    event: String,
+    control: String,
+    port: u64,
+}
+
+impl Ready {
+    /// The ready line's fields; none when it is not one.
+    fn of(line: &str) -> Ready {
+        serde_json::from_str(line).unwrap_or_default()
+    }
 }
 
 pub fn cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
@@ -330,10 +347,9 @@ impl LabServer {
         if let Some(stdout) = child.stdout.take() {
             let _ = BufReader::new(stdout).read_line(&mut line);
         }
-        let ready: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
         let server = LabServer {
             child,
-            port: ready.get("port").and_then(Value::as_u64).unwrap_or(0),
+            port: Ready::of(&line).port,
         };
         if server.port == 0 {
             return Err(Error::new(
@@ -361,57 +377,52 @@ impl Drop for LabServer {
 /// Alice sends, Bob consumes and replies; Alice watches the receipt move.
 fn message_and_receipts(lab: &mut Lab, alice: &LabHost, bob: &LabHost) -> Result<()> {
     lab.say("alice sends bob a message; bob's root takes custody on disk")?;
-    let receipt = lab.peer_as(alice, &["send", "@bob", "The build is ready for review."])?;
+    let sent: SendAnswer =
+        lab.peer_as(alice, &["send", "@bob", "The build is ready for review."])?;
+    let receipt = sent.receipt;
     lab.note(&format!(
         "    receipt: {} #{} {}",
-        s(&receipt, "state"),
-        receipt.get("sequence").unwrap_or(&Value::Null),
-        s(&receipt, "messageId")
-    ))?;
-    lab.check(s(&receipt, "state") == "accepted", "receipt is accepted")?;
-    let id = s(&receipt, "messageId").to_string();
-
-    lab.say("bob reads and consumes it; alice sees the receipt move to consumed")?;
-    let page = lab.peer_as(bob, &["inbox"])?;
-    let got = page
-        .get("messages")
-        .and_then(Value::as_array)
-        .and_then(|m| m.first())
-        .cloned()
-        .unwrap_or(Value::Null);
-    lab.note(&format!(
-        "    bob got: {}",
-        crate::sanitize::line(s(&got, "content"), 80)
+        receipt.state.name(),
+        receipt.sequence,
+        receipt.message_id
     ))?;
     lab.check(
-        s(&got, "messageId") == id,
+        receipt.state == ReceiptState::Accepted,
+        "receipt is accepted",
+    )?;
+    let id = receipt.message_id.clone();
+
+    lab.say("bob reads and consumes it; alice sees the receipt move to consumed")?;
+    let page: MessagesPage = lab.peer_as(bob, &["inbox"])?;
+    let got = page.messages.first();
+    lab.note(&format!(
+        "    bob got: {}",
+        crate::sanitize::line(got.map_or("", |m| &m.content), 80)
+    ))?;
+    lab.check(
+        got.is_some_and(|m| m.message_id == id),
         "bob's inbox holds alice's message",
     )?;
-    lab.peer_as(bob, &["consume", &id])?;
+    lab.peer_as::<IgnoredAny>(bob, &["consume", &id])?;
     lab.check(
         wait_state(lab, alice, &id, "consumed")?,
         "alice sees consumed",
     )?;
 
     lab.say("bob replies; alice sees replied and reads the reply")?;
-    lab.peer_as(bob, &["reply", &id, "Reviewed: looks good."])?;
+    lab.peer_as::<IgnoredAny>(bob, &["reply", &id, "Reviewed: looks good."])?;
     lab.check(
         wait_state(lab, alice, &id, "replied")?,
         "alice sees replied",
     )?;
-    let page = lab.peer_as(alice, &["inbox"])?;
-    let reply = page
-        .get("messages")
-        .and_then(Value::as_array)
-        .and_then(|m| m.first())
-        .cloned()
-        .unwrap_or(Value::Null);
+    let page: MessagesPage = lab.peer_as(alice, &["inbox"])?;
+    let reply = page.messages.first();
     lab.check(
-        s(&reply, "replyTo") == id,
+        reply.and_then(|m| m.reply_to.as_deref()) == Some(id.as_str()),
         "the reply names the original message",
     )?;
     lab.check(
-        s(&reply, "correlationId") == s(&receipt, "correlationId"),
+        reply.is_some_and(|m| m.correlation_id == receipt.correlation_id),
         "the reply keeps the correlation",
     )
 }
@@ -427,12 +438,7 @@ fn shared_port(lab: &mut Lab, alice: &LabHost, bob: &LabHost) -> Result<()> {
         log.display()
     );
     let spawn = |host: &LabHost| -> Result<Child> {
-        let control = host
-            .ready
-            .get("control")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        let control = host.control.clone();
         Command::new(&lab.exe)
             .arg("--home")
             .arg(&lab.home)
@@ -469,8 +475,8 @@ fn list_aliases(lab: &Lab) -> Result<Vec<String>> {
         .map_err(|e| Error::new(Code::Io, e.to_string()))?;
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|v| v.get("alias").and_then(Value::as_str).map(str::to_string))
+        .filter_map(|l| serde_json::from_str::<PeerView>(l).ok())
+        .filter_map(|p| p.alias)
         .collect())
 }
 
@@ -479,8 +485,8 @@ fn list_aliases(lab: &Lab) -> Result<Vec<String>> {
 fn wait_state(lab: &Lab, host: &LabHost, id: &str, state: &str) -> Result<bool> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        let r = lab.peer_as(host, &["status", id])?;
-        if s(&r, "state") == state {
+        let r: SentView = lab.peer_as(host, &["status", id])?;
+        if r.state == state {
             return Ok(true);
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -13,6 +13,7 @@ pub(crate) mod flags;
 pub(crate) mod host;
 pub(crate) mod keypress;
 pub(crate) mod lab;
+pub(crate) mod lines;
 pub(crate) mod msg;
 pub(crate) mod out;
 pub mod res;
@@ -141,6 +142,12 @@ pub(crate) fn commands() -> Vec<CommandDef> {
 /// The subcommand names, for the documentation tests.
 pub fn command_names() -> Vec<&'static str> {
     commands().into_iter().map(|c| c.name).collect()
+}
+
+/// A root's answer read as the type the root wrote it from.
+pub fn decode<T: serde::de::DeserializeOwned>(answer: &serde_json::Value) -> Result<T> {
+    T::deserialize(answer)
+        .map_err(|e| Error::new(Code::InvalidRequest, format!("unreadable answer: {e}")))
 }
 
 /// Prints one JSON value as one line on stdout.

@@ -2,17 +2,22 @@
 //! acts for the enclosing session (through its trusted local channel) or, with `--as`, for a
 //! short-lived root of its own; all of them go through the same tool implementations as MCP.
 
+use super::lines::{ReceiptLine, describe_message};
 use super::session::Session;
-use super::{Ctx, args, out, print_json};
+use super::{Ctx, args, decode, out, print_json};
 use crate::config::internal::{FOLLOW_SLICE_MS, INBOX_PAGES_MAX};
 use crate::error::{Code, Error, Result};
 use crate::protocol::local::{
     LocalCall, LocalReply, LocalTool, MessageNote, SentMessage, WaitReceipt,
 };
-use crate::protocol::message::MessageBody;
+use crate::protocol::message::{MessageBody, Receipt};
+use crate::runtime::handler::{Info, ReplyAnswer};
 use crate::sanitize;
+use crate::toolspec::answer::{MessagesPage, PeersPage, SendAnswer, SentView};
 use crate::toolspec::{MessagesArgs, SendArgs};
+use serde::Deserialize;
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::Read;
 
@@ -118,24 +123,26 @@ pub fn send(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let mut session = Session::open(ctx)?;
     body.content = read_text(&text, session.limits().message_bytes.max(1))?;
     let args = tool_args(&SendArgs { to, body })?;
-    let mut receipt = session.tool(LocalTool {
+    let sent = session.tool(LocalTool {
         message_id,
         ..LocalTool::new("send_peer_message", args)
     })?;
-    if let Some(state) = wait_state {
-        let wait = WaitReceipt {
-            message_id: receipt
-                .get("messageId")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            state: Some(state),
-            wait_ms: Some(timeout),
-        };
-        receipt = session.call(LocalCall::WaitReceipt(wait), timeout.saturating_add(5_000))?;
-    }
-    name_peers(ctx, &mut session, &mut receipt);
-    print_receipt(ctx, &receipt)?;
+    let answer: SendAnswer = decode(&sent)?;
+    let (raw, line) = match wait_state {
+        Some(state) => {
+            let wait = WaitReceipt {
+                message_id: answer.receipt.message_id,
+                state: Some(state),
+                wait_ms: Some(timeout),
+            };
+            let raw = session.call(LocalCall::WaitReceipt(wait), timeout.saturating_add(5_000))?;
+            let line = decode::<SentView>(&raw)?.into();
+            (raw, line)
+        }
+        None => (sent, answer.into()),
+    };
+    let line = name_peers(ctx, &mut session, line);
+    print_receipt(ctx, &raw, &line)?;
     session.close();
     Ok(0)
 }
@@ -154,130 +161,47 @@ fn check_wait(wait: Option<u64>, max: u64) -> Result<()> {
     }
 }
 
-/// peerId → alias of the peers this session sees now (itself included); empty when the
-/// listing fails (the lines then show peerIds only, as before).
-fn aliases(session: &mut Session) -> std::collections::HashMap<String, String> {
-    let Ok(page) = session.tool(LocalTool::new("list_peers", json!({}))) else {
-        return Default::default();
-    };
-    page.get("peers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|p| {
-            let id = p.get("peerId")?.as_str()?;
-            let alias = p.get("alias")?.as_str()?;
-            Some((id.to_string(), alias.to_string()))
-        })
-        .collect()
+/// `list_peers`: the peers this session sees now (itself included).
+pub(super) fn peers(session: &mut Session) -> Result<PeersPage> {
+    let list = LocalTool::new("list_peers", serde_json::Map::new().into());
+    session.call_as(LocalCall::Tool(list), 0)
 }
 
-/// Adds the missing `toAlias`/`fromAlias` of a receipt from `names`.
-fn add_aliases(names: &std::collections::HashMap<String, String>, r: &mut Value) {
-    let Value::Object(m) = r else { return };
-    for (id_key, alias_key) in [("toPeerId", "toAlias"), ("fromPeerId", "fromAlias")] {
-        let known = m.get(alias_key).is_some_and(Value::is_string);
-        let alias = m
-            .get(id_key)
-            .and_then(Value::as_str)
-            .and_then(|id| names.get(id));
-        if let (false, Some(alias)) = (known, alias) {
-            m.insert(alias_key.into(), Value::from(alias.clone()));
-        }
-    }
+/// peerId → alias of the peers this session sees now (itself included); empty when the
+/// listing fails (the lines then show peerIds only, as before).
+fn aliases(session: &mut Session) -> HashMap<String, String> {
+    let Ok(page) = peers(session) else {
+        return HashMap::new();
+    };
+    page.peers
+        .into_iter()
+        .filter_map(|p| Some((p.peer_id?, p.alias?)))
+        .collect()
 }
 
 /// One naming rule for people: a receipt names its peers by alias, then peerId, whichever
 /// command printed it. JSON output is left as the root answered.
-fn name_peers(ctx: &Ctx, session: &mut Session, r: &mut Value) {
+fn name_peers(ctx: &Ctx, session: &mut Session, mut line: ReceiptLine) -> ReceiptLine {
     if !ctx.json {
-        add_aliases(&aliases(session), r);
+        line.add_aliases(&aliases(session));
     }
+    line
 }
 
-/// [`name_peers`] for the receipts of an inbox page.
-fn name_receipts(session: &mut Session, page: &mut Value) {
-    let Some(Value::Array(events)) = page.get_mut("events") else {
-        return;
-    };
+/// The lines of an inbox page's receipts, named by [`name_peers`]'s rule.
+fn receipt_lines(session: &mut Session, events: &[Receipt]) -> Vec<ReceiptLine> {
     if events.is_empty() {
-        return;
+        return Vec::new();
     }
     let names = aliases(session);
-    events.iter_mut().for_each(|e| add_aliases(&names, e));
-}
-
-/// One human line for the receipt of a message this session received (consume): who sent it.
-pub fn describe_consumed(r: &Value) -> String {
-    let s = |k: &str| {
-        r.get(k)
-            .and_then(Value::as_str)
-            .map(|v| sanitize::line(v, 80))
-            .unwrap_or_else(|| "-".into())
-    };
-    let from = match r.get("fromAlias").and_then(Value::as_str) {
-        Some(alias) => format!("{} ({})", sanitize::line(alias, 64), s("fromPeerId")),
-        None => s("fromPeerId"),
-    };
-    let seq = r
-        .get("sequence")
-        .and_then(Value::as_u64)
-        .map(|n| format!(" #{n}"))
-        .unwrap_or_default();
-    format!(
-        "{}: message {}{seq} from {from}",
-        s("state"),
-        s("messageId")
-    )
-}
-
-/// One human line for a receipt.
-pub fn describe_receipt(r: &Value) -> String {
-    let s = |k: &str| {
-        r.get(k)
-            .and_then(serde_json::Value::as_str)
-            .map(|v| sanitize::line(v, 80))
-            .unwrap_or_else(|| "-".into())
-    };
-    let seq = r
-        .get("sequence")
-        .and_then(serde_json::Value::as_u64)
-        .map(|n| format!(" as #{n}"))
-        .unwrap_or_default();
-    let err = r
-        .get("error")
-        .and_then(|e| e.get("code"))
-        .or_else(|| r.get("code"))
-        .and_then(serde_json::Value::as_str)
-        .map(|c| format!(" ({c})"))
-        .unwrap_or_default();
-    let id = if r.get("to").and_then(serde_json::Value::as_str).is_some() {
-        s("to")
-    } else {
-        s("toPeerId")
-    };
-    let unmarked = r
-        .get("markReplied")
-        .and_then(|e| e.get("code"))
-        .and_then(serde_json::Value::as_str)
-        .map(|c| format!(" (the original could not be marked replied: {c})"))
-        .unwrap_or_default();
-    let reason = r
-        .get("reason")
-        .and_then(serde_json::Value::as_str)
-        .map(|why| format!(" — {}", sanitize::line(why, 300)))
-        .unwrap_or_default();
-    // People read aliases; the peerId follows for exactness.
-    let to = match r.get("toAlias").and_then(serde_json::Value::as_str) {
-        Some(alias) => format!("{} ({id})", sanitize::line(alias, 64)),
-        None => id,
-    };
-    format!(
-        "{} {to}{seq}: message {} (correlation {}){err}{unmarked}{reason}",
-        s("state"),
-        s("messageId"),
-        s("correlationId")
-    )
+    events
+        .iter()
+        .map(|e| {
+            let mut line = ReceiptLine::from(e.clone());
+            line.add_aliases(&names);
+            line
+        })
+        .collect()
 }
 
 pub fn inbox(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
@@ -340,14 +264,12 @@ fn follow_pages(
             wait_ms: wait_slice,
             ..q.clone()
         };
-        let mut page = session.tool(LocalTool {
+        let raw = session.tool(LocalTool {
             args: tool_args(&call_args)?,
             ..envelope.clone()
         })?;
-        if !ctx.json {
-            name_receipts(&mut session, &mut page);
-        }
-        print_page(ctx, &page, true, all)?;
+        let page: MessagesPage = decode(&raw)?;
+        print_page(ctx, &mut session, (&raw, &page), true, all)?;
         if let Some(status) = ctx.stopped_status() {
             session.close();
             return Ok(status);
@@ -356,12 +278,8 @@ fn follow_pages(
             session.close();
             return Ok(0);
         }
-        if let Some(next) = page.get("cursor").and_then(serde_json::Value::as_u64) {
-            q.after = Some(next);
-        }
-        if let Some(ev) = page.get("eventCursor").and_then(serde_json::Value::as_u64) {
-            envelope.events_after = Some(ev);
-        }
+        q.after = Some(page.cursor);
+        envelope.events_after = Some(page.event_cursor);
     }
 }
 
@@ -378,91 +296,83 @@ fn print_all_pages(
 ) -> Result<i32> {
     let mut printed = 0usize;
     for pages in 0.. {
-        let page = session.tool(LocalTool {
+        let raw = session.tool(LocalTool {
             args: tool_args(&q)?,
             ..envelope.clone()
         })?;
-        let has_messages = page
-            .get("messages")
-            .and_then(Value::as_array)
-            .is_some_and(|m| !m.is_empty());
+        let page: MessagesPage = decode(&raw)?;
         if let Some(ms) = wait
             && pages == 0
-            && !has_messages
+            && page.messages.is_empty()
         {
             return Err(Error::new(
                 Code::Timeout,
                 format!("no message arrived within {ms} ms"),
             ));
         }
-        let more = page.get("more").and_then(Value::as_bool) == Some(true);
         if ctx.json {
-            print_json(&page)?;
+            print_json(&raw)?;
             return Ok(0);
         }
-        printed += count(&page, "messages") + count(&page, "events");
-        let mut page = page;
-        name_receipts(session, &mut page);
+        printed += page.messages.len() + page.events.len();
         // "(no messages)" only when the whole run printed nothing.
-        print_page(ctx, &page, printed > 0 || more, all)?;
-        let cursor = page.get("cursor").and_then(Value::as_u64);
-        let events = page.get("eventCursor").and_then(Value::as_u64);
-        if !more {
+        print_page(ctx, session, (&raw, &page), printed > 0 || page.more, all)?;
+        if !page.more {
             break;
         }
         if pages + 1 >= INBOX_PAGES_MAX {
             out::line(&format!(
                 "more: peer inbox --after {} --events-after {}",
-                cursor.unwrap_or(0),
-                events.unwrap_or(0)
+                page.cursor, page.event_cursor
             ))?;
             break;
         }
         // Further pages are read at once: the wait, if any, is over.
         q.wait_ms = 0;
-        if let Some(c) = cursor {
-            q.after = Some(c);
-        }
-        if let Some(e) = events {
-            envelope.events_after = Some(e);
-        }
+        q.after = Some(page.cursor);
+        envelope.events_after = Some(page.event_cursor);
     }
     Ok(0)
 }
 
-fn count(page: &Value, key: &str) -> usize {
-    page.get(key).and_then(Value::as_array).map_or(0, Vec::len)
+/// A page's messages and receipt events as the root wrote them, one `--json` line each.
+#[derive(Deserialize)]
+struct RawPage {
+    #[serde(default)]
+    messages: Vec<Value>,
+    #[serde(default)]
+    events: Vec<Value>,
 }
 
-fn print_page(ctx: &Ctx, page: &Value, stream: bool, all: bool) -> Result<()> {
-    let empty = Vec::new();
-    let messages = page
-        .get("messages")
-        .and_then(serde_json::Value::as_array)
-        .unwrap_or(&empty);
-    let events = page
-        .get("events")
-        .and_then(serde_json::Value::as_array)
-        .unwrap_or(&empty);
+/// One page: as the root wrote it (`--json`; `stream`: one line per message and receipt), or
+/// as human lines.
+fn print_page(
+    ctx: &Ctx,
+    session: &mut Session,
+    (raw, page): (&Value, &MessagesPage),
+    stream: bool,
+    all: bool,
+) -> Result<()> {
     if ctx.json {
-        if stream {
-            for m in messages {
-                print_json(&json!({"event": "message", "message": m}))?;
-            }
-            for e in events {
-                print_json(&json!({"event": "receipt", "receipt": e}))?;
-            }
-            return Ok(());
+        if !stream {
+            return print_json(raw);
         }
-        return print_json(page);
+        let lines: RawPage = decode(raw)?;
+        for m in lines.messages {
+            print_json(&json!({"event": "message", "message": m}))?;
+        }
+        for e in lines.events {
+            print_json(&json!({"event": "receipt", "receipt": e}))?;
+        }
+        return Ok(());
     }
-    for m in messages {
+    for m in &page.messages {
         out::line(&describe_message(m))?;
     }
-    for e in events {
-        out::line(&format!("receipt: {}", describe_receipt(e)))?;
+    for e in receipt_lines(session, &page.events) {
+        out::line(&format!("receipt: {}", e.describe()))?;
     }
-    if !stream && messages.is_empty() && events.is_empty() {
+    if !stream && page.messages.is_empty() && page.events.is_empty() {
         out::line(if all {
             "(no messages)"
         } else {
@@ -470,45 +380,6 @@ fn print_page(ctx: &Ctx, page: &Value, stream: bool, all: bool) -> Result<()> {
         })?;
     }
     Ok(())
-}
-
-/// Human rendering of one inbox message: a header line and the sanitized, indented body. The
-/// text is peer data, never interpreted.
-pub fn describe_message(m: &Value) -> String {
-    let s = |k: &str| {
-        m.get(k)
-            .and_then(serde_json::Value::as_str)
-            .map(|v| sanitize::line(v, 80))
-            .unwrap_or_else(|| "-".into())
-    };
-    let seq = m
-        .get("sequence")
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or(0);
-    let topic = m
-        .get("topic")
-        .and_then(serde_json::Value::as_str)
-        .map(|t| format!(" [{}]", sanitize::line(t, 60)))
-        .unwrap_or_default();
-    let reply = m
-        .get("replyTo")
-        .and_then(serde_json::Value::as_str)
-        .map(|t| format!(" (reply to {})", sanitize::line(t, 60)))
-        .unwrap_or_default();
-    let body = sanitize::text(
-        m.get("content")
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or(""),
-    );
-    let body: Vec<String> = body.lines().map(|l| format!("  | {l}")).collect();
-    format!(
-        "#{seq} from {} ({}){topic}{reply} — message {} [{}]\n{}",
-        s("fromAlias"),
-        s("from"),
-        s("messageId"),
-        s("state"),
-        body.join("\n")
-    )
 }
 
 pub fn reply(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
@@ -538,9 +409,9 @@ pub fn reply(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         topic,
         reply_id: None,
     };
-    let mut receipt = session.call(LocalCall::Reply(reply), 0)?;
-    name_peers(ctx, &mut session, &mut receipt);
-    print_receipt(ctx, &receipt)?;
+    let raw = session.call(LocalCall::Reply(reply), 0)?;
+    let line = name_peers(ctx, &mut session, decode::<ReplyAnswer>(&raw)?.into());
+    print_receipt(ctx, &raw, &line)?;
     session.close();
     Ok(0)
 }
@@ -565,12 +436,12 @@ pub fn consume(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         message_id: id,
         note,
     };
-    let mut receipt = session.call(LocalCall::Consume(consume), 0)?;
-    name_peers(ctx, &mut session, &mut receipt);
+    let raw = session.call(LocalCall::Consume(consume), 0)?;
+    let line = name_peers(ctx, &mut session, decode::<Receipt>(&raw)?.into());
     if ctx.json {
-        print_json(&receipt)?;
+        print_json(&raw)?;
     } else {
-        out::line(&describe_consumed(&receipt))?;
+        out::line(&line.describe_consumed())?;
     }
     session.close();
     Ok(0)
@@ -588,58 +459,41 @@ pub fn status(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         }
     }
     let mut session = Session::open(ctx)?;
-    let info = session.call(LocalCall::Info, 0)?;
-    let problems = info
-        .get("problems")
-        .and_then(serde_json::Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let info: Info = session.call_as(LocalCall::Info, 0)?;
     let Some(id) = id else {
         session.close();
-        return print_health(ctx, &info, &problems);
+        return print_health(ctx, &info);
     };
-    let mut receipt = session.call(LocalCall::Status(SentMessage { message_id: id }), 0)?;
-    name_peers(ctx, &mut session, &mut receipt);
+    let raw = session.call(LocalCall::Status(SentMessage { message_id: id }), 0)?;
+    let line = name_peers(ctx, &mut session, decode::<SentView>(&raw)?.into());
     session.close();
-    print_receipt(ctx, &receipt)?;
-    if !problems.is_empty() {
+    print_receipt(ctx, &raw, &line)?;
+    if !info.problems.is_empty() {
         out::err_line(&format!(
             "peer: {} background failure(s) recorded in this session; 'peer status' shows them",
-            problems.len()
+            info.problems.len()
         ));
     }
     Ok(0)
 }
 
 /// `peer status` without a message: the store's state and the recorded background failures.
-fn print_health(
-    ctx: &Ctx,
-    info: &serde_json::Value,
-    problems: &[serde_json::Value],
-) -> Result<i32> {
-    let store = info.get("store").cloned().unwrap_or(json!({}));
+fn print_health(ctx: &Ctx, info: &Info) -> Result<i32> {
+    let (store, problems) = (&info.store, &info.problems);
     if ctx.json {
         print_json(&json!({"ok": true, "store": store, "problems": problems}))?;
         return Ok(0);
     }
-    let text = |v: &serde_json::Value, k: &str| {
-        v.get(k)
-            .and_then(serde_json::Value::as_str)
-            .map(|s| sanitize::line(s, 400))
-            .unwrap_or_default()
-    };
-    let state = match text(&store, "state").as_str() {
+    let text = |s: &str| sanitize::line(s, 400);
+    let state = match text(store.state).as_str() {
         "" => "ok".to_string(),
         s => s.to_string(),
     };
     out::line(&format!("store: {state}"))?;
-    if store.get("recovery").is_some_and(|r| !r.is_null()) {
-        out::line(&format!("  recovery: {}", text(&store, "recovery")))?;
+    if let Some(recovery) = store.recovery {
+        out::line(&format!("  recovery: {}", text(recovery)))?;
     }
-    let torn = store
-        .get("tornTailBytes")
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or(0);
+    let torn = store.torn_tail_bytes;
     if torn > 0 {
         out::line(&format!(
             "  a torn, never-acknowledged tail of {torn} bytes was discarded at start"
@@ -651,19 +505,20 @@ fn print_health(
     for p in problems {
         out::line(&format!(
             "background failure: {} — {}: {}",
-            text(p, "what"),
-            text(p, "code"),
-            text(p, "message")
+            text(&p.what),
+            text(p.code),
+            text(&p.message)
         ))?;
     }
     Ok(0)
 }
 
-fn print_receipt(ctx: &Ctx, receipt: &serde_json::Value) -> Result<()> {
+/// A receipt as the root answered it (`--json`), or its line.
+fn print_receipt(ctx: &Ctx, raw: &Value, line: &ReceiptLine) -> Result<()> {
     if ctx.json {
-        print_json(receipt)
+        print_json(raw)
     } else {
-        out::line(&describe_receipt(receipt))
+        out::line(&line.describe())
     }
 }
 

@@ -363,11 +363,10 @@ pub fn human_resource(r: &ResourceView) -> String {
         for h in list {
             let used = if h.admitted { "running" } else { "granted" };
             o.push_str(&format!(
-                "  {title:<10}  {}  token {}  {}  pid {}  {}  {used}  epoch {}  {}\n",
+                "  {title:<10}  {}  token {}  {}  {}  {used}  epoch {}  {}\n",
                 line(&h.ticket, 120),
                 h.token,
-                line(&h.display, 120),
-                h.pid,
+                who(&h.display, h.pid),
                 h.life,
                 h.epoch,
                 age(h.age_ms)
@@ -378,16 +377,20 @@ pub fn human_resource(r: &ResourceView) -> String {
     o
 }
 
+/// A holder or a waiter: its display name and process.
+fn who(display: &str, pid: u32) -> String {
+    format!("{}  pid {pid}", line(display, 120))
+}
+
 /// The queue and launch lines of one resource's status.
 fn waiting_lines(r: &ResourceView) -> String {
     let mut o = String::new();
     for q in &r.queue {
         o.push_str(&format!(
-            "  queue {:<4}  {}  {}  pid {}  waiting {}\n",
+            "  queue {:<4}  {}  {}  waiting {}\n",
             q.position.to_string(),
             line(&q.ticket, 120),
-            line(&q.display, 120),
-            q.pid,
+            who(&q.display, q.pid),
             age(q.age_ms)
         ));
     }
@@ -538,18 +541,14 @@ fn run_capabilities(
 ) -> Result<Vec<String>> {
     let mut client =
         crate::transport::LocalClient::connect(&cf.endpoint, cf.secret_bytes()?, limits)?;
-    let info = client.call(
-        "local.info",
-        serde_json::json!({"version": 1, "runId": run}),
-        limits.acknowledgement_ms,
-    )?;
-    Ok(info
-        .get("capabilities")
-        .and_then(serde_json::Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.as_str().map(str::to_string))
-        .collect())
+    let (method, params) = crate::protocol::local::LocalRequest {
+        run_id: Some(run.to_string()),
+        auto: None,
+        call: crate::protocol::local::LocalCall::Info,
+    }
+    .encode();
+    let info = client.call(method, params, limits.acknowledgement_ms)?;
+    Ok(super::decode::<crate::runtime::handler::Info>(&info)?.capabilities)
 }
 
 #[cfg(test)]

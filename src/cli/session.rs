@@ -11,6 +11,7 @@ use crate::runtime::control::{self, ControlFile};
 use crate::runtime::handler;
 use crate::runtime::{Root, RootOptions};
 use crate::transport::LocalClient;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -149,6 +150,12 @@ impl Session {
                 serde_json::to_value(answer).map_err(|e| Error::new(Code::Io, e.to_string()))
             }
         }
+    }
+
+    /// [`Session::call`], its answer read as the type the root wrote it from.
+    pub fn call_as<T: DeserializeOwned>(&mut self, call: LocalCall, timeout_ms: u64) -> Result<T> {
+        let answer = self.call(call, timeout_ms)?;
+        super::decode(&answer)
     }
 
     /// Runs one model tool with its arguments and CLI-only envelope fields.

@@ -2,13 +2,16 @@
 //! speaks MCP on stdio), `peer run-child` (a published child run around a command) and
 //! `peer recover` (read-only review of an earlier incarnation's unread mail).
 
+use super::lines::{ReceiptLine, describe_message};
 use super::session::Session;
 use super::{Ctx, args, out, print_json};
 use crate::error::{Code, Error, Result};
 use crate::protocol::local::{LocalCall, RunPublish, RunRetire};
 use crate::runtime::dispatch::RootTools;
+use crate::runtime::handler::{Info, RunPublished};
 use crate::runtime::model_tools::message_view;
 use crate::runtime::{Root, RootOptions, control};
+use crate::toolspec::answer::SentView;
 use serde_json::json;
 use std::ffi::OsString;
 use std::sync::Arc;
@@ -122,16 +125,11 @@ pub(crate) fn run_child_wrapped(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         delegate_control: delegate,
     };
     let run = session.call(LocalCall::RunPublish(publish), 0)?;
-    let run_id = run
-        .get("runId")
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let run_control = run
-        .get("control")
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+    let RunPublished {
+        run_id,
+        control: run_control,
+        ..
+    } = super::decode(&run)?;
     if ctx.json {
         print_json(&json!({"event": "run", "state": "published", "run": run}))?;
     }
@@ -235,12 +233,9 @@ fn recover_session_id(ctx: &Ctx, given: Option<String>) -> Result<String> {
                 as_alias: None,
                 ..ctx.clone()
             })?;
-            let info = s.call(LocalCall::Info, 0)?;
+            let info: Info = s.call_as(LocalCall::Info, 0)?;
             s.close();
-            info.get("sessionId")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or_default()
-                .to_string()
+            info.session_id
         }
         None => {
             return Err(Error::new(
@@ -259,16 +254,12 @@ fn print_review(
     session_id: &str,
 ) -> Result<()> {
     let unread = &review.unread;
-    let unresolved: Vec<serde_json::Value> = review
+    let unresolved: Vec<SentView> = review
         .unresolved
         .iter()
-        .map(|e| {
-            json!(crate::toolspec::answer::SentView {
-                reason: Some(
-                    "sent by this earlier incarnation; no custody answer was recorded".into()
-                ),
-                ..crate::runtime::model_tools::outbox_view(e)
-            })
+        .map(|e| SentView {
+            reason: Some("sent by this earlier incarnation; no custody answer was recorded".into()),
+            ..crate::runtime::model_tools::outbox_view(e)
         })
         .collect();
     let torn = json!({"bytes": review.torn_tail_bytes, "batches": review.torn_tail_batches});
@@ -287,7 +278,7 @@ fn print_review(
             unread.len()
         ))?;
         for e in unread {
-            out::line(&super::msg::describe_message(&json!(message_view(e, None))))?;
+            out::line(&describe_message(&message_view(e, None)))?;
         }
         if !unresolved.is_empty() {
             out::line(&format!(
@@ -295,7 +286,7 @@ fn print_review(
                 unresolved.len()
             ))?;
             for v in &unresolved {
-                out::line(&super::msg::describe_receipt(v))?;
+                out::line(&ReceiptLine::from(v.clone()).describe())?;
             }
         }
         if review.torn_tail_bytes > 0 {

@@ -84,6 +84,16 @@ pub fn error_response(id: Value, number: i64, name: Code, message: &str) -> Valu
     })
 }
 
+/// An `Invalid Request` reply to `id` (`null` when the request had no usable one).
+fn invalid_request(id: Value, message: &str) -> Action {
+    Action::Reply(error_response(
+        id,
+        INVALID_REQUEST,
+        Code::InvalidRequest,
+        message,
+    ))
+}
+
 fn result_response(id: Value, result: Value) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "result": result })
 }
@@ -169,21 +179,11 @@ impl Session {
                 self.version
                     .unwrap_or("no revision yet (initialize first, never in a batch)")
             );
-            return Action::Reply(error_response(
-                Value::Null,
-                INVALID_REQUEST,
-                Code::InvalidRequest,
-                &text,
-            ));
+            return invalid_request(Value::Null, &text);
         }
         if batch.is_empty() {
             let text = "an empty batch is not a request";
-            return Action::Reply(error_response(
-                Value::Null,
-                INVALID_REQUEST,
-                Code::InvalidRequest,
-                text,
-            ));
+            return invalid_request(Value::Null, text);
         }
         Action::Batch(batch.into_iter().map(|m| self.message(m, true)).collect())
     }
@@ -192,12 +192,7 @@ impl Session {
     fn message(&mut self, msg: Value, in_batch: bool) -> Action {
         let Value::Object(mut obj) = msg else {
             let text = "expected a JSON-RPC 2.0 object";
-            return Action::Reply(error_response(
-                Value::Null,
-                INVALID_REQUEST,
-                Code::InvalidRequest,
-                text,
-            ));
+            return invalid_request(Value::Null, text);
         };
         // Taken, not copied: a send's params hold its whole content.
         let params = obj.remove("params").unwrap_or(Value::Null);
@@ -205,22 +200,12 @@ impl Session {
         let method = obj.get("method").and_then(Value::as_str);
         if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
             let id = id.filter(valid_id).unwrap_or(Value::Null);
-            return Action::Reply(error_response(
-                id,
-                INVALID_REQUEST,
-                Code::InvalidRequest,
-                "\"jsonrpc\" must be \"2.0\"",
-            ));
+            return invalid_request(id, "\"jsonrpc\" must be \"2.0\"");
         }
         if in_batch && method == Some("initialize") {
             let id = id.filter(valid_id).unwrap_or(Value::Null);
             let text = "initialize must not be part of a JSON-RPC batch";
-            return Action::Reply(error_response(
-                id,
-                INVALID_REQUEST,
-                Code::InvalidRequest,
-                text,
-            ));
+            return invalid_request(id, text);
         }
         match (id, method) {
             (None, Some(m)) => self.notification(m, &params),
@@ -229,12 +214,10 @@ impl Session {
             (Some(_), None) if obj.contains_key("result") || obj.contains_key("error") => {
                 Action::Nothing
             }
-            _ => Action::Reply(error_response(
+            _ => invalid_request(
                 Value::Null,
-                INVALID_REQUEST,
-                Code::InvalidRequest,
                 "a request needs a string \"method\" and a string or integer \"id\"",
-            )),
+            ),
         }
     }
 
@@ -259,12 +242,7 @@ impl Session {
                 "{} before initialize: send initialize first",
                 crate::sanitize::line(method, 60)
             );
-            return Action::Reply(error_response(
-                id,
-                INVALID_REQUEST,
-                Code::InvalidRequest,
-                &text,
-            ));
+            return invalid_request(id, &text);
         }
         match method {
             "initialize" => self.initialize(id, params),
@@ -289,12 +267,7 @@ impl Session {
     fn initialize(&mut self, id: Value, params: &Value) -> Action {
         if self.initialized {
             let text = "initialize was already received on this connection";
-            return Action::Reply(error_response(
-                id,
-                INVALID_REQUEST,
-                Code::InvalidRequest,
-                text,
-            ));
+            return invalid_request(id, text);
         }
         self.initialized = true;
         let asked = params

@@ -16,7 +16,7 @@ use crate::protocol::local::{LocalCall, LocalReply, LocalRequest, RunPublish};
 use crate::protocol::message::{self, PeerSend, PeerStatus, ReceiptPush};
 use crate::toolspec::answer::{SentView, ToolAnswer};
 use crate::transport::{Notifier, PeerInfo};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// The principal of an authenticated peer, with the run it speaks for.
@@ -271,7 +271,7 @@ pub fn local_request(
 }
 
 /// `local.info`: who the caller is, the root's identity, store and limits.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Info {
     pub peer_id: String,
@@ -289,7 +289,7 @@ pub struct Info {
 }
 
 /// The limits an adapter adopts from its root.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InfoLimits {
     pub message_bytes: u64,
@@ -301,12 +301,14 @@ pub struct InfoLimits {
 /// What `local.info` tells about the store: what its recovery discarded at open, and its
 /// writer's counters (fdatasyncs, written batches, jobs, compactions and the snapshot bytes
 /// they wrote) for benchmarks.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StoreInfo {
     /// `ok` or `failed`.
-    pub state: &'static str,
-    pub recovery: Option<&'static str>,
+    #[serde(deserialize_with = "store_state")]
+    pub state: crate::toolspec::words::Word,
+    #[serde(deserialize_with = "store_recovery")]
+    pub recovery: Option<crate::toolspec::words::Word>,
     pub torn_tail_bytes: u64,
     pub torn_tail_batches: u64,
     pub poisoned: bool,
@@ -353,7 +355,7 @@ fn info(core: &Core, caller: &Caller) -> Info {
 }
 
 /// A local reply's receipt, and why the original could not be marked replied if so.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplyAnswer {
     #[serde(flatten)]
@@ -363,9 +365,10 @@ pub struct ReplyAnswer {
 }
 
 /// A failure beside a result: its code name and message.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 pub struct Failure {
-    pub code: &'static str,
+    #[serde(deserialize_with = "crate::toolspec::words::code")]
+    pub code: crate::toolspec::words::Word,
     pub message: String,
 }
 
@@ -406,7 +409,7 @@ fn reply(core: &Arc<Core>, caller: &Caller, r: LocalReply) -> Result<ReplyAnswer
 
 /// `local.run.publish`: a child run with its own peerId, secret and control file.
 /// A published run: what its command needs (the control file) and what it may do.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunPublished {
     pub run_id: String,
@@ -470,6 +473,24 @@ fn retire_run(core: &Arc<Core>, run_id: &str) -> Result<RunRetired> {
         peer_id: r.peer_id,
         state: "ended",
     })
+}
+
+fn store_state<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<&'static str, D::Error> {
+    crate::toolspec::words::one_of(d, &["ok", "failed"])
+}
+
+/// The one recovery text a failed store states ([`super::core::STORE_FAILED`]).
+fn store_recovery<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<&'static str>, D::Error> {
+    use super::core::STORE_FAILED;
+    match Option::<String>::deserialize(d)? {
+        None => Ok(None),
+        Some(text) if text == STORE_FAILED => Ok(Some(STORE_FAILED)),
+        Some(_) => Err(serde::de::Error::custom("unknown store recovery text")),
+    }
 }
 
 fn store_info(core: &Core) -> StoreInfo {

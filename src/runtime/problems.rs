@@ -9,25 +9,27 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 
 /// One failure the root could not hand to a caller.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Problem {
     pub at_ms: u64,
     /// What was being done (`sweep`, `mark replied`).
     pub what: String,
-    pub code: &'static str,
+    #[serde(deserialize_with = "crate::toolspec::words::code")]
+    pub code: crate::toolspec::words::Word,
     pub message: String,
 }
 
 /// A predecessor store adoption refused to touch: where it is and how to review it.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UnverifiedStore {
     pub instance_id: String,
     pub path: String,
     /// The command that reviews it read-only.
     pub recover: String,
-    pub code: &'static str,
+    #[serde(deserialize_with = "crate::toolspec::words::code")]
+    pub code: crate::toolspec::words::Word,
     pub message: String,
 }
 

@@ -6,14 +6,14 @@
 use super::resource_answer::ResourceAnswer;
 use crate::protocol::message::Receipt;
 use crate::protocol::rpc;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Bytes reserved for a send's answer as JSON: its receipt's ids, the target's and the
 /// recipient's names.
 const ANSWER_JSON_BYTES: usize = 512;
 
 /// `list_peers`: one page of the directory and the cursor of the next.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PeersPage {
     pub peers: Vec<PeerView>,
     pub cursor: Option<String>,
@@ -21,7 +21,7 @@ pub struct PeersPage {
 
 /// One listed peer (a root or one of its runs, or a record of another program), with display
 /// metadata only: sanitized, no transcripts or secrets.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PeerView {
     pub peer_id: Option<String>,
@@ -34,10 +34,12 @@ pub struct PeerView {
     pub pid: i64,
     pub mode: String,
     /// `working` or `idle`.
-    pub status: &'static str,
+    #[serde(deserialize_with = "super::words::peer_status")]
+    pub status: super::words::Word,
     pub age_ms: Option<u64>,
     /// `live`, `stale` or `invalid`.
-    pub state: &'static str,
+    #[serde(deserialize_with = "super::words::peer_state")]
+    pub state: super::words::Word,
     pub reason: Option<String>,
     /// The peer can take messages now.
     pub messaging: bool,
@@ -71,7 +73,7 @@ impl PeerView {
 }
 
 /// `send_peer_message`: the custody receipt plus who it went to and from, under which name.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SendAnswer {
     #[serde(flatten)]
@@ -147,7 +149,7 @@ impl SendAnswer {
 }
 
 /// One received message as tools and the CLI show it. The content is peer data.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MessageView {
     pub sequence: u64,
@@ -162,7 +164,8 @@ pub struct MessageView {
     pub topic: Option<String>,
     pub reply_to: Option<String>,
     pub correlation_id: String,
-    pub state: &'static str,
+    #[serde(deserialize_with = "super::words::receipt_state")]
+    pub state: super::words::Word,
     pub accepted_at_ms: u64,
     pub sent_at: String,
     pub expires_at_ms: u64,
@@ -172,7 +175,7 @@ pub struct MessageView {
 
 /// `peer_messages`: messages, then receipt events of the caller's own sends, and where to
 /// continue.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MessagesPage {
     pub messages: Vec<MessageView>,
@@ -185,7 +188,7 @@ pub struct MessagesPage {
 }
 
 /// The sender's view of one sent message (`peer status`, `--wait-receipt`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SentView {
     pub message_id: String,
@@ -196,7 +199,8 @@ pub struct SentView {
     pub correlation_id: String,
     pub reply_to: Option<String>,
     /// A receipt state, or `unresolved` before any custody answer.
-    pub state: &'static str,
+    #[serde(deserialize_with = "super::words::sent_state")]
+    pub state: super::words::Word,
     pub sequence: Option<u64>,
     pub reply_message_id: Option<String>,
     /// `{code}` of a refusal.
@@ -213,7 +217,7 @@ pub struct SentView {
 }
 
 /// A refusal's code name.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorCode {
     pub code: String,
 }

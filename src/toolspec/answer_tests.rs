@@ -23,6 +23,15 @@ fn bytes(v: &impl Serialize) -> String {
     serde_json::to_string(&serde_json::to_value(v).unwrap()).unwrap()
 }
 
+/// What a reader decodes from an answer's JSON text is the answer that was written.
+pub(crate) fn round_trip<T>(v: &T)
+where
+    T: Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    let text = serde_json::to_string(v).unwrap();
+    assert_eq!(&serde_json::from_str::<T>(&text).unwrap(), v, "{text}");
+}
+
 #[test]
 fn a_send_answer_is_the_receipt_plus_names() {
     let r = receipt();
@@ -43,8 +52,35 @@ fn a_send_answer_is_the_receipt_plus_names() {
 }
 
 #[test]
-fn a_message_page_has_the_old_keys() {
-    let view = MessageView {
+fn every_message_answer_reads_back_as_written() {
+    let send = SendAnswer {
+        receipt: Receipt {
+            code: Some("QUEUE_FULL".into()),
+            reply_message_id: Some("m-2".into()),
+            ..receipt()
+        },
+        to: "p-b".into(),
+        from: "p-a".into(),
+        mentions: vec!["carol".into()],
+        to_alias: Some("bob".into()),
+    };
+    round_trip(&send);
+    let page = MessagesPage {
+        messages: vec![],
+        events: vec![receipt()],
+        cursor: 3,
+        event_cursor: 4,
+        more: true,
+    };
+    round_trip(&page);
+    round_trip(&ErrorCode {
+        code: "QUEUE_FULL".into(),
+    });
+}
+
+/// One received message with its optional fields partly set.
+pub(crate) fn message_view() -> MessageView {
+    MessageView {
         sequence: 1,
         message_id: "m-1".into(),
         from: "p-a".into(),
@@ -62,7 +98,12 @@ fn a_message_page_has_the_old_keys() {
         sent_at: "1970-01-01T00:00:00.005Z".into(),
         expires_at_ms: 6,
         mentions: vec!["carol".into()],
-    };
+    }
+}
+
+#[test]
+fn a_message_page_has_the_old_keys() {
+    let view = message_view();
     let old_view = json!({
         "sequence": 1, "messageId": "m-1", "from": "p-a", "fromPeerId": "p-a",
         "fromAlias": null, "fromInstanceId": "i-a", "fromRunId": null, "to": "p-b",
@@ -71,6 +112,7 @@ fn a_message_page_has_the_old_keys() {
         "expiresAtMs": 6, "mentions": ["carol"],
     });
     assert_eq!(bytes(&view), bytes(&old_view));
+    round_trip(&view);
     let page = ToolAnswer::Messages(MessagesPage {
         messages: vec![view],
         events: vec![receipt()],
@@ -86,6 +128,9 @@ fn a_message_page_has_the_old_keys() {
         cursor: Some("c".into()),
     });
     assert_eq!(bytes(&peers), bytes(&json!({"peers": [], "cursor": "c"})));
+    if let ToolAnswer::Peers(p) = &peers {
+        round_trip(p);
+    }
 }
 
 #[test]
@@ -116,6 +161,15 @@ fn a_sent_view_has_the_old_keys_and_a_reason_only_when_given() {
         "createdAtMs": 1, "updatedAtMs": 2,
     });
     assert_eq!(bytes(&view), bytes(&old));
+    round_trip(&view);
+    // A fixed word outside its writer's words is refused, not taken.
+    assert_eq!(
+        serde_json::from_value::<SentView>(old.clone()).unwrap(),
+        view
+    );
+    let mut sideways = old.clone();
+    sideways["state"] = json!("sideways");
+    assert!(serde_json::from_value::<SentView>(sideways).is_err());
     let unresolved = SentView {
         reason: Some("waits".into()),
         error: None,
@@ -126,6 +180,11 @@ fn a_sent_view_has_the_old_keys_and_a_reason_only_when_given() {
         (v["reason"].clone(), v["error"].clone()),
         (json!("waits"), json!(null))
     );
+    round_trip(&SentView {
+        state: "unresolved",
+        redelivered_from: Some("i-c".into()),
+        ..unresolved
+    });
 }
 
 #[test]
@@ -169,6 +228,12 @@ fn a_peer_view_has_the_old_keys_and_capabilities_only_for_a_root() {
     o.insert("capabilities".into(), json!(["message.send"]));
     o.insert("scope".into(), json!("workspace"));
     assert_eq!(bytes(&root), bytes(&old_root));
+    round_trip(&run);
+    round_trip(&PeerView {
+        status: "working",
+        state: "stale",
+        ..root
+    });
     assert!(run.matches("work") && run.matches("proj") && !run.matches("nothing"));
 }
 
@@ -224,6 +289,10 @@ mod json_text {
         fn send_answer_text_is_the_bytes_of_its_value(a in answer()) {
             let text = String::from_utf8(a.to_json()).unwrap();
             prop_assert_eq!(&text, &bytes(&a));
+            // A reader gets the answer back from either text (a tool result's `ok` aside).
+            prop_assert_eq!(&serde_json::from_str::<SendAnswer>(&text).unwrap(), &a);
+            let tool = serde_json::from_str::<SendAnswer>(&a.to_tool_json()).unwrap();
+            prop_assert_eq!(&tool, &a);
             prop_assert_eq!(&text, &bytes(&ToolAnswer::Sent(a)));
         }
     }

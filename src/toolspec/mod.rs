@@ -13,6 +13,7 @@ mod args;
 pub mod ask;
 pub mod resource_answer;
 mod schema;
+pub mod words;
 
 use crate::config::internal::TARGET_CHARS_MAX;
 use crate::config::{Limits, Scope};

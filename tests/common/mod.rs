@@ -2,6 +2,8 @@
 //! binaries started as separate processes, and bounded polling helpers.
 #![allow(dead_code)]
 
+pub mod ask;
+
 pub use peerwire::fsutil::TempDir;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
