@@ -916,3 +916,70 @@ fn release_builds_optimise_the_whole_program_and_keep_unwinding() {
         [("lto".to_string(), "fat".to_string())]
     );
 }
+
+/// The names of the structs `code` declares whose fields include all of `fields`.
+fn structs_with_fields(code: &str, fields: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(k) = code[from..].find("struct ") {
+        let at = from + k + "struct ".len();
+        from = at;
+        let name: String = code[at..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let body = &code[at..];
+        let Some(open) = body.find(['{', ';', '(']) else {
+            continue;
+        };
+        if !body[open..].starts_with('{') {
+            continue;
+        }
+        let end = body[open..].find('}').map_or(body.len(), |e| open + e);
+        let body = &body[open..end];
+        if fields.iter().all(|f| body.contains(&format!("{f}:"))) {
+            found.push(name);
+        }
+    }
+    found
+}
+
+/// Structs that still repeat the receipt's fields, each with why.
+const RECEIPT_MIRRORS_ALLOWED: &[&str] = &[
+    // The one-pass `peer.receipt` decoder of the hot path, which the single typed decoder
+    // of the peer methods replaces (borrowed strings, unknown keys refused).
+    "src/protocol/hot.rs: struct ReceiptParams",
+];
+
+/// A receipt has one type from the wire to the journal: one `struct Receipt`, and no other
+/// struct repeating its fields (a store copy, a sorted-order mirror) that would need
+/// conversions kept in step.
+#[test]
+fn one_receipt_type_from_the_wire_to_the_journal() {
+    let fields = ["from_peer_id", "to_peer_id", "correlation_id", "sequence"];
+    let mut receipts = Vec::new();
+    let mut mirrors = Vec::new();
+    for f in load() {
+        for name in structs_with_fields(&f.code, &fields) {
+            let at = format!("{}: struct {name}", f.path.display());
+            if name == "Receipt" {
+                receipts.push(at);
+            } else if !RECEIPT_MIRRORS_ALLOWED.contains(&at.as_str()) {
+                mirrors.push(at);
+            }
+        }
+    }
+    assert_eq!(receipts.len(), 1, "one struct Receipt: {receipts:?}");
+    assert!(
+        mirrors.is_empty(),
+        "structs repeating the receipt's fields (use protocol::message::Receipt, and \
+         WithFields for the wire's key order): {mirrors:?}"
+    );
+}
+
+#[test]
+fn the_struct_scanner_finds_field_mirrors() {
+    let code = "pub struct A<'a> { x: u64, pub y: &'a str }\nstruct B(u64);\nstruct C { x: u8 }";
+    assert_eq!(structs_with_fields(code, &["x", "y"]), ["A"]);
+    assert_eq!(structs_with_fields(code, &["x"]), ["A", "C"]);
+}

@@ -685,13 +685,13 @@ proptest! {
             value_frame(&id, "peer.send", &send)
         );
         let pv = serde_json::to_value(&push).unwrap();
-        prop_assert_eq!(serde_json::to_vec(&push.sorted()).unwrap(), serde_json::to_vec(&pv).unwrap());
+        prop_assert_eq!(serde_json::to_vec(&push).unwrap(), serde_json::to_vec(&pv).unwrap());
         prop_assert_eq!(
-            rpc::encode_request(&id, "peer.receipt", &push.sorted()),
+            rpc::encode_request(&id, "peer.receipt", &push),
             value_frame(&id, "peer.receipt", &push)
         );
         prop_assert_eq!(
-            rpc::encode_notification("peer.receipt", &push.sorted()),
+            rpc::encode_notification("peer.receipt", &push),
             rpc::encode_notification("peer.receipt", &pv)
         );
     }
@@ -705,7 +705,7 @@ proptest! {
         let mut f = rpc::encode_request(&id, "peer.send", &send.sorted());
         f.pop();
         prop_assert_eq!(decode(&f), general(&f).ok());
-        let mut f = rpc::encode_request(&id, "peer.receipt", &push.sorted());
+        let mut f = rpc::encode_request(&id, "peer.receipt", &push);
         f.pop();
         prop_assert_eq!(decode(&f), general(&f).ok());
     }
@@ -725,7 +725,7 @@ fn sample_requests_round_trip_through_the_typed_encoder() {
         })
     );
     let push = sample_push();
-    let mut f = rpc::encode_request(&Id::Num(8), "peer.receipt", &push.sorted());
+    let mut f = rpc::encode_request(&Id::Num(8), "peer.receipt", &push);
     f.pop();
     assert_eq!(
         decode(&f),

@@ -68,7 +68,7 @@ impl Handler for RootHandler {
                 if let (Some(d), Some(m)) = (stated, v.as_object_mut()) {
                     m.insert(crate::protocol::message::FLUSHED_DEVICE.into(), d.into());
                 }
-                core.defer_arrival(r.into(), note);
+                core.defer_arrival(r, note);
                 Ok(v)
             }
             "peer.status" => {
@@ -111,7 +111,7 @@ impl Handler for RootHandler {
             HotCall::Send(send) => {
                 let (r, stated, note) = handler::peer_send(&self.0, from, send)?;
                 let answer = r.to_json_stating(stated);
-                self.0.defer_arrival(r.into(), note);
+                self.0.defer_arrival(r, note);
                 Answer::Json(answer)
             }
             HotCall::Receipt(push) => {

@@ -10,7 +10,7 @@ use super::model_tools::outbox_view;
 use super::send::SendRequest;
 use crate::error::{Code, Error, Result};
 use crate::identity;
-use crate::messaging::{InboundSend, MessageBody, MessageRef, Principal, Receipt};
+use crate::messaging::{InboundSend, MessageBody, MessageRef, Principal};
 use crate::protocol::hot::LocalSend;
 use crate::protocol::local::{LocalCall, LocalReply, LocalRequest, RunPublish};
 use crate::protocol::message::{self, PeerSend, PeerStatus, ReceiptPush};
@@ -56,7 +56,7 @@ pub fn peer_status(
         core.outbox
             .subscribe(&from.instance_id, &q.message_id, notify);
     }
-    Ok(r.into())
+    Ok(r)
 }
 
 /// The answer to `peer.receipt`: the sender's latest state of the message.
@@ -69,7 +69,7 @@ pub struct ReceiptRecorded {
 /// `peer.receipt` as a request: only the message's own recipient may record its receipt.
 pub fn peer_receipt(core: &Core, from: &PeerInfo, push: ReceiptPush) -> Result<ReceiptRecorded> {
     let who = principal(from, push.from_run);
-    let r = Receipt::from(push.receipt);
+    let r = push.receipt;
     if r.to_peer_id != who.peer_id {
         return Err(Error::new(
             Code::InvalidRequest,
@@ -91,7 +91,7 @@ pub fn peer_receipt(core: &Core, from: &PeerInfo, push: ReceiptPush) -> Result<R
 pub fn receipt_notification(core: &Core, from: &PeerInfo, push: ReceiptPush) {
     let who = principal(from, push.from_run);
     if push.receipt.to_peer_id == who.peer_id
-        && let Ok(entry) = core.store.record_receipt(who, push.receipt.into())
+        && let Ok(entry) = core.store.record_receipt(who, push.receipt)
         && let Some(latest) = &entry.receipt
     {
         core.announce_receipt(latest);
@@ -155,7 +155,7 @@ pub fn peer_send(
     let (r, stated) = core.store.accept_stating(who, inbound)?;
     hold_answer();
     Ok((
-        r.into(),
+        r,
         stated,
         ArrivalNote {
             reply_to,
@@ -226,7 +226,7 @@ pub fn local_request(
         }
         LocalCall::Consume(n) => {
             let r = core.consume(&caller.peer_id, &n.message_id, n.note.as_deref())?;
-            Ok(LocalAnswer::Receipt(r.into()))
+            Ok(LocalAnswer::Receipt(r))
         }
         LocalCall::Prepare(n) => {
             let e = core.inbox_entry(&caller.peer_id, &n.message_id)?;
@@ -236,7 +236,7 @@ pub fn local_request(
                 n.note.as_deref().unwrap_or("prepared"),
             )?;
             super::send::refuse_expired(&r)?;
-            Ok(LocalAnswer::Receipt(r.into()))
+            Ok(LocalAnswer::Receipt(r))
         }
         LocalCall::Reply(r) => reply(core, &caller, r).map(LocalAnswer::Reply),
         LocalCall::Status(q) => {
@@ -399,7 +399,7 @@ fn reply(core: &Arc<Core>, caller: &Caller, r: LocalReply) -> Result<ReplyAnswer
         }
     });
     Ok(ReplyAnswer {
-        receipt: receipt.into(),
+        receipt,
         mark_replied,
     })
 }

@@ -11,7 +11,6 @@ use crate::messaging::{
 };
 use crate::protocol::hot::LocalSend;
 use crate::protocol::local::{LocalTool, WaitReceipt};
-use crate::protocol::message;
 use crate::toolspec::answer::{
     ErrorCode, MessageView, MessagesPage, PeersPage, SendAnswer, SentView, ToolAnswer,
 };
@@ -131,7 +130,7 @@ pub fn execute(
                 body: a.body,
                 message_id,
             };
-            let r = message::Receipt::from(core.send_message(caller, req)?);
+            let r = core.send_message(caller, req)?;
             Ok(ToolAnswer::Sent(SendAnswer {
                 to: r.to_peer_id.clone(),
                 from: r.from_peer_id.clone(),
@@ -325,7 +324,7 @@ fn bounded_page(
     }
     let mut event_cursor = None;
     for e in &r.events {
-        let v = message::Receipt::from(e.receipt.clone());
+        let v = e.receipt.clone();
         if cut
             || !fits(
                 encoded_len(&v),

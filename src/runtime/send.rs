@@ -518,7 +518,7 @@ impl Core {
                 ),
                 _ => e,
             })?;
-        Ok((r.into(), stated))
+        Ok((r, stated))
     }
 
     /// Why an unresolved outbox entry is still unresolved, for `peer status`: the route's last
@@ -646,7 +646,7 @@ impl Core {
         let push = ReceiptPush {
             version: crate::protocol::PROTOCOL_VERSION,
             from_run,
-            receipt: receipt.clone().into(),
+            receipt: receipt.clone(),
         };
         self.pool
             .push_receipt(&target, &push, self.limits().acknowledgement_ms)

@@ -379,7 +379,7 @@ impl Notifier {
     /// `DISCONNECTED` once the connection closed, `FRAME_TOO_LARGE` past `frameBytes`.
     /// A `peer.receipt` notification (advisory; the durable copy is a request).
     pub fn push_receipt(&self, push: &crate::protocol::message::ReceiptPush) -> Result<()> {
-        self.notify("peer.receipt", &push.sorted())
+        self.notify("peer.receipt", push)
     }
 
     /// Queues one notification; `params` a `Value` object or typed params that serialise as
