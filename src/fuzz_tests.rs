@@ -152,27 +152,6 @@ proptest! {
         }
     }
 
-    /// The typed decoder of hot requests never panics, and whatever it decodes the general
-    /// path (`rpc::parse`, the version check, the method's decoder) decodes alike.
-    #[test]
-    fn hot_decode_agrees_with_the_general_path(frame in json_frame()) {
-        use crate::protocol::hot::{self, HotCall};
-        use crate::protocol::message::{PeerSend, ReceiptPush};
-        if let Some(req) = hot::decode(&frame) {
-            let Ok(rpc::Incoming::Request { id, method, params }) = rpc::parse(&frame) else {
-                return Err(TestCaseError::fail("the general path refused a decoded frame"));
-            };
-            prop_assert!(rpc::check_version(&params).is_ok());
-            prop_assert_eq!(&id, &req.id);
-            prop_assert_eq!(method.as_str(), req.call.method());
-            let general = match req.call {
-                HotCall::Send(_) => PeerSend::decode(params).map(HotCall::Send),
-                HotCall::Receipt(_) => ReceiptPush::decode(params).map(HotCall::Receipt),
-            };
-            prop_assert_eq!(general.ok(), Some(req.call));
-        }
-    }
-
     /// Tool arguments from a model or a CLI are validated strictly: anything else is USAGE
     /// (or a typed limit error), never a panic.
     #[test]

@@ -13,8 +13,8 @@ use peerwire::presence::{Publisher, Record};
 use peerwire::protocol::handshake::{Expected, Initiator, Party, Role, transcript};
 use peerwire::protocol::rpc::{self, Incoming};
 use peerwire::transport::{
-    Endpoint, Handler, LocalClient, LocalIdentity, NotificationSink, Notifier, PeerInfo, Pool,
-    Target, Verifier,
+    Answer, Endpoint, Handler, LocalClient, LocalIdentity, NotificationSink, Notifier, PeerInfo,
+    Pool, Target, Verifier,
 };
 use serde_json::{Map, Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -172,7 +172,7 @@ impl Handler for Recorder {
         method: &str,
         params: Map<String, Value>,
         _notify: &Notifier,
-    ) -> peerwire::error::Result<Value> {
+    ) -> peerwire::error::Result<Answer> {
         let state = params.get("state").cloned();
         let answer = if method == "peer.send" {
             // Custody as a minimal recipient: the receipt the runtime expects back.
@@ -193,7 +193,7 @@ impl Handler for Recorder {
         self.0
             .lock()
             .push((from.instance_id.clone(), method.to_string(), params));
-        Ok(answer)
+        Ok(Answer::Value(answer))
     }
     fn local_request(
         &self,

@@ -1,14 +1,13 @@
 //! The runtime's JSON edge: the transport's [`Handler`] and MCP's [`ToolHost`] implemented
 //! over the typed dispatch of `handler` and `tools`. Params arrive as the JSON objects the
-//! frame decoder produced and are decoded into protocol types here (the hot `peer.send` and
-//! `peer.receipt` arrive already typed, decoded from the frame's bytes by `protocol::hot`);
-//! typed answers leave as JSON objects here. Nothing else in the runtime handles JSON values.
+//! frame decoder produced and are decoded into protocol types here; typed answers leave as
+//! JSON objects here, or as their JSON text where they write it themselves (a receipt, a
+//! send's answer). Nothing else in the runtime handles JSON values.
 
 use super::core::Core;
 use super::handler::{self, LocalAnswer};
 use super::model_tools::{CallOptions, execute};
 use crate::error::{Code, Error, Result};
-use crate::protocol::hot::{HotCall, LocalSend};
 use crate::protocol::local::LocalRequest;
 use crate::protocol::message::{PeerSend, PeerStatus, ReceiptPush};
 use crate::toolspec::answer::ToolAnswer;
@@ -59,31 +58,32 @@ impl Handler for RootHandler {
         method: &str,
         params: Map<String, Value>,
         notify: &Notifier,
-    ) -> Result<Value> {
+    ) -> Result<Answer> {
         let core = &self.0;
         match method {
+            // The custody receipt goes out as its JSON text, written without a `Value`.
             "peer.send" => {
                 let (r, stated, note) = handler::peer_send(core, from, PeerSend::decode(params)?)?;
-                let mut v = encode(&r)?;
-                if let (Some(d), Some(m)) = (stated, v.as_object_mut()) {
-                    m.insert(crate::protocol::message::FLUSHED_DEVICE.into(), d.into());
-                }
+                let answer = r.to_json_stating(stated);
                 core.defer_arrival(r, note);
-                Ok(v)
+                Ok(Answer::Json(answer))
             }
             "peer.status" => {
                 let q = PeerStatus::decode(&params)?;
-                encode(&handler::peer_status(core, from, q, None)?)
+                Ok(Answer::Json(
+                    handler::peer_status(core, from, q, None)?.to_json(),
+                ))
             }
             "peer.subscribe" => {
                 let q = PeerStatus::decode(&params)?;
-                encode(&handler::peer_status(core, from, q, Some(notify))?)
+                let r = handler::peer_status(core, from, q, Some(notify))?;
+                Ok(Answer::Json(r.to_json()))
             }
             "peer.receipt" => {
                 let push = ReceiptPush::decode(params)?;
-                encode(&handler::peer_receipt(core, from, push)?)
+                encode(&handler::peer_receipt(core, from, push)?).map(Answer::Value)
             }
-            "peer.directory" => encode(&handler::peer_directory(core)),
+            "peer.directory" => encode(&handler::peer_directory(core)).map(Answer::Value),
             other => Err(Error::new(
                 Code::MethodNotFound,
                 format!(
@@ -99,25 +99,6 @@ impl Handler for RootHandler {
         // then a send's own copy of its receipt, queued without waiting.
         self.0.announce_deferred();
         self.0.store.apply_queued_now();
-    }
-
-    fn hot_calls(&self) -> bool {
-        true
-    }
-
-    fn peer_call(&self, from: &PeerInfo, call: HotCall, _notify: &Notifier) -> Result<Answer> {
-        Ok(match call {
-            // The custody receipt goes out as its JSON text, written without a `Value`.
-            HotCall::Send(send) => {
-                let (r, stated, note) = handler::peer_send(&self.0, from, send)?;
-                let answer = r.to_json_stating(stated);
-                self.0.defer_arrival(r, note);
-                Answer::Json(answer)
-            }
-            HotCall::Receipt(push) => {
-                Answer::Value(encode(&handler::peer_receipt(&self.0, from, push)?)?)
-            }
-        })
     }
 
     fn local_request(
@@ -137,18 +118,6 @@ impl Handler for RootHandler {
         _notify: &Notifier,
     ) -> Result<Answer> {
         local_answer(&self.0, run_id, method, params)
-    }
-
-    fn local_send(
-        &self,
-        run_id: Option<&str>,
-        send: LocalSend,
-        _notify: &Notifier,
-    ) -> Result<Answer> {
-        match handler::local_send(&self.0, run_id, send)? {
-            ToolAnswer::Sent(sent) => Ok(Answer::Json(sent.to_json())),
-            other => encode(&other).map(Answer::Value),
-        }
     }
 
     fn run_for_secret(&self, secret: &[u8; 32]) -> Option<String> {

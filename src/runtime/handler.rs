@@ -11,7 +11,6 @@ use super::send::SendRequest;
 use crate::error::{Code, Error, Result};
 use crate::identity;
 use crate::messaging::{InboundSend, MessageBody, MessageRef, Principal};
-use crate::protocol::hot::LocalSend;
 use crate::protocol::local::{LocalCall, LocalReply, LocalRequest, RunPublish};
 use crate::protocol::message::{self, PeerSend, PeerStatus, ReceiptPush};
 use crate::toolspec::answer::{SentView, ToolAnswer};
@@ -190,14 +189,6 @@ pub enum LocalAnswer {
     Sent(SentView),
     RunPublished(RunPublished),
     RunRetired(RunRetired),
-}
-
-/// A plain `send_peer_message` call on the local channel, decoded without a params object:
-/// what [`local_request`] does with the same call (no `runId` or `auto` in it), the same
-/// checks in the same order.
-pub fn local_send(core: &Arc<Core>, bound: Option<&str>, send: LocalSend) -> Result<ToolAnswer> {
-    let caller = core.caller_for(bound, None)?;
-    super::model_tools::local_send(core, &caller, send)
 }
 
 /// The trusted local methods, shared by the socket channel and in-process sessions. `bound` is

@@ -9,7 +9,6 @@ use crate::error::{Code, Error, Result};
 use crate::messaging::{
     InboxEntry, MessageRef, ReadQuery, ReceiptState, derive_message_id, new_message_id,
 };
-use crate::protocol::hot::LocalSend;
 use crate::protocol::local::{LocalTool, WaitReceipt};
 use crate::toolspec::answer::{
     ErrorCode, MessageView, MessagesPage, PeersPage, SendAnswer, SentView, ToolAnswer,
@@ -46,18 +45,6 @@ pub fn local_tool(core: &Arc<Core>, caller: &Caller, t: LocalTool) -> Result<Too
         consume_on_read: false,
         unconsumed_only: t.unconsumed,
         wait_for_message: t.wait_for.as_deref() == Some("message"),
-    };
-    run_local(core, caller, call, &opts)
-}
-
-/// A plain `local.tool` send, decoded by `protocol::hot` with its arguments as strings:
-/// checked by the tool's reader ([`toolspec::send_args`]) and run as [`local_tool`] runs it.
-pub fn local_send(core: &Arc<Core>, caller: &Caller, s: LocalSend) -> Result<ToolAnswer> {
-    let call = ToolCall::Send(toolspec::send_args(&s.to, s.content, s.topic, s.reply_to)?);
-    let opts = CallOptions {
-        call_id: s.call_id,
-        message_id: s.message_id,
-        ..CallOptions::default()
     };
     run_local(core, caller, call, &opts)
 }
