@@ -538,9 +538,9 @@ fn run_capabilities(
 ) -> Result<Vec<String>> {
     let mut client =
         crate::transport::LocalClient::connect(&cf.endpoint, cf.secret_bytes()?, limits)?;
-    let info = client.call(
+    let info = client.call_raw(
         "local.info",
-        serde_json::json!({"version": 1, "runId": run}),
+        &serde_json::json!({"version": 1, "runId": run}),
         limits.acknowledgement_ms,
     )?;
     Ok(info

@@ -368,7 +368,7 @@ fn the_handler_hears_after_each_reply() {
     } = &pair(limits());
     let (pool_b, _) = pool_for(b, l);
     let mut client = LocalClient::connect(&a.target.endpoint, SECRET, l).unwrap();
-    client.call("resource.request", json!({}), 0).unwrap();
+    client.call_raw("resource.request", &json!({}), 0).unwrap();
     pool_b
         .request(&a.target, "test.echo", json!({}), 0)
         .unwrap();
@@ -387,10 +387,12 @@ fn local_channel_needs_the_secret() {
     let l = limits();
     let a = node(&dir, "a", &adverts, &l);
     let mut client = LocalClient::connect(&a.target.endpoint, SECRET, &l).unwrap();
-    let v = client.call("resource.request", json!({"r": 1}), 0).unwrap();
+    let v = client
+        .call_raw("resource.request", &json!({"r": 1}), 0)
+        .unwrap();
     assert_eq!(v["local"], json!(true));
     assert_eq!(
-        client.call("peer.read", json!({}), 0).unwrap()["method"],
+        client.call_raw("peer.read", &json!({}), 0).unwrap()["method"],
         json!("peer.read")
     );
     let e = LocalClient::connect(&a.target.endpoint, [0; 32], &l)
@@ -1106,7 +1108,9 @@ fn oversize_answers_become_errors_and_local_notifications_arrive() {
         "oversize requests are refused before sending"
     );
     let mut client = LocalClient::connect(&b.target.endpoint, SECRET, l).unwrap();
-    client.call("local.notify", json!({"n": 5}), 0).unwrap();
+    client
+        .call_raw("local.notify", &json!({"n": 5}), 0)
+        .unwrap();
     let (method, params) = client.next_notification(10_000).unwrap().unwrap();
     assert_eq!((method.as_str(), &params["n"]), ("local.note", &json!(5)));
     assert_eq!(client.next_notification(10).unwrap(), None);
