@@ -1,7 +1,8 @@
 //! The peer wire protocol without any I/O: newline-delimited frame decoding with bounds checked
 //! before parsing, JSON-RPC 2.0 message shapes, the mutual Ed25519 handshake and the rules for
 //! which methods each channel may call; the typed params and answers of the messaging methods
-//! (`message`) and of the trusted local methods (`local`). `transport` drives these over
+//! (`message`), every peer request and answer as one typed value (`peer`) and the trusted
+//! local methods (`local`). `transport` drives these over
 //! sockets; `peer-protocol(7)` is the byte-exact specification.
 #![forbid(unsafe_code)]
 
@@ -10,6 +11,7 @@ pub mod frame;
 pub mod handshake;
 pub mod local;
 pub mod message;
+pub mod peer;
 pub mod rpc;
 
 #[cfg(test)]

@@ -9,7 +9,8 @@ use super::handler::{self, LocalAnswer};
 use super::model_tools::{CallOptions, execute};
 use crate::error::{Code, Error, Result};
 use crate::protocol::local::LocalRequest;
-use crate::protocol::message::{PeerSend, PeerStatus, ReceiptPush};
+use crate::protocol::message::ReceiptPush;
+use crate::protocol::peer::{PeerAnswer, PeerRequest};
 use crate::toolspec::answer::ToolAnswer;
 use crate::toolspec::{ToolCall, ToolHost, ToolOutput};
 use crate::transport::{Answer, Handler, Notifier, PeerInfo};
@@ -60,38 +61,29 @@ impl Handler for RootHandler {
         notify: &Notifier,
     ) -> Result<Answer> {
         let core = &self.0;
-        match method {
-            // The custody receipt goes out as its JSON text, written without a `Value`.
-            "peer.send" => {
-                let (r, stated, note) = handler::peer_send(core, from, PeerSend::decode(params)?)?;
-                let answer = r.to_json_stating(stated);
-                core.defer_arrival(r, note);
-                Ok(Answer::Json(answer))
+        let answer = match PeerRequest::decode(method, params)? {
+            PeerRequest::Send(send) => {
+                let (receipt, flushed_device, note) = handler::peer_send(core, from, send)?;
+                // The answer is written before the arrival is handed on, so its text is taken
+                // now; the receipt itself goes with the arrival.
+                let text = receipt.to_json_stating(flushed_device);
+                core.defer_arrival(receipt, note);
+                return Ok(Answer::Json(text));
             }
-            "peer.status" => {
-                let q = PeerStatus::decode(&params)?;
-                Ok(Answer::Json(
-                    handler::peer_status(core, from, q, None)?.to_json(),
-                ))
+            PeerRequest::Status(q) => PeerAnswer::Receipt {
+                receipt: handler::peer_status(core, from, q, None)?,
+                flushed_device: None,
+            },
+            PeerRequest::Subscribe(q) => PeerAnswer::Receipt {
+                receipt: handler::peer_status(core, from, q, Some(notify))?,
+                flushed_device: None,
+            },
+            PeerRequest::Receipt(push) => {
+                PeerAnswer::Recorded(handler::peer_receipt(core, from, push)?)
             }
-            "peer.subscribe" => {
-                let q = PeerStatus::decode(&params)?;
-                let r = handler::peer_status(core, from, q, Some(notify))?;
-                Ok(Answer::Json(r.to_json()))
-            }
-            "peer.receipt" => {
-                let push = ReceiptPush::decode(params)?;
-                encode(&handler::peer_receipt(core, from, push)?).map(Answer::Value)
-            }
-            "peer.directory" => encode(&handler::peer_directory(core)).map(Answer::Value),
-            other => Err(Error::new(
-                Code::MethodNotFound,
-                format!(
-                    "unknown method {}",
-                    crate::sanitize::line(other, crate::config::internal::ECHO_CHARS_MAX)
-                ),
-            )),
-        }
+            PeerRequest::Directory => PeerAnswer::Directory(handler::peer_directory(core)),
+        };
+        Ok(Answer::Json(answer.to_json()))
     }
 
     fn after_reply(&self) {

@@ -13,6 +13,7 @@ use crate::identity;
 use crate::messaging::{InboundSend, MessageBody, MessageRef, Principal};
 use crate::protocol::local::{LocalCall, LocalReply, LocalRequest, RunPublish};
 use crate::protocol::message::{self, PeerSend, PeerStatus, ReceiptPush};
+use crate::protocol::peer::{ReceiptRecorded, RunEntry, RunsPage};
 use crate::toolspec::answer::{SentView, ToolAnswer};
 use crate::transport::{Notifier, PeerInfo};
 use serde::Serialize;
@@ -58,13 +59,6 @@ pub fn peer_status(
     Ok(r)
 }
 
-/// The answer to `peer.receipt`: the sender's latest state of the message.
-#[derive(Serialize)]
-pub struct ReceiptRecorded {
-    pub ok: bool,
-    pub state: Option<&'static str>,
-}
-
 /// `peer.receipt` as a request: only the message's own recipient may record its receipt.
 pub fn peer_receipt(core: &Core, from: &PeerInfo, push: ReceiptPush) -> Result<ReceiptRecorded> {
     let who = principal(from, push.from_run);
@@ -97,22 +91,7 @@ pub fn receipt_notification(core: &Core, from: &PeerInfo, push: ReceiptPush) {
     }
 }
 
-/// One of the root's live runs in `peer.directory`.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RunEntry {
-    pub run_id: String,
-    pub peer_id: String,
-    pub alias: String,
-}
-
 /// `peer.directory`: the root's live runs (one page; `cursor` is always null).
-#[derive(Serialize)]
-pub struct RunsPage {
-    pub runs: Vec<RunEntry>,
-    pub cursor: Option<String>,
-}
-
 pub fn peer_directory(core: &Core) -> RunsPage {
     let runs = core.runs.lock();
     RunsPage {
