@@ -988,3 +988,15 @@ fn no_second_decoding_path() {
         .collect();
     assert!(hot.is_empty(), "a second decoding path: {hot:?}");
 }
+
+/// Wire key order comes from a type's own `Serialize` (field order, or a hand-written impl
+/// such as `protocol::message::WithFields`), never from a `Sorted*` copy of its fields.
+#[test]
+fn no_sorted_mirror_structs() {
+    let mirrors: Vec<String> = load()
+        .iter()
+        .filter(|f| f.code.contains("struct Sorted"))
+        .map(|f| f.path.display().to_string())
+        .collect();
+    assert!(mirrors.is_empty(), "Sorted* mirror structs in {mirrors:?}");
+}

@@ -10,6 +10,7 @@ use crate::{identity, sanitize};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 /// The text of one message and how it threads: the same three fields in tool arguments, the
 /// outbox, the wire and the inbox.
@@ -257,93 +258,80 @@ impl Serialize for WithFields<'_> {
 }
 
 /// The params of `peer.send`: one message for one exact recipient. Who sends it is the
-/// authenticated connection plus `fromRun`, never a field of these params.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// authenticated connection plus `fromRun`, never a field of these params. Decoded params own
+/// their strings; a delivery attempt borrows them from where the message is kept, so it
+/// copies none of it, its content least of all.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PeerSend {
+pub struct PeerSend<'a> {
     /// Always 1 on the way out; the endpoint has checked it on the way in.
     #[serde(default = "protocol_version", skip_deserializing)]
     pub version: u64,
-    pub message_id: String,
+    pub message_id: Cow<'a, str>,
     /// The recipient's peerId.
-    pub to: String,
+    pub to: Cow<'a, str>,
     /// The sending root's run, or None for the root itself.
     #[serde(default)]
-    pub from_run: Option<String>,
+    pub from_run: Option<Cow<'a, str>>,
     #[serde(flatten)]
-    pub body: MessageBody,
+    pub body: Cow<'a, MessageBody>,
     #[serde(default)]
-    pub correlation_id: Option<String>,
+    pub correlation_id: Option<Cow<'a, str>>,
     /// Epoch milliseconds.
     #[serde(default, rename = "expiresAt")]
     pub expires_at_ms: Option<u64>,
 }
 
-/// `peer.send` params in the order a `Value` object writes its keys (sorted, the body's
-/// fields flattened, absent optionals as `null`): they serialise to the bytes the params'
-/// `Value` gives without building one.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SortedPeerSend<'a> {
-    content: &'a str,
-    correlation_id: Option<&'a str>,
-    expires_at: Option<u64>,
-    from_run: Option<&'a str>,
-    message_id: &'a str,
-    reply_to: Option<&'a str>,
-    to: &'a str,
-    topic: Option<&'a str>,
-    version: u64,
+/// `peer.send` params as the encoder writes them: keys in sorted order, the order a `Value`
+/// object writes them (the body's fields flattened, absent optionals as `null`), so they
+/// serialise to the bytes the params' `Value` gives without building one.
+impl Serialize for PeerSend<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let body = &*self.body;
+        let mut m = s.serialize_map(Some(9))?;
+        m.serialize_entry("content", &body.content)?;
+        m.serialize_entry("correlationId", &self.correlation_id)?;
+        m.serialize_entry("expiresAt", &self.expires_at_ms)?;
+        m.serialize_entry("fromRun", &self.from_run)?;
+        m.serialize_entry("messageId", &self.message_id)?;
+        m.serialize_entry("replyTo", &body.reply_to)?;
+        m.serialize_entry("to", &self.to)?;
+        m.serialize_entry("topic", &body.topic)?;
+        m.serialize_entry("version", &self.version)?;
+        m.end()
+    }
 }
 
-impl<'a> SortedPeerSend<'a> {
-    /// `peer.send` params (this protocol's version) borrowed from where the message is kept,
-    /// so a delivery attempt copies none of it, its content least of all.
+impl<'a> PeerSend<'a> {
+    /// `peer.send` params (this protocol's version) borrowed from where the message is kept.
     pub fn of_parts(
         message_id: &'a str,
         to: &'a str,
         from_run: Option<&'a str>,
         body: &'a MessageBody,
         correlation_id: Option<&'a str>,
-        expires_at: Option<u64>,
-    ) -> SortedPeerSend<'a> {
-        SortedPeerSend {
-            content: &body.content,
-            correlation_id,
-            expires_at,
-            from_run,
-            message_id,
-            reply_to: body.reply_to.as_deref(),
-            to,
-            topic: body.topic.as_deref(),
+        expires_at_ms: Option<u64>,
+    ) -> PeerSend<'a> {
+        PeerSend {
             version: crate::protocol::PROTOCOL_VERSION,
+            message_id: Cow::Borrowed(message_id),
+            to: Cow::Borrowed(to),
+            from_run: from_run.map(Cow::Borrowed),
+            body: Cow::Borrowed(body),
+            correlation_id: correlation_id.map(Cow::Borrowed),
+            expires_at_ms,
         }
     }
 
     /// Bytes of content the params carry.
     pub fn content_len(&self) -> usize {
-        self.content.len()
+        self.body.content.len()
     }
 }
 
-impl PeerSend {
-    /// The params as the encoder writes them, without a `Value` (see [`SortedPeerSend`]).
-    pub fn sorted(&self) -> SortedPeerSend<'_> {
-        SortedPeerSend {
-            version: self.version,
-            ..SortedPeerSend::of_parts(
-                &self.message_id,
-                &self.to,
-                self.from_run.as_deref(),
-                &self.body,
-                self.correlation_id.as_deref(),
-                self.expires_at_ms,
-            )
-        }
-    }
-
+impl PeerSend<'static> {
     /// Reads and checks `peer.send` params: every malformed field is `USAGE`.
-    pub fn decode(params: Map<String, Value>) -> Result<PeerSend> {
+    pub fn decode(params: Map<String, Value>) -> Result<PeerSend<'static>> {
         let send: PeerSend = serde_json::from_value(Value::Object(params))
             .map_err(|e| Error::new(Code::Usage, format!("peer.send params: {e}")))?;
         check_id("fromRun", send.from_run.as_deref())?;

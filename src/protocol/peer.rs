@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PeerRequest {
     /// `peer.send`: one message into the recipient's custody.
-    Send(PeerSend),
+    Send(PeerSend<'static>),
     /// `peer.status`: the recipient's receipt for one message.
     Status(PeerStatus),
     /// `peer.subscribe`: `peer.status`, then the message's later receipts as notifications.

@@ -248,7 +248,7 @@ struct Envelope<'a, P: ?Sized = Value> {
 }
 
 /// A request frame. `params` is a `Value` object, or typed params that serialise as the
-/// bytes their `Value` would (keys in sorted order, e.g. [`crate::protocol::message::SortedPeerSend`]).
+/// bytes their `Value` would (keys in sorted order, e.g. [`crate::protocol::message::PeerSend`]).
 pub fn encode_request<P: serde::Serialize + ?Sized>(id: &Id, method: &str, params: &P) -> Vec<u8> {
     encode_request_with(id, method, params, 0)
 }

@@ -10,6 +10,7 @@ use crate::protocol::rpc::{self, Incoming};
 use crate::protocol::strategies::{opt_text, receipt_state, text};
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 
 /// A decoded `peer.send` or `peer.receipt` request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,7 +21,7 @@ struct Request {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Call {
-    Send(PeerSend),
+    Send(PeerSend<'static>),
     Receipt(ReceiptPush),
 }
 
@@ -49,17 +50,17 @@ fn frame(id: &Id, method: &str, params: &Value) -> Vec<u8> {
     f
 }
 
-fn sample_send() -> PeerSend {
+fn sample_send() -> PeerSend<'static> {
     PeerSend {
         version: 1,
         message_id: "m-1".into(),
         to: TO.into(),
         from_run: Some("r-1".into()),
-        body: MessageBody {
+        body: Cow::Owned(MessageBody {
             content: "hello \"quoted\" \u{e9}\n".into(),
             topic: Some("t".into()),
             reply_to: Some("m-0".into()),
-        },
+        }),
         correlation_id: Some("m-0".into()),
         expires_at_ms: Some(1_700_000_000_000),
     }
@@ -88,7 +89,7 @@ fn sample_push() -> ReceiptPush {
 fn decodes_what_our_encoder_writes() {
     let minimal = PeerSend {
         from_run: None,
-        body: MessageBody::text("hi"),
+        body: Cow::Owned(MessageBody::text("hi")),
         correlation_id: None,
         expires_at_ms: None,
         ..sample_send()
@@ -135,10 +136,10 @@ fn unusual_frames_keep_their_meaning() {
         id: Id::Num(id),
         call: Call::Send(PeerSend {
             version: 1,
-            message_id: message_id.into(),
+            message_id: message_id.to_string().into(),
             to: "p-x".into(),
             from_run: None,
-            body: MessageBody::text("c"),
+            body: Cow::Owned(MessageBody::text("c")),
             correlation_id: None,
             expires_at_ms: None,
         }),
@@ -447,10 +448,10 @@ proptest! {
         };
         let mut again = match &req.call {
             Call::Send(s) => {
-                for id in [Some(&s.message_id), s.from_run.as_ref(), s.body.reply_to.as_ref()] {
-                    prop_assert!(id.is_none_or(|i| crate::identity::is_valid_id(i)), "{}", f);
+                for id in [Some(s.message_id.as_ref()), s.from_run.as_deref(), s.body.reply_to.as_deref()] {
+                    prop_assert!(id.is_none_or(crate::identity::is_valid_id), "{}", f);
                 }
-                rpc::encode_request(&req.id, method, &s.sorted())
+                rpc::encode_request(&req.id, method, s)
             }
             Call::Receipt(r) => rpc::encode_request(&req.id, method, r),
         };
@@ -491,7 +492,7 @@ fn decodes_the_receipt_answer_our_encoder_writes() {
     assert_eq!(Receipt::decode(v).unwrap(), r);
 }
 
-fn any_send() -> impl Strategy<Value = PeerSend> {
+fn any_send() -> impl Strategy<Value = PeerSend<'static>> {
     (
         (any::<u64>(), text(), text(), opt_text()),
         (text(), opt_text(), opt_text()),
@@ -500,15 +501,15 @@ fn any_send() -> impl Strategy<Value = PeerSend> {
         .prop_map(
             |((version, message_id, to, from_run), body, rest)| PeerSend {
                 version,
-                message_id,
-                to,
-                from_run,
-                body: MessageBody {
+                message_id: message_id.into(),
+                to: to.into(),
+                from_run: from_run.map(Cow::Owned),
+                body: Cow::Owned(MessageBody {
                     content: body.0,
                     topic: body.1,
                     reply_to: body.2,
-                },
-                correlation_id: rest.0,
+                }),
+                correlation_id: rest.0.map(Cow::Owned),
                 expires_at_ms: rest.1,
             },
         )
@@ -555,9 +556,9 @@ proptest! {
     fn typed_params_encode_as_their_value(send in any_send(), push in any_push(), n in any::<i64>()) {
         let id = Id::Num(n);
         let sv = serde_json::to_value(&send).unwrap();
-        prop_assert_eq!(serde_json::to_vec(&send.sorted()).unwrap(), serde_json::to_vec(&sv).unwrap());
+        prop_assert_eq!(serde_json::to_vec(&send).unwrap(), serde_json::to_vec(&sv).unwrap());
         prop_assert_eq!(
-            rpc::encode_request(&id, "peer.send", &send.sorted()),
+            rpc::encode_request(&id, "peer.send", &send),
             value_frame(&id, "peer.send", &send)
         );
         let pv = serde_json::to_value(&push).unwrap();
@@ -578,7 +579,7 @@ proptest! {
         let id = Id::Num(n);
         send.version = 1;
         push.version = 1;
-        let mut f = rpc::encode_request(&id, "peer.send", &send.sorted());
+        let mut f = rpc::encode_request(&id, "peer.send", &send);
         f.pop();
         read_back(&f, Request { id: id.clone(), call: Call::Send(send) })?;
         let mut f = rpc::encode_request(&id, "peer.receipt", &push);
@@ -603,7 +604,7 @@ fn read_back(frame: &[u8], want: Request) -> Result<(), TestCaseError> {
 #[test]
 fn sample_requests_round_trip_through_the_typed_encoder() {
     let send = sample_send();
-    let mut f = rpc::encode_request(&Id::Num(7), "peer.send", &send.sorted());
+    let mut f = rpc::encode_request(&Id::Num(7), "peer.send", &send);
     f.pop();
     assert_eq!(
         decode(&f),

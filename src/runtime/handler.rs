@@ -17,6 +17,7 @@ use crate::protocol::peer::{ReceiptRecorded, RunEntry, RunsPage};
 use crate::toolspec::answer::{SentView, ToolAnswer};
 use crate::transport::{Notifier, PeerInfo};
 use serde::Serialize;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// The principal of an authenticated peer, with the run it speaks for.
@@ -116,17 +117,17 @@ pub fn peer_directory(core: &Core) -> RunsPage {
 pub fn peer_send(
     core: &Core,
     from: &PeerInfo,
-    send: PeerSend,
+    send: PeerSend<'static>,
 ) -> Result<(message::Receipt, Option<u64>, ArrivalNote)> {
-    let who = principal(from, send.from_run);
+    let who = principal(from, send.from_run.map(Cow::into_owned));
     let (origin, from_alias) = core.sender_facts(&who)?;
     let reply_to = send.body.reply_to.clone();
     let inbound = InboundSend {
         origin,
-        to_peer_id: send.to,
-        message_id: send.message_id,
-        body: send.body,
-        correlation_id: send.correlation_id,
+        to_peer_id: send.to.into_owned(),
+        message_id: send.message_id.into_owned(),
+        body: send.body.into_owned(),
+        correlation_id: send.correlation_id.map(Cow::into_owned),
         expires_at_ms: send.expires_at_ms,
         from_alias: from_alias.clone(),
     };

@@ -9,7 +9,7 @@ use crate::messaging::{
     InboundSend, MessageBody, MessageRef, OutboundSend, OutboxEntry, Principal, Receipt,
     RouteDecision, TargetRef, is_retryable,
 };
-use crate::protocol::message::{ReceiptPush, SortedPeerSend};
+use crate::protocol::message::{PeerSend, ReceiptPush};
 use crate::store::flush::{self, Answer};
 use crate::{clock, directory};
 use parking_lot::Mutex;
@@ -488,7 +488,7 @@ impl Core {
             _ => None,
         };
         let target = self.presence.target_of(&entry.to.instance_id, reach)?;
-        let send = SortedPeerSend::of_parts(
+        let send = PeerSend::of_parts(
             &entry.message_id,
             &entry.to.peer_id,
             from_run.as_deref(),

@@ -414,7 +414,7 @@ impl Pool {
     pub fn peer_send(
         &self,
         target: &Target,
-        send: &message::SortedPeerSend<'_>,
+        send: &message::PeerSend<'_>,
         timeout_ms: u64,
     ) -> Result<(message::Receipt, Option<u64>)> {
         let params = (send, send.content_len());
