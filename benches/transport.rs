@@ -123,7 +123,7 @@ impl Handler for Echo {
         params: Map<String, Value>,
         _: &Notifier,
     ) -> Result<Answer> {
-        Ok(Answer::Value(Value::Object(params)))
+        Answer::of(&params)
     }
     fn local_request(&self, _: &str, params: Map<String, Value>, _: &Notifier) -> Result<Value> {
         Ok(Value::Object(params))

@@ -989,6 +989,26 @@ fn no_second_decoding_path() {
     assert!(hot.is_empty(), "a second decoding path: {hot:?}");
 }
 
+/// An answer crosses the transport as one thing, its JSON text: no `Value` variant beside it
+/// for a second encoding path.
+#[test]
+fn answers_have_one_form() {
+    let mut found = Vec::new();
+    for f in load() {
+        for name in [
+            "Answer::Value",
+            "Reply::Value",
+            "Answer::Json",
+            "Reply::Text",
+        ] {
+            if f.code.contains(name) {
+                found.push(format!("{}: {name}", f.path.display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:?}");
+}
+
 /// Wire key order comes from a type's own `Serialize` (field order, or a hand-written impl
 /// such as `protocol::message::WithFields`), never from a `Sorted*` copy of its fields.
 #[test]

@@ -193,7 +193,7 @@ impl Handler for Recorder {
         self.0
             .lock()
             .push((from.instance_id.clone(), method.to_string(), params));
-        Ok(Answer::Value(answer))
+        Answer::of(&answer)
     }
     fn local_request(
         &self,

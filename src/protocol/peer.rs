@@ -5,7 +5,7 @@
 //! keys in sorted order (the order a `Value` object has always written them).
 
 use super::message::{Field, PeerSend, PeerStatus, Receipt, ReceiptPush, WithFields};
-use crate::error::{Code, Error, Result};
+use crate::error::Result;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -34,15 +34,7 @@ impl PeerRequest {
             "peer.subscribe" => PeerRequest::Subscribe(PeerStatus::decode(&params)?),
             "peer.receipt" => PeerRequest::Receipt(ReceiptPush::decode(params)?),
             "peer.directory" => PeerRequest::Directory,
-            other => {
-                return Err(Error::new(
-                    Code::MethodNotFound,
-                    format!(
-                        "unknown method {}",
-                        crate::sanitize::line(other, crate::config::internal::ECHO_CHARS_MAX)
-                    ),
-                ));
-            }
+            other => return Err(super::rpc::unknown_method("method", other)),
         })
     }
 }
@@ -122,6 +114,7 @@ impl Serialize for PeerAnswer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Code;
     use crate::protocol::message::ReceiptState;
 
     /// Each answer's text is the bytes of its `Value` (sorted keys), as it always was.

@@ -87,6 +87,18 @@ impl Reject {
     }
 }
 
+/// `METHOD_NOT_FOUND` for a `kind` (`method`, `local method`) no reader knows, its name
+/// echoed bounded and sanitized.
+pub fn unknown_method(kind: &str, method: &str) -> Error {
+    Error::new(
+        Code::MethodNotFound,
+        format!(
+            "unknown {kind} {}",
+            crate::sanitize::line(method, crate::config::internal::ECHO_CHARS_MAX)
+        ),
+    )
+}
+
 /// Parses one frame (without its newline). Never panics, whatever the bytes.
 pub fn parse(frame: &[u8]) -> Result<Incoming, Reject> {
     let value: Value = match serde_json::from_slice(frame) {

@@ -47,8 +47,8 @@ fn local_answer(
     p: Map<String, Value>,
 ) -> Result<Answer> {
     match handler::local_request(core, bound, LocalRequest::decode(method, p)?)? {
-        LocalAnswer::Tool(ToolAnswer::Sent(sent)) => Ok(Answer::Json(sent.to_json())),
-        answer => encode(&answer).map(Answer::Value),
+        LocalAnswer::Tool(ToolAnswer::Sent(sent)) => Ok(Answer(sent.to_json())),
+        answer => Answer::of(&encode(&answer)?),
     }
 }
 
@@ -68,7 +68,7 @@ impl Handler for RootHandler {
                 // now; the receipt itself goes with the arrival.
                 let text = receipt.to_json_stating(flushed_device);
                 core.defer_arrival(receipt, note);
-                return Ok(Answer::Json(text));
+                return Ok(Answer(text));
             }
             PeerRequest::Status(q) => PeerAnswer::Receipt {
                 receipt: handler::peer_status(core, from, q, None)?,
@@ -83,7 +83,7 @@ impl Handler for RootHandler {
             }
             PeerRequest::Directory => PeerAnswer::Directory(handler::peer_directory(core)),
         };
-        Ok(Answer::Json(answer.to_json()))
+        Ok(Answer(answer.to_json()))
     }
 
     fn after_reply(&self) {

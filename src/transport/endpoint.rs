@@ -501,8 +501,7 @@ fn dispatch(
 /// The response line for one call's result, an error when it exceeds `frameBytes`.
 fn answer(shared: &Shared, id: &Id, result: Result<super::Answer>) -> Vec<u8> {
     let frame = match result {
-        Ok(super::Answer::Value(value)) => rpc::encode_result(id, &value),
-        Ok(super::Answer::Json(json)) => rpc::encode_result_json(id, &json),
+        Ok(super::Answer(json)) => rpc::encode_result_json(id, &json),
         Err(e) => return rpc::encode_error(Some(id), &e),
     };
     match connection::check_frame_len(&frame, shared.limits.frame_bytes) {

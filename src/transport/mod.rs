@@ -79,12 +79,22 @@ impl PartialEq for PeerInfo {
 
 impl Eq for PeerInfo {}
 
-/// The result of a typed call: a JSON value, or the value's compact JSON text already
-/// written (keys in sorted order, byte for byte what serialising the value would give).
+/// The result of a call as its compact JSON text, keys in sorted order (byte for byte what
+/// serialising its `Value` gives): a typed answer writes it itself.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Answer {
-    Value(Value),
-    Json(Vec<u8>),
+pub struct Answer(pub Vec<u8>);
+
+impl Answer {
+    /// The JSON text of anything that serialises with sorted keys (a `Value`, or a typed
+    /// answer that writes them in order).
+    pub fn of<T: serde::Serialize + ?Sized>(result: &T) -> Result<Answer> {
+        serde_json::to_vec(result).map(Answer).map_err(|e| {
+            crate::error::Error::new(
+                crate::error::Code::Io,
+                format!("cannot encode an answer: {e}"),
+            )
+        })
+    }
 }
 
 /// What the root does with authenticated calls. Calls on one connection are handled one at a
@@ -110,10 +120,9 @@ pub trait Handler: Send + Sync {
         params: Map<String, Value>,
         notify: &Notifier,
     ) -> Result<Value>;
-    /// A local request (`run_id`: from that child run, proven by its secret) answered as a
-    /// [`Answer`]: the default hands it to [`run_request`](Self::run_request) or
-    /// [`local_request`](Self::local_request); a handler may answer with JSON text instead of
-    /// a `Value`, the same bytes.
+    /// A local request (`run_id`: from that child run, proven by its secret) answered as its
+    /// JSON text: the default hands it to [`run_request`](Self::run_request) or
+    /// [`local_request`](Self::local_request) and writes their `Value`.
     fn local_answer(
         &self,
         run_id: Option<&str>,
@@ -121,11 +130,11 @@ pub trait Handler: Send + Sync {
         params: Map<String, Value>,
         notify: &Notifier,
     ) -> Result<Answer> {
-        match run_id {
+        let value = match run_id {
             Some(run_id) => self.run_request(run_id, method, params, notify),
             None => self.local_request(method, params, notify),
-        }
-        .map(Answer::Value)
+        }?;
+        Answer::of(&value)
     }
     /// The live child run whose own local secret `secret` is (compared in constant time); the
     /// default knows no runs.

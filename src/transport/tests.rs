@@ -78,7 +78,7 @@ impl Handler for Echo {
                 format!("no method {method}"),
             )),
         };
-        answer.map(Answer::Value)
+        Answer::of(&answer?)
     }
 
     fn local_request(
@@ -1129,7 +1129,7 @@ impl Handler for SendRecorder {
     ) -> Result<Answer> {
         let send = crate::protocol::message::PeerSend::decode(params)?;
         self.0.lock().push(method.to_string());
-        Ok(Answer::Json(
+        Ok(Answer(
             serde_json::to_vec(&json!({"messageId": send.message_id})).unwrap(),
         ))
     }
