@@ -4,9 +4,8 @@
 //! reach deeper than random bytes — and asserts that the reader does not panic and answers
 //! with its typed error. The same targets run unbounded under cargo-fuzz in `fuzz/`.
 //!
-//! Targets: the frame decoder, JSON-RPC parsing and channel authorization, the typed decoder
-//! of hot requests against the general path, tool-argument
-//! dispatch, the handshake responder and initiator, the journal and snapshot readers,
+//! Targets: the frame decoder, JSON-RPC parsing and channel authorization, the typed reading
+//! of peer and local requests, tool-argument dispatch, the handshake responder and initiator, the journal and snapshot readers,
 //! presence records, the configuration file, resource files (state, fence, ledger) and MCP
 //! stdio lines.
 
@@ -142,6 +141,9 @@ proptest! {
                 if access::is_local_only(&method) {
                     prop_assert!(access::authorize(&peer, &method).is_err());
                 }
+                // Typed reading answers with a typed error, never a panic.
+                let _ = crate::protocol::peer::PeerRequest::decode(&method, params.clone());
+                let _ = crate::protocol::local::LocalRequest::decode(&method, params);
             }
             Ok(_) => {}
             Err(reject) => {

@@ -38,8 +38,8 @@ pub fn local(
     encode(&answer)
 }
 
-/// [`local`] answered as JSON text where a typed answer writes its own (a send's receipt,
-/// the hot local call), else as its `Value`: the same bytes either way.
+/// [`local`] answered as JSON text: written by the typed answer itself where it can (a
+/// send's answer), else through its `Value`; the same bytes either way.
 fn local_answer(
     core: &Arc<Core>,
     bound: Option<&str>,
