@@ -39,6 +39,15 @@ impl PeerRequest {
     }
 }
 
+/// The one notification peers send, `peer.receipt` (a `peer.subscribe` update), read; any
+/// other method or malformed params is `None`: a notification gets no answer to refuse it in.
+pub fn receipt_notification(method: &str, params: Map<String, Value>) -> Option<ReceiptPush> {
+    if method != "peer.receipt" {
+        return None;
+    }
+    ReceiptPush::decode(params).ok()
+}
+
 /// One `peer.*` answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PeerAnswer {

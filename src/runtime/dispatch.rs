@@ -10,7 +10,7 @@ use super::model_tools::{CallOptions, execute};
 use crate::error::{Code, Error, Result};
 use crate::protocol::local::LocalRequest;
 use crate::protocol::message::ReceiptPush;
-use crate::protocol::peer::{PeerAnswer, PeerRequest};
+use crate::protocol::peer::{PeerAnswer, PeerRequest, receipt_notification};
 use crate::toolspec::answer::ToolAnswer;
 use crate::toolspec::{ToolCall, ToolHost, ToolOutput};
 use crate::transport::{Answer, Handler, Notifier, PeerInfo};
@@ -126,8 +126,8 @@ impl Handler for RootHandler {
         local(&self.0, Some(run_id), method, params)
     }
 
-    fn peer_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
-        self.on_notification(from, method, params);
+    fn receipt_notification(&self, from: &PeerInfo, push: ReceiptPush) {
+        handler::receipt_notification(&self.0, from, push);
     }
 }
 
@@ -135,10 +135,7 @@ impl RootHandler {
     /// Notifications from peers (on either direction of a connection). Receipt updates of a
     /// `peer.subscribe` are advisory: the durable copy arrives as a `peer.receipt` request.
     pub fn on_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
-        if method != "peer.receipt" {
-            return;
-        }
-        if let Ok(push) = ReceiptPush::decode(params) {
+        if let Some(push) = receipt_notification(method, params) {
             handler::receipt_notification(&self.0, from, push);
         }
     }

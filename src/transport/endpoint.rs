@@ -451,8 +451,9 @@ fn serve_authenticated(
             Ok(Incoming::Notification { method, params }) => {
                 if let Some(from) = &peer
                     && access::authorize(channel, &method).is_ok()
+                    && let Some(push) = crate::protocol::peer::receipt_notification(&method, params)
                 {
-                    shared.handler.peer_notification(from, &method, params);
+                    shared.handler.receipt_notification(from, push);
                 }
                 None
             }

@@ -19,6 +19,7 @@ pub use local::LocalClient;
 pub use pool::{NotificationSink, Pool};
 
 use crate::error::Result;
+use crate::protocol::message::ReceiptPush;
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -160,9 +161,10 @@ pub trait Handler: Send + Sync {
             ),
         ))
     }
-    /// A notification from an authenticated peer; the default ignores it.
-    fn peer_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
-        let _ = (from, method, params);
+    /// A `peer.receipt` notification from an authenticated peer (see
+    /// `protocol::peer::receipt_notification`); the default ignores it.
+    fn receipt_notification(&self, from: &PeerInfo, push: ReceiptPush) {
+        let _ = (from, push);
     }
 }
 
