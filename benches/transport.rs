@@ -15,7 +15,7 @@ use peerwire::protocol::handshake::{
 };
 use peerwire::protocol::rpc::{self, Id, Incoming};
 use peerwire::transport::{
-    Endpoint, Handler, LocalIdentity, Notifier, PeerInfo, Pool, Target, Verifier,
+    Answer, Endpoint, Handler, LocalIdentity, Notifier, PeerInfo, Pool, Target, Verifier,
 };
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
@@ -122,8 +122,8 @@ impl Handler for Echo {
         _: &str,
         params: Map<String, Value>,
         _: &Notifier,
-    ) -> Result<Value> {
-        Ok(Value::Object(params))
+    ) -> Result<Answer> {
+        Answer::of(&params)
     }
     fn local_request(&self, _: &str, params: Map<String, Value>, _: &Notifier) -> Result<Value> {
         Ok(Value::Object(params))

@@ -4,9 +4,8 @@
 //! reach deeper than random bytes — and asserts that the reader does not panic and answers
 //! with its typed error. The same targets run unbounded under cargo-fuzz in `fuzz/`.
 //!
-//! Targets: the frame decoder, JSON-RPC parsing and channel authorization, the typed decoder
-//! of hot requests against the general path, tool-argument
-//! dispatch, the handshake responder and initiator, the journal and snapshot readers,
+//! Targets: the frame decoder, JSON-RPC parsing and channel authorization, the typed reading
+//! of peer and local requests, tool-argument dispatch, the handshake responder and initiator, the journal and snapshot readers,
 //! presence records, the configuration file, resource files (state, fence, ledger) and MCP
 //! stdio lines.
 
@@ -142,6 +141,9 @@ proptest! {
                 if access::is_local_only(&method) {
                     prop_assert!(access::authorize(&peer, &method).is_err());
                 }
+                // Typed reading answers with a typed error, never a panic.
+                let _ = crate::protocol::peer::PeerRequest::decode(&method, params.clone());
+                let _ = crate::protocol::local::LocalRequest::decode(&method, params);
             }
             Ok(_) => {}
             Err(reject) => {
@@ -149,27 +151,6 @@ proptest! {
                 let line = reject.to_line();
                 prop_assert!(serde_json::from_slice::<Value>(&line[..line.len() - 1]).is_ok());
             }
-        }
-    }
-
-    /// The typed decoder of hot requests never panics, and whatever it decodes the general
-    /// path (`rpc::parse`, the version check, the method's decoder) decodes alike.
-    #[test]
-    fn hot_decode_agrees_with_the_general_path(frame in json_frame()) {
-        use crate::protocol::hot::{self, HotCall};
-        use crate::protocol::message::{PeerSend, ReceiptPush};
-        if let Some(req) = hot::decode(&frame) {
-            let Ok(rpc::Incoming::Request { id, method, params }) = rpc::parse(&frame) else {
-                return Err(TestCaseError::fail("the general path refused a decoded frame"));
-            };
-            prop_assert!(rpc::check_version(&params).is_ok());
-            prop_assert_eq!(&id, &req.id);
-            prop_assert_eq!(method.as_str(), req.call.method());
-            let general = match req.call {
-                HotCall::Send(_) => PeerSend::decode(params).map(HotCall::Send),
-                HotCall::Receipt(_) => ReceiptPush::decode(params).map(HotCall::Receipt),
-            };
-            prop_assert_eq!(general.ok(), Some(req.call));
         }
     }
 

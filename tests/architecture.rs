@@ -1117,3 +1117,107 @@ fn fixed_bounds_live_in_the_bounds_table() {
         ["A_MAX", "WAIT", "B_MS"]
     );
 }
+
+/// The names of the structs `code` declares whose fields include all of `fields`.
+fn structs_with_fields(code: &str, fields: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(k) = code[from..].find("struct ") {
+        let at = from + k + "struct ".len();
+        from = at;
+        let name: String = code[at..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let body = &code[at..];
+        let Some(open) = body.find(['{', ';', '(']) else {
+            continue;
+        };
+        if !body[open..].starts_with('{') {
+            continue;
+        }
+        let end = body[open..].find('}').map_or(body.len(), |e| open + e);
+        let body = &body[open..end];
+        if fields.iter().all(|f| body.contains(&format!("{f}:"))) {
+            found.push(name);
+        }
+    }
+    found
+}
+
+/// A receipt has one type from the wire to the journal: one `struct Receipt`, and no other
+/// struct repeating its fields (a store copy, a sorted-order mirror) that would need
+/// conversions kept in step.
+#[test]
+fn one_receipt_type_from_the_wire_to_the_journal() {
+    let fields = ["from_peer_id", "to_peer_id", "correlation_id", "sequence"];
+    let mut receipts = Vec::new();
+    let mut mirrors = Vec::new();
+    for f in load() {
+        for name in structs_with_fields(&f.code, &fields) {
+            let at = format!("{}: struct {name}", f.path.display());
+            if name == "Receipt" {
+                receipts.push(at);
+            } else {
+                mirrors.push(at);
+            }
+        }
+    }
+    assert_eq!(receipts.len(), 1, "one struct Receipt: {receipts:?}");
+    assert!(
+        mirrors.is_empty(),
+        "structs repeating the receipt's fields (use protocol::message::Receipt, and \
+         WithFields for the wire's key order): {mirrors:?}"
+    );
+}
+
+#[test]
+fn the_struct_scanner_finds_field_mirrors() {
+    let code = "pub struct A<'a> { x: u64, pub y: &'a str }\nstruct B(u64);\nstruct C { x: u8 }";
+    assert_eq!(structs_with_fields(code, &["x", "y"]), ["A"]);
+    assert_eq!(structs_with_fields(code, &["x"]), ["A", "C"]);
+}
+
+/// One decoder from a frame to a request: no second "hot" decoding path beside it, kept
+/// equal to the first by property tests.
+#[test]
+fn no_second_decoding_path() {
+    let hot: Vec<String> = load()
+        .iter()
+        .filter(|f| f.module.iter().any(|m| m == "hot" || m.starts_with("hot_")))
+        .map(|f| f.path.display().to_string())
+        .collect();
+    assert!(hot.is_empty(), "a second decoding path: {hot:?}");
+}
+
+/// An answer crosses the transport as one thing, its JSON text: no `Value` variant beside it
+/// for a second encoding path.
+#[test]
+fn answers_have_one_form() {
+    let mut found = Vec::new();
+    for f in load() {
+        for name in [
+            "Answer::Value",
+            "Reply::Value",
+            "Answer::Json",
+            "Reply::Text",
+        ] {
+            if f.code.contains(name) {
+                found.push(format!("{}: {name}", f.path.display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:?}");
+}
+
+/// Wire key order comes from a type's own `Serialize` (field order, or a hand-written impl
+/// such as `protocol::message::WithFields`), never from a `Sorted*` copy of its fields.
+#[test]
+fn no_sorted_mirror_structs() {
+    let mirrors: Vec<String> = load()
+        .iter()
+        .filter(|f| f.code.contains("struct Sorted"))
+        .map(|f| f.path.display().to_string())
+        .collect();
+    assert!(mirrors.is_empty(), "Sorted* mirror structs in {mirrors:?}");
+}

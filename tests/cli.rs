@@ -395,7 +395,7 @@ fn a_host_holding_secrets_is_not_dumpable() {
     )
     .unwrap();
     let info = client
-        .call("local.info", json!({"version": 1}), 5_000)
+        .call_raw("local.info", &json!({"version": 1}), 5_000)
         .unwrap();
     assert_eq!(info["dumpable"], json!(false), "{info}");
     // The kernel's view (telling only when the tests do not run as root): the files of a

@@ -60,9 +60,9 @@ fn crash_config_with(ns: &Ns, extra: Value) {
 }
 
 fn send(c: &mut LocalClient, to: &str, id: &str) -> peerwire::error::Result<Value> {
-    c.call(
+    c.call_raw(
         "local.tool",
-        json!({"version": 1, "tool": "send_peer_message",
+        &json!({"version": 1, "tool": "send_peer_message",
                "args": {"to": to, "content": format!("content of {id}")}, "messageId": id}),
         20_000,
     )

@@ -34,9 +34,9 @@ fn state_of(ns: &Ns, host: &Host, id: &str) -> String {
 /// Every retained message of `host`'s inbox with this id.
 fn inbox_with(host: &Host, id: &str) -> Vec<Value> {
     let page = client(host)
-        .call(
+        .call_raw(
             "local.tool",
-            json!({"version": 1, "tool": "peer_messages", "args": {"messageId": id}}),
+            &json!({"version": 1, "tool": "peer_messages", "args": {"messageId": id}}),
             20_000,
         )
         .unwrap();
@@ -147,9 +147,9 @@ fn a_stopping_receiver_still_answers_the_sends_it_accepted() {
     let (tx, answer) = std::sync::mpsc::channel();
     let mut c = client(&alice);
     let sender = std::thread::spawn(move || {
-        let _ = tx.send(c.call(
+        let _ = tx.send(c.call_raw(
             "local.tool",
-            json!({"version": 1, "tool": "send_peer_message",
+            &json!({"version": 1, "tool": "send_peer_message",
                    "args": {"to": to, "content": "last words"}, "messageId": "d-1"}),
             30_000,
         ));
@@ -323,9 +323,9 @@ fn expiry_holds_on_every_read_path_before_any_sweep() {
     // Preparing (recording context) fails too.
     let mut c = client(&bob);
     let e = c
-        .call(
+        .call_raw(
             "local.prepare",
-            json!({"version": 1, "messageId": "x-prepare"}),
+            &json!({"version": 1, "messageId": "x-prepare"}),
             20_000,
         )
         .unwrap_err();
@@ -338,9 +338,9 @@ fn expiry_holds_on_every_read_path_before_any_sweep() {
     }
     // A model reading its messages is not handed expired mail as new context.
     let page = c
-        .call(
+        .call_raw(
             "local.tool",
-            json!({"version": 1, "tool": "peer_messages", "args": {}}),
+            &json!({"version": 1, "tool": "peer_messages", "args": {}}),
             20_000,
         )
         .unwrap();
@@ -525,7 +525,7 @@ fn a_failing_sweep_is_visible_in_the_log_and_in_local_info() {
     );
     let info = || {
         client(&bob)
-            .call("local.info", json!({"version": 1}), 10_000)
+            .call_raw("local.info", &json!({"version": 1}), 10_000)
             .unwrap()
     };
     assert!(

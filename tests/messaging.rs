@@ -22,9 +22,9 @@ fn client(host: &Host) -> LocalClient {
 }
 
 fn send(c: &mut LocalClient, to: &str, id: &str, content: &str) -> peerwire::error::Result<Value> {
-    c.call(
+    c.call_raw(
         "local.tool",
-        json!({"version": 1, "tool": "send_peer_message",
+        &json!({"version": 1, "tool": "send_peer_message",
                "args": {"to": to, "content": content}, "messageId": id}),
         60_000,
     )
@@ -58,7 +58,9 @@ fn quick_routes(ns: &Ns, extra: Value) {
 /// A root's journal counters so far, from `local.info`: (fdatasyncs, of them the ones a send
 /// led for its own intent).
 fn syncs(c: &mut LocalClient) -> (u64, u64) {
-    let info = c.call("local.info", json!({"version": 1}), 10_000).unwrap();
+    let info = c
+        .call_raw("local.info", &json!({"version": 1}), 10_000)
+        .unwrap();
     let n = |k: &str| {
         info["store"][k]
             .as_u64()
@@ -247,9 +249,9 @@ fn receipts_only_move_forward() {
     assert!(eventually(20, || status(&ns, &alice, "f-1") == "consumed"));
     // A late "prepared" (context recorded again) leaves it consumed.
     let mut b = client(&bob);
-    let _ = b.call(
+    let _ = b.call_raw(
         "local.prepare",
-        json!({"version": 1, "messageId": "f-1"}),
+        &json!({"version": 1, "messageId": "f-1"}),
         20_000,
     );
     let state_of = |id: &str| with_id(&inbox(&bob), id)[0]["state"].clone();
@@ -259,9 +261,9 @@ fn receipts_only_move_forward() {
     assert_eq!(code_of(&o), Some(0), "{}", stderr(&o));
     assert!(eventually(20, || status(&ns, &alice, "f-2") == "replied"));
     let _ = peer_as(&ns, &bob, &["consume", "f-2"]);
-    let _ = b.call(
+    let _ = b.call_raw(
         "local.prepare",
-        json!({"version": 1, "messageId": "f-2"}),
+        &json!({"version": 1, "messageId": "f-2"}),
         20_000,
     );
     assert_eq!(state_of("f-2"), json!("replied"));

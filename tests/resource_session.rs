@@ -53,9 +53,9 @@ fn client_of(host: &Host) -> LocalClient {
 }
 
 fn tool(client: &mut LocalClient, args: Value) -> peerwire::error::Result<Value> {
-    client.call(
+    client.call_raw(
         "local.tool",
-        json!({"tool": "coordinate_resource", "args": args}),
+        &json!({"tool": "coordinate_resource", "args": args}),
         10_000,
     )
 }

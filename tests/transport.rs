@@ -13,8 +13,8 @@ use peerwire::presence::{Publisher, Record};
 use peerwire::protocol::handshake::{Expected, Initiator, Party, Role, transcript};
 use peerwire::protocol::rpc::{self, Incoming};
 use peerwire::transport::{
-    Endpoint, Handler, LocalClient, LocalIdentity, NotificationSink, Notifier, PeerInfo, Pool,
-    Target, Verifier,
+    Answer, Endpoint, Handler, LocalClient, LocalIdentity, NotificationSink, Notifier, PeerInfo,
+    Pool, Target, Verifier,
 };
 use serde_json::{Map, Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -172,7 +172,7 @@ impl Handler for Recorder {
         method: &str,
         params: Map<String, Value>,
         _notify: &Notifier,
-    ) -> peerwire::error::Result<Value> {
+    ) -> peerwire::error::Result<Answer> {
         let state = params.get("state").cloned();
         let answer = if method == "peer.send" {
             // Custody as a minimal recipient: the receipt the runtime expects back.
@@ -193,7 +193,7 @@ impl Handler for Recorder {
         self.0
             .lock()
             .push((from.instance_id.clone(), method.to_string(), params));
-        Ok(answer)
+        Answer::of(&answer)
     }
     fn local_request(
         &self,
@@ -420,10 +420,12 @@ fn two_hosts_and_a_pool_client_exchange_authenticated_requests() {
     let cf = peerwire::runtime::control::read(&b.control).unwrap();
     let mut local =
         LocalClient::connect(&cf.endpoint, cf.secret_bytes().unwrap(), &Limits::default()).unwrap();
-    let info = local.call("local.info", json!({"version": 1}), 0).unwrap();
+    let info = local
+        .call_raw("local.info", &json!({"version": 1}), 0)
+        .unwrap();
     assert_eq!(info["instanceId"], json!(b.instance_id));
     let consumed = local
-        .call("local.consume", json!({"version":1,"messageId":"m-1"}), 0)
+        .call_raw("local.consume", &json!({"version":1,"messageId":"m-1"}), 0)
         .unwrap();
     assert!(consumed.is_object(), "{consumed}");
     assert!(
@@ -463,7 +465,7 @@ fn two_hosts_and_a_pool_client_exchange_authenticated_requests() {
     // The other direction: B consumes A's message and pushes the receipt to A's endpoint.
     let from_a = receipt["messageId"].as_str().unwrap();
     local
-        .call("local.consume", json!({"version":1,"messageId":from_a}), 0)
+        .call_raw("local.consume", &json!({"version":1,"messageId":from_a}), 0)
         .unwrap();
     assert!(
         eventually(20, || {
@@ -800,7 +802,8 @@ fn local_only_methods_are_denied_to_peers_and_the_local_channel_needs_its_secret
     let mut ok =
         LocalClient::connect(&cf.endpoint, cf.secret_bytes().unwrap(), &Limits::default()).unwrap();
     assert_eq!(
-        ok.call("local.info", json!({"version": 1}), 0).unwrap()["peerId"],
+        ok.call_raw("local.info", &json!({"version": 1}), 0)
+            .unwrap()["peerId"],
         json!(b.peer_id)
     );
     assert_serves(&b, &client);
@@ -990,9 +993,9 @@ fn the_manpage_example_is_answered_by_a_real_host_as_documented() {
     let mut local =
         LocalClient::connect(&cf.endpoint, cf.secret_bytes().unwrap(), &Limits::default()).unwrap();
     local
-        .call(
+        .call_raw(
             "local.consume",
-            json!({"version":1,"messageId":got["result"]["messageId"]}),
+            &json!({"version":1,"messageId":got["result"]["messageId"]}),
             0,
         )
         .unwrap();

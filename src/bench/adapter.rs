@@ -4,6 +4,7 @@
 use crate::config::Limits;
 use crate::config::internal::{BENCH_POLL_MARGIN_MS, BENCH_SEND_TIMEOUT_MS};
 use crate::error::{Code, Error, Result};
+use crate::protocol::local::{LocalCall, LocalRequest};
 use crate::transport::LocalClient;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -62,7 +63,14 @@ impl Adapter {
     fn tool(&mut self, tool: &str, params: Value, timeout_ms: u64) -> Result<Value> {
         let mut p = params;
         p["tool"] = json!(tool);
-        self.client.call("local.tool", p, timeout_ms)
+        let Value::Object(p) = p else {
+            return Err(Error::new(
+                Code::Usage,
+                "bench: tool params must be an object",
+            ));
+        };
+        let call = LocalCall::decode("local.tool", p)?;
+        self.client.call(&LocalRequest::root(call), timeout_ms)
     }
 
     /// Sends `content` to `to` as message `id` (so a failed send can still be looked for in
@@ -108,7 +116,7 @@ impl Adapter {
 
     fn info(&mut self) -> Result<Value> {
         self.client
-            .call("local.info", json!({}), BENCH_SEND_TIMEOUT_MS)
+            .call(&LocalRequest::root(LocalCall::Info), BENCH_SEND_TIMEOUT_MS)
     }
 
     /// One `peer_messages` page after `after`, waiting up to `wait_ms` for something new.

@@ -541,14 +541,15 @@ fn run_capabilities(
 ) -> Result<Vec<String>> {
     let mut client =
         crate::transport::LocalClient::connect(&cf.endpoint, cf.secret_bytes()?, limits)?;
-    let (method, params) = crate::protocol::local::LocalRequest {
-        run_id: Some(run.to_string()),
-        auto: None,
-        call: crate::protocol::local::LocalCall::Info,
-    }
-    .encode();
-    let info = client.call(method, params, limits.acknowledgement_ms)?;
-    Ok(super::decode::<crate::runtime::handler::Info>(&info)?.capabilities)
+    let info: crate::runtime::handler::Info = client.call(
+        &crate::protocol::local::LocalRequest {
+            run_id: Some(run.to_string()),
+            auto: None,
+            call: crate::protocol::local::LocalCall::Info,
+        },
+        limits.acknowledgement_ms,
+    )?;
+    Ok(info.capabilities)
 }
 
 #[cfg(test)]

@@ -88,13 +88,12 @@ impl Session {
         let auto = std::env::var(crate::runtime::auto::ENV_AUTO)
             .ok()
             .filter(|s| !s.is_empty());
-        let (method, params) = LocalRequest {
+        let info_req = LocalRequest {
             run_id: run_id.clone(),
             auto: None,
             call: LocalCall::Info,
-        }
-        .encode();
-        let info = client.call(method, params, limits.acknowledgement_ms.max(5_000))?;
+        };
+        let info: Value = client.call(&info_req, limits.acknowledgement_ms.max(5_000))?;
         if let Some(l) = info.get("limits") {
             let get = |k: &str, d: u64| l.get(k).and_then(Value::as_u64).unwrap_or(d);
             limits.message_bytes = get("messageBytes", limits.message_bytes);
@@ -142,8 +141,7 @@ impl Session {
                     auto: auto.clone(),
                     call,
                 };
-                let (method, params) = req.encode();
-                client.call(method, params, timeout)
+                client.call(&req, timeout)
             }
             Session::InProcess { root, .. } => {
                 let answer = handler::local_request(&root.core, None, LocalRequest::root(call))?;

@@ -27,7 +27,6 @@
 //! Queue bounds are unchanged: an inline call takes no queue slot, and the reader runs at
 //! most one at a time.
 
-mod hot;
 mod lines;
 mod out;
 mod queue;

@@ -135,18 +135,6 @@ impl Session {
 
     /// Handles one line (without its `\n`).
     pub fn handle(&mut self, line: &[u8]) -> Action {
-        // A plain send skips the value tree (see `mcp::hot`); only once initialized, since
-        // before that the general path refuses every tools/call.
-        if self.initialized
-            && let Some(send) = super::hot::decode_send(line)
-        {
-            return send_call(send);
-        }
-        self.handle_general(line)
-    }
-
-    /// [`handle`](Self::handle) through the `Value` tree, for every line.
-    pub(super) fn handle_general(&mut self, line: &[u8]) -> Action {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.iter().all(u8::is_ascii_whitespace) {
             return Action::Nothing;
@@ -342,18 +330,6 @@ impl Session {
                 Action::Reply(error_response(id, INVALID_PARAMS, Code::Usage, &e.message))
             }
         }
-    }
-}
-
-/// A decoded plain send as the action the general path gives it: the call when its arguments
-/// pass the tool reader's checks, else their error as a tool result.
-pub(super) fn send_call(s: super::hot::McpSend) -> Action {
-    match crate::toolspec::send_args(&s.to, s.content, s.topic, s.reply_to) {
-        Ok(args) => Action::Call {
-            id: s.id,
-            call: ToolCall::Send(args),
-        },
-        Err(e) => Action::Reply(result_response(s.id, super::wrap::tool_result(Err(e)))),
     }
 }
 

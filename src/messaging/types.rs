@@ -2,8 +2,9 @@
 //! principals, sends, receipts, inbox/outbox entries, events, pushes and read queries.
 
 use crate::error::{Code, Error};
-use crate::protocol::message as wire;
-pub use crate::protocol::message::{MessageBody, ReceiptState};
+/// A custody receipt, one type from the wire to the journal: the store keeps it in its
+/// declaration order, the wire writes its keys sorted.
+pub use crate::protocol::message::{MessageBody, Receipt, ReceiptState};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
@@ -59,75 +60,6 @@ pub struct OutboundSend {
     pub body: MessageBody,
     pub correlation_id: Option<String>,
     pub expires_at_ms: Option<u64>,
-}
-
-/// A custody receipt as the store keeps it: the actual state of one message at its
-/// recipient, with the original target and correlation. Its wire form is
-/// [`crate::protocol::message::Receipt`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Receipt {
-    pub message_id: String,
-    /// The original sender's peerId.
-    pub from_peer_id: String,
-    /// The original target's peerId.
-    pub to_peer_id: String,
-    pub state: ReceiptState,
-    /// The recipient's own sequence (0 when the recipient never accepted the message).
-    pub sequence: u64,
-    pub correlation_id: String,
-    pub at_ms: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reply_message_id: Option<String>,
-    /// The refusal code name (e.g. `QUEUE_FULL`) for a `refused` receipt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<String>,
-}
-
-impl Receipt {
-    /// Whether `self` may replace `cur` as the latest receipt of an outbox entry. Progress only
-    /// moves forward; but a failure the recipient never confirmed holding the message for
-    /// (sequence 0: a refusal before acceptance, or the sender's own expiry of an entry it
-    /// never got an answer for) yields to the recipient's own receipt for the message it holds
-    /// (sequence above 0): that receipt is the recipient's statement, ours was an inference.
-    pub fn may_replace(&self, cur: &Receipt) -> bool {
-        cur.state.may_become(self.state)
-            || (cur.state.is_failure() && cur.sequence == 0 && self.sequence > 0)
-    }
-}
-
-/// The record and the wire answer carry the same fields; they are kept apart so either can
-/// change without the other.
-impl From<Receipt> for wire::Receipt {
-    fn from(r: Receipt) -> wire::Receipt {
-        wire::Receipt {
-            message_id: r.message_id,
-            from_peer_id: r.from_peer_id,
-            to_peer_id: r.to_peer_id,
-            state: r.state,
-            sequence: r.sequence,
-            correlation_id: r.correlation_id,
-            at_ms: r.at_ms,
-            reply_message_id: r.reply_message_id,
-            code: r.code,
-        }
-    }
-}
-
-impl From<wire::Receipt> for Receipt {
-    fn from(r: wire::Receipt) -> Receipt {
-        Receipt {
-            message_id: r.message_id,
-            from_peer_id: r.from_peer_id,
-            to_peer_id: r.to_peer_id,
-            state: r.state,
-            sequence: r.sequence,
-            correlation_id: r.correlation_id,
-            at_ms: r.at_ms,
-            reply_message_id: r.reply_message_id,
-            code: r.code,
-        }
-    }
 }
 
 /// A message in custody at one of our recipients.

@@ -192,15 +192,7 @@ impl LocalCall {
             "local.wait_receipt" => LocalCall::WaitReceipt(fields(params)?),
             "local.run.publish" => LocalCall::RunPublish(fields(params)?),
             "local.run.retire" => LocalCall::RunRetire(fields(params)?),
-            other => {
-                return Err(Error::new(
-                    Code::MethodNotFound,
-                    format!(
-                        "unknown local method {}",
-                        crate::sanitize::line(other, crate::config::internal::ECHO_CHARS_MAX)
-                    ),
-                ));
-            }
+            other => return Err(super::rpc::unknown_method("local method", other)),
         })
     }
 

@@ -7,8 +7,10 @@
 
 use crate::error::{Code, Error, Result};
 use crate::{identity, sanitize};
+use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 /// The text of one message and how it threads: the same three fields in tool arguments, the
 /// outbox, the wire and the inbox.
@@ -141,27 +143,17 @@ pub struct Receipt {
     pub code: Option<String>,
 }
 
-/// A receipt's fields in the order a `Value` object writes its keys (sorted), so it
-/// serialises to the bytes the receipt's `Value` gives without building one.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SortedReceipt<'a> {
-    at_ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    code: Option<&'a str>,
-    correlation_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    flushed_device: Option<u64>,
-    from_peer_id: &'a str,
-    message_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reply_message_id: Option<&'a str>,
-    sequence: u64,
-    state: ReceiptState,
-    to_peer_id: &'a str,
-}
-
 impl Receipt {
+    /// Whether `self` may replace `cur` as the latest receipt of an outbox entry. Progress only
+    /// moves forward; but a failure the recipient never confirmed holding the message for
+    /// (sequence 0: a refusal before acceptance, or the sender's own expiry of an entry it
+    /// never got an answer for) yields to the recipient's own receipt for the message it holds
+    /// (sequence above 0): that receipt is the recipient's statement, ours was an inference.
+    pub fn may_replace(&self, cur: &Receipt) -> bool {
+        cur.state.may_become(self.state)
+            || (cur.state.is_failure() && cur.sequence == 0 && self.sequence > 0)
+    }
+
     /// The receipt as compact JSON text, byte for byte what serialising its `Value` writes
     /// (keys in sorted order).
     pub fn to_json(&self) -> Vec<u8> {
@@ -171,21 +163,28 @@ impl Receipt {
     /// [`to_json`](Self::to_json) as a `peer.send` answer, with the recipient's
     /// `flushedDevice` statement when it makes one (see [`FLUSHED_DEVICE`]).
     pub fn to_json_stating(&self, flushed_device: Option<u64>) -> Vec<u8> {
-        super::rpc::json_sized(
-            &SortedReceipt {
-                at_ms: self.at_ms,
-                code: self.code.as_deref(),
-                correlation_id: &self.correlation_id,
-                flushed_device,
-                from_peer_id: &self.from_peer_id,
-                message_id: &self.message_id,
-                reply_message_id: self.reply_message_id.as_deref(),
-                sequence: self.sequence,
-                state: self.state,
-                to_peer_id: &self.to_peer_id,
-            },
-            RECEIPT_JSON_BYTES,
-        )
+        let stated = flushed_device.map(|d| (FLUSHED_DEVICE, Field::Num(d)));
+        let extra = stated.as_slice();
+        super::rpc::json_sized(&WithFields(self, extra), RECEIPT_JSON_BYTES)
+    }
+
+    /// The receipt's wire entries in sorted key order; absent optionals are `None` (left
+    /// out, not written as `null`).
+    fn wire_fields(&self) -> [(&'static str, Option<Field<'_>>); 9] {
+        [
+            ("atMs", Some(Field::Num(self.at_ms))),
+            ("code", self.code.as_deref().map(Field::Str)),
+            ("correlationId", Some(Field::Str(&self.correlation_id))),
+            ("fromPeerId", Some(Field::Str(&self.from_peer_id))),
+            ("messageId", Some(Field::Str(&self.message_id))),
+            (
+                "replyMessageId",
+                self.reply_message_id.as_deref().map(Field::Str),
+            ),
+            ("sequence", Some(Field::Num(self.sequence))),
+            ("state", Some(Field::Str(self.state.name()))),
+            ("toPeerId", Some(Field::Str(&self.to_peer_id))),
+        ]
     }
 
     /// A receipt a peer answered with (the result of `peer.send` or `peer.status`).
@@ -199,94 +198,140 @@ impl Receipt {
     }
 }
 
+/// One borrowed value of a wire object that carries a receipt's entries beside its own.
+#[derive(Clone, Copy, Debug)]
+pub enum Field<'a> {
+    Num(u64),
+    Bool(bool),
+    Str(&'a str),
+    /// Written as `null`.
+    Null,
+    Strs(&'a [String]),
+}
+
+impl Serialize for Field<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match *self {
+            Field::Num(n) => s.serialize_u64(n),
+            Field::Bool(b) => s.serialize_bool(b),
+            Field::Str(t) => s.serialize_str(t),
+            Field::Null => s.serialize_unit(),
+            Field::Strs(l) => l.serialize(s),
+        }
+    }
+}
+
+impl<'a> Field<'a> {
+    /// An optional string: `null` when absent.
+    pub fn opt_str(v: Option<&'a str>) -> Field<'a> {
+        v.map_or(Field::Null, Field::Str)
+    }
+}
+
+/// A receipt serialised as the wire writes every object that carries it: its own entries and
+/// the extra entries of `.1` (sorted by key) in one object, all keys in sorted order, the
+/// order a `Value` object writes them, so the bytes are the ones its `Value` gives. The
+/// receipt's derived `Serialize` keeps the declaration order the store's records have
+/// always had.
+pub struct WithFields<'a>(pub &'a Receipt, pub &'a [(&'static str, Field<'a>)]);
+
+impl Serialize for WithFields<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let own = self.0.wire_fields();
+        let mut own = own
+            .iter()
+            .filter_map(|(k, v)| v.map(|v| (*k, v)))
+            .peekable();
+        let mut extra = self.1.iter().copied().peekable();
+        let mut m = s.serialize_map(None)?;
+        loop {
+            let next = match (own.peek(), extra.peek()) {
+                (Some(a), Some(b)) if b.0 < a.0 => extra.next(),
+                (Some(_), _) => own.next(),
+                (None, _) => extra.next(),
+            };
+            let Some((k, v)) = next else { break };
+            m.serialize_entry(k, &v)?;
+        }
+        m.end()
+    }
+}
+
 /// The params of `peer.send`: one message for one exact recipient. Who sends it is the
-/// authenticated connection plus `fromRun`, never a field of these params.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// authenticated connection plus `fromRun`, never a field of these params. Decoded params own
+/// their strings; a delivery attempt borrows them from where the message is kept, so it
+/// copies none of it, its content least of all.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PeerSend {
+pub struct PeerSend<'a> {
     /// Always 1 on the way out; the endpoint has checked it on the way in.
     #[serde(default = "protocol_version", skip_deserializing)]
     pub version: u64,
-    pub message_id: String,
+    pub message_id: Cow<'a, str>,
     /// The recipient's peerId.
-    pub to: String,
+    pub to: Cow<'a, str>,
     /// The sending root's run, or None for the root itself.
     #[serde(default)]
-    pub from_run: Option<String>,
+    pub from_run: Option<Cow<'a, str>>,
     #[serde(flatten)]
-    pub body: MessageBody,
+    pub body: Cow<'a, MessageBody>,
     #[serde(default)]
-    pub correlation_id: Option<String>,
+    pub correlation_id: Option<Cow<'a, str>>,
     /// Epoch milliseconds.
     #[serde(default, rename = "expiresAt")]
     pub expires_at_ms: Option<u64>,
 }
 
-/// `peer.send` params in the order a `Value` object writes its keys (sorted, the body's
-/// fields flattened, absent optionals as `null`): they serialise to the bytes the params'
-/// `Value` gives without building one.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SortedPeerSend<'a> {
-    content: &'a str,
-    correlation_id: Option<&'a str>,
-    expires_at: Option<u64>,
-    from_run: Option<&'a str>,
-    message_id: &'a str,
-    reply_to: Option<&'a str>,
-    to: &'a str,
-    topic: Option<&'a str>,
-    version: u64,
+/// `peer.send` params as the encoder writes them: keys in sorted order, the order a `Value`
+/// object writes them (the body's fields flattened, absent optionals as `null`), so they
+/// serialise to the bytes the params' `Value` gives without building one.
+impl Serialize for PeerSend<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let body = &*self.body;
+        let mut m = s.serialize_map(Some(9))?;
+        m.serialize_entry("content", &body.content)?;
+        m.serialize_entry("correlationId", &self.correlation_id)?;
+        m.serialize_entry("expiresAt", &self.expires_at_ms)?;
+        m.serialize_entry("fromRun", &self.from_run)?;
+        m.serialize_entry("messageId", &self.message_id)?;
+        m.serialize_entry("replyTo", &body.reply_to)?;
+        m.serialize_entry("to", &self.to)?;
+        m.serialize_entry("topic", &body.topic)?;
+        m.serialize_entry("version", &self.version)?;
+        m.end()
+    }
 }
 
-impl<'a> SortedPeerSend<'a> {
-    /// `peer.send` params (this protocol's version) borrowed from where the message is kept,
-    /// so a delivery attempt copies none of it, its content least of all.
+impl<'a> PeerSend<'a> {
+    /// `peer.send` params (this protocol's version) borrowed from where the message is kept.
     pub fn of_parts(
         message_id: &'a str,
         to: &'a str,
         from_run: Option<&'a str>,
         body: &'a MessageBody,
         correlation_id: Option<&'a str>,
-        expires_at: Option<u64>,
-    ) -> SortedPeerSend<'a> {
-        SortedPeerSend {
-            content: &body.content,
-            correlation_id,
-            expires_at,
-            from_run,
-            message_id,
-            reply_to: body.reply_to.as_deref(),
-            to,
-            topic: body.topic.as_deref(),
+        expires_at_ms: Option<u64>,
+    ) -> PeerSend<'a> {
+        PeerSend {
             version: crate::protocol::PROTOCOL_VERSION,
+            message_id: Cow::Borrowed(message_id),
+            to: Cow::Borrowed(to),
+            from_run: from_run.map(Cow::Borrowed),
+            body: Cow::Borrowed(body),
+            correlation_id: correlation_id.map(Cow::Borrowed),
+            expires_at_ms,
         }
     }
 
     /// Bytes of content the params carry.
     pub fn content_len(&self) -> usize {
-        self.content.len()
+        self.body.content.len()
     }
 }
 
-impl PeerSend {
-    /// The params as the encoder writes them, without a `Value` (see [`SortedPeerSend`]).
-    pub fn sorted(&self) -> SortedPeerSend<'_> {
-        SortedPeerSend {
-            version: self.version,
-            ..SortedPeerSend::of_parts(
-                &self.message_id,
-                &self.to,
-                self.from_run.as_deref(),
-                &self.body,
-                self.correlation_id.as_deref(),
-                self.expires_at_ms,
-            )
-        }
-    }
-
+impl PeerSend<'static> {
     /// Reads and checks `peer.send` params: every malformed field is `USAGE`.
-    pub fn decode(params: Map<String, Value>) -> Result<PeerSend> {
+    pub fn decode(params: Map<String, Value>) -> Result<PeerSend<'static>> {
         let send: PeerSend = serde_json::from_value(Value::Object(params))
             .map_err(|e| Error::new(Code::Usage, format!("peer.send params: {e}")))?;
         check_id("fromRun", send.from_run.as_deref())?;
@@ -299,7 +344,7 @@ impl PeerSend {
 
 /// The params of `peer.receipt`: a recipient's receipt plus the run of the recipient that
 /// states it (its peerId must be the receipt's `toPeerId`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReceiptPush {
     #[serde(default = "protocol_version", skip_deserializing)]
@@ -310,45 +355,19 @@ pub struct ReceiptPush {
     pub receipt: Receipt,
 }
 
-/// `peer.receipt` params in the order a `Value` object writes its keys (sorted, the
-/// receipt's fields flattened): they serialise to the bytes the params' `Value` gives.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SortedReceiptPush<'a> {
-    at_ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    code: Option<&'a str>,
-    correlation_id: &'a str,
-    from_peer_id: &'a str,
-    from_run: Option<&'a str>,
-    message_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reply_message_id: Option<&'a str>,
-    sequence: u64,
-    state: ReceiptState,
-    to_peer_id: &'a str,
-    version: u64,
+/// `peer.receipt` params as the encoder writes them: keys in sorted order, the order a
+/// `Value` object writes them (the receipt's fields flattened, `fromRun` null when absent).
+impl Serialize for ReceiptPush {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let extra = [
+            ("fromRun", Field::opt_str(self.from_run.as_deref())),
+            ("version", Field::Num(self.version)),
+        ];
+        WithFields(&self.receipt, &extra).serialize(s)
+    }
 }
 
 impl ReceiptPush {
-    /// The params as the encoder writes them, without a `Value` (see [`SortedReceiptPush`]).
-    pub fn sorted(&self) -> SortedReceiptPush<'_> {
-        let r = &self.receipt;
-        SortedReceiptPush {
-            at_ms: r.at_ms,
-            code: r.code.as_deref(),
-            correlation_id: &r.correlation_id,
-            from_peer_id: &r.from_peer_id,
-            from_run: self.from_run.as_deref(),
-            message_id: &r.message_id,
-            reply_message_id: r.reply_message_id.as_deref(),
-            sequence: r.sequence,
-            state: r.state,
-            to_peer_id: &r.to_peer_id,
-            version: self.version,
-        }
-    }
-
     /// Reads `peer.receipt` params: a malformed `fromRun` is `USAGE`, a malformed receipt
     /// `INVALID_REQUEST`.
     pub fn decode(params: Map<String, Value>) -> Result<ReceiptPush> {

@@ -3,6 +3,7 @@
 
 use super::*;
 use serde_json::json;
+use std::borrow::Cow;
 
 const TO: &str = "p-0123456789abcdef01234567";
 
@@ -18,13 +19,13 @@ fn obj(v: Value) -> Map<String, Value> {
     }
 }
 
-fn sample_send() -> PeerSend {
+fn sample_send() -> PeerSend<'static> {
     PeerSend {
         version: 1,
         message_id: "m-1".into(),
         to: TO.into(),
         from_run: None,
-        body: MessageBody::text("hello"),
+        body: Cow::Owned(MessageBody::text("hello")),
         correlation_id: Some("m-1".into()),
         expires_at_ms: Some(1_700_000_000_000),
     }
@@ -47,8 +48,8 @@ fn peer_send_encodes_the_bytes_the_old_encoder_wrote() {
     assert_eq!(bytes(&sample_send()), bytes(&old));
     let mut threaded = sample_send();
     threaded.from_run = Some("r-1".into());
-    threaded.body.topic = Some("build".into());
-    threaded.body.reply_to = Some("m-0".into());
+    threaded.body.to_mut().topic = Some("build".into());
+    threaded.body.to_mut().reply_to = Some("m-0".into());
     let old = json!({
         "version": 1, "messageId": "m-1", "to": TO, "fromRun": "r-1", "content": "hello",
         "topic": "build", "replyTo": "m-0", "correlationId": "m-1",
@@ -63,7 +64,7 @@ fn peer_send_reads_what_the_old_reader_accepted() {
     // Optional fields absent or null, no version, unknown fields ignored.
     let minimal = json!({"messageId": "m-1", "to": TO, "content": "hello", "extra": [1]});
     let got = PeerSend::decode(obj(minimal)).unwrap();
-    assert_eq!(got.body, MessageBody::text("hello"));
+    assert_eq!(*got.body, MessageBody::text("hello"));
     assert_eq!(
         (got.from_run, got.correlation_id, got.expires_at_ms),
         (None, None, None)

@@ -84,6 +84,18 @@ impl Reject {
     }
 }
 
+/// `METHOD_NOT_FOUND` for a `kind` (`method`, `local method`) no reader knows, its name
+/// echoed bounded and sanitized.
+pub fn unknown_method(kind: &str, method: &str) -> Error {
+    Error::new(
+        Code::MethodNotFound,
+        format!(
+            "unknown {kind} {}",
+            crate::sanitize::line(method, crate::config::internal::ECHO_CHARS_MAX)
+        ),
+    )
+}
+
 /// Parses one frame (without its newline). Never panics, whatever the bytes.
 pub fn parse(frame: &[u8]) -> Result<Incoming, Reject> {
     let value: Value = match serde_json::from_slice(frame) {
@@ -245,7 +257,7 @@ struct Envelope<'a, P: ?Sized = Value> {
 }
 
 /// A request frame. `params` is a `Value` object, or typed params that serialise as the
-/// bytes their `Value` would (keys in sorted order, e.g. [`crate::protocol::message::SortedPeerSend`]).
+/// bytes their `Value` would (keys in sorted order, e.g. [`crate::protocol::message::PeerSend`]).
 pub fn encode_request<P: serde::Serialize + ?Sized>(id: &Id, method: &str, params: &P) -> Vec<u8> {
     encode_request_with(id, method, params, 0)
 }

@@ -6,7 +6,7 @@ use super::core::{Core, Reach};
 use crate::clock;
 use crate::error::{Code, Error, Result};
 use crate::messaging::{InboundSend, OutboxEntry, Principal, Receipt, is_retryable};
-use crate::protocol::message::{ReceiptPush, SortedPeerSend};
+use crate::protocol::message::{PeerSend, ReceiptPush};
 use std::time::Duration;
 
 use crate::config::internal::PUSH_BATCH;
@@ -28,7 +28,7 @@ impl Core {
             _ => None,
         };
         let target = self.presence.target_of(&entry.to.instance_id, reach)?;
-        let send = SortedPeerSend::of_parts(
+        let send = PeerSend::of_parts(
             &entry.message_id,
             &entry.to.peer_id,
             from_run.as_deref(),
@@ -59,7 +59,7 @@ impl Core {
                 ),
                 _ => e,
             })?;
-        Ok((r.into(), stated))
+        Ok((r, stated))
     }
 
     /// [`deliver`](Self::deliver) to one of our own peers: accepted into our own store and
@@ -142,7 +142,7 @@ impl Core {
         let push = ReceiptPush {
             version: crate::protocol::PROTOCOL_VERSION,
             from_run,
-            receipt: receipt.clone().into(),
+            receipt: receipt.clone(),
         };
         self.outbox
             .pool()

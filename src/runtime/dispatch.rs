@@ -1,16 +1,16 @@
 //! The runtime's JSON edge: the transport's [`Handler`] and MCP's [`ToolHost`] implemented
 //! over the typed dispatch of `handler` and `tools`. Params arrive as the JSON objects the
-//! frame decoder produced and are decoded into protocol types here (the hot `peer.send` and
-//! `peer.receipt` arrive already typed, decoded from the frame's bytes by `protocol::hot`);
-//! typed answers leave as JSON objects here. Nothing else in the runtime handles JSON values.
+//! frame decoder produced and are decoded into protocol types here; typed answers leave as
+//! JSON objects here, or as their JSON text where they write it themselves (a receipt, a
+//! send's answer). Nothing else in the runtime handles JSON values.
 
 use super::core::Core;
 use super::handler::{self, LocalAnswer};
 use super::model_tools::{CallOptions, execute};
 use crate::error::{Code, Error, Result};
-use crate::protocol::hot::{HotCall, LocalSend};
 use crate::protocol::local::LocalRequest;
-use crate::protocol::message::{PeerSend, PeerStatus, ReceiptPush};
+use crate::protocol::message::ReceiptPush;
+use crate::protocol::peer::{PeerAnswer, PeerRequest, receipt_notification};
 use crate::toolspec::answer::ToolAnswer;
 use crate::toolspec::{ToolCall, ToolHost, ToolOutput};
 use crate::transport::{Answer, Handler, Notifier, PeerInfo};
@@ -38,8 +38,8 @@ pub fn local(
     encode(&answer)
 }
 
-/// [`local`] answered as JSON text where a typed answer writes its own (a send's receipt,
-/// the hot local call), else as its `Value`: the same bytes either way.
+/// [`local`] answered as JSON text: written by the typed answer itself where it can (a
+/// send's answer), else through its `Value`; the same bytes either way.
 fn local_answer(
     core: &Arc<Core>,
     bound: Option<&str>,
@@ -47,8 +47,8 @@ fn local_answer(
     p: Map<String, Value>,
 ) -> Result<Answer> {
     match handler::local_request(core, bound, LocalRequest::decode(method, p)?)? {
-        LocalAnswer::Tool(ToolAnswer::Sent(sent)) => Ok(Answer::Json(sent.to_json())),
-        answer => encode(&answer).map(Answer::Value),
+        LocalAnswer::Tool(ToolAnswer::Sent(sent)) => Ok(Answer(sent.to_json())),
+        answer => Answer::of(&encode(&answer)?),
     }
 }
 
@@ -59,39 +59,31 @@ impl Handler for RootHandler {
         method: &str,
         params: Map<String, Value>,
         notify: &Notifier,
-    ) -> Result<Value> {
+    ) -> Result<Answer> {
         let core = &self.0;
-        match method {
-            "peer.send" => {
-                let (r, stated, note) = handler::peer_send(core, from, PeerSend::decode(params)?)?;
-                let mut v = encode(&r)?;
-                if let (Some(d), Some(m)) = (stated, v.as_object_mut()) {
-                    m.insert(crate::protocol::message::FLUSHED_DEVICE.into(), d.into());
-                }
-                core.defer_arrival(r.into(), note);
-                Ok(v)
+        let answer = match PeerRequest::decode(method, params)? {
+            PeerRequest::Send(send) => {
+                let (receipt, flushed_device, note) = handler::peer_send(core, from, send)?;
+                // The answer is written before the arrival is handed on, so its text is taken
+                // now; the receipt itself goes with the arrival.
+                let text = receipt.to_json_stating(flushed_device);
+                core.defer_arrival(receipt, note);
+                return Ok(Answer(text));
             }
-            "peer.status" => {
-                let q = PeerStatus::decode(&params)?;
-                encode(&handler::peer_status(core, from, q, None)?)
+            PeerRequest::Status(q) => PeerAnswer::Receipt {
+                receipt: handler::peer_status(core, from, q, None)?,
+                flushed_device: None,
+            },
+            PeerRequest::Subscribe(q) => PeerAnswer::Receipt {
+                receipt: handler::peer_status(core, from, q, Some(notify))?,
+                flushed_device: None,
+            },
+            PeerRequest::Receipt(push) => {
+                PeerAnswer::Recorded(handler::peer_receipt(core, from, push)?)
             }
-            "peer.subscribe" => {
-                let q = PeerStatus::decode(&params)?;
-                encode(&handler::peer_status(core, from, q, Some(notify))?)
-            }
-            "peer.receipt" => {
-                let push = ReceiptPush::decode(params)?;
-                encode(&handler::peer_receipt(core, from, push)?)
-            }
-            "peer.directory" => encode(&handler::peer_directory(core)),
-            other => Err(Error::new(
-                Code::MethodNotFound,
-                format!(
-                    "unknown method {}",
-                    crate::sanitize::line(other, crate::config::internal::ECHO_CHARS_MAX)
-                ),
-            )),
-        }
+            PeerRequest::Directory => PeerAnswer::Directory(handler::peer_directory(core)),
+        };
+        Ok(Answer(answer.to_json()))
     }
 
     fn after_reply(&self) {
@@ -99,25 +91,6 @@ impl Handler for RootHandler {
         // then a send's own copy of its receipt, queued without waiting.
         self.0.announce_deferred();
         self.0.store.apply_queued_now();
-    }
-
-    fn hot_calls(&self) -> bool {
-        true
-    }
-
-    fn peer_call(&self, from: &PeerInfo, call: HotCall, _notify: &Notifier) -> Result<Answer> {
-        Ok(match call {
-            // The custody receipt goes out as its JSON text, written without a `Value`.
-            HotCall::Send(send) => {
-                let (r, stated, note) = handler::peer_send(&self.0, from, send)?;
-                let answer = r.to_json_stating(stated);
-                self.0.defer_arrival(r.into(), note);
-                Answer::Json(answer)
-            }
-            HotCall::Receipt(push) => {
-                Answer::Value(encode(&handler::peer_receipt(&self.0, from, push)?)?)
-            }
-        })
     }
 
     fn local_request(
@@ -139,18 +112,6 @@ impl Handler for RootHandler {
         local_answer(&self.0, run_id, method, params)
     }
 
-    fn local_send(
-        &self,
-        run_id: Option<&str>,
-        send: LocalSend,
-        _notify: &Notifier,
-    ) -> Result<Answer> {
-        match handler::local_send(&self.0, run_id, send)? {
-            ToolAnswer::Sent(sent) => Ok(Answer::Json(sent.to_json())),
-            other => encode(&other).map(Answer::Value),
-        }
-    }
-
     fn run_for_secret(&self, secret: &[u8; 32]) -> Option<String> {
         self.0.runs.lock().by_secret(secret)
     }
@@ -165,8 +126,8 @@ impl Handler for RootHandler {
         local(&self.0, Some(run_id), method, params)
     }
 
-    fn peer_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
-        self.on_notification(from, method, params);
+    fn receipt_notification(&self, from: &PeerInfo, push: ReceiptPush) {
+        handler::receipt_notification(&self.0, from, push);
     }
 }
 
@@ -174,10 +135,7 @@ impl RootHandler {
     /// Notifications from peers (on either direction of a connection). Receipt updates of a
     /// `peer.subscribe` are advisory: the durable copy arrives as a `peer.receipt` request.
     pub fn on_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
-        if method != "peer.receipt" {
-            return;
-        }
-        if let Ok(push) = ReceiptPush::decode(params) {
+        if let Some(push) = receipt_notification(method, params) {
             handler::receipt_notification(&self.0, from, push);
         }
     }

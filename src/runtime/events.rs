@@ -4,7 +4,7 @@
 //! Events are published typed and encoded once, as the JSON text subscribers print or
 //! forward, shared by every subscriber: this module is the runtime's event-stream edge.
 
-use crate::protocol::message::ReceiptState;
+use crate::protocol::message::{Field, WithFields};
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -227,45 +227,16 @@ impl<'a> ReceiptChanged<'a> {
     }
 }
 
-/// [`ReceiptChanged`] with its bus sequence, the receipt's fields flattened, in sorted key
-/// order (see [`Encode`]).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SortedReceiptChange<'a> {
-    at_ms: u64,
-    bus_sequence: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    code: Option<&'a str>,
-    correlation_id: &'a str,
-    event: &'static str,
-    from_peer_id: &'a str,
-    kind: &'static str,
-    message_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reply_message_id: Option<&'a str>,
-    sequence: u64,
-    state: ReceiptState,
-    to_peer_id: &'a str,
-}
-
-/// One or more per message a root sends (accepted, then consumed, replied…).
+/// One or more per message a root sends (accepted, then consumed, replied…): the receipt's
+/// fields flattened beside the bus sequence, in sorted key order (see [`Encode`]).
 impl Encode for ReceiptChanged<'_> {
     fn encode(&self, bus_sequence: u64) -> serde_json::Result<String> {
-        let r = self.receipt;
-        serde_json::to_string(&SortedReceiptChange {
-            at_ms: r.at_ms,
-            bus_sequence,
-            code: r.code.as_deref(),
-            correlation_id: &r.correlation_id,
-            event: self.event,
-            from_peer_id: &r.from_peer_id,
-            kind: self.kind,
-            message_id: &r.message_id,
-            reply_message_id: r.reply_message_id.as_deref(),
-            sequence: r.sequence,
-            state: r.state,
-            to_peer_id: &r.to_peer_id,
-        })
+        let extra = [
+            ("busSequence", Field::Num(bus_sequence)),
+            ("event", Field::Str(self.event)),
+            ("kind", Field::Str(self.kind)),
+        ];
+        serde_json::to_string(&WithFields(self.receipt, &extra))
     }
 }
 
@@ -340,7 +311,7 @@ impl Encode for crate::toolspec::resource_answer::ResourceUpdate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::messaging::Receipt;
+    use crate::messaging::{Receipt, ReceiptState};
     use crate::protocol::strategies::{opt_text, receipt_state, text};
     use proptest::prelude::*;
     use serde_json::json;
@@ -415,8 +386,7 @@ mod tests {
     /// inserted, serialised (an arrival was its struct's `Value`; a receipt change flattened
     /// the wire receipt).
     fn old_receipt_text(r: &Receipt, seq: u64) -> String {
-        let mut v =
-            serde_json::to_value(crate::protocol::message::Receipt::from(r.clone())).unwrap();
+        let mut v = serde_json::to_value(r.clone()).unwrap();
         let o = v.as_object_mut().unwrap();
         o.insert("event".into(), json!("peer_update"));
         o.insert("kind".into(), json!("receipt"));

@@ -10,13 +10,14 @@ use super::model_tools::outbox_view;
 use super::send::SendRequest;
 use crate::error::{Code, Error, Result};
 use crate::identity;
-use crate::messaging::{InboundSend, MessageBody, MessageRef, Principal, Receipt};
-use crate::protocol::hot::LocalSend;
+use crate::messaging::{InboundSend, MessageBody, MessageRef, Principal};
 use crate::protocol::local::{LocalCall, LocalReply, LocalRequest, RunPublish};
 use crate::protocol::message::{self, PeerSend, PeerStatus, ReceiptPush};
+use crate::protocol::peer::{ReceiptRecorded, RunEntry, RunsPage};
 use crate::toolspec::answer::{SentView, ToolAnswer};
 use crate::transport::{Notifier, PeerInfo};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// The principal of an authenticated peer, with the run it speaks for.
@@ -56,20 +57,13 @@ pub fn peer_status(
         core.outbox
             .subscribe(&from.instance_id, &q.message_id, notify);
     }
-    Ok(r.into())
-}
-
-/// The answer to `peer.receipt`: the sender's latest state of the message.
-#[derive(Serialize)]
-pub struct ReceiptRecorded {
-    pub ok: bool,
-    pub state: Option<&'static str>,
+    Ok(r)
 }
 
 /// `peer.receipt` as a request: only the message's own recipient may record its receipt.
 pub fn peer_receipt(core: &Core, from: &PeerInfo, push: ReceiptPush) -> Result<ReceiptRecorded> {
     let who = principal(from, push.from_run);
-    let r = Receipt::from(push.receipt);
+    let r = push.receipt;
     if r.to_peer_id != who.peer_id {
         return Err(Error::new(
             Code::InvalidRequest,
@@ -91,29 +85,14 @@ pub fn peer_receipt(core: &Core, from: &PeerInfo, push: ReceiptPush) -> Result<R
 pub fn receipt_notification(core: &Core, from: &PeerInfo, push: ReceiptPush) {
     let who = principal(from, push.from_run);
     if push.receipt.to_peer_id == who.peer_id
-        && let Ok(entry) = core.store.record_receipt(who, push.receipt.into())
+        && let Ok(entry) = core.store.record_receipt(who, push.receipt)
         && let Some(latest) = &entry.receipt
     {
         core.announce_receipt(latest);
     }
 }
 
-/// One of the root's live runs in `peer.directory`.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RunEntry {
-    pub run_id: String,
-    pub peer_id: String,
-    pub alias: String,
-}
-
 /// `peer.directory`: the root's live runs (one page; `cursor` is always null).
-#[derive(Serialize)]
-pub struct RunsPage {
-    pub runs: Vec<RunEntry>,
-    pub cursor: Option<String>,
-}
-
 pub fn peer_directory(core: &Core) -> RunsPage {
     let runs = core.runs.lock();
     RunsPage {
@@ -138,24 +117,24 @@ pub fn peer_directory(core: &Core) -> RunsPage {
 pub fn peer_send(
     core: &Core,
     from: &PeerInfo,
-    send: PeerSend,
+    send: PeerSend<'static>,
 ) -> Result<(message::Receipt, Option<u64>, ArrivalNote)> {
-    let who = principal(from, send.from_run);
+    let who = principal(from, send.from_run.map(Cow::into_owned));
     let (origin, from_alias) = core.sender_facts(&who)?;
     let reply_to = send.body.reply_to.clone();
     let inbound = InboundSend {
         origin,
-        to_peer_id: send.to,
-        message_id: send.message_id,
-        body: send.body,
-        correlation_id: send.correlation_id,
+        to_peer_id: send.to.into_owned(),
+        message_id: send.message_id.into_owned(),
+        body: send.body.into_owned(),
+        correlation_id: send.correlation_id.map(Cow::into_owned),
         expires_at_ms: send.expires_at_ms,
         from_alias: from_alias.clone(),
     };
     let (r, stated) = core.store.accept_stating(who, inbound)?;
     hold_answer();
     Ok((
-        r.into(),
+        r,
         stated,
         ArrivalNote {
             reply_to,
@@ -192,14 +171,6 @@ pub enum LocalAnswer {
     RunRetired(RunRetired),
 }
 
-/// A plain `send_peer_message` call on the local channel, decoded without a params object:
-/// what [`local_request`] does with the same call (no `runId` or `auto` in it), the same
-/// checks in the same order.
-pub fn local_send(core: &Arc<Core>, bound: Option<&str>, send: LocalSend) -> Result<ToolAnswer> {
-    let caller = core.caller_for(bound, None)?;
-    super::model_tools::local_send(core, &caller, send)
-}
-
 /// The trusted local methods, shared by the socket channel and in-process sessions. `bound` is
 /// the run a connection proved with the run's own secret: it cannot be changed by `runId`, and
 /// such a connection can neither publish nor retire runs.
@@ -226,7 +197,7 @@ pub fn local_request(
         }
         LocalCall::Consume(n) => {
             let r = core.consume(&caller.peer_id, &n.message_id, n.note.as_deref())?;
-            Ok(LocalAnswer::Receipt(r.into()))
+            Ok(LocalAnswer::Receipt(r))
         }
         LocalCall::Prepare(n) => {
             let e = core.inbox_entry(&caller.peer_id, &n.message_id)?;
@@ -236,7 +207,7 @@ pub fn local_request(
                 n.note.as_deref().unwrap_or("prepared"),
             )?;
             super::inbox::refuse_expired(&r)?;
-            Ok(LocalAnswer::Receipt(r.into()))
+            Ok(LocalAnswer::Receipt(r))
         }
         LocalCall::Reply(r) => reply(core, &caller, r).map(LocalAnswer::Reply),
         LocalCall::Status(q) => {
@@ -402,7 +373,7 @@ fn reply(core: &Arc<Core>, caller: &Caller, r: LocalReply) -> Result<ReplyAnswer
         }
     });
     Ok(ReplyAnswer {
-        receipt: receipt.into(),
+        receipt,
         mark_replied,
     })
 }

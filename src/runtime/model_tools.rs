@@ -9,9 +9,7 @@ use crate::error::{Code, Error, Result};
 use crate::messaging::{
     InboxEntry, MessageRef, ReadQuery, ReceiptState, derive_message_id, new_message_id,
 };
-use crate::protocol::hot::LocalSend;
 use crate::protocol::local::{LocalTool, WaitReceipt};
-use crate::protocol::message;
 use crate::toolspec::answer::{
     ErrorCode, MessageView, MessagesPage, PeersPage, SendAnswer, SentView, ToolAnswer,
 };
@@ -47,18 +45,6 @@ pub fn local_tool(core: &Arc<Core>, caller: &Caller, t: LocalTool) -> Result<Too
         consume_on_read: false,
         unconsumed_only: t.unconsumed,
         wait_for_message: t.wait_for.as_deref() == Some("message"),
-    };
-    run_local(core, caller, call, &opts)
-}
-
-/// A plain `local.tool` send, decoded by `protocol::hot` with its arguments as strings:
-/// checked by the tool's reader ([`toolspec::send_args`]) and run as [`local_tool`] runs it.
-pub fn local_send(core: &Arc<Core>, caller: &Caller, s: LocalSend) -> Result<ToolAnswer> {
-    let call = ToolCall::Send(toolspec::send_args(&s.to, s.content, s.topic, s.reply_to)?);
-    let opts = CallOptions {
-        call_id: s.call_id,
-        message_id: s.message_id,
-        ..CallOptions::default()
     };
     run_local(core, caller, call, &opts)
 }
@@ -131,7 +117,7 @@ pub fn execute(
                 body: a.body,
                 message_id,
             };
-            let r = message::Receipt::from(core.send_message(caller, req)?);
+            let r = core.send_message(caller, req)?;
             Ok(ToolAnswer::Sent(SendAnswer {
                 to: r.to_peer_id.clone(),
                 from: r.from_peer_id.clone(),
@@ -325,7 +311,7 @@ fn bounded_page(
     }
     let mut event_cursor = None;
     for e in &r.events {
-        let v = message::Receipt::from(e.receipt.clone());
+        let v = e.receipt.clone();
         if cut
             || !fits(
                 encoded_len(&v),

@@ -204,7 +204,7 @@ impl Outbox {
         let _ = n.push_receipt(&crate::protocol::message::ReceiptPush {
             version: crate::protocol::PROTOCOL_VERSION,
             from_run: from_run.map(str::to_string),
-            receipt: r.clone().into(),
+            receipt: r.clone(),
         });
         if r.state.is_final() {
             subs.remove(&key);

@@ -4,7 +4,7 @@
 //! as the JSON objects tools have always returned, `null` for an absent optional field.
 
 use super::resource_answer::ResourceAnswer;
-use crate::protocol::message::Receipt;
+use crate::protocol::message::{Field, Receipt, WithFields};
 use crate::protocol::rpc;
 use serde::{Deserialize, Serialize};
 
@@ -88,63 +88,32 @@ pub struct SendAnswer {
     pub to_alias: Option<String>,
 }
 
-/// A send's answer with its fields (the receipt's flattened) in the order a `Value` object
-/// writes its keys (sorted), so it serialises to the bytes its `Value` gives without one.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SortedSendAnswer<'a> {
-    at_ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    code: Option<&'a str>,
-    correlation_id: &'a str,
-    from: &'a str,
-    from_peer_id: &'a str,
-    mentions: &'a [String],
-    message_id: &'a str,
-    /// Only in a tool result (see [`SendAnswer::to_tool_json`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ok: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reply_message_id: Option<&'a str>,
-    sequence: u64,
-    state: crate::protocol::message::ReceiptState,
-    to: &'a str,
-    to_alias: Option<&'a str>,
-    to_peer_id: &'a str,
-}
-
 impl SendAnswer {
     /// The answer as compact JSON text, byte for byte what serialising its `Value` writes.
     pub fn to_json(&self) -> Vec<u8> {
-        serde_json::to_vec(&self.sorted(None)).unwrap_or_default()
+        self.with_fields(None, |a| serde_json::to_vec(a).unwrap_or_default())
     }
 
     /// The answer as an MCP tool result's `structuredContent`: its object with `ok: true`,
     /// byte for byte what serialising that `Value` writes.
     pub fn to_tool_json(&self) -> String {
         // serde_json writes UTF-8 only.
-        String::from_utf8(rpc::json_sized(&self.sorted(Some(true)), ANSWER_JSON_BYTES))
-            .unwrap_or_default()
+        self.with_fields(Some(true), |a| {
+            String::from_utf8(rpc::json_sized(a, ANSWER_JSON_BYTES)).unwrap_or_default()
+        })
     }
 
-    fn sorted(&self, ok: Option<bool>) -> SortedSendAnswer<'_> {
-        let r = &self.receipt;
-        SortedSendAnswer {
-            at_ms: r.at_ms,
-            code: r.code.as_deref(),
-            correlation_id: &r.correlation_id,
-            from: &self.from,
-            from_peer_id: &r.from_peer_id,
-            mentions: &self.mentions,
-            message_id: &r.message_id,
-            ok,
-            reply_message_id: r.reply_message_id.as_deref(),
-            sequence: r.sequence,
-            state: r.state,
-            to: &self.to,
-            to_alias: self.to_alias.as_deref(),
-            to_peer_id: &r.to_peer_id,
-        }
+    /// The answer with `extra` beside the receipt's fields, keys sorted (see
+    /// [`WithFields`]).
+    fn with_fields<T>(&self, ok: Option<bool>, write: impl FnOnce(&WithFields<'_>) -> T) -> T {
+        let mut extra = vec![
+            ("from", Field::Str(&self.from)),
+            ("mentions", Field::Strs(&self.mentions)),
+        ];
+        extra.extend(ok.map(|ok| ("ok", Field::Bool(ok))));
+        extra.push(("to", Field::Str(&self.to)));
+        extra.push(("toAlias", Field::opt_str(self.to_alias.as_deref())));
+        write(&WithFields(&self.receipt, &extra))
     }
 }
 

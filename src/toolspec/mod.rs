@@ -314,45 +314,6 @@ fn parse_send(a: &Args) -> Result<SendArgs> {
     })
 }
 
-/// `send_peer_message` arguments given as strings (a typed decoder read them), checked as
-/// [`parse_call`] checks them, in the same order, with the same errors.
-pub fn send_args(
-    to: &str,
-    content: String,
-    topic: Option<String>,
-    reply_to: Option<String>,
-) -> Result<SendArgs> {
-    const TOOL: &str = "send_peer_message";
-    args::check_str(TOOL, "to", to, TARGET_CHARS_MAX)?;
-    let to = crate::mention::normalize_target(to).ok_or_else(|| {
-        args::usage(
-            TOOL,
-            "argument `to` must be an alias, @alias or peer id (p- and 24 hex digits)".into(),
-        )
-    })?;
-    if content.trim().is_empty() {
-        return Err(args::usage(
-            TOOL,
-            "argument `content` must not be empty".into(),
-        ));
-    }
-    if let Some(t) = topic.as_deref() {
-        args::check_str(TOOL, "topic", t, TOPIC_CHARS_MAX)?;
-        args::check_one_line(TOOL, "topic", t)?;
-    }
-    if let Some(r) = reply_to.as_deref() {
-        args::check_str(TOOL, "replyTo", r, ID_CHARS_MAX)?;
-    }
-    Ok(SendArgs {
-        to,
-        body: MessageBody {
-            content,
-            topic,
-            reply_to,
-        },
-    })
-}
-
 fn parse_messages(a: &Args, limits: &Limits) -> Result<MessagesArgs> {
     a.only(&["after", "from", "replyTo", "messageId", "waitMs"])?;
     let from = a.opt_str("from", TARGET_CHARS_MAX)?;

@@ -8,7 +8,6 @@ use crate::protocol::rpc;
 use crossbeam_channel::{Receiver, Sender, bounded};
 use nix::sys::socket::{MsgFlags, send};
 use parking_lot::Mutex;
-use serde_json::Value;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -379,7 +378,7 @@ impl Notifier {
     /// `DISCONNECTED` once the connection closed, `FRAME_TOO_LARGE` past `frameBytes`.
     /// A `peer.receipt` notification (advisory; the durable copy is a request).
     pub fn push_receipt(&self, push: &crate::protocol::message::ReceiptPush) -> Result<()> {
-        self.notify("peer.receipt", &push.sorted())
+        self.notify("peer.receipt", push)
     }
 
     /// Queues one notification; `params` a `Value` object or typed params that serialise as
@@ -572,13 +571,6 @@ pub(crate) fn connect_bounded(path: &std::path::Path, deadline: Instant) -> io::
             Err(e) => return Err(io::Error::from(e)),
         }
     }
-}
-
-/// The params object of a typed request: what the frame encoder writes (keys in sorted order,
-/// as every params object has always been written).
-pub fn params_of<T: serde::Serialize>(params: &T) -> Result<Value> {
-    serde_json::to_value(params)
-        .map_err(|e| Error::new(Code::Io, format!("cannot encode params: {e}")))
 }
 
 #[cfg(test)]

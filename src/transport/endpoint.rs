@@ -10,7 +10,6 @@ use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::protocol::access;
 use crate::protocol::handshake::{Channel, RecentNonces, Responder, ResponderCtx, Step};
-use crate::protocol::hot;
 use crate::protocol::rpc::{self, Id, Incoming};
 use parking_lot::{Condvar, Mutex};
 use serde_json::{Map, Value};
@@ -423,7 +422,6 @@ fn serve_authenticated(
     notifier: &Notifier,
 ) {
     let peer = peer_of(channel);
-    let hot_calls = shared.handler.hot_calls();
     loop {
         let deadline = Instant::now() + Duration::from_millis(shared.limits.idle_ms);
         let frame = match reader.next(Some(deadline)) {
@@ -439,16 +437,6 @@ fn serve_authenticated(
                 return;
             }
         };
-        // A plain hot request is decoded straight into its typed params; any other frame (or
-        // one the typed decoder declines) takes the general path.
-        if hot_calls
-            && let Some(reply) = hot_reply(shared, channel, peer.as_ref(), &frame, notifier)
-        {
-            if !answered(shared, out, reply) {
-                return;
-            }
-            continue;
-        }
         let reply = match rpc::parse(&frame) {
             Err(reject) => Some(reject.to_line()),
             Ok(Incoming::Request { id, method, params }) => Some(dispatch(
@@ -463,8 +451,9 @@ fn serve_authenticated(
             Ok(Incoming::Notification { method, params }) => {
                 if let Some(from) = &peer
                     && access::authorize(channel, &method).is_ok()
+                    && let Some(push) = crate::protocol::peer::receipt_notification(&method, params)
                 {
-                    shared.handler.peer_notification(from, &method, params);
+                    shared.handler.receipt_notification(from, push);
                 }
                 None
             }
@@ -499,10 +488,7 @@ fn dispatch(
 ) -> Vec<u8> {
     let checked = rpc::check_version(&params).and_then(|()| access::authorize(channel, method));
     let result = checked.and_then(|()| match (peer, channel) {
-        (Some(from), _) => shared
-            .handler
-            .peer_request(from, method, params, notifier)
-            .map(super::Answer::Value),
+        (Some(from), _) => shared.handler.peer_request(from, method, params, notifier),
         (None, Channel::Run { run_id }) => {
             shared
                 .handler
@@ -513,59 +499,10 @@ fn dispatch(
     answer(shared, id, result)
 }
 
-/// [`dispatch`] for a request the typed decoder read: its version was checked there.
-fn dispatch_hot(
-    shared: &Shared,
-    channel: &Channel,
-    from: &PeerInfo,
-    req: hot::HotRequest,
-    notifier: &Notifier,
-) -> Vec<u8> {
-    let result = access::authorize(channel, req.call.method())
-        .and_then(|()| shared.handler.peer_call(from, req.call, notifier));
-    answer(shared, &req.id, result)
-}
-
-/// The answer to a plain hot frame (a peer's `peer.send` or `peer.receipt`, a local adapter's
-/// `send_peer_message`), or `None` when the typed decoder declines it.
-fn hot_reply(
-    shared: &Shared,
-    channel: &Channel,
-    peer: Option<&PeerInfo>,
-    frame: &[u8],
-    notifier: &Notifier,
-) -> Option<Vec<u8>> {
-    match peer {
-        Some(from) => {
-            hot::decode(frame).map(|req| dispatch_hot(shared, channel, from, req, notifier))
-        }
-        None => hot::decode_local_send(frame)
-            .map(|send| dispatch_local_send(shared, channel, send, notifier)),
-    }
-}
-
-/// [`dispatch`] for a local send the typed decoder read: its version was checked there.
-fn dispatch_local_send(
-    shared: &Shared,
-    channel: &Channel,
-    send: hot::LocalSend,
-    notifier: &Notifier,
-) -> Vec<u8> {
-    let id = send.id.clone();
-    let run_id = match channel {
-        Channel::Run { run_id } => Some(run_id.as_str()),
-        _ => None,
-    };
-    let result = access::authorize(channel, "local.tool")
-        .and_then(|()| shared.handler.local_send(run_id, send, notifier));
-    answer(shared, &id, result)
-}
-
 /// The response line for one call's result, an error when it exceeds `frameBytes`.
 fn answer(shared: &Shared, id: &Id, result: Result<super::Answer>) -> Vec<u8> {
     let frame = match result {
-        Ok(super::Answer::Value(value)) => rpc::encode_result(id, &value),
-        Ok(super::Answer::Json(json)) => rpc::encode_result_json(id, &json),
+        Ok(super::Answer(json)) => rpc::encode_result_json(id, &json),
         Err(e) => return rpc::encode_error(Some(id), &e),
     };
     match connection::check_frame_len(&frame, shared.limits.frame_bytes) {

@@ -6,7 +6,9 @@ use super::connection::{self, FrameReader, ReadEvent};
 use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::protocol::handshake;
+use crate::protocol::local::LocalRequest;
 use crate::protocol::rpc::{self, Id, Incoming};
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use std::collections::VecDeque;
 use std::os::unix::net::UnixStream;
@@ -69,8 +71,22 @@ impl LocalClient {
         u32::try_from(cred.pid()).ok()
     }
 
-    /// Calls `method` and waits up to `timeout_ms` (0: `acknowledgementMs`) for its answer.
-    pub fn call(&mut self, method: &str, params: Value, timeout_ms: u64) -> Result<Value> {
+    /// Calls one local method and waits up to `timeout_ms` (0: `acknowledgementMs`) for its
+    /// answer, read as `T` (the answer's own type, or a `Value`).
+    pub fn call<T: DeserializeOwned>(&mut self, req: &LocalRequest, timeout_ms: u64) -> Result<T> {
+        let (method, params) = req.encode();
+        let answer = self.call_raw(method, &params, timeout_ms)?;
+        serde_json::from_value(answer).map_err(|e| {
+            Error::new(
+                Code::InvalidRequest,
+                format!("the root's answer to {method} is not the expected shape: {e}"),
+            )
+        })
+    }
+
+    /// Calls `method` with `params` exactly as given, unchecked: for tests and probes that
+    /// write what no typed request can (unknown methods, malformed params).
+    pub fn call_raw(&mut self, method: &str, params: &Value, timeout_ms: u64) -> Result<Value> {
         let ms = if timeout_ms == 0 {
             self.limits.acknowledgement_ms
         } else {
@@ -79,7 +95,7 @@ impl LocalClient {
         let deadline = Instant::now() + Duration::from_millis(ms);
         self.next_id += 1;
         let id = self.next_id;
-        let frame = rpc::encode_request(&Id::Num(id), method, &params);
+        let frame = rpc::encode_request(&Id::Num(id), method, params);
         connection::check_frame_len(&frame, self.limits.frame_bytes)?;
         self.write(&frame)?;
         self.wait_for(id, deadline)

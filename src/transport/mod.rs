@@ -19,7 +19,7 @@ pub use local::LocalClient;
 pub use pool::{NotificationSink, Pool};
 
 use crate::error::Result;
-use crate::protocol::hot::{self, HotCall};
+use crate::protocol::message::ReceiptPush;
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -80,12 +80,22 @@ impl PartialEq for PeerInfo {
 
 impl Eq for PeerInfo {}
 
-/// The result of a typed call: a JSON value, or the value's compact JSON text already
-/// written (keys in sorted order, byte for byte what serialising the value would give).
+/// The result of a call as its compact JSON text, keys in sorted order (byte for byte what
+/// serialising its `Value` gives): a typed answer writes it itself.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Answer {
-    Value(Value),
-    Json(Vec<u8>),
+pub struct Answer(pub Vec<u8>);
+
+impl Answer {
+    /// The JSON text of anything that serialises with sorted keys (a `Value`, or a typed
+    /// answer that writes them in order).
+    pub fn of<T: serde::Serialize + ?Sized>(result: &T) -> Result<Answer> {
+        serde_json::to_vec(result).map(Answer).map_err(|e| {
+            crate::error::Error::new(
+                crate::error::Code::Io,
+                format!("cannot encode an answer: {e}"),
+            )
+        })
+    }
 }
 
 /// What the root does with authenticated calls. Calls on one connection are handled one at a
@@ -98,38 +108,12 @@ pub trait Handler: Send + Sync {
         method: &str,
         params: Map<String, Value>,
         notify: &Notifier,
-    ) -> Result<Value>;
-    /// Whether the endpoint hands well-formed hot requests (`peer.send`, `peer.receipt`)
-    /// to [`peer_call`](Self::peer_call) decoded straight into their typed params, instead of
-    /// as a params object to [`peer_request`](Self::peer_request), and plain local sends to
-    /// [`local_send`](Self::local_send). The default: no.
-    fn hot_calls(&self) -> bool {
-        false
-    }
+    ) -> Result<Answer>;
     /// Called by a connection's thread right after it answered a request (or failed to write
     /// the answer): bookkeeping the answer did not need is done here, while the client
     /// reads, instead of on the path of the request or the next one. The default does
     /// nothing.
     fn after_reply(&self) {}
-    /// A hot request from an authenticated peer, already typed (see `protocol::hot`); only
-    /// called when [`hot_calls`](Self::hot_calls) says so. The default hands it on as the
-    /// params object our encoder writes for it.
-    fn peer_call(&self, from: &PeerInfo, call: HotCall, notify: &Notifier) -> Result<Answer> {
-        let method = call.method();
-        let params = match call {
-            HotCall::Send(send) => connection::params_of(&send)?,
-            HotCall::Receipt(push) => connection::params_of(&push)?,
-        };
-        match params {
-            Value::Object(params) => self
-                .peer_request(from, method, params, notify)
-                .map(Answer::Value),
-            _ => Err(crate::error::Error::new(
-                crate::error::Code::Io,
-                "typed params did not encode as an object",
-            )),
-        }
-    }
     /// A request from a trusted local adapter (the root's CLI/MCP or a hosted child).
     fn local_request(
         &self,
@@ -137,10 +121,9 @@ pub trait Handler: Send + Sync {
         params: Map<String, Value>,
         notify: &Notifier,
     ) -> Result<Value>;
-    /// A local request (`run_id`: from that child run, proven by its secret) answered as a
-    /// [`Answer`]: the default hands it to [`run_request`](Self::run_request) or
-    /// [`local_request`](Self::local_request); a handler may answer with JSON text instead of
-    /// a `Value`, the same bytes.
+    /// A local request (`run_id`: from that child run, proven by its secret) answered as its
+    /// JSON text: the default hands it to [`run_request`](Self::run_request) or
+    /// [`local_request`](Self::local_request) and writes their `Value`.
     fn local_answer(
         &self,
         run_id: Option<&str>,
@@ -148,37 +131,11 @@ pub trait Handler: Send + Sync {
         params: Map<String, Value>,
         notify: &Notifier,
     ) -> Result<Answer> {
-        match run_id {
+        let value = match run_id {
             Some(run_id) => self.run_request(run_id, method, params, notify),
             None => self.local_request(method, params, notify),
-        }
-        .map(Answer::Value)
-    }
-    /// A plain `send_peer_message` call of `local.tool` (see `protocol::hot`), already typed;
-    /// only called when [`hot_calls`](Self::hot_calls) says so. The default hands it on as
-    /// the params object the general path reads the same call from.
-    fn local_send(
-        &self,
-        run_id: Option<&str>,
-        send: hot::LocalSend,
-        notify: &Notifier,
-    ) -> Result<Answer> {
-        let mut args = Map::new();
-        args.insert("to".into(), Value::String(send.to));
-        args.insert("content".into(), Value::String(send.content));
-        let opt = |m: &mut Map<String, Value>, k: &str, v: Option<String>| {
-            if let Some(v) = v {
-                m.insert(k.into(), Value::String(v));
-            }
-        };
-        opt(&mut args, "topic", send.topic);
-        opt(&mut args, "replyTo", send.reply_to);
-        let mut params = Map::new();
-        params.insert("tool".into(), Value::from("send_peer_message"));
-        params.insert("args".into(), Value::Object(args));
-        opt(&mut params, "messageId", send.message_id);
-        opt(&mut params, "callId", send.call_id);
-        self.local_answer(run_id, "local.tool", params, notify)
+        }?;
+        Answer::of(&value)
     }
     /// The live child run whose own local secret `secret` is (compared in constant time); the
     /// default knows no runs.
@@ -204,9 +161,10 @@ pub trait Handler: Send + Sync {
             ),
         ))
     }
-    /// A notification from an authenticated peer; the default ignores it.
-    fn peer_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
-        let _ = (from, method, params);
+    /// A `peer.receipt` notification from an authenticated peer (see
+    /// `protocol::peer::receipt_notification`); the default ignores it.
+    fn receipt_notification(&self, from: &PeerInfo, push: ReceiptPush) {
+        let _ = (from, push);
     }
 }
 

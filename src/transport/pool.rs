@@ -10,10 +10,9 @@ use crate::config::Limits;
 use crate::config::internal::{POOL_BUSY_RECHECK as BUSY_RECHECK, POOL_QUIET as QUIET};
 use crate::error::{Code, Error, Result};
 use crate::protocol::handshake::{Expected, Initiator};
+use crate::protocol::message;
 use crate::protocol::rpc::{self, Id, Incoming};
-use crate::protocol::{hot, message};
 use parking_lot::{Condvar, Mutex};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::io;
@@ -33,33 +32,16 @@ const FIRST_REQUEST_ID: i64 = 3;
 /// A connection's read side, under one lock.
 struct Waiters {
     /// Answers by request id (`None` until answered); the map is `None` once dead.
-    pending: Option<HashMap<i64, Option<Result<Reply>>>>,
+    pending: Option<HashMap<i64, Option<Result<Value>>>>,
     /// The frame reader while nobody reads; the thread reading takes it out.
     reader: Option<FrameReader>,
     /// When a request last finished reading.
     last_active: Instant,
 }
 
-/// A successful answer: its result as a `Value` (the general path), or as the unparsed JSON
-/// text of a plain success frame, for the caller to decode into the type it expects.
-enum Reply {
-    Value(Value),
-    Text(Box<RawValue>),
-}
-
-impl Reply {
-    fn into_value(self) -> Result<Value> {
-        match self {
-            Reply::Value(v) => Ok(v),
-            Reply::Text(raw) => serde_json::from_str(raw.get())
-                .map_err(|e| Error::new(Code::InvalidRequest, format!("unreadable answer: {e}"))),
-        }
-    }
-}
-
 /// How a call ended.
 enum Outcome {
-    Done(Result<Reply>),
+    Done(Result<Value>),
     /// The frame cannot have reached the peer: retrying on a fresh connection is safe.
     Undelivered(Error),
 }
@@ -160,7 +142,7 @@ impl OutConn {
     }
 
     /// Waits for answer `id`, reading it ourselves whenever the reader is free.
-    fn await_answer(&self, id: i64, method: &str, deadline: Instant) -> Result<Reply> {
+    fn await_answer(&self, id: i64, method: &str, deadline: Instant) -> Result<Value> {
         let mut st = self.state.lock();
         loop {
             let Some(map) = st.pending.as_mut() else {
@@ -197,7 +179,7 @@ impl OutConn {
 
     /// Reads as the leader until answer `id` arrives (`Some`), or the deadline passes or the
     /// connection ends (`None`: the caller re-checks its slot).
-    fn lead(&self, id: i64, reader: FrameReader, deadline: Instant) -> Option<Result<Reply>> {
+    fn lead(&self, id: i64, reader: FrameReader, deadline: Instant) -> Option<Result<Value>> {
         let mut reading = Reading::new(self, reader, true);
         loop {
             match reading.next(Some(deadline))? {
@@ -218,19 +200,13 @@ impl OutConn {
     }
 
     /// Delivers one incoming frame. Returns the answer when it is `mine`.
-    fn route(&self, frame: &[u8], mine: Option<i64>) -> Option<Result<Reply>> {
-        // A plain success answer skips the `Value` tree: its result stays JSON text.
-        if let Some((id, raw)) = hot::decode_result(frame) {
-            return self.settle(id, Ok(Reply::Text(raw)), mine);
-        }
+    fn route(&self, frame: &[u8], mine: Option<i64>) -> Option<Result<Value>> {
         match rpc::parse(frame) {
             Ok(Incoming::Response {
                 id: Some(Id::Num(id)),
                 result,
             }) => {
-                let result = result
-                    .map(Reply::Value)
-                    .map_err(|obj| Error::from_rpc(&obj));
+                let result = result.map_err(|obj| Error::from_rpc(&obj));
                 return self.settle(id, result, mine);
             }
             Ok(Incoming::Notification { method, params }) => {
@@ -255,7 +231,7 @@ impl OutConn {
     }
 
     /// Hands answer `id` to its waiter; returns it when it is `mine`.
-    fn settle(&self, id: i64, result: Result<Reply>, mine: Option<i64>) -> Option<Result<Reply>> {
+    fn settle(&self, id: i64, result: Result<Value>, mine: Option<i64>) -> Option<Result<Value>> {
         if mine == Some(id) {
             self.forget(id);
             return Some(result);
@@ -383,8 +359,7 @@ impl Pool {
         params: Value,
         timeout_ms: u64,
     ) -> Result<Value> {
-        self.reply(target, method, (&params, 0), timeout_ms)?
-            .into_value()
+        self.reply(target, method, (&params, 0), timeout_ms)
     }
 
     /// [`Pool::request`] with params of any type that serialises as their `Value` would (a
@@ -396,7 +371,7 @@ impl Pool {
         method: &str,
         params: (&P, usize),
         timeout_ms: u64,
-    ) -> Result<Reply> {
+    ) -> Result<Value> {
         let ms = if timeout_ms == 0 {
             self.inner.limits.acknowledgement_ms
         } else {
@@ -422,17 +397,13 @@ impl Pool {
     pub fn peer_send(
         &self,
         target: &Target,
-        send: &message::SortedPeerSend<'_>,
+        send: &message::PeerSend<'_>,
         timeout_ms: u64,
     ) -> Result<(message::Receipt, Option<u64>)> {
         let params = (send, send.content_len());
-        match self.reply(target, "peer.send", params, timeout_ms)? {
-            Reply::Text(raw) => hot::stated_receipt(&raw),
-            Reply::Value(v) => {
-                let stated = v.get(message::FLUSHED_DEVICE).and_then(|d| d.as_u64());
-                Ok((message::Receipt::decode(v)?, stated))
-            }
-        }
+        let v = self.reply(target, "peer.send", params, timeout_ms)?;
+        let stated = v.get(message::FLUSHED_DEVICE).and_then(Value::as_u64);
+        Ok((message::Receipt::decode(v)?, stated))
     }
 
     /// `peer.status` to `target`: its receipt for one of our messages, or its refusal
@@ -454,7 +425,7 @@ impl Pool {
         timeout_ms: u64,
     ) -> Result<()> {
         // The answer is an empty acknowledgement: nothing of it is read.
-        self.reply(target, "peer.receipt", (&push.sorted(), 0), timeout_ms)
+        self.reply(target, "peer.receipt", (push, 0), timeout_ms)
             .map(|_| ())
     }
 

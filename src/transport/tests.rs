@@ -47,8 +47,8 @@ impl Handler for Echo {
         method: &str,
         params: Map<String, Value>,
         notify: &Notifier,
-    ) -> Result<Value> {
-        match method {
+    ) -> Result<Answer> {
+        let answer = match method {
             "test.echo" | "resource.request" => {
                 Ok(json!({"from": from.instance_id, "method": method, "params": params}))
             }
@@ -77,7 +77,8 @@ impl Handler for Echo {
                 Code::MethodNotFound,
                 format!("no method {method}"),
             )),
-        }
+        };
+        Answer::of(&answer?)
     }
 
     fn local_request(
@@ -367,7 +368,7 @@ fn the_handler_hears_after_each_reply() {
     } = &pair(limits());
     let (pool_b, _) = pool_for(b, l);
     let mut client = LocalClient::connect(&a.target.endpoint, SECRET, l).unwrap();
-    client.call("resource.request", json!({}), 0).unwrap();
+    client.call_raw("resource.request", &json!({}), 0).unwrap();
     pool_b
         .request(&a.target, "test.echo", json!({}), 0)
         .unwrap();
@@ -386,10 +387,12 @@ fn local_channel_needs_the_secret() {
     let l = limits();
     let a = node(&dir, "a", &adverts, &l);
     let mut client = LocalClient::connect(&a.target.endpoint, SECRET, &l).unwrap();
-    let v = client.call("resource.request", json!({"r": 1}), 0).unwrap();
+    let v = client
+        .call_raw("resource.request", &json!({"r": 1}), 0)
+        .unwrap();
     assert_eq!(v["local"], json!(true));
     assert_eq!(
-        client.call("peer.read", json!({}), 0).unwrap()["method"],
+        client.call_raw("peer.read", &json!({}), 0).unwrap()["method"],
         json!("peer.read")
     );
     let e = LocalClient::connect(&a.target.endpoint, [0; 32], &l)
@@ -1105,45 +1108,30 @@ fn oversize_answers_become_errors_and_local_notifications_arrive() {
         "oversize requests are refused before sending"
     );
     let mut client = LocalClient::connect(&b.target.endpoint, SECRET, l).unwrap();
-    client.call("local.notify", json!({"n": 5}), 0).unwrap();
+    client
+        .call_raw("local.notify", &json!({"n": 5}), 0)
+        .unwrap();
     let (method, params) = client.next_notification(10_000).unwrap().unwrap();
     assert_eq!((method.as_str(), &params["n"]), ("local.note", &json!(5)));
     assert_eq!(client.next_notification(10).unwrap(), None);
 }
 
-/// Records which path each peer request took: typed (`peer_call`) or general.
-struct HotRecorder(Mutex<Vec<(&'static str, String)>>);
+/// Records each `peer.send` that reached the handler.
+struct SendRecorder(Mutex<Vec<String>>);
 
-impl Handler for HotRecorder {
-    fn hot_calls(&self) -> bool {
-        true
-    }
-
-    fn peer_call(
-        &self,
-        _from: &PeerInfo,
-        call: crate::protocol::hot::HotCall,
-        _notify: &Notifier,
-    ) -> Result<Answer> {
-        self.0.lock().push(("typed", call.method().to_string()));
-        Ok(match call {
-            crate::protocol::hot::HotCall::Send(s) => {
-                Answer::Json(serde_json::to_vec(&json!({"messageId": s.message_id})).unwrap())
-            }
-            crate::protocol::hot::HotCall::Receipt(r) => Answer::Value(json!({"ok": r.from_run})),
-        })
-    }
-
+impl Handler for SendRecorder {
     fn peer_request(
         &self,
         _from: &PeerInfo,
         method: &str,
         params: Map<String, Value>,
         _notify: &Notifier,
-    ) -> Result<Value> {
-        self.0.lock().push(("general", method.to_string()));
+    ) -> Result<Answer> {
         let send = crate::protocol::message::PeerSend::decode(params)?;
-        Ok(json!({"messageId": send.message_id}))
+        self.0.lock().push(method.to_string());
+        Ok(Answer(
+            serde_json::to_vec(&json!({"messageId": send.message_id})).unwrap(),
+        ))
     }
 
     fn local_request(&self, _: &str, _: Map<String, Value>, _: &Notifier) -> Result<Value> {
@@ -1151,17 +1139,17 @@ impl Handler for HotRecorder {
     }
 }
 
-/// A handler that takes typed hot calls gets plain `peer.send` frames typed and every other
-/// frame through the general path, with the general path's answers and error texts.
+/// A `peer.send` reaches the handler typed, plain or unusual (an unknown key); a malformed
+/// one or one of another version is refused with its code's text before it does.
 #[test]
-fn plain_hot_requests_reach_the_typed_call_and_the_rest_the_general_path() {
+fn peer_sends_reach_the_handler_typed_and_malformed_ones_are_refused() {
     let dir = TempDir::new("transport").unwrap();
     let adverts = Arc::new(Adverts::default());
     let l = limits();
     let a = node(&dir, "a", &adverts, &l);
     let (keys, me) = advertised_identity(&adverts);
     let path = dir.join("hot.sock");
-    let seen = Arc::new(HotRecorder(Mutex::new(Vec::new())));
+    let seen = Arc::new(SendRecorder(Mutex::new(Vec::new())));
     let _endpoint = Endpoint::bind(&path, me.clone(), &l, SECRET, seen.clone(), adverts).unwrap();
     let target = Target {
         instance_id: me.instance_id,
@@ -1192,14 +1180,7 @@ fn plain_hot_requests_reach_the_typed_call_and_the_rest_the_general_path() {
         v["error"]["message"],
         json!("params.version must be 1; upgrade the older peer")
     );
-    assert_eq!(
-        *seen.0.lock(),
-        vec![
-            ("typed", "peer.send".to_string()),
-            ("general", "peer.send".to_string()),
-            ("general", "peer.send".to_string()),
-        ]
-    );
+    assert_eq!(*seen.0.lock(), vec!["peer.send", "peer.send"]);
 }
 
 #[test]

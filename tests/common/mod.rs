@@ -254,9 +254,9 @@ pub fn all_messages(c: &mut peerwire::transport::LocalClient, args: Value) -> Ve
         let mut a = args.clone();
         a["after"] = after.into();
         let page = c
-            .call(
+            .call_raw(
                 "local.tool",
-                serde_json::json!({"version": 1, "tool": "peer_messages", "args": a}),
+                &serde_json::json!({"version": 1, "tool": "peer_messages", "args": a}),
                 20_000,
             )
             .unwrap();
