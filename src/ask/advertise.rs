@@ -17,6 +17,11 @@
 //! sanitized before a terminal and wrapped as external data before a model.
 
 use super::canon;
+use crate::config::internal::{
+    ADVERT_FETCH_PARALLEL, ADVERT_FIELD_CHARS_MAX, ADVERT_FUTURE_SKEW_MS, ADVERT_SESSIONS_MAX,
+    ASK_DESCRIPTION_CHARS_MAX, ASK_TAG_CHARS_MAX, ASK_TAGS_MAX, ROSTER_FILE_BYTES_MAX, ROSTER_MAX,
+    ROSTER_REFRESH_MS_MIN,
+};
 use crate::{clock, fsutil, presence};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -28,29 +33,6 @@ use std::time::Duration;
 
 /// dsh's protocol version, required in adverts.
 pub const PROTOCOL_VERSION: u64 = 1;
-/// Sessions shown in (and kept from) one advert.
-pub const SESSIONS_MAX: usize = 32;
-/// Longest description kept from an advert, in characters.
-pub const DESCRIPTION_CHARS_MAX: usize = 1000;
-/// Most tags kept, and the longest tag.
-pub const TAGS_MAX: usize = 32;
-pub const TAG_CHARS_MAX: usize = 64;
-/// Longest other string field kept (names, ids, workspace, topics).
-pub const FIELD_CHARS_MAX: usize = 200;
-/// How far an advert's `updatedAt` may lie in the future (clock skew).
-pub const FUTURE_SKEW_MS: u64 = 5 * 60 * 1000;
-/// Largest advert body read from a friend.
-pub const ADVERT_BYTES_MAX: usize = 64 * 1024;
-/// Timeout of one advert fetch (dsh: 3 s for the roster, 2.5 s for recommend).
-pub const FETCH_MS: u64 = 2_500;
-/// Friends fetched at once by one roster refresh.
-pub const FETCH_PARALLEL: usize = 8;
-/// Friends kept in the roster.
-pub const ROSTER_MAX: usize = 256;
-/// Shortest refresh interval honoured, so a tiny `rosterRefreshMs` cannot become a storm.
-pub const REFRESH_MS_MIN: u64 = 1_000;
-/// Largest roster file read.
-const ROSTER_FILE_BYTES_MAX: u64 = 4 << 20;
 
 /// What this agent advertises, from its configuration and presence directory.
 pub struct Local<'a> {
@@ -70,7 +52,7 @@ fn basename(p: &str) -> String {
 
 /// The sessions an advert shows: live peerwire sessions whose canonical workspace is
 /// `workspace` or inside it, as `{id: alias, workspace: basename, updatedAt, status}`, newest
-/// first, at most [`SESSIONS_MAX`]. (`createdAt` is left out: the presence reader does not
+/// first, at most [`ADVERT_SESSIONS_MAX`]. (`createdAt` is left out: the presence reader does not
 /// keep a start time, and a made-up one would mislead.)
 pub fn sessions(entries: &[presence::Entry], workspace: &Path, now_ms: u64) -> Vec<Value> {
     let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
@@ -81,7 +63,7 @@ pub fn sessions(entries: &[presence::Entry], workspace: &Path, now_ms: u64) -> V
         .collect();
     live.sort_by_key(|(e, _)| std::cmp::Reverse(e.updated_at_ms.unwrap_or(0)));
     live.into_iter()
-        .take(SESSIONS_MAX)
+        .take(ADVERT_SESSIONS_MAX)
         .map(|(e, ad)| {
             let updated = e.updated_at_ms.unwrap_or(now_ms);
             json!({
@@ -159,7 +141,7 @@ fn clean_session(s: &Value) -> Option<Value> {
     let s = s.as_object()?;
     let mut out = Map::new();
     for k in ["id", "workspace", "title", "topic", "status"] {
-        if let Some(v) = bounded_str(s.get(k), FIELD_CHARS_MAX) {
+        if let Some(v) = bounded_str(s.get(k), ADVERT_FIELD_CHARS_MAX) {
             out.insert(k.into(), json!(v));
         }
     }
@@ -168,7 +150,7 @@ fn clean_session(s: &Value) -> Option<Value> {
             out.insert(k.into(), json!(n));
         }
     }
-    let topics = bounded_strings(s.get("topics"), 4, FIELD_CHARS_MAX);
+    let topics = bounded_strings(s.get("topics"), 4, ADVERT_FIELD_CHARS_MAX);
     if !topics.is_empty() {
         out.insert("topics".into(), json!(topics));
     }
@@ -197,7 +179,7 @@ pub fn check(
         .and_then(Value::as_str)
         .and_then(clock::parse_iso8601)
         .ok_or("advert updatedAt is not an ISO-8601 time")?;
-    if updated > now_ms.saturating_add(FUTURE_SKEW_MS) {
+    if updated > now_ms.saturating_add(ADVERT_FUTURE_SKEW_MS) {
         return Err("advert updatedAt lies in the future".into());
     }
     let signed = match (pinned, m.get("signature").and_then(Value::as_str)) {
@@ -220,16 +202,16 @@ pub fn check(
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
-                .take(SESSIONS_MAX)
+                .take(ADVERT_SESSIONS_MAX)
                 .filter_map(clean_session)
                 .collect()
         })
         .unwrap_or_default();
     Ok(json!({
         "name": friend,
-        "description": bounded_str(m.get("description"), DESCRIPTION_CHARS_MAX).unwrap_or_default(),
-        "tags": bounded_strings(m.get("tags"), TAGS_MAX, TAG_CHARS_MAX),
-        "workspace": bounded_str(m.get("workspace"), FIELD_CHARS_MAX).unwrap_or_default(),
+        "description": bounded_str(m.get("description"), ASK_DESCRIPTION_CHARS_MAX).unwrap_or_default(),
+        "tags": bounded_strings(m.get("tags"), ASK_TAGS_MAX, ASK_TAG_CHARS_MAX),
+        "workspace": bounded_str(m.get("workspace"), ADVERT_FIELD_CHARS_MAX).unwrap_or_default(),
         "updatedAt": clock::iso8601(updated),
         "sessions": sessions,
         "signed": signed,
@@ -331,7 +313,7 @@ impl Roster {
         }
     }
 
-    /// Fetches every watched friend's advert, [`FETCH_PARALLEL`] at a time, checks it and
+    /// Fetches every watched friend's advert, [`ADVERT_FETCH_PARALLEL`] at a time, checks it and
     /// records the outcome; friends no longer watched are forgotten. Then saves the file.
     pub fn refresh(
         &self,
@@ -340,8 +322,8 @@ impl Roster {
         stop: &dyn Fn() -> bool,
     ) {
         for chunk in friends
-            .chunks(FETCH_PARALLEL)
-            .take(ROSTER_MAX / FETCH_PARALLEL)
+            .chunks(ADVERT_FETCH_PARALLEL)
+            .take(ROSTER_MAX / ADVERT_FETCH_PARALLEL)
         {
             if stop() {
                 break;
@@ -395,8 +377,8 @@ pub fn spawn_refresher(
                 if every_ms == 0 {
                     return;
                 }
-                let until =
-                    std::time::Instant::now() + Duration::from_millis(every_ms.max(REFRESH_MS_MIN));
+                let until = std::time::Instant::now()
+                    + Duration::from_millis(every_ms.max(ROSTER_REFRESH_MS_MIN));
                 while std::time::Instant::now() < until {
                     if stop() {
                         return;
@@ -469,7 +451,15 @@ mod tests {
                 .unwrap_err()
                 .contains("name")
         );
-        assert!(check("bob", None, &advert(now + FUTURE_SKEW_MS + 1000), now).is_err());
+        assert!(
+            check(
+                "bob",
+                None,
+                &advert(now + ADVERT_FUTURE_SKEW_MS + 1000),
+                now
+            )
+            .is_err()
+        );
         // A keyless friend's unsigned advert is accepted, marked unsigned.
         assert_eq!(
             check("bob", None, &advert(now), now).unwrap()["signed"],
@@ -481,7 +471,7 @@ mod tests {
     fn received_adverts_are_bounded_and_stripped() {
         let now = 1_785_150_000_000;
         let mut a = advert(now);
-        a["description"] = json!("x".repeat(DESCRIPTION_CHARS_MAX + 1));
+        a["description"] = json!("x".repeat(ASK_DESCRIPTION_CHARS_MAX + 1));
         a["tags"] = json!(vec!["t"; 100]);
         a["extra"] = json!("dropped");
         a["sessions"] = json!(vec![
@@ -490,10 +480,10 @@ mod tests {
         ]);
         let c = check("bob", None, &a, now).unwrap();
         assert_eq!(c["description"], "");
-        assert_eq!(c["tags"].as_array().unwrap().len(), TAGS_MAX);
+        assert_eq!(c["tags"].as_array().unwrap().len(), ASK_TAGS_MAX);
         assert!(c.get("extra").is_none());
         let sessions = c["sessions"].as_array().unwrap();
-        assert_eq!(sessions.len(), SESSIONS_MAX);
+        assert_eq!(sessions.len(), ADVERT_SESSIONS_MAX);
         assert!(sessions[0].get("secret").is_none());
         assert_eq!(sessions[0]["topics"].as_array().unwrap().len(), 4);
     }

@@ -19,6 +19,9 @@ use super::ServerState;
 use super::config::{AskConfig, Mode};
 use super::http::ApiError;
 use super::sandbox::{self, Layers, Plan};
+use crate::config::internal::{
+    ANSWER_EXIT_POLL, ANSWER_OUTPUT_BYTES_MAX, ANSWER_OUTPUT_GRACE, ANSWER_PATH_CHARS_MAX,
+};
 use parking_lot::Mutex;
 use serde_json::json;
 use std::io::{Read, Write};
@@ -27,13 +30,6 @@ use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Bytes of answerer output read at most (beyond this the answer is cut anyway).
-pub const OUTPUT_BYTES_MAX: usize = 4 << 20;
-const PATH_CHARS_MAX: usize = 1024;
-const EXIT_POLL: Duration = Duration::from_millis(5);
-/// How long the rest of the output may take once the answerer's group is gone.
-const OUTPUT_GRACE: Duration = Duration::from_millis(500);
 
 /// An answer and whether it was cut at `maxAnswerChars`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,7 +74,7 @@ pub fn cap_answer(raw: &str, max_chars: usize) -> Answer {
 /// Checks the shape of a requested path (pure): relative, no `..`, no NUL, bounded.
 pub fn check_shape(rel: &str) -> Result<(), ApiError> {
     let shown = crate::sanitize::line(rel, 120);
-    if rel.is_empty() || rel.len() > PATH_CHARS_MAX || rel.contains('\0') {
+    if rel.is_empty() || rel.len() > ANSWER_PATH_CHARS_MAX || rel.contains('\0') {
         return Err(ApiError::bad_request(format!(
             "contextFiles entry \"{shown}\" is not a usable path"
         )));
@@ -377,7 +373,7 @@ fn spawn_and_collect(
             let _ = s.write_all(input.to_string().as_bytes());
         }
     });
-    let cap = (state.config.max_answer_chars.saturating_mul(4) + 4).min(OUTPUT_BYTES_MAX);
+    let cap = (state.config.max_answer_chars.saturating_mul(4) + 4).min(ANSWER_OUTPUT_BYTES_MAX);
     let (output, rx) = read_output(child.stdout.take(), cap);
     let deadline = Instant::now() + Duration::from_millis(work.timeout_ms);
     let (end, mut output_done) = wait_exit(pgid, &rx, deadline, &state.stopping);
@@ -390,7 +386,7 @@ fn spawn_and_collect(
     if !output_done {
         // A process that left the group could hold the pipe open: wait briefly, then give up
         // on the rest of the output rather than on the thread.
-        output_done = rx.recv_timeout(OUTPUT_GRACE).is_ok();
+        output_done = rx.recv_timeout(ANSWER_OUTPUT_GRACE).is_ok();
     }
     let text = String::from_utf8_lossy(&output.lock()).into_owned();
     outcome(end, output_done, status, work.timeout_ms).map(|()| text)
@@ -456,10 +452,10 @@ fn wait_exit(
             return (End::TimedOut, output_closed);
         }
         if output_closed {
-            std::thread::sleep(EXIT_POLL.min(deadline - now));
+            std::thread::sleep(ANSWER_EXIT_POLL.min(deadline - now));
             continue;
         }
-        match output_done.recv_timeout(EXIT_POLL.min(deadline - now)) {
+        match output_done.recv_timeout(ANSWER_EXIT_POLL.min(deadline - now)) {
             Ok(true) => return (End::OutputFull, true),
             Ok(false) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                 output_closed = true

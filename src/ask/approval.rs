@@ -12,6 +12,10 @@
 pub mod control;
 pub mod owner;
 
+use crate::config::internal::{
+    APPROVAL_QUESTION_SHOWN_CHARS, APPROVAL_RUN_FILE_BYTES_MAX, APPROVAL_RUN_FILES_MAX,
+};
+
 use super::ServerState;
 use super::http::{ApiError, Request, Response};
 use crate::error::{Code, Error, Result};
@@ -22,12 +26,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// Server state files read by the CLI.
-const RUN_FILES_MAX: usize = 64;
-const RUN_FILE_BYTES_MAX: u64 = 1 << 20;
-/// Question characters kept in the owner's file (the full question reaches the answerer).
-const QUESTION_SHOWN_CHARS: usize = 2_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -102,7 +100,7 @@ impl Approvals {
             ask_id.to_string(),
             Pending {
                 caller: caller.to_string(),
-                question: crate::sanitize::clamp(question, QUESTION_SHOWN_CHARS),
+                question: crate::sanitize::clamp(question, APPROVAL_QUESTION_SHOWN_CHARS),
                 context_files: context_files.to_vec(),
                 token: super::canon::b64url(&token),
                 created_ms: now,
@@ -306,7 +304,7 @@ pub fn list_pending(home: &Path) -> Result<Vec<PendingView>> {
     }
     let mut out = Vec::new();
     let entries = std::fs::read_dir(&dir).map_err(|e| Error::io("cannot list", &dir, &e))?;
-    for entry in entries.flatten().take(RUN_FILES_MAX) {
+    for entry in entries.flatten().take(APPROVAL_RUN_FILES_MAX) {
         let path = entry.path();
         let Some(pid) = path
             .file_stem()
@@ -318,7 +316,8 @@ pub fn list_pending(home: &Path) -> Result<Vec<PendingView>> {
         if path.extension().and_then(|e| e.to_str()) != Some("json") || !alive(pid) {
             continue;
         }
-        let Ok(bytes) = crate::fsutil::read_private_bounded(&path, RUN_FILE_BYTES_MAX) else {
+        let Ok(bytes) = crate::fsutil::read_private_bounded(&path, APPROVAL_RUN_FILE_BYTES_MAX)
+        else {
             continue;
         };
         let Ok(doc) = serde_json::from_slice::<Value>(&bytes) else {

@@ -5,6 +5,7 @@
 //! `ed25519:` followed by base64url (no padding) of the PEM text of its SPKI. Only Ed25519
 //! SPKI keys are accepted. Pure code: no I/O.
 
+use crate::config::internal::{CANON_DEPTH_MAX, SIGN_KEY_CHARS_MAX};
 use crate::error::{Code, Error, Result};
 use base64::Engine;
 use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
@@ -15,16 +16,12 @@ use sha2::{Digest, Sha256};
 pub const SAFE_INTEGER_MAX: u64 = 1 << 53;
 /// Prefix of a sign (the public-key string of the wire).
 pub const SIGN_PREFIX: &str = "ed25519:";
-/// A sign is always 159 characters; anything much longer is not worth decoding.
-const SIGN_CHARS_MAX: usize = 512;
 /// DER prefix of an Ed25519 SubjectPublicKeyInfo; the 32-byte key follows.
 const SPKI_PREFIX: [u8; 12] = [
     0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
 ];
 const PEM_BEGIN: &str = "-----BEGIN PUBLIC KEY-----";
 const PEM_END: &str = "-----END PUBLIC KEY-----";
-/// JSON nesting accepted in a signed body (serde_json itself stops at 128).
-const DEPTH_MAX: usize = 64;
 
 fn invalid(message: impl Into<String>) -> Error {
     Error::new(Code::InvalidRequest, message)
@@ -46,7 +43,7 @@ pub fn canonical_without(body: &Map<String, Value>, without: &[&str]) -> Result<
 }
 
 fn write_value(out: &mut String, value: &Value, depth: usize) -> Result<()> {
-    if depth > DEPTH_MAX {
+    if depth > CANON_DEPTH_MAX {
         return Err(invalid("JSON nests too deeply to sign"));
     }
     match value {
@@ -172,7 +169,7 @@ pub fn sign_of(public: &[u8; 32]) -> String {
 /// Ed25519 SubjectPublicKeyInfo in a `PUBLIC KEY` PEM is accepted: RSA, EC, Ed448 and private
 /// keys are refused, and the point must decode.
 pub fn parse_sign(sign: &str) -> Result<[u8; 32]> {
-    if sign.len() > SIGN_CHARS_MAX {
+    if sign.len() > SIGN_KEY_CHARS_MAX {
         return Err(invalid("public key is too long to be an Ed25519 sign"));
     }
     let body = sign.strip_prefix(SIGN_PREFIX).unwrap_or(sign);

@@ -13,6 +13,10 @@
 #![forbid(unsafe_code)]
 
 use super::canon;
+use crate::config::internal::{
+    ASK_DESCRIPTION_CHARS_MAX, ASK_NAME_CHARS_MAX, ASK_TAG_CHARS_MAX, ASK_TAGS_MAX, CARD_CHARS_MAX,
+    CARD_HOST_CHARS_MAX, CARD_ISSUED_SKEW_MS, CARD_TTL_MS,
+};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::fmt;
@@ -21,21 +25,6 @@ use std::fmt;
 pub const CARD_PREFIX: &str = "dsh-ask-peer-card:";
 /// The only card version.
 pub const CARD_VERSION: u64 = 1;
-/// Lifetime of a card we issue, and of a received card whose `ttl` is missing or not positive.
-pub const CARD_TTL_MS: u64 = 90 * 24 * 60 * 60 * 1000;
-/// Longest card string accepted, checked before decoding (a real card is about 600–1500).
-pub const CARD_CHARS_MAX: usize = 8192;
-/// How far in the future `issued` may lie (clock skew between two machines); dsh accepts any.
-pub const ISSUED_SKEW_MS: u64 = 60 * 60 * 1000;
-/// Longest name in a card, in characters.
-pub const NAME_CHARS_MAX: usize = 64;
-/// Longest host in a card (a DNS name is at most 253).
-pub const HOST_CHARS_MAX: usize = 253;
-/// Longest description in a card, in characters.
-pub const DESCRIPTION_CHARS_MAX: usize = 1000;
-/// Most tags in a card, and the longest tag in characters.
-pub const TAGS_MAX: usize = 32;
-pub const TAG_CHARS_MAX: usize = 64;
 
 /// Why a card was refused. The `Display` text is the `reason` of `/sign/verify`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,7 +41,7 @@ pub enum CardError {
     KeyType,
     /// `issued + ttl` lies in the past.
     Expired,
-    /// `issued` lies further in the future than [`ISSUED_SKEW_MS`].
+    /// `issued` lies further in the future than [`CARD_ISSUED_SKEW_MS`].
     FromTheFuture,
     /// The self-signature does not verify against the card's own key.
     Signature,
@@ -218,11 +207,12 @@ fn tags(m: &Map<String, Value>) -> Result<Vec<String>, CardError> {
     let bad = CardError::Field("tags", "an array of short one-line strings");
     match m.get("tags") {
         None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(a)) if a.len() <= TAGS_MAX => a
+        Some(Value::Array(a)) if a.len() <= ASK_TAGS_MAX => a
             .iter()
             .map(|t| match t {
                 Value::String(s)
-                    if s.chars().count() <= TAG_CHARS_MAX && !s.chars().any(char::is_control) =>
+                    if s.chars().count() <= ASK_TAG_CHARS_MAX
+                        && !s.chars().any(char::is_control) =>
                 {
                     Ok(s.clone())
                 }
@@ -261,8 +251,8 @@ pub fn parse(card: &str) -> Result<(Card, String), CardError> {
     if m.get("v").and_then(Value::as_u64) != Some(CARD_VERSION) {
         return Err(CardError::Field("v", "1"));
     }
-    let name = required(&m, "name", NAME_CHARS_MAX)?;
-    let host = required(&m, "host", HOST_CHARS_MAX)?;
+    let name = required(&m, "name", ASK_NAME_CHARS_MAX)?;
+    let host = required(&m, "host", CARD_HOST_CHARS_MAX)?;
     let port = m
         .get("port")
         .and_then(Value::as_u64)
@@ -271,7 +261,7 @@ pub fn parse(card: &str) -> Result<(Card, String), CardError> {
         .ok_or(CardError::Field("port", "an integer 1-65535"))?;
     let public_key = required(&m, "publicKey", 512)?;
     let key = canon::parse_sign(&public_key).map_err(|_| CardError::KeyType)?;
-    let description = text(&m, "description", DESCRIPTION_CHARS_MAX)?;
+    let description = text(&m, "description", ASK_DESCRIPTION_CHARS_MAX)?;
     let tags = tags(&m)?;
     let issued = m
         .get("issued")
@@ -314,7 +304,7 @@ pub fn verify(card: &str, now_ms: u64) -> Result<Card, CardError> {
     if now_ms > card.expires_at() {
         return Err(CardError::Expired);
     }
-    if card.issued > now_ms.saturating_add(ISSUED_SKEW_MS) {
+    if card.issued > now_ms.saturating_add(CARD_ISSUED_SKEW_MS) {
         return Err(CardError::FromTheFuture);
     }
     // A payload that cannot be canonicalized (a float, an integer past 2^53) cannot carry a
@@ -434,7 +424,7 @@ mod tests {
             Err(CardError::Expired)
         );
         assert_eq!(
-            verify(&card, ISSUED - ISSUED_SKEW_MS - 1),
+            verify(&card, ISSUED - CARD_ISSUED_SKEW_MS - 1),
             Err(CardError::FromTheFuture)
         );
         // Change the port inside the signed JSON: the signature no longer verifies.

@@ -9,6 +9,10 @@
 pub mod friends;
 pub mod tools;
 
+use crate::config::internal::{
+    ADVERT_CACHE_MS, CARD_FETCH_MS, RECOMMEND_FORWARD_MS_PER_HOP, ROSTER_FRESH_MS,
+};
+
 use super::advertise::{self, Roster, Watched};
 use super::card::{self, Card};
 use super::client;
@@ -24,15 +28,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Timeout of one card fetch (dsh: 2.5 s).
-pub const CARD_FETCH_MS: u64 = 2_500;
-/// Timeout of one forwarded recommend per hop it may still travel (dsh: 4 s).
-pub const FORWARD_MS_PER_HOP: u64 = 4_000;
-/// How long a computed advert is reused, so `/advertise` cannot make us re-read the presence
-/// directory more than once a second.
-const ADVERT_CACHE_MS: u64 = 1_000;
-/// A roster advert younger than this is used by `/recommend` without fetching again.
-const ROSTER_FRESH_MS: u64 = 120_000;
 /// The `purpose` a signed `/recommend` body carries.
 pub const RECOMMEND_PURPOSE: &str = "recommend";
 
@@ -70,7 +65,7 @@ pub fn on_start(state: &Arc<ServerState>) {
         watched,
         Box::new(
             move |name: &str| match friends.iter().find(|f| f.name == name) {
-                Some(f) => fetch_advert_raw(f, advertise::FETCH_MS),
+                Some(f) => fetch_advert_raw(f, crate::config::internal::ADVERT_FETCH_MS),
                 None => Err("not a friend".into()),
             },
         ),
@@ -353,10 +348,10 @@ pub fn fetch_card(
 /// One friend's advert as received (checked by the caller).
 fn fetch_advert_raw(f: &Friend, timeout_ms: u64) -> std::result::Result<Value, String> {
     let v = get_from(f, "/advertise", timeout_ms)?;
-    if v.to_string().len() > advertise::ADVERT_BYTES_MAX {
+    if v.to_string().len() > crate::config::internal::ADVERT_BYTES_MAX {
         return Err(format!(
             "advert is larger than {} bytes",
-            advertise::ADVERT_BYTES_MAX
+            crate::config::internal::ADVERT_BYTES_MAX
         ));
     }
     Ok(v)
@@ -368,13 +363,14 @@ pub fn fetch_advert(f: &Friend, timeout_ms: u64) -> std::result::Result<Value, S
         .and_then(|v| advertise::check(&f.name, f.key.as_ref(), &v, clock::now_ms()))
 }
 
-/// Fetches the adverts of `friends` now, [`advertise::FETCH_PARALLEL`] at a time.
+/// Fetches the adverts of `friends` now, a bounded number at a time
+/// ([`crate::config::internal::ADVERT_FETCH_PARALLEL`]).
 pub fn fetch_adverts(
     friends: &[Friend],
     timeout_ms: u64,
 ) -> Vec<(String, std::result::Result<Value, String>)> {
     let mut out = Vec::with_capacity(friends.len());
-    for chunk in friends.chunks(advertise::FETCH_PARALLEL) {
+    for chunk in friends.chunks(crate::config::internal::ADVERT_FETCH_PARALLEL) {
         std::thread::scope(|s| {
             let handles: Vec<_> = chunk
                 .iter()
@@ -398,7 +394,9 @@ pub fn peers_listing(home: &Path, cfg: &AskConfig, refresh: bool) -> Vec<Value> 
     let now = clock::now_ms();
     // Fetch the friends never tried, and, with a refresh interval, those tried longer ago than
     // it (no server may be running to keep the roster fresh); the rest come from the roster.
-    let every = cfg.roster_refresh_ms.max(advertise::REFRESH_MS_MIN);
+    let every = cfg
+        .roster_refresh_ms
+        .max(crate::config::internal::ROSTER_REFRESH_MS_MIN);
     let due: Vec<Friend> = cfg
         .peers
         .iter()
@@ -412,7 +410,7 @@ pub fn peers_listing(home: &Path, cfg: &AskConfig, refresh: bool) -> Vec<Value> 
         .cloned()
         .collect();
     if !due.is_empty() {
-        for (name, got) in fetch_adverts(&due, advertise::FETCH_MS) {
+        for (name, got) in fetch_adverts(&due, crate::config::internal::ADVERT_FETCH_MS) {
             let pinned = cfg.friend(&name).and_then(|f| f.key);
             roster.record(&name, pinned.as_ref(), got, clock::now_ms());
         }
@@ -454,7 +452,7 @@ fn no_recommendation(message: &str) -> ApiError {
 /// for a forwarded request (see `forward`), so every fetch below is clipped to what is left
 /// and a request tree never outlives its root's wait.
 pub fn node_budget_ms(hops: u64) -> u64 {
-    FORWARD_MS_PER_HOP * (hops + 1) + CARD_FETCH_MS
+    RECOMMEND_FORWARD_MS_PER_HOP * (hops + 1) + CARD_FETCH_MS
 }
 
 /// Milliseconds left before `deadline`.
@@ -482,7 +480,7 @@ pub fn recommend_here(
     let known = known_of(
         &candidates,
         roster,
-        advertise::FETCH_MS.min(left_ms(deadline) / 2),
+        crate::config::internal::ADVERT_FETCH_MS.min(left_ms(deadline) / 2),
     );
     let plan = recommend::plan(&known, req);
     let now = clock::now_ms();
@@ -718,7 +716,7 @@ pub fn request_recommendation(
             ),
         )
     })?;
-    let hops = max_hops.min(recommend::MAX_HOPS_CAP);
+    let hops = max_hops.min(crate::config::internal::RECOMMEND_HOPS_MAX);
     // The friend's own budget, plus the network and its bookkeeping.
     let timeout = node_budget_ms(hops) + 1_000;
     let reply = post_recommend(cfg, key, f, topic, hops, &[], timeout)?;
@@ -898,7 +896,7 @@ mod tests {
         let lying = json!({"ok": true, "from": "carol", "card": card_str});
         assert!(checked_answer(&lying, now).is_err());
         let expired = json!({"ok": true, "from": "local", "card": card_str});
-        assert!(checked_answer(&expired, now + card::CARD_TTL_MS + 1).is_err());
+        assert!(checked_answer(&expired, now + crate::config::internal::CARD_TTL_MS + 1).is_err());
         assert!(checked_answer(&json!({"ok": true, "from": "local"}), now).is_err());
     }
 }

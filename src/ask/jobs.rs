@@ -16,15 +16,13 @@ use super::answer::{self, Answer, Work};
 use super::approval::Outcome;
 use super::config::Mode;
 use super::http::{ApiError, Request, Response};
+use crate::config::internal::ASK_QUESTION_CHARS_MAX;
 use parking_lot::{Condvar, Mutex};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Longest question accepted, in characters.
-pub const QUESTION_CHARS_MAX: usize = 32_000;
 
 /// Where an ask is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,9 +78,9 @@ pub fn parse_ask(
         .and_then(Value::as_str)
         .filter(|q| !q.trim().is_empty())
         .ok_or_else(required)?;
-    if question.chars().count() > QUESTION_CHARS_MAX {
+    if question.chars().count() > ASK_QUESTION_CHARS_MAX {
         return Err(ApiError::bad_request(format!(
-            "question exceeds {QUESTION_CHARS_MAX} characters"
+            "question exceeds {ASK_QUESTION_CHARS_MAX} characters"
         )));
     }
     let mut context_files = Vec::new();

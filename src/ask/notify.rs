@@ -5,16 +5,12 @@
 //! informs; deciding stays with `peer ask decide` (no sink can decide). Sinks are called on
 //! the connection thread, so each must be quick and must not block.
 
+use crate::config::internal::{
+    ASK_NOTIFY_PREVIEW_CHARS, ASK_NOTIFY_SHORT_ID_CHARS, ASK_NOTIFY_SINKS_MAX,
+};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::path::Path;
-
-/// Characters of the question a notice shows.
-pub const PREVIEW_CHARS: usize = 80;
-/// Characters of the ask id a notice shows as its short name.
-pub const SHORT_ID_CHARS: usize = 8;
-/// Most sinks one server keeps.
-const SINKS_MAX: usize = 8;
 
 /// One ask waiting for the owner's decision. Every text member is sanitized for a terminal.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,10 +36,10 @@ impl Notice {
             _ => format!("--home {} ", shell_word(&home.to_string_lossy())),
         };
         Notice {
-            short_id: ask_id.chars().take(SHORT_ID_CHARS).collect(),
+            short_id: ask_id.chars().take(ASK_NOTIFY_SHORT_ID_CHARS).collect(),
             decide: format!("peer {home_arg}ask decide {ask_id} approve|decline"),
             caller: crate::sanitize::line(caller, 64),
-            preview: crate::sanitize::line(question, PREVIEW_CHARS),
+            preview: crate::sanitize::line(question, ASK_NOTIFY_PREVIEW_CHARS),
             wait_s: wait_ms / 1000,
             ask_id,
         }
@@ -91,7 +87,7 @@ impl Notifier {
     /// Adds a sink (ignored past the bound: front ends add one or two).
     pub fn subscribe(&self, sink: Sink) {
         let mut sinks = self.sinks.lock();
-        if sinks.len() < SINKS_MAX {
+        if sinks.len() < ASK_NOTIFY_SINKS_MAX {
             sinks.push(sink);
         }
     }
@@ -125,7 +121,7 @@ mod tests {
             n.decide,
             "peer --home '/tmp/x y' ask decide 0123456789abcdef approve|decline"
         );
-        assert!(n.preview.chars().count() <= PREVIEW_CHARS);
+        assert!(n.preview.chars().count() <= ASK_NOTIFY_PREVIEW_CHARS);
         assert_eq!(n.to_json()["event"], "ask_pending");
         assert_eq!(shell_word("it's"), "'it'\\''s'");
     }

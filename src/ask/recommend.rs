@@ -4,26 +4,21 @@
 //!
 //! Scoring (dsh §11): every topic word (`[a-z0-9]+`, longer than two characters) adds 3 when a
 //! tag contains it, 3 when a session topic does, 1 when the name or description does. The
-//! request is bounded: `maxHops` 0–3, at most [`FAN_OUT`] forwards and [`DIRECT_TRIES`] card
-//! fetches per node, a `path` of visited agents that are never asked again, so a "who knows
-//! X?" stays a small tree.
+//! request is bounded: `maxHops` 0–3, at most [`RECOMMEND_FAN_OUT`] forwards and
+//! [`RECOMMEND_DIRECT_TRIES`] card fetches per node, a `path` of visited agents that are never
+//! asked again, so a "who knows X?" stays a small tree.
 
 #![forbid(unsafe_code)]
 
 pub mod pending;
 
-use serde_json::Value;
+use crate::config::internal::{
+    RECOMMEND_CANDIDATES_MAX, RECOMMEND_DIRECT_TRIES, RECOMMEND_FAN_OUT, RECOMMEND_HOPS_MAX,
+    RECOMMEND_PATH_MAX, RECOMMEND_PATH_NAME_CHARS_MAX, RECOMMEND_TOPIC_CHARS_MAX,
+    RECOMMEND_VIA_MAX,
+};
 
-pub use crate::toolspec::ask::{DEFAULT_MAX_HOPS, MAX_HOPS_CAP, TOPIC_CHARS_MAX};
-/// Friends a node forwards one request to.
-pub const FAN_OUT: usize = 2;
-/// Friends whose card a node fetches before giving up on the direct answer.
-pub const DIRECT_TRIES: usize = 3;
-/// Friends considered at all per request (dsh fetched every friend's advert).
-pub const CANDIDATES_MAX: usize = 16;
-/// Longest `path` (agents visited), and the longest name in it.
-pub const PATH_MAX: usize = 8;
-pub const PATH_NAME_CHARS_MAX: usize = 64;
+use serde_json::Value;
 
 /// A validated `/recommend` request (the authentication fields are the core's business).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,30 +37,31 @@ pub fn parse_request(caller: &str, body: &Value) -> Result<Request, String> {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s.trim().is_empty() => None,
         Some(Value::String(s))
-            if s.chars().count() <= TOPIC_CHARS_MAX && !s.chars().any(char::is_control) =>
+            if s.chars().count() <= RECOMMEND_TOPIC_CHARS_MAX
+                && !s.chars().any(char::is_control) =>
         {
             Some(s.trim().to_string())
         }
         Some(_) => {
             return Err(format!(
-                "topic must be a one-line string of at most {TOPIC_CHARS_MAX} characters"
+                "topic must be a one-line string of at most {RECOMMEND_TOPIC_CHARS_MAX} characters"
             ));
         }
     };
     let max_hops = match body.get("maxHops") {
         None | Some(Value::Null) => 0,
         Some(v) => match v.as_f64() {
-            Some(f) if f.is_finite() => f.floor().clamp(0.0, MAX_HOPS_CAP as f64) as u64,
+            Some(f) if f.is_finite() => f.floor().clamp(0.0, RECOMMEND_HOPS_MAX as f64) as u64,
             _ => return Err("maxHops must be a number".into()),
         },
     };
     let path = match body.get("path") {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) if a.len() <= PATH_MAX => {
+        Some(Value::Array(a)) if a.len() <= RECOMMEND_PATH_MAX => {
             let mut out: Vec<String> = Vec::new();
             // dsh drops non-string entries; names are bounded so a path stays small.
             for name in a.iter().filter_map(Value::as_str) {
-                if name.chars().count() > PATH_NAME_CHARS_MAX {
+                if name.chars().count() > RECOMMEND_PATH_NAME_CHARS_MAX {
                     return Err("path names must be at most 64 characters".into());
                 }
                 if !out.iter().any(|n| n == name) {
@@ -74,7 +70,11 @@ pub fn parse_request(caller: &str, body: &Value) -> Result<Request, String> {
             }
             out
         }
-        Some(_) => return Err(format!("path must be an array of at most {PATH_MAX} names")),
+        Some(_) => {
+            return Err(format!(
+                "path must be an array of at most {RECOMMEND_PATH_MAX} names"
+            ));
+        }
     };
     Ok(Request {
         caller: caller.to_string(),
@@ -176,19 +176,20 @@ pub struct Plan {
 }
 
 /// The friends a request may consider: configured order, minus the caller, the visited path
-/// and this node itself, at most [`CANDIDATES_MAX`].
+/// and this node itself, at most [`RECOMMEND_CANDIDATES_MAX`].
 pub fn candidates(friends: &[String], req: &Request, me: &str) -> Vec<String> {
     friends
         .iter()
         .filter(|f| *f != &req.caller && *f != me && !req.path.contains(f))
-        .take(CANDIDATES_MAX)
+        .take(RECOMMEND_CANDIDATES_MAX)
         .cloned()
         .collect()
 }
 
 /// dsh's plan over scored candidates (in configured order): with a topic, the positive
 /// scorers best first; direct answers are skipped when a topic matched nobody and hops remain
-/// (the request travels instead); forwards go to the first [`FAN_OUT`] of the ranked list.
+/// (the request travels instead); forwards go to the first [`RECOMMEND_FAN_OUT`] of the ranked
+/// list.
 pub fn plan(known: &[Known], req: &Request) -> Plan {
     let words = req.topic.as_deref().map(topic_words).unwrap_or_default();
     let mut scored: Vec<(u64, usize)> = known
@@ -215,17 +216,21 @@ pub fn plan(known: &[Known], req: &Request) -> Plan {
     let direct = if topic_missed {
         Vec::new()
     } else {
-        ranked.iter().take(DIRECT_TRIES).cloned().collect()
+        ranked
+            .iter()
+            .take(RECOMMEND_DIRECT_TRIES)
+            .cloned()
+            .collect()
     };
     let forward = if req.topic.is_some() && req.max_hops > 0 {
-        ranked.iter().take(FAN_OUT).cloned().collect()
+        ranked.iter().take(RECOMMEND_FAN_OUT).cloned().collect()
     } else {
         Vec::new()
     };
     let fallback = if topic_missed {
         Vec::new()
     } else {
-        everyone.into_iter().take(DIRECT_TRIES).collect()
+        everyone.into_iter().take(RECOMMEND_DIRECT_TRIES).collect()
     };
     Plan {
         direct,
@@ -245,19 +250,16 @@ pub fn forward_path(req: &Request, me: &str) -> Vec<String> {
     path
 }
 
-/// Longest `via` chain kept from an answer: the path bound plus the answering node.
-pub const VIA_MAX: usize = PATH_MAX + 1;
-
 /// A `via` chain as received from a friend, made safe to forward, store and show: at most
-/// [`VIA_MAX`] names, each sanitized to one line of at most [`PATH_NAME_CHARS_MAX`]
+/// [`RECOMMEND_VIA_MAX`] names, each sanitized to one line of at most [`RECOMMEND_PATH_NAME_CHARS_MAX`]
 /// characters, empty ones dropped. Every path that takes `via` from the wire goes through it.
 pub fn clean_via(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array)
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
-        .take(VIA_MAX)
-        .map(|s| crate::sanitize::line(s, PATH_NAME_CHARS_MAX))
+        .take(RECOMMEND_VIA_MAX)
+        .map(|s| crate::sanitize::line(s, RECOMMEND_PATH_NAME_CHARS_MAX))
         .filter(|s| !s.trim().is_empty())
         .collect()
 }
@@ -374,11 +376,11 @@ mod tests {
         assert_eq!(via("me", &r, Some(&["dan".to_string()])), ["me", "dan"]);
         let hostile = json!(vec!["\u{1b}]0;x\u{7}".to_string() + &"y".repeat(500); 100]);
         let clean = clean_via(Some(&hostile));
-        assert_eq!(clean.len(), VIA_MAX);
+        assert_eq!(clean.len(), RECOMMEND_VIA_MAX);
         assert!(
             clean
                 .iter()
-                .all(|n| n.chars().count() <= PATH_NAME_CHARS_MAX
+                .all(|n| n.chars().count() <= RECOMMEND_PATH_NAME_CHARS_MAX
                     && !n.chars().any(char::is_control))
         );
         assert!(clean_via(Some(&json!("not a list"))).is_empty());

@@ -98,7 +98,7 @@ fn answer_cmd(argv: Vec<OsString>) -> Result<i32> {
         ));
     }
     let mut input = Vec::new();
-    let limit = crate::ask::workspace_answer::INPUT_BYTES_MAX as u64;
+    let limit = crate::config::internal::WORKSPACE_ANSWER_INPUT_BYTES_MAX as u64;
     std::io::stdin()
         .take(limit + 1)
         .read_to_end(&mut input)

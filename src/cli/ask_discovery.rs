@@ -6,7 +6,7 @@
 use super::{Ctx, args, out, print_json};
 use crate::ask::config::AskConfig;
 use crate::ask::discovery::{self, friends};
-use crate::ask::recommend::{self, pending};
+use crate::ask::recommend::pending;
 use crate::ask::{card, keys};
 use crate::error::{Code, Error, Result};
 use crate::toolspec::{ToolCall, ToolHost, ToolOutput};
@@ -250,7 +250,7 @@ fn card_arg(word: Option<&String>) -> Result<String> {
         Some("-") => {
             let mut s = String::new();
             std::io::stdin()
-                .take(card::CARD_CHARS_MAX as u64 + 2)
+                .take(crate::config::internal::CARD_CHARS_MAX as u64 + 2)
                 .read_to_string(&mut s)
                 .map_err(|e| {
                     Error::new(Code::Io, format!("cannot read the card from stdin: {e}"))
@@ -462,8 +462,8 @@ fn print_recommendation(v: &Value) -> Result<()> {
         .as_array()
         .map(|a| {
             a.iter()
-                .take(crate::ask::recommend::VIA_MAX)
-                .map(|x| s(x, crate::ask::recommend::PATH_NAME_CHARS_MAX))
+                .take(crate::config::internal::RECOMMEND_VIA_MAX)
+                .map(|x| s(x, crate::config::internal::RECOMMEND_PATH_NAME_CHARS_MAX))
                 .collect()
         })
         .unwrap_or_default();
@@ -508,13 +508,14 @@ fn recommend_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         Some(h) => h
             .parse::<u64>()
             .ok()
-            .filter(|h| *h <= recommend::MAX_HOPS_CAP)
+            .filter(|h| *h <= crate::config::internal::RECOMMEND_HOPS_MAX)
             .ok_or_else(|| Error::new(Code::Usage, "--max-hops takes 0-3"))?,
-        None => recommend::DEFAULT_MAX_HOPS,
+        None => crate::config::internal::RECOMMEND_HOPS_DEFAULT,
     };
     let topic = flag(&flags, "topic").filter(|t| !t.trim().is_empty());
     if topic.is_some_and(|t| {
-        t.chars().count() > recommend::TOPIC_CHARS_MAX || t.chars().any(char::is_control)
+        t.chars().count() > crate::config::internal::RECOMMEND_TOPIC_CHARS_MAX
+            || t.chars().any(char::is_control)
     }) {
         return Err(Error::new(
             Code::Usage,

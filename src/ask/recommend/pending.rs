@@ -5,6 +5,10 @@
 //! presented token in constant time *before* anything is consumed; an entry is removed only
 //! after its decision was carried out.
 
+use crate::config::internal::{
+    RECOMMEND_FILE_BYTES_MAX, RECOMMEND_LOCK_WAIT_MS, RECOMMEND_PENDING_MAX,
+    RECOMMEND_PENDING_TTL_MS,
+};
 use crate::error::{Code, Error, Result};
 use crate::{clock, fsutil, identity, sanitize};
 use serde::{Deserialize, Serialize};
@@ -13,14 +17,6 @@ use std::path::{Path, PathBuf};
 
 /// The refusal of a wrong decision token.
 pub const INVALID_TOKEN: &str = "invalid decision token";
-/// How long a recommendation waits for the owner.
-pub const PENDING_TTL_MS: u64 = 24 * 60 * 60 * 1000;
-/// Most recommendations waiting at once; more are refused with `QUEUE_FULL`.
-pub const PENDING_MAX: usize = 64;
-/// Largest recommendations file read.
-const FILE_BYTES_MAX: u64 = 1 << 20;
-/// How long a writer waits for the file's lock.
-const LOCK_WAIT_MS: u64 = 5_000;
 
 /// One recommendation as stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,7 +54,7 @@ impl Pending {
             "peer": peer,
             "card": self.card,
             "createdAt": clock::iso8601(self.created_at_ms),
-            "expiresInMs": self.created_at_ms.saturating_add(PENDING_TTL_MS).saturating_sub(now_ms),
+            "expiresInMs": self.created_at_ms.saturating_add(RECOMMEND_PENDING_TTL_MS).saturating_sub(now_ms),
         })
     }
 }
@@ -116,7 +112,7 @@ impl Store {
     }
 
     fn read(&self, now_ms: u64) -> Result<File> {
-        let bytes = match fsutil::read_private_bounded(&self.path, FILE_BYTES_MAX) {
+        let bytes = match fsutil::read_private_bounded(&self.path, RECOMMEND_FILE_BYTES_MAX) {
             Ok(b) => b,
             Err(e) if e.code == Code::NotFound => return Ok(File::default()),
             Err(e) => return Err(e),
@@ -131,7 +127,7 @@ impl Store {
             )
         })?;
         file.pending
-            .retain(|p| p.created_at_ms.saturating_add(PENDING_TTL_MS) >= now_ms);
+            .retain(|p| p.created_at_ms.saturating_add(RECOMMEND_PENDING_TTL_MS) >= now_ms);
         // The file may predate the bounds (or be edited): `via` is a remote claim.
         for p in &mut file.pending {
             p.via = clean_names(&p.via);
@@ -149,7 +145,7 @@ impl Store {
         if let Some(dir) = self.path.parent() {
             fsutil::ensure_private_dir(dir)?;
         }
-        fsutil::FileLock::acquire(&self.lock, LOCK_WAIT_MS)
+        fsutil::FileLock::acquire(&self.lock, RECOMMEND_LOCK_WAIT_MS)
     }
 
     /// Recommendations still waiting, oldest first.
@@ -173,11 +169,11 @@ impl Store {
         if let Some(p) = file.pending.iter().find(|p| p.public_key == public_key) {
             return Ok(p.clone());
         }
-        if file.pending.len() >= PENDING_MAX {
+        if file.pending.len() >= RECOMMEND_PENDING_MAX {
             return Err(Error::new(
                 Code::QueueFull,
                 format!(
-                    "{PENDING_MAX} recommendations are already waiting; decide some with 'peer ask friends decide'"
+                    "{RECOMMEND_PENDING_MAX} recommendations are already waiting; decide some with 'peer ask friends decide'"
                 ),
             ));
         }
@@ -346,7 +342,12 @@ mod tests {
         store
             .add("bob", vec![], "card-b", "k2", None, 2000)
             .unwrap();
-        assert!(store.list(2000 + PENDING_TTL_MS + 1).unwrap().is_empty());
+        assert!(
+            store
+                .list(2000 + RECOMMEND_PENDING_TTL_MS + 1)
+                .unwrap()
+                .is_empty()
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
