@@ -118,7 +118,7 @@ pub fn route(state: &Arc<ServerState>, req: &Request) -> Response {
     if req.method == "OPTIONS" {
         return Response::no_content();
     }
-    if let Some(resp) = discovery::route(state, req) {
+    if let Some(resp) = discovery::server::route(state, req) {
         return resp;
     }
     let result = match (req.method.as_str(), req.path.as_str()) {
@@ -211,7 +211,7 @@ pub fn start(
         tls,
         listen,
     });
-    discovery::on_start(&state);
+    discovery::server::on_start(&state);
     server::spawn(listener, state)
 }
 

@@ -66,9 +66,8 @@ pub fn has_friends(home: &std::path::Path) -> bool {
 impl<H: ToolHost> ToolHost for WithAskTools<H> {
     fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<ToolOutput> {
         match call {
-            ToolCall::Ask(a) => {
-                crate::ask::discovery::tools::execute(&self.home, a, cancel).map(ToolOutput::Value)
-            }
+            ToolCall::Ask(a) => crate::ask::discovery::model_tools::execute(&self.home, a, cancel)
+                .map(ToolOutput::Value),
             other => self.inner.call(other, call_id, cancel),
         }
     }
@@ -181,7 +180,7 @@ fn peers(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         return Err(Error::new(Code::Usage, "peer ask peers takes no arguments"));
     }
     let (home, cfg) = load(ctx)?;
-    let list = discovery::peers_listing(&home, &cfg, flag(&flags, "refresh").is_some());
+    let list = discovery::views::peers_listing(&home, &cfg, flag(&flags, "refresh").is_some());
     if ctx.json {
         print_json(&json!({"peers": list}))?;
         return Ok(0);
@@ -315,7 +314,7 @@ fn card_show(
             "peer ask card show takes no arguments",
         ));
     }
-    let host = discovery::card_host(cfg, flag(flags, "host"))?;
+    let host = discovery::server::card_host(cfg, flag(flags, "host"))?;
     let port = match flag(flags, "port") {
         Some(p) => p
             .parse::<u16>()
@@ -332,8 +331,8 @@ fn card_show(
     };
     let key = keys::load_or_create(&cfg.key_dir(home), &cfg.caller_name)?;
     warn_loopback_card(&host, flag(flags, "host").is_some());
-    let c = discovery::own_card(cfg, &key, &host, port, clock::now_ms());
-    let view = discovery::card_view(&c, &key);
+    let c = discovery::server::own_card(cfg, &key, &host, port, clock::now_ms());
+    let view = discovery::views::card_view(&c, &key);
     if ctx.json {
         print_json(&view)?;
     } else {
@@ -387,7 +386,7 @@ fn warn_moved_to_loopback(cfg: &AskConfig, card: &card::Card) {
 fn card_verify(ctx: &Ctx, words: &[String], flags: &Flags) -> Result<i32> {
     only_flags(flags, "card verify")?;
     let c = card_arg(words.get(1))?;
-    let v = discovery::verify_view(&c, clock::now_ms());
+    let v = discovery::views::verify_view(&c, clock::now_ms());
     if v["ok"] != true {
         let reason = v["reason"].as_str().unwrap_or("invalid card").to_string();
         return Err(Error::new(
@@ -524,7 +523,7 @@ fn recommend_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     }
     let (home, cfg) = load(ctx)?;
     let key = keys::load_or_create(&cfg.key_dir(&home), &cfg.caller_name)?;
-    let v = discovery::request_recommendation(&home, &cfg, &key, peer, topic, hops)?;
+    let v = discovery::client::request_recommendation(&home, &cfg, &key, peer, topic, hops)?;
     if ctx.json {
         print_json(&v)?;
         return Ok(0);

@@ -31,7 +31,7 @@ pub fn execute(home: &Path, call: AskCall, cancel: &AtomicBool) -> Result<Value>
     let cfg = AskConfig::load(home)?;
     match call {
         AskCall::PeersList { refresh } => {
-            let list = super::peers_listing(home, &cfg, refresh);
+            let list = super::views::peers_listing(home, &cfg, refresh);
             let peers: Vec<Value> = list.into_iter().map(external).collect();
             Ok(json!({"peers": peers}))
         }
@@ -41,8 +41,14 @@ pub fn execute(home: &Path, call: AskCall, cancel: &AtomicBool) -> Result<Value>
             max_hops,
         } => {
             let key = keys::load_or_create(&cfg.key_dir(home), &cfg.caller_name)?;
-            let v =
-                super::request_recommendation(home, &cfg, &key, &peer, topic.as_deref(), max_hops)?;
+            let v = super::client::request_recommendation(
+                home,
+                &cfg,
+                &key,
+                &peer,
+                topic.as_deref(),
+                max_hops,
+            )?;
             Ok(external(v))
         }
         AskCall::Ask { peer, q, async_ } => ask_one(home, &cfg, &peer, &q, async_, cancel),
