@@ -27,6 +27,14 @@ impl Reply {
         }
         Err(error_of(self.status, &self.body))
     }
+
+    /// The body of a 2xx reply decoded as `T`; a body that is not a `T` reads as `T`'s default,
+    /// which the caller's checks then refuse with their own message. Errors as
+    /// [`Reply::into_result`].
+    pub fn into_typed<T: serde::de::DeserializeOwned + Default>(self) -> Result<T> {
+        self.into_result()
+            .map(|v| serde_json::from_value(v).unwrap_or_default())
+    }
 }
 
 /// Maps an error reply to our `Error`: the wire code when it is one we know, else the status.

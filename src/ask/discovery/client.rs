@@ -9,7 +9,7 @@ use crate::ask::card::{self, Card};
 use crate::ask::client;
 use crate::ask::config::{AskConfig, Friend};
 use crate::ask::keys::AskKey;
-use crate::ask::recommend::{self, pending};
+use crate::ask::recommend::{self, RecommendReply, Via, pending};
 use crate::error::{Code, Error, Result};
 use crate::{clock, sanitize};
 use serde_json::{Map, Value, json};
@@ -100,26 +100,25 @@ pub(super) fn forward(
     f: &Friend,
     req: &recommend::Request,
     left_ms: u64,
-) -> std::result::Result<(String, Card, Vec<String>), String> {
+) -> std::result::Result<(String, Card, Via), String> {
     let hops = req.max_hops.saturating_sub(1);
     let path = recommend::forward_path(req, &cfg.caller_name);
     let timeout = node_budget_ms(hops).min(left_ms);
     let reply = post_recommend(cfg, key, f, req.topic.as_deref(), hops, &path, timeout)
         .map_err(|e| e.message)?;
     let (card_str, c) = checked_answer(&reply, clock::now_ms())?;
-    let via = recommend::clean_via(reply.get("via"));
-    Ok((card_str, c, via))
+    Ok((card_str, c, reply.via))
 }
 
 /// The card of a `/recommend` answer, verified against its own key, and naming `from`.
-pub fn checked_answer(reply: &Value, now_ms: u64) -> std::result::Result<(String, Card), String> {
-    let card_str = reply
-        .get("card")
-        .and_then(Value::as_str)
-        .ok_or("the answer carries no card")?;
+pub fn checked_answer(
+    reply: &RecommendReply,
+    now_ms: u64,
+) -> std::result::Result<(String, Card), String> {
+    let card_str = reply.card.as_deref().ok_or("the answer carries no card")?;
     let c =
         card::verify(card_str, now_ms).map_err(|e| format!("recommended card is invalid: {e}"))?;
-    if reply.get("from").and_then(Value::as_str) != Some(c.name.as_str()) {
+    if reply.from.as_deref() != Some(c.name.as_str()) {
         return Err("the answer's `from` is not the name on the card".into());
     }
     Ok((card_str.to_string(), c))
@@ -154,7 +153,7 @@ pub fn post_recommend(
     max_hops: u64,
     path: &[String],
     timeout_ms: u64,
-) -> Result<Value> {
+) -> Result<RecommendReply> {
     let mut body = Map::new();
     body.insert(
         "protocolVersion".into(),
@@ -179,7 +178,7 @@ pub fn post_recommend(
         &body,
         Duration::from_millis(timeout_ms),
     )?
-    .into_result()
+    .into_typed()
 }
 
 /// What the owner's side does with a recommendation: ask friend `peer`, verify the card,
@@ -207,7 +206,7 @@ pub fn request_recommendation(
     let reply = post_recommend(cfg, key, f, topic, hops, &[], timeout)?;
     let now = clock::now_ms();
     let (card_str, c) = checked_answer(&reply, now).map_err(|e| Error::new(Code::AuthFailed, e))?;
-    let via = recommend::clean_via(reply.get("via"));
+    let via = reply.via;
     let mut out = json!({
         "peer": peer,
         "from": c.name,
@@ -242,6 +241,10 @@ mod tests {
     use super::*;
     use crate::ask::discovery::server::own_card;
 
+    fn reply(v: Value) -> RecommendReply {
+        serde_json::from_value(v).unwrap()
+    }
+
     #[test]
     fn a_recommendation_must_name_its_own_card() {
         let key = AskKey::from_seed(&[3u8; 32]);
@@ -249,11 +252,20 @@ mod tests {
         let now = clock::now_ms();
         let card_str = own_card(&c, &key, "127.0.0.1", 9, now);
         let ok = json!({"ok": true, "from": "local", "card": card_str});
-        assert_eq!(checked_answer(&ok, now).unwrap().1.name, "local");
+        assert_eq!(
+            checked_answer(&reply(ok.clone()), now).unwrap().1.name,
+            "local"
+        );
         let lying = json!({"ok": true, "from": "carol", "card": card_str});
-        assert!(checked_answer(&lying, now).is_err());
+        assert!(checked_answer(&reply(lying), now).is_err());
         let expired = json!({"ok": true, "from": "local", "card": card_str});
-        assert!(checked_answer(&expired, now + crate::config::internal::CARD_TTL_MS + 1).is_err());
-        assert!(checked_answer(&json!({"ok": true, "from": "local"}), now).is_err());
+        assert!(
+            checked_answer(
+                &reply(expired),
+                now + crate::config::internal::CARD_TTL_MS + 1
+            )
+            .is_err()
+        );
+        assert!(checked_answer(&reply(json!({"ok": true, "from": "local"})), now).is_err());
     }
 }

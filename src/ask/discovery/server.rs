@@ -10,12 +10,12 @@ use crate::ask::advertise::{self, Roster, Watched};
 use crate::ask::card::{self, Card};
 use crate::ask::config::{AskConfig, Friend};
 use crate::ask::keys::AskKey;
-use crate::ask::recommend::{self, pending};
+use crate::ask::recommend::{self, RecommendReply, Via, pending};
 use crate::ask::server::{ApiError, Request, Response, ServerState};
 use crate::config::internal::{ADVERT_CACHE_MS, CARD_FETCH_MS, ROSTER_FRESH_MS};
 use crate::error::{Code, Error, Result};
 use crate::{clock, sanitize};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -231,11 +231,11 @@ fn handle_recommend(state: &ServerState, req: &Request) -> std::result::Result<R
             state.guard.charge_friend(&f.name, now)
         },
     )?;
-    let r = recommend::parse_request(&friend.name, &Value::Object(body))
-        .map_err(ApiError::bad_request)?;
+    let r =
+        recommend::parse_request(&friend.name, &req.json_body()?).map_err(ApiError::bad_request)?;
     let roster = state.discovery.roster();
     let answer = recommend_here(&state.config, &state.key, roster.as_deref(), &r)?;
-    Ok(Response::ok(answer))
+    Ok(Response::ok_typed(&answer))
 }
 
 fn no_recommendation(message: &str) -> ApiError {
@@ -260,7 +260,7 @@ pub fn recommend_here(
     key: &AskKey,
     roster: Option<&Roster>,
     req: &recommend::Request,
-) -> std::result::Result<Value, ApiError> {
+) -> std::result::Result<RecommendReply, ApiError> {
     let me = cfg.caller_name.as_str();
     let candidates = candidates_of(cfg, req)?;
     let deadline = Instant::now() + Duration::from_millis(node_budget_ms(req.max_hops));
@@ -352,15 +352,13 @@ fn candidates_of<'a>(
 }
 
 /// A `/recommend` answer: `{ok, from, card, via?}`.
-fn recommendation(card_str: String, c: &Card, via: Vec<String>) -> Value {
-    let mut m = Map::new();
-    m.insert("ok".into(), json!(true));
-    m.insert("from".into(), json!(c.name));
-    m.insert("card".into(), json!(card_str));
-    if !via.is_empty() {
-        m.insert("via".into(), json!(via));
+fn recommendation(card_str: String, c: &Card, via: Via) -> RecommendReply {
+    RecommendReply {
+        ok: true,
+        from: Some(c.name.clone()),
+        card: Some(card_str),
+        via,
     }
-    Value::Object(m)
 }
 
 /// What each candidate is known to know: the roster's fresh advert, else one fetched now.
@@ -488,7 +486,7 @@ mod tests {
         .unwrap()
         .peers;
         let key = AskKey::from_seed(&[4u8; 32]);
-        let req = recommend::parse_request("ada", &json!({"maxHops": 0})).unwrap();
+        let req = recommend::parse_request("ada", &Default::default()).unwrap();
         let e = recommend_here(&c, &key, None, &req).unwrap_err();
         assert_eq!(e.code, "no_recommendation");
         assert!(e.message.contains("mute"), "{}", e.message);

@@ -5,6 +5,7 @@
 //! presented token in constant time *before* anything is consumed; an entry is removed only
 //! after its decision was carried out.
 
+use super::Via;
 use crate::config::internal::{
     RECOMMEND_FILE_BYTES_MAX, RECOMMEND_LOCK_WAIT_MS, RECOMMEND_PENDING_MAX,
     RECOMMEND_PENDING_TTL_MS,
@@ -27,9 +28,10 @@ pub struct Pending {
     pub token: String,
     /// The friend we asked.
     pub from: String,
-    /// Agents the request travelled through, as the answer claimed.
+    /// Agents the request travelled through, as the answer claimed (cleaned again when the
+    /// file is read: it may predate the bounds, or be edited).
     #[serde(default)]
-    pub via: Vec<String>,
+    pub via: Via,
     /// The card string, verified when stored and again before it is added.
     pub card: String,
     /// The card's key (its sign), so one key waits only once.
@@ -128,10 +130,6 @@ impl Store {
         })?;
         file.pending
             .retain(|p| p.created_at_ms.saturating_add(RECOMMEND_PENDING_TTL_MS) >= now_ms);
-        // The file may predate the bounds (or be edited): `via` is a remote claim.
-        for p in &mut file.pending {
-            p.via = clean_names(&p.via);
-        }
         Ok(file)
     }
 
@@ -158,7 +156,7 @@ impl Store {
     pub fn add(
         &self,
         from: &str,
-        via: Vec<String>,
+        via: Via,
         card: &str,
         public_key: &str,
         topic: Option<String>,
@@ -183,7 +181,7 @@ impl Store {
             rec_id: format!("rec-{:016x}", identity::random_u64()),
             token: crate::ask::canon::b64url(&secret),
             from: from.to_string(),
-            via: clean_names(&via),
+            via,
             card: card.to_string(),
             public_key: public_key.to_string(),
             topic,
@@ -253,12 +251,6 @@ fn position(pending: &[Pending], rec_id: &str, prefix_ok: bool) -> Result<usize>
     }
 }
 
-/// `via` names bounded and sanitized, as [`super::clean_via`] does for the wire form.
-fn clean_names(via: &[String]) -> Vec<String> {
-    let v = serde_json::Value::from(via.to_vec());
-    super::clean_via(Some(&v))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,7 +261,7 @@ mod tests {
             rec_id: id.into(),
             token: "t".into(),
             from: "bob".into(),
-            via: vec![],
+            via: Via::default(),
             card: String::new(),
             public_key: String::new(),
             topic: None,
@@ -311,12 +303,12 @@ mod tests {
         ));
         let store = Store::new(&dir);
         let p = store
-            .add("bob", vec![], "card-a", "k1", None, 1000)
+            .add("bob", Via::default(), "card-a", "k1", None, 1000)
             .unwrap();
         // Same key again: the waiting entry, not a second one.
         assert_eq!(
             store
-                .add("carol", vec![], "card-a", "k1", None, 1001)
+                .add("carol", Via::default(), "card-a", "k1", None, 1001)
                 .unwrap()
                 .rec_id,
             p.rec_id
@@ -340,7 +332,7 @@ mod tests {
         assert_eq!(again.unwrap_err().code, Code::NotFound);
         // Expiry.
         store
-            .add("bob", vec![], "card-b", "k2", None, 2000)
+            .add("bob", Via::default(), "card-b", "k2", None, 2000)
             .unwrap();
         assert!(
             store
