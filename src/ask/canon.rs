@@ -34,6 +34,26 @@ pub fn canonical_json(value: &Value) -> Result<String> {
     Ok(out)
 }
 
+/// The canonical text of a typed value's JSON form (a body or an advert we sign).
+pub fn canonical_of(value: &impl serde::Serialize) -> Result<String> {
+    let v = serde_json::to_value(value)
+        .map_err(|e| invalid(format!("cannot encode the value to sign ({e})")))?;
+    canonical_json(&v)
+}
+
+/// The canonical text of the members `keep` of a JSON object as received (absent ones left
+/// out): a signature over part of an object covers exactly what its signer sent.
+pub fn canonical_members(raw: &serde_json::value::RawValue, keep: &[&str]) -> Result<String> {
+    let Ok(Value::Object(m)) = serde_json::from_str::<Value>(raw.get()) else {
+        return Err(invalid("not a JSON object"));
+    };
+    let part: Map<String, Value> = m
+        .into_iter()
+        .filter(|(k, _)| keep.contains(&k.as_str()))
+        .collect();
+    canonical_json(&Value::Object(part))
+}
+
 /// The canonical bytes of an object without the named members (the signed form of a body
 /// without `publicKey` and `signature`).
 pub fn canonical_without(body: &Map<String, Value>, without: &[&str]) -> Result<Vec<u8>> {

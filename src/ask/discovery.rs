@@ -9,7 +9,7 @@ pub mod model_tools;
 pub mod server;
 pub mod views;
 
-use crate::ask::advertise::Roster;
+use crate::ask::advertise::{Advert, Roster};
 use crate::ask::card;
 use crate::ask::config::AskConfig;
 use crate::ask::recommend::pending;
@@ -17,7 +17,7 @@ use crate::clock;
 use crate::config::internal::{CARD_FETCH_MS, RECOMMEND_FORWARD_MS_PER_HOP};
 use crate::error::{Code, Error, Result};
 use parking_lot::Mutex;
-use serde_json::{Value, json};
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -28,7 +28,7 @@ pub const RECOMMEND_PURPOSE: &str = "recommend";
 #[derive(Default)]
 pub struct State {
     pub(super) roster: OnceLock<Arc<Roster>>,
-    pub(super) advert: Mutex<Option<(u64, Value)>>,
+    pub(super) advert: Mutex<Option<(u64, Advert)>>,
 }
 
 impl State {
@@ -50,6 +50,27 @@ pub fn node_budget_ms(hops: u64) -> u64 {
     RECOMMEND_FORWARD_MS_PER_HOP * (hops + 1) + CARD_FETCH_MS
 }
 
+/// What a decision did: `{recId, decision}`, and for an added friend the config change and
+/// `peer: {name, host, port}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decided {
+    pub rec_id: String,
+    pub decision: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<AddedPeer>,
+}
+
+/// The friend a decision added.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AddedPeer {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
 /// Carries out the owner's decision on a waiting recommendation (`token` on the HTTP path).
 /// `add` re-verifies the card and adds it to `ask.peers` (never replacing a friend of the
 /// same name with another key unless `replace`).
@@ -60,11 +81,16 @@ pub fn decide(
     decision: pending::Decision,
     mode: &str,
     replace: bool,
-) -> Result<Value> {
+) -> Result<Decided> {
     let store = pending::Store::new(&state_dir(home));
     let now = clock::now_ms();
     store.decide(rec_id, token, now, |p| match decision {
-        pending::Decision::Decline => Ok(json!({"recId": p.rec_id, "decision": "declined"})),
+        pending::Decision::Decline => Ok(Decided {
+            rec_id: p.rec_id.clone(),
+            decision: "declined",
+            result: None,
+            peer: None,
+        }),
         pending::Decision::Add => {
             let c = card::verify(&p.card, now).map_err(|e| {
                 Error::new(
@@ -75,12 +101,16 @@ pub fn decide(
             let merged = friends::add_to_config(home, &c, mode, replace, |bytes| {
                 AskConfig::parse(bytes).map(|_| ())
             })?;
-            Ok(json!({
-                "recId": p.rec_id,
-                "decision": "added",
-                "result": merged.name(),
-                "peer": {"name": c.name, "host": c.host, "port": c.port},
-            }))
+            Ok(Decided {
+                rec_id: p.rec_id.clone(),
+                decision: "added",
+                result: Some(merged.name()),
+                peer: Some(AddedPeer {
+                    name: c.name,
+                    host: c.host,
+                    port: c.port,
+                }),
+            })
         }
     })
 }

@@ -47,6 +47,7 @@ pub mod egress;
 pub mod http;
 pub mod jobs;
 pub mod keys;
+pub mod loose;
 pub mod notify;
 pub mod owner_page;
 pub mod recommend;

@@ -18,8 +18,9 @@ use crate::config::internal::{
     RECOMMEND_VIA_MAX,
 };
 
+use super::advertise::CheckedAdvert;
+use super::loose::Loose;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// A validated `/recommend` request (the authentication fields are the core's business).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,30 +31,13 @@ pub struct Request {
     pub path: Vec<String>,
 }
 
-/// A JSON value that is either a `T` or anything else, kept apart so a field of the wrong type
-/// is refused (or dropped) with its own message instead of failing the whole body.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(untagged)]
-pub enum Loose<T> {
-    Is(T),
-    Not(serde::de::IgnoredAny),
-}
-
-impl<T> Loose<T> {
-    /// The value when it has the expected type.
-    pub fn as_ref(&self) -> Option<&T> {
-        match self {
-            Loose::Is(t) => Some(t),
-            Loose::Not(_) => None,
-        }
-    }
-}
-
 /// The discovery fields of a `/recommend` body as they arrive (`protocolVersion`, `caller`
 /// and the credentials are read by the authentication that runs first). `null` is absent.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecommendRequest {
+    #[serde(default)]
+    pub protocol_version: Option<Loose<u64>>,
     #[serde(default)]
     pub topic: Option<Loose<String>>,
     #[serde(default)]
@@ -137,37 +121,22 @@ pub struct Known {
 
 impl Known {
     /// From a verified advert (`description`, `tags`, `sessions[].topic`/`topics`).
-    pub fn from_advert(name: &str, advert: Option<&Value>) -> Known {
-        let strings = |v: Option<&Value>| -> Vec<String> {
-            v.and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default()
+    pub fn from_advert(name: &str, advert: Option<&CheckedAdvert>) -> Known {
+        let Some(advert) = advert else {
+            return Known {
+                name: name.to_string(),
+                ..Known::default()
+            };
         };
         let mut session_topics = Vec::new();
-        if let Some(sessions) = advert
-            .and_then(|a| a.get("sessions"))
-            .and_then(Value::as_array)
-        {
-            for s in sessions {
-                if let Some(t) = s.get("topic").and_then(Value::as_str) {
-                    session_topics.push(t.to_string());
-                }
-                session_topics.extend(strings(s.get("topics")));
-            }
+        for s in &advert.sessions {
+            session_topics.extend(s.topic.iter().cloned());
+            session_topics.extend(s.topics.iter().cloned());
         }
         Known {
             name: name.to_string(),
-            description: advert
-                .and_then(|a| a.get("description"))
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            tags: strings(advert.and_then(|a| a.get("tags"))),
+            description: advert.description.clone(),
+            tags: advert.tags.clone(),
             session_topics,
         }
     }

@@ -589,14 +589,14 @@ fn friends_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
                 flag(&flags, "replace").is_some(),
             )?;
             if ctx.json {
-                print_json(&v)?;
-            } else if let Some(p) = v.get("peer") {
+                print_json(&serde_json::to_value(&v).unwrap_or_default())?;
+            } else if let Some(p) = &v.peer {
                 out::line(&format!(
                     "{} friend {} ({}:{})",
-                    v["result"].as_str().unwrap_or("added"),
-                    sanitize::line(p["name"].as_str().unwrap_or(""), 64),
-                    sanitize::line(p["host"].as_str().unwrap_or(""), 253),
-                    p["port"]
+                    v.result.unwrap_or("added"),
+                    sanitize::line(&p.name, 64),
+                    sanitize::line(&p.host, 253),
+                    p.port
                 ))?;
             } else {
                 out::line(&format!("declined {}", sanitize::line(rec_id, 40)))?;

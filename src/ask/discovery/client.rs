@@ -4,7 +4,7 @@
 //! when that agent is one of our friends, against the key we pinned for it.
 
 use super::{RECOMMEND_PURPOSE, node_budget_ms, state_dir};
-use crate::ask::advertise;
+use crate::ask::advertise::{self, CheckedAdvert};
 use crate::ask::card::{self, Card};
 use crate::ask::client;
 use crate::ask::config::{AskConfig, Friend};
@@ -12,6 +12,7 @@ use crate::ask::keys::AskKey;
 use crate::ask::recommend::{self, RecommendReply, Via, pending};
 use crate::error::{Code, Error, Result};
 use crate::{clock, sanitize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use std::path::Path;
 use std::time::Duration;
@@ -51,19 +52,22 @@ pub fn fetch_card(
 }
 
 /// One friend's advert as received (checked by the caller).
-pub(super) fn fetch_advert_raw(f: &Friend, timeout_ms: u64) -> std::result::Result<Value, String> {
-    let v = get_from(f, "/advertise", timeout_ms)?;
-    if v.to_string().len() > crate::config::internal::ADVERT_BYTES_MAX {
+pub(super) fn fetch_advert_raw(
+    f: &Friend,
+    timeout_ms: u64,
+) -> std::result::Result<Box<RawValue>, String> {
+    let text = get_from(f, "/advertise", timeout_ms)?.to_string();
+    if text.len() > crate::config::internal::ADVERT_BYTES_MAX {
         return Err(format!(
             "advert is larger than {} bytes",
             crate::config::internal::ADVERT_BYTES_MAX
         ));
     }
-    Ok(v)
+    RawValue::from_string(text).map_err(|e| e.to_string())
 }
 
 /// One friend's checked advert, fetched now.
-pub fn fetch_advert(f: &Friend, timeout_ms: u64) -> std::result::Result<Value, String> {
+pub fn fetch_advert(f: &Friend, timeout_ms: u64) -> std::result::Result<CheckedAdvert, String> {
     fetch_advert_raw(f, timeout_ms)
         .and_then(|v| advertise::check(&f.name, f.key.as_ref(), &v, clock::now_ms()))
 }
@@ -73,7 +77,7 @@ pub fn fetch_advert(f: &Friend, timeout_ms: u64) -> std::result::Result<Value, S
 pub fn fetch_adverts(
     friends: &[Friend],
     timeout_ms: u64,
-) -> Vec<(String, std::result::Result<Value, String>)> {
+) -> Vec<(String, std::result::Result<CheckedAdvert, String>)> {
     let mut out = Vec::with_capacity(friends.len());
     for chunk in friends.chunks(crate::config::internal::ADVERT_FETCH_PARALLEL) {
         std::thread::scope(|s| {

@@ -6,16 +6,17 @@
 use super::client::{fetch_advert_raw, fetch_adverts, fetch_card, forward};
 use super::views::{card_view, verify_view};
 use super::{RECOMMEND_PURPOSE, decide, node_budget_ms, state_dir};
-use crate::ask::advertise::{self, Roster, Watched};
+use crate::ask::advertise::{self, Advert, AdvertSession, CheckedAdvert, Roster, Watched};
 use crate::ask::card::{self, Card};
 use crate::ask::config::{AskConfig, Friend};
 use crate::ask::keys::AskKey;
-use crate::ask::recommend::{self, RecommendReply, Via, pending};
+use crate::ask::loose::{Loose, typed};
+use crate::ask::recommend::{self, RecommendReply, RecommendRequest, Via, pending};
 use crate::ask::server::{ApiError, Request, Response, ServerState};
 use crate::config::internal::{ADVERT_CACHE_MS, CARD_FETCH_MS, ROSTER_FRESH_MS};
 use crate::error::{Code, Error, Result};
 use crate::{clock, sanitize};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -74,7 +75,7 @@ fn watched(f: &Friend) -> Watched {
 /// Answers the discovery endpoints; `None` for every other path.
 pub fn route(state: &Arc<ServerState>, req: &Request) -> Option<Response> {
     let result = match (req.method.as_str(), req.path.as_str()) {
-        ("GET", "/advertise") => Ok(Response::ok(own_advert(state))),
+        ("GET", "/advertise") => Ok(Response::ok_typed(&own_advert(state))),
         ("GET", "/sign/card") => sign_card(state),
         ("POST", "/sign/verify") => verify_card(req),
         ("POST", "/recommend") => handle_recommend(state, req),
@@ -89,7 +90,7 @@ pub fn route(state: &Arc<ServerState>, req: &Request) -> Option<Response> {
 }
 
 /// This agent's advert, signed, recomputed at most once per [`ADVERT_CACHE_MS`].
-fn own_advert(state: &ServerState) -> Value {
+fn own_advert(state: &ServerState) -> Advert {
     let now = clock::now_ms();
     let mut cache = state.discovery.advert.lock();
     if let Some((at, v)) = &*cache
@@ -115,7 +116,7 @@ pub fn build_advert(
     workspace: &Path,
     key: &AskKey,
     now_ms: u64,
-) -> Value {
+) -> Advert {
     let sessions = live_sessions(home, workspace, now_ms);
     let local = advertise::Local {
         name: &cfg.caller_name,
@@ -127,7 +128,7 @@ pub fn build_advert(
     advertise::sign(unsigned, &key.public(), |m| key.sign(m))
 }
 
-fn live_sessions(home: &Path, workspace: &Path, now_ms: u64) -> Vec<Value> {
+fn live_sessions(home: &Path, workspace: &Path, now_ms: u64) -> Vec<AdvertSession> {
     // The advert is best effort about sessions: an unreadable presence directory shows none.
     let Ok(config) = crate::config::Config::load(home) else {
         return Vec::new();
@@ -202,8 +203,9 @@ fn sign_card(state: &ServerState) -> std::result::Result<Response, ApiError> {
 }
 
 fn verify_card(req: &Request) -> std::result::Result<Response, ApiError> {
-    let body = req.json_object()?;
-    let Some(card_str) = body.get("card").and_then(Value::as_str) else {
+    req.json_object()?;
+    let body: CardBody = req.json_body()?;
+    let Some(card_str) = typed(&body.card) else {
         return Err(ApiError::bad_request("card (string) is required"));
     };
     Ok(Response::ok(verify_view(card_str, clock::now_ms())))
@@ -211,7 +213,8 @@ fn verify_card(req: &Request) -> std::result::Result<Response, ApiError> {
 
 fn handle_recommend(state: &ServerState, req: &Request) -> std::result::Result<Response, ApiError> {
     let body = req.json_object()?;
-    if body.get("protocolVersion").and_then(Value::as_u64) != Some(crate::ask::PROTOCOL_VERSION) {
+    let fields: RecommendRequest = req.json_body()?;
+    if typed(&fields.protocol_version) != Some(&crate::ask::PROTOCOL_VERSION) {
         return Err(ApiError::bad_request(
             "protocolVersion 1 and a caller are required",
         ));
@@ -231,8 +234,7 @@ fn handle_recommend(state: &ServerState, req: &Request) -> std::result::Result<R
             state.guard.charge_friend(&f.name, now)
         },
     )?;
-    let r =
-        recommend::parse_request(&friend.name, &req.json_body()?).map_err(ApiError::bad_request)?;
+    let r = recommend::parse_request(&friend.name, &fields).map_err(ApiError::bad_request)?;
     let roster = state.discovery.roster();
     let answer = recommend_here(&state.config, &state.key, roster.as_deref(), &r)?;
     Ok(Response::ok_typed(&answer))
@@ -368,7 +370,7 @@ fn known_of(
     timeout_ms: u64,
 ) -> Vec<recommend::Known> {
     let now = clock::now_ms();
-    let fresh = |f: &Friend| -> Option<Value> {
+    let fresh = |f: &Friend| -> Option<CheckedAdvert> {
         let seen = roster?.get(&f.name)?;
         let at = seen.last_seen_ms?;
         let advert = seen.advert_for(f.key.as_ref())?.clone();
@@ -394,6 +396,33 @@ fn known_of(
         .collect()
 }
 
+/// The body of `POST /sign/verify`.
+#[derive(Default, Deserialize)]
+struct CardBody {
+    #[serde(default)]
+    card: Option<Loose<String>>,
+}
+
+/// The body of `POST /friend/decision`.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DecisionBody {
+    #[serde(default)]
+    decision: Option<Loose<String>>,
+    #[serde(default)]
+    rec_id: Option<Loose<String>>,
+    #[serde(default)]
+    token: Option<Loose<String>>,
+}
+
+/// The answer of `POST /friend/decision`: `{ok, peer?}`.
+#[derive(Serialize)]
+struct DecisionReply {
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer: Option<super::AddedPeer>,
+}
+
 fn friend_decision(state: &ServerState, req: &Request) -> std::result::Result<Response, ApiError> {
     // Token guessing is charged to the address like any refused authentication.
     let now = clock::now_ms();
@@ -402,28 +431,21 @@ fn friend_decision(state: &ServerState, req: &Request) -> std::result::Result<Re
         state.guard.note_failure(req.ip(), now);
         ApiError::forbidden(message)
     };
-    let body = req.json_object()?;
-    let decision = body
-        .get("decision")
-        .and_then(Value::as_str)
-        .and_then(pending::Decision::parse)
+    req.json_object()?;
+    let body: DecisionBody = req.json_body()?;
+    let decision = typed(&body.decision)
+        .and_then(|d| pending::Decision::parse(d))
         .ok_or_else(|| ApiError::bad_request("decision must be add or decline"))?;
-    let (Some(rec_id), Some(token)) = (
-        body.get("recId").and_then(Value::as_str),
-        body.get("token").and_then(Value::as_str),
-    ) else {
+    let (Some(rec_id), Some(token)) = (typed(&body.rec_id), typed(&body.token)) else {
         return Err(ApiError::bad_request(
             "recId and token (strings) are required",
         ));
     };
     match decide(&state.home, rec_id, Some(token), decision, "ask", false) {
-        Ok(v) => {
-            let mut out = json!({"ok": true});
-            if let Some(peer) = v.get("peer") {
-                out["peer"] = peer.clone();
-            }
-            Ok(Response::ok(out))
-        }
+        Ok(d) => Ok(Response::ok_typed(&DecisionReply {
+            ok: true,
+            peer: d.peer,
+        })),
         // An unknown id and a wrong token look alike to a caller without the token.
         Err(e) if e.code == Code::NotFound || e.message == pending::INVALID_TOKEN => {
             Err(refused(pending::INVALID_TOKEN.to_string()))
@@ -479,7 +501,7 @@ mod tests {
         let mut c = cfg("127.0.0.1", None);
         c.caller_name = "bob".into();
         c.peers = AskConfig::parse(
-            json!({"ask": {"peers": [{"name": "mute", "host": "127.0.0.1", "port": port, "token": "kQ3vZr8TnW1pLx6YcB0dHs4JmE9gUf2Ka7oRi5Nw-tA"}]}})
+            serde_json::json!({"ask": {"peers": [{"name": "mute", "host": "127.0.0.1", "port": port, "token": "kQ3vZr8TnW1pLx6YcB0dHs4JmE9gUf2Ka7oRi5Nw-tA"}]}})
                 .to_string()
                 .as_bytes(),
         )

@@ -90,7 +90,7 @@ pub fn peers_listing(home: &Path, cfg: &AskConfig, refresh: bool) -> Vec<Value> 
         .iter()
         .map(|f| {
             let s = seen.get(&f.name).cloned().unwrap_or_default();
-            let ad = s.advert_for(f.key.as_ref()).cloned().unwrap_or(Value::Null);
+            let ad = s.advert_for(f.key.as_ref()).cloned().unwrap_or_default();
             json!({
                 "peer": f.name,
                 "host": f.host,
@@ -101,11 +101,11 @@ pub fn peers_listing(home: &Path, cfg: &AskConfig, refresh: bool) -> Vec<Value> 
                 "reachable": s.reachable(),
                 "lastSeen": s.last_seen_ms.map(clock::iso8601),
                 "ageMs": s.last_seen_ms.map(|t| now.saturating_sub(t)),
-                "signed": ad.get("signed").cloned().unwrap_or(json!(false)),
-                "description": ad.get("description").cloned().unwrap_or(json!("")),
-                "tags": ad.get("tags").cloned().unwrap_or(json!([])),
-                "workspace": ad.get("workspace").cloned().unwrap_or(json!("")),
-                "sessions": ad.get("sessions").cloned().unwrap_or(json!([])),
+                "signed": ad.signed,
+                "description": ad.description,
+                "tags": ad.tags,
+                "workspace": ad.workspace,
+                "sessions": ad.sessions,
                 "error": s.last_error,
             })
         })
