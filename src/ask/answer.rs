@@ -23,7 +23,6 @@ use crate::config::internal::{
     ANSWER_EXIT_POLL, ANSWER_OUTPUT_BYTES_MAX, ANSWER_OUTPUT_GRACE, ANSWER_PATH_CHARS_MAX,
 };
 use parking_lot::Mutex;
-use serde_json::json;
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
@@ -347,6 +346,26 @@ fn read_output(
     (output, rx)
 }
 
+/// What the answerer reads on stdin (dsh-ask-peer's answerer input): members in key order, as
+/// the JSON has them; `messages` is the conversation so far, which an ask does not have.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AnswererInput<'a> {
+    ask_id: &'a str,
+    caller: &'a str,
+    context_files: Vec<InputFile<'a>>,
+    messages: [(); 0],
+    question: &'a str,
+    workspace: std::borrow::Cow<'a, str>,
+}
+
+/// One context file of [`AnswererInput`].
+#[derive(serde::Serialize)]
+struct InputFile<'a> {
+    content: &'a str,
+    path: &'a str,
+}
+
 fn spawn_and_collect(
     state: &ServerState,
     work: &Work,
@@ -358,19 +377,29 @@ fn spawn_and_collect(
         .spawn()
         .map_err(|e| ApiError::ask_failed(format!("cannot start the answerer: {e}")))?;
     let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let input = json!({
-        "askId": work.ask_id, "caller": work.caller, "question": work.question,
-        "workspace": state.workspace.to_string_lossy(),
-        "contextFiles": work.files.iter().map(|f| json!({"path": f.path, "content": f.content})).collect::<Vec<_>>(),
-        "messages": [],
-    });
+    let input = AnswererInput {
+        ask_id: &work.ask_id,
+        caller: &work.caller,
+        context_files: work
+            .files
+            .iter()
+            .map(|f| InputFile {
+                content: &f.content,
+                path: &f.path,
+            })
+            .collect(),
+        messages: [],
+        question: &work.question,
+        workspace: state.workspace.to_string_lossy(),
+    };
+    let input = serde_json::to_vec(&input).unwrap_or_default();
     let stdin = child.stdin.take();
     // Detached: it ends when the answerer's stdin closes, which the group kill guarantees for
     // every process that stayed in the group.
     std::thread::spawn(move || {
         if let Some(mut s) = stdin {
             // An answerer that ignores stdin closes it early; that is not an error.
-            let _ = s.write_all(input.to_string().as_bytes());
+            let _ = s.write_all(&input);
         }
     });
     let cap = (state.config.max_answer_chars.saturating_mul(4) + 4).min(ANSWER_OUTPUT_BYTES_MAX);

@@ -18,9 +18,10 @@ use crate::config::internal::{
 
 use super::ServerState;
 use super::http::{ApiError, Request, Response};
+use super::loose::{Loose, typed};
 use crate::error::{Code, Error, Result};
 use parking_lot::{Condvar, Mutex};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -189,29 +190,32 @@ impl Approvals {
     }
 
     fn write_owner_file(&self, map: &HashMap<String, Pending>) {
-        let pending: Vec<Value> = map
+        let pending: Vec<RunEntry> = map
             .iter()
             .filter(|(_, p)| p.decision.is_none())
-            .map(|(id, p)| {
-                json!({
-                    "askId": id, "caller": p.caller, "question": p.question,
-                    "contextFiles": p.context_files, "decisionToken": p.token,
-                    "createdAt": crate::clock::iso8601(p.created_ms),
-                    "expiresAt": crate::clock::iso8601(p.expires_ms),
-                })
+            .map(|(id, p)| RunEntry {
+                ask_id: id.clone(),
+                caller: p.caller.clone(),
+                context_files: p.context_files.clone(),
+                created_at: crate::clock::iso8601(p.created_ms),
+                decision_token: p.token.clone(),
+                expires_at: crate::clock::iso8601(p.expires_ms),
+                question: p.question.clone(),
             })
             .collect();
         let mut reach = self.listen;
         if reach.ip().is_unspecified() {
             reach.set_ip(std::net::IpAddr::from([127, 0, 0, 1]));
         }
-        let doc = json!({
-            "pid": std::process::id(), "listen": reach.to_string(), "pending": pending,
-        });
+        let doc = RunFile {
+            listen: reach.to_string(),
+            pending,
+            pid: std::process::id(),
+        };
         // Losing this file only hides pending asks from the CLI; they still time out closed.
         let _ = crate::fsutil::atomic_write(
             &self.file,
-            doc.to_string().as_bytes(),
+            &serde_json::to_vec(&doc).unwrap_or_default(),
             crate::fsutil::Durability::Visible,
         );
     }
@@ -225,17 +229,65 @@ pub fn handle_decision(
     let now = crate::clock::now_ms();
     state.guard.admit_address(req.ip(), now)?;
     browser_safe(state, req)?;
-    let body = req.json_object()?;
-    let s = |k: &str| body.get(k).and_then(Value::as_str).unwrap_or("");
-    let result = state
-        .approvals
-        .decide(s("askId"), s("token"), s("decision"));
+    req.json_object()?;
+    let body: DecisionBody = req.json_body()?;
+    let result =
+        state
+            .approvals
+            .decide(text(&body.ask_id), text(&body.token), text(&body.decision));
     if let Err(e) = &result
         && e.status == 403
     {
         state.guard.note_failure(req.ip(), now);
     }
-    result.map(|()| Response::ok(json!({"ok": true})))
+    result.map(|()| Response::ok_typed(&Done { ok: true }))
+}
+
+/// A member that arrived as a string, else empty.
+fn text(v: &Option<Loose<String>>) -> &str {
+    typed(v).map(String::as_str).unwrap_or("")
+}
+
+/// `{"ok": true}`.
+#[derive(Serialize)]
+pub struct Done {
+    pub ok: bool,
+}
+
+/// The body of `POST /ask/decision`; a missing or wrong-typed member reads as empty.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DecisionBody {
+    #[serde(default)]
+    ask_id: Option<Loose<String>>,
+    #[serde(default)]
+    token: Option<Loose<String>>,
+    #[serde(default)]
+    decision: Option<Loose<String>>,
+}
+
+/// The owner's run file of one server (`ask/run/<pid>.json`, 0600): where it listens and the
+/// asks waiting for a decision, tokens included. Members in key order, as the JSON has them.
+#[derive(Default, Serialize, Deserialize)]
+struct RunFile {
+    #[serde(default)]
+    listen: String,
+    #[serde(default)]
+    pending: Vec<RunEntry>,
+    #[serde(default)]
+    pid: u32,
+}
+
+#[derive(Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct RunEntry {
+    ask_id: String,
+    caller: String,
+    context_files: Vec<String>,
+    created_at: String,
+    decision_token: String,
+    expires_at: String,
+    question: String,
 }
 
 /// A page in a browser may post to any address, but without a CORS preflight only as a form
@@ -282,13 +334,27 @@ pub struct PendingView {
     socket: PathBuf,
 }
 
+/// The view of a [`PendingView`] without the decision token.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Shown<'a> {
+    pub ask_id: &'a str,
+    pub caller: &'a str,
+    pub question: &'a str,
+    pub context_files: &'a [String],
+    pub expires_at: &'a str,
+}
+
 impl PendingView {
     /// The view without the decision token.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "askId": self.ask_id, "caller": self.caller, "question": self.question,
-            "contextFiles": self.context_files, "expiresAt": self.expires_at,
-        })
+    pub fn shown(&self) -> Shown<'_> {
+        Shown {
+            ask_id: &self.ask_id,
+            caller: &self.caller,
+            question: &self.question,
+            context_files: &self.context_files,
+            expires_at: &self.expires_at,
+        }
     }
 }
 
@@ -320,32 +386,18 @@ pub fn list_pending(home: &Path) -> Result<Vec<PendingView>> {
         else {
             continue;
         };
-        let Ok(doc) = serde_json::from_slice::<Value>(&bytes) else {
+        let Ok(doc) = serde_json::from_slice::<RunFile>(&bytes) else {
             continue;
         };
         let socket = control::socket_path(&dir, pid as u32);
-        for p in doc
-            .get("pending")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        for p in doc.pending {
             out.push(PendingView {
-                ask_id: s("askId"),
-                caller: s("caller"),
-                question: s("question"),
-                context_files: p
-                    .get("contextFiles")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|v| v.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                expires_at: s("expiresAt"),
-                token: s("decisionToken"),
+                ask_id: p.ask_id,
+                caller: p.caller,
+                question: p.question,
+                context_files: p.context_files,
+                expires_at: p.expires_at,
+                token: p.decision_token,
                 socket: socket.clone(),
             });
         }
@@ -448,7 +500,11 @@ mod tests {
         a.register("id1", "ada", "q?", &[], 10_000).unwrap();
         let listed = list_pending(&home).unwrap();
         assert_eq!(listed.len(), 1);
-        assert!(!listed[0].to_json().to_string().contains(&listed[0].token));
+        assert!(
+            !serde_json::to_string(&listed[0].shown())
+                .unwrap()
+                .contains(&listed[0].token)
+        );
         let token = listed[0].token.clone();
         assert_eq!(a.decide("id1", "wrong", "approve").unwrap_err().status, 403);
         assert_eq!(a.decide("id1", "", "approve").unwrap_err().status, 403);

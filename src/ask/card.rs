@@ -90,23 +90,33 @@ impl Card {
 
     /// The display fields dsh shows for a card: `{name, host, port, publicKey, description?,
     /// tags?}`. Text fields are the card's claims; sanitize before a terminal.
-    pub fn peer_view(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("name".into(), Value::from(self.name.clone()));
-        m.insert("host".into(), Value::from(self.host.clone()));
-        m.insert("port".into(), Value::from(self.port));
-        m.insert("publicKey".into(), Value::from(self.public_key.clone()));
-        if let Some(d) = &self.description {
-            m.insert("description".into(), Value::from(d.clone()));
+    pub fn peer_view(&self) -> PeerView {
+        PeerView {
+            name: self.name.clone(),
+            host: self.host.clone(),
+            port: self.port,
+            public_key: self.public_key.clone(),
+            description: self.description.clone(),
+            tags: self.tags.clone(),
+            tls: self.tls,
         }
-        if !self.tags.is_empty() {
-            m.insert("tags".into(), Value::from(self.tags.clone()));
-        }
-        if self.tls {
-            m.insert("tls".into(), Value::from(true));
-        }
-        Value::Object(m)
     }
+}
+
+/// A card as front ends show it (see [`Card::peer_view`]); `tls` only when true.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerView {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    pub public_key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tls: bool,
 }
 
 /// What goes into a card we issue.
@@ -398,7 +408,11 @@ mod tests {
         let with = issue(&issue_, sign);
         let c = verify(&with, ISSUED).unwrap();
         assert!(c.tls);
-        assert_eq!(c.peer_view()["tls"], Value::Bool(true));
+        assert!(c.peer_view().tls);
+        assert_eq!(
+            serde_json::to_value(c.peer_view()).unwrap()["tls"],
+            Value::Bool(true)
+        );
         let json = String::from_utf8(canon::unb64url(&with[CARD_PREFIX.len()..]).unwrap()).unwrap();
         assert!(json.contains(",\"tls\":true,\"signature\""), "{json}");
         let stripped = json.replace(",\"tls\":true", "");

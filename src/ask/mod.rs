@@ -68,7 +68,6 @@ use crate::error::{Code, Error, Result};
 use config::AskConfig;
 use http::{ApiError, Request, Response};
 use keys::AskKey;
-use serde_json::json;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -114,6 +113,13 @@ impl ServerState {
     }
 }
 
+/// `GET /health`: `{ok, peer}`.
+#[derive(serde::Serialize)]
+struct Health<'a> {
+    ok: bool,
+    peer: &'a str,
+}
+
 /// Routes one request. The discovery endpoints are answered by `discovery::route`.
 pub fn route(state: &Arc<ServerState>, req: &Request) -> Response {
     if req.method == "OPTIONS" {
@@ -123,9 +129,10 @@ pub fn route(state: &Arc<ServerState>, req: &Request) -> Response {
         return resp;
     }
     let result = match (req.method.as_str(), req.path.as_str()) {
-        ("GET", "/health") => Ok(Response::ok(
-            json!({"ok": true, "peer": state.config.caller_name}),
-        )),
+        ("GET", "/health") => Ok(Response::ok_typed(&Health {
+            ok: true,
+            peer: &state.config.caller_name,
+        })),
         ("POST", "/ask") => jobs::handle_ask(state, req),
         ("POST", "/ask/decision") => approval::handle_decision(state, req),
         ("GET", "/ask/status") | ("POST", "/ask/status") => jobs::handle_status(state, req),

@@ -9,7 +9,7 @@ use crate::config::internal::{
     ASK_NOTIFY_PREVIEW_CHARS, ASK_NOTIFY_SHORT_ID_CHARS, ASK_NOTIFY_SINKS_MAX,
 };
 use parking_lot::Mutex;
-use serde_json::{Value, json};
+use serde::Serialize;
 use std::path::Path;
 
 /// One ask waiting for the owner's decision. Every text member is sanitized for a terminal.
@@ -54,13 +54,30 @@ impl Notice {
     }
 
     /// The event form: `{"event":"ask_pending", …}`.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "event": "ask_pending", "askId": self.ask_id, "shortId": self.short_id,
-            "caller": self.caller, "preview": self.preview, "waitSeconds": self.wait_s,
-            "decide": self.decide,
-        })
+    pub fn event(&self) -> NoticeEvent<'_> {
+        NoticeEvent {
+            event: "ask_pending",
+            ask_id: &self.ask_id,
+            short_id: &self.short_id,
+            caller: &self.caller,
+            preview: &self.preview,
+            wait_seconds: self.wait_s,
+            decide: &self.decide,
+        }
     }
+}
+
+/// A [`Notice`] as an event.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NoticeEvent<'a> {
+    pub event: &'static str,
+    pub ask_id: &'a str,
+    pub short_id: &'a str,
+    pub caller: &'a str,
+    pub preview: &'a str,
+    pub wait_seconds: u64,
+    pub decide: &'a str,
 }
 
 /// `s` as one shell word (single-quoted when it needs quoting).
@@ -122,7 +139,10 @@ mod tests {
             "peer --home '/tmp/x y' ask decide 0123456789abcdef approve|decline"
         );
         assert!(n.preview.chars().count() <= ASK_NOTIFY_PREVIEW_CHARS);
-        assert_eq!(n.to_json()["event"], "ask_pending");
+        assert_eq!(
+            serde_json::to_value(n.event()).unwrap()["event"],
+            "ask_pending"
+        );
         assert_eq!(shell_word("it's"), "'it'\\''s'");
     }
 }

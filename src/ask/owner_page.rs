@@ -236,7 +236,7 @@ fn snapshot(state: &ServerState) -> Value {
         .unwrap_or_default()
         .iter()
         .map(|p| {
-            let mut v = p.view(now);
+            let mut v = serde_json::to_value(p.view(now)).unwrap_or_default();
             if let Some(m) = v.as_object_mut() {
                 m.remove("card");
             }

@@ -558,7 +558,7 @@ fn friends_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             let views: Vec<Value> = list
                 .iter()
                 .map(|p| {
-                    let mut v = p.view(now);
+                    let mut v = serde_json::to_value(p.view(now)).unwrap_or_default();
                     if let Ok(c) = card::parse(&p.card) {
                         v["fingerprint"] = json!(crate::ask::canon::fingerprint(&c.0.key));
                     }

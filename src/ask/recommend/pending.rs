@@ -13,7 +13,6 @@ use crate::config::internal::{
 use crate::error::{Code, Error, Result};
 use crate::{clock, fsutil, identity, sanitize};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
 /// The refusal of a wrong decision token.
@@ -44,21 +43,37 @@ pub struct Pending {
 
 impl Pending {
     /// What the owner sees (no token). Peer-supplied text stays raw here; front ends sanitize.
-    pub fn view(&self, now_ms: u64) -> Value {
-        let peer = crate::ask::card::parse(&self.card)
-            .map(|(c, _)| c.peer_view())
-            .unwrap_or(Value::Null);
-        json!({
-            "recId": self.rec_id,
-            "from": self.from,
-            "via": self.via,
-            "topic": self.topic,
-            "peer": peer,
-            "card": self.card,
-            "createdAt": clock::iso8601(self.created_at_ms),
-            "expiresInMs": self.created_at_ms.saturating_add(RECOMMEND_PENDING_TTL_MS).saturating_sub(now_ms),
-        })
+    pub fn view(&self, now_ms: u64) -> PendingShown<'_> {
+        PendingShown {
+            rec_id: &self.rec_id,
+            from: &self.from,
+            via: &self.via,
+            topic: self.topic.as_deref(),
+            peer: crate::ask::card::parse(&self.card)
+                .map(|(c, _)| c.peer_view())
+                .ok(),
+            card: &self.card,
+            created_at: clock::iso8601(self.created_at_ms),
+            expires_in_ms: self
+                .created_at_ms
+                .saturating_add(RECOMMEND_PENDING_TTL_MS)
+                .saturating_sub(now_ms),
+        }
     }
+}
+
+/// A [`Pending`] as the owner sees it: `peer` is `null` when the card no longer parses.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingShown<'a> {
+    pub rec_id: &'a str,
+    pub from: &'a str,
+    pub via: &'a Via,
+    pub topic: Option<&'a str>,
+    pub peer: Option<crate::ask::card::PeerView>,
+    pub card: &'a str,
+    pub created_at: String,
+    pub expires_in_ms: u64,
 }
 
 #[derive(Default, Serialize, Deserialize)]
