@@ -44,14 +44,28 @@ pub fn canonical_of(value: &impl serde::Serialize) -> Result<String> {
 /// The canonical text of the members `keep` of a JSON object as received (absent ones left
 /// out): a signature over part of an object covers exactly what its signer sent.
 pub fn canonical_members(raw: &serde_json::value::RawValue, keep: &[&str]) -> Result<String> {
-    let Ok(Value::Object(m)) = serde_json::from_str::<Value>(raw.get()) else {
-        return Err(invalid("not a JSON object"));
-    };
+    let m = object_of(raw.get())?;
     let part: Map<String, Value> = m
         .into_iter()
         .filter(|(k, _)| keep.contains(&k.as_str()))
         .collect();
     canonical_json(&Value::Object(part))
+}
+
+/// The canonical text of the JSON object `text` without the named members (a card's signed
+/// form: the document without `signature`).
+pub fn canonical_text_without(text: &str, without: &[&str]) -> Result<String> {
+    let m = object_of(text)?;
+    let mut out = String::new();
+    write_object(&mut out, &m, without, 0)?;
+    Ok(out)
+}
+
+fn object_of(text: &str) -> Result<Map<String, Value>> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(m)) => Ok(m),
+        _ => Err(invalid("not a JSON object")),
+    }
 }
 
 /// The canonical bytes of an object without the named members (the signed form of a body

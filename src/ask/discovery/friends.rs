@@ -203,7 +203,7 @@ mod tests {
             issued: 0,
             ttl: 1,
             tls: true,
-            payload: Value::Null,
+            document: String::new(),
         }
     }
 

@@ -39,6 +39,15 @@ pub fn card_view(card_str: &str, key: &AskKey) -> Value {
     })
 }
 
+/// A card document minus its `signature`: the signed object, as shown.
+fn payload_of(document: &str) -> Value {
+    let mut v: Value = serde_json::from_str(document).unwrap_or_default();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("signature");
+    }
+    v
+}
+
 /// `/sign/verify` and `peer ask card verify`: `{ok:true, peer, payload, fingerprint,
 /// expiresAt}` or `{ok:false, reason}`.
 pub fn verify_view(card_str: &str, now_ms: u64) -> Value {
@@ -46,7 +55,7 @@ pub fn verify_view(card_str: &str, now_ms: u64) -> Value {
         Ok(c) => json!({
             "ok": true,
             "peer": c.peer_view(),
-            "payload": c.payload,
+            "payload": payload_of(&c.document),
             "fingerprint": crate::ask::canon::fingerprint(&c.key),
             "expiresAt": clock::iso8601(c.expires_at()),
         }),
