@@ -393,7 +393,11 @@ impl Response {
     }
     /// A 200 with a typed body (the same bytes its JSON value gives: keys sorted).
     pub fn ok_typed(body: &impl serde::Serialize) -> Response {
-        Response::ok(serde_json::to_value(body).unwrap_or(Value::Null))
+        Response::typed(200, body)
+    }
+    /// A response with a typed body.
+    pub fn typed(status: u16, body: &impl serde::Serialize) -> Response {
+        Response::json(status, serde_json::to_value(body).unwrap_or(Value::Null))
     }
     pub fn no_content() -> Response {
         Response {
