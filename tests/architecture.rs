@@ -791,7 +791,25 @@ const JSON_EDGES: &[&str] = &[
     "config",
     "presence",
     "store",
-    "ask",
+    // The ask unit's JSON edges; everything else in `ask` passes typed structs. HTTP server and
+    // client, dsh's canonical JSON, the config file (read, and edited by a friend add keeping
+    // unknown members), the A2A JSON-RPC unit, the owner's browser page and control socket,
+    // what front ends and models are shown.
+    "ask::http",
+    "ask::client",
+    "ask::canon",
+    "ask::config",
+    "ask::discovery::friends",
+    "ask::a2a",
+    "ask::owner_page",
+    "ask::approval::control",
+    "ask::discovery::views",
+    "ask::discovery::model_tools",
+    // Signed outbound bodies are still built as JSON objects (token and signature members
+    // added, then signed over the canonical object): the signing and the two clients.
+    "ask::auth",
+    "ask::api",
+    "ask::discovery::client",
     "fuzz_tests",
 ];
 
