@@ -322,40 +322,20 @@ fn browser_safe(state: &ServerState, req: &Request) -> std::result::Result<(), A
     Ok(())
 }
 
-/// One pending ask as the owner sees it, with where to send the decision.
-#[derive(Clone, Debug)]
+/// One pending ask as the owner sees it, with where to send the decision; as JSON without
+/// the decision token.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PendingView {
     pub ask_id: String,
     pub caller: String,
     pub question: String,
     pub context_files: Vec<String>,
     pub expires_at: String,
+    #[serde(skip)]
     token: String,
+    #[serde(skip)]
     socket: PathBuf,
-}
-
-/// The view of a [`PendingView`] without the decision token.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Shown<'a> {
-    pub ask_id: &'a str,
-    pub caller: &'a str,
-    pub question: &'a str,
-    pub context_files: &'a [String],
-    pub expires_at: &'a str,
-}
-
-impl PendingView {
-    /// The view without the decision token.
-    pub fn shown(&self) -> Shown<'_> {
-        Shown {
-            ask_id: &self.ask_id,
-            caller: &self.caller,
-            question: &self.question,
-            context_files: &self.context_files,
-            expires_at: &self.expires_at,
-        }
-    }
 }
 
 /// Reads the pending asks of this namespace's running servers (local owner state).
@@ -501,7 +481,7 @@ mod tests {
         let listed = list_pending(&home).unwrap();
         assert_eq!(listed.len(), 1);
         assert!(
-            !serde_json::to_string(&listed[0].shown())
+            !serde_json::to_string(&listed[0])
                 .unwrap()
                 .contains(&listed[0].token)
         );

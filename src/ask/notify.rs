@@ -13,7 +13,10 @@ use serde::Serialize;
 use std::path::Path;
 
 /// One ask waiting for the owner's decision. Every text member is sanitized for a terminal.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// As JSON it is the event `{"event":"ask_pending", askId, shortId, caller, preview,
+/// waitSeconds, decide}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename = "ask_pending", rename_all = "camelCase")]
 pub struct Notice {
     pub ask_id: String,
     pub short_id: String,
@@ -21,6 +24,7 @@ pub struct Notice {
     /// The question's first words, on one line.
     pub preview: String,
     /// How long the ask waits for a decision, in whole seconds.
+    #[serde(rename = "waitSeconds")]
     pub wait_s: u64,
     /// The exact command that decides it (`approve` or `decline` as the last word).
     pub decide: String,
@@ -52,32 +56,6 @@ impl Notice {
             self.short_id, self.caller, self.wait_s, self.preview, self.decide
         )
     }
-
-    /// The event form: `{"event":"ask_pending", …}`.
-    pub fn event(&self) -> NoticeEvent<'_> {
-        NoticeEvent {
-            event: "ask_pending",
-            ask_id: &self.ask_id,
-            short_id: &self.short_id,
-            caller: &self.caller,
-            preview: &self.preview,
-            wait_seconds: self.wait_s,
-            decide: &self.decide,
-        }
-    }
-}
-
-/// A [`Notice`] as an event.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NoticeEvent<'a> {
-    pub event: &'static str,
-    pub ask_id: &'a str,
-    pub short_id: &'a str,
-    pub caller: &'a str,
-    pub preview: &'a str,
-    pub wait_seconds: u64,
-    pub decide: &'a str,
 }
 
 /// `s` as one shell word (single-quoted when it needs quoting).
@@ -139,10 +117,7 @@ mod tests {
             "peer --home '/tmp/x y' ask decide 0123456789abcdef approve|decline"
         );
         assert!(n.preview.chars().count() <= ASK_NOTIFY_PREVIEW_CHARS);
-        assert_eq!(
-            serde_json::to_value(n.event()).unwrap()["event"],
-            "ask_pending"
-        );
+        assert_eq!(serde_json::to_value(&n).unwrap()["event"], "ask_pending");
         assert_eq!(shell_word("it's"), "'it'\\''s'");
     }
 }

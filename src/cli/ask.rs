@@ -303,8 +303,7 @@ fn pending(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let home = ctx.home()?;
     let list = crate::ask::approval::list_pending(&home)?;
     if ctx.json {
-        let items: Vec<_> = list.iter().map(|p| p.shown()).collect();
-        super::print_json(&json!({"ok": true, "pending": items}))?;
+        super::print_json(&json!({"ok": true, "pending": list}))?;
     } else if list.is_empty() {
         out::line("no asks are waiting for a decision")?;
     } else {
@@ -442,7 +441,7 @@ fn containment_notice(layers: &crate::ask::sandbox::Layers, reduced: bool) {
 fn subscribe_owner_notices(st: &crate::ask::ServerState, json: bool) {
     st.notify.subscribe(Box::new(move |n| {
         if json {
-            let _ = super::print_json(&serde_json::to_value(n.event()).unwrap_or_default());
+            let _ = super::print_json(&serde_json::to_value(n).unwrap_or_default());
         } else {
             out::err_line(&format!("peer ask serve: {}", n.line()));
         }
