@@ -34,13 +34,6 @@ pub fn canonical_json(value: &Value) -> Result<String> {
     Ok(out)
 }
 
-/// The canonical text of a typed value's JSON form (a body or an advert we sign).
-pub fn canonical_of(value: &impl serde::Serialize) -> Result<String> {
-    let v = serde_json::to_value(value)
-        .map_err(|e| invalid(format!("cannot encode the value to sign ({e})")))?;
-    canonical_json(&v)
-}
-
 /// The canonical text of the members `keep` of a JSON object as received (absent ones left
 /// out): a signature over part of an object covers exactly what its signer sent.
 pub fn canonical_members(raw: &serde_json::value::RawValue, keep: &[&str]) -> Result<String> {
@@ -257,6 +250,433 @@ pub fn verify(public: &[u8; 32], msg: &[u8], signature: &str) -> bool {
     }
 }
 
+/// The canonical text of a typed value, written straight from its `Serialize` implementation
+/// (no `Value` tree in between): the same text as [`canonical_json`] of its JSON value, so
+/// floats are refused, integers are bounded by 2^53, and members are sorted.
+pub fn canonical_of(value: &impl serde::Serialize) -> Result<String> {
+    value
+        .serialize(Canonical { depth: 0 })
+        .map_err(|e| invalid(e.0))
+}
+
+/// Why a typed value has no canonical form.
+#[derive(Debug)]
+struct NotCanonical(String);
+
+impl std::fmt::Display for NotCanonical {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotCanonical {}
+
+impl serde::ser::Error for NotCanonical {
+    fn custom<T: std::fmt::Display>(msg: T) -> NotCanonical {
+        NotCanonical(msg.to_string())
+    }
+}
+
+/// Writes one value's canonical text; `depth` counts the arrays and objects around it.
+#[derive(Clone, Copy)]
+struct Canonical {
+    depth: usize,
+}
+
+impl Canonical {
+    fn nested(self) -> std::result::Result<Canonical, NotCanonical> {
+        if self.depth >= CANON_DEPTH_MAX {
+            return Err(NotCanonical("JSON nests too deeply to sign".into()));
+        }
+        Ok(Canonical {
+            depth: self.depth + 1,
+        })
+    }
+
+    fn integer(self, v: i128) -> std::result::Result<String, NotCanonical> {
+        if v.unsigned_abs() > u128::from(SAFE_INTEGER_MAX) {
+            let side = if v < 0 { "below -2^53" } else { "above 2^53" };
+            return Err(NotCanonical(format!("integer {v} is {side}")));
+        }
+        Ok(v.to_string())
+    }
+}
+
+/// An array being written.
+struct Items {
+    inner: Canonical,
+    out: String,
+    /// `Some(name)` for an enum's tuple variant: `{"name":[…]}`.
+    variant: Option<&'static str>,
+}
+
+impl Items {
+    fn push(
+        &mut self,
+        v: &(impl serde::Serialize + ?Sized),
+    ) -> std::result::Result<(), NotCanonical> {
+        if self.out.len() > 1 {
+            self.out.push(',');
+        }
+        let text = v.serialize(self.inner)?;
+        self.out.push_str(&text);
+        Ok(())
+    }
+
+    fn close(mut self) -> std::result::Result<String, NotCanonical> {
+        self.out.push(']');
+        Ok(match self.variant {
+            Some(name) => one_member(name, self.out),
+            None => self.out,
+        })
+    }
+}
+
+/// An object being written: members collected, then sorted as JavaScript sorts keys.
+struct Members {
+    inner: Canonical,
+    members: Vec<(String, String)>,
+    key: Option<String>,
+    variant: Option<&'static str>,
+}
+
+impl Members {
+    fn close(mut self) -> std::result::Result<String, NotCanonical> {
+        // Stable: of two members with one key (a flattened collision) the last is kept, as a
+        // JSON object keeps it.
+        self.members
+            .sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+        let mut out = String::from("{");
+        let mut i = 0;
+        while i < self.members.len() {
+            let mut last = i;
+            while last + 1 < self.members.len() && self.members[last + 1].0 == self.members[i].0 {
+                last += 1;
+            }
+            if out.len() > 1 {
+                out.push(',');
+            }
+            write_string(&mut out, &self.members[last].0);
+            out.push(':');
+            out.push_str(&self.members[last].1);
+            i = last + 1;
+        }
+        out.push('}');
+        Ok(match self.variant {
+            Some(name) => one_member(name, out),
+            None => out,
+        })
+    }
+}
+
+fn one_member(name: &str, value: String) -> String {
+    let mut out = String::from("{");
+    write_string(&mut out, name);
+    out.push(':');
+    out.push_str(&value);
+    out.push('}');
+    out
+}
+
+/// A member name from its canonical text: a string, or an integer written as its decimal
+/// text (as serde_json names a member keyed by a number).
+fn member_name(text: &str) -> std::result::Result<String, NotCanonical> {
+    if text.starts_with('"') {
+        return serde_json::from_str(text).map_err(|e| NotCanonical(e.to_string()));
+    }
+    if !text.is_empty()
+        && text
+            .trim_start_matches('-')
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+    {
+        return Ok(text.to_string());
+    }
+    Err(NotCanonical("a member name must be a string".into()))
+}
+
+type Done = std::result::Result<String, NotCanonical>;
+
+impl serde::Serializer for Canonical {
+    type Ok = String;
+    type Error = NotCanonical;
+    type SerializeSeq = Items;
+    type SerializeTuple = Items;
+    type SerializeTupleStruct = Items;
+    type SerializeTupleVariant = Items;
+    type SerializeMap = Members;
+    type SerializeStruct = Members;
+    type SerializeStructVariant = Members;
+
+    fn serialize_bool(self, v: bool) -> Done {
+        Ok(if v { "true" } else { "false" }.to_string())
+    }
+    fn serialize_i8(self, v: i8) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_i16(self, v: i16) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_i32(self, v: i32) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_i64(self, v: i64) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_i128(self, v: i128) -> Done {
+        self.integer(v)
+    }
+    fn serialize_u8(self, v: u8) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_u16(self, v: u16) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_u32(self, v: u32) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_u64(self, v: u64) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_u128(self, v: u128) -> Done {
+        i128::try_from(v)
+            .map_err(|_| NotCanonical(format!("integer {v} is above 2^53")))
+            .and_then(|v| self.integer(v))
+    }
+    fn serialize_f32(self, v: f32) -> Done {
+        self.serialize_f64(v.into())
+    }
+    fn serialize_f64(self, v: f64) -> Done {
+        // A JSON value has no NaN or infinity (they become null); any other float is refused.
+        if !v.is_finite() {
+            return Ok("null".into());
+        }
+        Err(NotCanonical("fractional numbers cannot be signed".into()))
+    }
+    fn serialize_char(self, v: char) -> Done {
+        self.serialize_str(v.encode_utf8(&mut [0; 4]))
+    }
+    fn serialize_str(self, v: &str) -> Done {
+        let mut out = String::new();
+        write_string(&mut out, v);
+        Ok(out)
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Done {
+        use serde::ser::SerializeSeq;
+        let mut items = self.serialize_seq(Some(v.len()))?;
+        for b in v {
+            items.serialize_element(b)?;
+        }
+        items.end()
+    }
+    fn serialize_none(self) -> Done {
+        Ok("null".into())
+    }
+    fn serialize_some<T: serde::Serialize + ?Sized>(self, v: &T) -> Done {
+        v.serialize(self)
+    }
+    fn serialize_unit(self) -> Done {
+        Ok("null".into())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Done {
+        Ok("null".into())
+    }
+    fn serialize_unit_variant(self, _: &'static str, _: u32, variant: &'static str) -> Done {
+        self.serialize_str(variant)
+    }
+    fn serialize_newtype_struct<T: serde::Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        v: &T,
+    ) -> Done {
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<T: serde::Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        v: &T,
+    ) -> Done {
+        Ok(one_member(variant, v.serialize(self.nested()?)?))
+    }
+    fn serialize_seq(self, _: Option<usize>) -> std::result::Result<Items, NotCanonical> {
+        Ok(Items {
+            inner: self.nested()?,
+            out: "[".into(),
+            variant: None,
+        })
+    }
+    fn serialize_tuple(self, len: usize) -> std::result::Result<Items, NotCanonical> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        len: usize,
+    ) -> std::result::Result<Items, NotCanonical> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        _: usize,
+    ) -> std::result::Result<Items, NotCanonical> {
+        Ok(Items {
+            inner: self.nested()?.nested()?,
+            out: "[".into(),
+            variant: Some(variant),
+        })
+    }
+    fn serialize_map(self, _: Option<usize>) -> std::result::Result<Members, NotCanonical> {
+        Ok(Members {
+            inner: self.nested()?,
+            members: Vec::new(),
+            key: None,
+            variant: None,
+        })
+    }
+    fn serialize_struct(
+        self,
+        _: &'static str,
+        len: usize,
+    ) -> std::result::Result<Members, NotCanonical> {
+        self.serialize_map(Some(len))
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        _: usize,
+    ) -> std::result::Result<Members, NotCanonical> {
+        Ok(Members {
+            inner: self.nested()?.nested()?,
+            members: Vec::new(),
+            key: None,
+            variant: Some(variant),
+        })
+    }
+}
+
+impl serde::ser::SerializeSeq for Items {
+    type Ok = String;
+    type Error = NotCanonical;
+    fn serialize_element<T: serde::Serialize + ?Sized>(
+        &mut self,
+        v: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        self.push(v)
+    }
+    fn end(self) -> Done {
+        self.close()
+    }
+}
+
+impl serde::ser::SerializeTuple for Items {
+    type Ok = String;
+    type Error = NotCanonical;
+    fn serialize_element<T: serde::Serialize + ?Sized>(
+        &mut self,
+        v: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        self.push(v)
+    }
+    fn end(self) -> Done {
+        self.close()
+    }
+}
+
+impl serde::ser::SerializeTupleStruct for Items {
+    type Ok = String;
+    type Error = NotCanonical;
+    fn serialize_field<T: serde::Serialize + ?Sized>(
+        &mut self,
+        v: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        self.push(v)
+    }
+    fn end(self) -> Done {
+        self.close()
+    }
+}
+
+impl serde::ser::SerializeTupleVariant for Items {
+    type Ok = String;
+    type Error = NotCanonical;
+    fn serialize_field<T: serde::Serialize + ?Sized>(
+        &mut self,
+        v: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        self.push(v)
+    }
+    fn end(self) -> Done {
+        self.close()
+    }
+}
+
+impl serde::ser::SerializeMap for Members {
+    type Ok = String;
+    type Error = NotCanonical;
+    fn serialize_key<T: serde::Serialize + ?Sized>(
+        &mut self,
+        k: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        self.key = Some(member_name(&k.serialize(self.inner)?)?);
+        Ok(())
+    }
+    fn serialize_value<T: serde::Serialize + ?Sized>(
+        &mut self,
+        v: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        let key = self
+            .key
+            .take()
+            .ok_or_else(|| NotCanonical("a member value without its name".into()))?;
+        self.members.push((key, v.serialize(self.inner)?));
+        Ok(())
+    }
+    fn end(self) -> Done {
+        self.close()
+    }
+}
+
+impl serde::ser::SerializeStruct for Members {
+    type Ok = String;
+    type Error = NotCanonical;
+    fn serialize_field<T: serde::Serialize + ?Sized>(
+        &mut self,
+        name: &'static str,
+        v: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        self.members
+            .push((name.to_string(), v.serialize(self.inner)?));
+        Ok(())
+    }
+    fn end(self) -> Done {
+        self.close()
+    }
+}
+
+impl serde::ser::SerializeStructVariant for Members {
+    type Ok = String;
+    type Error = NotCanonical;
+    fn serialize_field<T: serde::Serialize + ?Sized>(
+        &mut self,
+        name: &'static str,
+        v: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        self.members
+            .push((name.to_string(), v.serialize(self.inner)?));
+        Ok(())
+    }
+    fn end(self) -> Done {
+        self.close()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,5 +837,44 @@ mod tests {
             ]))
         );
         assert!(parse_sign(&padded).is_ok());
+    }
+
+    /// A typed value's canonical text is its JSON value's, written without building one.
+    #[test]
+    fn typed_values_canonicalize_as_their_json() {
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Inner {
+            z_last: Option<u8>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            gone: Option<u8>,
+            list: Vec<(u8, bool)>,
+        }
+        #[derive(serde::Serialize)]
+        struct Outer {
+            b: String,
+            a: Inner,
+            #[serde(rename = "\u{e000}")]
+            high: i64,
+            #[serde(rename = "\u{10000}")]
+            higher: char,
+            map: std::collections::BTreeMap<u32, &'static str>,
+        }
+        let v = Outer {
+            b: "quote \" slash / tab \t nul \u{0} é \u{2028}".into(),
+            a: Inner {
+                z_last: None,
+                gone: None,
+                list: vec![(1, true), (2, false)],
+            },
+            high: -(1 << 53),
+            higher: 'x',
+            map: [(10, "ten"), (9, "nine")].into_iter().collect(),
+        };
+        let via_value = canonical_json(&serde_json::to_value(&v).unwrap()).unwrap();
+        assert_eq!(canonical_of(&v).unwrap(), via_value);
+        assert!(canonical_of(&((1u64 << 53) + 1)).is_err());
+        assert!(canonical_of(&1.5f64).is_err());
+        assert!(canonical_json(&serde_json::to_value(1.5f64).unwrap()).is_err());
     }
 }

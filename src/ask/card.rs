@@ -150,7 +150,8 @@ struct Wire<'a> {
     ttl: u64,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     tls: bool,
-    signature: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signature: Option<&'a str>,
 }
 
 /// Builds and self-signs a card with `sign` (base64url Ed25519 with the key whose public half
@@ -171,24 +172,21 @@ pub fn issue(card: &Issue, sign: impl Fn(&[u8]) -> String) -> String {
         issued: card.issued,
         ttl: CARD_TTL_MS,
         tls: card.tls,
-        signature: "",
+        signature: None,
     };
     let signature = sign(&signed_bytes_of(&wire));
-    wire.signature = &signature;
+    wire.signature = Some(&signature);
     // A struct of strings and integers always serialises.
     let json = serde_json::to_vec(&wire).unwrap_or_default();
     format!("{CARD_PREFIX}{}", canon::b64url(&json))
 }
 
-/// The canonical bytes a card's signature covers: the document minus `signature`. Our own
+/// The canonical bytes a card's signature covers: the document without `signature`. Our own
 /// card holds only strings and safe integers, which always canonicalize.
 fn signed_bytes_of(wire: &Wire) -> Vec<u8> {
-    match serde_json::to_string(wire) {
-        Ok(text) => canon::canonical_text_without(&text, &["signature"])
-            .map(String::into_bytes)
-            .unwrap_or_default(),
-        Err(_) => Vec::new(),
-    }
+    canon::canonical_of(wire)
+        .map(String::into_bytes)
+        .unwrap_or_default()
 }
 
 /// A card document as it arrives: each member kept apart from a wrong-typed one, so each is
