@@ -282,6 +282,26 @@ pub struct Config {
     pub limits: Limits,
 }
 
+/// The coordination file of the namespace at `home`.
+pub fn file_path(home: &Path) -> PathBuf {
+    home.join("config.json")
+}
+
+/// The one reader of `<home>/config.json`: private, at most [`CONFIG_FILE_BYTES_MAX`] bytes,
+/// parsed by `parse` (each unit reads its own part of the file); `None` when there is no file.
+/// A parse error names the file.
+pub fn load_file<T>(home: &Path, parse: impl FnOnce(&[u8]) -> Result<T>) -> Result<Option<T>> {
+    let path = file_path(home);
+    let bytes = match crate::fsutil::read_private_bounded(&path, CONFIG_FILE_BYTES_MAX) {
+        Ok(bytes) => bytes,
+        Err(e) if e.code == Code::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    parse(&bytes)
+        .map(Some)
+        .map_err(|e| Error::new(e.code, format!("{}: {}", path.display(), e.message)))
+}
+
 impl Default for Config {
     fn default() -> Config {
         Config {
@@ -301,14 +321,7 @@ impl Default for Config {
 impl Config {
     /// Loads `<home>/config.json`; a missing file gives the defaults.
     pub fn load(home: &Path) -> Result<Config> {
-        let path = home.join("config.json");
-        let bytes = match crate::fsutil::read_private_bounded(&path, CONFIG_FILE_BYTES_MAX) {
-            Ok(bytes) => bytes,
-            Err(e) if e.code == Code::NotFound => return Ok(Config::default()),
-            Err(e) => return Err(e),
-        };
-        Config::parse(&bytes)
-            .map_err(|e| Error::new(e.code, format!("{}: {}", path.display(), e.message)))
+        load_file(home, Config::parse).map(Option::unwrap_or_default)
     }
 
     /// Parses the whole config file's bytes.

@@ -373,7 +373,14 @@ fn a_recommendation_shows_on_the_page_and_is_added_from_it() {
     );
     let store = peerwire::ask::recommend::pending::Store::new(&ns.home.join("ask"));
     let rec = store
-        .add("ada", vec![], &card, &key.sign_string(), None, now)
+        .add(
+            "ada",
+            Default::default(),
+            &card,
+            &key.sign_string(),
+            None,
+            now,
+        )
         .unwrap();
     let host = format!("127.0.0.1:{}", bob.port);
     let (code, _, body) = get(bob.port, "/owner/state", &host, Some(&bob.cookie()));

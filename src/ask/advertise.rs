@@ -17,10 +17,16 @@
 //! sanitized before a terminal and wrapped as external data before a model.
 
 use super::canon;
+use super::loose::{Loose, Obj, typed};
+use crate::config::internal::{
+    ADVERT_FETCH_PARALLEL, ADVERT_FIELD_CHARS_MAX, ADVERT_FUTURE_SKEW_MS, ADVERT_SESSIONS_MAX,
+    ASK_DESCRIPTION_CHARS_MAX, ASK_TAG_CHARS_MAX, ASK_TAGS_MAX, ROSTER_FILE_BYTES_MAX, ROSTER_MAX,
+    ROSTER_REFRESH_MS_MIN,
+};
 use crate::{clock, fsutil, presence};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,29 +34,6 @@ use std::time::Duration;
 
 /// dsh's protocol version, required in adverts.
 pub const PROTOCOL_VERSION: u64 = 1;
-/// Sessions shown in (and kept from) one advert.
-pub const SESSIONS_MAX: usize = 32;
-/// Longest description kept from an advert, in characters.
-pub const DESCRIPTION_CHARS_MAX: usize = 1000;
-/// Most tags kept, and the longest tag.
-pub const TAGS_MAX: usize = 32;
-pub const TAG_CHARS_MAX: usize = 64;
-/// Longest other string field kept (names, ids, workspace, topics).
-pub const FIELD_CHARS_MAX: usize = 200;
-/// How far an advert's `updatedAt` may lie in the future (clock skew).
-pub const FUTURE_SKEW_MS: u64 = 5 * 60 * 1000;
-/// Largest advert body read from a friend.
-pub const ADVERT_BYTES_MAX: usize = 64 * 1024;
-/// Timeout of one advert fetch (dsh: 3 s for the roster, 2.5 s for recommend).
-pub const FETCH_MS: u64 = 2_500;
-/// Friends fetched at once by one roster refresh.
-pub const FETCH_PARALLEL: usize = 8;
-/// Friends kept in the roster.
-pub const ROSTER_MAX: usize = 256;
-/// Shortest refresh interval honoured, so a tiny `rosterRefreshMs` cannot become a storm.
-pub const REFRESH_MS_MIN: u64 = 1_000;
-/// Largest roster file read.
-const ROSTER_FILE_BYTES_MAX: u64 = 4 << 20;
 
 /// What this agent advertises, from its configuration and presence directory.
 pub struct Local<'a> {
@@ -68,11 +51,53 @@ fn basename(p: &str) -> String {
         .unwrap_or_default()
 }
 
+/// One session of an advert, as this agent shows it (`id`, `workspace`, `updatedAt`, `status`)
+/// or as kept from a friend's advert (each field bounded; `title`, `topic`, `topics` and
+/// `createdAt` too when the friend sent them). Fields in key order, as the JSON has them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdvertSession {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topics: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+}
+
+/// This agent's advert: the seven signed fields, then `publicKey` and `signature` once
+/// [`sign`]ed (the signature covers the canonical JSON of the advert without them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Advert {
+    pub protocol_version: u64,
+    pub name: String,
+    pub description: String,
+    pub tags: Vec<String>,
+    pub workspace: String,
+    pub updated_at: String,
+    pub sessions: Vec<AdvertSession>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+}
+
 /// The sessions an advert shows: live peerwire sessions whose canonical workspace is
 /// `workspace` or inside it, as `{id: alias, workspace: basename, updatedAt, status}`, newest
-/// first, at most [`SESSIONS_MAX`]. (`createdAt` is left out: the presence reader does not
-/// keep a start time, and a made-up one would mislead.)
-pub fn sessions(entries: &[presence::Entry], workspace: &Path, now_ms: u64) -> Vec<Value> {
+/// first, at most [`ADVERT_SESSIONS_MAX`]. (`createdAt` is left out: the presence reader does
+/// not keep a start time, and a made-up one would mislead.)
+pub fn sessions(entries: &[presence::Entry], workspace: &Path, now_ms: u64) -> Vec<AdvertSession> {
     let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
     let mut live: Vec<(&presence::Entry, &presence::Advertisement)> = entries
         .iter()
@@ -81,132 +106,185 @@ pub fn sessions(entries: &[presence::Entry], workspace: &Path, now_ms: u64) -> V
         .collect();
     live.sort_by_key(|(e, _)| std::cmp::Reverse(e.updated_at_ms.unwrap_or(0)));
     live.into_iter()
-        .take(SESSIONS_MAX)
-        .map(|(e, ad)| {
-            let updated = e.updated_at_ms.unwrap_or(now_ms);
-            json!({
-                "id": ad.alias,
-                "workspace": basename(&ad.workspace),
-                "updatedAt": updated,
-                "status": e.status,
-            })
+        .take(ADVERT_SESSIONS_MAX)
+        .map(|(e, ad)| AdvertSession {
+            id: Some(ad.alias.clone()),
+            workspace: Some(basename(&ad.workspace)),
+            updated_at: Some(e.updated_at_ms.unwrap_or(now_ms)),
+            status: Some(e.status.clone()),
+            ..AdvertSession::default()
         })
         .collect()
 }
 
 /// The seven signed fields of this agent's advert at `now_ms`.
-pub fn build(local: &Local, sessions: Vec<Value>, now_ms: u64) -> Value {
-    json!({
-        "protocolVersion": PROTOCOL_VERSION,
-        "name": local.name,
-        "description": local.description,
-        "tags": local.tags,
-        "workspace": basename(&local.workspace.to_string_lossy()),
-        "updatedAt": clock::iso8601(now_ms),
-        "sessions": sessions,
-    })
+pub fn build(local: &Local, sessions: Vec<AdvertSession>, now_ms: u64) -> Advert {
+    Advert {
+        protocol_version: PROTOCOL_VERSION,
+        name: local.name.to_string(),
+        description: local.description.to_string(),
+        tags: local.tags.to_vec(),
+        workspace: basename(&local.workspace.to_string_lossy()),
+        updated_at: clock::iso8601(now_ms),
+        sessions,
+        public_key: None,
+        signature: None,
+    }
 }
 
-/// The signed fields of an advert, in the object dsh signs.
-fn signed_part(advert: &Map<String, Value>) -> Value {
-    let mut m = Map::new();
-    for k in [
-        "protocolVersion",
-        "name",
-        "description",
-        "tags",
-        "workspace",
-        "updatedAt",
-        "sessions",
-    ] {
-        if let Some(v) = advert.get(k) {
-            m.insert(k.to_string(), v.clone());
-        }
-    }
-    Value::Object(m)
-}
+/// The members of an advert its signature covers, as dsh signs them.
+const SIGNED_FIELDS: [&str; 7] = [
+    "protocolVersion",
+    "name",
+    "description",
+    "tags",
+    "workspace",
+    "updatedAt",
+    "sessions",
+];
 
 /// Adds `publicKey` and `signature` (base64url Ed25519 over the canonical signed fields, as
 /// `AskKey::sign` makes it).
-pub fn sign(mut advert: Value, public: &[u8; 32], sign: impl Fn(&[u8]) -> String) -> Value {
-    if let Value::Object(m) = &mut advert
-        && let Ok(bytes) = canon::canonical_json(&signed_part(m))
-    {
-        let signature = sign(bytes.as_bytes());
-        m.insert("publicKey".into(), json!(canon::sign_of(public)));
-        m.insert("signature".into(), json!(signature));
+pub fn sign(mut advert: Advert, public: &[u8; 32], sign: impl Fn(&[u8]) -> String) -> Advert {
+    advert.public_key = None;
+    advert.signature = None;
+    if let Ok(text) = canon::canonical_of(&advert) {
+        advert.signature = Some(sign(text.as_bytes()));
+        advert.public_key = Some(canon::sign_of(public));
     }
     advert
 }
 
-fn bounded_str(v: Option<&Value>, max: usize) -> Option<String> {
-    let s = v?.as_str()?;
-    (s.chars().count() <= max).then(|| s.to_string())
+/// A friend's advert as it arrives: each field kept apart from a wrong-typed one, so the
+/// checks below refuse or drop it with their own message.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Received {
+    #[serde(default)]
+    protocol_version: Option<Loose<u64>>,
+    #[serde(default)]
+    name: Option<Loose<String>>,
+    #[serde(default)]
+    description: Option<Loose<String>>,
+    #[serde(default)]
+    tags: Option<Loose<Vec<Loose<String>>>>,
+    #[serde(default)]
+    workspace: Option<Loose<String>>,
+    #[serde(default)]
+    updated_at: Option<Loose<String>>,
+    #[serde(default)]
+    sessions: Option<Loose<Vec<Loose<Obj<ReceivedSession>>>>>,
+    #[serde(default)]
+    public_key: Option<Loose<String>>,
+    #[serde(default)]
+    signature: Option<Loose<String>>,
 }
 
-fn bounded_strings(v: Option<&Value>, count: usize, max: usize) -> Vec<String> {
-    v.and_then(Value::as_array)
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReceivedSession {
+    #[serde(default)]
+    id: Option<Loose<String>>,
+    #[serde(default)]
+    workspace: Option<Loose<String>>,
+    #[serde(default)]
+    title: Option<Loose<String>>,
+    #[serde(default)]
+    topic: Option<Loose<String>>,
+    #[serde(default)]
+    status: Option<Loose<String>>,
+    #[serde(default)]
+    created_at: Option<Loose<u64>>,
+    #[serde(default)]
+    updated_at: Option<Loose<u64>>,
+    #[serde(default)]
+    topics: Option<Loose<Vec<Loose<String>>>>,
+}
+
+fn bounded_str(v: &Option<Loose<String>>, max: usize) -> Option<String> {
+    typed(v).filter(|s| s.chars().count() <= max).cloned()
+}
+
+fn bounded_strings(v: &Option<Loose<Vec<Loose<String>>>>, count: usize, max: usize) -> Vec<String> {
+    typed(v)
         .map(|a| {
             a.iter()
                 .take(count)
-                .filter_map(|t| bounded_str(Some(t), max))
+                .filter_map(Loose::as_ref)
+                .filter(|s| s.chars().count() <= max)
+                .cloned()
                 .collect()
         })
         .unwrap_or_default()
 }
 
-fn clean_session(s: &Value) -> Option<Value> {
-    let s = s.as_object()?;
-    let mut out = Map::new();
-    for k in ["id", "workspace", "title", "topic", "status"] {
-        if let Some(v) = bounded_str(s.get(k), FIELD_CHARS_MAX) {
-            out.insert(k.into(), json!(v));
-        }
+fn clean_session(s: &ReceivedSession) -> AdvertSession {
+    let field = |v: &Option<Loose<String>>| bounded_str(v, ADVERT_FIELD_CHARS_MAX);
+    AdvertSession {
+        created_at: typed(&s.created_at).copied(),
+        id: field(&s.id),
+        status: field(&s.status),
+        title: field(&s.title),
+        topic: field(&s.topic),
+        topics: bounded_strings(&s.topics, 4, ADVERT_FIELD_CHARS_MAX),
+        updated_at: typed(&s.updated_at).copied(),
+        workspace: field(&s.workspace),
     }
-    for k in ["createdAt", "updatedAt"] {
-        if let Some(n) = s.get(k).and_then(Value::as_u64) {
-            out.insert(k.into(), json!(n));
-        }
-    }
-    let topics = bounded_strings(s.get("topics"), 4, FIELD_CHARS_MAX);
-    if !topics.is_empty() {
-        out.insert("topics".into(), json!(topics));
-    }
-    Some(Value::Object(out))
 }
 
-/// Checks a friend's advert and returns the kept, bounded fields plus `signed`. `pinned` is
-/// the friend's configured key: then a valid signature by exactly that key is required.
+/// A friend's advert after [`check`]: the kept, bounded fields and whether it was signed by
+/// the friend's pinned key. Kept in the roster file; fields in key order, as the JSON has them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckedAdvert {
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub sessions: Vec<AdvertSession>,
+    #[serde(default)]
+    pub signed: bool,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub updated_at: String,
+    #[serde(default)]
+    pub workspace: String,
+}
+
+/// Checks a friend's advert (`raw`, its JSON as received) and returns the kept, bounded
+/// fields plus `signed`. `pinned` is the friend's configured key: then a valid signature by
+/// exactly that key is required.
 pub fn check(
     friend: &str,
     pinned: Option<&[u8; 32]>,
-    advert: &Value,
+    raw: &RawValue,
     now_ms: u64,
-) -> Result<Value, String> {
-    let Some(m) = advert.as_object() else {
+) -> Result<CheckedAdvert, String> {
+    let Ok(Obj(m)) = serde_json::from_str::<Obj<Received>>(raw.get()) else {
         return Err("advert is not a JSON object".into());
     };
-    if m.get("protocolVersion").and_then(Value::as_u64) != Some(PROTOCOL_VERSION) {
+    if typed(&m.protocol_version) != Some(&PROTOCOL_VERSION) {
         return Err("advert protocolVersion is not 1".into());
     }
-    if m.get("name").and_then(Value::as_str) != Some(friend) {
+    if typed(&m.name).map(String::as_str) != Some(friend) {
         return Err("advert name is not this friend's name".into());
     }
-    let updated = m
-        .get("updatedAt")
-        .and_then(Value::as_str)
-        .and_then(clock::parse_iso8601)
+    let updated = typed(&m.updated_at)
+        .and_then(|t| clock::parse_iso8601(t))
         .ok_or("advert updatedAt is not an ISO-8601 time")?;
-    if updated > now_ms.saturating_add(FUTURE_SKEW_MS) {
+    if updated > now_ms.saturating_add(ADVERT_FUTURE_SKEW_MS) {
         return Err("advert updatedAt lies in the future".into());
     }
-    let signed = match (pinned, m.get("signature").and_then(Value::as_str)) {
+    let signed = match (pinned, typed(&m.signature)) {
         (Some(key), Some(sig)) => {
-            if m.get("publicKey").and_then(Value::as_str) != Some(canon::sign_of(key).as_str()) {
+            if typed(&m.public_key).map(String::as_str) != Some(canon::sign_of(key).as_str()) {
                 return Err("advert is signed by another key than the friend's".into());
             }
-            let ok = canon::canonical_json(&signed_part(m))
-                .is_ok_and(|bytes| canon::verify(key, bytes.as_bytes(), sig));
+            // The signature covers the members as the friend sent them, unknown ones included.
+            let ok = canon::canonical_members(raw, &SIGNED_FIELDS)
+                .is_ok_and(|text| canon::verify(key, text.as_bytes(), sig));
             if !ok {
                 return Err("advert signature does not verify".into());
             }
@@ -215,25 +293,24 @@ pub fn check(
         (Some(_), None) => return Err("advert is unsigned but the friend has a key".into()),
         (None, _) => false,
     };
-    let sessions: Vec<Value> = m
-        .get("sessions")
-        .and_then(Value::as_array)
+    let sessions = typed(&m.sessions)
         .map(|a| {
             a.iter()
-                .take(SESSIONS_MAX)
-                .filter_map(clean_session)
+                .take(ADVERT_SESSIONS_MAX)
+                .filter_map(Loose::as_ref)
+                .map(|Obj(s)| clean_session(s))
                 .collect()
         })
         .unwrap_or_default();
-    Ok(json!({
-        "name": friend,
-        "description": bounded_str(m.get("description"), DESCRIPTION_CHARS_MAX).unwrap_or_default(),
-        "tags": bounded_strings(m.get("tags"), TAGS_MAX, TAG_CHARS_MAX),
-        "workspace": bounded_str(m.get("workspace"), FIELD_CHARS_MAX).unwrap_or_default(),
-        "updatedAt": clock::iso8601(updated),
-        "sessions": sessions,
-        "signed": signed,
-    }))
+    Ok(CheckedAdvert {
+        name: friend.to_string(),
+        description: bounded_str(&m.description, ASK_DESCRIPTION_CHARS_MAX).unwrap_or_default(),
+        tags: bounded_strings(&m.tags, ASK_TAGS_MAX, ASK_TAG_CHARS_MAX),
+        workspace: bounded_str(&m.workspace, ADVERT_FIELD_CHARS_MAX).unwrap_or_default(),
+        updated_at: clock::iso8601(updated),
+        sessions,
+        signed,
+    })
 }
 
 /// A friend the roster watches.
@@ -248,7 +325,7 @@ pub struct Watched {
 #[serde(rename_all = "camelCase")]
 pub struct Seen {
     /// The last advert that passed [`check`].
-    pub advert: Option<Value>,
+    pub advert: Option<CheckedAdvert>,
     /// The pinned key (its sign) that advert was checked against, if any: an advert is shown
     /// only while the friend's entry still pins the same key.
     #[serde(default)]
@@ -267,7 +344,7 @@ impl Seen {
     }
 
     /// The kept advert, if it was checked against `pinned` (the friend's key now).
-    pub fn advert_for(&self, pinned: Option<&[u8; 32]>) -> Option<&Value> {
+    pub fn advert_for(&self, pinned: Option<&[u8; 32]>) -> Option<&CheckedAdvert> {
         let key = pinned.map(canon::sign_of);
         self.advert.as_ref().filter(|_| self.checked_key == key)
     }
@@ -311,7 +388,7 @@ impl Roster {
         &self,
         name: &str,
         pinned: Option<&[u8; 32]>,
-        outcome: Result<Value, String>,
+        outcome: Result<CheckedAdvert, String>,
         now_ms: u64,
     ) {
         let mut seen = self.seen.lock();
@@ -331,17 +408,17 @@ impl Roster {
         }
     }
 
-    /// Fetches every watched friend's advert, [`FETCH_PARALLEL`] at a time, checks it and
+    /// Fetches every watched friend's advert, [`ADVERT_FETCH_PARALLEL`] at a time, checks it and
     /// records the outcome; friends no longer watched are forgotten. Then saves the file.
     pub fn refresh(
         &self,
         friends: &[Watched],
-        fetch: &(dyn Fn(&str) -> Result<Value, String> + Sync),
+        fetch: &(dyn Fn(&str) -> Result<Box<RawValue>, String> + Sync),
         stop: &dyn Fn() -> bool,
     ) {
         for chunk in friends
-            .chunks(FETCH_PARALLEL)
-            .take(ROSTER_MAX / FETCH_PARALLEL)
+            .chunks(ADVERT_FETCH_PARALLEL)
+            .take(ROSTER_MAX / ADVERT_FETCH_PARALLEL)
         {
             if stop() {
                 break;
@@ -376,7 +453,7 @@ impl Roster {
 }
 
 /// Fetches one friend's advert by name (unchecked; [`check`] runs after it).
-pub type Fetch = dyn Fn(&str) -> Result<Value, String> + Send + Sync;
+pub type Fetch = dyn Fn(&str) -> Result<Box<RawValue>, String> + Send + Sync;
 
 /// Runs [`Roster::refresh`] now and then every `every_ms` (0: only once, as dsh) until `stop`
 /// says so (looked at every 50 ms).
@@ -395,8 +472,8 @@ pub fn spawn_refresher(
                 if every_ms == 0 {
                     return;
                 }
-                let until =
-                    std::time::Instant::now() + Duration::from_millis(every_ms.max(REFRESH_MS_MIN));
+                let until = std::time::Instant::now()
+                    + Duration::from_millis(every_ms.max(ROSTER_REFRESH_MS_MIN));
                 while std::time::Instant::now() < until {
                     if stop() {
                         return;
@@ -411,12 +488,17 @@ pub fn spawn_refresher(
 mod tests {
     use super::*;
     use ed25519_dalek::{Signer, SigningKey};
+    use serde_json::json;
 
     fn key() -> SigningKey {
         SigningKey::from_bytes(&[7u8; 32])
     }
 
-    fn advert(now: u64) -> Value {
+    fn raw(v: &impl Serialize) -> Box<RawValue> {
+        serde_json::value::to_raw_value(v).unwrap()
+    }
+
+    fn advert(now: u64) -> Advert {
         let tags = vec!["postgres".to_string()];
         let local = Local {
             name: "bob",
@@ -424,13 +506,15 @@ mod tests {
             tags: &tags,
             workspace: Path::new("/home/bob/src/shop"),
         };
-        build(
-            &local,
-            vec![
-                json!({"id": "b1", "workspace": "shop", "createdAt": 1, "updatedAt": 2, "status": "idle"}),
-            ],
-            now,
-        )
+        let session = AdvertSession {
+            id: Some("b1".into()),
+            workspace: Some("shop".into()),
+            created_at: Some(1),
+            updated_at: Some(2),
+            status: Some("idle".into()),
+            ..AdvertSession::default()
+        };
+        build(&local, vec![session], now)
     }
 
     #[test]
@@ -441,61 +525,112 @@ mod tests {
         let signed = sign(advert(now), &public, |m| {
             canon::b64url(&k.sign(m).to_bytes())
         });
-        assert_eq!(signed["workspace"], "shop", "basename only");
-        let ok = check("bob", Some(&public), &signed, now).unwrap();
-        assert_eq!(
-            (ok["signed"].as_bool(), ok["tags"][0].as_str()),
-            (Some(true), Some("postgres"))
-        );
+        assert_eq!(signed.workspace, "shop", "basename only");
+        let ok = check("bob", Some(&public), &raw(&signed), now).unwrap();
+        assert_eq!((ok.signed, ok.tags[0].as_str()), (true, "postgres"));
         // Tampered text, wrong key, unsigned, wrong name, future time.
         let mut t = signed.clone();
-        t["description"] = json!("trust me");
+        t.description = "trust me".into();
         assert!(
-            check("bob", Some(&public), &t, now)
+            check("bob", Some(&public), &raw(&t), now)
                 .unwrap_err()
                 .contains("verify")
         );
         let other = SigningKey::from_bytes(&[8u8; 32])
             .verifying_key()
             .to_bytes();
-        assert!(check("bob", Some(&other), &signed, now).is_err());
+        assert!(check("bob", Some(&other), &raw(&signed), now).is_err());
         assert!(
-            check("bob", Some(&public), &advert(now), now)
+            check("bob", Some(&public), &raw(&advert(now)), now)
                 .unwrap_err()
                 .contains("unsigned")
         );
         assert!(
-            check("carol", None, &advert(now), now)
+            check("carol", None, &raw(&advert(now)), now)
                 .unwrap_err()
                 .contains("name")
         );
-        assert!(check("bob", None, &advert(now + FUTURE_SKEW_MS + 1000), now).is_err());
+        assert!(
+            check(
+                "bob",
+                None,
+                &raw(&advert(now + ADVERT_FUTURE_SKEW_MS + 1000)),
+                now
+            )
+            .is_err()
+        );
         // A keyless friend's unsigned advert is accepted, marked unsigned.
+        assert!(!check("bob", None, &raw(&advert(now)), now).unwrap().signed);
+    }
+
+    /// The typed advert is the JSON the untyped one was: the same members, signed over the
+    /// same canonical text (a friend's unknown members count for its signature too).
+    #[test]
+    fn the_typed_advert_keeps_its_bytes() {
+        let now = 1_785_150_000_000;
+        let a = serde_json::to_value(advert(now)).unwrap();
         assert_eq!(
-            check("bob", None, &advert(now), now).unwrap()["signed"],
-            false
+            a,
+            json!({"protocolVersion": 1, "name": "bob", "description": "db person",
+                "tags": ["postgres"], "workspace": "shop", "updatedAt": clock::iso8601(now),
+                "sessions": [{"id": "b1", "workspace": "shop", "createdAt": 1, "updatedAt": 2,
+                "status": "idle"}]})
+        );
+        let k = key();
+        let public = k.verifying_key().to_bytes();
+        let mut extra = a.clone();
+        extra["sessions"][0]["title"] = json!("kept for the signature");
+        let text = canon::canonical_json(&extra).unwrap();
+        let mut signed = extra.clone();
+        signed["publicKey"] = json!(canon::sign_of(&public));
+        signed["signature"] = json!(canon::b64url(&k.sign(text.as_bytes()).to_bytes()));
+        let ok = check("bob", Some(&public), &raw(&signed), now).unwrap();
+        assert_eq!(
+            ok.sessions[0].title.as_deref(),
+            Some("kept for the signature")
+        );
+        let ours = sign(advert(now), &public, |m| {
+            canon::b64url(&k.sign(m).to_bytes())
+        });
+        let text = canon::canonical_json(&a).unwrap();
+        assert_eq!(
+            ours.signature.unwrap(),
+            canon::b64url(&k.sign(text.as_bytes()).to_bytes())
         );
     }
 
     #[test]
     fn received_adverts_are_bounded_and_stripped() {
         let now = 1_785_150_000_000;
-        let mut a = advert(now);
-        a["description"] = json!("x".repeat(DESCRIPTION_CHARS_MAX + 1));
+        let mut a = serde_json::to_value(advert(now)).unwrap();
+        a["description"] = json!("x".repeat(ASK_DESCRIPTION_CHARS_MAX + 1));
         a["tags"] = json!(vec!["t"; 100]);
         a["extra"] = json!("dropped");
         a["sessions"] = json!(vec![
             json!({"id": "s", "secret": "no", "topics": ["a","b","c","d","e"]});
             50
         ]);
-        let c = check("bob", None, &a, now).unwrap();
-        assert_eq!(c["description"], "");
-        assert_eq!(c["tags"].as_array().unwrap().len(), TAGS_MAX);
-        assert!(c.get("extra").is_none());
-        let sessions = c["sessions"].as_array().unwrap();
-        assert_eq!(sessions.len(), SESSIONS_MAX);
-        assert!(sessions[0].get("secret").is_none());
-        assert_eq!(sessions[0]["topics"].as_array().unwrap().len(), 4);
+        let c = check("bob", None, &raw(&a), now).unwrap();
+        assert_eq!(c.description, "");
+        assert_eq!(c.tags.len(), ASK_TAGS_MAX);
+        assert!(serde_json::to_value(&c).unwrap().get("extra").is_none());
+        let sessions = c.sessions;
+        assert_eq!(sessions.len(), ADVERT_SESSIONS_MAX);
+        assert!(
+            serde_json::to_value(&sessions[0])
+                .unwrap()
+                .get("secret")
+                .is_none()
+        );
+        assert_eq!(sessions[0].topics.len(), 4);
+        // A session or an advert that is not an object is not one.
+        a["sessions"] = json!([["s"], {"id": "t"}]);
+        let c = check("bob", None, &raw(&a), now).unwrap();
+        assert_eq!(c.sessions.len(), 1);
+        assert_eq!(
+            check("bob", None, &raw(&json!([1, "bob"])), now).unwrap_err(),
+            "advert is not a JSON object"
+        );
     }
 
     #[test]
@@ -512,9 +647,9 @@ mod tests {
             },
         ];
         let now = clock::now_ms();
-        let fetch = move |name: &str| -> Result<Value, String> {
+        let fetch = move |name: &str| -> Result<Box<RawValue>, String> {
             if name == "bob" {
-                Ok(advert(now))
+                Ok(raw(&advert(now)))
             } else {
                 Err("connection refused".into())
             }

@@ -19,21 +19,16 @@ use super::ServerState;
 use super::config::{AskConfig, Mode};
 use super::http::ApiError;
 use super::sandbox::{self, Layers, Plan};
+use crate::config::internal::{
+    ANSWER_EXIT_POLL, ANSWER_OUTPUT_BYTES_MAX, ANSWER_OUTPUT_GRACE, ANSWER_PATH_CHARS_MAX,
+};
 use parking_lot::Mutex;
-use serde_json::json;
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Bytes of answerer output read at most (beyond this the answer is cut anyway).
-pub const OUTPUT_BYTES_MAX: usize = 4 << 20;
-const PATH_CHARS_MAX: usize = 1024;
-const EXIT_POLL: Duration = Duration::from_millis(5);
-/// How long the rest of the output may take once the answerer's group is gone.
-const OUTPUT_GRACE: Duration = Duration::from_millis(500);
 
 /// An answer and whether it was cut at `maxAnswerChars`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,7 +73,7 @@ pub fn cap_answer(raw: &str, max_chars: usize) -> Answer {
 /// Checks the shape of a requested path (pure): relative, no `..`, no NUL, bounded.
 pub fn check_shape(rel: &str) -> Result<(), ApiError> {
     let shown = crate::sanitize::line(rel, 120);
-    if rel.is_empty() || rel.len() > PATH_CHARS_MAX || rel.contains('\0') {
+    if rel.is_empty() || rel.len() > ANSWER_PATH_CHARS_MAX || rel.contains('\0') {
         return Err(ApiError::bad_request(format!(
             "contextFiles entry \"{shown}\" is not a usable path"
         )));
@@ -351,6 +346,26 @@ fn read_output(
     (output, rx)
 }
 
+/// What the answerer reads on stdin (dsh-ask-peer's answerer input): members in key order, as
+/// the JSON has them; `messages` is the conversation so far, which an ask does not have.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AnswererInput<'a> {
+    ask_id: &'a str,
+    caller: &'a str,
+    context_files: Vec<InputFile<'a>>,
+    messages: [(); 0],
+    question: &'a str,
+    workspace: std::borrow::Cow<'a, str>,
+}
+
+/// One context file of [`AnswererInput`].
+#[derive(serde::Serialize)]
+struct InputFile<'a> {
+    content: &'a str,
+    path: &'a str,
+}
+
 fn spawn_and_collect(
     state: &ServerState,
     work: &Work,
@@ -362,22 +377,32 @@ fn spawn_and_collect(
         .spawn()
         .map_err(|e| ApiError::ask_failed(format!("cannot start the answerer: {e}")))?;
     let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let input = json!({
-        "askId": work.ask_id, "caller": work.caller, "question": work.question,
-        "workspace": state.workspace.to_string_lossy(),
-        "contextFiles": work.files.iter().map(|f| json!({"path": f.path, "content": f.content})).collect::<Vec<_>>(),
-        "messages": [],
-    });
+    let input = AnswererInput {
+        ask_id: &work.ask_id,
+        caller: &work.caller,
+        context_files: work
+            .files
+            .iter()
+            .map(|f| InputFile {
+                content: &f.content,
+                path: &f.path,
+            })
+            .collect(),
+        messages: [],
+        question: &work.question,
+        workspace: state.workspace.to_string_lossy(),
+    };
+    let input = serde_json::to_vec(&input).unwrap_or_default();
     let stdin = child.stdin.take();
     // Detached: it ends when the answerer's stdin closes, which the group kill guarantees for
     // every process that stayed in the group.
     std::thread::spawn(move || {
         if let Some(mut s) = stdin {
             // An answerer that ignores stdin closes it early; that is not an error.
-            let _ = s.write_all(input.to_string().as_bytes());
+            let _ = s.write_all(&input);
         }
     });
-    let cap = (state.config.max_answer_chars.saturating_mul(4) + 4).min(OUTPUT_BYTES_MAX);
+    let cap = (state.config.max_answer_chars.saturating_mul(4) + 4).min(ANSWER_OUTPUT_BYTES_MAX);
     let (output, rx) = read_output(child.stdout.take(), cap);
     let deadline = Instant::now() + Duration::from_millis(work.timeout_ms);
     let (end, mut output_done) = wait_exit(pgid, &rx, deadline, &state.stopping);
@@ -390,7 +415,7 @@ fn spawn_and_collect(
     if !output_done {
         // A process that left the group could hold the pipe open: wait briefly, then give up
         // on the rest of the output rather than on the thread.
-        output_done = rx.recv_timeout(OUTPUT_GRACE).is_ok();
+        output_done = rx.recv_timeout(ANSWER_OUTPUT_GRACE).is_ok();
     }
     let text = String::from_utf8_lossy(&output.lock()).into_owned();
     outcome(end, output_done, status, work.timeout_ms).map(|()| text)
@@ -456,10 +481,10 @@ fn wait_exit(
             return (End::TimedOut, output_closed);
         }
         if output_closed {
-            std::thread::sleep(EXIT_POLL.min(deadline - now));
+            std::thread::sleep(ANSWER_EXIT_POLL.min(deadline - now));
             continue;
         }
-        match output_done.recv_timeout(EXIT_POLL.min(deadline - now)) {
+        match output_done.recv_timeout(ANSWER_EXIT_POLL.min(deadline - now)) {
             Ok(true) => return (End::OutputFull, true),
             Ok(false) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                 output_closed = true

@@ -9,15 +9,11 @@
 use super::config::{AskConfig, Friend, Protocol};
 use super::keys::AskKey;
 use super::tls::Target;
+use crate::config::internal::{ASK_CLIENT_SLACK, ASK_STATUS_TIMEOUT};
 use crate::error::{Code, Error, Result};
 use serde_json::{Map, Value, json};
 use std::path::Path;
 use std::time::Duration;
-
-/// Slack on top of `timeoutMs` for the network and the server's own bookkeeping.
-const CLIENT_SLACK: Duration = Duration::from_secs(5);
-/// Status polls are short.
-const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The result of an ask.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,9 +114,9 @@ pub fn ask(
     let target = super::tls::target(f, Some(&key))?;
     let body = Value::Object(signed_body(&key, config, f, &target, "ask", body));
     let timeout = if is_async {
-        STATUS_TIMEOUT
+        ASK_STATUS_TIMEOUT
     } else {
-        Duration::from_millis(config.timeout_ms) + CLIENT_SLACK
+        Duration::from_millis(config.timeout_ms) + ASK_CLIENT_SLACK
     };
     let reply = super::client::post_json_to(&target, "/ask", &body, timeout)?.into_result()?;
     if is_async {
@@ -165,7 +161,7 @@ fn get_status(target: &Target, ask_id: &str) -> Result<super::client::Reply> {
         }
     }
     let path = format!("/ask/status?askId={q}");
-    super::client::get_json_from(target, &path, STATUS_TIMEOUT)
+    super::client::get_json_from(target, &path, ASK_STATUS_TIMEOUT)
 }
 
 /// The status (and, once answered, the answer) of an async ask we made; against a server
@@ -180,7 +176,7 @@ pub fn status(home: &Path, config: &AskConfig, peer: &str, ask_id: &str) -> Resu
     let key = super::keys::load_or_create(&config.key_dir(home), &config.caller_name)?;
     let target = super::tls::target(f, Some(&key))?;
     let body = Value::Object(signed_body(&key, config, f, &target, "status", body));
-    let reply = super::client::post_json_to(&target, "/ask/status", &body, STATUS_TIMEOUT)?;
+    let reply = super::client::post_json_to(&target, "/ask/status", &body, ASK_STATUS_TIMEOUT)?;
     let reply = if matches!(reply.status, 404 | 405) && !is_unknown_ask(&reply.body) {
         get_status(&target, ask_id)?
     } else {

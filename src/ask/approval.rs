@@ -12,22 +12,21 @@
 pub mod control;
 pub mod owner;
 
+use crate::config::internal::{
+    APPROVAL_QUESTION_SHOWN_CHARS, APPROVAL_RUN_FILE_BYTES_MAX, APPROVAL_RUN_FILES_MAX,
+};
+
 use super::ServerState;
 use super::http::{ApiError, Request, Response};
+use super::loose::{Loose, typed};
 use crate::error::{Code, Error, Result};
 use parking_lot::{Condvar, Mutex};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// Server state files read by the CLI.
-const RUN_FILES_MAX: usize = 64;
-const RUN_FILE_BYTES_MAX: u64 = 1 << 20;
-/// Question characters kept in the owner's file (the full question reaches the answerer).
-const QUESTION_SHOWN_CHARS: usize = 2_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -102,7 +101,7 @@ impl Approvals {
             ask_id.to_string(),
             Pending {
                 caller: caller.to_string(),
-                question: crate::sanitize::clamp(question, QUESTION_SHOWN_CHARS),
+                question: crate::sanitize::clamp(question, APPROVAL_QUESTION_SHOWN_CHARS),
                 context_files: context_files.to_vec(),
                 token: super::canon::b64url(&token),
                 created_ms: now,
@@ -191,29 +190,32 @@ impl Approvals {
     }
 
     fn write_owner_file(&self, map: &HashMap<String, Pending>) {
-        let pending: Vec<Value> = map
+        let pending: Vec<RunEntry> = map
             .iter()
             .filter(|(_, p)| p.decision.is_none())
-            .map(|(id, p)| {
-                json!({
-                    "askId": id, "caller": p.caller, "question": p.question,
-                    "contextFiles": p.context_files, "decisionToken": p.token,
-                    "createdAt": crate::clock::iso8601(p.created_ms),
-                    "expiresAt": crate::clock::iso8601(p.expires_ms),
-                })
+            .map(|(id, p)| RunEntry {
+                ask_id: id.clone(),
+                caller: p.caller.clone(),
+                context_files: p.context_files.clone(),
+                created_at: crate::clock::iso8601(p.created_ms),
+                decision_token: p.token.clone(),
+                expires_at: crate::clock::iso8601(p.expires_ms),
+                question: p.question.clone(),
             })
             .collect();
         let mut reach = self.listen;
         if reach.ip().is_unspecified() {
             reach.set_ip(std::net::IpAddr::from([127, 0, 0, 1]));
         }
-        let doc = json!({
-            "pid": std::process::id(), "listen": reach.to_string(), "pending": pending,
-        });
+        let doc = RunFile {
+            listen: reach.to_string(),
+            pending,
+            pid: std::process::id(),
+        };
         // Losing this file only hides pending asks from the CLI; they still time out closed.
         let _ = crate::fsutil::atomic_write(
             &self.file,
-            doc.to_string().as_bytes(),
+            &serde_json::to_vec(&doc).unwrap_or_default(),
             crate::fsutil::Durability::Visible,
         );
     }
@@ -227,17 +229,65 @@ pub fn handle_decision(
     let now = crate::clock::now_ms();
     state.guard.admit_address(req.ip(), now)?;
     browser_safe(state, req)?;
-    let body = req.json_object()?;
-    let s = |k: &str| body.get(k).and_then(Value::as_str).unwrap_or("");
-    let result = state
-        .approvals
-        .decide(s("askId"), s("token"), s("decision"));
+    req.json_object()?;
+    let body: DecisionBody = req.json_body()?;
+    let result =
+        state
+            .approvals
+            .decide(text(&body.ask_id), text(&body.token), text(&body.decision));
     if let Err(e) = &result
         && e.status == 403
     {
         state.guard.note_failure(req.ip(), now);
     }
-    result.map(|()| Response::ok(json!({"ok": true})))
+    result.map(|()| Response::ok_typed(&Done { ok: true }))
+}
+
+/// A member that arrived as a string, else empty.
+fn text(v: &Option<Loose<String>>) -> &str {
+    typed(v).map(String::as_str).unwrap_or("")
+}
+
+/// `{"ok": true}`.
+#[derive(Serialize)]
+pub struct Done {
+    pub ok: bool,
+}
+
+/// The body of `POST /ask/decision`; a missing or wrong-typed member reads as empty.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DecisionBody {
+    #[serde(default)]
+    ask_id: Option<Loose<String>>,
+    #[serde(default)]
+    token: Option<Loose<String>>,
+    #[serde(default)]
+    decision: Option<Loose<String>>,
+}
+
+/// The owner's run file of one server (`ask/run/<pid>.json`, 0600): where it listens and the
+/// asks waiting for a decision, tokens included. Members in key order, as the JSON has them.
+#[derive(Default, Serialize, Deserialize)]
+struct RunFile {
+    #[serde(default)]
+    listen: String,
+    #[serde(default)]
+    pending: Vec<RunEntry>,
+    #[serde(default)]
+    pid: u32,
+}
+
+#[derive(Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct RunEntry {
+    ask_id: String,
+    caller: String,
+    context_files: Vec<String>,
+    created_at: String,
+    decision_token: String,
+    expires_at: String,
+    question: String,
 }
 
 /// A page in a browser may post to any address, but without a CORS preflight only as a form
@@ -272,26 +322,20 @@ fn browser_safe(state: &ServerState, req: &Request) -> std::result::Result<(), A
     Ok(())
 }
 
-/// One pending ask as the owner sees it, with where to send the decision.
-#[derive(Clone, Debug)]
+/// One pending ask as the owner sees it, with where to send the decision; as JSON without
+/// the decision token.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PendingView {
     pub ask_id: String,
     pub caller: String,
     pub question: String,
     pub context_files: Vec<String>,
     pub expires_at: String,
+    #[serde(skip)]
     token: String,
+    #[serde(skip)]
     socket: PathBuf,
-}
-
-impl PendingView {
-    /// The view without the decision token.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "askId": self.ask_id, "caller": self.caller, "question": self.question,
-            "contextFiles": self.context_files, "expiresAt": self.expires_at,
-        })
-    }
 }
 
 /// Reads the pending asks of this namespace's running servers (local owner state).
@@ -306,7 +350,7 @@ pub fn list_pending(home: &Path) -> Result<Vec<PendingView>> {
     }
     let mut out = Vec::new();
     let entries = std::fs::read_dir(&dir).map_err(|e| Error::io("cannot list", &dir, &e))?;
-    for entry in entries.flatten().take(RUN_FILES_MAX) {
+    for entry in entries.flatten().take(APPROVAL_RUN_FILES_MAX) {
         let path = entry.path();
         let Some(pid) = path
             .file_stem()
@@ -318,35 +362,22 @@ pub fn list_pending(home: &Path) -> Result<Vec<PendingView>> {
         if path.extension().and_then(|e| e.to_str()) != Some("json") || !alive(pid) {
             continue;
         }
-        let Ok(bytes) = crate::fsutil::read_private_bounded(&path, RUN_FILE_BYTES_MAX) else {
+        let Ok(bytes) = crate::fsutil::read_private_bounded(&path, APPROVAL_RUN_FILE_BYTES_MAX)
+        else {
             continue;
         };
-        let Ok(doc) = serde_json::from_slice::<Value>(&bytes) else {
+        let Ok(doc) = serde_json::from_slice::<RunFile>(&bytes) else {
             continue;
         };
         let socket = control::socket_path(&dir, pid as u32);
-        for p in doc
-            .get("pending")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        for p in doc.pending {
             out.push(PendingView {
-                ask_id: s("askId"),
-                caller: s("caller"),
-                question: s("question"),
-                context_files: p
-                    .get("contextFiles")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|v| v.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                expires_at: s("expiresAt"),
-                token: s("decisionToken"),
+                ask_id: p.ask_id,
+                caller: p.caller,
+                question: p.question,
+                context_files: p.context_files,
+                expires_at: p.expires_at,
+                token: p.decision_token,
                 socket: socket.clone(),
             });
         }
@@ -449,7 +480,11 @@ mod tests {
         a.register("id1", "ada", "q?", &[], 10_000).unwrap();
         let listed = list_pending(&home).unwrap();
         assert_eq!(listed.len(), 1);
-        assert!(!listed[0].to_json().to_string().contains(&listed[0].token));
+        assert!(
+            !serde_json::to_string(&listed[0])
+                .unwrap()
+                .contains(&listed[0].token)
+        );
         let token = listed[0].token.clone();
         assert_eq!(a.decide("id1", "wrong", "approve").unwrap_err().status, 403);
         assert_eq!(a.decide("id1", "", "approve").unwrap_err().status, 403);

@@ -15,6 +15,8 @@
 
 mod replay;
 
+use crate::config::internal::{ASK_ADDRESSES_MAX, ASK_NONCE_BYTES, ASK_SIGNATURE_WINDOW_MS};
+
 use super::config::{AskConfig, Friend};
 use super::http::{ApiError, Request};
 use super::keys::AskKey;
@@ -22,12 +24,6 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::net::IpAddr;
-
-/// Accepted clock difference for a signed request's `timestamp`.
-pub const SIGNATURE_WINDOW_MS: u64 = 5 * 60 * 1000;
-/// Addresses tracked by the failure limiter.
-const ADDRESSES_MAX: usize = 4_096;
-const NONCE_BYTES: usize = 16;
 
 /// The members a signed body carries beyond dsh-ask-peer's.
 pub const SIGNED_EXTRA: [&str; 4] = ["timestamp", "nonce", "purpose", "audience"];
@@ -40,7 +36,7 @@ pub fn sign_body(
     audience: &str,
     now_ms: u64,
 ) {
-    let mut nonce = [0u8; NONCE_BYTES];
+    let mut nonce = [0u8; ASK_NONCE_BYTES];
     crate::identity::random_bytes(&mut nonce);
     body.insert("timestamp".into(), json!(now_ms));
     body.insert("nonce".into(), json!(super::canon::b64url(&nonce)));
@@ -62,7 +58,7 @@ pub fn verify_signed(
     purpose: &str,
     audience: &str,
     now_ms: u64,
-) -> Result<[u8; NONCE_BYTES], ApiError> {
+) -> Result<[u8; ASK_NONCE_BYTES], ApiError> {
     let presented = body
         .get("publicKey")
         .and_then(Value::as_str)
@@ -86,7 +82,7 @@ pub fn verify_signed(
         .ok_or_else(|| {
             ApiError::forbidden("signed requests must carry a timestamp (ms since the epoch)")
         })?;
-    if timestamp.abs_diff(now_ms) > SIGNATURE_WINDOW_MS {
+    if timestamp.abs_diff(now_ms) > ASK_SIGNATURE_WINDOW_MS {
         return Err(ApiError::forbidden(
             "stale signature: timestamp is outside the 5-minute window",
         ));
@@ -95,7 +91,7 @@ pub fn verify_signed(
         .get("nonce")
         .and_then(Value::as_str)
         .and_then(super::canon::unb64url)
-        .and_then(|n| <[u8; NONCE_BYTES]>::try_from(n).ok())
+        .and_then(|n| <[u8; ASK_NONCE_BYTES]>::try_from(n).ok())
         .ok_or_else(|| ApiError::forbidden("signed requests must carry a 16-byte nonce"))?;
     if body.get("purpose").and_then(Value::as_str) != Some(purpose) {
         return Err(ApiError::forbidden(format!(
@@ -269,7 +265,7 @@ impl Guard {
             friends: Buckets::new(config.friend_asks_per_minute, friends),
             status: Buckets::new(config.friend_status_per_minute, friends),
             guesses: Buckets::new(config.friend_failures_per_minute, friends),
-            addresses: Buckets::new(config.address_failures_per_minute, ADDRESSES_MAX),
+            addresses: Buckets::new(config.address_failures_per_minute, ASK_ADDRESSES_MAX),
         }
     }
 
@@ -563,12 +559,12 @@ mod tests {
             assert!(e.message.contains(want), "{want}: {e:?}");
         };
         check(
-            &signed(&key, "ask", "bob", NOW - SIGNATURE_WINDOW_MS - 1),
+            &signed(&key, "ask", "bob", NOW - ASK_SIGNATURE_WINDOW_MS - 1),
             "ask",
             "stale",
         );
         check(
-            &signed(&key, "ask", "bob", NOW + SIGNATURE_WINDOW_MS + 1),
+            &signed(&key, "ask", "bob", NOW + ASK_SIGNATURE_WINDOW_MS + 1),
             "ask",
             "stale",
         );

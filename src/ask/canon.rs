@@ -5,6 +5,7 @@
 //! `ed25519:` followed by base64url (no padding) of the PEM text of its SPKI. Only Ed25519
 //! SPKI keys are accepted. Pure code: no I/O.
 
+use crate::config::internal::{CANON_DEPTH_MAX, SIGN_KEY_CHARS_MAX};
 use crate::error::{Code, Error, Result};
 use base64::Engine;
 use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
@@ -15,16 +16,12 @@ use sha2::{Digest, Sha256};
 pub const SAFE_INTEGER_MAX: u64 = 1 << 53;
 /// Prefix of a sign (the public-key string of the wire).
 pub const SIGN_PREFIX: &str = "ed25519:";
-/// A sign is always 159 characters; anything much longer is not worth decoding.
-const SIGN_CHARS_MAX: usize = 512;
 /// DER prefix of an Ed25519 SubjectPublicKeyInfo; the 32-byte key follows.
 const SPKI_PREFIX: [u8; 12] = [
     0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
 ];
 const PEM_BEGIN: &str = "-----BEGIN PUBLIC KEY-----";
 const PEM_END: &str = "-----END PUBLIC KEY-----";
-/// JSON nesting accepted in a signed body (serde_json itself stops at 128).
-const DEPTH_MAX: usize = 64;
 
 fn invalid(message: impl Into<String>) -> Error {
     Error::new(Code::InvalidRequest, message)
@@ -37,6 +34,33 @@ pub fn canonical_json(value: &Value) -> Result<String> {
     Ok(out)
 }
 
+/// The canonical text of the members `keep` of a JSON object as received (absent ones left
+/// out): a signature over part of an object covers exactly what its signer sent.
+pub fn canonical_members(raw: &serde_json::value::RawValue, keep: &[&str]) -> Result<String> {
+    let m = object_of(raw.get())?;
+    let part: Map<String, Value> = m
+        .into_iter()
+        .filter(|(k, _)| keep.contains(&k.as_str()))
+        .collect();
+    canonical_json(&Value::Object(part))
+}
+
+/// The canonical text of the JSON object `text` without the named members (a card's signed
+/// form: the document without `signature`).
+pub fn canonical_text_without(text: &str, without: &[&str]) -> Result<String> {
+    let m = object_of(text)?;
+    let mut out = String::new();
+    write_object(&mut out, &m, without, 0)?;
+    Ok(out)
+}
+
+fn object_of(text: &str) -> Result<Map<String, Value>> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(m)) => Ok(m),
+        _ => Err(invalid("not a JSON object")),
+    }
+}
+
 /// The canonical bytes of an object without the named members (the signed form of a body
 /// without `publicKey` and `signature`).
 pub fn canonical_without(body: &Map<String, Value>, without: &[&str]) -> Result<Vec<u8>> {
@@ -46,7 +70,7 @@ pub fn canonical_without(body: &Map<String, Value>, without: &[&str]) -> Result<
 }
 
 fn write_value(out: &mut String, value: &Value, depth: usize) -> Result<()> {
-    if depth > DEPTH_MAX {
+    if depth > CANON_DEPTH_MAX {
         return Err(invalid("JSON nests too deeply to sign"));
     }
     match value {
@@ -172,7 +196,7 @@ pub fn sign_of(public: &[u8; 32]) -> String {
 /// Ed25519 SubjectPublicKeyInfo in a `PUBLIC KEY` PEM is accepted: RSA, EC, Ed448 and private
 /// keys are refused, and the point must decode.
 pub fn parse_sign(sign: &str) -> Result<[u8; 32]> {
-    if sign.len() > SIGN_CHARS_MAX {
+    if sign.len() > SIGN_KEY_CHARS_MAX {
         return Err(invalid("public key is too long to be an Ed25519 sign"));
     }
     let body = sign.strip_prefix(SIGN_PREFIX).unwrap_or(sign);
@@ -223,6 +247,433 @@ pub fn verify(public: &[u8; 32], msg: &[u8], signature: &str) -> bool {
     match unb64url(signature) {
         Some(sig) => crate::identity::verify(public, msg, &sig),
         None => false,
+    }
+}
+
+/// The canonical text of a typed value, written straight from its `Serialize` implementation
+/// (no `Value` tree in between): the same text as [`canonical_json`] of its JSON value, so
+/// floats are refused, integers are bounded by 2^53, and members are sorted.
+pub fn canonical_of(value: &impl serde::Serialize) -> Result<String> {
+    value
+        .serialize(Canonical { depth: 0 })
+        .map_err(|e| invalid(e.0))
+}
+
+/// Why a typed value has no canonical form.
+#[derive(Debug)]
+struct NotCanonical(String);
+
+impl std::fmt::Display for NotCanonical {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotCanonical {}
+
+impl serde::ser::Error for NotCanonical {
+    fn custom<T: std::fmt::Display>(msg: T) -> NotCanonical {
+        NotCanonical(msg.to_string())
+    }
+}
+
+/// Writes one value's canonical text; `depth` counts the arrays and objects around it.
+#[derive(Clone, Copy)]
+struct Canonical {
+    depth: usize,
+}
+
+impl Canonical {
+    fn nested(self) -> std::result::Result<Canonical, NotCanonical> {
+        if self.depth >= CANON_DEPTH_MAX {
+            return Err(NotCanonical("JSON nests too deeply to sign".into()));
+        }
+        Ok(Canonical {
+            depth: self.depth + 1,
+        })
+    }
+
+    fn integer(self, v: i128) -> std::result::Result<String, NotCanonical> {
+        if v.unsigned_abs() > u128::from(SAFE_INTEGER_MAX) {
+            let side = if v < 0 { "below -2^53" } else { "above 2^53" };
+            return Err(NotCanonical(format!("integer {v} is {side}")));
+        }
+        Ok(v.to_string())
+    }
+}
+
+/// An array being written.
+struct Items {
+    inner: Canonical,
+    out: String,
+    /// `Some(name)` for an enum's tuple variant: `{"name":[…]}`.
+    variant: Option<&'static str>,
+}
+
+impl Items {
+    fn push(
+        &mut self,
+        v: &(impl serde::Serialize + ?Sized),
+    ) -> std::result::Result<(), NotCanonical> {
+        if self.out.len() > 1 {
+            self.out.push(',');
+        }
+        let text = v.serialize(self.inner)?;
+        self.out.push_str(&text);
+        Ok(())
+    }
+
+    fn close(mut self) -> std::result::Result<String, NotCanonical> {
+        self.out.push(']');
+        Ok(match self.variant {
+            Some(name) => one_member(name, self.out),
+            None => self.out,
+        })
+    }
+}
+
+/// An object being written: members collected, then sorted as JavaScript sorts keys.
+struct Members {
+    inner: Canonical,
+    members: Vec<(String, String)>,
+    key: Option<String>,
+    variant: Option<&'static str>,
+}
+
+impl Members {
+    fn close(mut self) -> std::result::Result<String, NotCanonical> {
+        // Stable: of two members with one key (a flattened collision) the last is kept, as a
+        // JSON object keeps it.
+        self.members
+            .sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+        let mut out = String::from("{");
+        let mut i = 0;
+        while i < self.members.len() {
+            let mut last = i;
+            while last + 1 < self.members.len() && self.members[last + 1].0 == self.members[i].0 {
+                last += 1;
+            }
+            if out.len() > 1 {
+                out.push(',');
+            }
+            write_string(&mut out, &self.members[last].0);
+            out.push(':');
+            out.push_str(&self.members[last].1);
+            i = last + 1;
+        }
+        out.push('}');
+        Ok(match self.variant {
+            Some(name) => one_member(name, out),
+            None => out,
+        })
+    }
+}
+
+fn one_member(name: &str, value: String) -> String {
+    let mut out = String::from("{");
+    write_string(&mut out, name);
+    out.push(':');
+    out.push_str(&value);
+    out.push('}');
+    out
+}
+
+/// A member name from its canonical text: a string, or an integer written as its decimal
+/// text (as serde_json names a member keyed by a number).
+fn member_name(text: &str) -> std::result::Result<String, NotCanonical> {
+    if text.starts_with('"') {
+        return serde_json::from_str(text).map_err(|e| NotCanonical(e.to_string()));
+    }
+    if !text.is_empty()
+        && text
+            .trim_start_matches('-')
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+    {
+        return Ok(text.to_string());
+    }
+    Err(NotCanonical("a member name must be a string".into()))
+}
+
+type Done = std::result::Result<String, NotCanonical>;
+
+impl serde::Serializer for Canonical {
+    type Ok = String;
+    type Error = NotCanonical;
+    type SerializeSeq = Items;
+    type SerializeTuple = Items;
+    type SerializeTupleStruct = Items;
+    type SerializeTupleVariant = Items;
+    type SerializeMap = Members;
+    type SerializeStruct = Members;
+    type SerializeStructVariant = Members;
+
+    fn serialize_bool(self, v: bool) -> Done {
+        Ok(if v { "true" } else { "false" }.to_string())
+    }
+    fn serialize_i8(self, v: i8) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_i16(self, v: i16) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_i32(self, v: i32) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_i64(self, v: i64) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_i128(self, v: i128) -> Done {
+        self.integer(v)
+    }
+    fn serialize_u8(self, v: u8) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_u16(self, v: u16) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_u32(self, v: u32) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_u64(self, v: u64) -> Done {
+        self.integer(v.into())
+    }
+    fn serialize_u128(self, v: u128) -> Done {
+        i128::try_from(v)
+            .map_err(|_| NotCanonical(format!("integer {v} is above 2^53")))
+            .and_then(|v| self.integer(v))
+    }
+    fn serialize_f32(self, v: f32) -> Done {
+        self.serialize_f64(v.into())
+    }
+    fn serialize_f64(self, v: f64) -> Done {
+        // A JSON value has no NaN or infinity (they become null); any other float is refused.
+        if !v.is_finite() {
+            return Ok("null".into());
+        }
+        Err(NotCanonical("fractional numbers cannot be signed".into()))
+    }
+    fn serialize_char(self, v: char) -> Done {
+        self.serialize_str(v.encode_utf8(&mut [0; 4]))
+    }
+    fn serialize_str(self, v: &str) -> Done {
+        let mut out = String::new();
+        write_string(&mut out, v);
+        Ok(out)
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Done {
+        use serde::ser::SerializeSeq;
+        let mut items = self.serialize_seq(Some(v.len()))?;
+        for b in v {
+            items.serialize_element(b)?;
+        }
+        items.end()
+    }
+    fn serialize_none(self) -> Done {
+        Ok("null".into())
+    }
+    fn serialize_some<T: serde::Serialize + ?Sized>(self, v: &T) -> Done {
+        v.serialize(self)
+    }
+    fn serialize_unit(self) -> Done {
+        Ok("null".into())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Done {
+        Ok("null".into())
+    }
+    fn serialize_unit_variant(self, _: &'static str, _: u32, variant: &'static str) -> Done {
+        self.serialize_str(variant)
+    }
+    fn serialize_newtype_struct<T: serde::Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        v: &T,
+    ) -> Done {
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<T: serde::Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        v: &T,
+    ) -> Done {
+        Ok(one_member(variant, v.serialize(self.nested()?)?))
+    }
+    fn serialize_seq(self, _: Option<usize>) -> std::result::Result<Items, NotCanonical> {
+        Ok(Items {
+            inner: self.nested()?,
+            out: "[".into(),
+            variant: None,
+        })
+    }
+    fn serialize_tuple(self, len: usize) -> std::result::Result<Items, NotCanonical> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        len: usize,
+    ) -> std::result::Result<Items, NotCanonical> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        _: usize,
+    ) -> std::result::Result<Items, NotCanonical> {
+        Ok(Items {
+            inner: self.nested()?.nested()?,
+            out: "[".into(),
+            variant: Some(variant),
+        })
+    }
+    fn serialize_map(self, _: Option<usize>) -> std::result::Result<Members, NotCanonical> {
+        Ok(Members {
+            inner: self.nested()?,
+            members: Vec::new(),
+            key: None,
+            variant: None,
+        })
+    }
+    fn serialize_struct(
+        self,
+        _: &'static str,
+        len: usize,
+    ) -> std::result::Result<Members, NotCanonical> {
+        self.serialize_map(Some(len))
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        _: usize,
+    ) -> std::result::Result<Members, NotCanonical> {
+        Ok(Members {
+            inner: self.nested()?.nested()?,
+            members: Vec::new(),
+            key: None,
+            variant: Some(variant),
+        })
+    }
+}
+
+impl serde::ser::SerializeSeq for Items {
+    type Ok = String;
+    type Error = NotCanonical;
+    fn serialize_element<T: serde::Serialize + ?Sized>(
+        &mut self,
+        v: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        self.push(v)
+    }
+    fn end(self) -> Done {
+        self.close()
+    }
+}
+
+impl serde::ser::SerializeTuple for Items {
+    type Ok = String;
+    type Error = NotCanonical;
+    fn serialize_element<T: serde::Serialize + ?Sized>(
+        &mut self,
+        v: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        self.push(v)
+    }
+    fn end(self) -> Done {
+        self.close()
+    }
+}
+
+impl serde::ser::SerializeTupleStruct for Items {
+    type Ok = String;
+    type Error = NotCanonical;
+    fn serialize_field<T: serde::Serialize + ?Sized>(
+        &mut self,
+        v: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        self.push(v)
+    }
+    fn end(self) -> Done {
+        self.close()
+    }
+}
+
+impl serde::ser::SerializeTupleVariant for Items {
+    type Ok = String;
+    type Error = NotCanonical;
+    fn serialize_field<T: serde::Serialize + ?Sized>(
+        &mut self,
+        v: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        self.push(v)
+    }
+    fn end(self) -> Done {
+        self.close()
+    }
+}
+
+impl serde::ser::SerializeMap for Members {
+    type Ok = String;
+    type Error = NotCanonical;
+    fn serialize_key<T: serde::Serialize + ?Sized>(
+        &mut self,
+        k: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        self.key = Some(member_name(&k.serialize(self.inner)?)?);
+        Ok(())
+    }
+    fn serialize_value<T: serde::Serialize + ?Sized>(
+        &mut self,
+        v: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        let key = self
+            .key
+            .take()
+            .ok_or_else(|| NotCanonical("a member value without its name".into()))?;
+        self.members.push((key, v.serialize(self.inner)?));
+        Ok(())
+    }
+    fn end(self) -> Done {
+        self.close()
+    }
+}
+
+impl serde::ser::SerializeStruct for Members {
+    type Ok = String;
+    type Error = NotCanonical;
+    fn serialize_field<T: serde::Serialize + ?Sized>(
+        &mut self,
+        name: &'static str,
+        v: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        self.members
+            .push((name.to_string(), v.serialize(self.inner)?));
+        Ok(())
+    }
+    fn end(self) -> Done {
+        self.close()
+    }
+}
+
+impl serde::ser::SerializeStructVariant for Members {
+    type Ok = String;
+    type Error = NotCanonical;
+    fn serialize_field<T: serde::Serialize + ?Sized>(
+        &mut self,
+        name: &'static str,
+        v: &T,
+    ) -> std::result::Result<(), NotCanonical> {
+        self.members
+            .push((name.to_string(), v.serialize(self.inner)?));
+        Ok(())
+    }
+    fn end(self) -> Done {
+        self.close()
     }
 }
 
@@ -386,5 +837,44 @@ mod tests {
             ]))
         );
         assert!(parse_sign(&padded).is_ok());
+    }
+
+    /// A typed value's canonical text is its JSON value's, written without building one.
+    #[test]
+    fn typed_values_canonicalize_as_their_json() {
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Inner {
+            z_last: Option<u8>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            gone: Option<u8>,
+            list: Vec<(u8, bool)>,
+        }
+        #[derive(serde::Serialize)]
+        struct Outer {
+            b: String,
+            a: Inner,
+            #[serde(rename = "\u{e000}")]
+            high: i64,
+            #[serde(rename = "\u{10000}")]
+            higher: char,
+            map: std::collections::BTreeMap<u32, &'static str>,
+        }
+        let v = Outer {
+            b: "quote \" slash / tab \t nul \u{0} é \u{2028}".into(),
+            a: Inner {
+                z_last: None,
+                gone: None,
+                list: vec![(1, true), (2, false)],
+            },
+            high: -(1 << 53),
+            higher: 'x',
+            map: [(10, "ten"), (9, "nine")].into_iter().collect(),
+        };
+        let via_value = canonical_json(&serde_json::to_value(&v).unwrap()).unwrap();
+        assert_eq!(canonical_of(&v).unwrap(), via_value);
+        assert!(canonical_of(&((1u64 << 53) + 1)).is_err());
+        assert!(canonical_of(&1.5f64).is_err());
+        assert!(canonical_json(&serde_json::to_value(1.5f64).unwrap()).is_err());
     }
 }

@@ -13,29 +13,18 @@
 #![forbid(unsafe_code)]
 
 use super::canon;
-use serde::Serialize;
-use serde_json::{Map, Value};
+use super::loose::{Loose, Obj, typed};
+use crate::config::internal::{
+    ASK_DESCRIPTION_CHARS_MAX, ASK_NAME_CHARS_MAX, ASK_TAG_CHARS_MAX, ASK_TAGS_MAX, CARD_CHARS_MAX,
+    CARD_HOST_CHARS_MAX, CARD_ISSUED_SKEW_MS, CARD_TTL_MS,
+};
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Every card string starts with this.
 pub const CARD_PREFIX: &str = "dsh-ask-peer-card:";
 /// The only card version.
 pub const CARD_VERSION: u64 = 1;
-/// Lifetime of a card we issue, and of a received card whose `ttl` is missing or not positive.
-pub const CARD_TTL_MS: u64 = 90 * 24 * 60 * 60 * 1000;
-/// Longest card string accepted, checked before decoding (a real card is about 600–1500).
-pub const CARD_CHARS_MAX: usize = 8192;
-/// How far in the future `issued` may lie (clock skew between two machines); dsh accepts any.
-pub const ISSUED_SKEW_MS: u64 = 60 * 60 * 1000;
-/// Longest name in a card, in characters.
-pub const NAME_CHARS_MAX: usize = 64;
-/// Longest host in a card (a DNS name is at most 253).
-pub const HOST_CHARS_MAX: usize = 253;
-/// Longest description in a card, in characters.
-pub const DESCRIPTION_CHARS_MAX: usize = 1000;
-/// Most tags in a card, and the longest tag in characters.
-pub const TAGS_MAX: usize = 32;
-pub const TAG_CHARS_MAX: usize = 64;
 
 /// Why a card was refused. The `Display` text is the `reason` of `/sign/verify`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,7 +41,7 @@ pub enum CardError {
     KeyType,
     /// `issued + ttl` lies in the past.
     Expired,
-    /// `issued` lies further in the future than [`ISSUED_SKEW_MS`].
+    /// `issued` lies further in the future than [`CARD_ISSUED_SKEW_MS`].
     FromTheFuture,
     /// The self-signature does not verify against the card's own key.
     Signature,
@@ -89,8 +78,8 @@ pub struct Card {
     pub ttl: u64,
     /// The server speaks TLS with `key` (our extension; absent in dsh cards).
     pub tls: bool,
-    /// The card document minus `signature`, as received (the signed object).
-    pub payload: Value,
+    /// The card document as received, JSON text (its signature covers it minus `signature`).
+    pub document: String,
 }
 
 impl Card {
@@ -101,23 +90,33 @@ impl Card {
 
     /// The display fields dsh shows for a card: `{name, host, port, publicKey, description?,
     /// tags?}`. Text fields are the card's claims; sanitize before a terminal.
-    pub fn peer_view(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("name".into(), Value::from(self.name.clone()));
-        m.insert("host".into(), Value::from(self.host.clone()));
-        m.insert("port".into(), Value::from(self.port));
-        m.insert("publicKey".into(), Value::from(self.public_key.clone()));
-        if let Some(d) = &self.description {
-            m.insert("description".into(), Value::from(d.clone()));
+    pub fn peer_view(&self) -> PeerView {
+        PeerView {
+            name: self.name.clone(),
+            host: self.host.clone(),
+            port: self.port,
+            public_key: self.public_key.clone(),
+            description: self.description.clone(),
+            tags: self.tags.clone(),
+            tls: self.tls,
         }
-        if !self.tags.is_empty() {
-            m.insert("tags".into(), Value::from(self.tags.clone()));
-        }
-        if self.tls {
-            m.insert("tls".into(), Value::from(true));
-        }
-        Value::Object(m)
     }
+}
+
+/// A card as front ends show it (see [`Card::peer_view`]); `tls` only when true.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerView {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    pub public_key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tls: bool,
 }
 
 /// What goes into a card we issue.
@@ -151,7 +150,8 @@ struct Wire<'a> {
     ttl: u64,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     tls: bool,
-    signature: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signature: Option<&'a str>,
 }
 
 /// Builds and self-signs a card with `sign` (base64url Ed25519 with the key whose public half
@@ -172,34 +172,64 @@ pub fn issue(card: &Issue, sign: impl Fn(&[u8]) -> String) -> String {
         issued: card.issued,
         ttl: CARD_TTL_MS,
         tls: card.tls,
-        signature: "",
+        signature: None,
     };
     let signature = sign(&signed_bytes_of(&wire));
-    wire.signature = &signature;
+    wire.signature = Some(&signature);
     // A struct of strings and integers always serialises.
     let json = serde_json::to_vec(&wire).unwrap_or_default();
     format!("{CARD_PREFIX}{}", canon::b64url(&json))
 }
 
-/// The canonical bytes a card's signature covers: the document minus `signature`. Our own
+/// The canonical bytes a card's signature covers: the document without `signature`. Our own
 /// card holds only strings and safe integers, which always canonicalize.
 fn signed_bytes_of(wire: &Wire) -> Vec<u8> {
-    match serde_json::to_value(wire) {
-        Ok(Value::Object(m)) => canon::canonical_without(&m, &["signature"]).unwrap_or_default(),
-        _ => Vec::new(),
-    }
+    canon::canonical_of(wire)
+        .map(String::into_bytes)
+        .unwrap_or_default()
+}
+
+/// A card document as it arrives: each member kept apart from a wrong-typed one, so each is
+/// refused with its own message.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CardFields {
+    #[serde(default)]
+    v: Option<Loose<u64>>,
+    #[serde(default)]
+    name: Option<Loose<String>>,
+    #[serde(default)]
+    host: Option<Loose<String>>,
+    #[serde(default)]
+    port: Option<Loose<u64>>,
+    #[serde(default)]
+    public_key: Option<Loose<String>>,
+    #[serde(default)]
+    description: Option<Loose<String>>,
+    #[serde(default)]
+    tags: Option<Loose<Vec<Loose<String>>>>,
+    #[serde(default)]
+    issued: Option<Loose<serde_json::Number>>,
+    #[serde(default)]
+    ttl: Option<Loose<serde_json::Number>>,
+    #[serde(default)]
+    tls: Option<Loose<bool>>,
+    #[serde(default)]
+    signature: Option<Loose<String>>,
+}
+
+fn one_line(s: &str, max: usize) -> bool {
+    s.chars().count() <= max && !s.chars().any(char::is_control)
 }
 
 fn text(
-    m: &Map<String, Value>,
+    v: &Option<Loose<String>>,
     name: &'static str,
     max: usize,
 ) -> Result<Option<String>, CardError> {
-    match m.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.chars().count() <= max && !s.chars().any(char::is_control) => {
-            Ok(Some(s.clone()))
-        }
+    match v {
+        None => Ok(None),
+        Some(Loose::Is(s)) if one_line(s, max) => Ok(Some(s.clone())),
         Some(_) => Err(CardError::Field(
             name,
             "a one-line string of bounded length",
@@ -207,25 +237,25 @@ fn text(
     }
 }
 
-fn required(m: &Map<String, Value>, name: &'static str, max: usize) -> Result<String, CardError> {
-    match text(m, name, max)? {
+fn required(
+    v: &Option<Loose<String>>,
+    name: &'static str,
+    max: usize,
+) -> Result<String, CardError> {
+    match text(v, name, max)? {
         Some(s) if !s.trim().is_empty() => Ok(s),
         _ => Err(CardError::Field(name, "a non-empty string")),
     }
 }
 
-fn tags(m: &Map<String, Value>) -> Result<Vec<String>, CardError> {
+fn tags(v: &Option<Loose<Vec<Loose<String>>>>) -> Result<Vec<String>, CardError> {
     let bad = CardError::Field("tags", "an array of short one-line strings");
-    match m.get("tags") {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(a)) if a.len() <= TAGS_MAX => a
+    match v {
+        None => Ok(Vec::new()),
+        Some(Loose::Is(a)) if a.len() <= ASK_TAGS_MAX => a
             .iter()
-            .map(|t| match t {
-                Value::String(s)
-                    if s.chars().count() <= TAG_CHARS_MAX && !s.chars().any(char::is_control) =>
-                {
-                    Ok(s.clone())
-                }
+            .map(|t| match t.as_ref() {
+                Some(s) if one_line(s, ASK_TAG_CHARS_MAX) => Ok(s.clone()),
                 _ => Err(bad.clone()),
             })
             .collect(),
@@ -234,12 +264,12 @@ fn tags(m: &Map<String, Value>) -> Result<Vec<String>, CardError> {
 }
 
 /// A non-negative integer a JavaScript peer can represent exactly (≤ 2^53).
-fn safe_integer(v: &Value) -> Option<u64> {
+fn safe_integer(n: &serde_json::Number) -> Option<u64> {
     const SAFE_MAX: u64 = 1 << 53;
-    if let Some(n) = v.as_u64() {
+    if let Some(n) = n.as_u64() {
         return (n <= SAFE_MAX).then_some(n);
     }
-    let f = v.as_f64()?;
+    let f = n.as_f64()?;
     // The range check makes the cast exact.
     (f.fract() == 0.0 && (0.0..=SAFE_MAX as f64).contains(&f)).then_some(f as u64)
 }
@@ -255,40 +285,41 @@ pub fn parse(card: &str) -> Result<(Card, String), CardError> {
     }
     let body = card.strip_prefix(CARD_PREFIX).ok_or(CardError::Prefix)?;
     let bytes = canon::unb64url(body).ok_or(CardError::Encoding)?;
-    let Ok(Value::Object(mut m)) = serde_json::from_slice::<Value>(&bytes) else {
+    let document = String::from_utf8(bytes).map_err(|_| CardError::Encoding)?;
+    let Ok(Obj(m)) = serde_json::from_str::<Obj<CardFields>>(&document) else {
         return Err(CardError::Encoding);
     };
-    if m.get("v").and_then(Value::as_u64) != Some(CARD_VERSION) {
+    if typed(&m.v) != Some(&CARD_VERSION) {
         return Err(CardError::Field("v", "1"));
     }
-    let name = required(&m, "name", NAME_CHARS_MAX)?;
-    let host = required(&m, "host", HOST_CHARS_MAX)?;
-    let port = m
-        .get("port")
-        .and_then(Value::as_u64)
-        .and_then(|p| u16::try_from(p).ok())
+    let name = required(&m.name, "name", ASK_NAME_CHARS_MAX)?;
+    let host = required(&m.host, "host", CARD_HOST_CHARS_MAX)?;
+    let port = typed(&m.port)
+        .and_then(|p| u16::try_from(*p).ok())
         .filter(|p| *p > 0)
         .ok_or(CardError::Field("port", "an integer 1-65535"))?;
-    let public_key = required(&m, "publicKey", 512)?;
+    let public_key = required(&m.public_key, "publicKey", 512)?;
     let key = canon::parse_sign(&public_key).map_err(|_| CardError::KeyType)?;
-    let description = text(&m, "description", DESCRIPTION_CHARS_MAX)?;
-    let tags = tags(&m)?;
-    let issued = m
-        .get("issued")
+    let description = text(&m.description, "description", ASK_DESCRIPTION_CHARS_MAX)?;
+    let tags = tags(&m.tags)?;
+    let issued = typed(&m.issued)
         .and_then(safe_integer)
         .ok_or(CardError::Field("issued", "a time in ms since the epoch"))?;
-    let ttl = match m.get("ttl") {
-        None | Some(Value::Null) => CARD_TTL_MS,
-        Some(v) if v.as_f64().is_some_and(|f| f <= 0.0) => CARD_TTL_MS,
-        Some(v) => safe_integer(v).ok_or(CardError::Field("ttl", "a duration in ms"))?,
+    let ttl = match &m.ttl {
+        None => CARD_TTL_MS,
+        Some(Loose::Is(n)) if n.as_f64().is_some_and(|f| f <= 0.0) => CARD_TTL_MS,
+        Some(v) => v
+            .as_ref()
+            .and_then(safe_integer)
+            .ok_or(CardError::Field("ttl", "a duration in ms"))?,
     };
-    let tls = match m.get("tls") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
+    let tls = match &m.tls {
+        None => false,
+        Some(Loose::Is(b)) => *b,
         Some(_) => return Err(CardError::Field("tls", "true or false")),
     };
-    let signature = match m.remove("signature") {
-        Some(Value::String(s)) if s.len() <= 200 => s,
+    let signature = match typed(&m.signature) {
+        Some(s) if s.len() <= 200 => s.clone(),
         _ => return Err(CardError::Field("signature", "a string")),
     };
     let card = Card {
@@ -302,7 +333,7 @@ pub fn parse(card: &str) -> Result<(Card, String), CardError> {
         issued,
         ttl,
         tls,
-        payload: Value::Object(m),
+        document,
     };
     Ok((card, signature))
 }
@@ -314,12 +345,13 @@ pub fn verify(card: &str, now_ms: u64) -> Result<Card, CardError> {
     if now_ms > card.expires_at() {
         return Err(CardError::Expired);
     }
-    if card.issued > now_ms.saturating_add(ISSUED_SKEW_MS) {
+    if card.issued > now_ms.saturating_add(CARD_ISSUED_SKEW_MS) {
         return Err(CardError::FromTheFuture);
     }
-    // A payload that cannot be canonicalized (a float, an integer past 2^53) cannot carry a
+    // A document that cannot be canonicalized (a float, an integer past 2^53) cannot carry a
     // signature dsh could have made either.
-    let signed = canon::canonical_json(&card.payload).map_err(|_| CardError::Signature)?;
+    let signed = canon::canonical_text_without(&card.document, &["signature"])
+        .map_err(|_| CardError::Signature)?;
     if !canon::verify(&card.key, signed.as_bytes(), &signature) {
         return Err(CardError::Signature);
     }
@@ -330,6 +362,7 @@ pub fn verify(card: &str, now_ms: u64) -> Result<Card, CardError> {
 mod tests {
     use super::*;
     use ed25519_dalek::{Signer, SigningKey};
+    use serde_json::Value;
 
     const VECTOR_SIGN: &str = "ed25519:LS0tLS1CRUdJTiBQVUJMSUMgS0VZLS0tLS0KTUNvd0JRWURLMlZ3QXlFQUE2RUh2L1BPRUw0ZGNOMFk1MHZBbVdmazFqQ2JwUTFmSGR5R1pCSlZNYmc9Ci0tLS0tRU5EIFBVQkxJQyBLRVktLS0tLQo";
     const VECTOR_CANONICAL: &str = "{\"description\":\"backend, Postgres\",\"host\":\"192.0.2.10\",\"issued\":1785150000000,\"name\":\"ada\",\"port\":3877,\"publicKey\":\"ed25519:LS0tLS1CRUdJTiBQVUJMSUMgS0VZLS0tLS0KTUNvd0JRWURLMlZ3QXlFQUE2RUh2L1BPRUw0ZGNOMFk1MHZBbVdmazFqQ2JwUTFmSGR5R1pCSlZNYmc9Ci0tLS0tRU5EIFBVQkxJQyBLRVktLS0tLQo\",\"tags\":[\"postgres\",\"migrations\"],\"ttl\":7776000000,\"v\":1}";
@@ -375,7 +408,7 @@ mod tests {
         assert_eq!(json, expected);
         let (parsed, sig) = parse(&card).unwrap();
         assert_eq!(
-            canon::canonical_json(&parsed.payload).unwrap(),
+            canon::canonical_text_without(&parsed.document, &["signature"]).unwrap(),
             VECTOR_CANONICAL
         );
         assert_eq!(VECTOR_CANONICAL.len(), 333);
@@ -408,7 +441,11 @@ mod tests {
         let with = issue(&issue_, sign);
         let c = verify(&with, ISSUED).unwrap();
         assert!(c.tls);
-        assert_eq!(c.peer_view()["tls"], Value::Bool(true));
+        assert!(c.peer_view().tls);
+        assert_eq!(
+            serde_json::to_value(c.peer_view()).unwrap()["tls"],
+            Value::Bool(true)
+        );
         let json = String::from_utf8(canon::unb64url(&with[CARD_PREFIX.len()..]).unwrap()).unwrap();
         assert!(json.contains(",\"tls\":true,\"signature\""), "{json}");
         let stripped = json.replace(",\"tls\":true", "");
@@ -434,7 +471,7 @@ mod tests {
             Err(CardError::Expired)
         );
         assert_eq!(
-            verify(&card, ISSUED - ISSUED_SKEW_MS - 1),
+            verify(&card, ISSUED - CARD_ISSUED_SKEW_MS - 1),
             Err(CardError::FromTheFuture)
         );
         // Change the port inside the signed JSON: the signature no longer verifies.

@@ -5,14 +5,11 @@
 //! declined ask, a forbidden caller and a timeout stay distinguishable.
 
 use super::tls::{Target, Wire};
+use crate::config::internal::{ASK_RESPONSE_BYTES_MAX, ASK_RESPONSE_HEADERS_MAX};
 use crate::error::{Code, Error, Result};
 use serde_json::Value;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
-
-/// Largest response accepted (head and body).
-pub const RESPONSE_BYTES_MAX: usize = 4 << 20;
-const HEADERS_MAX: usize = 48;
 
 /// A parsed reply: HTTP status and JSON body (`Null` when the body is empty).
 #[derive(Clone, Debug)]
@@ -29,6 +26,14 @@ impl Reply {
             return Ok(self.body);
         }
         Err(error_of(self.status, &self.body))
+    }
+
+    /// The body of a 2xx reply decoded as `T`; a body that is not a `T` reads as `T`'s default,
+    /// which the caller's checks then refuse with their own message. Errors as
+    /// [`Reply::into_result`].
+    pub fn into_typed<T: serde::de::DeserializeOwned + Default>(self) -> Result<T> {
+        self.into_result()
+            .map(|v| serde_json::from_value(v).unwrap_or_default())
     }
 }
 
@@ -239,7 +244,7 @@ enum Framing {
 }
 
 fn chunk_limits() -> super::chunked::Limits {
-    super::chunked::Limits::for_body(RESPONSE_BYTES_MAX)
+    super::chunked::Limits::for_body(ASK_RESPONSE_BYTES_MAX)
 }
 
 /// Whether the headers declare a chunked body (and refuse what cannot be read safely: another
@@ -263,7 +268,7 @@ fn is_chunked(headers: &[httparse::Header]) -> std::result::Result<bool, String>
 
 /// The framing once the head is complete (`None` before).
 fn framing_of(buf: &[u8]) -> std::result::Result<Option<Framing>, String> {
-    let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+    let mut headers = [httparse::EMPTY_HEADER; ASK_RESPONSE_HEADERS_MAX];
     let mut resp = httparse::Response::new(&mut headers);
     let len = match resp.parse(buf) {
         Ok(httparse::Status::Complete(len)) => len,
@@ -326,10 +331,10 @@ fn read_response<S: Wire>(stream: &mut S, deadline: Instant, where_: &str) -> Re
         match stream.read(&mut chunk) {
             Ok(0) => return Ok(buf),
             Ok(n) => {
-                if buf.len() + n > RESPONSE_BYTES_MAX {
+                if buf.len() + n > ASK_RESPONSE_BYTES_MAX {
                     return Err(Error::new(
                         Code::MessageTooLarge,
-                        format!("{where_} answered more than {RESPONSE_BYTES_MAX} bytes"),
+                        format!("{where_} answered more than {ASK_RESPONSE_BYTES_MAX} bytes"),
                     ));
                 }
                 buf.extend_from_slice(&chunk[..n]);
@@ -342,7 +347,7 @@ fn read_response<S: Wire>(stream: &mut S, deadline: Instant, where_: &str) -> Re
 
 /// Parses a complete response (pure); a chunked body is decoded within the response bound.
 pub fn parse_response(raw: &[u8]) -> std::result::Result<Reply, String> {
-    let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+    let mut headers = [httparse::EMPTY_HEADER; ASK_RESPONSE_HEADERS_MAX];
     let mut resp = httparse::Response::new(&mut headers);
     let len = match resp.parse(raw) {
         Ok(httparse::Status::Complete(len)) => len,

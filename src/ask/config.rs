@@ -2,28 +2,17 @@
 //! `answerCommand` and peerwire's bounds. Validation is strict like `sessions.communication`:
 //! an unknown key, a wrong type or a number out of bounds is `CONFIG_INVALID` naming the field.
 
+use crate::config::internal::{
+    ANSWER_ARGV_MAX, ANSWER_READ_PATHS_MAX, ASK_CARD_URL_CHARS_MAX, ASK_DESCRIPTION_CHARS_MAX,
+    ASK_FRIENDS_MAX, ASK_HOST_CHARS_MAX, ASK_NAME_CHARS_MAX, ASK_TAG_CHARS_MAX, ASK_TAGS_MAX,
+    ASK_TOKEN_CHARS_MAX, ASK_TOKEN_CHARS_MIN, ASK_TOKEN_DISTINCT_MIN, ASK_TOKEN_HEX_CHARS_MIN,
+};
 use crate::error::{Code, Error, Result};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
 /// dsh-ask-peer's default port.
 pub const DEFAULT_PORT: u16 = 3877;
-const PEERS_MAX: usize = 256;
-const TAGS_MAX: usize = 32;
-const TAG_CHARS_MAX: usize = 64;
-const DESCRIPTION_CHARS_MAX: usize = 1000;
-const TOKEN_CHARS_MAX: usize = 512;
-/// A token's shortest length when it is all hex digits (4 bits a character: 128 bits).
-pub const TOKEN_HEX_CHARS_MIN: usize = 32;
-/// A token's shortest length otherwise (base64url carries 6 bits a character: 132 bits).
-pub const TOKEN_CHARS_MIN: usize = 22;
-/// Distinct characters a token needs, so `aaaa…` or `abab…` cannot pass on length alone.
-const TOKEN_DISTINCT_MIN: usize = 8;
-const HOST_CHARS_MAX: usize = 255;
-const CARD_URL_CHARS_MAX: usize = 2048;
-const NAME_CHARS_MAX: usize = 64;
-const ARGV_MAX: usize = 64;
-const READ_PATHS_MAX: usize = 32;
 
 /// Per-friend inbound policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,17 +173,7 @@ impl Default for AskConfig {
 impl AskConfig {
     /// Loads the `"ask"` object of `<home>/config.json`; a missing file or key gives defaults.
     pub fn load(home: &Path) -> Result<AskConfig> {
-        let path = home.join("config.json");
-        let bytes = match crate::fsutil::read_private_bounded(
-            &path,
-            crate::config::CONFIG_FILE_BYTES_MAX,
-        ) {
-            Ok(bytes) => bytes,
-            Err(e) if e.code == Code::NotFound => return Ok(AskConfig::default()),
-            Err(e) => return Err(e),
-        };
-        AskConfig::parse(&bytes)
-            .map_err(|e| Error::new(e.code, format!("{}: {}", path.display(), e.message)))
+        crate::config::load_file(home, AskConfig::parse).map(Option::unwrap_or_default)
     }
 
     /// Parses the whole config file's bytes and validates its `"ask"` object.
@@ -231,7 +210,7 @@ impl AskConfig {
             match key.as_str() {
                 "callerName" => c.caller_name = name(f, value)?,
                 "keyDir" => c.key_dir = Some(absolute(f, value)?),
-                "description" => c.description = text(f, value, DESCRIPTION_CHARS_MAX)?,
+                "description" => c.description = text(f, value, ASK_DESCRIPTION_CHARS_MAX)?,
                 "tags" => c.tags = tags(f, value)?,
                 "rosterRefreshMs" => {
                     c.roster_refresh_ms = int_or_zero(f, value, 1_000, 86_400_000)?
@@ -307,8 +286,8 @@ fn answerer_setting(c: &mut AskConfig, key: &str, f: &str, value: &Value) -> Res
 
 fn friends(field: &str, value: &Value) -> Result<Vec<Friend>> {
     let items = value.as_array().ok_or_else(|| bad(field, "an array"))?;
-    if items.len() > PEERS_MAX {
-        return Err(bad(field, &format!("at most {PEERS_MAX} entries")));
+    if items.len() > ASK_FRIENDS_MAX {
+        return Err(bad(field, &format!("at most {ASK_FRIENDS_MAX} entries")));
     }
     let mut out: Vec<Friend> = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
@@ -346,7 +325,7 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
             "port" => f.port = int(k, v, 1, 65_535)? as u16,
             "token" => f.token = Some(token(k, v)?),
             "publicKey" => {
-                let s = text(k, v, TOKEN_CHARS_MAX)?;
+                let s = text(k, v, ASK_TOKEN_CHARS_MAX)?;
                 let key = super::canon::parse_sign(&s)
                     .map_err(|e| Error::new(Code::ConfigInvalid, format!("{k}: {}", e.message)))?;
                 f.key = Some(key);
@@ -360,7 +339,7 @@ fn friend(field: &str, value: &Value) -> Result<Friend> {
                     _ => return Err(bad(k, "ask, auto or deny")),
                 }
             }
-            "description" => f.description = Some(text(k, v, DESCRIPTION_CHARS_MAX)?),
+            "description" => f.description = Some(text(k, v, ASK_DESCRIPTION_CHARS_MAX)?),
             "tls" => f.tls = Some(boolean(k, v)?),
             "protocol" => f.protocol = protocol(k, v)?,
             "cardUrl" => f.card_url = Some(card_url(k, v)?),
@@ -404,18 +383,18 @@ fn strong_token(field: &str, f: &Friend) -> Result<()> {
     }
 }
 
-/// Whether a shared token can carry 128 bits: at least [`TOKEN_HEX_CHARS_MIN`] characters when
-/// it is all hex digits, else at least [`TOKEN_CHARS_MIN`], with at least
-/// [`TOKEN_DISTINCT_MIN`] distinct characters and not one short block repeated. A rule on the
+/// Whether a shared token can carry 128 bits: at least [`ASK_TOKEN_HEX_CHARS_MIN`] characters when
+/// it is all hex digits, else at least [`ASK_TOKEN_CHARS_MIN`], with at least
+/// [`ASK_TOKEN_DISTINCT_MIN`] distinct characters and not one short block repeated. A rule on the
 /// text cannot prove randomness; it refuses the passwords people type, and `peer ask token
 /// new` gives 256 random bits.
 pub fn token_strength(t: &str) -> std::result::Result<(), String> {
     let chars: Vec<char> = t.chars().collect();
     let hex = chars.iter().all(char::is_ascii_hexdigit);
     let min = if hex {
-        TOKEN_HEX_CHARS_MIN
+        ASK_TOKEN_HEX_CHARS_MIN
     } else {
-        TOKEN_CHARS_MIN
+        ASK_TOKEN_CHARS_MIN
     };
     if chars.len() < min {
         let kind = if hex { "hex " } else { "" };
@@ -427,9 +406,9 @@ pub fn token_strength(t: &str) -> std::result::Result<(), String> {
     let mut distinct = chars.clone();
     distinct.sort_unstable();
     distinct.dedup();
-    if distinct.len() < TOKEN_DISTINCT_MIN {
+    if distinct.len() < ASK_TOKEN_DISTINCT_MIN {
         return Err(format!(
-            "it uses {} distinct characters (at least {TOKEN_DISTINCT_MIN} needed)",
+            "it uses {} distinct characters (at least {ASK_TOKEN_DISTINCT_MIN} needed)",
             distinct.len()
         ));
     }
@@ -449,7 +428,7 @@ pub fn new_token() -> String {
 }
 
 fn token(field: &str, value: &Value) -> Result<String> {
-    let t = text(field, value, TOKEN_CHARS_MAX)?;
+    let t = text(field, value, ASK_TOKEN_CHARS_MAX)?;
     if t.is_empty() {
         return Err(bad(
             field,
@@ -468,7 +447,7 @@ fn protocol(field: &str, value: &Value) -> Result<Protocol> {
 }
 
 fn card_url(field: &str, value: &Value) -> Result<String> {
-    let u = text(field, value, CARD_URL_CHARS_MAX)?;
+    let u = text(field, value, ASK_CARD_URL_CHARS_MAX)?;
     if !u.starts_with("http://") || u.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(bad(field, "an http:// URL without spaces"));
     }
@@ -508,7 +487,7 @@ fn text(field: &str, value: &Value, max_chars: usize) -> Result<String> {
 /// not starting with `.`, 1–64 characters.
 pub fn valid_name(s: &str) -> bool {
     !s.is_empty()
-        && s.len() <= NAME_CHARS_MAX
+        && s.len() <= ASK_NAME_CHARS_MAX
         && !s.starts_with('.')
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
@@ -528,7 +507,7 @@ fn name(field: &str, value: &Value) -> Result<String> {
 fn host(field: &str, value: &Value) -> Result<String> {
     let s = value.as_str().ok_or_else(|| bad(field, "a string"))?;
     let ok = !s.is_empty()
-        && s.len() <= HOST_CHARS_MAX
+        && s.len() <= ASK_HOST_CHARS_MAX
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'_'));
     if !ok {
@@ -549,12 +528,12 @@ fn tags(field: &str, value: &Value) -> Result<Vec<String>> {
     let items = value
         .as_array()
         .ok_or_else(|| bad(field, "an array of strings"))?;
-    if items.len() > TAGS_MAX {
-        return Err(bad(field, &format!("at most {TAGS_MAX} tags")));
+    if items.len() > ASK_TAGS_MAX {
+        return Err(bad(field, &format!("at most {ASK_TAGS_MAX} tags")));
     }
     items
         .iter()
-        .map(|t| text(field, t, TAG_CHARS_MAX))
+        .map(|t| text(field, t, ASK_TAG_CHARS_MAX))
         .collect()
 }
 
@@ -570,11 +549,11 @@ fn isolation(field: &str, value: &Value) -> Result<bool> {
 fn read_paths(field: &str, value: &Value) -> Result<Vec<PathBuf>> {
     let items = value
         .as_array()
-        .filter(|a| a.len() <= READ_PATHS_MAX)
+        .filter(|a| a.len() <= ANSWER_READ_PATHS_MAX)
         .ok_or_else(|| {
             bad(
                 field,
-                &format!("an array of at most {READ_PATHS_MAX} absolute paths"),
+                &format!("an array of at most {ANSWER_READ_PATHS_MAX} absolute paths"),
             )
         })?;
     items.iter().map(|i| absolute(field, i)).collect()
@@ -582,10 +561,10 @@ fn read_paths(field: &str, value: &Value) -> Result<Vec<PathBuf>> {
 
 /// `host:port` strings: a host name or address (IPv6 in brackets) and a port 1–65535.
 fn destinations(field: &str, value: &Value) -> Result<Vec<String>> {
-    let expected = format!("an array of at most {READ_PATHS_MAX} \"host:port\" strings");
+    let expected = format!("an array of at most {ANSWER_READ_PATHS_MAX} \"host:port\" strings");
     let items = value
         .as_array()
-        .filter(|a| a.len() <= READ_PATHS_MAX)
+        .filter(|a| a.len() <= ANSWER_READ_PATHS_MAX)
         .ok_or_else(|| bad(field, &expected))?;
     items
         .iter()
@@ -593,7 +572,7 @@ fn destinations(field: &str, value: &Value) -> Result<Vec<String>> {
             let s = i.as_str().ok_or_else(|| bad(field, &expected))?;
             let ok = s.rsplit_once(':').is_some_and(|(h, p)| {
                 !h.is_empty()
-                    && h.len() <= HOST_CHARS_MAX
+                    && h.len() <= ASK_HOST_CHARS_MAX
                     && h.chars()
                         .all(|c| c.is_ascii_alphanumeric() || "-.:[]_".contains(c))
                     && p.parse::<u16>().is_ok_and(|p| p > 0)
@@ -610,11 +589,11 @@ fn destinations(field: &str, value: &Value) -> Result<Vec<String>> {
 fn argv(field: &str, value: &Value) -> Result<Vec<String>> {
     let Some(items) = value
         .as_array()
-        .filter(|a| !a.is_empty() && a.len() <= ARGV_MAX)
+        .filter(|a| !a.is_empty() && a.len() <= ANSWER_ARGV_MAX)
     else {
         return Err(bad(
             field,
-            &format!("a non-empty array of at most {ARGV_MAX} strings"),
+            &format!("a non-empty array of at most {ANSWER_ARGV_MAX} strings"),
         ));
     };
     items.iter().map(|i| text(field, i, 4096)).collect()

@@ -5,11 +5,16 @@
 //! answers anything else with 403. The inside half (`sandbox::ns`) makes it reachable at
 //! `127.0.0.1:PORT` in the answerer's network namespace as `HTTPS_PROXY`.
 //!
-//! Bounded: at most [`TUNNELS_MAX`] tunnels at once, a request head of at most
-//! [`HEAD_BYTES_MAX`] bytes read within [`HEAD_TIMEOUT`], connects within
-//! [`CONNECT_TIMEOUT`]; a tunnel ends when the answerer's namespace dies (its end closes) or
-//! after [`IDLE_TIMEOUT`] without traffic, and the listener stops when this value is dropped.
+//! Bounded: at most [`EGRESS_TUNNELS_MAX`] tunnels at once, a request head of at most
+//! [`EGRESS_HEAD_BYTES_MAX`] bytes read within [`EGRESS_HEAD_TIMEOUT`], connects within
+//! [`EGRESS_CONNECT_TIMEOUT`]; a tunnel ends when the answerer's namespace dies (its end
+//! closes) or after [`EGRESS_IDLE_TIMEOUT`] without traffic, and the listener stops when this
+//! value is dropped.
 
+use crate::config::internal::{
+    EGRESS_CONNECT_TIMEOUT, EGRESS_HEAD_BYTES_MAX, EGRESS_HEAD_TIMEOUT, EGRESS_IDLE_TIMEOUT,
+    EGRESS_TUNNELS_MAX,
+};
 use crate::fsutil::TempDir;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
@@ -17,16 +22,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
 
 pub const SOCKET_NAME: &str = "proxy.sock";
-const TUNNELS_MAX: usize = 16;
-const HEAD_BYTES_MAX: usize = 4096;
-const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// A tunnel with no bytes either way for this long ends (so none outlives its answerer by
-/// more than this, whatever the destination does).
-const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A running proxy; stops (and removes its directory) on drop.
 pub struct Egress {
@@ -67,7 +64,7 @@ fn accept_loop(listener: UnixListener, allowed: Arc<Vec<String>>, stop: Arc<Atom
             return;
         }
         let Ok(conn) = conn else { continue };
-        if open.fetch_add(1, Ordering::SeqCst) >= TUNNELS_MAX {
+        if open.fetch_add(1, Ordering::SeqCst) >= EGRESS_TUNNELS_MAX {
             open.fetch_sub(1, Ordering::SeqCst);
             let _ = (&conn).write_all(b"HTTP/1.1 429 Too Many Requests\r\n\r\n");
             continue;
@@ -91,12 +88,12 @@ pub fn connect_target(head: &[u8]) -> Option<String> {
 }
 
 fn read_head(conn: &mut UnixStream) -> Option<Vec<u8>> {
-    conn.set_read_timeout(Some(HEAD_TIMEOUT)).ok()?;
+    conn.set_read_timeout(Some(EGRESS_HEAD_TIMEOUT)).ok()?;
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     // Byte by byte: nothing after the head may be consumed (it belongs to the tunnel).
     while !head.ends_with(b"\r\n\r\n") {
-        if head.len() >= HEAD_BYTES_MAX || conn.read(&mut byte).ok()? == 0 {
+        if head.len() >= EGRESS_HEAD_BYTES_MAX || conn.read(&mut byte).ok()? == 0 {
             return None;
         }
         head.push(byte[0]);
@@ -114,10 +111,9 @@ fn tunnel(mut conn: UnixStream, allowed: &[String]) {
         let _ = conn.write_all(b"HTTP/1.1 403 Forbidden\r\n\r\n");
         return;
     }
-    let remote = target
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.find_map(|a| TcpStream::connect_timeout(&a, CONNECT_TIMEOUT).ok()));
+    let remote = target.to_socket_addrs().ok().and_then(|mut a| {
+        a.find_map(|a| TcpStream::connect_timeout(&a, EGRESS_CONNECT_TIMEOUT).ok())
+    });
     let Some(remote) = remote else {
         let _ = conn.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n");
         return;
@@ -128,7 +124,7 @@ fn tunnel(mut conn: UnixStream, allowed: &[String]) {
     {
         return;
     }
-    let idle = Some(IDLE_TIMEOUT);
+    let idle = Some(EGRESS_IDLE_TIMEOUT);
     if conn.set_read_timeout(idle).is_err() || remote.set_read_timeout(idle).is_err() {
         return;
     }

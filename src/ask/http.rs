@@ -7,17 +7,12 @@
 //! response and refusal types every endpoint uses live here too.
 
 use super::tls::Wire;
+use crate::config::internal::{
+    ASK_BODY_BYTES_MAX, ASK_HEAD_BYTES_MAX, ASK_HEADERS_MAX, ASK_READ_CHUNK_BYTES,
+};
 use serde_json::{Map, Value, json};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
-
-/// Largest request head (request line and headers) accepted.
-pub const HEAD_BYTES_MAX: usize = 16 * 1024;
-/// Largest request body, as in dsh-ask-peer.
-pub const BODY_BYTES_MAX: usize = 1 << 20;
-/// Headers per request.
-pub const HEADERS_MAX: usize = 48;
-const READ_CHUNK_BYTES: usize = 8 * 1024;
 
 /// The parts of a request head the server uses.
 #[derive(Clone, Debug)]
@@ -42,25 +37,25 @@ pub enum Head {
 
 /// Parses a request head with `httparse`, bounding its size and the declared body length.
 pub fn parse_head(buf: &[u8]) -> Result<Head, ApiError> {
-    let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+    let mut headers = [httparse::EMPTY_HEADER; ASK_HEADERS_MAX];
     let mut req = httparse::Request::new(&mut headers);
     let status = req
         .parse(buf)
         .map_err(|e| ApiError::bad_request(format!("malformed HTTP request ({e})")))?;
     let len = match status {
         httparse::Status::Partial => {
-            if buf.len() >= HEAD_BYTES_MAX {
+            if buf.len() >= ASK_HEAD_BYTES_MAX {
                 return Err(ApiError::bad_request(format!(
-                    "request head exceeds {HEAD_BYTES_MAX} bytes"
+                    "request head exceeds {ASK_HEAD_BYTES_MAX} bytes"
                 )));
             }
             return Ok(Head::Partial);
         }
         httparse::Status::Complete(len) => len,
     };
-    if len > HEAD_BYTES_MAX {
+    if len > ASK_HEAD_BYTES_MAX {
         return Err(ApiError::bad_request(format!(
-            "request head exceeds {HEAD_BYTES_MAX} bytes"
+            "request head exceeds {ASK_HEAD_BYTES_MAX} bytes"
         )));
     }
     let method = req.method.unwrap_or_default().to_string();
@@ -91,7 +86,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Head, ApiError> {
             let n: u64 = v
                 .parse()
                 .map_err(|_| ApiError::bad_request("content-length is not a number"))?;
-            if n > BODY_BYTES_MAX as u64 {
+            if n > ASK_BODY_BYTES_MAX as u64 {
                 return Err(ApiError::too_large(n));
             }
             content_length = Some(n as usize);
@@ -135,7 +130,7 @@ pub fn read_request<S: Wire>(
             stream,
             &mut buf,
             deadline,
-            HEAD_BYTES_MAX + READ_CHUNK_BYTES,
+            ASK_HEAD_BYTES_MAX + ASK_READ_CHUNK_BYTES,
         )?;
     };
     let mut body = buf.split_off(head_len);
@@ -165,8 +160,8 @@ fn read_some<S: Wire>(
         .socket()
         .set_read_timeout(Some(remaining))
         .map_err(|_| ReadFailure::Drop)?;
-    let room = cap.saturating_sub(buf.len()).clamp(1, READ_CHUNK_BYTES);
-    let mut chunk = [0u8; READ_CHUNK_BYTES];
+    let room = cap.saturating_sub(buf.len()).clamp(1, ASK_READ_CHUNK_BYTES);
+    let mut chunk = [0u8; ASK_READ_CHUNK_BYTES];
     match stream.read(&mut chunk[..room]) {
         Ok(0) | Err(_) => Err(ReadFailure::Drop),
         Ok(n) => {
@@ -224,11 +219,6 @@ pub fn write_response<S: Wire>(stream: &mut S, status: u16, body: &[u8], timeout
     let _ = stream.flush();
 }
 
-/// Most request-body bytes read and discarded after an early refusal.
-pub const DRAIN_BYTES_MAX: usize = 8 << 20;
-/// Longest time spent discarding them.
-pub const DRAIN_TIME: Duration = Duration::from_secs(3);
-
 /// After an early refusal (413 before the body, a malformed head) has been written: stop
 /// writing, then read and discard what the client still sends, up to `max_bytes` and
 /// `max_time`, until it closes. Closing a socket with unread bytes makes the kernel send a
@@ -238,7 +228,7 @@ pub fn drain_after_refusal<S: Wire>(stream: &mut S, max_bytes: usize, max_time: 
     let _ = stream.flush();
     let _ = stream.socket().shutdown(std::net::Shutdown::Write);
     let deadline = Instant::now() + max_time;
-    let mut chunk = [0u8; READ_CHUNK_BYTES];
+    let mut chunk = [0u8; ASK_READ_CHUNK_BYTES];
     let mut seen = 0usize;
     while seen < max_bytes {
         let remaining = deadline.saturating_duration_since(Instant::now());
@@ -283,7 +273,7 @@ impl ApiError {
             "payload_too_large",
             format!(
                 "body of {n} bytes exceeds {} bytes",
-                super::http::BODY_BYTES_MAX
+                crate::config::internal::ASK_BODY_BYTES_MAX
             ),
         )
     }
@@ -326,6 +316,13 @@ impl Request {
             Ok(Value::Object(m)) => Ok(m),
             _ => Err(ApiError::bad_request("request body must be JSON")),
         }
+    }
+
+    /// The body decoded as `T`, for requests already known to carry a JSON object (read
+    /// [`Request::json_object`] first); `400 request body must be JSON` when it is not a `T`.
+    pub fn json_body<T: serde::de::DeserializeOwned>(&self) -> std::result::Result<T, ApiError> {
+        serde_json::from_slice(&self.body)
+            .map_err(|_| ApiError::bad_request("request body must be JSON"))
     }
 
     /// A query parameter, percent-decoded.
@@ -394,6 +391,14 @@ impl Response {
     pub fn ok(body: Value) -> Response {
         Response::json(200, body)
     }
+    /// A 200 with a typed body (the same bytes its JSON value gives: keys sorted).
+    pub fn ok_typed(body: &impl serde::Serialize) -> Response {
+        Response::typed(200, body)
+    }
+    /// A response with a typed body.
+    pub fn typed(status: u16, body: &impl serde::Serialize) -> Response {
+        Response::json(status, serde_json::to_value(body).unwrap_or(Value::Null))
+    }
     pub fn no_content() -> Response {
         Response {
             status: 204,
@@ -444,7 +449,7 @@ mod tests {
                 .unwrap_err();
         assert_eq!(e.status, 400);
         let mut long = b"GET / HTTP/1.1\r\nx: ".to_vec();
-        long.resize(HEAD_BYTES_MAX + 10, b'a');
+        long.resize(ASK_HEAD_BYTES_MAX + 10, b'a');
         assert_eq!(parse_head(&long).unwrap_err().status, 400);
         let e =
             parse_head(b"POST /ask HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n").unwrap_err();

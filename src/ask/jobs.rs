@@ -16,15 +16,14 @@ use super::answer::{self, Answer, Work};
 use super::approval::Outcome;
 use super::config::Mode;
 use super::http::{ApiError, Request, Response};
+use super::loose::{Loose, typed};
+use crate::config::internal::ASK_QUESTION_CHARS_MAX;
 use parking_lot::{Condvar, Mutex};
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Longest question accepted, in characters.
-pub const QUESTION_CHARS_MAX: usize = 32_000;
 
 /// Where an ask is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,34 +60,49 @@ pub struct AskRequest {
     pub is_async: bool,
 }
 
+/// An `/ask` body as it arrives (dsh-ask-peer's members plus our `async`); each member kept
+/// apart from a wrong-typed one so [`parse_ask`] refuses it with its own message. The
+/// credentials are read by the authentication.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AskBody {
+    #[serde(default)]
+    pub protocol_version: Option<Loose<u64>>,
+    #[serde(default)]
+    pub caller: Option<Loose<String>>,
+    #[serde(default)]
+    pub question: Option<Loose<String>>,
+    #[serde(default)]
+    pub context_files: Option<Loose<Vec<Loose<String>>>>,
+    #[serde(default)]
+    pub timeout_ms: Option<Loose<u64>>,
+    #[serde(default, rename = "async")]
+    pub is_async: Option<Loose<bool>>,
+}
+
 /// Validates an `/ask` body against the configured bounds (pure).
 pub fn parse_ask(
-    body: &Map<String, Value>,
+    body: &AskBody,
     config: &super::config::AskConfig,
 ) -> Result<AskRequest, ApiError> {
     let required =
         || ApiError::bad_request("protocolVersion, caller, and a non-empty question are required");
-    if body.get("protocolVersion").and_then(Value::as_u64) != Some(super::PROTOCOL_VERSION) {
+    if typed(&body.protocol_version) != Some(&super::PROTOCOL_VERSION) {
         return Err(required());
     }
-    let caller = body
-        .get("caller")
-        .and_then(Value::as_str)
-        .ok_or_else(required)?;
-    let question = body
-        .get("question")
-        .and_then(Value::as_str)
+    let caller = typed(&body.caller).ok_or_else(required)?;
+    let question = typed(&body.question)
         .filter(|q| !q.trim().is_empty())
         .ok_or_else(required)?;
-    if question.chars().count() > QUESTION_CHARS_MAX {
+    if question.chars().count() > ASK_QUESTION_CHARS_MAX {
         return Err(ApiError::bad_request(format!(
-            "question exceeds {QUESTION_CHARS_MAX} characters"
+            "question exceeds {ASK_QUESTION_CHARS_MAX} characters"
         )));
     }
     let mut context_files = Vec::new();
-    match body.get("contextFiles") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(items)) => {
+    match &body.context_files {
+        None => {}
+        Some(Loose::Is(items)) => {
             if items.len() > config.max_context_files {
                 return Err(ApiError::bad_request(format!(
                     "at most {} contextFiles are accepted",
@@ -97,17 +111,17 @@ pub fn parse_ask(
             }
             for item in items {
                 let path = item
-                    .as_str()
+                    .as_ref()
                     .ok_or_else(|| ApiError::bad_request("contextFiles must be strings"))?;
                 context_files.push(path.to_string());
             }
         }
         Some(_) => return Err(ApiError::bad_request("contextFiles must be an array")),
     }
-    let timeout_ms = match body.get("timeoutMs") {
-        None | Some(Value::Null) => config.timeout_ms,
-        Some(v) => match v.as_u64() {
-            Some(n) if n > 0 => n.min(config.timeout_ms),
+    let timeout_ms = match &body.timeout_ms {
+        None => config.timeout_ms,
+        Some(v) => match v.as_ref() {
+            Some(n) if *n > 0 => (*n).min(config.timeout_ms),
             _ => {
                 return Err(ApiError::bad_request(
                     "timeoutMs must be a positive integer",
@@ -115,9 +129,9 @@ pub fn parse_ask(
             }
         },
     };
-    let is_async = match body.get("async") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
+    let is_async = match &body.is_async {
+        None => false,
+        Some(Loose::Is(b)) => *b,
         Some(_) => return Err(ApiError::bad_request("async must be true or false")),
     };
     Ok(AskRequest {
@@ -257,7 +271,7 @@ impl Jobs {
     /// The status view: `None` when unknown, expired, or asked for by another friend. The
     /// asker gets the answer or the error; anyone else (only possible over `GET`) never sees
     /// `answered` without an answer: see [`stranger_view`].
-    pub fn view(&self, ask_id: &str, who: Viewer<'_>) -> Option<Value> {
+    pub fn view(&self, ask_id: &str, who: Viewer<'_>) -> Option<StatusView> {
         let mut map = self.map.lock();
         self.purge(&mut map, crate::clock::now_ms());
         let job = map.get(ask_id)?;
@@ -269,16 +283,14 @@ impl Jobs {
         if !is_asker {
             return Some(stranger_view(job));
         }
-        let mut v = json!({"ok": true, "status": job.status.name()});
-        if let Some(a) = &job.answer {
-            v["answer"] = json!(a.text);
-            v["truncated"] = json!(a.truncated);
-        }
-        if let Some(e) = &job.error {
-            v["error"] = json!(e.message);
-            v["errorCode"] = json!(e.code);
-        }
-        Some(v)
+        Some(StatusView {
+            status: job.status.name(),
+            answer: job.answer.as_ref().map(|a| a.text.clone()),
+            truncated: job.answer.as_ref().map(|a| a.truncated),
+            error: job.error.as_ref().map(|e| e.message.clone()),
+            error_code: job.error.as_ref().map(|e| e.code),
+            ..StatusView::default()
+        })
     }
 }
 
@@ -294,19 +306,82 @@ pub enum Viewer<'a> {
 /// What a `GET /ask/status` from another address learns: the state, but an answer only to
 /// its asker, so a finished answer reads as `failed` with an error naming the way to it
 /// (dsh-ask-peer's client would otherwise show an empty answer as a success).
-fn stranger_view(job: &Job) -> Value {
+fn stranger_view(job: &Job) -> StatusView {
     let hint = "the answer is given only to the asker: from another address, use POST \
                 /ask/status with the credentials of the ask";
     match job.status {
-        Status::Answered => json!({"ok": true, "status": "failed", "error": hint,
-            "errorCode": "answer_withheld"}),
+        Status::Answered => StatusView {
+            status: "failed",
+            error: Some(hint.to_string()),
+            error_code: Some("answer_withheld"),
+            ..StatusView::default()
+        },
         Status::Failed | Status::Declined => {
             let code = job.error.as_ref().map_or("ask_failed", |e| e.code);
-            json!({"ok": true, "status": job.status.name(), "errorCode": code,
-                "error": format!("the ask ended {code}; details only to the asker (POST /ask/status)")})
+            StatusView {
+                status: job.status.name(),
+                error_code: Some(code),
+                error: Some(format!(
+                    "the ask ended {code}; details only to the asker (POST /ask/status)"
+                )),
+                ..StatusView::default()
+            }
         }
-        s => json!({"ok": true, "status": s.name()}),
+        s => StatusView {
+            status: s.name(),
+            ..StatusView::default()
+        },
     }
+}
+
+/// What `/ask/status` answers: `{ok, status, answer?, truncated?, error?, errorCode?}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusView {
+    pub ok: bool,
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<&'static str>,
+}
+
+impl Default for StatusView {
+    fn default() -> StatusView {
+        StatusView {
+            ok: true,
+            status: "",
+            answer: None,
+            truncated: None,
+            error: None,
+            error_code: None,
+        }
+    }
+}
+
+/// What `POST /ask` answers: `{ok, answer, truncated}`, or `{ok, askId}` (202) when async.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AskReply {
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    answer: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    truncated: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ask_id: Option<String>,
+}
+
+/// The body of `POST /ask/status` beside its credentials.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusBody {
+    #[serde(default)]
+    ask_id: Option<Loose<String>>,
 }
 
 /// A random version-4 UUID, the form dsh-ask-peer uses for ask ids.
@@ -330,7 +405,7 @@ pub fn new_ask_id() -> String {
 pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, ApiError> {
     let now = crate::clock::now_ms();
     let body = req.json_object()?;
-    let ask = parse_ask(&body, &state.config)?;
+    let ask = parse_ask(&req.json_body()?, &state.config)?;
     let friend = state
         .guard
         .authenticate_request(&state.config, req, &body, "ask", now, |f| {
@@ -353,12 +428,21 @@ pub fn handle_ask(state: &Arc<ServerState>, req: &Request) -> Result<Response, A
     register_approval(state, &work)?;
     if !ask.is_async {
         let a = process(state, &work, false, &|| {})?;
-        return Ok(Response::ok(
-            json!({"ok": true, "answer": a.text, "truncated": a.truncated}),
-        ));
+        return Ok(Response::ok_typed(&AskReply {
+            ok: true,
+            answer: Some(a.text),
+            truncated: Some(a.truncated),
+            ask_id: None,
+        }));
     }
     let ask_id = start_async(state, work, req.ip(), |_| {})?;
-    Ok(Response::json(202, json!({"ok": true, "askId": ask_id})))
+    let queued = AskReply {
+        ok: true,
+        answer: None,
+        truncated: None,
+        ask_id: Some(ask_id),
+    };
+    Ok(Response::typed(202, &queued))
 }
 
 /// Starts an ask whose approval is already registered as an async job on its own thread;
@@ -484,14 +568,13 @@ pub fn handle_status(state: &ServerState, req: &Request) -> Result<Response, Api
         return state
             .jobs
             .view(&id, get_viewer(state, req))
-            .map(Response::ok)
+            .map(|v| Response::ok_typed(&v))
             .ok_or_else(|| unknown(&id));
     }
     let now = crate::clock::now_ms();
     let body = req.json_object()?;
-    let id = body
-        .get("askId")
-        .and_then(Value::as_str)
+    let fields: StatusBody = req.json_body()?;
+    let id = typed(&fields.ask_id)
         .filter(|s| !s.is_empty())
         .ok_or_else(|| ApiError::bad_request("askId is required"))?;
     // A denied friend learns nothing, and polls are rate limited per friend (apart from its
@@ -506,7 +589,7 @@ pub fn handle_status(state: &ServerState, req: &Request) -> Result<Response, Api
     state
         .jobs
         .view(id, Viewer::Friend(&friend.name))
-        .map(Response::ok)
+        .map(|v| Response::ok_typed(&v))
         .ok_or_else(|| unknown(id))
 }
 
@@ -514,9 +597,14 @@ pub fn handle_status(state: &ServerState, req: &Request) -> Result<Response, Api
 mod tests {
     use super::*;
     use crate::ask::config::AskConfig;
+    use serde_json::{Value, json};
 
-    fn body(v: Value) -> Map<String, Value> {
-        v.as_object().unwrap().clone()
+    fn json_of(v: Option<StatusView>) -> Value {
+        serde_json::to_value(v.unwrap()).unwrap()
+    }
+
+    fn body(v: Value) -> AskBody {
+        serde_json::from_value(v).unwrap()
     }
 
     #[test]
@@ -582,7 +670,7 @@ mod tests {
                 truncated: false,
             }),
         );
-        let stranger = jobs.view("a", Viewer::Address(away)).unwrap();
+        let stranger = json_of(jobs.view("a", Viewer::Address(away)));
         assert_eq!(stranger["status"], "failed", "{stranger}");
         assert!(
             stranger["error"]
@@ -592,11 +680,11 @@ mod tests {
         );
         assert!(stranger.get("answer").is_none());
         assert_eq!(
-            jobs.view("a", Viewer::Address(home)).unwrap()["answer"],
+            json_of(jobs.view("a", Viewer::Address(home)))["answer"],
             "42"
         );
         assert_eq!(
-            jobs.view("a", Viewer::Friend("ada")).unwrap()["answer"],
+            json_of(jobs.view("a", Viewer::Friend("ada")))["answer"],
             "42"
         );
         assert!(jobs.view("a", Viewer::Friend("eve")).is_none());
@@ -627,12 +715,12 @@ mod tests {
             Viewer::Address(away),
             Viewer::Friend("ada"),
         ] {
-            let v = jobs.view("f", who).unwrap();
+            let v = json_of(jobs.view("f", who));
             assert_eq!(v["status"], "failed");
             assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
         }
         assert!(
-            jobs.view("f", Viewer::Address(away)).unwrap()["error"]
+            json_of(jobs.view("f", Viewer::Address(away)))["error"]
                 .as_str()
                 .is_some_and(|e| !e.contains("crashed"))
         );

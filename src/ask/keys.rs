@@ -3,6 +3,7 @@
 //! 0700 and both files 0600 from creation (src/fsutil.rs); the private key is never printed.
 
 use super::canon;
+use crate::config::internal::ASK_KEY_FILE_BYTES_MAX;
 use crate::error::{Code, Error, Result};
 use base64::Engine;
 use ed25519_dalek::SigningKey;
@@ -16,7 +17,6 @@ const PKCS8_PREFIX: [u8; 16] = [
 ];
 const PEM_BEGIN: &str = "-----BEGIN PRIVATE KEY-----";
 const PEM_END: &str = "-----END PRIVATE KEY-----";
-const KEY_FILE_BYTES_MAX: u64 = 4096;
 
 /// A loaded key pair. `Debug` shows only the public half.
 pub struct AskKey {
@@ -128,7 +128,7 @@ pub fn load(dir: &Path, name: &str) -> Result<AskKey> {
         ));
     }
     drop(file);
-    let bytes = crate::fsutil::read_private_bounded(&key_file, KEY_FILE_BYTES_MAX)?;
+    let bytes = crate::fsutil::read_private_bounded(&key_file, ASK_KEY_FILE_BYTES_MAX)?;
     let seed = parse_private_pem(&bytes).ok_or_else(|| {
         Error::new(
             Code::ConfigInvalid,

@@ -47,6 +47,7 @@ pub mod egress;
 pub mod http;
 pub mod jobs;
 pub mod keys;
+pub mod loose;
 pub mod notify;
 pub mod owner_page;
 pub mod recommend;
@@ -67,7 +68,6 @@ use crate::error::{Code, Error, Result};
 use config::AskConfig;
 use http::{ApiError, Request, Response};
 use keys::AskKey;
-use serde_json::json;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -113,18 +113,26 @@ impl ServerState {
     }
 }
 
+/// `GET /health`: `{ok, peer}`.
+#[derive(serde::Serialize)]
+struct Health<'a> {
+    ok: bool,
+    peer: &'a str,
+}
+
 /// Routes one request. The discovery endpoints are answered by `discovery::route`.
 pub fn route(state: &Arc<ServerState>, req: &Request) -> Response {
     if req.method == "OPTIONS" {
         return Response::no_content();
     }
-    if let Some(resp) = discovery::route(state, req) {
+    if let Some(resp) = discovery::server::route(state, req) {
         return resp;
     }
     let result = match (req.method.as_str(), req.path.as_str()) {
-        ("GET", "/health") => Ok(Response::ok(
-            json!({"ok": true, "peer": state.config.caller_name}),
-        )),
+        ("GET", "/health") => Ok(Response::ok_typed(&Health {
+            ok: true,
+            peer: &state.config.caller_name,
+        })),
         ("POST", "/ask") => jobs::handle_ask(state, req),
         ("POST", "/ask/decision") => approval::handle_decision(state, req),
         ("GET", "/ask/status") | ("POST", "/ask/status") => jobs::handle_status(state, req),
@@ -211,7 +219,7 @@ pub fn start(
         tls,
         listen,
     });
-    discovery::on_start(&state);
+    discovery::server::on_start(&state);
     server::spawn(listener, state)
 }
 

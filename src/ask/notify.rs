@@ -5,19 +5,18 @@
 //! informs; deciding stays with `peer ask decide` (no sink can decide). Sinks are called on
 //! the connection thread, so each must be quick and must not block.
 
+use crate::config::internal::{
+    ASK_NOTIFY_PREVIEW_CHARS, ASK_NOTIFY_SHORT_ID_CHARS, ASK_NOTIFY_SINKS_MAX,
+};
 use parking_lot::Mutex;
-use serde_json::{Value, json};
+use serde::Serialize;
 use std::path::Path;
 
-/// Characters of the question a notice shows.
-pub const PREVIEW_CHARS: usize = 80;
-/// Characters of the ask id a notice shows as its short name.
-pub const SHORT_ID_CHARS: usize = 8;
-/// Most sinks one server keeps.
-const SINKS_MAX: usize = 8;
-
 /// One ask waiting for the owner's decision. Every text member is sanitized for a terminal.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// As JSON it is the event `{"event":"ask_pending", askId, shortId, caller, preview,
+/// waitSeconds, decide}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename = "ask_pending", rename_all = "camelCase")]
 pub struct Notice {
     pub ask_id: String,
     pub short_id: String,
@@ -25,6 +24,7 @@ pub struct Notice {
     /// The question's first words, on one line.
     pub preview: String,
     /// How long the ask waits for a decision, in whole seconds.
+    #[serde(rename = "waitSeconds")]
     pub wait_s: u64,
     /// The exact command that decides it (`approve` or `decline` as the last word).
     pub decide: String,
@@ -40,10 +40,10 @@ impl Notice {
             _ => format!("--home {} ", shell_word(&home.to_string_lossy())),
         };
         Notice {
-            short_id: ask_id.chars().take(SHORT_ID_CHARS).collect(),
+            short_id: ask_id.chars().take(ASK_NOTIFY_SHORT_ID_CHARS).collect(),
             decide: format!("peer {home_arg}ask decide {ask_id} approve|decline"),
             caller: crate::sanitize::line(caller, 64),
-            preview: crate::sanitize::line(question, PREVIEW_CHARS),
+            preview: crate::sanitize::line(question, ASK_NOTIFY_PREVIEW_CHARS),
             wait_s: wait_ms / 1000,
             ask_id,
         }
@@ -55,15 +55,6 @@ impl Notice {
             "ask {} from {} waits for your approval (up to {} s): \"{}\" — decide: {}",
             self.short_id, self.caller, self.wait_s, self.preview, self.decide
         )
-    }
-
-    /// The event form: `{"event":"ask_pending", …}`.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "event": "ask_pending", "askId": self.ask_id, "shortId": self.short_id,
-            "caller": self.caller, "preview": self.preview, "waitSeconds": self.wait_s,
-            "decide": self.decide,
-        })
     }
 }
 
@@ -91,7 +82,7 @@ impl Notifier {
     /// Adds a sink (ignored past the bound: front ends add one or two).
     pub fn subscribe(&self, sink: Sink) {
         let mut sinks = self.sinks.lock();
-        if sinks.len() < SINKS_MAX {
+        if sinks.len() < ASK_NOTIFY_SINKS_MAX {
             sinks.push(sink);
         }
     }
@@ -125,8 +116,8 @@ mod tests {
             n.decide,
             "peer --home '/tmp/x y' ask decide 0123456789abcdef approve|decline"
         );
-        assert!(n.preview.chars().count() <= PREVIEW_CHARS);
-        assert_eq!(n.to_json()["event"], "ask_pending");
+        assert!(n.preview.chars().count() <= ASK_NOTIFY_PREVIEW_CHARS);
+        assert_eq!(serde_json::to_value(&n).unwrap()["event"], "ask_pending");
         assert_eq!(shell_word("it's"), "'it'\\''s'");
     }
 }

@@ -15,27 +15,19 @@ use super::ServerState;
 use super::http::{ApiError, Request};
 use super::recommend::pending;
 use super::tls::Wire;
+use crate::config::internal::{
+    OWNER_PAGE_HEARTBEAT, OWNER_PAGE_POLL, OWNER_PAGE_STREAM_DURATION, OWNER_PAGE_STREAMS_MAX,
+    OWNER_PAGE_WRITE_TIMEOUT,
+};
 use serde_json::{Value, json};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const PAGE_HTML: &str = include_str!("owner_page/page.html");
 const PAGE_JS: &str = include_str!("owner_page/app.js");
 const PAGE_CSS: &str = include_str!("owner_page/app.css");
-
-/// Event streams open at once. Each holds a connection thread and one of the loopback
-/// address's `maxConnectionsPerAddress` slots, so a few leave room for loopback friends.
-pub const STREAMS_MAX: usize = 2;
-/// How long one event stream lasts; the browser's `EventSource` then reconnects by itself.
-pub const STREAM_DURATION: Duration = Duration::from_secs(300);
-/// A comment line on an idle stream, so a dead browser is noticed by a failed write.
-const HEARTBEAT: Duration = Duration::from_secs(15);
-/// How often a stream looks for changes in the pending lists.
-const POLL: Duration = Duration::from_millis(250);
-/// How long one response or event write may take.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
                    img-src 'none'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
@@ -135,7 +127,9 @@ fn write_reply<S: Wire>(stream: &mut S, r: &Reply) {
     ));
     let mut bytes = bytes.into_bytes();
     bytes.extend_from_slice(&r.body);
-    let _ = stream.socket().set_write_timeout(Some(WRITE_TIMEOUT));
+    let _ = stream
+        .socket()
+        .set_write_timeout(Some(OWNER_PAGE_WRITE_TIMEOUT));
     let _ = stream.write_all(&bytes);
     let _ = stream.flush();
 }
@@ -242,7 +236,7 @@ fn snapshot(state: &ServerState) -> Value {
         .unwrap_or_default()
         .iter()
         .map(|p| {
-            let mut v = p.view(now);
+            let mut v = serde_json::to_value(p.view(now)).unwrap_or_default();
             if let Some(m) = v.as_object_mut() {
                 m.remove("card");
             }
@@ -308,13 +302,13 @@ fn same_origin_json(state: &ServerState, req: &Request) -> Result<(), ApiError> 
     Ok(())
 }
 
-/// Takes one of the `STREAMS_MAX` stream places; gives it back when dropped.
+/// Takes one of the `OWNER_PAGE_STREAMS_MAX` stream places; gives it back when dropped.
 struct StreamPlace<'a>(&'a AtomicUsize);
 
 impl<'a> StreamPlace<'a> {
     fn take(n: &'a AtomicUsize) -> Option<StreamPlace<'a>> {
         n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |k| {
-            (k < STREAMS_MAX).then_some(k + 1)
+            (k < OWNER_PAGE_STREAMS_MAX).then_some(k + 1)
         })
         .ok()
         .map(|_| StreamPlace(n))
@@ -328,15 +322,17 @@ impl Drop for StreamPlace<'_> {
 }
 
 /// `GET /owner/events`: the state now and on every change, a heartbeat while idle, for at most
-/// `STREAM_DURATION`; ends early when a write fails or the server stops.
+/// `OWNER_PAGE_STREAM_DURATION`; ends early when a write fails or the server stops.
 fn events<S: Wire>(stream: &mut S, state: &ServerState) {
     let Some(_place) = StreamPlace::take(&state.owner.streams) else {
         let e = ApiError::rate_limited(format!(
-            "{STREAMS_MAX} owner pages are already open; close one"
+            "{OWNER_PAGE_STREAMS_MAX} owner pages are already open; close one"
         ));
         return write_reply(stream, &Reply::error(&e));
     };
-    let _ = stream.socket().set_write_timeout(Some(WRITE_TIMEOUT));
+    let _ = stream
+        .socket()
+        .set_write_timeout(Some(OWNER_PAGE_WRITE_TIMEOUT));
     let start = head(200, "text/event-stream", &[]) + "connection: close\r\n\r\nretry: 2000\n\n";
     if stream.write_all(start.as_bytes()).is_err() {
         return;
@@ -344,17 +340,17 @@ fn events<S: Wire>(stream: &mut S, state: &ServerState) {
     let began = Instant::now();
     let mut last = String::new();
     let mut quiet_since = Instant::now();
-    while began.elapsed() < STREAM_DURATION && !state.stopping.load(Ordering::SeqCst) {
+    while began.elapsed() < OWNER_PAGE_STREAM_DURATION && !state.stopping.load(Ordering::SeqCst) {
         let now = snapshot(state).to_string();
         let chunk = if now != last {
             last = now;
             format!("event: state\ndata: {last}\n\n")
-        } else if quiet_since.elapsed() >= HEARTBEAT {
+        } else if quiet_since.elapsed() >= OWNER_PAGE_HEARTBEAT {
             ": heartbeat\n\n".to_string()
         } else if hung_up(stream.socket()) {
             return;
         } else {
-            std::thread::sleep(POLL);
+            std::thread::sleep(OWNER_PAGE_POLL);
             continue;
         };
         quiet_since = Instant::now();

@@ -4,26 +4,23 @@
 //!
 //! Scoring (dsh §11): every topic word (`[a-z0-9]+`, longer than two characters) adds 3 when a
 //! tag contains it, 3 when a session topic does, 1 when the name or description does. The
-//! request is bounded: `maxHops` 0–3, at most [`FAN_OUT`] forwards and [`DIRECT_TRIES`] card
-//! fetches per node, a `path` of visited agents that are never asked again, so a "who knows
-//! X?" stays a small tree.
+//! request is bounded: `maxHops` 0–3, at most [`RECOMMEND_FAN_OUT`] forwards and
+//! [`RECOMMEND_DIRECT_TRIES`] card fetches per node, a `path` of visited agents that are never
+//! asked again, so a "who knows X?" stays a small tree.
 
 #![forbid(unsafe_code)]
 
 pub mod pending;
 
-use serde_json::Value;
+use crate::config::internal::{
+    RECOMMEND_CANDIDATES_MAX, RECOMMEND_DIRECT_TRIES, RECOMMEND_FAN_OUT, RECOMMEND_HOPS_MAX,
+    RECOMMEND_PATH_MAX, RECOMMEND_PATH_NAME_CHARS_MAX, RECOMMEND_TOPIC_CHARS_MAX,
+    RECOMMEND_VIA_MAX,
+};
 
-pub use crate::toolspec::ask::{DEFAULT_MAX_HOPS, MAX_HOPS_CAP, TOPIC_CHARS_MAX};
-/// Friends a node forwards one request to.
-pub const FAN_OUT: usize = 2;
-/// Friends whose card a node fetches before giving up on the direct answer.
-pub const DIRECT_TRIES: usize = 3;
-/// Friends considered at all per request (dsh fetched every friend's advert).
-pub const CANDIDATES_MAX: usize = 16;
-/// Longest `path` (agents visited), and the longest name in it.
-pub const PATH_MAX: usize = 8;
-pub const PATH_NAME_CHARS_MAX: usize = 64;
+use super::advertise::CheckedAdvert;
+use super::loose::Loose;
+use serde::{Deserialize, Serialize};
 
 /// A validated `/recommend` request (the authentication fields are the core's business).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,38 +31,51 @@ pub struct Request {
     pub path: Vec<String>,
 }
 
-/// Reads the discovery fields of a `/recommend` body. `protocolVersion` and `caller` are
-/// checked by the authentication that runs first; here: `topic` (optional one-line string),
+/// The discovery fields of a `/recommend` body as they arrive (`protocolVersion`, `caller`
+/// and the credentials are read by the authentication that runs first). `null` is absent.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecommendRequest {
+    #[serde(default)]
+    pub protocol_version: Option<Loose<u64>>,
+    #[serde(default)]
+    pub topic: Option<Loose<String>>,
+    #[serde(default)]
+    pub max_hops: Option<Loose<f64>>,
+    #[serde(default)]
+    pub path: Option<Loose<Vec<Loose<String>>>>,
+}
+
+/// Validates the discovery fields of a `/recommend` body: `topic` (optional one-line string),
 /// `maxHops` (clamped to 0–3 like dsh, non-numbers refused), `path` (strings only, bounded).
-pub fn parse_request(caller: &str, body: &Value) -> Result<Request, String> {
-    let topic = match body.get("topic") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s.trim().is_empty() => None,
-        Some(Value::String(s))
-            if s.chars().count() <= TOPIC_CHARS_MAX && !s.chars().any(char::is_control) =>
+pub fn parse_request(caller: &str, body: &RecommendRequest) -> Result<Request, String> {
+    let topic = match body.topic.as_ref().map(Loose::as_ref) {
+        None => None,
+        Some(Some(s)) if s.trim().is_empty() => None,
+        Some(Some(s))
+            if s.chars().count() <= RECOMMEND_TOPIC_CHARS_MAX
+                && !s.chars().any(char::is_control) =>
         {
             Some(s.trim().to_string())
         }
         Some(_) => {
             return Err(format!(
-                "topic must be a one-line string of at most {TOPIC_CHARS_MAX} characters"
+                "topic must be a one-line string of at most {RECOMMEND_TOPIC_CHARS_MAX} characters"
             ));
         }
     };
-    let max_hops = match body.get("maxHops") {
-        None | Some(Value::Null) => 0,
-        Some(v) => match v.as_f64() {
-            Some(f) if f.is_finite() => f.floor().clamp(0.0, MAX_HOPS_CAP as f64) as u64,
-            _ => return Err("maxHops must be a number".into()),
-        },
+    let max_hops = match body.max_hops.as_ref().map(Loose::as_ref) {
+        None => 0,
+        Some(Some(f)) if f.is_finite() => f.floor().clamp(0.0, RECOMMEND_HOPS_MAX as f64) as u64,
+        Some(_) => return Err("maxHops must be a number".into()),
     };
-    let path = match body.get("path") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) if a.len() <= PATH_MAX => {
+    let path = match body.path.as_ref().map(Loose::as_ref) {
+        None => Vec::new(),
+        Some(Some(a)) if a.len() <= RECOMMEND_PATH_MAX => {
             let mut out: Vec<String> = Vec::new();
             // dsh drops non-string entries; names are bounded so a path stays small.
-            for name in a.iter().filter_map(Value::as_str) {
-                if name.chars().count() > PATH_NAME_CHARS_MAX {
+            for name in a.iter().filter_map(Loose::as_ref) {
+                if name.chars().count() > RECOMMEND_PATH_NAME_CHARS_MAX {
                     return Err("path names must be at most 64 characters".into());
                 }
                 if !out.iter().any(|n| n == name) {
@@ -74,7 +84,11 @@ pub fn parse_request(caller: &str, body: &Value) -> Result<Request, String> {
             }
             out
         }
-        Some(_) => return Err(format!("path must be an array of at most {PATH_MAX} names")),
+        Some(_) => {
+            return Err(format!(
+                "path must be an array of at most {RECOMMEND_PATH_MAX} names"
+            ));
+        }
     };
     Ok(Request {
         caller: caller.to_string(),
@@ -107,37 +121,22 @@ pub struct Known {
 
 impl Known {
     /// From a verified advert (`description`, `tags`, `sessions[].topic`/`topics`).
-    pub fn from_advert(name: &str, advert: Option<&Value>) -> Known {
-        let strings = |v: Option<&Value>| -> Vec<String> {
-            v.and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default()
+    pub fn from_advert(name: &str, advert: Option<&CheckedAdvert>) -> Known {
+        let Some(advert) = advert else {
+            return Known {
+                name: name.to_string(),
+                ..Known::default()
+            };
         };
         let mut session_topics = Vec::new();
-        if let Some(sessions) = advert
-            .and_then(|a| a.get("sessions"))
-            .and_then(Value::as_array)
-        {
-            for s in sessions {
-                if let Some(t) = s.get("topic").and_then(Value::as_str) {
-                    session_topics.push(t.to_string());
-                }
-                session_topics.extend(strings(s.get("topics")));
-            }
+        for s in &advert.sessions {
+            session_topics.extend(s.topic.iter().cloned());
+            session_topics.extend(s.topics.iter().cloned());
         }
         Known {
             name: name.to_string(),
-            description: advert
-                .and_then(|a| a.get("description"))
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            tags: strings(advert.and_then(|a| a.get("tags"))),
+            description: advert.description.clone(),
+            tags: advert.tags.clone(),
             session_topics,
         }
     }
@@ -176,19 +175,20 @@ pub struct Plan {
 }
 
 /// The friends a request may consider: configured order, minus the caller, the visited path
-/// and this node itself, at most [`CANDIDATES_MAX`].
+/// and this node itself, at most [`RECOMMEND_CANDIDATES_MAX`].
 pub fn candidates(friends: &[String], req: &Request, me: &str) -> Vec<String> {
     friends
         .iter()
         .filter(|f| *f != &req.caller && *f != me && !req.path.contains(f))
-        .take(CANDIDATES_MAX)
+        .take(RECOMMEND_CANDIDATES_MAX)
         .cloned()
         .collect()
 }
 
 /// dsh's plan over scored candidates (in configured order): with a topic, the positive
 /// scorers best first; direct answers are skipped when a topic matched nobody and hops remain
-/// (the request travels instead); forwards go to the first [`FAN_OUT`] of the ranked list.
+/// (the request travels instead); forwards go to the first [`RECOMMEND_FAN_OUT`] of the ranked
+/// list.
 pub fn plan(known: &[Known], req: &Request) -> Plan {
     let words = req.topic.as_deref().map(topic_words).unwrap_or_default();
     let mut scored: Vec<(u64, usize)> = known
@@ -215,17 +215,21 @@ pub fn plan(known: &[Known], req: &Request) -> Plan {
     let direct = if topic_missed {
         Vec::new()
     } else {
-        ranked.iter().take(DIRECT_TRIES).cloned().collect()
+        ranked
+            .iter()
+            .take(RECOMMEND_DIRECT_TRIES)
+            .cloned()
+            .collect()
     };
     let forward = if req.topic.is_some() && req.max_hops > 0 {
-        ranked.iter().take(FAN_OUT).cloned().collect()
+        ranked.iter().take(RECOMMEND_FAN_OUT).cloned().collect()
     } else {
         Vec::new()
     };
     let fallback = if topic_missed {
         Vec::new()
     } else {
-        everyone.into_iter().take(DIRECT_TRIES).collect()
+        everyone.into_iter().take(RECOMMEND_DIRECT_TRIES).collect()
     };
     Plan {
         direct,
@@ -245,32 +249,73 @@ pub fn forward_path(req: &Request, me: &str) -> Vec<String> {
     path
 }
 
-/// Longest `via` chain kept from an answer: the path bound plus the answering node.
-pub const VIA_MAX: usize = PATH_MAX + 1;
+/// The agents a recommendation travelled through, always safe to forward, store and show: at
+/// most [`RECOMMEND_VIA_MAX`] names, each sanitized to one line of at most
+/// [`RECOMMEND_PATH_NAME_CHARS_MAX`] characters, empty ones dropped. Every way a chain is made
+/// (decoded from a friend's answer or the pending file, or extended by this node) goes through
+/// [`Via::clean`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Via(Vec<String>);
 
-/// A `via` chain as received from a friend, made safe to forward, store and show: at most
-/// [`VIA_MAX`] names, each sanitized to one line of at most [`PATH_NAME_CHARS_MAX`]
-/// characters, empty ones dropped. Every path that takes `via` from the wire goes through it.
-pub fn clean_via(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .take(VIA_MAX)
-        .map(|s| crate::sanitize::line(s, PATH_NAME_CHARS_MAX))
-        .filter(|s| !s.trim().is_empty())
-        .collect()
+impl Via {
+    /// The bounded, sanitized chain of `names` (non-names dropped by the caller).
+    pub fn clean<'a>(names: impl IntoIterator<Item = &'a str>) -> Via {
+        Via(names
+            .into_iter()
+            .take(RECOMMEND_VIA_MAX)
+            .map(|s| crate::sanitize::line(s, RECOMMEND_PATH_NAME_CHARS_MAX))
+            .filter(|s| !s.trim().is_empty())
+            .collect())
+    }
+
+    /// The names, first hop first.
+    pub fn names(&self) -> &[String] {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Anything but an array of names decodes as an empty chain; entries that are not strings are
+/// dropped, the rest cleaned.
+impl<'de> Deserialize<'de> for Via {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Via, D::Error> {
+        let raw = Loose::<Vec<Loose<String>>>::deserialize(d)?;
+        let names = raw.as_ref().map(Vec::as_slice).unwrap_or_default();
+        Ok(Via::clean(
+            names.iter().filter_map(Loose::as_ref).map(String::as_str),
+        ))
+    }
+}
+
+/// A `/recommend` answer, `{ok, from, card, via?}`; as received, `from` and `card` are `None`
+/// unless they are strings (the card is verified before anything is believed).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecommendReply {
+    #[serde(default)]
+    pub ok: bool,
+    #[serde(default, deserialize_with = "string_or_none")]
+    pub from: Option<String>,
+    #[serde(default, deserialize_with = "string_or_none")]
+    pub card: Option<String>,
+    #[serde(default, skip_serializing_if = "Via::is_empty")]
+    pub via: Via,
+}
+
+fn string_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(Option::<Loose<String>>::deserialize(d)?.and_then(|l| l.as_ref().cloned()))
 }
 
 /// The `via` chain of an answer: this node first when the answer came through a forward (the
-/// child's chain follows), or when this node was itself reached by a forward.
-pub fn via(me: &str, req: &Request, child: Option<&[String]>) -> Vec<String> {
+/// child's chain follows, cut to the bound), or when this node was itself reached by a forward.
+pub fn via(me: &str, req: &Request, child: Option<&Via>) -> Via {
     match child {
-        Some(c) => std::iter::once(me.to_string())
-            .chain(c.iter().cloned())
-            .collect(),
-        None if !req.path.is_empty() => vec![me.to_string()],
-        None => Vec::new(),
+        Some(c) => Via::clean(std::iter::once(me).chain(c.names().iter().map(String::as_str))),
+        None if !req.path.is_empty() => Via::clean([me]),
+        None => Via::default(),
     }
 }
 
@@ -288,6 +333,10 @@ mod tests {
         }
     }
 
+    fn body(v: serde_json::Value) -> RecommendRequest {
+        serde_json::from_value(v).unwrap()
+    }
+
     fn req(topic: Option<&str>, hops: u64) -> Request {
         Request {
             caller: "ada".into(),
@@ -301,7 +350,7 @@ mod tests {
     fn requests_are_clamped_and_bounded() {
         let r = parse_request(
             "ada",
-            &json!({"maxHops": 9.7, "path": ["x", 3, "x", "y"], "topic": " pg "}),
+            &body(json!({"maxHops": 9.7, "path": ["x", 3, "x", "y"], "topic": " pg "})),
         )
         .unwrap();
         assert_eq!(
@@ -309,16 +358,16 @@ mod tests {
             (3, vec!["x".into(), "y".into()], Some("pg"))
         );
         assert_eq!(
-            parse_request("ada", &json!({"maxHops": -2}))
+            parse_request("ada", &body(json!({"maxHops": -2})))
                 .unwrap()
                 .max_hops,
             0
         );
-        assert_eq!(parse_request("ada", &json!({})).unwrap().max_hops, 0);
-        assert!(parse_request("ada", &json!({"maxHops": "2"})).is_err());
-        assert!(parse_request("ada", &json!({"path": vec!["a"; 9]})).is_err());
-        assert!(parse_request("ada", &json!({"topic": "a\nb"})).is_err());
-        assert!(parse_request("ada", &json!({"topic": 5})).is_err());
+        assert_eq!(parse_request("ada", &body(json!({}))).unwrap().max_hops, 0);
+        assert!(parse_request("ada", &body(json!({"maxHops": "2"}))).is_err());
+        assert!(parse_request("ada", &body(json!({"path": vec!["a"; 9]}))).is_err());
+        assert!(parse_request("ada", &body(json!({"topic": "a\nb"}))).is_err());
+        assert!(parse_request("ada", &body(json!({"topic": 5}))).is_err());
     }
 
     #[test]
@@ -369,18 +418,56 @@ mod tests {
             .collect();
         assert_eq!(candidates(&friends, &r, "me"), ["bob", "dan"]);
         assert_eq!(forward_path(&r, "me"), ["carol", "ada", "me"]);
-        assert_eq!(via("me", &r, None), ["me"]);
-        assert_eq!(via("me", &req(None, 0), None), Vec::<String>::new());
-        assert_eq!(via("me", &r, Some(&["dan".to_string()])), ["me", "dan"]);
+        assert_eq!(via("me", &r, None).names(), ["me"]);
+        assert!(via("me", &req(None, 0), None).is_empty());
+        let dan = Via::clean(["dan"]);
+        assert_eq!(via("me", &r, Some(&dan)).names(), ["me", "dan"]);
         let hostile = json!(vec!["\u{1b}]0;x\u{7}".to_string() + &"y".repeat(500); 100]);
-        let clean = clean_via(Some(&hostile));
-        assert_eq!(clean.len(), VIA_MAX);
+        let clean: Via = serde_json::from_value(hostile).unwrap();
+        assert_eq!(clean.names().len(), RECOMMEND_VIA_MAX);
         assert!(
             clean
+                .names()
                 .iter()
-                .all(|n| n.chars().count() <= PATH_NAME_CHARS_MAX
+                .all(|n| n.chars().count() <= RECOMMEND_PATH_NAME_CHARS_MAX
                     && !n.chars().any(char::is_control))
         );
-        assert!(clean_via(Some(&json!("not a list"))).is_empty());
+        let not_a_list: Via = serde_json::from_value(json!("not a list")).unwrap();
+        assert!(not_a_list.is_empty());
+    }
+
+    /// The chain this node answers with is bounded too: a child's full chain plus this node
+    /// is cut to the bound (it was one name longer).
+    #[test]
+    fn a_forwarded_answer_keeps_via_bounded() {
+        let mut r = req(Some("x"), 2);
+        r.path = vec!["carol".into()];
+        let names: Vec<String> = (0..RECOMMEND_VIA_MAX).map(|i| format!("n{i}")).collect();
+        let child = Via::clean(names.iter().map(String::as_str));
+        assert_eq!(child.names().len(), RECOMMEND_VIA_MAX);
+        let chain = via("me", &r, Some(&child));
+        assert_eq!(chain.names().len(), RECOMMEND_VIA_MAX);
+        assert_eq!(chain.names()[0], "me");
+        let hostile = Via::clean(["\u{1b}[2Jmallory"]);
+        assert!(!via("me", &r, Some(&hostile)).names()[1].contains('\u{1b}'));
+    }
+
+    #[test]
+    fn answers_decode_loosely_and_encode_as_before() {
+        let reply: RecommendReply =
+            serde_json::from_value(json!({"ok": true, "from": 5, "card": "c", "via": ["a", 3]}))
+                .unwrap();
+        assert_eq!((reply.from, reply.card.as_deref()), (None, Some("c")));
+        assert_eq!(reply.via.names(), ["a"]);
+        let out = RecommendReply {
+            ok: true,
+            from: Some("bob".into()),
+            card: Some("c".into()),
+            via: Via::default(),
+        };
+        assert_eq!(
+            serde_json::to_value(&out).unwrap(),
+            json!({"ok": true, "from": "bob", "card": "c"})
+        );
     }
 }

@@ -8,6 +8,7 @@
 
 pub use super::http::{ApiError, Request, Response};
 pub use super::{ServerState, start};
+use crate::config::internal::{ASK_ACCEPT_POLL_MS, ASK_WRITE_TIMEOUT};
 use crate::error::{Code, Error, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -17,11 +18,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// How long a response write may take before the client is dropped.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often the acceptor looks at the stop flag.
-const ACCEPT_POLL_MS: u16 = 200;
 
 /// A running server.
 pub struct ServerHandle {
@@ -141,7 +137,7 @@ fn accept_loop(listener: TcpListener, state: Arc<ServerState>, stop: Arc<AtomicB
                     listener.as_fd(),
                     nix::poll::PollFlags::POLLIN,
                 )];
-                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ACCEPT_POLL_MS));
+                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ASK_ACCEPT_POLL_MS));
             }
             // EMFILE and friends: back off briefly instead of spinning.
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
@@ -237,15 +233,15 @@ fn serve_request<S: super::tls::Wire>(
         }
         Err(super::http::ReadFailure::Reply(e)) => {
             let resp = e.response();
-            super::http::write_response(stream, resp.status, &resp.bytes(), WRITE_TIMEOUT);
+            super::http::write_response(stream, resp.status, &resp.bytes(), ASK_WRITE_TIMEOUT);
             super::http::drain_after_refusal(
                 stream,
-                super::http::DRAIN_BYTES_MAX,
-                super::http::DRAIN_TIME,
+                crate::config::internal::ASK_DRAIN_BYTES_MAX,
+                crate::config::internal::ASK_DRAIN_TIME,
             );
             return;
         }
         Err(super::http::ReadFailure::Drop) => return,
     };
-    super::http::write_response(stream, resp.status, &resp.bytes(), WRITE_TIMEOUT);
+    super::http::write_response(stream, resp.status, &resp.bytes(), ASK_WRITE_TIMEOUT);
 }

@@ -9,6 +9,9 @@
 //! named was read by the server and is searched whatever its name. Its output is the answer;
 //! nothing is written anywhere.
 
+use crate::config::internal::{
+    WORKSPACE_ANSWER_CANDIDATES_MAX, WORKSPACE_ANSWER_EXCERPT_CHARS, WORKSPACE_ANSWER_TERMS_MAX,
+};
 use crate::error::{Code, Error, Result};
 use std::path::Path;
 
@@ -39,14 +42,6 @@ impl Default for Bounds {
     }
 }
 
-/// Bytes of stdin read at most: the question and the context files the server sends.
-pub const INPUT_BYTES_MAX: usize = 16 << 20;
-/// Characters of one excerpt line.
-const EXCERPT_CHARS: usize = 200;
-/// Terms taken from one question.
-const TERMS_MAX: usize = 12;
-/// Candidate lines kept before ranking (the best `matches` of them are printed).
-const CANDIDATES_MAX: usize = 20_000;
 /// Directories never searched: history, build output, dependencies.
 const SKIPPED_DIRS: [&str; 5] = [".git", "target", "node_modules", ".venv", "__pycache__"];
 /// Whether a file name usually holds secrets (never quoted by the tree walk).
@@ -124,7 +119,7 @@ pub fn terms(question: &str) -> Vec<String> {
             continue;
         }
         out.push(w);
-        if out.len() == TERMS_MAX {
+        if out.len() == WORKSPACE_ANSWER_TERMS_MAX {
             break;
         }
     }
@@ -147,7 +142,7 @@ impl Search {
             if s == 0 {
                 continue;
             }
-            if self.hits.len() >= CANDIDATES_MAX {
+            if self.hits.len() >= WORKSPACE_ANSWER_CANDIDATES_MAX {
                 self.cut = true;
                 return;
             }
@@ -156,7 +151,7 @@ impl Search {
                 order: self.hits.len(),
                 path: path.to_string(),
                 line: i + 1,
-                text: crate::sanitize::line(line.trim(), EXCERPT_CHARS),
+                text: crate::sanitize::line(line.trim(), WORKSPACE_ANSWER_EXCERPT_CHARS),
             });
         }
     }

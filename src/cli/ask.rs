@@ -98,7 +98,7 @@ fn answer_cmd(argv: Vec<OsString>) -> Result<i32> {
         ));
     }
     let mut input = Vec::new();
-    let limit = crate::ask::workspace_answer::INPUT_BYTES_MAX as u64;
+    let limit = crate::config::internal::WORKSPACE_ANSWER_INPUT_BYTES_MAX as u64;
     std::io::stdin()
         .take(limit + 1)
         .read_to_end(&mut input)
@@ -300,8 +300,7 @@ fn pending(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let home = ctx.home()?;
     let list = crate::ask::approval::list_pending(&home)?;
     if ctx.json {
-        let items: Vec<_> = list.iter().map(|p| p.to_json()).collect();
-        super::print_json(&json!({"ok": true, "pending": items}))?;
+        super::print_json(&json!({"ok": true, "pending": list}))?;
     } else if list.is_empty() {
         out::line("no asks are waiting for a decision")?;
     } else {
@@ -439,7 +438,7 @@ fn containment_notice(layers: &crate::ask::sandbox::Layers, reduced: bool) {
 fn subscribe_owner_notices(st: &crate::ask::ServerState, json: bool) {
     st.notify.subscribe(Box::new(move |n| {
         if json {
-            let _ = super::print_json(&n.to_json());
+            let _ = super::print_json(&serde_json::to_value(n).unwrap_or_default());
         } else {
             out::err_line(&format!("peer ask serve: {}", n.line()));
         }

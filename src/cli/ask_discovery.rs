@@ -6,7 +6,7 @@
 use super::{Ctx, args, out, print_json};
 use crate::ask::config::AskConfig;
 use crate::ask::discovery::{self, friends};
-use crate::ask::recommend::{self, pending};
+use crate::ask::recommend::pending;
 use crate::ask::{card, keys};
 use crate::error::{Code, Error, Result};
 use crate::toolspec::{ToolCall, ToolHost, ToolOutput};
@@ -66,9 +66,8 @@ pub fn has_friends(home: &std::path::Path) -> bool {
 impl<H: ToolHost> ToolHost for WithAskTools<H> {
     fn call(&self, call: ToolCall, call_id: &str, cancel: &Arc<AtomicBool>) -> Result<ToolOutput> {
         match call {
-            ToolCall::Ask(a) => {
-                crate::ask::discovery::tools::execute(&self.home, a, cancel).map(ToolOutput::Value)
-            }
+            ToolCall::Ask(a) => crate::ask::discovery::model_tools::execute(&self.home, a, cancel)
+                .map(ToolOutput::Value),
             other => self.inner.call(other, call_id, cancel),
         }
     }
@@ -181,7 +180,7 @@ fn peers(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         return Err(Error::new(Code::Usage, "peer ask peers takes no arguments"));
     }
     let (home, cfg) = load(ctx)?;
-    let list = discovery::peers_listing(&home, &cfg, flag(&flags, "refresh").is_some());
+    let list = discovery::views::peers_listing(&home, &cfg, flag(&flags, "refresh").is_some());
     if ctx.json {
         print_json(&json!({"peers": list}))?;
         return Ok(0);
@@ -250,7 +249,7 @@ fn card_arg(word: Option<&String>) -> Result<String> {
         Some("-") => {
             let mut s = String::new();
             std::io::stdin()
-                .take(card::CARD_CHARS_MAX as u64 + 2)
+                .take(crate::config::internal::CARD_CHARS_MAX as u64 + 2)
                 .read_to_string(&mut s)
                 .map_err(|e| {
                     Error::new(Code::Io, format!("cannot read the card from stdin: {e}"))
@@ -315,7 +314,7 @@ fn card_show(
             "peer ask card show takes no arguments",
         ));
     }
-    let host = discovery::card_host(cfg, flag(flags, "host"))?;
+    let host = discovery::server::card_host(cfg, flag(flags, "host"))?;
     let port = match flag(flags, "port") {
         Some(p) => p
             .parse::<u16>()
@@ -332,8 +331,8 @@ fn card_show(
     };
     let key = keys::load_or_create(&cfg.key_dir(home), &cfg.caller_name)?;
     warn_loopback_card(&host, flag(flags, "host").is_some());
-    let c = discovery::own_card(cfg, &key, &host, port, clock::now_ms());
-    let view = discovery::card_view(&c, &key);
+    let c = discovery::server::own_card(cfg, &key, &host, port, clock::now_ms());
+    let view = discovery::views::card_view(&c, &key);
     if ctx.json {
         print_json(&view)?;
     } else {
@@ -387,7 +386,7 @@ fn warn_moved_to_loopback(cfg: &AskConfig, card: &card::Card) {
 fn card_verify(ctx: &Ctx, words: &[String], flags: &Flags) -> Result<i32> {
     only_flags(flags, "card verify")?;
     let c = card_arg(words.get(1))?;
-    let v = discovery::verify_view(&c, clock::now_ms());
+    let v = discovery::views::verify_view(&c, clock::now_ms());
     if v["ok"] != true {
         let reason = v["reason"].as_str().unwrap_or("invalid card").to_string();
         return Err(Error::new(
@@ -462,8 +461,8 @@ fn print_recommendation(v: &Value) -> Result<()> {
         .as_array()
         .map(|a| {
             a.iter()
-                .take(crate::ask::recommend::VIA_MAX)
-                .map(|x| s(x, crate::ask::recommend::PATH_NAME_CHARS_MAX))
+                .take(crate::config::internal::RECOMMEND_VIA_MAX)
+                .map(|x| s(x, crate::config::internal::RECOMMEND_PATH_NAME_CHARS_MAX))
                 .collect()
         })
         .unwrap_or_default();
@@ -508,13 +507,14 @@ fn recommend_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
         Some(h) => h
             .parse::<u64>()
             .ok()
-            .filter(|h| *h <= recommend::MAX_HOPS_CAP)
+            .filter(|h| *h <= crate::config::internal::RECOMMEND_HOPS_MAX)
             .ok_or_else(|| Error::new(Code::Usage, "--max-hops takes 0-3"))?,
-        None => recommend::DEFAULT_MAX_HOPS,
+        None => crate::config::internal::RECOMMEND_HOPS_DEFAULT,
     };
     let topic = flag(&flags, "topic").filter(|t| !t.trim().is_empty());
     if topic.is_some_and(|t| {
-        t.chars().count() > recommend::TOPIC_CHARS_MAX || t.chars().any(char::is_control)
+        t.chars().count() > crate::config::internal::RECOMMEND_TOPIC_CHARS_MAX
+            || t.chars().any(char::is_control)
     }) {
         return Err(Error::new(
             Code::Usage,
@@ -523,7 +523,7 @@ fn recommend_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     }
     let (home, cfg) = load(ctx)?;
     let key = keys::load_or_create(&cfg.key_dir(&home), &cfg.caller_name)?;
-    let v = discovery::request_recommendation(&home, &cfg, &key, peer, topic, hops)?;
+    let v = discovery::client::request_recommendation(&home, &cfg, &key, peer, topic, hops)?;
     if ctx.json {
         print_json(&v)?;
         return Ok(0);
@@ -558,7 +558,7 @@ fn friends_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
             let views: Vec<Value> = list
                 .iter()
                 .map(|p| {
-                    let mut v = p.view(now);
+                    let mut v = serde_json::to_value(p.view(now)).unwrap_or_default();
                     if let Ok(c) = card::parse(&p.card) {
                         v["fingerprint"] = json!(crate::ask::canon::fingerprint(&c.0.key));
                     }
@@ -589,14 +589,14 @@ fn friends_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
                 flag(&flags, "replace").is_some(),
             )?;
             if ctx.json {
-                print_json(&v)?;
-            } else if let Some(p) = v.get("peer") {
+                print_json(&serde_json::to_value(&v).unwrap_or_default())?;
+            } else if let Some(p) = &v.peer {
                 out::line(&format!(
                     "{} friend {} ({}:{})",
-                    v["result"].as_str().unwrap_or("added"),
-                    sanitize::line(p["name"].as_str().unwrap_or(""), 64),
-                    sanitize::line(p["host"].as_str().unwrap_or(""), 253),
-                    p["port"]
+                    v.result.unwrap_or("added"),
+                    sanitize::line(&p.name, 64),
+                    sanitize::line(&p.host, 253),
+                    p.port
                 ))?;
             } else {
                 out::line(&format!("declined {}", sanitize::line(rec_id, 40)))?;

@@ -138,7 +138,7 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     let ready = if ctx.json {
         let mut ready = serde_json::json!(root.ready_event());
         if let Some(h) = &ask {
-            ready["ask"] = crate::ask::discovery::server_view(h);
+            ready["ask"] = crate::ask::discovery::views::server_view(h);
         }
         super::print_json(&ready)
     } else {
@@ -190,7 +190,7 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
 /// when `ask.listen` is true (it writes nothing to stdout). On an error the caller returns and
 /// its `Root` stops as it drops.
 pub(super) fn ask_beside(root: &Root) -> Result<Option<crate::ask::server::ServerHandle>> {
-    let h = crate::ask::discovery::serve_beside_root(
+    let h = crate::ask::discovery::server::serve_beside_root(
         root.core.site.home(),
         &root.core.site.workspace().workspace,
     )?;

@@ -306,3 +306,242 @@ pub const BENCH_POLL_MS: u64 = 2;
 pub const BENCH_READY_LINE_BYTES: usize = 64 * 1024;
 /// Characters of a host's stderr quoted in an error.
 pub const BENCH_STDERR_TAIL_CHARS: usize = 400;
+
+// Ask: the friend-to-friend server, clients, discovery and answerer.
+
+/// Sessions shown in (and kept from) one advert.
+pub const ADVERT_SESSIONS_MAX: usize = 32;
+/// Longest description of an agent (configured, advertised or on a card), in characters.
+pub const ASK_DESCRIPTION_CHARS_MAX: usize = 1000;
+/// Most tags of an agent (configured, advertised or on a card).
+pub const ASK_TAGS_MAX: usize = 32;
+/// Longest tag of an agent, in characters.
+pub const ASK_TAG_CHARS_MAX: usize = 64;
+/// Longest other string field kept from an advert (names, ids, workspace, topics).
+pub const ADVERT_FIELD_CHARS_MAX: usize = 200;
+/// How far an advert's `updatedAt` may lie in the future (clock skew).
+pub const ADVERT_FUTURE_SKEW_MS: u64 = 5 * 60 * 1000;
+/// Largest advert body read from a friend.
+pub const ADVERT_BYTES_MAX: usize = 64 * 1024;
+/// Timeout of one advert fetch (dsh: 3 s for the roster, 2.5 s for recommend).
+pub const ADVERT_FETCH_MS: u64 = 2_500;
+/// Friends fetched at once by one roster refresh.
+pub const ADVERT_FETCH_PARALLEL: usize = 8;
+/// Friends kept in the roster.
+pub const ROSTER_MAX: usize = 256;
+/// Shortest refresh interval honoured, so a tiny `rosterRefreshMs` cannot become a storm.
+pub const ROSTER_REFRESH_MS_MIN: u64 = 1_000;
+/// Largest roster file read.
+pub const ROSTER_FILE_BYTES_MAX: u64 = 4 << 20;
+/// Lifetime of a card we issue, and of a received card whose `ttl` is missing or not positive.
+pub const CARD_TTL_MS: u64 = 90 * 24 * 60 * 60 * 1000;
+/// Longest card string accepted, checked before decoding (a real card is about 600 to 1500).
+pub const CARD_CHARS_MAX: usize = 8192;
+/// How far in the future `issued` may lie (clock skew between two machines); dsh accepts any.
+pub const CARD_ISSUED_SKEW_MS: u64 = 60 * 60 * 1000;
+/// Longest agent name (ours, a friend's, a card's), in characters.
+pub const ASK_NAME_CHARS_MAX: usize = 64;
+/// Longest host in a card (a DNS name is at most 253).
+pub const CARD_HOST_CHARS_MAX: usize = 253;
+/// Most friends in `ask.peers`.
+pub const ASK_FRIENDS_MAX: usize = 256;
+/// Longest friend token, in characters.
+pub const ASK_TOKEN_CHARS_MAX: usize = 512;
+/// A token's shortest length when it is all hex digits (4 bits a character: 128 bits).
+pub const ASK_TOKEN_HEX_CHARS_MIN: usize = 32;
+/// A token's shortest length otherwise (base64url carries 6 bits a character: 132 bits).
+pub const ASK_TOKEN_CHARS_MIN: usize = 22;
+/// Distinct characters a token needs, so `aaaa...` or `abab...` cannot pass on length alone.
+pub const ASK_TOKEN_DISTINCT_MIN: usize = 8;
+/// Longest configured host name, in characters.
+pub const ASK_HOST_CHARS_MAX: usize = 255;
+/// Longest configured card URL, in characters.
+pub const ASK_CARD_URL_CHARS_MAX: usize = 2048;
+/// Most arguments of a configured `answerCommand`.
+pub const ANSWER_ARGV_MAX: usize = 64;
+/// Most `answerReadPaths`.
+pub const ANSWER_READ_PATHS_MAX: usize = 32;
+/// How long a friend add waits for `config.json`'s lock.
+pub const ASK_CONFIG_LOCK_WAIT_MS: u64 = 5_000;
+/// Longest friend name an ask tool takes, in characters.
+pub const ASK_PEER_CHARS_MAX: usize = 64;
+/// Longest question an ask tool takes, in characters.
+pub const ASK_TOOL_QUESTION_CHARS_MAX: usize = 16_000;
+/// Most context files per ask.
+pub const ASK_CONTEXT_FILES_MAX: usize = 16;
+/// Longest context file path, in characters.
+pub const ASK_CONTEXT_FILE_CHARS_MAX: usize = 512;
+/// Friends one `ask_peers` call may ask.
+pub const ASK_PEERS_MAX: usize = 8;
+/// Shortest `timeoutMs` of an ask.
+pub const ASK_TIMEOUT_MS_MIN: u64 = 1_000;
+/// Longest `timeoutMs` of an ask.
+pub const ASK_TIMEOUT_MS_MAX: u64 = 600_000;
+/// Longest `ask_result` wait.
+pub const ASK_RESULT_WAIT_MS_MAX: u64 = 600_000;
+/// `ask_result`'s wait when not told.
+pub const ASK_RESULT_WAIT_MS_DEFAULT: u64 = 30_000;
+/// Longest ask id an ask tool takes, in characters.
+pub const ASK_ID_CHARS_MAX: usize = 128;
+/// Longest recommend topic, in characters.
+pub const RECOMMEND_TOPIC_CHARS_MAX: usize = 200;
+/// Hops a recommend request may travel beyond the friend asked (dsh caps at 3 too).
+pub const RECOMMEND_HOPS_MAX: u64 = 3;
+/// Hops `recommend_peer` asks for when not told.
+pub const RECOMMEND_HOPS_DEFAULT: u64 = 1;
+/// Longest question the ask server accepts, in characters.
+pub const ASK_QUESTION_CHARS_MAX: usize = 32_000;
+/// Friends a node forwards one request to.
+pub const RECOMMEND_FAN_OUT: usize = 2;
+/// Friends whose card a node fetches before giving up on the direct answer.
+pub const RECOMMEND_DIRECT_TRIES: usize = 3;
+/// Friends considered at all per request (dsh fetched every friend's advert).
+pub const RECOMMEND_CANDIDATES_MAX: usize = 16;
+/// Longest `path` (agents visited) of a recommend request.
+pub const RECOMMEND_PATH_MAX: usize = 8;
+/// Longest name in a recommend `path` or `via`, in characters.
+pub const RECOMMEND_PATH_NAME_CHARS_MAX: usize = 64;
+/// Longest `via` chain kept from an answer: the path bound plus the answering node.
+pub const RECOMMEND_VIA_MAX: usize = RECOMMEND_PATH_MAX + 1;
+/// Timeout of one card fetch (dsh: 2.5 s).
+pub const CARD_FETCH_MS: u64 = 2_500;
+/// Timeout of one forwarded recommend per hop it may still travel (dsh: 4 s).
+pub const RECOMMEND_FORWARD_MS_PER_HOP: u64 = 4_000;
+/// How long a computed advert is reused (`/advertise` reads presence at most once a second).
+pub const ADVERT_CACHE_MS: u64 = 1_000;
+/// A roster advert younger than this is used by `/recommend` without fetching again.
+pub const ROSTER_FRESH_MS: u64 = 120_000;
+/// Friends asked at once by one `ask_peers` call.
+pub const ASK_PARALLEL: usize = 4;
+/// How often `ask_result` polls a friend's `/ask/status`.
+pub const ASK_RESULT_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+/// Longest string kept from a friend's advert or card in a tool result.
+pub const ASK_TOOL_FIELD_CHARS_MAX: usize = 1000;
+/// How long a recommendation waits for the owner.
+pub const RECOMMEND_PENDING_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+/// Most recommendations waiting at once; more are refused with `QUEUE_FULL`.
+pub const RECOMMEND_PENDING_MAX: usize = 64;
+/// Largest recommendations file read.
+pub const RECOMMEND_FILE_BYTES_MAX: u64 = 1 << 20;
+/// How long a recommendations writer waits for the file's lock.
+pub const RECOMMEND_LOCK_WAIT_MS: u64 = 5_000;
+/// A sign is always 159 characters; anything much longer is not worth decoding.
+pub const SIGN_KEY_CHARS_MAX: usize = 512;
+/// JSON nesting accepted in a signed body (serde_json itself stops at 128).
+pub const CANON_DEPTH_MAX: usize = 64;
+/// Accepted clock difference for a signed request's `timestamp`.
+pub const ASK_SIGNATURE_WINDOW_MS: u64 = 5 * 60 * 1000;
+/// Addresses tracked by the failure limiter.
+pub const ASK_ADDRESSES_MAX: usize = 4_096;
+/// Random bytes of the nonce in a signed body.
+pub const ASK_NONCE_BYTES: usize = 16;
+/// Nonces remembered per friend; a full set refuses only its friend.
+pub const REPLAY_PER_FRIEND_MAX: usize = 4_096;
+/// How long a nonce is kept after it was seen (twice the signature window).
+pub const REPLAY_KEEP_MS: u64 = 2 * ASK_SIGNATURE_WINDOW_MS;
+/// Bytes read back from one friend's nonce file (lines are under 40 bytes).
+pub const REPLAY_FILE_BYTES_MAX: u64 = 2 * REPLAY_PER_FRIEND_MAX as u64 * 48;
+/// Largest response the ask client accepts (head and body).
+pub const ASK_RESPONSE_BYTES_MAX: usize = 4 << 20;
+/// Headers per response the ask client accepts.
+pub const ASK_RESPONSE_HEADERS_MAX: usize = 48;
+/// Largest ask server request head (request line and headers).
+pub const ASK_HEAD_BYTES_MAX: usize = 16 * 1024;
+/// Largest ask server request body, as in dsh-ask-peer.
+pub const ASK_BODY_BYTES_MAX: usize = 1 << 20;
+/// Headers per ask server request.
+pub const ASK_HEADERS_MAX: usize = 48;
+/// Bytes the ask server reads from a connection at a time.
+pub const ASK_READ_CHUNK_BYTES: usize = 8 * 1024;
+/// Most request-body bytes the ask server discards after an early refusal.
+pub const ASK_DRAIN_BYTES_MAX: usize = 8 << 20;
+/// Longest time the ask server spends discarding them.
+pub const ASK_DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long an ask server response write may take before the client is dropped.
+pub const ASK_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often the ask server's acceptor looks at its stop flag.
+pub const ASK_ACCEPT_POLL_MS: u16 = 200;
+/// Largest ask private key file read.
+pub const ASK_KEY_FILE_BYTES_MAX: u64 = 4096;
+/// Bytes of answerer output read at most (beyond this the answer is cut anyway).
+pub const ANSWER_OUTPUT_BYTES_MAX: usize = 4 << 20;
+/// Longest context-file path handed to the answerer, in characters.
+pub const ANSWER_PATH_CHARS_MAX: usize = 1024;
+/// How often the answer runner looks whether the answerer exited.
+pub const ANSWER_EXIT_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+/// How long the rest of the answerer's output may take once its group is gone.
+pub const ANSWER_OUTPUT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+/// Bytes of stdin the workspace answerer reads at most (question and context files).
+pub const WORKSPACE_ANSWER_INPUT_BYTES_MAX: usize = 16 << 20;
+/// Characters of one excerpt line of the workspace answerer.
+pub const WORKSPACE_ANSWER_EXCERPT_CHARS: usize = 200;
+/// Terms the workspace answerer takes from one question.
+pub const WORKSPACE_ANSWER_TERMS_MAX: usize = 12;
+/// Candidate lines the workspace answerer keeps before ranking.
+pub const WORKSPACE_ANSWER_CANDIDATES_MAX: usize = 20_000;
+/// Connections the answerer's in-sandbox forwarder carries at once.
+pub const SANDBOX_TUNNELS_MAX: usize = 16;
+/// Bytes of sandbox probe output read at most.
+pub const SANDBOX_PROBE_OUTPUT_MAX: usize = 256;
+/// Deepest the sandbox walks to list readable roots around protected directories.
+pub const SANDBOX_WALK_DEPTH_MAX: usize = 32;
+/// Directory entries that sandbox walk reads per directory.
+pub const SANDBOX_DIR_ENTRIES_MAX: usize = 4_096;
+/// Tunnels the answerer's CONNECT proxy carries at once.
+pub const EGRESS_TUNNELS_MAX: usize = 16;
+/// Largest CONNECT request head the proxy reads.
+pub const EGRESS_HEAD_BYTES_MAX: usize = 4096;
+/// How long the proxy waits for a CONNECT request head.
+pub const EGRESS_HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long the proxy waits for an allowed destination to accept.
+pub const EGRESS_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// A proxy tunnel with no bytes either way for this long ends.
+pub const EGRESS_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// Timeout of fetching an A2A agent card.
+pub const A2A_CARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Timeout of one A2A JSON-RPC call that does not wait for an answer.
+pub const A2A_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How often the A2A client polls a task it waits for.
+pub const A2A_CLIENT_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+/// Slack the A2A client waits beyond `timeoutMs` for the network and the agent.
+pub const A2A_CLIENT_SLACK: std::time::Duration = std::time::Duration::from_secs(5);
+/// Quiet time after which an A2A event stream sends a keep-alive comment.
+pub const A2A_SSE_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+/// Longest time one write to an A2A event stream may block.
+pub const A2A_SSE_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Longest pause between a blocking A2A send's looks at its ask (they double from the first).
+pub const A2A_POLL: std::time::Duration = std::time::Duration::from_millis(25);
+/// First pause of those looks (most answers come quickly; jobs have no wake-up).
+pub const A2A_POLL_FIRST: std::time::Duration = std::time::Duration::from_millis(1);
+/// Owner-page event streams open at once (each holds a connection and a per-address slot).
+pub const OWNER_PAGE_STREAMS_MAX: usize = 2;
+/// How long one owner-page event stream lasts; the browser then reconnects by itself.
+pub const OWNER_PAGE_STREAM_DURATION: std::time::Duration = std::time::Duration::from_secs(300);
+/// How often an idle owner-page stream sends a comment line, so a dead browser is noticed.
+pub const OWNER_PAGE_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(15);
+/// How often an owner-page stream looks for changes in the pending lists.
+pub const OWNER_PAGE_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+/// How long one owner-page response or event write may take.
+pub const OWNER_PAGE_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Characters of the question an ask notice shows.
+pub const ASK_NOTIFY_PREVIEW_CHARS: usize = 80;
+/// Characters of the ask id an ask notice shows as its short name.
+pub const ASK_NOTIFY_SHORT_ID_CHARS: usize = 8;
+/// Notification sinks one ask server keeps.
+pub const ASK_NOTIFY_SINKS_MAX: usize = 8;
+/// Slack an ask client waits beyond `timeoutMs` for the network and the server.
+pub const ASK_CLIENT_SLACK: std::time::Duration = std::time::Duration::from_secs(5);
+/// Timeout of one `/ask/status` poll.
+pub const ASK_STATUS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Longest line on the owner's approval control socket.
+pub const APPROVAL_LINE_BYTES_MAX: u64 = 4 * 1024;
+/// How long one approval control exchange may take.
+pub const APPROVAL_IO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often the approval control loop looks at its stop flag.
+pub const APPROVAL_POLL_MS: u16 = 200;
+/// Ask server state files the CLI reads.
+pub const APPROVAL_RUN_FILES_MAX: usize = 64;
+/// Largest server state file the CLI reads.
+pub const APPROVAL_RUN_FILE_BYTES_MAX: u64 = 1 << 20;
+/// Question characters kept in the owner's file (the full question reaches the answerer).
+pub const APPROVAL_QUESTION_SHOWN_CHARS: usize = 2_000;

@@ -4,32 +4,14 @@
 
 use super::args::{self, Args};
 use super::schema::{object, string};
+use crate::config::internal::{
+    ASK_CONTEXT_FILE_CHARS_MAX, ASK_CONTEXT_FILES_MAX, ASK_ID_CHARS_MAX, ASK_PEER_CHARS_MAX,
+    ASK_PEERS_MAX, ASK_RESULT_WAIT_MS_DEFAULT, ASK_RESULT_WAIT_MS_MAX, ASK_TIMEOUT_MS_MAX,
+    ASK_TIMEOUT_MS_MIN, ASK_TOOL_QUESTION_CHARS_MAX, RECOMMEND_HOPS_DEFAULT, RECOMMEND_HOPS_MAX,
+    RECOMMEND_TOPIC_CHARS_MAX,
+};
 use crate::error::Result;
 use serde_json::{Value, json};
-
-/// Longest friend name argument, in characters.
-pub const PEER_CHARS_MAX: usize = 64;
-/// Longest question, in characters.
-pub const QUESTION_CHARS_MAX: usize = 16_000;
-/// Most context files per ask, and the longest path.
-pub const CONTEXT_FILES_MAX: usize = 16;
-pub const CONTEXT_FILE_CHARS_MAX: usize = 512;
-/// Friends one `ask_peers` call may ask.
-pub const ASK_PEERS_MAX: usize = 8;
-/// Bounds of `timeoutMs` of an ask, in ms.
-pub const ASK_TIMEOUT_MS_MIN: u64 = 1_000;
-pub const ASK_TIMEOUT_MS_MAX: u64 = 600_000;
-/// Longest `ask_result` wait, and its default.
-pub const RESULT_WAIT_MS_MAX: u64 = 600_000;
-pub const RESULT_WAIT_MS_DEFAULT: u64 = 30_000;
-/// Longest ask id argument.
-pub const ASK_ID_CHARS_MAX: usize = 128;
-/// Longest recommend topic, in characters.
-pub const TOPIC_CHARS_MAX: usize = 200;
-/// Hops a recommend request may travel beyond the friend asked (dsh caps at 3 too).
-pub const MAX_HOPS_CAP: u64 = 3;
-/// Hops `recommend_peer` asks for when not told.
-pub const DEFAULT_MAX_HOPS: u64 = 1;
 
 /// Tool names, in listing order.
 pub const ASK_TOOL_NAMES: [&str; 6] = [
@@ -90,7 +72,7 @@ impl AskCall {
 }
 
 fn peer(a: &Args, name: &str) -> Result<String> {
-    let p = a.req_str(name, PEER_CHARS_MAX)?;
+    let p = a.req_str(name, ASK_PEER_CHARS_MAX)?;
     if p.chars().any(char::is_control) {
         return Err(a.error(&format!("argument `{name}` must be one line")));
     }
@@ -102,9 +84,9 @@ fn question(a: &Args) -> Result<Question> {
         Some(Value::String(s)) if s.trim().is_empty() => {
             return Err(a.error("argument `question` must not be empty"));
         }
-        Some(Value::String(s)) if s.chars().count() > QUESTION_CHARS_MAX => {
+        Some(Value::String(s)) if s.chars().count() > ASK_TOOL_QUESTION_CHARS_MAX => {
             return Err(a.error(&format!(
-                "argument `question` must be at most {QUESTION_CHARS_MAX} characters"
+                "argument `question` must be at most {ASK_TOOL_QUESTION_CHARS_MAX} characters"
             )));
         }
         Some(Value::String(s)) => s.clone(),
@@ -118,20 +100,20 @@ fn question(a: &Args) -> Result<Question> {
     };
     let context_files = match a.get_raw("contextFiles") {
         None => Vec::new(),
-        Some(Value::Array(list)) if list.len() <= CONTEXT_FILES_MAX => {
+        Some(Value::Array(list)) if list.len() <= ASK_CONTEXT_FILES_MAX => {
             let mut out = Vec::new();
             for f in list {
                 match f.as_str() {
                     Some(s)
                         if !s.is_empty()
-                            && s.chars().count() <= CONTEXT_FILE_CHARS_MAX
+                            && s.chars().count() <= ASK_CONTEXT_FILE_CHARS_MAX
                             && !s.chars().any(char::is_control) =>
                     {
                         out.push(s.to_string())
                     }
                     _ => {
                         return Err(a.error(&format!(
-                            "argument `contextFiles` must hold workspace-relative paths of 1-{CONTEXT_FILE_CHARS_MAX} characters"
+                            "argument `contextFiles` must hold workspace-relative paths of 1-{ASK_CONTEXT_FILE_CHARS_MAX} characters"
                         )));
                     }
                 }
@@ -140,7 +122,7 @@ fn question(a: &Args) -> Result<Question> {
         }
         Some(_) => {
             return Err(a.error(&format!(
-                "argument `contextFiles` must be an array of at most {CONTEXT_FILES_MAX} paths"
+                "argument `contextFiles` must be an array of at most {ASK_CONTEXT_FILES_MAX} paths"
             )));
         }
     };
@@ -181,8 +163,8 @@ pub fn parse(name: &str, a: &Args) -> Result<AskCall> {
                 peer: peer(a, "peer")?,
                 ask_id: a.req_str("askId", ASK_ID_CHARS_MAX)?,
                 wait_ms: a
-                    .opt_int("timeoutMs", 0, RESULT_WAIT_MS_MAX)?
-                    .unwrap_or(RESULT_WAIT_MS_DEFAULT),
+                    .opt_int("timeoutMs", 0, ASK_RESULT_WAIT_MS_MAX)?
+                    .unwrap_or(ASK_RESULT_WAIT_MS_DEFAULT),
             })
         }
         "peers_list" => {
@@ -195,10 +177,10 @@ pub fn parse(name: &str, a: &Args) -> Result<AskCall> {
             a.only(&["peer", "topic", "maxHops"])?;
             Ok(AskCall::Recommend {
                 peer: peer(a, "peer")?,
-                topic: a.opt_label("topic", TOPIC_CHARS_MAX)?,
+                topic: a.opt_label("topic", RECOMMEND_TOPIC_CHARS_MAX)?,
                 max_hops: a
-                    .opt_int("maxHops", 0, MAX_HOPS_CAP)?
-                    .unwrap_or(DEFAULT_MAX_HOPS),
+                    .opt_int("maxHops", 0, RECOMMEND_HOPS_MAX)?
+                    .unwrap_or(RECOMMEND_HOPS_DEFAULT),
             })
         }
         other => Err(a.error(&format!(
@@ -223,7 +205,7 @@ fn friend_names(a: &Args) -> Result<Vec<String>> {
         match p.as_str() {
             Some(s)
                 if !s.is_empty()
-                    && s.chars().count() <= PEER_CHARS_MAX
+                    && s.chars().count() <= ASK_PEER_CHARS_MAX
                     && !s.chars().any(char::is_control)
                     && !peers.iter().any(|x| x == s) =>
             {
@@ -240,10 +222,10 @@ fn friend_names(a: &Args) -> Result<Vec<String>> {
 
 fn question_properties(first: (&str, Value)) -> Value {
     let mut p = json!({
-        "question": { "type": "string", "minLength": 1, "maxLength": QUESTION_CHARS_MAX,
+        "question": { "type": "string", "minLength": 1, "maxLength": ASK_TOOL_QUESTION_CHARS_MAX,
             "description": "The question, self-contained: the other agent sees only this and the files you name." },
-        "contextFiles": { "type": "array", "maxItems": CONTEXT_FILES_MAX,
-            "items": { "type": "string", "minLength": 1, "maxLength": CONTEXT_FILE_CHARS_MAX },
+        "contextFiles": { "type": "array", "maxItems": ASK_CONTEXT_FILES_MAX,
+            "items": { "type": "string", "minLength": 1, "maxLength": ASK_CONTEXT_FILE_CHARS_MAX },
             "description": "Paths relative to the other agent's workspace it should read (files outside it are refused)." },
         "timeoutMs": { "type": "integer", "minimum": ASK_TIMEOUT_MS_MIN, "maximum": ASK_TIMEOUT_MS_MAX,
             "description": "How long to wait for the answer (default: the configured timeoutMs)." },
@@ -263,7 +245,7 @@ pub fn tool_list() -> Vec<Value> {
         "description": format!("Ask a configured friend's agent (another engineer's machine) a question about their \
             workspace, and wait for its answer. The friend's owner may have to approve first; the answering agent can \
             only read. Use peers_list to see who knows what. {ANSWER_NOTE}"),
-        "inputSchema": object(question_properties(("peer", string(PEER_CHARS_MAX, "The friend's name (from peers_list)."))), &["peer", "question"]),
+        "inputSchema": object(question_properties(("peer", string(ASK_PEER_CHARS_MAX, "The friend's name (from peers_list)."))), &["peer", "question"]),
         "annotations": { "readOnlyHint": true, "destructiveHint": false, "idempotentHint": false, "openWorldHint": true },
     });
     let peers_list = json!({
@@ -283,7 +265,7 @@ pub fn tool_list() -> Vec<Value> {
         "description": format!("Ask up to {ASK_PEERS_MAX} friends the same question at once (a few at a time) and collect \
             every answer or error. {ANSWER_NOTE}"),
         "inputSchema": object(question_properties(("peers", json!({ "type": "array", "minItems": 1, "maxItems": ASK_PEERS_MAX,
-            "items": { "type": "string", "minLength": 1, "maxLength": PEER_CHARS_MAX }, "description": "Friend names." }))), &["peers", "question"]),
+            "items": { "type": "string", "minLength": 1, "maxLength": ASK_PEER_CHARS_MAX }, "description": "Friend names." }))), &["peers", "question"]),
         "annotations": { "readOnlyHint": true, "destructiveHint": false, "idempotentHint": false, "openWorldHint": true },
     });
     let ask_async = json!({
@@ -291,18 +273,18 @@ pub fn tool_list() -> Vec<Value> {
         "title": "Ask a friend without waiting",
         "description": "Send a question to a friend and return at once with an askId; collect the answer later with \
             ask_result (answers are kept for 10 minutes).",
-        "inputSchema": object(question_properties(("peer", string(PEER_CHARS_MAX, "The friend's name.")) ), &["peer", "question"]),
+        "inputSchema": object(question_properties(("peer", string(ASK_PEER_CHARS_MAX, "The friend's name.")) ), &["peer", "question"]),
         "annotations": { "readOnlyHint": true, "destructiveHint": false, "idempotentHint": false, "openWorldHint": true },
     });
     let ask_result = json!({
         "name": "ask_result",
         "title": "Collect an async answer",
         "description": format!("The status of an ask_peer_async question (pending, running, answered, declined, failed), \
-            waiting up to timeoutMs (default {RESULT_WAIT_MS_DEFAULT}) for it to finish. {ANSWER_NOTE}"),
+            waiting up to timeoutMs (default {ASK_RESULT_WAIT_MS_DEFAULT}) for it to finish. {ANSWER_NOTE}"),
         "inputSchema": object(json!({
-            "peer": string(PEER_CHARS_MAX, "The friend the question went to."),
+            "peer": string(ASK_PEER_CHARS_MAX, "The friend the question went to."),
             "askId": string(ASK_ID_CHARS_MAX, "The askId returned by ask_peer_async."),
-            "timeoutMs": { "type": "integer", "minimum": 0, "maximum": RESULT_WAIT_MS_MAX, "description": "How long to wait for the answer (0 = just look)." },
+            "timeoutMs": { "type": "integer", "minimum": 0, "maximum": ASK_RESULT_WAIT_MS_MAX, "description": "How long to wait for the answer (0 = just look)." },
         }), &["peer", "askId"]),
         "annotations": { "readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": true },
     });
@@ -314,9 +296,9 @@ pub fn tool_list() -> Vec<Value> {
             who decides whether to add it; you cannot add friends yourself. Returns a recId the owner uses with \
             'peer ask friends decide'.",
         "inputSchema": object(json!({
-            "peer": string(PEER_CHARS_MAX, "The friend to ask."),
-            "topic": string(TOPIC_CHARS_MAX, "What the recommended agent should know about."),
-            "maxHops": { "type": "integer", "minimum": 0, "maximum": MAX_HOPS_CAP,
+            "peer": string(ASK_PEER_CHARS_MAX, "The friend to ask."),
+            "topic": string(RECOMMEND_TOPIC_CHARS_MAX, "What the recommended agent should know about."),
+            "maxHops": { "type": "integer", "minimum": 0, "maximum": RECOMMEND_HOPS_MAX,
                 "description": "How far the request may travel beyond the friend (default 1)." },
         }), &["peer"]),
         "annotations": { "readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": true },

@@ -321,7 +321,7 @@ fn ask_tools_parse_strictly() {
         ToolCall::Ask(AskCall::Result {
             peer: "bob".into(),
             ask_id: "a-1".into(),
-            wait_ms: super::ask::RESULT_WAIT_MS_DEFAULT
+            wait_ms: crate::config::internal::ASK_RESULT_WAIT_MS_DEFAULT
         })
     );
     assert_eq!(

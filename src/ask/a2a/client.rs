@@ -14,15 +14,12 @@ use super::super::client::{Reply, request_with};
 use super::super::config::{AskConfig, Friend};
 use super::super::tls::Target;
 use super::card::{self, PROTOCOL_VERSION};
+use crate::config::internal::{
+    A2A_CALL_TIMEOUT, A2A_CARD_TIMEOUT, A2A_CLIENT_POLL, A2A_CLIENT_SLACK,
+};
 use crate::error::{Code, Error, Result};
 use serde_json::{Map, Value, json};
 use std::time::{Duration, Instant};
-
-const CARD_TIMEOUT: Duration = Duration::from_secs(10);
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-const POLL: Duration = Duration::from_millis(250);
-/// Slack on top of `timeoutMs` for the network and the agent's own bookkeeping.
-const SLACK: Duration = Duration::from_secs(5);
 
 /// An `http://host[:port]/path` URL, split.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,7 +83,7 @@ pub fn endpoint(f: &Friend) -> Result<Url> {
         &at.path,
         &[],
         None,
-        CARD_TIMEOUT,
+        A2A_CARD_TIMEOUT,
     )?;
     let Value::Object(card) = reply.into_result()? else {
         return Err(refused(format!(
@@ -272,18 +269,24 @@ pub fn ask(config: &AskConfig, f: &Friend, question: &str, is_async: bool) -> Re
         },
         "configuration": {"returnImmediately": true, "acceptedOutputModes": ["text/plain"]},
     });
-    let deadline = Instant::now() + Duration::from_millis(config.timeout_ms) + SLACK;
-    let result = call(f, &rpc, "SendMessage", params, CALL_TIMEOUT)?;
+    let deadline = Instant::now() + Duration::from_millis(config.timeout_ms) + A2A_CLIENT_SLACK;
+    let result = call(f, &rpc, "SendMessage", params, A2A_CALL_TIMEOUT)?;
     let mut task = view(result.get("task").unwrap_or(&Value::Null))?;
     if is_async {
         return Ok(AskOutcome::Queued { ask_id: task.id });
     }
     // Sent with returnImmediately, so the task can be canceled at our deadline; polls start
-    // fast (most answers are quick) and slow down to `POLL`.
+    // fast (most answers are quick) and slow down to `A2A_CLIENT_POLL`.
     let mut pause = Duration::from_millis(10);
     while is_active(&task.state) {
         if Instant::now() >= deadline {
-            let _ = call(f, &rpc, "CancelTask", json!({"id": task.id}), CALL_TIMEOUT);
+            let _ = call(
+                f,
+                &rpc,
+                "CancelTask",
+                json!({"id": task.id}),
+                A2A_CALL_TIMEOUT,
+            );
             return Err(Error::new(
                 Code::Timeout,
                 format!(
@@ -294,13 +297,13 @@ pub fn ask(config: &AskConfig, f: &Friend, question: &str, is_async: bool) -> Re
             ));
         }
         std::thread::sleep(pause);
-        pause = (pause * 2).min(POLL);
+        pause = (pause * 2).min(A2A_CLIENT_POLL);
         task = view(&call(
             f,
             &rpc,
             "GetTask",
             json!({"id": task.id}),
-            CALL_TIMEOUT,
+            A2A_CALL_TIMEOUT,
         )?)?;
     }
     outcome(config, f, task)
@@ -348,7 +351,7 @@ pub fn status(config: &AskConfig, f: &Friend, task_id: &str) -> Result<AskStatus
         &rpc,
         "GetTask",
         json!({"id": task_id}),
-        CALL_TIMEOUT,
+        A2A_CALL_TIMEOUT,
     )?)?;
     let word = match task.state.as_str() {
         "TASK_STATE_SUBMITTED" | "" => "pending",

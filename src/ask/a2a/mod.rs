@@ -13,6 +13,8 @@ pub mod client;
 pub mod sse;
 pub mod task;
 
+use crate::config::internal::{A2A_POLL, A2A_POLL_FIRST};
+
 use super::ServerState;
 use super::answer::{self, Work};
 use super::config::Friend;
@@ -31,10 +33,6 @@ const TASK_NOT_CANCELABLE: i64 = -32002;
 const UNSUPPORTED: i64 = -32004;
 const CONTENT_TYPE: i64 = -32005;
 const VERSION_NOT_SUPPORTED: i64 = -32009;
-/// How often a blocking send or a stream looks at its ask: first after `POLL_FIRST`, then
-/// twice as long each time up to `POLL` (most answers come quickly; jobs have no wake-up).
-pub const POLL: Duration = Duration::from_millis(25);
-pub const POLL_FIRST: Duration = Duration::from_millis(1);
 
 /// What an A2A request gets.
 pub enum Reply {
@@ -330,12 +328,12 @@ fn question_of(msg: &Map<String, Value>) -> Result<String, (i64, String)> {
     if q.trim().is_empty() {
         return Err((INVALID_PARAMS, "the message has no text".into()));
     }
-    if q.chars().count() > super::jobs::QUESTION_CHARS_MAX {
+    if q.chars().count() > crate::config::internal::ASK_QUESTION_CHARS_MAX {
         return Err((
             INVALID_PARAMS,
             format!(
                 "question exceeds {} characters",
-                super::jobs::QUESTION_CHARS_MAX
+                crate::config::internal::ASK_QUESTION_CHARS_MAX
             ),
         ));
     }
@@ -366,12 +364,12 @@ pub fn task_deadline(state: &ServerState) -> Duration {
 /// Waits (bounded by [`task_deadline`] and the server's stop) until the task ends.
 fn wait_terminal(state: &ServerState, id: &str, caller: &str) {
     let deadline = Instant::now() + task_deadline(state);
-    let mut pause = POLL_FIRST;
+    let mut pause = A2A_POLL_FIRST;
     while Instant::now() < deadline && !state.stopping.load(std::sync::atomic::Ordering::SeqCst) {
         match state.a2a.snapshot(id, caller, &state.jobs) {
             Some(s) if !s.state.is_terminal() => {
                 std::thread::sleep(pause);
-                pause = (pause * 2).min(POLL);
+                pause = (pause * 2).min(A2A_POLL);
             }
             _ => return,
         }

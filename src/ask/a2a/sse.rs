@@ -3,17 +3,15 @@
 //! `completed` update), ending after a terminal state. Each event is a JSON-RPC response with
 //! the request's id. A stream lasts at most as long as its task can (`task_deadline`), stops
 //! when the server stops, and a client that does not read within the write timeout is dropped;
-//! a comment line every `KEEPALIVE` keeps idle proxies from closing it.
+//! a comment line every `A2A_SSE_KEEPALIVE` keeps idle proxies from closing it.
 
 use super::super::ServerState;
 use super::super::tls::Wire;
 use super::task::State;
+use crate::config::internal::{A2A_SSE_KEEPALIVE, A2A_SSE_WRITE_TIMEOUT};
 use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
-
-const KEEPALIVE: Duration = Duration::from_secs(15);
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+use std::time::Instant;
 
 /// One stream to write.
 pub struct Plan {
@@ -47,14 +45,16 @@ pub fn head() -> &'static [u8] {
 
 /// Writes the stream until the task ends, the deadline passes, or the client goes.
 pub fn run<S: Wire>(stream: &mut S, state: &ServerState, plan: &Plan) {
-    let _ = stream.socket().set_write_timeout(Some(WRITE_TIMEOUT));
+    let _ = stream
+        .socket()
+        .set_write_timeout(Some(A2A_SSE_WRITE_TIMEOUT));
     let send = |stream: &mut S, bytes: &[u8]| stream.write_all(bytes).and_then(|()| stream.flush());
     if send(stream, head()).is_err() {
         return;
     }
     let mut last: Option<State> = None;
     let mut quiet_since = Instant::now();
-    let mut pause = super::POLL_FIRST;
+    let mut pause = crate::config::internal::A2A_POLL_FIRST;
     while Instant::now() < plan.deadline && !state.stopping.load(Ordering::SeqCst) {
         let Some(snap) = state.a2a.snapshot(&plan.task_id, &plan.caller, &state.jobs) else {
             return;
@@ -68,7 +68,9 @@ pub fn run<S: Wire>(stream: &mut S, state: &ServerState, plan: &Plan) {
                 }
                 out.extend(plan.event(snap.status_update()));
             }
-            _ if quiet_since.elapsed() >= KEEPALIVE => out.extend_from_slice(b": keepalive\n\n"),
+            _ if quiet_since.elapsed() >= A2A_SSE_KEEPALIVE => {
+                out.extend_from_slice(b": keepalive\n\n")
+            }
             _ => {}
         }
         if !out.is_empty() {
@@ -81,10 +83,10 @@ pub fn run<S: Wire>(stream: &mut S, state: &ServerState, plan: &Plan) {
             return;
         }
         if last != Some(snap.state) {
-            pause = super::POLL_FIRST;
+            pause = crate::config::internal::A2A_POLL_FIRST;
         }
         last = Some(snap.state);
         std::thread::sleep(pause);
-        pause = (pause * 2).min(super::POLL);
+        pause = (pause * 2).min(crate::config::internal::A2A_POLL);
     }
 }

@@ -112,8 +112,7 @@ impl Tasks {
             (e.context_id.clone(), e.canceled)
         };
         let view = jobs.view(id, Viewer::Friend(caller))?;
-        let status = view.get("status").and_then(Value::as_str).unwrap_or("");
-        let text = |k: &str| view.get(k).and_then(Value::as_str).map(str::to_string);
+        let status = view.status;
         let (state, message, answer) = match State::of_ask(status) {
             _ if canceled => (State::Canceled, Some("canceled by the asker".into()), None),
             State::Submitted => (
@@ -126,8 +125,8 @@ impl Tasks {
                 Some("a contained agent is answering".into()),
                 None,
             ),
-            State::Completed => (State::Completed, None, text("answer")),
-            s => (s, text("error"), None),
+            State::Completed => (State::Completed, None, view.answer),
+            s => (s, view.error, None),
         };
         Some(Snapshot {
             id: id.to_string(),

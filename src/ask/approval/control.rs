@@ -6,6 +6,7 @@
 
 use super::super::ServerState;
 use super::super::http::ApiError;
+use crate::config::internal::{APPROVAL_IO_TIMEOUT, APPROVAL_LINE_BYTES_MAX, APPROVAL_POLL_MS};
 use crate::error::{Code, Error, Result};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -15,13 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-/// Longest request or reply line.
-const LINE_BYTES_MAX: u64 = 4 * 1024;
-/// How long one exchange may take.
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often the loop looks at the stop flag.
-const POLL_MS: u16 = 200;
 
 /// The socket of the server with this pid in `run_dir`.
 pub fn socket_path(run_dir: &Path, pid: u32) -> PathBuf {
@@ -53,7 +47,7 @@ pub fn serve(listener: UnixListener, state: Arc<ServerState>) {
                     listener.as_fd(),
                     nix::poll::PollFlags::POLLIN,
                 )];
-                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(POLL_MS));
+                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(APPROVAL_POLL_MS));
             }
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
@@ -62,8 +56,8 @@ pub fn serve(listener: UnixListener, state: Arc<ServerState>) {
 
 fn exchange(stream: UnixStream, state: &ServerState) {
     let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+    let _ = stream.set_read_timeout(Some(APPROVAL_IO_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(APPROVAL_IO_TIMEOUT));
     let result = same_user(&stream).and_then(|()| {
         let line = read_line(&stream).ok_or_else(|| ApiError::bad_request("no request line"))?;
         let req: Value = serde_json::from_str(&line)
@@ -96,7 +90,7 @@ fn same_user(stream: &UnixStream) -> std::result::Result<(), ApiError> {
 
 fn read_line(stream: &UnixStream) -> Option<String> {
     let mut line = String::new();
-    BufReader::new(stream.take(LINE_BYTES_MAX))
+    BufReader::new(stream.take(APPROVAL_LINE_BYTES_MAX))
         .read_line(&mut line)
         .ok()?;
     Some(line)
@@ -113,8 +107,8 @@ pub fn send(socket: &Path, ask_id: &str, token: &str, decision: &str) -> Result<
             ),
         )
     })?;
-    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+    let _ = stream.set_read_timeout(Some(APPROVAL_IO_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(APPROVAL_IO_TIMEOUT));
     let req = json!({"askId": ask_id, "token": token, "decision": decision});
     stream
         .write_all(format!("{req}\n").as_bytes())

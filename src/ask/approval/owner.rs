@@ -4,23 +4,35 @@
 
 use super::super::http::ApiError;
 use super::Approvals;
-use serde_json::{Value, json};
+use serde::Serialize;
+
+/// A waiting ask as the owner's page shows it (no decision token).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerAsk {
+    pub ask_id: String,
+    pub caller: String,
+    pub question: String,
+    pub context_files: Vec<String>,
+    pub created_at: String,
+    pub expires_at: String,
+}
 
 impl Approvals {
     /// The asks still waiting for a decision, oldest first, as the page shows them (no token).
-    pub fn owner_list(&self) -> Vec<Value> {
+    pub fn owner_list(&self) -> Vec<OwnerAsk> {
         let map = self.pending.lock();
         let mut list: Vec<(&String, &super::Pending)> =
             map.iter().filter(|(_, p)| p.decision.is_none()).collect();
         list.sort_by(|a, b| (a.1.created_ms, a.0).cmp(&(b.1.created_ms, b.0)));
         list.into_iter()
-            .map(|(id, p)| {
-                json!({
-                    "askId": id, "caller": p.caller, "question": p.question,
-                    "contextFiles": p.context_files,
-                    "createdAt": crate::clock::iso8601(p.created_ms),
-                    "expiresAt": crate::clock::iso8601(p.expires_ms),
-                })
+            .map(|(id, p)| OwnerAsk {
+                ask_id: id.clone(),
+                caller: p.caller.clone(),
+                question: p.question.clone(),
+                context_files: p.context_files.clone(),
+                created_at: crate::clock::iso8601(p.created_ms),
+                expires_at: crate::clock::iso8601(p.expires_ms),
             })
             .collect()
     }
@@ -51,10 +63,11 @@ mod tests {
             .unwrap();
         let list = a.owner_list();
         assert_eq!(list.len(), 1);
-        assert_eq!(list[0]["question"], "<b>q</b>");
-        assert!(list[0].get("decisionToken").is_none());
+        let shown = serde_json::to_value(&list[0]).unwrap();
+        assert_eq!(shown["question"], "<b>q</b>");
+        assert!(shown.get("decisionToken").is_none());
         let token = a.pending.lock()["id1"].token.clone();
-        assert!(!Value::from(list).to_string().contains(&token));
+        assert!(!serde_json::to_string(&list).unwrap().contains(&token));
         assert_eq!(a.decide_as_owner("id1", "maybe").unwrap_err().status, 400);
         a.decide_as_owner("id1", "approve").unwrap();
         assert_eq!(a.decide_as_owner("id1", "decline").unwrap_err().status, 404);

@@ -7,21 +7,14 @@
 //! twice the set's bound, so it stays bounded too.
 
 use super::super::http::ApiError;
+use crate::config::internal::{REPLAY_FILE_BYTES_MAX, REPLAY_KEEP_MS, REPLAY_PER_FRIEND_MAX};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Nonces remembered per friend. The per-friend rate limits run before a nonce is kept and
-/// allow far fewer signed requests in a nonce's lifetime; a full set refuses only its friend.
-pub const PER_FRIEND_MAX: usize = 4_096;
-/// How long a nonce is kept after it was seen (twice the ±5-minute signature window).
-pub const KEEP_MS: u64 = 2 * super::SIGNATURE_WINDOW_MS;
-/// Bytes read back from one friend's file (lines are under 40 bytes).
-const FILE_BYTES_MAX: u64 = 2 * PER_FRIEND_MAX as u64 * 48;
-
-pub type Nonce = [u8; super::NONCE_BYTES];
+pub type Nonce = [u8; crate::config::internal::ASK_NONCE_BYTES];
 
 /// One friend's remembered nonces, oldest first, and its file.
 #[derive(Default)]
@@ -35,7 +28,7 @@ struct Set {
 impl Set {
     fn expire(&mut self, now_ms: u64) {
         while let Some((at, n)) = self.order.front().copied() {
-            if now_ms.saturating_sub(at) <= KEEP_MS {
+            if now_ms.saturating_sub(at) <= REPLAY_KEEP_MS {
                 break;
             }
             self.order.pop_front();
@@ -74,7 +67,7 @@ impl Replay {
         if set.seen.contains(&nonce) {
             return Err(replayed());
         }
-        if set.seen.len() >= PER_FRIEND_MAX {
+        if set.seen.len() >= REPLAY_PER_FRIEND_MAX {
             return Err(ApiError::rate_limited(format!(
                 "peer \"{friend}\" sent too many signed requests; retry later"
             )));
@@ -120,7 +113,7 @@ impl Replay {
         let Some(path) = self.path(friend) else {
             return set;
         };
-        let Ok(bytes) = crate::fsutil::read_private_bounded(&path, FILE_BYTES_MAX) else {
+        let Ok(bytes) = crate::fsutil::read_private_bounded(&path, REPLAY_FILE_BYTES_MAX) else {
             return set;
         };
         for line in String::from_utf8_lossy(&bytes).lines() {
@@ -131,7 +124,7 @@ impl Replay {
             let at = at.parse::<u64>().unwrap_or(0);
             let n = super::super::canon::unb64url(n).and_then(|n| Nonce::try_from(n).ok());
             if let Some(n) = n
-                && now_ms.saturating_sub(at) <= KEEP_MS
+                && now_ms.saturating_sub(at) <= REPLAY_KEEP_MS
             {
                 set.push(at, n);
             }
@@ -152,7 +145,7 @@ impl Replay {
             crate::fsutil::ensure_private_dir(dir).map_err(fail)?;
         }
         let line = |at: u64, n: &Nonce| format!("{at} {}\n", super::super::canon::b64url(n));
-        if set.lines >= 2 * PER_FRIEND_MAX {
+        if set.lines >= 2 * REPLAY_PER_FRIEND_MAX {
             let mut text: String = set.order.iter().map(|(at, n)| line(*at, n)).collect();
             text.push_str(&line(now_ms, &n));
             crate::fsutil::atomic_write(&path, text.as_bytes(), crate::fsutil::Durability::Durable)
@@ -189,7 +182,7 @@ mod tests {
     #[test]
     fn one_friends_flood_fills_only_its_own_set() {
         let r = Replay::new(None);
-        for i in 0..PER_FRIEND_MAX as u64 {
+        for i in 0..REPLAY_PER_FRIEND_MAX as u64 {
             let mut n = [0u8; 16];
             n[..8].copy_from_slice(&i.to_le_bytes());
             r.insert("eve", n, NOW).unwrap();
@@ -198,7 +191,8 @@ mod tests {
         r.insert("ada", [0xff; 16], NOW).unwrap();
         assert_eq!(r.insert("ada", [0xff; 16], NOW).unwrap_err().status, 403);
         // Old nonces leave with time.
-        r.insert("eve", [0xff; 16], NOW + KEEP_MS + 1).unwrap();
+        r.insert("eve", [0xff; 16], NOW + REPLAY_KEEP_MS + 1)
+            .unwrap();
     }
 
     #[test]
@@ -214,16 +208,22 @@ mod tests {
         );
         // Past the keep time a nonce is forgotten (its timestamp is stale by then).
         let later = Replay::new(Some(nonces.clone()));
-        later.insert("ada", [1; 16], NOW + KEEP_MS + 1).unwrap();
+        later
+            .insert("ada", [1; 16], NOW + REPLAY_KEEP_MS + 1)
+            .unwrap();
         let r = Replay::new(Some(nonces.clone()));
-        for i in 0..(3 * PER_FRIEND_MAX) as u64 {
+        for i in 0..(3 * REPLAY_PER_FRIEND_MAX) as u64 {
             let mut n = [2u8; 16];
             n[..8].copy_from_slice(&i.to_le_bytes());
             // Spread over time so the set never fills.
-            r.insert("cy", n, NOW + i * (KEEP_MS / PER_FRIEND_MAX as u64 + 1))
-                .unwrap();
+            r.insert(
+                "cy",
+                n,
+                NOW + i * (REPLAY_KEEP_MS / REPLAY_PER_FRIEND_MAX as u64 + 1),
+            )
+            .unwrap();
         }
         let len = std::fs::metadata(nonces.join("cy")).unwrap().len();
-        assert!(len <= FILE_BYTES_MAX, "{len}");
+        assert!(len <= REPLAY_FILE_BYTES_MAX, "{len}");
     }
 }

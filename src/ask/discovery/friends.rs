@@ -7,6 +7,7 @@
 //! updates the address (the key holder said where it is now) and keeps everything else.
 
 use crate::ask::card::Card;
+use crate::config::internal::{ASK_CONFIG_LOCK_WAIT_MS, ASK_FRIENDS_MAX};
 use crate::error::{Code, Error, Result};
 use crate::{fsutil, sanitize};
 use serde_json::{Map, Value, json};
@@ -14,10 +15,6 @@ use std::path::Path;
 
 /// Friend modes a card may be added with.
 pub const MODES: [&str; 3] = ["ask", "auto", "deny"];
-/// Most friends in `ask.peers` after an add.
-pub const FRIENDS_MAX: usize = 256;
-/// How long an add waits for the config file's lock.
-const LOCK_WAIT_MS: u64 = 5_000;
 
 /// What an add did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,10 +88,10 @@ pub fn merge(peers: &mut Vec<Value>, card: &Card, mode: &str, replace: bool) -> 
         .iter_mut()
         .find(|p| p.get("name").and_then(Value::as_str) == Some(card.name.as_str()))
     else {
-        if peers.len() >= FRIENDS_MAX {
+        if peers.len() >= ASK_FRIENDS_MAX {
             return Err(Error::new(
                 Code::QueueFull,
-                format!("ask.peers already lists {FRIENDS_MAX} friends"),
+                format!("ask.peers already lists {ASK_FRIENDS_MAX} friends"),
             ));
         }
         let mut m = Map::new();
@@ -157,18 +154,13 @@ pub fn add_to_config(
         ));
     }
     fsutil::ensure_private_dir(home)?;
-    let path = home.join("config.json");
-    let _lock = fsutil::FileLock::acquire(&home.join("config.json.lock"), LOCK_WAIT_MS)?;
-    let mut root = match fsutil::read_private_bounded(&path, crate::config::CONFIG_FILE_BYTES_MAX) {
-        Ok(bytes) => serde_json::from_slice::<Value>(&bytes).map_err(|e| {
-            Error::new(
-                Code::ConfigInvalid,
-                format!("{}: not valid JSON ({e})", path.display()),
-            )
-        })?,
-        Err(e) if e.code == Code::NotFound => json!({}),
-        Err(e) => return Err(e),
-    };
+    let path = crate::config::file_path(home);
+    let _lock = fsutil::FileLock::acquire(&home.join("config.json.lock"), ASK_CONFIG_LOCK_WAIT_MS)?;
+    let mut root = crate::config::load_file(home, |bytes| {
+        serde_json::from_slice::<Value>(bytes)
+            .map_err(|e| Error::new(Code::ConfigInvalid, format!("not valid JSON ({e})")))
+    })?
+    .unwrap_or_else(|| json!({}));
     let peers = root
         .as_object_mut()
         .ok_or_else(|| Error::new(Code::ConfigInvalid, "the top level must be a JSON object"))?
@@ -211,7 +203,7 @@ mod tests {
             issued: 0,
             ttl: 1,
             tls: true,
-            payload: Value::Null,
+            document: String::new(),
         }
     }
 

@@ -5,22 +5,18 @@
 //! presented token in constant time *before* anything is consumed; an entry is removed only
 //! after its decision was carried out.
 
+use super::Via;
+use crate::config::internal::{
+    RECOMMEND_FILE_BYTES_MAX, RECOMMEND_LOCK_WAIT_MS, RECOMMEND_PENDING_MAX,
+    RECOMMEND_PENDING_TTL_MS,
+};
 use crate::error::{Code, Error, Result};
 use crate::{clock, fsutil, identity, sanitize};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
 /// The refusal of a wrong decision token.
 pub const INVALID_TOKEN: &str = "invalid decision token";
-/// How long a recommendation waits for the owner.
-pub const PENDING_TTL_MS: u64 = 24 * 60 * 60 * 1000;
-/// Most recommendations waiting at once; more are refused with `QUEUE_FULL`.
-pub const PENDING_MAX: usize = 64;
-/// Largest recommendations file read.
-const FILE_BYTES_MAX: u64 = 1 << 20;
-/// How long a writer waits for the file's lock.
-const LOCK_WAIT_MS: u64 = 5_000;
 
 /// One recommendation as stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,9 +27,10 @@ pub struct Pending {
     pub token: String,
     /// The friend we asked.
     pub from: String,
-    /// Agents the request travelled through, as the answer claimed.
+    /// Agents the request travelled through, as the answer claimed (cleaned again when the
+    /// file is read: it may predate the bounds, or be edited).
     #[serde(default)]
-    pub via: Vec<String>,
+    pub via: Via,
     /// The card string, verified when stored and again before it is added.
     pub card: String,
     /// The card's key (its sign), so one key waits only once.
@@ -46,21 +43,37 @@ pub struct Pending {
 
 impl Pending {
     /// What the owner sees (no token). Peer-supplied text stays raw here; front ends sanitize.
-    pub fn view(&self, now_ms: u64) -> Value {
-        let peer = crate::ask::card::parse(&self.card)
-            .map(|(c, _)| c.peer_view())
-            .unwrap_or(Value::Null);
-        json!({
-            "recId": self.rec_id,
-            "from": self.from,
-            "via": self.via,
-            "topic": self.topic,
-            "peer": peer,
-            "card": self.card,
-            "createdAt": clock::iso8601(self.created_at_ms),
-            "expiresInMs": self.created_at_ms.saturating_add(PENDING_TTL_MS).saturating_sub(now_ms),
-        })
+    pub fn view(&self, now_ms: u64) -> PendingShown<'_> {
+        PendingShown {
+            rec_id: &self.rec_id,
+            from: &self.from,
+            via: &self.via,
+            topic: self.topic.as_deref(),
+            peer: crate::ask::card::parse(&self.card)
+                .map(|(c, _)| c.peer_view())
+                .ok(),
+            card: &self.card,
+            created_at: clock::iso8601(self.created_at_ms),
+            expires_in_ms: self
+                .created_at_ms
+                .saturating_add(RECOMMEND_PENDING_TTL_MS)
+                .saturating_sub(now_ms),
+        }
     }
+}
+
+/// A [`Pending`] as the owner sees it: `peer` is `null` when the card no longer parses.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingShown<'a> {
+    pub rec_id: &'a str,
+    pub from: &'a str,
+    pub via: &'a Via,
+    pub topic: Option<&'a str>,
+    pub peer: Option<crate::ask::card::PeerView>,
+    pub card: &'a str,
+    pub created_at: String,
+    pub expires_in_ms: u64,
 }
 
 #[derive(Default, Serialize, Deserialize)]
@@ -116,7 +129,7 @@ impl Store {
     }
 
     fn read(&self, now_ms: u64) -> Result<File> {
-        let bytes = match fsutil::read_private_bounded(&self.path, FILE_BYTES_MAX) {
+        let bytes = match fsutil::read_private_bounded(&self.path, RECOMMEND_FILE_BYTES_MAX) {
             Ok(b) => b,
             Err(e) if e.code == Code::NotFound => return Ok(File::default()),
             Err(e) => return Err(e),
@@ -131,11 +144,7 @@ impl Store {
             )
         })?;
         file.pending
-            .retain(|p| p.created_at_ms.saturating_add(PENDING_TTL_MS) >= now_ms);
-        // The file may predate the bounds (or be edited): `via` is a remote claim.
-        for p in &mut file.pending {
-            p.via = clean_names(&p.via);
-        }
+            .retain(|p| p.created_at_ms.saturating_add(RECOMMEND_PENDING_TTL_MS) >= now_ms);
         Ok(file)
     }
 
@@ -149,7 +158,7 @@ impl Store {
         if let Some(dir) = self.path.parent() {
             fsutil::ensure_private_dir(dir)?;
         }
-        fsutil::FileLock::acquire(&self.lock, LOCK_WAIT_MS)
+        fsutil::FileLock::acquire(&self.lock, RECOMMEND_LOCK_WAIT_MS)
     }
 
     /// Recommendations still waiting, oldest first.
@@ -162,7 +171,7 @@ impl Store {
     pub fn add(
         &self,
         from: &str,
-        via: Vec<String>,
+        via: Via,
         card: &str,
         public_key: &str,
         topic: Option<String>,
@@ -173,11 +182,11 @@ impl Store {
         if let Some(p) = file.pending.iter().find(|p| p.public_key == public_key) {
             return Ok(p.clone());
         }
-        if file.pending.len() >= PENDING_MAX {
+        if file.pending.len() >= RECOMMEND_PENDING_MAX {
             return Err(Error::new(
                 Code::QueueFull,
                 format!(
-                    "{PENDING_MAX} recommendations are already waiting; decide some with 'peer ask friends decide'"
+                    "{RECOMMEND_PENDING_MAX} recommendations are already waiting; decide some with 'peer ask friends decide'"
                 ),
             ));
         }
@@ -187,7 +196,7 @@ impl Store {
             rec_id: format!("rec-{:016x}", identity::random_u64()),
             token: crate::ask::canon::b64url(&secret),
             from: from.to_string(),
-            via: clean_names(&via),
+            via,
             card: card.to_string(),
             public_key: public_key.to_string(),
             topic,
@@ -257,12 +266,6 @@ fn position(pending: &[Pending], rec_id: &str, prefix_ok: bool) -> Result<usize>
     }
 }
 
-/// `via` names bounded and sanitized, as [`super::clean_via`] does for the wire form.
-fn clean_names(via: &[String]) -> Vec<String> {
-    let v = serde_json::Value::from(via.to_vec());
-    super::clean_via(Some(&v))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,7 +276,7 @@ mod tests {
             rec_id: id.into(),
             token: "t".into(),
             from: "bob".into(),
-            via: vec![],
+            via: Via::default(),
             card: String::new(),
             public_key: String::new(),
             topic: None,
@@ -315,12 +318,12 @@ mod tests {
         ));
         let store = Store::new(&dir);
         let p = store
-            .add("bob", vec![], "card-a", "k1", None, 1000)
+            .add("bob", Via::default(), "card-a", "k1", None, 1000)
             .unwrap();
         // Same key again: the waiting entry, not a second one.
         assert_eq!(
             store
-                .add("carol", vec![], "card-a", "k1", None, 1001)
+                .add("carol", Via::default(), "card-a", "k1", None, 1001)
                 .unwrap()
                 .rec_id,
             p.rec_id
@@ -344,9 +347,14 @@ mod tests {
         assert_eq!(again.unwrap_err().code, Code::NotFound);
         // Expiry.
         store
-            .add("bob", vec![], "card-b", "k2", None, 2000)
+            .add("bob", Via::default(), "card-b", "k2", None, 2000)
             .unwrap();
-        assert!(store.list(2000 + PENDING_TTL_MS + 1).unwrap().is_empty());
+        assert!(
+            store
+                .list(2000 + RECOMMEND_PENDING_TTL_MS + 1)
+                .unwrap()
+                .is_empty()
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

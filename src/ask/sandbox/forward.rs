@@ -4,6 +4,7 @@
 //! Unix socket bound at [`PROXY_INSIDE`]. The answerer gets `HTTPS_PROXY` pointing at it;
 //! nothing else in the namespace reaches out.
 
+use crate::config::internal::SANDBOX_TUNNELS_MAX;
 use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -12,7 +13,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Where the proxy's directory is bound in the answerer's root.
 pub const PROXY_INSIDE: &str = "/run/peer-proxy";
-const TUNNELS_MAX: usize = 16;
 /// The loopback is the first interface of every new network namespace.
 const LOOPBACK_INDEX: i32 = 1;
 
@@ -87,7 +87,7 @@ fn accept_loop(listener: TcpListener) {
     let socket = Path::new(PROXY_INSIDE).join(crate::ask::egress::SOCKET_NAME);
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
-        if open.fetch_add(1, Ordering::SeqCst) >= TUNNELS_MAX {
+        if open.fetch_add(1, Ordering::SeqCst) >= SANDBOX_TUNNELS_MAX {
             open.fetch_sub(1, Ordering::SeqCst);
             continue;
         }

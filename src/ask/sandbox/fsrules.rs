@@ -4,6 +4,7 @@
 //! namespaces the hidden trees are already absent from its root; without them (reduced
 //! isolation) the readable roots leave out the `protected` trees instead.
 
+use crate::config::internal::{SANDBOX_DIR_ENTRIES_MAX, SANDBOX_WALK_DEPTH_MAX};
 use landlock::{
     ABI, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreatedAttr,
     RulesetStatus, Scope, path_beneath_rules,
@@ -12,9 +13,6 @@ use std::path::{Path, PathBuf};
 
 /// The newest ABI whose rights are asked for; older kernels get what they support.
 const ABI_USED: ABI = ABI::V6;
-/// Bounds on the walk that lists readable roots around protected directories.
-const WALK_DEPTH_MAX: usize = 32;
-const DIR_ENTRIES_MAX: usize = 4_096;
 /// Devices the answerer may read and write (without ioctls).
 const DEVICES_RW: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
 
@@ -61,13 +59,13 @@ fn expand(dir: &Path, protected: &[PathBuf], out: &mut Vec<PathBuf>, depth: usiz
         out.push(dir.to_path_buf());
         return;
     }
-    if depth >= WALK_DEPTH_MAX {
+    if depth >= SANDBOX_WALK_DEPTH_MAX {
         return;
     }
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    for entry in entries.flatten().take(DIR_ENTRIES_MAX) {
+    for entry in entries.flatten().take(SANDBOX_DIR_ENTRIES_MAX) {
         let is_link = entry.file_type().map(|t| t.is_symlink()).unwrap_or(true);
         if !is_link {
             expand(&entry.path(), protected, out, depth + 1);

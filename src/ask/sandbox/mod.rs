@@ -24,6 +24,8 @@ mod fsrules;
 mod ns;
 mod root;
 
+use crate::config::internal::SANDBOX_PROBE_OUTPUT_MAX;
+
 use crate::error::{Code, Error, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -34,8 +36,6 @@ pub use fsrules::read_roots;
 pub const SANDBOX_REFUSED_EXIT: i32 = 125;
 /// Exit status when `answerCommand` could not be executed (as a shell says "not found").
 pub const COMMAND_NOT_RUN_EXIT: i32 = 127;
-/// Bytes of probe output read at most.
-const PROBE_OUTPUT_MAX: usize = 256;
 
 /// What `sandbox-exec` is told (its command line; see `peer ask sandbox-exec`).
 #[derive(Clone, Debug, Default)]
@@ -317,7 +317,9 @@ pub fn probe(plan: &Plan) -> Layers {
     };
     let mut out = Vec::new();
     if let Some(s) = child.stdout.take() {
-        let _ = s.take(PROBE_OUTPUT_MAX as u64).read_to_end(&mut out);
+        let _ = s
+            .take(SANDBOX_PROBE_OUTPUT_MAX as u64)
+            .read_to_end(&mut out);
     }
     let _ = child.wait();
     let text = String::from_utf8_lossy(&out);

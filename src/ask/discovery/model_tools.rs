@@ -10,6 +10,7 @@
 use crate::ask::api::{self, AskOutcome};
 use crate::ask::config::AskConfig;
 use crate::ask::keys;
+use crate::config::internal::{ASK_PARALLEL, ASK_RESULT_POLL, ASK_TOOL_FIELD_CHARS_MAX};
 use crate::error::{Code, Error, Result};
 use crate::sanitize;
 use crate::toolspec::PEER_AUTHORITY;
@@ -18,13 +19,6 @@ use serde_json::{Map, Value, json};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// Friends asked at once by one `ask_peers` call.
-pub const ASK_PARALLEL: usize = 4;
-/// How often `ask_result` polls a friend's `/ask/status`.
-const POLL_EVERY: Duration = Duration::from_millis(500);
-/// Longest string kept from a friend's advert or card in a tool result.
-const FIELD_CHARS_MAX: usize = 1000;
 
 /// Runs one ask tool call for the namespace at `home`.
 pub fn execute(home: &Path, call: AskCall, cancel: &AtomicBool) -> Result<Value> {
@@ -37,7 +31,7 @@ pub fn execute(home: &Path, call: AskCall, cancel: &AtomicBool) -> Result<Value>
     let cfg = AskConfig::load(home)?;
     match call {
         AskCall::PeersList { refresh } => {
-            let list = super::peers_listing(home, &cfg, refresh);
+            let list = super::views::peers_listing(home, &cfg, refresh);
             let peers: Vec<Value> = list.into_iter().map(external).collect();
             Ok(json!({"peers": peers}))
         }
@@ -47,8 +41,14 @@ pub fn execute(home: &Path, call: AskCall, cancel: &AtomicBool) -> Result<Value>
             max_hops,
         } => {
             let key = keys::load_or_create(&cfg.key_dir(home), &cfg.caller_name)?;
-            let v =
-                super::request_recommendation(home, &cfg, &key, &peer, topic.as_deref(), max_hops)?;
+            let v = super::client::request_recommendation(
+                home,
+                &cfg,
+                &key,
+                &peer,
+                topic.as_deref(),
+                max_hops,
+            )?;
             Ok(external(v))
         }
         AskCall::Ask { peer, q, async_ } => ask_one(home, &cfg, &peer, &q, async_, cancel),
@@ -76,7 +76,7 @@ fn external(v: Value) -> Value {
 
 fn clean(v: Value) -> Value {
     match v {
-        Value::String(s) => Value::String(sanitize::line(&s, FIELD_CHARS_MAX)),
+        Value::String(s) => Value::String(sanitize::line(&s, ASK_TOOL_FIELD_CHARS_MAX)),
         Value::Array(a) => Value::Array(a.into_iter().map(clean).collect()),
         Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, clean(v))).collect()),
         other => other,
@@ -181,8 +181,8 @@ fn result(
             return Ok(json!({"askId": ask_id, "status": s.status}));
         }
         // Short steps so a cancellation is seen quickly; polls stay at most one per 500 ms.
-        let next =
-            Instant::now() + POLL_EVERY.min(deadline.saturating_duration_since(Instant::now()));
+        let next = Instant::now()
+            + ASK_RESULT_POLL.min(deadline.saturating_duration_since(Instant::now()));
         while Instant::now() < next && !cancel.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(20));
         }
