@@ -524,6 +524,7 @@ fn recommend_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let (home, cfg) = load(ctx)?;
     let key = keys::load_or_create(&cfg.key_dir(&home), &cfg.caller_name)?;
     let v = discovery::client::request_recommendation(&home, &cfg, &key, peer, topic, hops)?;
+    let v = serde_json::to_value(v).unwrap_or_default();
     if ctx.json {
         print_json(&v)?;
         return Ok(0);

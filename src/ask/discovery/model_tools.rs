@@ -49,7 +49,7 @@ pub fn execute(home: &Path, call: AskCall, cancel: &AtomicBool) -> Result<Value>
                 topic.as_deref(),
                 max_hops,
             )?;
-            Ok(external(v))
+            Ok(external(serde_json::to_value(v).unwrap_or_default()))
         }
         AskCall::Ask { peer, q, async_ } => ask_one(home, &cfg, &peer, &q, async_, cancel),
         AskCall::AskMany { peers, q } => ask_many(home, &cfg, &peers, &q, cancel),
