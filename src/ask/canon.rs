@@ -54,6 +54,16 @@ pub fn canonical_text_without(text: &str, without: &[&str]) -> Result<String> {
     Ok(out)
 }
 
+/// The JSON object `text` without the named members, as JSON text (a card's signed document,
+/// shown); `None` when `text` is not an object.
+pub fn object_without(text: &str, without: &[&str]) -> Option<Box<serde_json::value::RawValue>> {
+    let mut m = object_of(text).ok()?;
+    for k in without {
+        m.remove(*k);
+    }
+    serde_json::value::to_raw_value(&m).ok()
+}
+
 fn object_of(text: &str) -> Result<Map<String, Value>> {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(m)) => Ok(m),
