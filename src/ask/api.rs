@@ -6,12 +6,14 @@
 //! process cannot ask (no loops). A friend with `"protocol": "a2a"` is asked over A2A
 //! instead (`a2a::client`).
 
+use super::auth::Credentialed;
 use super::config::{AskConfig, Friend, Protocol};
 use super::keys::AskKey;
+use super::loose::{Loose, typed};
 use super::tls::Target;
 use crate::config::internal::{ASK_CLIENT_SLACK, ASK_STATUS_TIMEOUT};
 use crate::error::{Code, Error, Result};
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
@@ -52,31 +54,63 @@ fn friend<'c>(config: &'c AskConfig, peer: &str) -> Result<&'c Friend> {
     })
 }
 
-/// A request body with our name, the friend's token (if any) and, unless the connection
-/// proves who we are (mutual TLS), our signature.
-fn signed_body(
+/// The members of `POST /ask` before the credentials.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AskBody<'a> {
+    protocol_version: u64,
+    caller: &'a str,
+    question: &'a str,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    context_files: &'a [String],
+    timeout_ms: u64,
+    #[serde(rename = "async", skip_serializing_if = "std::ops::Not::not")]
+    is_async: bool,
+}
+
+/// The members of `POST /ask/status` before the credentials.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusBody<'a> {
+    protocol_version: u64,
+    caller: &'a str,
+    ask_id: &'a str,
+}
+
+/// What a friend answers to an ask or a status poll (only the members we read; each `None`
+/// unless it has its type).
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Answered {
+    #[serde(default)]
+    ask_id: Option<Loose<String>>,
+    #[serde(default)]
+    status: Option<Loose<String>>,
+    #[serde(default)]
+    answer: Option<Loose<String>>,
+    #[serde(default)]
+    truncated: Option<Loose<bool>>,
+    #[serde(default)]
+    error: Option<Loose<String>>,
+}
+
+/// `body` with the friend's token (if any) and, unless the connection proves who we are
+/// (mutual TLS), our signature.
+fn signed_body<'a, T: Serialize>(
     key: &AskKey,
-    config: &AskConfig,
-    friend: &Friend,
+    friend: &'a Friend,
     target: &Target,
     purpose: &str,
-    mut body: Map<String, Value>,
-) -> Map<String, Value> {
-    body.insert("protocolVersion".into(), json!(super::PROTOCOL_VERSION));
-    body.insert("caller".into(), json!(config.caller_name));
-    if let Some(t) = &friend.token {
-        body.insert("token".into(), json!(t));
-    }
-    if !target.proves_caller() {
-        super::auth::sign_body(
-            key,
-            &mut body,
-            purpose,
-            &friend.name,
-            crate::clock::now_ms(),
-        );
-    }
-    body
+    body: &'a T,
+) -> Credentialed<'a, T> {
+    super::auth::credentials(
+        key,
+        body,
+        friend.token.as_deref(),
+        target.proves_caller(),
+        purpose,
+        &friend.name,
+    )
 }
 
 /// Asks `peer` a question, optionally naming files of its workspace and optionally async.
@@ -101,51 +135,44 @@ pub fn ask(
         }
         return super::a2a::client::ask(config, f, question, is_async);
     }
-    let mut body = Map::new();
-    body.insert("question".into(), json!(question));
-    if !context_files.is_empty() {
-        body.insert("contextFiles".into(), json!(context_files));
-    }
-    body.insert("timeoutMs".into(), json!(config.timeout_ms));
-    if is_async {
-        body.insert("async".into(), json!(true));
-    }
+    let body = AskBody {
+        protocol_version: super::PROTOCOL_VERSION,
+        caller: &config.caller_name,
+        question,
+        context_files,
+        timeout_ms: config.timeout_ms,
+        is_async,
+    };
     let key = super::keys::load_or_create(&config.key_dir(home), &config.caller_name)?;
     let target = super::tls::target(f, Some(&key))?;
-    let body = Value::Object(signed_body(&key, config, f, &target, "ask", body));
+    let body = signed_body(&key, f, &target, "ask", &body);
     let timeout = if is_async {
         ASK_STATUS_TIMEOUT
     } else {
         Duration::from_millis(config.timeout_ms) + ASK_CLIENT_SLACK
     };
-    let reply = super::client::post_json_to(&target, "/ask", &body, timeout)?.into_result()?;
+    let reply: Answered =
+        super::client::post_json_to(&target, "/ask", &body, timeout)?.into_typed()?;
     if is_async {
-        let ask_id = reply
-            .get("askId")
-            .and_then(Value::as_str)
+        let ask_id = typed(&reply.ask_id)
             .ok_or_else(|| Error::new(Code::InvalidRequest, "the peer returned no askId"))?;
         return Ok(AskOutcome::Queued {
             ask_id: ask_id.to_string(),
         });
     }
-    let answer = reply
-        .get("answer")
-        .and_then(Value::as_str)
+    let answer = typed(&reply.answer)
         .ok_or_else(|| Error::new(Code::InvalidRequest, "the peer returned no answer"))?;
     Ok(AskOutcome::Answered {
         answer: answer.to_string(),
-        truncated: reply
-            .get("truncated")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
+        truncated: typed(&reply.truncated).copied().unwrap_or(false),
     })
 }
 
 /// Whether a 404 is our server's "unknown or expired ask" (then there is nothing to fall back
 /// to) rather than a server without `POST /ask/status`.
-fn is_unknown_ask(body: &Value) -> bool {
-    body.pointer("/error/message")
-        .and_then(Value::as_str)
+fn is_unknown_ask(reply: &super::client::Reply) -> bool {
+    reply
+        .error_message()
         .is_some_and(|m| m.starts_with("unknown or expired ask"))
 }
 
@@ -171,27 +198,27 @@ pub fn status(home: &Path, config: &AskConfig, peer: &str, ask_id: &str) -> Resu
     if f.protocol == Protocol::A2a {
         return super::a2a::client::status(config, f, ask_id);
     }
-    let mut body = Map::new();
-    body.insert("askId".into(), json!(ask_id));
+    let body = StatusBody {
+        protocol_version: super::PROTOCOL_VERSION,
+        caller: &config.caller_name,
+        ask_id,
+    };
     let key = super::keys::load_or_create(&config.key_dir(home), &config.caller_name)?;
     let target = super::tls::target(f, Some(&key))?;
-    let body = Value::Object(signed_body(&key, config, f, &target, "status", body));
+    let body = signed_body(&key, f, &target, "status", &body);
     let reply = super::client::post_json_to(&target, "/ask/status", &body, ASK_STATUS_TIMEOUT)?;
-    let reply = if matches!(reply.status, 404 | 405) && !is_unknown_ask(&reply.body) {
+    let reply: Answered = if matches!(reply.status, 404 | 405) && !is_unknown_ask(&reply) {
         get_status(&target, ask_id)?
     } else {
         reply
     }
-    .into_result()?;
-    let s = |k: &str| reply.get(k).and_then(Value::as_str).map(String::from);
+    .into_typed()?;
+    let s = |v: &Option<Loose<String>>| typed(v).cloned();
     Ok(AskStatus {
-        status: s("status")
+        status: s(&reply.status)
             .ok_or_else(|| Error::new(Code::InvalidRequest, "the peer returned no status"))?,
-        answer: s("answer"),
-        truncated: reply
-            .get("truncated")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
-        error: s("error"),
+        answer: s(&reply.answer),
+        truncated: typed(&reply.truncated).copied().unwrap_or(false),
+        error: s(&reply.error),
     })
 }

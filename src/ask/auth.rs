@@ -21,14 +21,95 @@ use super::config::{AskConfig, Friend};
 use super::http::{ApiError, Request};
 use super::keys::AskKey;
 use parking_lot::Mutex;
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
 /// The members a signed body carries beyond dsh-ask-peer's.
 pub const SIGNED_EXTRA: [&str; 4] = ["timestamp", "nonce", "purpose", "audience"];
 
-/// Adds the replay-safe members, our `publicKey` and the `signature` to a request body.
+/// An outbound body with our credentials: its own members, the friend's `token` when one is
+/// configured, and the replay-safe signature members (see [`credentials`]).
+#[derive(Serialize)]
+pub struct Credentialed<'a, T: Serialize> {
+    #[serde(flatten)]
+    body: &'a T,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token: Option<&'a str>,
+    #[serde(flatten)]
+    signed: Option<Signature>,
+}
+
+/// The members a signature adds: `timestamp`, `nonce`, `purpose`, `audience`, then our
+/// `publicKey` and the `signature` over the canonical body with everything before them.
+#[derive(Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Signature {
+    timestamp: u64,
+    nonce: String,
+    purpose: String,
+    audience: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    public_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signature: Option<String>,
+}
+
+/// `body` with the friend's `token` and, unless `proven` (mutual TLS proves who we are), our
+/// replay-safe signature for `purpose` at `audience` over all of it.
+pub fn credentials<'a, T: Serialize>(
+    key: &AskKey,
+    body: &'a T,
+    token: Option<&'a str>,
+    proven: bool,
+    purpose: &str,
+    audience: &str,
+) -> Credentialed<'a, T> {
+    let mut out = Credentialed {
+        body,
+        token,
+        signed: None,
+    };
+    if !proven {
+        let now = crate::clock::now_ms();
+        out.signed = Some(signature(key, &out, purpose, audience, now));
+    }
+    out
+}
+
+/// The signature members for `body` (which carries none yet).
+fn signature(
+    key: &AskKey,
+    body: &impl Serialize,
+    purpose: &str,
+    audience: &str,
+    now_ms: u64,
+) -> Signature {
+    let mut nonce = [0u8; ASK_NONCE_BYTES];
+    crate::identity::random_bytes(&mut nonce);
+    let mut s = Signature {
+        timestamp: now_ms,
+        nonce: super::canon::b64url(&nonce),
+        purpose: purpose.to_string(),
+        audience: audience.to_string(),
+        public_key: None,
+        signature: None,
+    };
+    // Our own bodies hold only strings, booleans, arrays and small integers.
+    let text = super::canon::canonical_of(&Credentialed {
+        body,
+        token: None,
+        signed: Some(s.clone()),
+    })
+    .unwrap_or_default();
+    s.public_key = Some(key.sign_string());
+    s.signature = Some(key.sign(text.as_bytes()));
+    s
+}
+
+/// Adds the replay-safe members, our `publicKey` and the `signature` to a request body held
+/// as a JSON object (tests and tools that forge bodies).
 pub fn sign_body(
     key: &AskKey,
     body: &mut Map<String, Value>,
@@ -36,18 +117,12 @@ pub fn sign_body(
     audience: &str,
     now_ms: u64,
 ) {
-    let mut nonce = [0u8; ASK_NONCE_BYTES];
-    crate::identity::random_bytes(&mut nonce);
-    body.insert("timestamp".into(), json!(now_ms));
-    body.insert("nonce".into(), json!(super::canon::b64url(&nonce)));
-    body.insert("purpose".into(), json!(purpose));
-    body.insert("audience".into(), json!(audience));
     body.remove("publicKey");
     body.remove("signature");
-    // Our own bodies hold only strings, booleans, arrays and small integers.
-    let bytes = super::canon::canonical_without(body, &[]).unwrap_or_default();
-    body.insert("publicKey".into(), json!(key.sign_string()));
-    body.insert("signature".into(), json!(key.sign(&bytes)));
+    let s = signature(key, &*body, purpose, audience, now_ms);
+    if let Ok(Value::Object(members)) = serde_json::to_value(s) {
+        body.extend(members);
+    }
 }
 
 /// Checks a signed body against the friend's key, purpose, audience and clock (pure); returns
@@ -432,6 +507,7 @@ pub fn not_denied(friend: &Friend) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     const NOW: u64 = 1_785_150_000_000;
     const CY: &str = "Pz4hX9wLq2Ve7Rb1Nt6Ym3Ks8Jd0Gu5Fa-Wc_Ho3Ee";

@@ -54,6 +54,16 @@ pub fn canonical_text_without(text: &str, without: &[&str]) -> Result<String> {
     Ok(out)
 }
 
+/// The JSON object `text` without the named members, as JSON text (a card's signed document,
+/// shown); `None` when `text` is not an object.
+pub fn object_without(text: &str, without: &[&str]) -> Option<Box<serde_json::value::RawValue>> {
+    let mut m = object_of(text).ok()?;
+    for k in without {
+        m.remove(*k);
+    }
+    serde_json::value::to_raw_value(&m).ok()
+}
+
 fn object_of(text: &str) -> Result<Map<String, Value>> {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(m)) => Ok(m),
@@ -561,61 +571,31 @@ impl serde::Serializer for Canonical {
     }
 }
 
-impl serde::ser::SerializeSeq for Items {
-    type Ok = String;
-    type Error = NotCanonical;
-    fn serialize_element<T: serde::Serialize + ?Sized>(
-        &mut self,
-        v: &T,
-    ) -> std::result::Result<(), NotCanonical> {
-        self.push(v)
-    }
-    fn end(self) -> Done {
-        self.close()
-    }
+/// The array traits differ only in their names: each pushes an element and closes.
+macro_rules! write_items {
+    ($($trait:ident :: $method:ident),*) => {$(
+        impl serde::ser::$trait for Items {
+            type Ok = String;
+            type Error = NotCanonical;
+            fn $method<T: serde::Serialize + ?Sized>(
+                &mut self,
+                v: &T,
+            ) -> std::result::Result<(), NotCanonical> {
+                self.push(v)
+            }
+            fn end(self) -> Done {
+                self.close()
+            }
+        }
+    )*};
 }
 
-impl serde::ser::SerializeTuple for Items {
-    type Ok = String;
-    type Error = NotCanonical;
-    fn serialize_element<T: serde::Serialize + ?Sized>(
-        &mut self,
-        v: &T,
-    ) -> std::result::Result<(), NotCanonical> {
-        self.push(v)
-    }
-    fn end(self) -> Done {
-        self.close()
-    }
-}
-
-impl serde::ser::SerializeTupleStruct for Items {
-    type Ok = String;
-    type Error = NotCanonical;
-    fn serialize_field<T: serde::Serialize + ?Sized>(
-        &mut self,
-        v: &T,
-    ) -> std::result::Result<(), NotCanonical> {
-        self.push(v)
-    }
-    fn end(self) -> Done {
-        self.close()
-    }
-}
-
-impl serde::ser::SerializeTupleVariant for Items {
-    type Ok = String;
-    type Error = NotCanonical;
-    fn serialize_field<T: serde::Serialize + ?Sized>(
-        &mut self,
-        v: &T,
-    ) -> std::result::Result<(), NotCanonical> {
-        self.push(v)
-    }
-    fn end(self) -> Done {
-        self.close()
-    }
-}
+write_items!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
 
 impl serde::ser::SerializeMap for Members {
     type Ok = String;
@@ -643,39 +623,28 @@ impl serde::ser::SerializeMap for Members {
     }
 }
 
-impl serde::ser::SerializeStruct for Members {
-    type Ok = String;
-    type Error = NotCanonical;
-    fn serialize_field<T: serde::Serialize + ?Sized>(
-        &mut self,
-        name: &'static str,
-        v: &T,
-    ) -> std::result::Result<(), NotCanonical> {
-        self.members
-            .push((name.to_string(), v.serialize(self.inner)?));
-        Ok(())
-    }
-    fn end(self) -> Done {
-        self.close()
-    }
+/// A struct and a struct variant both write named members.
+macro_rules! write_members {
+    ($($trait:ident),*) => {$(
+        impl serde::ser::$trait for Members {
+            type Ok = String;
+            type Error = NotCanonical;
+            fn serialize_field<T: serde::Serialize + ?Sized>(
+                &mut self,
+                name: &'static str,
+                v: &T,
+            ) -> std::result::Result<(), NotCanonical> {
+                self.members.push((name.to_string(), v.serialize(self.inner)?));
+                Ok(())
+            }
+            fn end(self) -> Done {
+                self.close()
+            }
+        }
+    )*};
 }
 
-impl serde::ser::SerializeStructVariant for Members {
-    type Ok = String;
-    type Error = NotCanonical;
-    fn serialize_field<T: serde::Serialize + ?Sized>(
-        &mut self,
-        name: &'static str,
-        v: &T,
-    ) -> std::result::Result<(), NotCanonical> {
-        self.members
-            .push((name.to_string(), v.serialize(self.inner)?));
-        Ok(())
-    }
-    fn end(self) -> Done {
-        self.close()
-    }
-}
+write_members!(SerializeStruct, SerializeStructVariant);
 
 #[cfg(test)]
 mod tests {

@@ -28,6 +28,16 @@ impl Reply {
         Err(error_of(self.status, &self.body))
     }
 
+    /// The JSON text of a 2xx reply's body (a friend's advert, checked by its reader).
+    pub fn into_text(self) -> Result<String> {
+        self.into_result().map(|v| v.to_string())
+    }
+
+    /// The `error.message` of an error reply.
+    pub fn error_message(&self) -> Option<&str> {
+        self.body.pointer("/error/message").and_then(Value::as_str)
+    }
+
     /// The body of a 2xx reply decoded as `T`; a body that is not a `T` reads as `T`'s default,
     /// which the caller's checks then refuse with their own message. Errors as
     /// [`Reply::into_result`].
@@ -93,8 +103,15 @@ pub fn get_json_from(t: &Target, path: &str, timeout: Duration) -> Result<Reply>
 }
 
 /// `POST path` to a target with a JSON body.
-pub fn post_json_to(t: &Target, path: &str, body: &Value, timeout: Duration) -> Result<Reply> {
-    let bytes = serde_json::to_vec(body)
+pub fn post_json_to(
+    t: &Target,
+    path: &str,
+    body: &impl serde::Serialize,
+    timeout: Duration,
+) -> Result<Reply> {
+    // Through a JSON value, so members go out sorted whatever the body's type.
+    let bytes = serde_json::to_value(body)
+        .and_then(|v| serde_json::to_vec(&v))
         .map_err(|e| Error::new(Code::InvalidRequest, format!("cannot encode request: {e}")))?;
     request_to(t, "POST", path, Some(&bytes), timeout)
 }

@@ -27,8 +27,8 @@ pub const RECOMMEND_PURPOSE: &str = "recommend";
 /// Discovery state of one running server.
 #[derive(Default)]
 pub struct State {
-    pub(super) roster: OnceLock<Arc<Roster>>,
-    pub(super) advert: Mutex<Option<(u64, Advert)>>,
+    roster: OnceLock<Arc<Roster>>,
+    advert: Mutex<Option<(u64, Advert)>>,
 }
 
 impl State {

@@ -181,6 +181,8 @@ fn peers(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     }
     let (home, cfg) = load(ctx)?;
     let list = discovery::views::peers_listing(&home, &cfg, flag(&flags, "refresh").is_some());
+    let list = serde_json::to_value(list).unwrap_or_default();
+    let list = list.as_array().cloned().unwrap_or_default();
     if ctx.json {
         print_json(&json!({"peers": list}))?;
         return Ok(0);
@@ -332,7 +334,7 @@ fn card_show(
     let key = keys::load_or_create(&cfg.key_dir(home), &cfg.caller_name)?;
     warn_loopback_card(&host, flag(flags, "host").is_some());
     let c = discovery::server::own_card(cfg, &key, &host, port, clock::now_ms());
-    let view = discovery::views::card_view(&c, &key);
+    let view = serde_json::to_value(discovery::views::card_view(&c, &key)).unwrap_or_default();
     if ctx.json {
         print_json(&view)?;
     } else {
@@ -386,7 +388,8 @@ fn warn_moved_to_loopback(cfg: &AskConfig, card: &card::Card) {
 fn card_verify(ctx: &Ctx, words: &[String], flags: &Flags) -> Result<i32> {
     only_flags(flags, "card verify")?;
     let c = card_arg(words.get(1))?;
-    let v = discovery::views::verify_view(&c, clock::now_ms());
+    let v = serde_json::to_value(discovery::views::verify_view(&c, clock::now_ms()))
+        .unwrap_or_default();
     if v["ok"] != true {
         let reason = v["reason"].as_str().unwrap_or("invalid card").to_string();
         return Err(Error::new(
@@ -524,6 +527,7 @@ fn recommend_cmd(ctx: &Ctx, argv: Vec<OsString>) -> Result<i32> {
     let (home, cfg) = load(ctx)?;
     let key = keys::load_or_create(&cfg.key_dir(&home), &cfg.caller_name)?;
     let v = discovery::client::request_recommendation(&home, &cfg, &key, peer, topic, hops)?;
+    let v = serde_json::to_value(v).unwrap_or_default();
     if ctx.json {
         print_json(&v)?;
         return Ok(0);

@@ -138,7 +138,8 @@ fn host(ctx: &Ctx, a: &HostArgs) -> Result<i32> {
     let ready = if ctx.json {
         let mut ready = serde_json::json!(root.ready_event());
         if let Some(h) = &ask {
-            ready["ask"] = crate::ask::discovery::views::server_view(h);
+            ready["ask"] = serde_json::to_value(crate::ask::discovery::views::server_view(h))
+                .unwrap_or_default();
         }
         super::print_json(&ready)
     } else {

@@ -70,7 +70,7 @@ fn rpc_error(id: &Value, code: i64, message: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
-fn rpc_result(id: &Value, result: Value) -> Response {
+fn rpc_result(id: &Value, result: impl serde::Serialize) -> Response {
     Response::ok(json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
 

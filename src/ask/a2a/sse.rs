@@ -31,7 +31,7 @@ impl Plan {
         }
     }
 
-    fn event(&self, result: Value) -> Vec<u8> {
+    fn event(&self, result: impl serde::Serialize) -> Vec<u8> {
         let v = json!({"jsonrpc": "2.0", "id": self.rpc_id, "result": result});
         format!("data: {v}\n\n").into_bytes()
     }

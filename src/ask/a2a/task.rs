@@ -11,7 +11,7 @@
 
 use super::super::jobs::{Jobs, Viewer};
 use parking_lot::Mutex;
-use serde_json::{Value, json};
+use serde::Serialize;
 use std::collections::HashMap;
 
 /// The artifact id of an answer.
@@ -151,63 +151,132 @@ impl Tasks {
 }
 
 impl Snapshot {
-    fn status(&self) -> Value {
-        let mut status = json!({
-            "state": self.state.name(),
-            "timestamp": crate::clock::iso8601(crate::clock::now_ms()),
-        });
-        if let Some(m) = &self.message {
-            status["message"] = json!({
-                "messageId": format!("{}-{}", self.id, self.state.name()),
-                "contextId": self.context_id,
-                "taskId": self.id,
-                "role": "ROLE_AGENT",
-                "parts": [{"text": m}],
-            });
+    fn status(&self) -> TaskStatus {
+        TaskStatus {
+            state: self.state.name(),
+            timestamp: crate::clock::iso8601(crate::clock::now_ms()),
+            message: self.message.as_ref().map(|m| Message {
+                message_id: format!("{}-{}", self.id, self.state.name()),
+                context_id: self.context_id.clone(),
+                task_id: self.id.clone(),
+                role: "ROLE_AGENT",
+                parts: vec![Part {
+                    text: m.clone(),
+                    media_type: None,
+                }],
+            }),
         }
-        status
     }
 
     /// The answer artifact, when there is one.
-    pub fn artifact(&self) -> Option<Value> {
-        self.answer.as_ref().map(|a| {
-            json!({
-                "artifactId": ANSWER_ARTIFACT,
-                "name": "answer",
-                "parts": [{"text": a, "mediaType": "text/plain"}],
-            })
+    pub fn artifact(&self) -> Option<Artifact> {
+        self.answer.as_ref().map(|a| Artifact {
+            artifact_id: ANSWER_ARTIFACT,
+            name: "answer",
+            parts: vec![Part {
+                text: a.clone(),
+                media_type: Some("text/plain"),
+            }],
         })
     }
 
     /// The `Task` object.
-    pub fn task(&self) -> Value {
-        let mut t = json!({"id": self.id, "contextId": self.context_id, "status": self.status()});
-        if let Some(a) = self.artifact() {
-            t["artifacts"] = json!([a]);
+    pub fn task(&self) -> Task {
+        Task {
+            id: self.id.clone(),
+            context_id: self.context_id.clone(),
+            status: self.status(),
+            artifacts: self.artifact().into_iter().collect(),
         }
-        t
     }
 
     /// A `TaskStatusUpdateEvent` for a stream.
-    pub fn status_update(&self) -> Value {
-        json!({"statusUpdate": {
-            "taskId": self.id,
-            "contextId": self.context_id,
-            "status": self.status(),
-        }})
+    pub fn status_update(&self) -> StreamEvent {
+        StreamEvent::StatusUpdate {
+            task_id: self.id.clone(),
+            context_id: self.context_id.clone(),
+            status: self.status(),
+        }
     }
 
     /// A `TaskArtifactUpdateEvent` with the whole answer, when there is one.
-    pub fn artifact_update(&self) -> Option<Value> {
-        self.artifact().map(|a| {
-            json!({"artifactUpdate": {
-                "taskId": self.id,
-                "contextId": self.context_id,
-                "artifact": a,
-                "lastChunk": true,
-            }})
+    pub fn artifact_update(&self) -> Option<StreamEvent> {
+        self.artifact().map(|artifact| StreamEvent::ArtifactUpdate {
+            task_id: self.id.clone(),
+            context_id: self.context_id.clone(),
+            artifact,
+            last_chunk: true,
         })
     }
+}
+
+/// An A2A 1.0 `Task`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Task {
+    pub id: String,
+    pub context_id: String,
+    pub status: TaskStatus,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<Artifact>,
+}
+
+/// A task's `status`: its state, when it was read, and the agent's message about it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskStatus {
+    pub state: &'static str,
+    pub timestamp: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<Message>,
+}
+
+/// An agent `Message` about a task.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    pub message_id: String,
+    pub context_id: String,
+    pub task_id: String,
+    pub role: &'static str,
+    pub parts: Vec<Part>,
+}
+
+/// A text `Part`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Part {
+    pub text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<&'static str>,
+}
+
+/// The answer as an `Artifact`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Artifact {
+    pub artifact_id: &'static str,
+    pub name: &'static str,
+    pub parts: Vec<Part>,
+}
+
+/// One event of a task stream: `{"statusUpdate": …}` or `{"artifactUpdate": …}`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StreamEvent {
+    #[serde(rename_all = "camelCase")]
+    StatusUpdate {
+        task_id: String,
+        context_id: String,
+        status: TaskStatus,
+    },
+    #[serde(rename_all = "camelCase")]
+    ArtifactUpdate {
+        task_id: String,
+        context_id: String,
+        artifact: Artifact,
+        last_chunk: bool,
+    },
 }
 
 #[cfg(test)]
@@ -239,7 +308,10 @@ mod tests {
         );
         let a = tasks.snapshot("a", "ada", &jobs).unwrap();
         assert_eq!(a.state, State::Completed);
-        assert_eq!(a.task()["artifacts"][0]["parts"][0]["text"], "42");
+        assert_eq!(
+            serde_json::to_value(a.task()).unwrap()["artifacts"][0]["parts"][0]["text"],
+            "42"
+        );
         assert_eq!(tasks.cancel("a", "ada", &jobs), Some(Err(State::Completed)));
         assert_eq!(tasks.cancel("p", "ada", &jobs), Some(Ok(())));
         assert_eq!(

@@ -5,24 +5,32 @@
 
 use super::{RECOMMEND_PURPOSE, node_budget_ms, state_dir};
 use crate::ask::advertise::{self, CheckedAdvert};
+use crate::ask::card::PeerView;
 use crate::ask::card::{self, Card};
 use crate::ask::client;
 use crate::ask::config::{AskConfig, Friend};
 use crate::ask::keys::AskKey;
+use crate::ask::loose::{Loose, typed};
 use crate::ask::recommend::{self, RecommendReply, Via, pending};
 use crate::error::{Code, Error, Result};
 use crate::{clock, sanitize};
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use serde_json::{Map, Value, json};
 use std::path::Path;
 use std::time::Duration;
 
-/// A friend's JSON answer to `GET path`, or the one-line reason it failed.
-fn get_from(f: &Friend, path: &str, timeout_ms: u64) -> std::result::Result<Value, String> {
+/// A friend's answer to `GET path`, or the one-line reason it failed.
+fn get_from(f: &Friend, path: &str, timeout_ms: u64) -> std::result::Result<client::Reply, String> {
     crate::ask::tls::target(f, None)
         .and_then(|t| client::get_json_from(&t, path, Duration::from_millis(timeout_ms)))
-        .and_then(client::Reply::into_result)
         .map_err(|e| e.message)
+}
+
+/// The answer of `GET /sign/card` (only the member we read).
+#[derive(Default, Deserialize)]
+struct CardReply {
+    #[serde(default)]
+    card: Option<Loose<String>>,
 }
 
 /// One friend's card: `GET /sign/card`, verified, naming that friend, with the pinned key
@@ -32,11 +40,10 @@ pub fn fetch_card(
     timeout_ms: u64,
     now_ms: u64,
 ) -> std::result::Result<(String, Card), String> {
-    let body = get_from(f, "/sign/card", timeout_ms)?;
-    let card_str = body
-        .get("card")
-        .and_then(Value::as_str)
-        .ok_or("the answer carries no card")?;
+    let body: CardReply = get_from(f, "/sign/card", timeout_ms)?
+        .into_typed()
+        .map_err(|e| e.message)?;
+    let card_str = typed(&body.card).ok_or("the answer carries no card")?;
     let c = card::verify(card_str, now_ms).map_err(|e| e.to_string())?;
     if c.name != f.name {
         return Err(format!(
@@ -56,7 +63,9 @@ pub(super) fn fetch_advert_raw(
     f: &Friend,
     timeout_ms: u64,
 ) -> std::result::Result<Box<RawValue>, String> {
-    let text = get_from(f, "/advertise", timeout_ms)?.to_string();
+    let text = get_from(f, "/advertise", timeout_ms)?
+        .into_text()
+        .map_err(|e| e.message)?;
     if text.len() > crate::config::internal::ADVERT_BYTES_MAX {
         return Err(format!(
             "advert is larger than {} bytes",
@@ -128,24 +137,23 @@ pub fn checked_answer(
     Ok((card_str.to_string(), c))
 }
 
-/// Adds our credentials for friend `f` to an outbound body, as the core's asks do: the
-/// friend's token when one is configured, and our replay-safe signature unless the
-/// connection itself proves us (`t` is mutual TLS), so either kind of entry for us on the
-/// other side authenticates it.
-pub fn credentials(
-    key: &AskKey,
-    f: &Friend,
-    t: &crate::ask::tls::Target,
-    mut body: Map<String, Value>,
-    purpose: &str,
-) -> Value {
-    if let Some(t) = &f.token {
-        body.insert("token".into(), json!(t));
-    }
-    if !t.proves_caller() {
-        crate::ask::auth::sign_body(key, &mut body, purpose, &f.name, clock::now_ms());
-    }
-    Value::Object(body)
+/// The members of `POST /recommend` before the credentials; as dsh's client sends them,
+/// `maxHops` only when positive and `path` only when non-empty.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RecommendBody<'a> {
+    protocol_version: u64,
+    caller: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    topic: Option<&'a str>,
+    #[serde(skip_serializing_if = "is_zero")]
+    max_hops: u64,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    path: &'a [String],
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `POST /recommend` to friend `f`, authenticated and signed like an ask.
@@ -158,24 +166,22 @@ pub fn post_recommend(
     path: &[String],
     timeout_ms: u64,
 ) -> Result<RecommendReply> {
-    let mut body = Map::new();
-    body.insert(
-        "protocolVersion".into(),
-        json!(crate::ask::PROTOCOL_VERSION),
-    );
-    body.insert("caller".into(), json!(cfg.caller_name));
-    if let Some(t) = topic {
-        body.insert("topic".into(), json!(t));
-    }
-    // As dsh's client: maxHops only when positive, path only when non-empty.
-    if max_hops > 0 {
-        body.insert("maxHops".into(), json!(max_hops));
-    }
-    if !path.is_empty() {
-        body.insert("path".into(), json!(path));
-    }
+    let body = RecommendBody {
+        protocol_version: crate::ask::PROTOCOL_VERSION,
+        caller: &cfg.caller_name,
+        topic,
+        max_hops,
+        path,
+    };
     let target = crate::ask::tls::target(f, Some(key))?;
-    let body = credentials(key, f, &target, body, RECOMMEND_PURPOSE);
+    let body = crate::ask::auth::credentials(
+        key,
+        &body,
+        f.token.as_deref(),
+        target.proves_caller(),
+        RECOMMEND_PURPOSE,
+        &f.name,
+    );
     client::post_json_to(
         &target,
         "/recommend",
@@ -194,7 +200,7 @@ pub fn request_recommendation(
     peer: &str,
     topic: Option<&str>,
     max_hops: u64,
-) -> Result<Value> {
+) -> Result<Recommended> {
     let f = cfg.friend(peer).ok_or_else(|| {
         Error::new(
             Code::NotFound,
@@ -210,40 +216,57 @@ pub fn request_recommendation(
     let reply = post_recommend(cfg, key, f, topic, hops, &[], timeout)?;
     let now = clock::now_ms();
     let (card_str, c) = checked_answer(&reply, now).map_err(|e| Error::new(Code::AuthFailed, e))?;
-    let via = reply.via;
-    let mut out = json!({
-        "peer": peer,
-        "from": c.name,
-        "recommended": c.peer_view(),
-        "via": via,
-        "fingerprint": crate::ask::canon::fingerprint(&c.key),
-    });
+    let mut out = Recommended {
+        peer: peer.to_string(),
+        from: c.name.clone(),
+        recommended: c.peer_view(),
+        via: reply.via,
+        fingerprint: crate::ask::canon::fingerprint(&c.key),
+        status: "self",
+        rec_id: None,
+    };
     if c.key == key.public() {
-        out["status"] = json!("self");
         return Ok(out);
     }
     if cfg.peers.iter().any(|p| p.key == Some(c.key)) {
-        out["status"] = json!("already_a_friend");
+        out.status = "already_a_friend";
         return Ok(out);
     }
     let store = pending::Store::new(&state_dir(home));
     let p = store.add(
         peer,
-        via,
+        out.via.clone(),
         &card_str,
         &c.public_key,
         topic.map(str::to_string),
         now,
     )?;
-    out["recId"] = json!(p.rec_id);
-    out["status"] = json!("awaiting_user_approval");
+    out.rec_id = Some(p.rec_id);
+    out.status = "awaiting_user_approval";
     Ok(out)
+}
+
+/// A recommendation as front ends show it: who was asked, the recommended card, the chain
+/// it came through, and what became of it (`self`, `already_a_friend`, or
+/// `awaiting_user_approval` with its `recId`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Recommended {
+    pub peer: String,
+    pub from: String,
+    pub recommended: PeerView,
+    pub via: Via,
+    pub fingerprint: String,
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rec_id: Option<String>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ask::discovery::server::own_card;
+    use serde_json::{Value, json};
 
     fn reply(v: Value) -> RecommendReply {
         serde_json::from_value(v).unwrap()

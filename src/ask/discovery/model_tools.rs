@@ -32,7 +32,10 @@ pub fn execute(home: &Path, call: AskCall, cancel: &AtomicBool) -> Result<Value>
     match call {
         AskCall::PeersList { refresh } => {
             let list = super::views::peers_listing(home, &cfg, refresh);
-            let peers: Vec<Value> = list.into_iter().map(external).collect();
+            let peers: Vec<Value> = list
+                .into_iter()
+                .map(|p| external(serde_json::to_value(p).unwrap_or_default()))
+                .collect();
             Ok(json!({"peers": peers}))
         }
         AskCall::Recommend {
@@ -49,7 +52,7 @@ pub fn execute(home: &Path, call: AskCall, cancel: &AtomicBool) -> Result<Value>
                 topic.as_deref(),
                 max_hops,
             )?;
-            Ok(external(v))
+            Ok(external(serde_json::to_value(v).unwrap_or_default()))
         }
         AskCall::Ask { peer, q, async_ } => ask_one(home, &cfg, &peer, &q, async_, cancel),
         AskCall::AskMany { peers, q } => ask_many(home, &cfg, &peers, &q, cancel),

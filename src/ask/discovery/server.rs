@@ -199,7 +199,7 @@ fn sign_card(state: &ServerState) -> std::result::Result<Response, ApiError> {
         state.listen.port(),
         clock::now_ms(),
     );
-    Ok(Response::ok(card_view(&card, &state.key)))
+    Ok(Response::ok_typed(&card_view(&card, &state.key)))
 }
 
 fn verify_card(req: &Request) -> std::result::Result<Response, ApiError> {
@@ -208,7 +208,7 @@ fn verify_card(req: &Request) -> std::result::Result<Response, ApiError> {
     let Some(card_str) = typed(&body.card) else {
         return Err(ApiError::bad_request("card (string) is required"));
     };
-    Ok(Response::ok(verify_view(card_str, clock::now_ms())))
+    Ok(Response::ok_typed(&verify_view(card_str, clock::now_ms())))
 }
 
 fn handle_recommend(state: &ServerState, req: &Request) -> std::result::Result<Response, ApiError> {
