@@ -1539,43 +1539,56 @@ fn a_held_sync_blocks_the_leader_and_queues_the_rest() {
 /// without an fdatasync; the ticket says so; the writer thread's timer still syncs it soon.
 #[test]
 fn an_intent_frame_is_written_out_not_synced_and_the_timer_still_syncs_it() {
-    let home = TempHome::new("writeout");
-    let s = open(&home, &limits()).unwrap();
-    let h = s.handle();
-    h.set_live(ME);
-    let before = h.stats();
-    // A deferred frame first: the intent's write-out covers it too, so no unwritten gap can
-    // lie before the intent's frame after a power loss.
-    let start = h.stats().journal_bytes;
-    h.write_applied(|m, r, now| m.accept(&sender(1), send("m0"), r, now))
-        .unwrap();
-    let (_, ticket) = h
-        .write_written(|m, r, now| m.accept(&sender(1), send("m1"), r, now))
-        .unwrap();
-    let st = h.stats();
-    assert_eq!(
-        ticket.frame,
-        flush::IntentFrame {
-            in_room: true,
-            written_out: true
-        }
-    );
-    assert_eq!(st.write_outs - before.write_outs, 1);
-    assert_eq!(
-        st.write_out_bytes - before.write_out_bytes,
-        st.journal_bytes - start + journal::MARK_BYTES as u64,
-        "the write-out covers every byte since the last fdatasync"
-    );
-    // The safety net: the deferred sync happens by itself.
-    let t = std::time::Instant::now();
-    while h.stats().syncs == before.syncs {
+    // The deferred sync's timer (`DEFERRED_SYNC_MS`) may fire between the two writes on a
+    // loaded machine, and then the write-out rightly covers less: such a try proves nothing
+    // and is made again on a new store.
+    for attempt in 0.. {
         assert!(
-            t.elapsed() < std::time::Duration::from_secs(60),
-            "never synced"
+            attempt < 20,
+            "the timer synced between the two writes every time"
         );
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        let home = TempHome::new("writeout");
+        let s = open(&home, &limits()).unwrap();
+        let h = s.handle();
+        h.set_live(ME);
+        let before = h.stats();
+        // A deferred frame first: the intent's write-out covers it too, so no unwritten gap
+        // can lie before the intent's frame after a power loss.
+        let start = h.stats().journal_bytes;
+        h.write_applied(|m, r, now| m.accept(&sender(1), send("m0"), r, now))
+            .unwrap();
+        let (_, ticket) = h
+            .write_written(|m, r, now| m.accept(&sender(1), send("m1"), r, now))
+            .unwrap();
+        let st = h.stats();
+        if st.syncs != before.syncs {
+            continue;
+        }
+        assert_eq!(
+            ticket.frame,
+            flush::IntentFrame {
+                in_room: true,
+                written_out: true
+            }
+        );
+        assert_eq!(st.write_outs - before.write_outs, 1);
+        assert_eq!(
+            st.write_out_bytes - before.write_out_bytes,
+            st.journal_bytes - start + journal::MARK_BYTES as u64,
+            "the write-out covers every byte since the last fdatasync"
+        );
+        // The safety net: the deferred sync happens by itself.
+        let t = std::time::Instant::now();
+        while h.stats().syncs == before.syncs {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(60),
+                "never synced"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        h.wait_durable(ticket).unwrap();
+        return;
     }
-    h.wait_durable(ticket).unwrap();
 }
 
 /// A sender whose intent nobody covered leads its fdatasync itself, in its own thread, instead
