@@ -294,18 +294,7 @@ struct RunEntry {
 /// or `text/plain`, and always naming its `Origin`. A decision must be JSON, and a browser's
 /// `Origin` must be this server's own.
 fn browser_safe(state: &ServerState, req: &Request) -> std::result::Result<(), ApiError> {
-    let json = req.header("content-type").is_some_and(|t| {
-        t.split(';')
-            .next()
-            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
-    });
-    if !json {
-        return Err(ApiError::new(
-            415,
-            "unsupported_media_type",
-            "a decision must be sent as Content-Type: application/json",
-        ));
-    }
+    req.decision_is_json()?;
     if let Some(origin) = req.header("origin") {
         let reach = state.reachable_addr();
         let own = [

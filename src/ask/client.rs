@@ -4,7 +4,7 @@
 //! headers parsed with `httparse`, and the JSON body kept for error replies too, so a
 //! declined ask, a forbidden caller and a timeout stay distinguishable.
 
-use super::tls::{Target, Wire};
+use super::tls::{Target, Wire, time_left as left};
 use crate::config::internal::{ASK_RESPONSE_BYTES_MAX, ASK_RESPONSE_HEADERS_MAX};
 use crate::error::{Code, Error, Result};
 use serde_json::Value;
@@ -199,17 +199,6 @@ fn exchange<S: Wire>(
         .and_then(|()| stream.flush())
         .map_err(|e| io_error(where_, &e))?;
     read_response(&mut stream, deadline, where_)
-}
-
-fn left(deadline: Instant, where_: &str) -> Result<Duration> {
-    let d = deadline.saturating_duration_since(Instant::now());
-    if d.is_zero() {
-        return Err(Error::new(
-            Code::Timeout,
-            format!("{where_} did not answer in time"),
-        ));
-    }
-    Ok(d)
 }
 
 fn io_error(where_: &str, e: &std::io::Error) -> Error {

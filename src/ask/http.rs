@@ -344,6 +344,25 @@ impl Request {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     }
+
+    /// Refuses (415) an owner's decision not sent as `Content-Type: application/json`: a page
+    /// in a browser can post to any address, but without a CORS preflight only as a form or
+    /// `text/plain`.
+    pub fn decision_is_json(&self) -> std::result::Result<(), ApiError> {
+        let json = self.header("content-type").is_some_and(|t| {
+            t.split(';')
+                .next()
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+        });
+        if json {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            415,
+            "unsupported_media_type",
+            "a decision must be sent as Content-Type: application/json",
+        ))
+    }
 }
 
 fn percent_decode(s: &str) -> String {

@@ -278,18 +278,7 @@ fn decide(state: &ServerState, req: &Request) -> Result<Reply, ApiError> {
 /// A decision is JSON (a form or `text/plain` post from another page cannot be) and names this
 /// page's own origin (every browser sends `Origin` on a `fetch` POST).
 fn same_origin_json(state: &ServerState, req: &Request) -> Result<(), ApiError> {
-    let json = req.header("content-type").is_some_and(|t| {
-        t.split(';')
-            .next()
-            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
-    });
-    if !json {
-        return Err(ApiError::new(
-            415,
-            "unsupported_media_type",
-            "a decision must be sent as Content-Type: application/json",
-        ));
-    }
+    req.decision_is_json()?;
     let origin_ok = req.header("origin").is_some_and(|o| {
         o.strip_prefix("http://")
             .is_some_and(|host| own_host(state.listen, host))

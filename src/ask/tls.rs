@@ -350,7 +350,8 @@ pub fn target<'a>(f: &'a Friend, own: Option<&'a AskKey>) -> Result<Target<'a>> 
     }
 }
 
-fn time_left(deadline: Instant, where_: &str) -> Result<Duration> {
+/// What is left of `deadline`; `TIMEOUT` naming `where_` when nothing is.
+pub(super) fn time_left(deadline: Instant, where_: &str) -> Result<Duration> {
     let d = deadline.saturating_duration_since(Instant::now());
     if d.is_zero() {
         return Err(Error::new(
