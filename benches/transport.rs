@@ -165,7 +165,7 @@ fn warm_pair() -> (peerwire::fsutil::TempDir, Endpoint, Pool, Target) {
         endpoint: path,
         public_key: b.keys.public(),
     };
-    pool.request(&target, "peer.send", payload(), 0)
+    pool.request_raw(&target, "peer.send", payload(), 0)
         .unwrap_or_else(|e| panic!("{e}"));
     (dir, endpoint, pool, target)
 }
@@ -177,7 +177,7 @@ fn round_trips(c: &mut Criterion) {
     group.bench_function("Pool -> Endpoint echo (authenticated, warm)", |bch| {
         bch.iter(|| {
             black_box(
-                pool.request(&target, "peer.send", params.clone(), 0)
+                pool.request_raw(&target, "peer.send", params.clone(), 0)
                     .is_ok(),
             )
         })
@@ -290,7 +290,7 @@ fn ratio(_: &mut Criterion) {
         echo.client.write_all(&line).is_ok() && echo.reader.read_until(b'\n', &mut buf).is_ok()
     };
     let warm_trip = || {
-        pool.request(&target, "peer.send", params.clone(), 0)
+        pool.request_raw(&target, "peer.send", params.clone(), 0)
             .is_ok()
     };
     let json = || json_trip(&params);

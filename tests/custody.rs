@@ -269,7 +269,7 @@ impl WireSender {
             endpoint: host.field("endpoint").into(),
             public_key: peerwire::identity::parse_spki_b64(key).unwrap(),
         };
-        self.pool.request(
+        self.pool.request_raw(
             &target,
             "peer.send",
             json!({"version": 1, "messageId": id, "to": host.field("peerId"),

@@ -300,7 +300,7 @@ fn assert_serves(r: &Remote, client: &Client) {
     let ok = eventually(20, || {
         client
             .pool()
-            .request(&r.target(), "peer.directory", json!({"version": 1}), 0)
+            .request_raw(&r.target(), "peer.directory", json!({"version": 1}), 0)
             .is_ok()
     });
     assert!(ok, "the host no longer serves a good client");
@@ -351,7 +351,7 @@ fn two_hosts_and_a_pool_client_exchange_authenticated_requests() {
     }));
     let t = b.target();
     let sent = pool
-        .request(
+        .request_raw(
             &t,
             "peer.send",
             send_params(&b.peer_id, "m-1", "from the test"),
@@ -363,7 +363,7 @@ fn two_hosts_and_a_pool_client_exchange_authenticated_requests() {
     assert_eq!(sent["toPeerId"], json!(b.peer_id), "{sent}");
     assert!(sent["atMs"].as_u64().is_some(), "{sent}");
     let again = pool
-        .request(
+        .request_raw(
             &t,
             "peer.send",
             send_params(&b.peer_id, "m-1", "from the test"),
@@ -375,7 +375,7 @@ fn two_hosts_and_a_pool_client_exchange_authenticated_requests() {
         "a retry is the same receipt"
     );
     let conflict = pool
-        .request(
+        .request_raw(
             &t,
             "peer.send",
             send_params(&b.peer_id, "m-1", "different"),
@@ -385,7 +385,7 @@ fn two_hosts_and_a_pool_client_exchange_authenticated_requests() {
     assert_eq!(conflict.code, Code::MessageIdConflict);
 
     let status = pool
-        .request(
+        .request_raw(
             &t,
             "peer.status",
             json!({"version":1,"messageId":"m-1","to":b.peer_id}),
@@ -394,7 +394,7 @@ fn two_hosts_and_a_pool_client_exchange_authenticated_requests() {
         .unwrap();
     assert_eq!(status["state"], "accepted");
     let dir = pool
-        .request(&t, "peer.directory", json!({"version": 1}), 0)
+        .request_raw(&t, "peer.directory", json!({"version": 1}), 0)
         .unwrap();
     assert_eq!(dir["runs"], json!([]), "{dir}");
     assert_eq!(dir["cursor"], Value::Null);
@@ -403,13 +403,13 @@ fn two_hosts_and_a_pool_client_exchange_authenticated_requests() {
     let mut forged = status.clone();
     forged["state"] = json!("consumed");
     forged["version"] = json!(1);
-    let refused = pool.request(&t, "peer.receipt", forged, 0).unwrap_err();
+    let refused = pool.request_raw(&t, "peer.receipt", forged, 0).unwrap_err();
     assert_eq!(refused.code, Code::InvalidRequest, "{refused}");
 
     // Subscribe, then let B's root consume through its trusted local channel: the change is
     // pushed to us as a peer.receipt notification on the same connection.
     let sub = pool
-        .request(
+        .request_raw(
             &t,
             "peer.subscribe",
             json!({"version":1,"messageId":"m-1","to":b.peer_id}),
@@ -453,7 +453,7 @@ fn two_hosts_and_a_pool_client_exchange_authenticated_requests() {
         == "peer.receipt"
         && p["state"] == "consumed")));
     let status = pool
-        .request(
+        .request_raw(
             &t,
             "peer.status",
             json!({"version":1,"messageId":"m-1","to":b.peer_id}),
@@ -525,14 +525,14 @@ fn only_the_recipient_may_record_a_receipt_at_the_sender() {
     let intruder = Client::publish(&hb);
     let e = intruder
         .pool()
-        .request(&b.target(), "peer.receipt", consumed.clone(), 0)
+        .request_raw(&b.target(), "peer.receipt", consumed.clone(), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::InvalidRequest, "{e}");
     let mut as_run = consumed.clone();
     as_run["fromRun"] = json!("r-not-the-recipient");
     let e = client
         .pool()
-        .request(&b.target(), "peer.receipt", as_run, 0)
+        .request_raw(&b.target(), "peer.receipt", as_run, 0)
         .unwrap_err();
     assert_eq!(e.code, Code::InvalidRequest, "{e}");
     let id = receipt["messageId"].as_str().unwrap();
@@ -542,14 +542,14 @@ fn only_the_recipient_may_record_a_receipt_at_the_sender() {
     // The recipient records it; a later regression to prepared is ignored.
     let ok = client
         .pool()
-        .request(&b.target(), "peer.receipt", consumed.clone(), 0)
+        .request_raw(&b.target(), "peer.receipt", consumed.clone(), 0)
         .unwrap();
     assert_eq!(ok, json!({"ok": true, "state": "consumed"}));
     let mut older = consumed.clone();
     older["state"] = json!("prepared");
     let ok = client
         .pool()
-        .request(&b.target(), "peer.receipt", older, 0)
+        .request_raw(&b.target(), "peer.receipt", older, 0)
         .unwrap();
     assert_eq!(ok["state"], "consumed", "receipts never regress: {ok}");
     let status = json_out(&peer_in(&ns, &b, &["status", id]));
@@ -782,12 +782,12 @@ fn local_only_methods_are_denied_to_peers_and_the_local_channel_needs_its_secret
     let pool = client.pool();
     for method in ["peer.read", "local.info", "local.tool", "resource.request"] {
         let e = pool
-            .request(&b.target(), method, json!({"version": 1}), 0)
+            .request_raw(&b.target(), method, json!({"version": 1}), 0)
             .unwrap_err();
         assert_eq!(e.code, Code::CapabilityDenied, "{method}: {e}");
     }
     let e = pool
-        .request(&b.target(), "peer.nonexistent", json!({"version": 1}), 0)
+        .request_raw(&b.target(), "peer.nonexistent", json!({"version": 1}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::MethodNotFound);
 
@@ -841,13 +841,13 @@ fn a_restarted_host_is_a_new_incarnation_and_the_old_route_ends() {
     };
     let e = client
         .pool()
-        .request(&stale, "peer.directory", json!({"version": 1}), 0)
+        .request_raw(&stale, "peer.directory", json!({"version": 1}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::TargetEnded, "{e}");
     // The old endpoint is gone.
     let e = client
         .pool()
-        .request(&old.target(), "peer.directory", json!({"version": 1}), 0)
+        .request_raw(&old.target(), "peer.directory", json!({"version": 1}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::PeerOffline, "{e}");
     assert_serves(&new, &client);
@@ -1032,7 +1032,7 @@ fn peer_requests_are_validated_and_each_sender_sees_only_its_own_messages() {
     let b = remote(&hb);
     let (client, intruder) = (Client::publish(&hb), Client::publish(&hb));
     let (t, pool) = (b.target(), client.pool());
-    let send = |p: Value| pool.request(&t, "peer.send", p, 0).map_err(|e| e.code);
+    let send = |p: Value| pool.request_raw(&t, "peer.send", p, 0).map_err(|e| e.code);
     let with = |id: &str, k: &str, v: Value| {
         let mut p = send_params(&b.peer_id, id, "x");
         p[k] = v;
@@ -1055,7 +1055,7 @@ fn peer_requests_are_validated_and_each_sender_sees_only_its_own_messages() {
         Err(Code::MessageTooLarge)
     );
     let e = pool
-        .request(&t, "peer.directory", json!([1]), 0)
+        .request_raw(&t, "peer.directory", json!([1]), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::InvalidRequest);
 
@@ -1065,18 +1065,18 @@ fn peer_requests_are_validated_and_each_sender_sees_only_its_own_messages() {
     for method in ["peer.status", "peer.subscribe"] {
         let e = intruder
             .pool()
-            .request(&t, method, ask.clone(), 0)
+            .request_raw(&t, method, ask.clone(), 0)
             .unwrap_err();
         assert_eq!(e.code, Code::NotFound, "{method}: {e}");
         assert_eq!(
-            pool.request(&t, method, ask.clone(), 0).unwrap()["state"],
+            pool.request_raw(&t, method, ask.clone(), 0).unwrap()["state"],
             "accepted"
         );
     }
     // The same messageId from another sender is another message.
     let theirs = intruder
         .pool()
-        .request(&t, "peer.send", send_params(&b.peer_id, "mine", "other"), 0)
+        .request_raw(&t, "peer.send", send_params(&b.peer_id, "mine", "other"), 0)
         .unwrap();
     assert_eq!(theirs["fromPeerId"], json!(intruder.peer_id));
     assert_serves(&b, &client);

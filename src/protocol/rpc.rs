@@ -98,7 +98,7 @@ pub fn unknown_method(kind: &str, method: &str) -> Error {
 
 /// Parses one frame (without its newline). Never panics, whatever the bytes.
 pub fn parse(frame: &[u8]) -> Result<Incoming, Reject> {
-    let value: Value = match serde_json::from_slice(frame) {
+    let top: Top = match serde_json::from_slice(frame) {
         Ok(v) => v,
         Err(e) => {
             let error = Error::new(
@@ -112,12 +112,12 @@ pub fn parse(frame: &[u8]) -> Result<Incoming, Reject> {
             });
         }
     };
-    let Value::Object(mut obj) = value else {
+    let Top::Object(mut obj) = top else {
         return Err(Reject::invalid(None, "frame must be a JSON object"));
     };
-    let id = match obj.get("id") {
+    let id = match &obj.id {
         None => None,
-        Some(Value::Null) if !obj.contains_key("method") => return parse_null_id_error(&mut obj),
+        Some(Value::Null) if obj.method.is_none() => return parse_null_id_error(&mut obj),
         Some(v) => match Id::from_value(v) {
             Some(id) => Some(id),
             None => {
@@ -127,17 +127,17 @@ pub fn parse(frame: &[u8]) -> Result<Incoming, Reject> {
             }
         },
     };
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    if obj.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
         return Err(Reject::invalid(id, "jsonrpc must be \"2.0\""));
     }
-    if obj.contains_key("method") {
+    if obj.method.is_some() {
         return parse_call(id, &mut obj);
     }
     parse_response(id, &mut obj)
 }
 
-fn parse_call(id: Option<Id>, obj: &mut Map<String, Value>) -> Result<Incoming, Reject> {
-    let method = match obj.remove("method") {
+fn parse_call(id: Option<Id>, obj: &mut Members) -> Result<Incoming, Reject> {
+    let method = match obj.method.take() {
         Some(Value::String(m)) if !m.is_empty() && m.len() <= METHOD_BYTES_MAX => m,
         _ => {
             let why =
@@ -145,7 +145,7 @@ fn parse_call(id: Option<Id>, obj: &mut Map<String, Value>) -> Result<Incoming, 
             return Err(Reject::invalid(id, &why));
         }
     };
-    let params = match obj.remove("params") {
+    let params = match obj.params.take() {
         None => Map::new(),
         Some(Value::Object(p)) => p,
         Some(_) => return Err(Reject::invalid(id, "params must be an object when present")),
@@ -157,11 +157,11 @@ fn parse_call(id: Option<Id>, obj: &mut Map<String, Value>) -> Result<Incoming, 
 }
 
 /// `"id":null` is only meaningful on an error answering an unreadable frame.
-fn parse_null_id_error(obj: &mut Map<String, Value>) -> Result<Incoming, Reject> {
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+fn parse_null_id_error(obj: &mut Members) -> Result<Incoming, Reject> {
+    if obj.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
         return Err(Reject::invalid(None, "jsonrpc must be \"2.0\""));
     }
-    match (obj.remove("result"), obj.remove("error")) {
+    match (obj.result.take(), obj.error.take()) {
         (None, Some(error @ Value::Object(_))) => Ok(Incoming::Response {
             id: None,
             result: Err(error),
@@ -173,7 +173,7 @@ fn parse_null_id_error(obj: &mut Map<String, Value>) -> Result<Incoming, Reject>
     }
 }
 
-fn parse_response(id: Option<Id>, obj: &mut Map<String, Value>) -> Result<Incoming, Reject> {
+fn parse_response(id: Option<Id>, obj: &mut Members) -> Result<Incoming, Reject> {
     let Some(id) = id else {
         return Err(Reject::invalid(
             None,
@@ -181,7 +181,7 @@ fn parse_response(id: Option<Id>, obj: &mut Map<String, Value>) -> Result<Incomi
         ));
     };
     let id = Some(id);
-    match (obj.remove("result"), obj.remove("error")) {
+    match (obj.result.take(), obj.error.take()) {
         (Some(result), None) => Ok(Incoming::Response {
             id,
             result: Ok(result),
@@ -194,6 +194,116 @@ fn parse_response(id: Option<Id>, obj: &mut Map<String, Value>) -> Result<Incomi
             id,
             "a response needs exactly one of result or error (an object)",
         )),
+    }
+}
+
+/// A frame's top level as `parse` reads it, in one pass: an object's members, or anything
+/// else (read whole, so that malformed or too deeply nested JSON anywhere is still a parse
+/// error, as it was when the frame was one `Value`).
+enum Top {
+    Object(Members),
+    Other,
+}
+
+/// The members of a frame object the decoder looks at, each read as a `Value` where it
+/// stands (so the recursion limit counts the frame's own depth); a repeated key's last value
+/// counts, as in a `Value` map. Other members are read (to the same checks) and dropped.
+#[derive(Default)]
+struct Members {
+    jsonrpc: Option<Value>,
+    id: Option<Value>,
+    method: Option<Value>,
+    params: Option<Value>,
+    result: Option<Value>,
+    error: Option<Value>,
+}
+
+/// A member name of a frame object.
+enum Key {
+    Jsonrpc,
+    Id,
+    Method,
+    Params,
+    Result,
+    Error,
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for Key {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = Key;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Key, E> {
+                Ok(match s {
+                    "jsonrpc" => Key::Jsonrpc,
+                    "id" => Key::Id,
+                    "method" => Key::Method,
+                    "params" => Key::Params,
+                    "result" => Key::Result,
+                    "error" => Key::Error,
+                    _ => Key::Other,
+                })
+            }
+        }
+        d.deserialize_str(Name)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Top {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Top, D::Error> {
+        d.deserialize_any(TopVisitor)
+    }
+}
+
+struct TopVisitor;
+
+impl<'de> serde::de::Visitor<'de> for TopVisitor {
+    type Value = Top;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
+        let mut m = Members::default();
+        while let Some(key) = map.next_key::<Key>()? {
+            let value: Value = map.next_value()?;
+            let slot = match key {
+                Key::Jsonrpc => &mut m.jsonrpc,
+                Key::Id => &mut m.id,
+                Key::Method => &mut m.method,
+                Key::Params => &mut m.params,
+                Key::Result => &mut m.result,
+                Key::Error => &mut m.error,
+                Key::Other => continue,
+            };
+            *slot = Some(value);
+        }
+        Ok(Top::Object(m))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Top, A::Error> {
+        while seq.next_element::<Value>()?.is_some() {}
+        Ok(Top::Other)
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Top, E> {
+        Ok(Top::Other)
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Top, E> {
+        Ok(Top::Other)
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Top, E> {
+        Ok(Top::Other)
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Top, E> {
+        Ok(Top::Other)
+    }
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Top, E> {
+        Ok(Top::Other)
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Top, E> {
+        Ok(Top::Other)
     }
 }
 
@@ -502,6 +612,26 @@ mod tests {
             "]".repeat(200)
         );
         assert_eq!(reject(nested.as_bytes()).number, PARSE_ERROR);
+    }
+
+    /// Read in one pass, a frame still means what its `Value` meant: a repeated member's
+    /// last value counts, and a member the decoder ignores is still checked whole.
+    #[test]
+    fn one_pass_members_mean_what_the_value_meant() {
+        let dup = br#"{"jsonrpc":"1.0","jsonrpc":"2.0","id":1,"method":"m","params":[1],"params":{"a":1}}"#;
+        assert!(matches!(parse(dup), Ok(Incoming::Request { ref params, .. }) if params["a"] == 1));
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"m","x":{}1{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert_eq!(reject(deep.as_bytes()).number, PARSE_ERROR);
+        let huge = br#"{"jsonrpc":"2.0","id":1,"method":"m","x":1e400}"#;
+        assert_eq!(reject(huge).number, PARSE_ERROR);
+        let top = format!("{}1{}", "[".repeat(127), "]".repeat(127));
+        assert_eq!(reject(top.as_bytes()).number, -32600);
+        let top = format!("{}1{}", "[".repeat(129), "]".repeat(129));
+        assert_eq!(reject(top.as_bytes()).number, PARSE_ERROR);
     }
 
     #[test]

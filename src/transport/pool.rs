@@ -77,7 +77,7 @@ impl OutConn {
 
     /// Worth a request: not known dead and, after `QUIET`, not hung up by the peer (a
     /// connection that just answered skips the probe; a hang-up since then shows as a
-    /// broken pipe, which `Pool::request` retries).
+    /// broken pipe, which a pool request retries).
     fn is_usable(&self) -> bool {
         let quiet = {
             let st = self.state.lock();
@@ -211,7 +211,7 @@ impl OutConn {
             }
             Ok(Incoming::Notification { method, params }) => {
                 // The sink may run on a requesting thread: a panic in it must not unwind
-                // into an unrelated `Pool::request`. It ends this connection, as it always did.
+                // into an unrelated pool request. It ends this connection, as it always did.
                 let deliver = || (self.sink)(&self.peer, &method, params);
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(deliver)).is_err() {
                     self.die();
@@ -348,11 +348,14 @@ impl Pool {
         }
     }
 
-    /// Sends one request to `target` and waits for its answer. `timeout_ms` 0 means
-    /// `acknowledgementMs`. Connects (with a fresh handshake) when no live connection is cached.
-    /// Errors: `PEER_OFFLINE` (no listener), `TARGET_ENDED` (another incarnation answers),
-    /// `AUTH_FAILED`, `QUEUE_FULL`, `TIMEOUT`, `DISCONNECTED`, or the peer's own error.
-    pub fn request(
+    /// The probe path: sends one request of any method with untyped params to `target` and
+    /// waits for its answer as it came. The runtime speaks through the typed methods below;
+    /// this is for tests and benchmarks that send what no typed request can (hostile frames,
+    /// unknown methods). `timeout_ms` 0 means `acknowledgementMs`. Connects (with a fresh
+    /// handshake) when no live connection is cached. Errors: `PEER_OFFLINE` (no listener),
+    /// `TARGET_ENDED` (another incarnation answers), `AUTH_FAILED`, `QUEUE_FULL`, `TIMEOUT`,
+    /// `DISCONNECTED`, or the peer's own error.
+    pub fn request_raw(
         &self,
         target: &Target,
         method: &str,
@@ -362,7 +365,7 @@ impl Pool {
         self.reply(target, method, (&params, 0), timeout_ms)
     }
 
-    /// [`Pool::request`] with params of any type that serialises as their `Value` would (a
+    /// [`Pool::request_raw`] with params of any type that serialises as their `Value` would (a
     /// `Value`, or a typed request's sorted params), the answer as it came. `params` comes
     /// with the bytes of peer text it carries (its frame's buffer is sized for them).
     fn reply<P: serde::Serialize + ?Sized>(
@@ -414,7 +417,8 @@ impl Pool {
         q: &message::PeerStatus,
         timeout_ms: u64,
     ) -> Result<message::Receipt> {
-        message::Receipt::decode(self.request(target, "peer.status", q.encode(), timeout_ms)?)
+        let params = (&q.encode(), 0);
+        message::Receipt::decode(self.reply(target, "peer.status", params, timeout_ms)?)
     }
 
     /// `peer.receipt` to `target`: hands over one recipient-side receipt.

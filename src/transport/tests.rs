@@ -304,7 +304,7 @@ fn two_endpoints_authenticate_mutually_and_exchange_requests() {
     let (pool_b, _) = pool_for(b, l);
     for i in 0..3 {
         let v = pool_a
-            .request(&b.target, "test.echo", json!({"n": i, "from": "forged"}), 0)
+            .request_raw(&b.target, "test.echo", json!({"n": i, "from": "forged"}), 0)
             .unwrap();
         assert_eq!(
             v["from"],
@@ -315,12 +315,12 @@ fn two_endpoints_authenticate_mutually_and_exchange_requests() {
     }
     assert_eq!(pool_a.cached_connections(), 1);
     let v = pool_b
-        .request(&a.target, "test.echo", json!({}), 0)
+        .request_raw(&a.target, "test.echo", json!({}), 0)
         .unwrap();
     assert_eq!(v["from"], json!(b.me.instance_id));
     // A notification pushed by B's handler reaches A's sink on the same connection.
     pool_a
-        .request(&b.target, "test.notify", json!({"x": 1}), 0)
+        .request_raw(&b.target, "test.notify", json!({"x": 1}), 0)
         .unwrap();
     let (from, method, params) = notes_a.recv_timeout(PATIENCE).unwrap();
     assert_eq!(
@@ -328,7 +328,7 @@ fn two_endpoints_authenticate_mutually_and_exchange_requests() {
         (b.me.instance_id.as_str(), "test.note", &json!(1))
     );
     let e = pool_a
-        .request(&b.target, "no.such", json!({}), 0)
+        .request_raw(&b.target, "no.such", json!({}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::MethodNotFound);
 }
@@ -342,19 +342,20 @@ fn local_only_methods_are_refused_over_the_peer_channel() {
         "resource.request",
         "resource.grant",
     ] {
-        let e = pool.request(&b.target, m, json!({}), 0).unwrap_err();
+        let e = pool.request_raw(&b.target, m, json!({}), 0).unwrap_err();
         assert_eq!(e.code, Code::CapabilityDenied, "{m}");
     }
     let e = pool
-        .request(&b.target, "peer.hello", json!({}), 0)
+        .request_raw(&b.target, "peer.hello", json!({}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::InvalidRequest);
     let e = pool
-        .request(&b.target, "test.echo", json!({"version": 2}), 0)
+        .request_raw(&b.target, "test.echo", json!({"version": 2}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::InvalidRequest, "protocol version 1 only");
     assert!(
-        pool.request(&b.target, "test.echo", json!({}), 0).is_ok(),
+        pool.request_raw(&b.target, "test.echo", json!({}), 0)
+            .is_ok(),
         "connection still serves"
     );
 }
@@ -370,9 +371,9 @@ fn the_handler_hears_after_each_reply() {
     let mut client = LocalClient::connect(&a.target.endpoint, SECRET, l).unwrap();
     client.call_raw("resource.request", &json!({}), 0).unwrap();
     pool_b
-        .request(&a.target, "test.echo", json!({}), 0)
+        .request_raw(&a.target, "test.echo", json!({}), 0)
         .unwrap();
-    let e = pool_b.request(&a.target, "no.such", json!({}), 0);
+    let e = pool_b.request_raw(&a.target, "no.such", json!({}), 0);
     assert_eq!(e.unwrap_err().code, Code::MethodNotFound);
     eventually("three after_reply calls", || {
         a.replied.load(Ordering::SeqCst) == 3
@@ -645,7 +646,10 @@ fn two_hundred_connections_at_once_are_bounded_and_refused_cleanly() {
     eventually("admitted connections end", || {
         endpoint.active_connections() == 0
     });
-    assert!(pool.request(&b.target, "test.echo", json!({}), 0).is_ok());
+    assert!(
+        pool.request_raw(&b.target, "test.echo", json!({}), 0)
+            .is_ok()
+    );
 }
 
 #[test]
@@ -659,19 +663,22 @@ fn stale_incarnation_offline_and_reconnect() {
         limits: l,
         ..
     } = &mut pair(limits());
-    pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
+    pool.request_raw(&b.target, "test.echo", json!({}), 0)
+        .unwrap();
     // B restarts as a new incarnation on the same path.
     b.endpoint.take().unwrap().shutdown();
     let e = pool
-        .request(&b.target, "test.echo", json!({}), 0)
+        .request_raw(&b.target, "test.echo", json!({}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::PeerOffline, "{e}");
     let b2 = node(dir, "b", adverts, l);
     let e = pool
-        .request(&b.target, "test.echo", json!({}), 0)
+        .request_raw(&b.target, "test.echo", json!({}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::TargetEnded, "{e}");
-    let v = pool.request(&b2.target, "test.echo", json!({}), 0).unwrap();
+    let v = pool
+        .request_raw(&b2.target, "test.echo", json!({}), 0)
+        .unwrap();
     assert_eq!(v["from"], json!(a.me.instance_id));
 }
 
@@ -685,20 +692,21 @@ fn deadlines_bounds_and_disconnects_settle_requests() {
         ..limits()
     });
     // Connect first, so the short deadline below covers only the request.
-    pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
+    pool.request_raw(&b.target, "test.echo", json!({}), 0)
+        .unwrap();
     // A request past its deadline: TIMEOUT.
     let e = pool
-        .request(&b.target, "test.wait", json!({}), 100)
+        .request_raw(&b.target, "test.wait", json!({}), 100)
         .unwrap_err();
     assert_eq!(e.code, Code::Timeout);
     b.entered.recv_timeout(PATIENCE).unwrap();
     b.release.send(()).unwrap();
     // One in flight fills pendingRequests = 1.
     let (p, t) = (pool.clone(), b.target.clone());
-    let waiter = std::thread::spawn(move || p.request(&t, "test.wait", json!({}), 15_000));
+    let waiter = std::thread::spawn(move || p.request_raw(&t, "test.wait", json!({}), 15_000));
     b.entered.recv_timeout(PATIENCE).unwrap();
     let e = pool
-        .request(&b.target, "test.echo", json!({}), 0)
+        .request_raw(&b.target, "test.echo", json!({}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::QueueFull);
     // The endpoint goes away while its handler stays wedged (for up to 10 s) past the drain's
@@ -717,7 +725,7 @@ fn deadlines_bounds_and_disconnects_settle_requests() {
 fn a_stopping_endpoint_answers_what_it_already_read() {
     let Pair { b, pool, .. } = &mut pair(limits());
     let (p, t) = (pool.clone(), b.target.clone());
-    let waiter = std::thread::spawn(move || p.request(&t, "test.wait", json!({}), 15_000));
+    let waiter = std::thread::spawn(move || p.request_raw(&t, "test.wait", json!({}), 15_000));
     b.entered.recv_timeout(PATIENCE).unwrap();
     let release = b.release.clone();
     let releaser = std::thread::spawn(move || {
@@ -728,7 +736,10 @@ fn a_stopping_endpoint_answers_what_it_already_read() {
     assert_eq!(waiter.join().unwrap().unwrap(), json!({"waited": true}));
     releaser.join().unwrap();
     // Nothing new is read once it stopped.
-    assert!(pool.request(&b.target, "test.echo", json!({}), 0).is_err());
+    assert!(
+        pool.request_raw(&b.target, "test.echo", json!({}), 0)
+            .is_err()
+    );
 }
 
 #[test]
@@ -745,10 +756,13 @@ fn the_pool_keeps_at_most_its_connection_bound() {
         ..limits()
     });
     let c = node(dir, "c", adverts, l);
-    pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
-    pool.request(&c.target, "test.echo", json!({}), 0).unwrap();
+    pool.request_raw(&b.target, "test.echo", json!({}), 0)
+        .unwrap();
+    pool.request_raw(&c.target, "test.echo", json!({}), 0)
+        .unwrap();
     assert_eq!(pool.cached_connections(), 1);
-    pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
+    pool.request_raw(&b.target, "test.echo", json!({}), 0)
+        .unwrap();
     assert_eq!(pool.cached_connections(), 1);
 }
 
@@ -778,7 +792,10 @@ fn a_peer_that_never_reads_cannot_wedge_the_endpoint() {
     eventually("the stuck connection is closed", || {
         endpoint.active_connections() == 0
     });
-    assert!(pool.request(&b.target, "test.echo", json!({}), 0).is_ok());
+    assert!(
+        pool.request_raw(&b.target, "test.echo", json!({}), 0)
+            .is_ok()
+    );
     drop(raw);
     let _ = t.join();
 }
@@ -909,12 +926,13 @@ fn a_panicking_handler_releases_its_connection() {
     let Pair { b, pool, .. } = &pair(limits());
     let endpoint = b.endpoint.as_ref().unwrap();
     let e = pool
-        .request(&b.target, "test.panic", json!({}), 0)
+        .request_raw(&b.target, "test.panic", json!({}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::Disconnected);
     eventually("the slot is freed", || endpoint.active_connections() == 0);
     assert!(
-        pool.request(&b.target, "test.echo", json!({}), 0).is_ok(),
+        pool.request_raw(&b.target, "test.echo", json!({}), 0)
+            .is_ok(),
         "reconnects"
     );
 }
@@ -928,7 +946,7 @@ fn concurrent_requests_on_one_connection_are_routed_by_id() {
             std::thread::spawn(move || {
                 for i in 0..50 {
                     let v = pool
-                        .request(&target, "test.echo", json!({"t": t, "i": i}), 10_000)
+                        .request_raw(&target, "test.echo", json!({"t": t, "i": i}), 10_000)
                         .unwrap();
                     assert_eq!(
                         (v["params"]["t"].clone(), v["params"]["i"].clone()),
@@ -951,7 +969,7 @@ fn notifications_interleaved_with_requests_all_reach_the_sink_in_order() {
     // the last ones may be left to the background reader.
     for i in 0..200 {
         let v = pool
-            .request(&b.target, "test.notify", json!({"i": i}), 0)
+            .request_raw(&b.target, "test.notify", json!({"i": i}), 0)
             .unwrap();
         assert_eq!(v, json!({"ok": true}));
     }
@@ -964,11 +982,11 @@ fn notifications_interleaved_with_requests_all_reach_the_sink_in_order() {
         assert_eq!(params["i"], json!(i));
     }
     // With no request in flight, a note still arrives (read by the background thread).
-    pool.request(&b.target, "test.later", json!({"i": "later"}), 0)
+    pool.request_raw(&b.target, "test.later", json!({"i": "later"}), 0)
         .unwrap();
     assert_eq!(notes.recv_timeout(PATIENCE).unwrap().2["i"], json!("later"));
     // And the connection still serves requests afterwards.
-    pool.request(&b.target, "test.notify", json!({"i": "last"}), 0)
+    pool.request_raw(&b.target, "test.notify", json!({"i": "last"}), 0)
         .unwrap();
     assert_eq!(notes.recv_timeout(PATIENCE).unwrap().2["i"], json!("last"));
     assert_eq!(pool.cached_connections(), 1);
@@ -984,12 +1002,14 @@ fn a_panicking_sink_ends_only_its_connection_and_never_the_caller() {
     });
     let pool = Pool::new(a.me.clone(), l, sink);
     // Whichever thread reads the note, the request settles instead of unwinding or hanging.
-    match pool.request(&b.target, "test.notify", json!({}), 0) {
+    match pool.request_raw(&b.target, "test.notify", json!({}), 0) {
         Ok(v) => assert_eq!(v, json!({"ok": true})),
         Err(e) => assert_eq!(e.code, Code::Disconnected, "{e}"),
     }
     eventually("the connection ends", || pool.cached_connections() == 0);
-    let v = pool.request(&b.target, "test.echo", json!({}), 0).unwrap();
+    let v = pool
+        .request_raw(&b.target, "test.echo", json!({}), 0)
+        .unwrap();
     assert_eq!(v["from"], json!(a.me.instance_id));
 }
 
@@ -1038,13 +1058,13 @@ fn silent_responders_time_out_and_dead_sockets_are_offline() {
         public_key: keys.public(),
     };
     let e = pool
-        .request(&target, "test.echo", json!({}), 0)
+        .request_raw(&target, "test.echo", json!({}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::Timeout, "{e}");
     // The same socket file with no listener behind it: connection refused.
     drop(listener);
     let e = pool
-        .request(&target, "test.echo", json!({}), 0)
+        .request_raw(&target, "test.echo", json!({}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::PeerOffline, "{e}");
 }
@@ -1079,7 +1099,7 @@ fn a_full_listen_backlog_times_out_instead_of_hanging() {
     };
     let (pool, _) = pool_for(&a, &l);
     let e = pool
-        .request(&target, "test.echo", json!({}), 0)
+        .request_raw(&target, "test.echo", json!({}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::Timeout, "{e}");
     let e = LocalClient::connect(&path, SECRET, &l).err().unwrap();
@@ -1092,15 +1112,16 @@ fn oversize_answers_become_errors_and_local_notifications_arrive() {
         b, pool, limits: l, ..
     } = &pair(limits());
     let e = pool
-        .request(&b.target, "test.huge", json!({}), 0)
+        .request_raw(&b.target, "test.huge", json!({}), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::FrameTooLarge);
     assert!(
-        pool.request(&b.target, "test.echo", json!({}), 0).is_ok(),
+        pool.request_raw(&b.target, "test.echo", json!({}), 0)
+            .is_ok(),
         "connection continues"
     );
     let e = pool
-        .request(&b.target, "test.echo", json!({"pad": "x".repeat(2000)}), 0)
+        .request_raw(&b.target, "test.echo", json!({"pad": "x".repeat(2000)}), 0)
         .unwrap_err();
     assert_eq!(
         e.code,
