@@ -13,11 +13,13 @@ use peerwire::protocol::frame::FrameDecoder;
 use peerwire::protocol::handshake::{
     Channel, Expected, Initiator, RecentNonces, Responder, ResponderCtx, Step,
 };
+use peerwire::protocol::local::LocalRequest;
+use peerwire::protocol::peer::PeerRequest;
 use peerwire::protocol::rpc::{self, Id, Incoming};
 use peerwire::transport::{
     Answer, Endpoint, Handler, LocalIdentity, Notifier, PeerInfo, Pool, Target, Verifier,
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::io::{BufRead, BufReader, Write};
@@ -114,19 +116,17 @@ fn crypto_floor(c: &mut Criterion) {
     });
 }
 
+/// Answers a `peer.send` with its own params as the sender's encoder wrote them.
 struct Echo;
 impl Handler for Echo {
-    fn peer_request(
-        &self,
-        _: &PeerInfo,
-        _: &str,
-        params: Map<String, Value>,
-        _: &Notifier,
-    ) -> Result<Answer> {
-        Answer::of(&params)
+    fn peer_request(&self, _: &PeerInfo, req: PeerRequest, _: &Notifier) -> Result<Answer> {
+        match req {
+            PeerRequest::Send(send) => Answer::of(&send),
+            _ => Answer::of(&()),
+        }
     }
-    fn local_request(&self, _: &str, params: Map<String, Value>, _: &Notifier) -> Result<Value> {
-        Ok(Value::Object(params))
+    fn local_request(&self, _: Option<&str>, _: LocalRequest, _: &Notifier) -> Result<Answer> {
+        Answer::of(&())
     }
 }
 
@@ -188,7 +188,7 @@ fn round_trips(c: &mut Criterion) {
 
 /// The same request payload for both round trips.
 fn payload() -> Value {
-    json!({"version": 1, "messageId": "m-1", "content": "x".repeat(200)})
+    json!({"version": 1, "messageId": "m-1", "to": "p-bench", "content": "x".repeat(200)})
 }
 
 /// The floor for the Pool round trip: one line echoed by a thread over a socket pair.

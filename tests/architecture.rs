@@ -1232,3 +1232,43 @@ fn no_sorted_mirror_structs() {
         .collect();
     assert!(mirrors.is_empty(), "Sorted* mirror structs in {mirrors:?}");
 }
+
+/// The seam between transport and runtime is typed: the transport decodes a frame's params
+/// into `PeerRequest`/`LocalRequest` before its `Handler` sees them, so no method of the trait
+/// takes a JSON object (or any JSON value).
+#[test]
+fn the_handler_takes_typed_requests_only() {
+    // Read whole: `load` cuts a file at its `#[cfg(test)] mod`, which this one declares early.
+    let code = strip(&std::fs::read_to_string("src/transport/mod.rs").unwrap());
+    let trait_body = handler_trait(&code).expect("pub trait Handler in transport");
+    for name in ["Map<", "Value", "serde_json"] {
+        assert!(
+            !trait_body.contains(name),
+            "a Handler method names {name}: pass PeerRequest/LocalRequest\n{trait_body}"
+        );
+    }
+    assert!(trait_body.contains("req: PeerRequest") && trait_body.contains("req: LocalRequest"));
+    assert!(
+        handler_trait("pub trait Handler { fn f(&self, p: Map<String, Value>); }")
+            .is_some_and(|b| b.contains("Map<"))
+    );
+}
+
+/// The text of `pub trait Handler { … }`, braces balanced.
+fn handler_trait(code: &str) -> Option<&str> {
+    let start = code.find("pub trait Handler")?;
+    let mut depth = 0usize;
+    for (i, c) in code[start..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(&code[start..=start + i]);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}

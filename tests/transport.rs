@@ -11,6 +11,8 @@ use peerwire::error::{Code, Error};
 use peerwire::identity::{self, KeyPair};
 use peerwire::presence::{Publisher, Record};
 use peerwire::protocol::handshake::{Expected, Initiator, Party, Role, transcript};
+use peerwire::protocol::local::LocalRequest;
+use peerwire::protocol::peer::PeerRequest;
 use peerwire::protocol::rpc::{self, Incoming};
 use peerwire::transport::{
     Answer, Endpoint, Handler, LocalClient, LocalIdentity, NotificationSink, Notifier, PeerInfo,
@@ -169,10 +171,10 @@ impl Handler for Recorder {
     fn peer_request(
         &self,
         from: &PeerInfo,
-        method: &str,
-        params: Map<String, Value>,
+        req: PeerRequest,
         _notify: &Notifier,
     ) -> peerwire::error::Result<Answer> {
+        let (method, params) = wire_form(&req);
         let state = params.get("state").cloned();
         let answer = if method == "peer.send" {
             // Custody as a minimal recipient: the receipt the runtime expects back.
@@ -197,11 +199,30 @@ impl Handler for Recorder {
     }
     fn local_request(
         &self,
-        method: &str,
-        _params: Map<String, Value>,
+        _run_id: Option<&str>,
+        req: LocalRequest,
         _notify: &Notifier,
-    ) -> peerwire::error::Result<Value> {
-        Err(Error::new(Code::MethodNotFound, method.to_string()))
+    ) -> peerwire::error::Result<Answer> {
+        Err(Error::new(
+            Code::MethodNotFound,
+            req.call.method().to_string(),
+        ))
+    }
+}
+
+/// A typed peer request as the method and params object the sender's encoder wrote: what
+/// the recorder keeps, so the assertions read the fields a peer put on the wire.
+fn wire_form(req: &PeerRequest) -> (&'static str, Map<String, Value>) {
+    let (method, params) = match req {
+        PeerRequest::Send(send) => ("peer.send", serde_json::to_value(send).unwrap()),
+        PeerRequest::Status(q) => ("peer.status", q.encode()),
+        PeerRequest::Subscribe(q) => ("peer.subscribe", q.encode()),
+        PeerRequest::Receipt(push) => ("peer.receipt", serde_json::to_value(push).unwrap()),
+        PeerRequest::Directory => ("peer.directory", json!({})),
+    };
+    match params {
+        Value::Object(map) => (method, map),
+        other => panic!("{method} params are not an object: {other}"),
     }
 }
 

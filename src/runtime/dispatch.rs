@@ -1,8 +1,8 @@
 //! The runtime's JSON edge: the transport's [`Handler`] and MCP's [`ToolHost`] implemented
-//! over the typed dispatch of `handler` and `tools`. Params arrive as the JSON objects the
-//! frame decoder produced and are decoded into protocol types here; typed answers leave as
-//! JSON objects here, or as their JSON text where they write it themselves (a receipt, a
-//! send's answer). Nothing else in the runtime handles JSON values.
+//! over the typed dispatch of `handler` and `tools`. Requests arrive typed (the transport
+//! decoded them); typed answers leave as JSON objects here, or as their JSON text where they
+//! write it themselves (a receipt, a send's answer), and peers' notifications are read here.
+//! Nothing else in the runtime handles JSON values.
 
 use super::core::Core;
 use super::handler::{self, LocalAnswer};
@@ -26,42 +26,19 @@ pub fn encode<T: serde::Serialize>(answer: &T) -> Result<Value> {
     serde_json::to_value(answer).map_err(|e| Error::new(Code::Io, e.to_string()))
 }
 
-/// A local method for the root's own adapters (`bound`: the run a connection proved).
-pub fn local(
-    core: &Arc<Core>,
-    bound: Option<&str>,
-    method: &str,
-    p: Map<String, Value>,
-) -> Result<Value> {
-    let answer: LocalAnswer =
-        handler::local_request(core, bound, LocalRequest::decode(method, p)?)?;
-    encode(&answer)
-}
-
-/// [`local`] answered as JSON text: written by the typed answer itself where it can (a
+/// A local request answered as JSON text: written by the typed answer itself where it can (a
 /// send's answer), else through its `Value`; the same bytes either way.
-fn local_answer(
-    core: &Arc<Core>,
-    bound: Option<&str>,
-    method: &str,
-    p: Map<String, Value>,
-) -> Result<Answer> {
-    match handler::local_request(core, bound, LocalRequest::decode(method, p)?)? {
+fn local_answer(core: &Arc<Core>, bound: Option<&str>, req: LocalRequest) -> Result<Answer> {
+    match handler::local_request(core, bound, req)? {
         LocalAnswer::Tool(ToolAnswer::Sent(sent)) => Ok(Answer(sent.to_json())),
         answer => Answer::of(&encode(&answer)?),
     }
 }
 
 impl Handler for RootHandler {
-    fn peer_request(
-        &self,
-        from: &PeerInfo,
-        method: &str,
-        params: Map<String, Value>,
-        notify: &Notifier,
-    ) -> Result<Answer> {
+    fn peer_request(&self, from: &PeerInfo, req: PeerRequest, notify: &Notifier) -> Result<Answer> {
         let core = &self.0;
-        let answer = match PeerRequest::decode(method, params)? {
+        let answer = match req {
             PeerRequest::Send(send) => {
                 let (receipt, flushed_device, note) = handler::peer_send(core, from, send)?;
                 // The answer is written before the arrival is handed on, so its text is taken
@@ -95,35 +72,15 @@ impl Handler for RootHandler {
 
     fn local_request(
         &self,
-        method: &str,
-        params: Map<String, Value>,
-        _notify: &Notifier,
-    ) -> Result<Value> {
-        local(&self.0, None, method, params)
-    }
-
-    fn local_answer(
-        &self,
         run_id: Option<&str>,
-        method: &str,
-        params: Map<String, Value>,
+        req: LocalRequest,
         _notify: &Notifier,
     ) -> Result<Answer> {
-        local_answer(&self.0, run_id, method, params)
+        local_answer(&self.0, run_id, req)
     }
 
     fn run_for_secret(&self, secret: &[u8; 32]) -> Option<String> {
         self.0.runs.lock().by_secret(secret)
-    }
-
-    fn run_request(
-        &self,
-        run_id: &str,
-        method: &str,
-        params: Map<String, Value>,
-        _notify: &Notifier,
-    ) -> Result<Value> {
-        local(&self.0, Some(run_id), method, params)
     }
 
     fn receipt_notification(&self, from: &PeerInfo, push: ReceiptPush) {

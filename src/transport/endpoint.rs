@@ -10,6 +10,8 @@ use crate::config::Limits;
 use crate::error::{Code, Error, Result};
 use crate::protocol::access;
 use crate::protocol::handshake::{Channel, RecentNonces, Responder, ResponderCtx, Step};
+use crate::protocol::local::LocalRequest;
+use crate::protocol::peer::PeerRequest;
 use crate::protocol::rpc::{self, Id, Incoming};
 use parking_lot::{Condvar, Mutex};
 use serde_json::{Map, Value};
@@ -477,6 +479,8 @@ fn answered(shared: &Shared, out: &Outgoing, reply: Vec<u8>) -> bool {
     sent
 }
 
+/// Answers one request. The checks keep their order: the version and the channel's access
+/// first, then the params are decoded into the channel's typed request, then the handler.
 fn dispatch(
     shared: &Shared,
     channel: &Channel,
@@ -487,14 +491,14 @@ fn dispatch(
     notifier: &Notifier,
 ) -> Vec<u8> {
     let checked = rpc::check_version(&params).and_then(|()| access::authorize(channel, method));
+    let handler = &shared.handler;
     let result = checked.and_then(|()| match (peer, channel) {
-        (Some(from), _) => shared.handler.peer_request(from, method, params, notifier),
-        (None, Channel::Run { run_id }) => {
-            shared
-                .handler
-                .local_answer(Some(run_id), method, params, notifier)
-        }
-        (None, _) => shared.handler.local_answer(None, method, params, notifier),
+        (Some(from), _) => PeerRequest::decode(method, params)
+            .and_then(|req| handler.peer_request(from, req, notifier)),
+        (None, Channel::Run { run_id }) => LocalRequest::decode(method, params)
+            .and_then(|req| handler.local_request(Some(run_id), req, notifier)),
+        (None, _) => LocalRequest::decode(method, params)
+            .and_then(|req| handler.local_request(None, req, notifier)),
     });
     answer(shared, id, result)
 }

@@ -19,8 +19,9 @@ pub use local::LocalClient;
 pub use pool::{NotificationSink, Pool};
 
 use crate::error::Result;
+use crate::protocol::local::LocalRequest;
 use crate::protocol::message::ReceiptPush;
-use serde_json::{Map, Value};
+use crate::protocol::peer::PeerRequest;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
@@ -98,68 +99,31 @@ impl Answer {
     }
 }
 
-/// What the root does with authenticated calls. Calls on one connection are handled one at a
-/// time, in order, on that connection's thread.
+/// What the root does with authenticated calls, as typed requests: the endpoint has already
+/// checked the channel's access and decoded the frame's params (a refused or malformed frame
+/// never reaches the handler). Calls on one connection are handled one at a time, in order,
+/// on that connection's thread.
 pub trait Handler: Send + Sync {
     /// A request from an authenticated peer (local-only methods were already refused).
-    fn peer_request(
-        &self,
-        from: &PeerInfo,
-        method: &str,
-        params: Map<String, Value>,
-        notify: &Notifier,
-    ) -> Result<Answer>;
+    fn peer_request(&self, from: &PeerInfo, req: PeerRequest, notify: &Notifier) -> Result<Answer>;
     /// Called by a connection's thread right after it answered a request (or failed to write
     /// the answer): bookkeeping the answer did not need is done here, while the client
     /// reads, instead of on the path of the request or the next one. The default does
     /// nothing.
     fn after_reply(&self) {}
-    /// A request from a trusted local adapter (the root's CLI/MCP or a hosted child).
+    /// A request from a trusted local adapter (the root's CLI/MCP, or with `run_id` a command
+    /// of that child run, proven by the run's own secret).
     fn local_request(
         &self,
-        method: &str,
-        params: Map<String, Value>,
-        notify: &Notifier,
-    ) -> Result<Value>;
-    /// A local request (`run_id`: from that child run, proven by its secret) answered as its
-    /// JSON text: the default hands it to [`run_request`](Self::run_request) or
-    /// [`local_request`](Self::local_request) and writes their `Value`.
-    fn local_answer(
-        &self,
         run_id: Option<&str>,
-        method: &str,
-        params: Map<String, Value>,
+        req: LocalRequest,
         notify: &Notifier,
-    ) -> Result<Answer> {
-        let value = match run_id {
-            Some(run_id) => self.run_request(run_id, method, params, notify),
-            None => self.local_request(method, params, notify),
-        }?;
-        Answer::of(&value)
-    }
+    ) -> Result<Answer>;
     /// The live child run whose own local secret `secret` is (compared in constant time); the
-    /// default knows no runs.
+    /// default knows no runs, so no connection speaks for one.
     fn run_for_secret(&self, secret: &[u8; 32]) -> Option<String> {
         let _ = secret;
         None
-    }
-    /// A request from a command of child run `run_id`, proven by the run's own secret; the
-    /// default refuses.
-    fn run_request(
-        &self,
-        run_id: &str,
-        method: &str,
-        params: Map<String, Value>,
-        notify: &Notifier,
-    ) -> Result<Value> {
-        let _ = (run_id, params, notify);
-        Err(crate::error::Error::new(
-            crate::error::Code::CapabilityDenied,
-            format!(
-                "{} is not available to child runs here",
-                crate::sanitize::line(method, 64)
-            ),
-        ))
     }
     /// A `peer.receipt` notification from an authenticated peer (see
     /// `protocol::peer::receipt_notification`); the default ignores it.

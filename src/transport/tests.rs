@@ -6,10 +6,12 @@ use crate::config::Limits;
 use crate::error::{Code, Error};
 use crate::identity::{self, KeyPair};
 use crate::protocol::handshake::{self, Expected, Initiator, Party, Role};
+use crate::protocol::local::{LocalCall, LocalRequest};
+use crate::protocol::peer::PeerRequest;
 use crate::protocol::rpc::{self, Id, Incoming};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use parking_lot::Mutex;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -31,8 +33,11 @@ impl Verifier for Adverts {
     }
 }
 
-/// Echoes calls; `test.wait` blocks until released (or 10 s) to hold a request in flight;
-/// `test.later` notifies 20 ms after answering.
+/// Answers real typed requests. On the peer side a `peer.status` names what to do by its
+/// `messageId` and carries the test's params as JSON text in `to` (see [`status`]): `echo`
+/// answers who asked and what; `wait` blocks until released (or 10 s) to hold a request in
+/// flight; `notify` notifies before answering, `later` 20 ms after; `panic`, `huge` and `big`
+/// do what they say. On the local side every call is echoed, and the tool `notify` notifies.
 struct Echo {
     entered: Sender<()>,
     release: Receiver<()>,
@@ -40,57 +45,60 @@ struct Echo {
     replied: Arc<AtomicUsize>,
 }
 
+/// The params of a `peer.status` that asks [`Echo`] for `what` with `params`.
+fn status(what: &str, params: Value) -> Value {
+    json!({"messageId": what, "to": params.to_string()})
+}
+
 impl Handler for Echo {
-    fn peer_request(
-        &self,
-        from: &PeerInfo,
-        method: &str,
-        params: Map<String, Value>,
-        notify: &Notifier,
-    ) -> Result<Answer> {
-        let answer = match method {
-            "test.echo" | "resource.request" => {
-                Ok(json!({"from": from.instance_id, "method": method, "params": params}))
+    fn peer_request(&self, from: &PeerInfo, req: PeerRequest, notify: &Notifier) -> Result<Answer> {
+        let PeerRequest::Status(q) = req else {
+            return Err(Error::new(Code::MethodNotFound, "Echo answers peer.status"));
+        };
+        let params: Value = serde_json::from_str(&q.to).unwrap_or(Value::Null);
+        let answer = match q.message_id.as_str() {
+            "echo" => json!({"from": from.instance_id, "method": "peer.status", "params": params}),
+            "notify" => {
+                notify.notify("test.note", &params)?;
+                json!({"ok": true})
             }
-            "test.notify" => {
-                notify.notify("test.note", &Value::Object(params))?;
-                Ok(json!({"ok": true}))
-            }
-            "test.later" => {
+            "later" => {
                 // Notifies after the answer went out, when no request is in flight.
                 let notify = notify.clone();
                 std::thread::spawn(move || {
                     std::thread::sleep(Duration::from_millis(20));
-                    let _ = notify.notify("test.note", &Value::Object(params));
+                    let _ = notify.notify("test.note", &params);
                 });
-                Ok(json!({"ok": true}))
+                json!({"ok": true})
             }
-            "test.panic" => panic!("test handler panics on purpose"),
-            "test.huge" => Ok(json!("x".repeat(2000))),
-            "test.big" => Ok(json!("x".repeat(800))),
-            "test.wait" => {
+            "panic" => panic!("test handler panics on purpose"),
+            "huge" => json!("x".repeat(2000)),
+            "big" => json!("x".repeat(800)),
+            "wait" => {
                 let _ = self.entered.send(());
                 let _ = self.release.recv_timeout(Duration::from_secs(10));
-                Ok(json!({"waited": true}))
+                json!({"waited": true})
             }
-            _ => Err(Error::new(
-                Code::MethodNotFound,
-                format!("no method {method}"),
-            )),
+            other => {
+                return Err(Error::new(Code::NotFound, format!("no message {other}")));
+            }
         };
-        Answer::of(&answer?)
+        Answer::of(&answer)
     }
 
     fn local_request(
         &self,
-        method: &str,
-        params: Map<String, Value>,
+        run_id: Option<&str>,
+        req: LocalRequest,
         notify: &Notifier,
-    ) -> Result<Value> {
-        if method == "local.notify" {
-            notify.notify("local.note", &Value::Object(params.clone()))?;
+    ) -> Result<Answer> {
+        if let LocalCall::Tool(t) = &req.call
+            && t.tool == "notify"
+        {
+            notify.notify("local.note", &t.args)?;
         }
-        Ok(json!({"local": true, "method": method, "params": params}))
+        let (method, params) = req.encode();
+        Answer::of(&json!({"local": true, "run": run_id, "method": method, "params": params}))
     }
 
     fn after_reply(&self) {
@@ -304,7 +312,12 @@ fn two_endpoints_authenticate_mutually_and_exchange_requests() {
     let (pool_b, _) = pool_for(b, l);
     for i in 0..3 {
         let v = pool_a
-            .request_raw(&b.target, "test.echo", json!({"n": i, "from": "forged"}), 0)
+            .request_raw(
+                &b.target,
+                "peer.status",
+                status("echo", json!({"n": i, "from": "forged"})),
+                0,
+            )
             .unwrap();
         assert_eq!(
             v["from"],
@@ -315,12 +328,17 @@ fn two_endpoints_authenticate_mutually_and_exchange_requests() {
     }
     assert_eq!(pool_a.cached_connections(), 1);
     let v = pool_b
-        .request_raw(&a.target, "test.echo", json!({}), 0)
+        .request_raw(&a.target, "peer.status", status("echo", json!({})), 0)
         .unwrap();
     assert_eq!(v["from"], json!(b.me.instance_id));
     // A notification pushed by B's handler reaches A's sink on the same connection.
     pool_a
-        .request_raw(&b.target, "test.notify", json!({"x": 1}), 0)
+        .request_raw(
+            &b.target,
+            "peer.status",
+            status("notify", json!({"x": 1})),
+            0,
+        )
         .unwrap();
     let (from, method, params) = notes_a.recv_timeout(PATIENCE).unwrap();
     assert_eq!(
@@ -350,11 +368,16 @@ fn local_only_methods_are_refused_over_the_peer_channel() {
         .unwrap_err();
     assert_eq!(e.code, Code::InvalidRequest);
     let e = pool
-        .request_raw(&b.target, "test.echo", json!({"version": 2}), 0)
+        .request_raw(
+            &b.target,
+            "peer.status",
+            json!({"messageId": "echo", "to": "{}", "version": 2}),
+            0,
+        )
         .unwrap_err();
     assert_eq!(e.code, Code::InvalidRequest, "protocol version 1 only");
     assert!(
-        pool.request_raw(&b.target, "test.echo", json!({}), 0)
+        pool.request_raw(&b.target, "peer.status", status("echo", json!({})), 0)
             .is_ok(),
         "connection still serves"
     );
@@ -369,9 +392,9 @@ fn the_handler_hears_after_each_reply() {
     } = &pair(limits());
     let (pool_b, _) = pool_for(b, l);
     let mut client = LocalClient::connect(&a.target.endpoint, SECRET, l).unwrap();
-    client.call_raw("resource.request", &json!({}), 0).unwrap();
+    client.call_raw("local.info", &json!({}), 0).unwrap();
     pool_b
-        .request_raw(&a.target, "test.echo", json!({}), 0)
+        .request_raw(&a.target, "peer.status", status("echo", json!({})), 0)
         .unwrap();
     let e = pool_b.request_raw(&a.target, "no.such", json!({}), 0);
     assert_eq!(e.unwrap_err().code, Code::MethodNotFound);
@@ -388,13 +411,14 @@ fn local_channel_needs_the_secret() {
     let l = limits();
     let a = node(&dir, "a", &adverts, &l);
     let mut client = LocalClient::connect(&a.target.endpoint, SECRET, &l).unwrap();
-    let v = client
-        .call_raw("resource.request", &json!({"r": 1}), 0)
-        .unwrap();
+    let v = client.call_raw("local.info", &json!({}), 0).unwrap();
     assert_eq!(v["local"], json!(true));
+    let v = client
+        .call_raw("local.status", &json!({"messageId": "m-1"}), 0)
+        .unwrap();
     assert_eq!(
-        client.call_raw("peer.read", &json!({}), 0).unwrap()["method"],
-        json!("peer.read")
+        (&v["method"], &v["params"]["messageId"]),
+        (&json!("local.status"), &json!("m-1"))
     );
     let e = LocalClient::connect(&a.target.endpoint, [0; 32], &l)
         .err()
@@ -429,7 +453,11 @@ fn byte_at_a_time_delivery_works() {
     let Pair { a, b, .. } = &pair(limits());
     let mut raw = Raw::connect(&b.target.endpoint);
     raw.authenticate(&a.me, &b.target, [2; 32]);
-    let frame = rpc::encode_request(&Id::Num(9), "test.echo", &json!({"text": "snow ☃ é"}));
+    let frame = rpc::encode_request(
+        &Id::Num(9),
+        "peer.status",
+        &status("echo", json!({"text": "snow ☃ é"})),
+    );
     for byte in &frame {
         raw.send(std::slice::from_ref(byte));
     }
@@ -446,8 +474,8 @@ fn a_thousand_coalesced_frames_are_all_answered_in_order() {
     for i in 0..1000 {
         batch.extend(rpc::encode_request(
             &Id::Num(i),
-            "test.echo",
-            &json!({"i": i}),
+            "peer.status",
+            &status("echo", json!({"i": i})),
         ));
     }
     // Written from another thread so our reading keeps the server's answers flowing.
@@ -477,8 +505,8 @@ fn invalid_utf8_and_bad_json_lose_only_that_frame() {
         (json!(5), json!(-32600))
     );
     assert_eq!(
-        raw.request(6, "test.echo", json!({}))["result"]["method"],
-        json!("test.echo")
+        raw.request(6, "peer.status", status("echo", json!({})))["result"]["method"],
+        json!("peer.status")
     );
 }
 
@@ -498,8 +526,8 @@ fn deeply_nested_json_is_an_error_not_a_crash() {
         json!(-32700)
     );
     assert_eq!(
-        raw.request(7, "test.echo", json!({}))["result"]["method"],
-        json!("test.echo")
+        raw.request(7, "peer.status", status("echo", json!({})))["result"]["method"],
+        json!("peer.status")
     );
 }
 
@@ -647,7 +675,7 @@ fn two_hundred_connections_at_once_are_bounded_and_refused_cleanly() {
         endpoint.active_connections() == 0
     });
     assert!(
-        pool.request_raw(&b.target, "test.echo", json!({}), 0)
+        pool.request_raw(&b.target, "peer.status", status("echo", json!({})), 0)
             .is_ok()
     );
 }
@@ -663,21 +691,21 @@ fn stale_incarnation_offline_and_reconnect() {
         limits: l,
         ..
     } = &mut pair(limits());
-    pool.request_raw(&b.target, "test.echo", json!({}), 0)
+    pool.request_raw(&b.target, "peer.status", status("echo", json!({})), 0)
         .unwrap();
     // B restarts as a new incarnation on the same path.
     b.endpoint.take().unwrap().shutdown();
     let e = pool
-        .request_raw(&b.target, "test.echo", json!({}), 0)
+        .request_raw(&b.target, "peer.status", status("echo", json!({})), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::PeerOffline, "{e}");
     let b2 = node(dir, "b", adverts, l);
     let e = pool
-        .request_raw(&b.target, "test.echo", json!({}), 0)
+        .request_raw(&b.target, "peer.status", status("echo", json!({})), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::TargetEnded, "{e}");
     let v = pool
-        .request_raw(&b2.target, "test.echo", json!({}), 0)
+        .request_raw(&b2.target, "peer.status", status("echo", json!({})), 0)
         .unwrap();
     assert_eq!(v["from"], json!(a.me.instance_id));
 }
@@ -692,21 +720,23 @@ fn deadlines_bounds_and_disconnects_settle_requests() {
         ..limits()
     });
     // Connect first, so the short deadline below covers only the request.
-    pool.request_raw(&b.target, "test.echo", json!({}), 0)
+    pool.request_raw(&b.target, "peer.status", status("echo", json!({})), 0)
         .unwrap();
     // A request past its deadline: TIMEOUT.
     let e = pool
-        .request_raw(&b.target, "test.wait", json!({}), 100)
+        .request_raw(&b.target, "peer.status", status("wait", json!({})), 100)
         .unwrap_err();
     assert_eq!(e.code, Code::Timeout);
     b.entered.recv_timeout(PATIENCE).unwrap();
     b.release.send(()).unwrap();
     // One in flight fills pendingRequests = 1.
     let (p, t) = (pool.clone(), b.target.clone());
-    let waiter = std::thread::spawn(move || p.request_raw(&t, "test.wait", json!({}), 15_000));
+    let waiter = std::thread::spawn(move || {
+        p.request_raw(&t, "peer.status", status("wait", json!({})), 15_000)
+    });
     b.entered.recv_timeout(PATIENCE).unwrap();
     let e = pool
-        .request_raw(&b.target, "test.echo", json!({}), 0)
+        .request_raw(&b.target, "peer.status", status("echo", json!({})), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::QueueFull);
     // The endpoint goes away while its handler stays wedged (for up to 10 s) past the drain's
@@ -725,7 +755,9 @@ fn deadlines_bounds_and_disconnects_settle_requests() {
 fn a_stopping_endpoint_answers_what_it_already_read() {
     let Pair { b, pool, .. } = &mut pair(limits());
     let (p, t) = (pool.clone(), b.target.clone());
-    let waiter = std::thread::spawn(move || p.request_raw(&t, "test.wait", json!({}), 15_000));
+    let waiter = std::thread::spawn(move || {
+        p.request_raw(&t, "peer.status", status("wait", json!({})), 15_000)
+    });
     b.entered.recv_timeout(PATIENCE).unwrap();
     let release = b.release.clone();
     let releaser = std::thread::spawn(move || {
@@ -737,7 +769,7 @@ fn a_stopping_endpoint_answers_what_it_already_read() {
     releaser.join().unwrap();
     // Nothing new is read once it stopped.
     assert!(
-        pool.request_raw(&b.target, "test.echo", json!({}), 0)
+        pool.request_raw(&b.target, "peer.status", status("echo", json!({})), 0)
             .is_err()
     );
 }
@@ -756,12 +788,12 @@ fn the_pool_keeps_at_most_its_connection_bound() {
         ..limits()
     });
     let c = node(dir, "c", adverts, l);
-    pool.request_raw(&b.target, "test.echo", json!({}), 0)
+    pool.request_raw(&b.target, "peer.status", status("echo", json!({})), 0)
         .unwrap();
-    pool.request_raw(&c.target, "test.echo", json!({}), 0)
+    pool.request_raw(&c.target, "peer.status", status("echo", json!({})), 0)
         .unwrap();
     assert_eq!(pool.cached_connections(), 1);
-    pool.request_raw(&b.target, "test.echo", json!({}), 0)
+    pool.request_raw(&b.target, "peer.status", status("echo", json!({})), 0)
         .unwrap();
     assert_eq!(pool.cached_connections(), 1);
 }
@@ -782,7 +814,11 @@ fn a_peer_that_never_reads_cannot_wedge_the_endpoint() {
     let t = std::thread::spawn(move || {
         for i in 10..20_000 {
             if writer
-                .write_all(&rpc::encode_request(&Id::Num(i), "test.big", &json!({})))
+                .write_all(&rpc::encode_request(
+                    &Id::Num(i),
+                    "peer.status",
+                    &status("big", json!({})),
+                ))
                 .is_err()
             {
                 return;
@@ -793,7 +829,7 @@ fn a_peer_that_never_reads_cannot_wedge_the_endpoint() {
         endpoint.active_connections() == 0
     });
     assert!(
-        pool.request_raw(&b.target, "test.echo", json!({}), 0)
+        pool.request_raw(&b.target, "peer.status", status("echo", json!({})), 0)
             .is_ok()
     );
     drop(raw);
@@ -926,12 +962,12 @@ fn a_panicking_handler_releases_its_connection() {
     let Pair { b, pool, .. } = &pair(limits());
     let endpoint = b.endpoint.as_ref().unwrap();
     let e = pool
-        .request_raw(&b.target, "test.panic", json!({}), 0)
+        .request_raw(&b.target, "peer.status", status("panic", json!({})), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::Disconnected);
     eventually("the slot is freed", || endpoint.active_connections() == 0);
     assert!(
-        pool.request_raw(&b.target, "test.echo", json!({}), 0)
+        pool.request_raw(&b.target, "peer.status", status("echo", json!({})), 0)
             .is_ok(),
         "reconnects"
     );
@@ -946,7 +982,12 @@ fn concurrent_requests_on_one_connection_are_routed_by_id() {
             std::thread::spawn(move || {
                 for i in 0..50 {
                     let v = pool
-                        .request_raw(&target, "test.echo", json!({"t": t, "i": i}), 10_000)
+                        .request_raw(
+                            &target,
+                            "peer.status",
+                            status("echo", json!({"t": t, "i": i})),
+                            10_000,
+                        )
                         .unwrap();
                     assert_eq!(
                         (v["params"]["t"].clone(), v["params"]["i"].clone()),
@@ -969,7 +1010,12 @@ fn notifications_interleaved_with_requests_all_reach_the_sink_in_order() {
     // the last ones may be left to the background reader.
     for i in 0..200 {
         let v = pool
-            .request_raw(&b.target, "test.notify", json!({"i": i}), 0)
+            .request_raw(
+                &b.target,
+                "peer.status",
+                status("notify", json!({"i": i})),
+                0,
+            )
             .unwrap();
         assert_eq!(v, json!({"ok": true}));
     }
@@ -982,12 +1028,22 @@ fn notifications_interleaved_with_requests_all_reach_the_sink_in_order() {
         assert_eq!(params["i"], json!(i));
     }
     // With no request in flight, a note still arrives (read by the background thread).
-    pool.request_raw(&b.target, "test.later", json!({"i": "later"}), 0)
-        .unwrap();
+    pool.request_raw(
+        &b.target,
+        "peer.status",
+        status("later", json!({"i": "later"})),
+        0,
+    )
+    .unwrap();
     assert_eq!(notes.recv_timeout(PATIENCE).unwrap().2["i"], json!("later"));
     // And the connection still serves requests afterwards.
-    pool.request_raw(&b.target, "test.notify", json!({"i": "last"}), 0)
-        .unwrap();
+    pool.request_raw(
+        &b.target,
+        "peer.status",
+        status("notify", json!({"i": "last"})),
+        0,
+    )
+    .unwrap();
     assert_eq!(notes.recv_timeout(PATIENCE).unwrap().2["i"], json!("last"));
     assert_eq!(pool.cached_connections(), 1);
 }
@@ -1002,13 +1058,13 @@ fn a_panicking_sink_ends_only_its_connection_and_never_the_caller() {
     });
     let pool = Pool::new(a.me.clone(), l, sink);
     // Whichever thread reads the note, the request settles instead of unwinding or hanging.
-    match pool.request_raw(&b.target, "test.notify", json!({}), 0) {
+    match pool.request_raw(&b.target, "peer.status", status("notify", json!({})), 0) {
         Ok(v) => assert_eq!(v, json!({"ok": true})),
         Err(e) => assert_eq!(e.code, Code::Disconnected, "{e}"),
     }
     eventually("the connection ends", || pool.cached_connections() == 0);
     let v = pool
-        .request_raw(&b.target, "test.echo", json!({}), 0)
+        .request_raw(&b.target, "peer.status", status("echo", json!({})), 0)
         .unwrap();
     assert_eq!(v["from"], json!(a.me.instance_id));
 }
@@ -1033,7 +1089,7 @@ fn a_handshake_delivered_byte_by_byte_succeeds() {
     }
     assert!(init.is_done());
     assert_eq!(
-        raw.request(3, "test.echo", json!({}))["result"]["from"],
+        raw.request(3, "peer.status", status("echo", json!({})))["result"]["from"],
         json!(a.me.instance_id)
     );
 }
@@ -1058,13 +1114,13 @@ fn silent_responders_time_out_and_dead_sockets_are_offline() {
         public_key: keys.public(),
     };
     let e = pool
-        .request_raw(&target, "test.echo", json!({}), 0)
+        .request_raw(&target, "peer.status", status("echo", json!({})), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::Timeout, "{e}");
     // The same socket file with no listener behind it: connection refused.
     drop(listener);
     let e = pool
-        .request_raw(&target, "test.echo", json!({}), 0)
+        .request_raw(&target, "peer.status", status("echo", json!({})), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::PeerOffline, "{e}");
 }
@@ -1099,7 +1155,7 @@ fn a_full_listen_backlog_times_out_instead_of_hanging() {
     };
     let (pool, _) = pool_for(&a, &l);
     let e = pool
-        .request_raw(&target, "test.echo", json!({}), 0)
+        .request_raw(&target, "peer.status", status("echo", json!({})), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::Timeout, "{e}");
     let e = LocalClient::connect(&path, SECRET, &l).err().unwrap();
@@ -1112,16 +1168,21 @@ fn oversize_answers_become_errors_and_local_notifications_arrive() {
         b, pool, limits: l, ..
     } = &pair(limits());
     let e = pool
-        .request_raw(&b.target, "test.huge", json!({}), 0)
+        .request_raw(&b.target, "peer.status", status("huge", json!({})), 0)
         .unwrap_err();
     assert_eq!(e.code, Code::FrameTooLarge);
     assert!(
-        pool.request_raw(&b.target, "test.echo", json!({}), 0)
+        pool.request_raw(&b.target, "peer.status", status("echo", json!({})), 0)
             .is_ok(),
         "connection continues"
     );
     let e = pool
-        .request_raw(&b.target, "test.echo", json!({"pad": "x".repeat(2000)}), 0)
+        .request_raw(
+            &b.target,
+            "peer.status",
+            status("echo", json!({"pad": "x".repeat(2000)})),
+            0,
+        )
         .unwrap_err();
     assert_eq!(
         e.code,
@@ -1130,7 +1191,11 @@ fn oversize_answers_become_errors_and_local_notifications_arrive() {
     );
     let mut client = LocalClient::connect(&b.target.endpoint, SECRET, l).unwrap();
     client
-        .call_raw("local.notify", &json!({"n": 5}), 0)
+        .call_raw(
+            "local.tool",
+            &json!({"tool": "notify", "args": {"n": 5}}),
+            0,
+        )
         .unwrap();
     let (method, params) = client.next_notification(10_000).unwrap().unwrap();
     assert_eq!((method.as_str(), &params["n"]), ("local.note", &json!(5)));
@@ -1141,22 +1206,18 @@ fn oversize_answers_become_errors_and_local_notifications_arrive() {
 struct SendRecorder(Mutex<Vec<String>>);
 
 impl Handler for SendRecorder {
-    fn peer_request(
-        &self,
-        _from: &PeerInfo,
-        method: &str,
-        params: Map<String, Value>,
-        _notify: &Notifier,
-    ) -> Result<Answer> {
-        let send = crate::protocol::message::PeerSend::decode(params)?;
-        self.0.lock().push(method.to_string());
+    fn peer_request(&self, _from: &PeerInfo, req: PeerRequest, _: &Notifier) -> Result<Answer> {
+        let PeerRequest::Send(send) = req else {
+            return Err(Error::new(Code::MethodNotFound, "only peer.send here"));
+        };
+        self.0.lock().push("peer.send".to_string());
         Ok(Answer(
             serde_json::to_vec(&json!({"messageId": send.message_id})).unwrap(),
         ))
     }
 
-    fn local_request(&self, _: &str, _: Map<String, Value>, _: &Notifier) -> Result<Value> {
-        Ok(json!({}))
+    fn local_request(&self, _: Option<&str>, _: LocalRequest, _: &Notifier) -> Result<Answer> {
+        Answer::of(&json!({}))
     }
 }
 
