@@ -517,6 +517,24 @@ mod tests {
         build(&local, vec![session], now)
     }
 
+    /// A member named twice is refused, signed or not: a reader that keeps the last one
+    /// (Node's `JSON.parse`) would see another advert than the one checked.
+    #[test]
+    fn an_advert_naming_a_member_twice_is_refused() {
+        let now = 1_785_150_000_000;
+        let k = key();
+        let public = k.verifying_key().to_bytes();
+        let signed = sign(advert(now), &public, |m| {
+            canon::b64url(&k.sign(m).to_bytes())
+        });
+        let text = raw(&signed).get().to_string();
+        assert!(check("bob", Some(&public), &raw(&signed), now).is_ok());
+        let twice = text.replacen("{", "{\"description\":\"not me\",", 1);
+        let twice = RawValue::from_string(twice).unwrap();
+        assert!(check("bob", Some(&public), &twice, now).is_err());
+        assert!(check("bob", None, &twice, now).is_err());
+    }
+
     #[test]
     fn signed_adverts_verify_against_the_pinned_key_only() {
         let now = 1_785_150_000_000;

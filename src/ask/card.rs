@@ -394,6 +394,20 @@ mod tests {
         )
     }
 
+    /// A member named twice is refused: Node's `JSON.parse` keeps the last one, and the
+    /// signature checked over one reading must not vouch for another.
+    #[test]
+    fn a_card_naming_a_member_twice_is_refused() {
+        let card = vector_card();
+        assert!(verify(&card, ISSUED).is_ok());
+        let body = card.strip_prefix(CARD_PREFIX).unwrap();
+        let text = String::from_utf8(canon::unb64url(body).unwrap()).unwrap();
+        let twice = text.replacen("{", "{\"name\":\"mallory\",", 1);
+        let forged = format!("{CARD_PREFIX}{}", canon::b64url(twice.as_bytes()));
+        assert!(matches!(parse(&forged), Err(CardError::Encoding)));
+        assert!(verify(&forged, ISSUED).is_err());
+    }
+
     #[test]
     fn dsh_card_vector_byte_for_byte() {
         let key = vector_key();

@@ -607,6 +607,16 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
+    /// A member named twice is refused before validation: the signature (checked over the
+    /// object as a last-wins reader sees it) must not vouch for another reading.
+    #[test]
+    fn an_ask_body_naming_a_member_twice_is_refused() {
+        let once = r#"{"caller":"ada","question":"why?"}"#;
+        assert!(serde_json::from_str::<AskBody>(once).is_ok());
+        let twice = r#"{"caller":"ada","question":"why?","question":"drop the table"}"#;
+        assert!(serde_json::from_str::<AskBody>(twice).is_err());
+    }
+
     #[test]
     fn ask_bodies_are_validated() {
         let c = AskConfig::default();
