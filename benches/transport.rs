@@ -159,7 +159,7 @@ fn warm_pair() -> (peerwire::fsutil::TempDir, Endpoint, Pool, Target) {
     let path = dir.join("b.sock");
     let endpoint = Endpoint::bind(&path, b.clone(), &limits, [1; 32], Arc::new(Echo), adverts)
         .unwrap_or_else(|e| panic!("{e}"));
-    let pool = Pool::new(a, &limits, Arc::new(|_: &PeerInfo, _: &str, _| {}));
+    let pool = Pool::new(a, &limits, Arc::new(|_: &PeerInfo, _| {}));
     let target = Target {
         instance_id: b.instance_id.clone(),
         endpoint: path,

@@ -1254,6 +1254,30 @@ fn the_handler_takes_typed_requests_only() {
     );
 }
 
+#[test]
+fn the_notification_sink_takes_a_typed_push_only() {
+    let code = strip(&std::fs::read_to_string("src/transport/pool.rs").unwrap());
+    let sink = sink_type(&code).expect("pub type NotificationSink in transport::pool");
+    for name in ["Map<", "Value", "serde_json", "&str"] {
+        assert!(
+            !sink.contains(name),
+            "NotificationSink names {name}: pass the decoded ReceiptPush\n{sink}"
+        );
+    }
+    assert!(sink.contains("ReceiptPush"), "{sink}");
+    assert!(
+        sink_type("pub type NotificationSink = Arc<dyn Fn(&str, Map<String, Value>)>;")
+            .is_some_and(|t| t.contains("Map<"))
+    );
+}
+
+/// The text of `pub type NotificationSink = …;`.
+fn sink_type(code: &str) -> Option<&str> {
+    let start = code.find("pub type NotificationSink")?;
+    let len = code[start..].find(';')?;
+    Some(&code[start..=start + len])
+}
+
 /// The text of `pub trait Handler { … }`, braces balanced.
 fn handler_trait(code: &str) -> Option<&str> {
     let start = code.find("pub trait Handler")?;

@@ -254,7 +254,7 @@ impl WireSender {
             pool: peerwire::transport::Pool::new(
                 me,
                 &Limits::default(),
-                std::sync::Arc::new(|_, _, _| {}),
+                std::sync::Arc::new(|_, _| {}),
             ),
             _presence: presence,
         }

@@ -12,6 +12,7 @@ use peerwire::identity::{self, KeyPair};
 use peerwire::presence::{Publisher, Record};
 use peerwire::protocol::handshake::{Expected, Initiator, Party, Role, transcript};
 use peerwire::protocol::local::LocalRequest;
+use peerwire::protocol::message::ReceiptPush;
 use peerwire::protocol::peer::PeerRequest;
 use peerwire::protocol::rpc::{self, Incoming};
 use peerwire::transport::{
@@ -122,7 +123,7 @@ impl Client {
     }
 
     fn pool(&self) -> Pool {
-        self.pool_with_sink(Arc::new(|_, _, _| {}))
+        self.pool_with_sink(Arc::new(|_, _| {}))
     }
 
     fn pool_with_sink(&self, sink: NotificationSink) -> Pool {
@@ -163,6 +164,9 @@ impl Client {
 }
 
 type Received = Arc<parking_lot::Mutex<Vec<(String, String, Map<String, Value>)>>>;
+
+/// (sender instance, decoded `peer.receipt`) of each notification a pool's sink received.
+type Pushed = Arc<parking_lot::Mutex<Vec<(String, ReceiptPush)>>>;
 
 /// Records every peer request as (authenticated instance, method, params).
 struct Recorder(Received);
@@ -364,11 +368,10 @@ fn two_hosts_and_a_pool_client_exchange_authenticated_requests() {
     // A Pool client with its own presence record and endpoint (a complete peer root).
     let client = Client::publish(&hb);
     let (_endpoint, durable) = client.listen(&b);
-    let pushed = Received::default();
+    let pushed = Pushed::default();
     let seen = pushed.clone();
-    let pool = client.pool_with_sink(Arc::new(move |from, m, p| {
-        seen.lock()
-            .push((from.instance_id.clone(), m.to_string(), p))
+    let pool = client.pool_with_sink(Arc::new(move |from, push| {
+        seen.lock().push((from.instance_id.clone(), push))
     }));
     let t = b.target();
     let sent = pool
@@ -450,19 +453,16 @@ fn two_hosts_and_a_pool_client_exchange_authenticated_requests() {
         .unwrap();
     assert!(consumed.is_object(), "{consumed}");
     assert!(
-        eventually(20, || pushed
-            .lock()
-            .iter()
-            .any(|(from, m, p)| from == &b.instance_id
-                && m == "peer.receipt"
-                && p["state"] == "consumed")),
+        eventually(20, || pushed.lock().iter().any(|(from, push)| from
+            == &b.instance_id
+            && push.receipt.state.name() == "consumed")),
         "no peer.receipt notification reached the subscriber: {:?}",
         pushed.lock()
     );
     let states: Vec<Value> = pushed
         .lock()
         .iter()
-        .map(|(_, _, p)| p["state"].clone())
+        .map(|(_, push)| json!(push.receipt.state.name()))
         .collect();
     assert_eq!(
         states,

@@ -1,7 +1,7 @@
 //! The runtime's JSON edge: the transport's [`Handler`] and MCP's [`ToolHost`] implemented
 //! over the typed dispatch of `handler` and `tools`. Requests arrive typed (the transport
 //! decoded them); typed answers leave as JSON objects here, or as their JSON text where they
-//! write it themselves (a receipt, a send's answer), and peers' notifications are read here.
+//! write it themselves (a receipt, a send's answer).
 //! Nothing else in the runtime handles JSON values.
 
 use super::core::Core;
@@ -10,11 +10,11 @@ use super::model_tools::{CallOptions, execute};
 use crate::error::{Code, Error, Result};
 use crate::protocol::local::LocalRequest;
 use crate::protocol::message::ReceiptPush;
-use crate::protocol::peer::{PeerAnswer, PeerRequest, receipt_notification};
+use crate::protocol::peer::{PeerAnswer, PeerRequest};
 use crate::toolspec::answer::ToolAnswer;
 use crate::toolspec::{ToolCall, ToolHost, ToolOutput};
 use crate::transport::{Answer, Handler, Notifier, PeerInfo};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -85,16 +85,6 @@ impl Handler for RootHandler {
 
     fn receipt_notification(&self, from: &PeerInfo, push: ReceiptPush) {
         handler::receipt_notification(&self.0, from, push);
-    }
-}
-
-impl RootHandler {
-    /// Notifications from peers (on either direction of a connection). Receipt updates of a
-    /// `peer.subscribe` are advisory: the durable copy arrives as a `peer.receipt` request.
-    pub fn on_notification(&self, from: &PeerInfo, method: &str, params: Map<String, Value>) {
-        if let Some(push) = receipt_notification(method, params) {
-            handler::receipt_notification(&self.0, from, push);
-        }
     }
 }
 

@@ -481,9 +481,9 @@ fn notifying_pool(
     Pool::new(
         me,
         limits,
-        Arc::new(move |from, method, params| {
+        Arc::new(move |from, push| {
             if let Some(core) = core_cell.get().and_then(Weak::upgrade) {
-                dispatch::RootHandler(core).on_notification(from, method, params);
+                handler::receipt_notification(&core, from, push);
             }
         }),
     )

@@ -282,7 +282,7 @@ mod tests {
             keys: Arc::new(crate::identity::KeyPair::generate()),
         };
         let limits = crate::config::Limits::default();
-        Outbox::new(Pool::new(me, &limits, Arc::new(|_, _, _| {})))
+        Outbox::new(Pool::new(me, &limits, Arc::new(|_, _| {})))
     }
 
     #[test]

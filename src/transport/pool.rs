@@ -10,10 +10,11 @@ use crate::config::Limits;
 use crate::config::internal::{POOL_BUSY_RECHECK as BUSY_RECHECK, POOL_QUIET as QUIET};
 use crate::error::{Code, Error, Result};
 use crate::protocol::handshake::{Expected, Initiator};
-use crate::protocol::message;
+use crate::protocol::message::{self, ReceiptPush};
+use crate::protocol::peer::receipt_notification;
 use crate::protocol::rpc::{self, Id, Incoming};
 use parking_lot::{Condvar, Mutex};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::io;
 use std::os::unix::net::UnixStream;
@@ -21,10 +22,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Receives notifications arriving on outbound connections (e.g. `peer.receipt`). It runs on
+/// Receives the `peer.receipt` notifications (advisory `peer.subscribe` updates) arriving on
+/// outbound connections, decoded; any other notification is dropped before it. It runs on
 /// whichever thread is reading the connection (its background thread or a requesting
 /// thread): keep it short and non-blocking.
-pub type NotificationSink = Arc<dyn Fn(&PeerInfo, &str, Map<String, Value>) + Send + Sync>;
+pub type NotificationSink = Arc<dyn Fn(&PeerInfo, ReceiptPush) + Send + Sync>;
 
 /// First request id after the handshake's ids 1 and 2.
 const FIRST_REQUEST_ID: i64 = 3;
@@ -210,9 +212,11 @@ impl OutConn {
                 return self.settle(id, result, mine);
             }
             Ok(Incoming::Notification { method, params }) => {
+                // Only a well-formed `peer.receipt` reaches the sink; others are dropped.
+                let push = receipt_notification(&method, params)?;
                 // The sink may run on a requesting thread: a panic in it must not unwind
                 // into an unrelated pool request. It ends this connection, as it always did.
-                let deliver = || (self.sink)(&self.peer, &method, params);
+                let deliver = || (self.sink)(&self.peer, push);
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(deliver)).is_err() {
                     self.die();
                 }

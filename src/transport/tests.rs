@@ -7,11 +7,12 @@ use crate::error::{Code, Error};
 use crate::identity::{self, KeyPair};
 use crate::protocol::handshake::{self, Expected, Initiator, Party, Role};
 use crate::protocol::local::{LocalCall, LocalRequest};
+use crate::protocol::message::{Receipt, ReceiptPush, ReceiptState};
 use crate::protocol::peer::PeerRequest;
 use crate::protocol::rpc::{self, Id, Incoming};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use parking_lot::Mutex;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -59,7 +60,10 @@ impl Handler for Echo {
         let answer = match q.message_id.as_str() {
             "echo" => json!({"from": from.instance_id, "method": "peer.status", "params": params}),
             "notify" => {
+                // Anything but a well-formed `peer.receipt` never reaches the sink.
                 notify.notify("test.note", &params)?;
+                notify.notify("peer.receipt", &json!({"messageId": 1}))?;
+                notify.push_receipt(&marked_push(&q.to))?;
                 json!({"ok": true})
             }
             "later" => {
@@ -67,7 +71,7 @@ impl Handler for Echo {
                 let notify = notify.clone();
                 std::thread::spawn(move || {
                     std::thread::sleep(Duration::from_millis(20));
-                    let _ = notify.notify("test.note", &params);
+                    let _ = notify.push_receipt(&marked_push(&params.to_string()));
                 });
                 json!({"ok": true})
             }
@@ -172,13 +176,39 @@ fn node(dir: &Path, name: &str, adverts: &Arc<Adverts>, limits: &Limits) -> Node
     }
 }
 
-/// (sender instance, method, params) of a notification the pool's sink received.
-type Note = (String, String, Map<String, Value>);
+/// The `peer.receipt` push `Echo` sends for a test's marker (JSON text), carried in the
+/// receipt's `messageId` and `correlationId`.
+fn marked_push(marker: &str) -> ReceiptPush {
+    ReceiptPush {
+        version: crate::protocol::PROTOCOL_VERSION,
+        from_run: None,
+        receipt: Receipt {
+            message_id: marker.to_string(),
+            from_peer_id: "p-from".into(),
+            to_peer_id: "p-to".into(),
+            state: ReceiptState::Accepted,
+            sequence: 1,
+            correlation_id: marker.to_string(),
+            at_ms: 1,
+            reply_message_id: None,
+            code: None,
+        },
+    }
+}
+
+/// The marker `marked_push` put in a push, checked to be in both fields.
+fn marker(push: &ReceiptPush) -> Value {
+    assert_eq!(push.receipt.message_id, push.receipt.correlation_id);
+    serde_json::from_str(&push.receipt.message_id).unwrap()
+}
+
+/// (sender instance, decoded `peer.receipt`) of a notification the pool's sink received.
+type Note = (String, ReceiptPush);
 
 fn pool_for(node: &Node, limits: &Limits) -> (Pool, Receiver<Note>) {
     let (tx, rx) = unbounded();
-    let sink: NotificationSink = Arc::new(move |from: &PeerInfo, method: &str, params| {
-        let _ = tx.send((from.instance_id.clone(), method.to_string(), params));
+    let sink: NotificationSink = Arc::new(move |from: &PeerInfo, push| {
+        let _ = tx.send((from.instance_id.clone(), push));
     });
     (Pool::new(node.me.clone(), limits, sink), rx)
 }
@@ -340,10 +370,10 @@ fn two_endpoints_authenticate_mutually_and_exchange_requests() {
             0,
         )
         .unwrap();
-    let (from, method, params) = notes_a.recv_timeout(PATIENCE).unwrap();
+    let (from, push) = notes_a.recv_timeout(PATIENCE).unwrap();
     assert_eq!(
-        (from.as_str(), method.as_str(), &params["x"]),
-        (b.me.instance_id.as_str(), "test.note", &json!(1))
+        (from.as_str(), &marker(&push)["x"]),
+        (b.me.instance_id.as_str(), &json!(1))
     );
     let e = pool_a
         .request_raw(&b.target, "no.such", json!({}), 0)
@@ -1020,31 +1050,21 @@ fn notifications_interleaved_with_requests_all_reach_the_sink_in_order() {
         assert_eq!(v, json!({"ok": true}));
     }
     for i in 0..200 {
-        let (from, method, params) = notes.recv_timeout(PATIENCE).unwrap();
-        assert_eq!(
-            (from.as_str(), method.as_str()),
-            (b.me.instance_id.as_str(), "test.note")
-        );
-        assert_eq!(params["i"], json!(i));
+        let (from, push) = notes.recv_timeout(PATIENCE).unwrap();
+        assert_eq!(from.as_str(), b.me.instance_id.as_str());
+        assert_eq!(marker(&push)["i"], json!(i));
     }
+    // Asks Echo for one note in `mode`, and returns the marker of the next note that arrives.
+    let note_after = |mode: &str, i: &str| {
+        let params = status(mode, json!({ "i": i }));
+        pool.request_raw(&b.target, "peer.status", params, 0)
+            .unwrap();
+        marker(&notes.recv_timeout(PATIENCE).unwrap().1)["i"].clone()
+    };
     // With no request in flight, a note still arrives (read by the background thread).
-    pool.request_raw(
-        &b.target,
-        "peer.status",
-        status("later", json!({"i": "later"})),
-        0,
-    )
-    .unwrap();
-    assert_eq!(notes.recv_timeout(PATIENCE).unwrap().2["i"], json!("later"));
+    assert_eq!(note_after("later", "later"), json!("later"));
     // And the connection still serves requests afterwards.
-    pool.request_raw(
-        &b.target,
-        "peer.status",
-        status("notify", json!({"i": "last"})),
-        0,
-    )
-    .unwrap();
-    assert_eq!(notes.recv_timeout(PATIENCE).unwrap().2["i"], json!("last"));
+    assert_eq!(note_after("notify", "last"), json!("last"));
     assert_eq!(pool.cached_connections(), 1);
 }
 
@@ -1053,8 +1073,8 @@ fn a_panicking_sink_ends_only_its_connection_and_never_the_caller() {
     let Pair {
         a, b, limits: l, ..
     } = &pair(limits());
-    let sink: NotificationSink = Arc::new(|_: &PeerInfo, method: &str, _| {
-        assert_ne!(method, "test.note", "this sink panics on purpose");
+    let sink: NotificationSink = Arc::new(|_: &PeerInfo, push: ReceiptPush| {
+        assert_eq!(push.receipt.message_id, "", "this sink panics on purpose");
     });
     let pool = Pool::new(a.me.clone(), l, sink);
     // Whichever thread reads the note, the request settles instead of unwinding or hanging.
