@@ -134,23 +134,7 @@ pub fn verify_signed(
     audience: &str,
     now_ms: u64,
 ) -> Result<[u8; ASK_NONCE_BYTES], ApiError> {
-    let presented = body
-        .get("publicKey")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::forbidden("public key mismatch"))?;
-    match super::canon::parse_sign(presented) {
-        Ok(k) if crate::identity::ct_eq(&k, friend_key) => {}
-        _ => return Err(ApiError::forbidden("public key mismatch")),
-    }
-    let signature = body
-        .get("signature")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::forbidden("invalid signature"))?;
-    let bytes = super::canon::canonical_without(body, &["publicKey", "signature"])
-        .map_err(|_| ApiError::forbidden("invalid signature"))?;
-    if !super::canon::verify(friend_key, &bytes, signature) {
-        return Err(ApiError::forbidden("invalid signature"));
-    }
+    signed_by(friend_key, body)?;
     let timestamp = body
         .get("timestamp")
         .and_then(Value::as_u64)
@@ -181,20 +165,9 @@ pub fn verify_signed(
     Ok(nonce)
 }
 
-/// Whether a signed body is dsh-ask-peer's form: neither a timestamp nor a nonce.
-fn is_dsh_signed(body: &Map<String, Value>) -> bool {
-    !body.contains_key("timestamp") && !body.contains_key("nonce")
-}
-
-/// dsh-ask-peer's signature (no timestamp, nonce, purpose or audience), accepted only for a
-/// friend with `acceptDshSignatures` and only with that friend's token as well (pure). Such a
-/// body can be replayed by anyone who saw it, so the token, not the signature, is what this
-/// mode rests on; the signature still proves the key was used once (SECURITY.md).
-pub fn verify_dsh_signed(
-    friend: &Friend,
-    friend_key: &[u8; 32],
-    body: &Map<String, Value>,
-) -> Result<(), ApiError> {
+/// The body names `friend_key` as its `publicKey` and carries its valid `signature` over the
+/// canonical rest (both signed forms start here).
+fn signed_by(friend_key: &[u8; 32], body: &Map<String, Value>) -> Result<(), ApiError> {
     let presented = body.get("publicKey").and_then(Value::as_str);
     match presented.map(super::canon::parse_sign) {
         Some(Ok(k)) if crate::identity::ct_eq(&k, friend_key) => {}
@@ -209,6 +182,24 @@ pub fn verify_dsh_signed(
     if !super::canon::verify(friend_key, &bytes, signature) {
         return Err(ApiError::forbidden("invalid signature"));
     }
+    Ok(())
+}
+
+/// Whether a signed body is dsh-ask-peer's form: neither a timestamp nor a nonce.
+fn is_dsh_signed(body: &Map<String, Value>) -> bool {
+    !body.contains_key("timestamp") && !body.contains_key("nonce")
+}
+
+/// dsh-ask-peer's signature (no timestamp, nonce, purpose or audience), accepted only for a
+/// friend with `acceptDshSignatures` and only with that friend's token as well (pure). Such a
+/// body can be replayed by anyone who saw it, so the token, not the signature, is what this
+/// mode rests on; the signature still proves the key was used once (SECURITY.md).
+pub fn verify_dsh_signed(
+    friend: &Friend,
+    friend_key: &[u8; 32],
+    body: &Map<String, Value>,
+) -> Result<(), ApiError> {
+    signed_by(friend_key, body)?;
     check_token(friend, body)
 }
 
