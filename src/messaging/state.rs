@@ -877,30 +877,36 @@ impl State {
     /// body and were not sent again: the messages whose other copy is only the recipient's.
     /// Full-form entries first, then compact ones; `pick` chooses by target, at most `max`.
     pub fn accepted_held(&self, pick: &dyn Fn(&TargetRef) -> bool, max: usize) -> Vec<OutboxEntry> {
-        let held = |to: &str, id: &str| !self.redelivered.contains(pair!(to, id));
-        let full = self
-            .outbox
-            .values()
-            .filter(|e| {
-                e.receipt
-                    .as_ref()
-                    .is_some_and(|r| r.state == ReceiptState::Accepted)
-                    && e.content_digest.is_none()
-                    && pick(&e.to)
-                    && held(&e.to.peer_id, &e.message_id)
-            })
-            .cloned();
-        let compact = self
-            .settled
-            .iter()
-            .filter(|(k, s)| {
-                s.holds_body()
-                    && s.retention_view().0 == ReceiptState::Accepted
-                    && pick(&k.route.to)
-                    && held(k.to_peer_id(), &k.message_id)
-            })
+        let (full, compact) = self.accepted_bodies();
+        let full = full.filter(|e| pick(&e.to)).cloned();
+        let compact = compact
+            .filter(|(k, _)| pick(&k.route.to))
             .map(|(k, s)| s.to_entry(k));
         full.chain(compact).take(max).collect()
+    }
+
+    /// The full-form and the compact entries that [`accepted_held`](Self::accepted_held)
+    /// draws from: answered `accepted` and nothing later, body kept, not sent again.
+    fn accepted_bodies(
+        &self,
+    ) -> (
+        impl Iterator<Item = &OutboxEntry>,
+        impl Iterator<Item = (&SettledKey, &Settled)>,
+    ) {
+        let held = |to: &str, id: &str| !self.redelivered.contains(pair!(to, id));
+        let full = self.outbox.values().filter(move |e| {
+            e.receipt
+                .as_ref()
+                .is_some_and(|r| r.state == ReceiptState::Accepted)
+                && e.content_digest.is_none()
+                && held(&e.to.peer_id, &e.message_id)
+        });
+        let compact = self.settled.iter().filter(move |(k, s)| {
+            s.holds_body()
+                && s.retention_view().0 == ReceiptState::Accepted
+                && held(k.to_peer_id(), &k.message_id)
+        });
+        (full, compact)
     }
 
     /// The distinct root targets on other instances than `own_instance` of
@@ -909,27 +915,8 @@ impl State {
         let mut seen: BTreeSet<String> = BTreeSet::new();
         let mut out = Vec::new();
         let remote = |t: &TargetRef| t.instance_id != own_instance && t.run_id.is_none();
-        let full = self.outbox.values().filter(|e| {
-            e.receipt
-                .as_ref()
-                .is_some_and(|r| r.state == ReceiptState::Accepted)
-                && e.content_digest.is_none()
-                && !self
-                    .redelivered
-                    .contains(pair!(&e.to.peer_id, &e.message_id))
-        });
-        let compact = self
-            .settled
-            .iter()
-            .filter(|(k, s)| {
-                s.holds_body()
-                    && s.retention_view().0 == ReceiptState::Accepted
-                    && !self
-                        .redelivered
-                        .contains(pair!(k.to_peer_id(), &k.message_id))
-            })
-            .map(|(k, _)| &k.route.to);
-        for t in full.map(|e| &e.to).chain(compact) {
+        let (full, compact) = self.accepted_bodies();
+        for t in full.map(|e| &e.to).chain(compact.map(|(k, _)| &k.route.to)) {
             if out.len() >= max {
                 break;
             }
