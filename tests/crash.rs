@@ -365,24 +365,7 @@ fn sender_killed_at_random_points_keeps_outbox_ahead_of_the_wire() {
 
 /// Every file of a store directory with its bytes.
 fn snapshot_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    files_in(dir)
-        .into_iter()
-        .map(|n| {
-            let b = std::fs::read(dir.join(&n)).unwrap();
-            (n, b)
-        })
-        .collect()
-}
-
-fn recover(ns: &Ns, instance: &str, session: &str) -> std::process::Output {
-    ns.peer(&[
-        "--json",
-        "recover",
-        "--instance",
-        instance,
-        "--session-id",
-        session,
-    ])
+    file_bytes(dir, &[])
 }
 
 fn unread_ids(o: &std::process::Output) -> Vec<String> {
@@ -415,7 +398,7 @@ fn a_killed_hosts_journal_torn_or_flipped_is_reviewed_or_refused_untouched() {
     let journal = dir.join(paths::JOURNAL);
 
     // Intact: every accepted message is there for review.
-    let o = recover(&ns, &bob_instance, "s-flip");
+    let o = recover_review(&ns, &bob_instance, "s-flip");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(unread_ids(&o), ids);
 
@@ -425,7 +408,7 @@ fn a_killed_hosts_journal_torn_or_flipped_is_reviewed_or_refused_untouched() {
     let end = journal_frames_end(&whole);
     std::fs::write(&journal, journal_with_torn_frame(&whole)).unwrap();
     let before = snapshot_files(&dir);
-    let o = recover(&ns, &bob_instance, "s-flip");
+    let o = recover_review(&ns, &bob_instance, "s-flip");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let kept = unread_ids(&o);
     assert_eq!(kept, ids, "a torn tail lost an acknowledged batch");
@@ -437,7 +420,7 @@ fn a_killed_hosts_journal_torn_or_flipped_is_reviewed_or_refused_untouched() {
     flipped[mid] ^= 0x10;
     std::fs::write(&journal, &flipped).unwrap();
     let before = snapshot_files(&dir);
-    let o = recover(&ns, &bob_instance, "s-flip");
+    let o = recover_review(&ns, &bob_instance, "s-flip");
     assert_eq!(
         o.status.code(),
         Some(Code::RecoveryRequired.exit_status()),
@@ -452,7 +435,7 @@ fn a_killed_hosts_journal_torn_or_flipped_is_reviewed_or_refused_untouched() {
 
     // The wrong session id is refused too, without reading further.
     std::fs::write(&journal, &whole).unwrap();
-    let o = recover(&ns, &bob_instance, "s-other");
+    let o = recover_review(&ns, &bob_instance, "s-other");
     assert_ne!(o.status.code(), Some(0));
 }
 

@@ -20,26 +20,7 @@ use std::time::Duration;
 /// The store's files and their bytes; the lock file (which holds the last opener's pid, not
 /// store data) is left out.
 fn store_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    files_in(dir)
-        .into_iter()
-        .filter(|n| n != paths::LOCK)
-        .map(|n| {
-            let b = std::fs::read(dir.join(&n)).unwrap();
-            (n, b)
-        })
-        .collect()
-}
-
-/// `peer --json recover` of an old instance: read-only review.
-fn review(ns: &Ns, instance: &str, session: &str) -> std::process::Output {
-    ns.peer(&[
-        "--json",
-        "recover",
-        "--instance",
-        instance,
-        "--session-id",
-        session,
-    ])
+    file_bytes(dir, &[paths::LOCK])
 }
 
 fn ids_of(v: &Value, key: &str) -> BTreeSet<String> {
@@ -81,7 +62,7 @@ fn damage_every_boundary(
 ) -> Tally {
     let path = dir.join(paths::JOURNAL);
     let whole = std::fs::read(&path).unwrap();
-    let o = review(ns, instance, session);
+    let o = recover_review(ns, instance, session);
     assert_eq!(o.status.code(), Some(0), "intact: {}", stderr(&o));
     check(&json_of(&o)).unwrap_or_else(|e| panic!("intact store: {e}"));
     let mut tally = Tally::default();
@@ -96,7 +77,7 @@ fn damage_every_boundary(
             };
             std::fs::write(&path, &damaged).unwrap();
             let before = store_files(dir);
-            let o = review(ns, instance, session);
+            let o = recover_review(ns, instance, session);
             let how = if zeros { "zeros from" } else { "cut at" };
             let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
             match o.status.code() {
@@ -185,7 +166,7 @@ fn a_receivers_journal_damaged_at_any_frame_boundary_is_refused_never_silent() {
     let sync = std::fs::read(dir.join(paths::SYNC)).unwrap();
     std::fs::remove_file(dir.join(paths::SYNC)).unwrap();
     let before = store_files(&dir);
-    let o = review(&ns, &instance, "s-dmg");
+    let o = recover_review(&ns, &instance, "s-dmg");
     assert_eq!(
         o.status.code(),
         Some(exit_of(Code::RecoveryRequired)),
@@ -242,7 +223,7 @@ fn a_compacted_receivers_journal_damaged_at_any_boundary_never_brings_consumed_m
             None => std::fs::remove_file(dir.join(name)).unwrap(),
         }
         let before = store_files(&dir);
-        let o = review(&ns, &instance, "s-dmgc");
+        let o = recover_review(&ns, &instance, "s-dmgc");
         if o.status.code() == Some(0) {
             check(&json_of(&o)).unwrap_or_else(|e| panic!("{what}: silent: {e}"));
             panic!("{what}: reviewed as whole");
@@ -351,7 +332,7 @@ fn a_restart_over_a_damaged_predecessor_leaves_it_and_says_so_once() {
     let (_, err) = bob2.end_for_report();
     assert_eq!(err.matches(&recover).count(), 1, "{err}");
     // Still there for review, and still refused.
-    let o = review(&ns, &old, "s-dmgr");
+    let o = recover_review(&ns, &old, "s-dmgr");
     assert_eq!(
         o.status.code(),
         Some(exit_of(Code::RecoveryRequired)),
@@ -460,7 +441,7 @@ fn a_restart_over_an_intact_store_is_not_sent_the_mail_again() {
     assert!(inbox_ids(&ns, &bob2).is_empty());
     let s = json_of(&peer_as(&ns, &alice, &["--json", "status"]));
     assert_eq!(s["store"]["redelivered"], json!(0), "{s}");
-    let o = review(&ns, &old, "s-int");
+    let o = recover_review(&ns, &old, "s-int");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(ids_of(&json_of(&o), "unread").len(), 3);
     let (_, err) = alice.end_for_report();

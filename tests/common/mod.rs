@@ -317,6 +317,31 @@ pub fn files_in(dir: &Path) -> Vec<String> {
     v
 }
 
+/// The files of `dir` (but those named in `skip`) with their bytes: what a read-only step
+/// must leave as it was.
+pub fn file_bytes(dir: &Path, skip: &[&str]) -> std::collections::BTreeMap<String, Vec<u8>> {
+    files_in(dir)
+        .into_iter()
+        .filter(|n| !skip.contains(&n.as_str()))
+        .map(|n| {
+            let b = std::fs::read(dir.join(&n)).unwrap();
+            (n, b)
+        })
+        .collect()
+}
+
+/// `peer --json recover` of an old instance: the read-only review of its store.
+pub fn recover_review(ns: &Ns, instance: &str, session: &str) -> Output {
+    ns.peer(&[
+        "--json",
+        "recover",
+        "--instance",
+        instance,
+        "--session-id",
+        session,
+    ])
+}
+
 /// Where a journal's frames end: the end mark and the zero-filled room the store preallocates
 /// after them are not part of them. Walks the frames by their length fields (a frame is
 /// `len u32 | len_crc u32 | crc u32 | payload`; the end mark's length field is 0xFFFFFFFF).
